@@ -107,6 +107,15 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(Packet { buf })
     }
 
+    /// A view of a bare header (no payload), as the fragmenter builds them. Checks only
+    /// that the buffer is at least 20 bytes and as long as its IHL says.
+    pub fn new_checked_header(buf: T) -> Result<Self, Error> {
+        let b = buf.as_ref();
+        need(b, MIN_HEADER_LEN).map_err(Error::Truncated)?;
+        need(b, (b[0] & 0x0f) as usize * 4).map_err(Error::Truncated)?;
+        Ok(Packet { buf })
+    }
+
     pub fn into_inner(self) -> T {
         self.buf
     }

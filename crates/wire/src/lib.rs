@@ -59,8 +59,3 @@ pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
 pub(crate) fn put16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
-
-#[inline]
-pub(crate) fn put32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_be_bytes());
-}

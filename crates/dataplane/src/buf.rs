@@ -1,0 +1,110 @@
+//! Packet buffers, their metadata, and the pool they are recycled through.
+
+/// The largest frame a buffer holds: a 9216-byte jumbo payload plus an Ethernet header and
+/// one 802.1Q tag.
+pub const BUF_CAP: usize = 9216 + 18;
+
+/// Per-packet metadata, named (no opaque slots). Which node writes and reads each field is
+/// documented on the field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// Index of the port the frame arrived on. Written by the port; read by every node.
+    pub rx_port: u16,
+    /// The sender left the TCP/UDP checksum to offload: only the pseudo-header sum is in
+    /// the checksum field. Written by the port; ip4-forward fills the checksum in.
+    pub csum_partial: bool,
+}
+
+/// One frame: its bytes (`data.len()` is the frame length) and metadata.
+#[derive(Debug, Clone)]
+pub struct Pkt {
+    pub data: Vec<u8>,
+    pub meta: Meta,
+}
+
+impl Pkt {
+    pub fn new() -> Pkt {
+        Pkt { data: Vec::with_capacity(BUF_CAP), meta: Meta::default() }
+    }
+
+    /// A packet holding a copy of `frame`, with default metadata.
+    pub fn from_bytes(frame: &[u8]) -> Pkt {
+        let mut p = Pkt::new();
+        p.data.extend_from_slice(frame);
+        p
+    }
+}
+
+impl Default for Pkt {
+    fn default() -> Self {
+        Pkt::new()
+    }
+}
+
+/// A free list of buffers. `get` reuses a buffer or allocates one; steady-state forwarding
+/// allocates nothing because every buffer returns here after transmit or drop.
+#[derive(Debug, Default)]
+pub struct Pool {
+    free: Vec<Pkt>,
+}
+
+impl Pool {
+    pub fn new() -> Pool {
+        Pool::default()
+    }
+
+    /// A buffer, empty, with default metadata.
+    #[inline]
+    pub fn get(&mut self) -> Pkt {
+        match self.free.pop() {
+            Some(mut p) => {
+                p.data.clear();
+                p.meta = Meta::default();
+                p
+            }
+            None => Pkt::new(),
+        }
+    }
+
+    #[inline]
+    pub fn put(&mut self, p: Pkt) {
+        // Keep only buffers of the standard size; one grown past it is dropped.
+        if p.data.capacity() <= BUF_CAP * 2 {
+            self.free.push(p);
+        }
+    }
+
+    pub fn free(&self) -> usize {
+        self.free.len()
+    }
+}
+
+/// Frames waiting for transmit, one queue per egress port.
+#[derive(Debug, Default)]
+pub struct TxQueues {
+    pub queues: Vec<Vec<Pkt>>,
+}
+
+impl TxQueues {
+    pub fn new(ports: usize) -> TxQueues {
+        TxQueues { queues: (0..ports).map(|_| Vec::with_capacity(256)).collect() }
+    }
+
+    #[inline]
+    pub fn push(&mut self, port: u16, p: Pkt) {
+        self.queues[port as usize].push(p);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queues.iter().all(|q| q.is_empty())
+    }
+
+    /// All queued frames, as (port, frame), draining the queues. For tests.
+    pub fn drain_all(&mut self) -> Vec<(u16, Pkt)> {
+        let mut v = Vec::new();
+        for (i, q) in self.queues.iter_mut().enumerate() {
+            v.extend(q.drain(..).map(|p| (i as u16, p)));
+        }
+        v
+    }
+}

@@ -1,0 +1,634 @@
+//! The IPv4 forwarder role: RFC 1812 forwarding between Ethernet ports.
+//!
+//! Per frame, in order:
+//!
+//! | node | reads | writes | drops (see [`Drop`]) |
+//! |---|---|---|---|
+//! | eth-input | `rx_port`, frame | - | `eth_*`: short, other station's MAC, tagged, other EtherType |
+//! | arp | frame | neighbour table | `arp_malformed`, `arp_not_for_us` |
+//! | ip4-input | frame | frame (link padding trimmed) | `ip4_truncated` ... `ip4_bad_options`, martians, broadcasts |
+//! | ip4-local | frame | - | `local_*` (echo requests are answered) |
+//! | ip4-lookup | dst address | next hop | `ip4_ttl_expired`, `ip4_no_route` |
+//! | ip4-rewrite | `csum_partial` | L4 checksum, TTL, IP checksum, MACs | `ip4_frag_needed`, `ip4_frag_failed` |
+//! | neighbour-output | next hop | MACs | `arp_queue_full`, `arp_resolution_failed` |
+//!
+//! ICMP errors (time exceeded, net/host unreachable, fragmentation needed, parameter
+//! problem) are rate limited with a token bucket and never sent about ICMP errors,
+//! non-first fragments, link or IP broadcasts and multicasts, or invalid sources
+//! (RFC 1812 4.3.2.7). They quote as much of the datagram as fits in 576 bytes (4.3.2.3).
+
+use crate::buf::{Pkt, Pool, TxQueues};
+use crate::counters::{Counters, Drop, Event};
+use crate::frag;
+use crate::neighbour::{Enqueued, Expired, NeighbourConfig, Neighbours};
+use fib::{BinaryTrie, Lpm, Prefix};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wire::ethernet::{self, ethertype};
+use wire::icmp::{self, unreachable};
+use wire::ipv4::{self, protocol};
+use wire::{arp, MacAddr};
+
+const ETH: usize = ethernet::HEADER_LEN;
+
+/// One port of the forwarder as the data plane sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Iface {
+    pub name: String,
+    pub mac: MacAddr,
+    /// IP MTU: the largest IPv4 packet sent out of this port.
+    pub mtu: usize,
+    pub addr: Ipv4Addr,
+    pub prefix_len: u8,
+}
+
+impl Iface {
+    fn net(&self) -> Prefix {
+        Prefix::new(self.addr, self.prefix_len)
+    }
+
+    /// The directed broadcast address of the subnet (none for /31 and /32).
+    fn broadcast(&self) -> Option<Ipv4Addr> {
+        (self.prefix_len < 31).then(|| Ipv4Addr::from(u32::from(self.addr) | !fib::mask(self.prefix_len)))
+    }
+}
+
+/// Where a route sends packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NextHop {
+    pub port: u16,
+    /// The gateway; `None` for a connected network (the destination is the next hop).
+    pub via: Option<Ipv4Addr>,
+}
+
+/// Forwarder tunables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ForwarderConfig {
+    /// ICMP errors per second, across all ports (token bucket rate). 0 sends none.
+    pub icmp_errors_per_sec: u32,
+    /// Token bucket depth: errors that may go out back to back.
+    pub icmp_burst: u32,
+    pub neighbour: NeighbourConfig,
+}
+
+impl Default for ForwarderConfig {
+    fn default() -> Self {
+        ForwarderConfig { icmp_errors_per_sec: 100, icmp_burst: 50, neighbour: NeighbourConfig::default() }
+    }
+}
+
+/// An ICMP error to send about a received datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IcmpError {
+    TimeExceeded,
+    Unreachable(u8),
+    FragNeeded(u16),
+    ParamProblem(u8),
+}
+
+/// Why a route could not be added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteError {
+    /// The gateway is on none of the connected networks.
+    GatewayUnreachable(Ipv4Addr),
+    /// Too many distinct next hops for the table's index type.
+    TooManyNextHops,
+}
+
+impl core::fmt::Display for RouteError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            RouteError::GatewayUnreachable(a) => {
+                write!(f, "gateway {a} is not on any interface's network")
+            }
+            RouteError::TooManyNextHops => f.write_str("too many distinct next hops"),
+        }
+    }
+}
+
+/// The forwarder's state and its per-packet path.
+pub struct Forwarder {
+    pub ifaces: Vec<Iface>,
+    fib: BinaryTrie,
+    nexthops: Vec<NextHop>,
+    nexthop_ids: std::collections::HashMap<NextHop, u32>,
+    pub neighbours: Neighbours,
+    pub counters: Arc<Counters>,
+    cfg: ForwarderConfig,
+    icmp_tokens: f64,
+    icmp_refill: Instant,
+    ident: u16,
+    pub pool: Pool,
+    expired: Expired,
+}
+
+impl Forwarder {
+    /// A forwarder over `ifaces` (port index = position) with their connected routes.
+    pub fn new(ifaces: Vec<Iface>, cfg: ForwarderConfig, now: Instant) -> Forwarder {
+        let counters = Arc::new(Counters::new(ifaces.iter().map(|i| i.name.clone()).collect()));
+        let mut f = Forwarder {
+            ifaces,
+            fib: BinaryTrie::new(),
+            nexthops: Vec::new(),
+            nexthop_ids: Default::default(),
+            neighbours: Neighbours::new(cfg.neighbour),
+            counters,
+            cfg,
+            icmp_tokens: cfg.icmp_burst as f64,
+            icmp_refill: now,
+            ident: 1,
+            pool: Pool::new(),
+            expired: Expired::default(),
+        };
+        for port in 0..f.ifaces.len() {
+            let net = f.ifaces[port].net();
+            let nh = NextHop { port: port as u16, via: None };
+            // Connected routes cannot fail: the table is empty, one id per port.
+            let id = f.nexthop_id(nh).unwrap_or(0);
+            f.fib.insert(net, id);
+        }
+        f
+    }
+
+    fn nexthop_id(&mut self, nh: NextHop) -> Result<u32, RouteError> {
+        if let Some(&id) = self.nexthop_ids.get(&nh) {
+            return Ok(id);
+        }
+        let id = u32::try_from(self.nexthops.len()).map_err(|_| RouteError::TooManyNextHops)?;
+        if id == u32::MAX {
+            return Err(RouteError::TooManyNextHops);
+        }
+        self.nexthops.push(nh);
+        self.nexthop_ids.insert(nh, id);
+        Ok(id)
+    }
+
+    /// The port whose connected network holds `gw`.
+    pub fn port_for_gateway(&self, gw: Ipv4Addr) -> Option<u16> {
+        self.ifaces
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.net().contains(gw))
+            .max_by_key(|(_, i)| i.prefix_len)
+            .map(|(p, _)| p as u16)
+    }
+
+    /// Adds or replaces a route through gateway `via`.
+    pub fn add_route(&mut self, prefix: Prefix, via: Ipv4Addr) -> Result<(), RouteError> {
+        let port = self.port_for_gateway(via).ok_or(RouteError::GatewayUnreachable(via))?;
+        let id = self.nexthop_id(NextHop { port, via: Some(via) })?;
+        self.fib.insert(prefix, id);
+        Ok(())
+    }
+
+    /// Removes a route; true if it was there.
+    pub fn remove_route(&mut self, prefix: Prefix) -> bool {
+        self.fib.remove(prefix).is_some()
+    }
+
+    pub fn route_count(&self) -> usize {
+        self.fib.len()
+    }
+
+    /// The next hop for `dst`, as the data plane would choose it.
+    pub fn route(&self, dst: Ipv4Addr) -> Option<NextHop> {
+        self.fib.lookup(dst).map(|id| self.nexthops[id as usize])
+    }
+
+    #[inline]
+    fn drop_pkt(&mut self, p: Pkt, why: Drop) {
+        self.counters.count(why);
+        self.pool.put(p);
+    }
+
+    /// Runs one received frame through the forwarder. Frames to send land in `tx`.
+    pub fn process(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
+        let port = p.meta.rx_port;
+        let Some(pc) = self.counters.ports.get(port as usize) else {
+            return self.drop_pkt(p, Drop::EthTruncated);
+        };
+        pc.rx_packets.inc();
+        pc.rx_bytes.add(p.data.len() as u64);
+        let Ok(eth) = ethernet::Frame::new_checked(&p.data[..]) else {
+            return self.drop_pkt(p, Drop::EthTruncated);
+        };
+        let dst = eth.dst();
+        let l2_group = dst.is_multicast();
+        if !l2_group && dst != self.ifaces[port as usize].mac {
+            return self.drop_pkt(p, Drop::NotOurMac);
+        }
+        if eth.vlan().is_some() {
+            return self.drop_pkt(p, Drop::VlanNotConfigured);
+        }
+        match eth.ethertype() {
+            ethertype::IPV4 => self.ip4_input(p, l2_group, now, tx),
+            ethertype::ARP => self.arp_input(p, now, tx),
+            _ => self.drop_pkt(p, Drop::EthertypeUnsupported),
+        }
+    }
+
+    /// Timers: ARP retries, probes and failures. Call every few tens of milliseconds.
+    pub fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
+        let mut ex = std::mem::take(&mut self.expired);
+        self.neighbours.expire(now, &mut ex);
+        for (port, ip) in ex.requests.drain(..) {
+            self.send_arp_request(port, ip, tx);
+        }
+        for p in ex.failed.drain(..) {
+            if p.data.len() > ETH {
+                let in_port = p.meta.rx_port;
+                self.icmp_error(&p.data[ETH..], false, in_port, IcmpError::Unreachable(unreachable::HOST), now, tx);
+            }
+            self.drop_pkt(p, Drop::ArpFailed);
+        }
+        self.expired = ex;
+    }
+
+    fn is_local(&self, a: Ipv4Addr) -> bool {
+        self.ifaces.iter().any(|i| i.addr == a)
+    }
+
+    fn is_directed_broadcast(&self, a: Ipv4Addr) -> bool {
+        self.ifaces.iter().any(|i| i.broadcast() == Some(a))
+    }
+
+    fn ip4_input(&mut self, mut p: Pkt, l2_group: bool, now: Instant, tx: &mut TxQueues) {
+        let in_port = p.meta.rx_port;
+        let ip = match ipv4::Packet::new_checked(&p.data[ETH..]) {
+            Ok(ip) => ip,
+            Err(e) => {
+                let why = match e {
+                    ipv4::Error::Truncated(_) => Drop::Ip4Truncated,
+                    ipv4::Error::BadVersion(_) => Drop::Ip4BadVersion,
+                    ipv4::Error::BadHeaderLen(_) => Drop::Ip4BadHeaderLen,
+                    ipv4::Error::BadTotalLen { .. } => Drop::Ip4BadTotalLen,
+                    ipv4::Error::BadOption { .. } => Drop::Ip4BadOptions,
+                };
+                return self.drop_pkt(p, why);
+            }
+        };
+        if !ip.verify_checksum() {
+            return self.drop_pkt(p, Drop::Ip4BadChecksum);
+        }
+        let (src, dst, ttl, total, df) = (ip.src(), ip.dst(), ip.ttl(), ip.total_len(), ip.dont_frag());
+        let options = ip.check_options();
+        p.data.truncate(ETH + total);
+        match options {
+            Ok(false) => {}
+            Ok(true) => {
+                let e = IcmpError::Unreachable(unreachable::SOURCE_ROUTE_FAILED);
+                self.icmp_error(&p.data[ETH..], l2_group, in_port, e, now, tx);
+                return self.drop_pkt(p, Drop::Ip4SourceRoute);
+            }
+            Err(e) => {
+                let at = match e {
+                    ipv4::Error::BadOption { at } => at as u8,
+                    _ => 20,
+                };
+                self.icmp_error(&p.data[ETH..], l2_group, in_port, IcmpError::ParamProblem(at), now, tx);
+                return self.drop_pkt(p, Drop::Ip4BadOptions);
+            }
+        }
+        if martian_source(src) || self.is_local(src) || self.is_directed_broadcast(src) {
+            return self.drop_pkt(p, Drop::Ip4MartianSource);
+        }
+        if dst.is_broadcast() {
+            return self.drop_pkt(p, Drop::Ip4Broadcast);
+        }
+        if dst.is_multicast() {
+            return self.drop_pkt(p, Drop::Ip4Multicast);
+        }
+        if self.is_local(dst) {
+            return self.ip4_local(p, now, tx);
+        }
+        if l2_group {
+            return self.drop_pkt(p, Drop::Ip4L2Multicast);
+        }
+        if martian_destination(dst) {
+            return self.drop_pkt(p, Drop::Ip4MartianDestination);
+        }
+        if self.is_directed_broadcast(dst) {
+            return self.drop_pkt(p, Drop::Ip4Broadcast);
+        }
+        if ttl <= 1 {
+            self.icmp_error(&p.data[ETH..], false, in_port, IcmpError::TimeExceeded, now, tx);
+            return self.drop_pkt(p, Drop::Ip4TtlExpired);
+        }
+        let Some(id) = self.fib.lookup(dst) else {
+            let e = IcmpError::Unreachable(unreachable::NET);
+            self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
+            return self.drop_pkt(p, Drop::Ip4NoRoute);
+        };
+        let nh = self.nexthops[id as usize];
+        let mtu = self.ifaces[nh.port as usize].mtu;
+        if total > mtu && df {
+            let e = IcmpError::FragNeeded(mtu.min(u16::MAX as usize) as u16);
+            self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
+            return self.drop_pkt(p, Drop::Ip4FragNeeded);
+        }
+        // ip4-rewrite. The view is valid: the header was checked above and only trimmed
+        // link padding since.
+        let Ok(mut ipm) = ipv4::Packet::new_checked(&mut p.data[ETH..]) else {
+            return self.drop_pkt(p, Drop::Ip4Truncated);
+        };
+        if p.meta.csum_partial && ipm.fill_transport_checksum() {
+            self.counters.event(Event::ChecksumFilled);
+        }
+        ipm.decrement_ttl();
+        self.counters.event(Event::Forwarded);
+        let hop = nh.via.unwrap_or(dst);
+        if total > mtu {
+            self.fragment_out(p, nh.port, hop, mtu, now, tx);
+        } else {
+            self.neighbour_output(p, nh.port, hop, now, tx);
+        }
+    }
+
+    fn fragment_out(&mut self, p: Pkt, port: u16, hop: Ipv4Addr, mtu: usize, now: Instant, tx: &mut TxQueues) {
+        let mut frags = Vec::new();
+        let pool = &mut self.pool;
+        let r = frag::fragment(&p.data[ETH..], mtu, |h, d| {
+            let mut f = pool.get();
+            f.meta = p.meta;
+            f.data.extend_from_slice(&p.data[..ETH]);
+            f.data.extend_from_slice(h);
+            f.data.extend_from_slice(d);
+            frags.push(f);
+        });
+        match r {
+            Ok(n) => {
+                self.counters.event(Event::Fragmented);
+                self.counters.event_n(Event::FragmentsMade, n as u64);
+                self.pool.put(p);
+                for f in frags {
+                    self.neighbour_output(f, port, hop, now, tx);
+                }
+            }
+            Err(_) => {
+                for f in frags {
+                    self.pool.put(f);
+                }
+                self.drop_pkt(p, Drop::Ip4FragFailed)
+            }
+        }
+    }
+
+    /// Sets the MACs and queues the frame, or holds it while the next hop resolves.
+    fn neighbour_output(&mut self, mut p: Pkt, port: u16, hop: Ipv4Addr, now: Instant, tx: &mut TxQueues) {
+        match self.neighbours.lookup(port, hop, now) {
+            Some((mac, probe)) => {
+                if probe {
+                    self.send_arp_request(port, hop, tx);
+                }
+                self.set_macs(&mut p, port, mac);
+                tx.push(port, p);
+            }
+            None => match self.neighbours.enqueue(port, hop, now, p) {
+                Enqueued::NewRequest => {
+                    self.counters.event(Event::ArpQueued);
+                    self.send_arp_request(port, hop, tx);
+                }
+                Enqueued::Queued => self.counters.event(Event::ArpQueued),
+                Enqueued::Full(p) => self.drop_pkt(p, Drop::ArpQueueFull),
+            },
+        }
+    }
+
+    fn set_macs(&self, p: &mut Pkt, port: u16, dst: MacAddr) {
+        let r = ethernet::Repr { dst, src: self.ifaces[port as usize].mac, vlan: None, ethertype: ethertype::IPV4 };
+        // Every frame here has at least an Ethernet header: received ones were checked,
+        // made ones reserve it.
+        let _ = r.emit(&mut p.data[..]);
+    }
+
+    fn send_arp_request(&mut self, port: u16, target: Ipv4Addr, tx: &mut TxQueues) {
+        let ifc = &self.ifaces[port as usize];
+        let mut f = self.pool.get();
+        f.data.resize(ETH + arp::PACKET_LEN, 0);
+        let eth = ethernet::Repr { dst: MacAddr::BROADCAST, src: ifc.mac, vlan: None, ethertype: ethertype::ARP };
+        let a = arp::Repr {
+            operation: arp::Operation::Request,
+            sender_mac: ifc.mac,
+            sender_ip: ifc.addr,
+            target_mac: MacAddr::ZERO,
+            target_ip: target,
+        };
+        if eth.emit(&mut f.data).is_ok() && a.emit(&mut f.data[ETH..]).is_ok() {
+            self.counters.event(Event::ArpRequestsSent);
+            tx.push(port, f);
+        } else {
+            self.pool.put(f);
+        }
+    }
+
+    fn arp_input(&mut self, mut p: Pkt, now: Instant, tx: &mut TxQueues) {
+        let port = p.meta.rx_port;
+        let Ok(a) = arp::Packet::new_checked(&p.data[ETH..]) else {
+            return self.drop_pkt(p, Drop::ArpMalformed);
+        };
+        let r = arp::Repr::parse(&a);
+        let ifc = &self.ifaces[port as usize];
+        let (our_mac, our_ip) = (ifc.mac, ifc.addr);
+        let for_us = r.target_ip == our_ip;
+        let sender_ok = !r.sender_ip.is_unspecified()
+            && !martian_source(r.sender_ip)
+            && !self.is_local(r.sender_ip)
+            && !r.sender_mac.is_multicast();
+        if sender_ok && (for_us || self.neighbours.contains(port, r.sender_ip)) {
+            let waiting = self.neighbours.learn(port, r.sender_ip, r.sender_mac, now, for_us);
+            self.counters.event(Event::ArpLearned);
+            for mut w in waiting {
+                self.set_macs(&mut w, port, r.sender_mac);
+                tx.push(port, w);
+            }
+        }
+        if for_us && r.operation == arp::Operation::Request {
+            let reply = arp::Repr {
+                operation: arp::Operation::Reply,
+                sender_mac: our_mac,
+                sender_ip: our_ip,
+                target_mac: r.sender_mac,
+                target_ip: r.sender_ip,
+            };
+            let eth = ethernet::Repr { dst: r.sender_mac, src: our_mac, vlan: None, ethertype: ethertype::ARP };
+            p.data.truncate(ETH + arp::PACKET_LEN);
+            if eth.emit(&mut p.data).is_ok() && reply.emit(&mut p.data[ETH..]).is_ok() {
+                self.counters.event(Event::ArpRepliesSent);
+                tx.push(port, p);
+                return;
+            }
+        }
+        if for_us || sender_ok && self.neighbours.contains(port, r.sender_ip) {
+            self.pool.put(p);
+        } else {
+            self.drop_pkt(p, Drop::ArpNotForUs);
+        }
+    }
+
+    /// Datagrams addressed to one of our addresses.
+    fn ip4_local(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
+        let in_port = p.meta.rx_port;
+        let Ok(ip) = ipv4::Packet::new_checked(&p.data[ETH..]) else {
+            return self.drop_pkt(p, Drop::Ip4Truncated);
+        };
+        if ip.is_fragment() {
+            return self.drop_pkt(p, Drop::LocalFragment);
+        }
+        match ip.protocol() {
+            protocol::ICMP => {
+                let Ok(icmp) = icmp::Packet::new_checked(ip.payload()) else {
+                    return self.drop_pkt(p, Drop::LocalIcmpOther);
+                };
+                if !icmp.verify_checksum() {
+                    return self.drop_pkt(p, Drop::LocalIcmpBadChecksum);
+                }
+                if icmp.msg_type() != icmp::kind::ECHO_REQUEST || icmp.code() != 0 {
+                    return self.drop_pkt(p, Drop::LocalIcmpOther);
+                }
+                let reply = icmp::Repr::EchoReply { ident: icmp.echo_ident(), seq: icmp.echo_seq(), data: icmp.data() };
+                let (src, dst, tos) = (ip.dst(), ip.src(), ip.tos());
+                let mut out = self.pool.get();
+                let ok = build_ip(&mut out, src, dst, tos, self.ident, &reply);
+                self.ident = self.ident.wrapping_add(1);
+                self.pool.put(p);
+                if ok {
+                    out.meta.rx_port = in_port;
+                    self.counters.event(Event::EchoReplies);
+                    self.local_output(out, now, tx);
+                } else {
+                    self.pool.put(out);
+                }
+            }
+            protocol::UDP => {
+                let e = IcmpError::Unreachable(unreachable::PORT);
+                self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
+                self.drop_pkt(p, Drop::LocalUdp)
+            }
+            protocol::TCP => self.drop_pkt(p, Drop::LocalTcp),
+            _ => {
+                let e = IcmpError::Unreachable(unreachable::PROTOCOL);
+                self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
+                self.drop_pkt(p, Drop::LocalProtocol)
+            }
+        }
+    }
+
+    /// Routes a packet the router made (echo reply, ICMP error). `p` holds a reserved
+    /// Ethernet header and a complete IPv4 packet.
+    fn local_output(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
+        let Ok(ip) = ipv4::Packet::new_checked(&p.data[ETH..]) else {
+            return self.drop_pkt(p, Drop::LocalNoRoute);
+        };
+        let (dst, total) = (ip.dst(), ip.total_len());
+        let Some(nh) = self.route(dst) else {
+            return self.drop_pkt(p, Drop::LocalNoRoute);
+        };
+        let mtu = self.ifaces[nh.port as usize].mtu;
+        let hop = nh.via.unwrap_or(dst);
+        if total > mtu {
+            self.fragment_out(p, nh.port, hop, mtu, now, tx);
+        } else {
+            self.neighbour_output(p, nh.port, hop, now, tx);
+        }
+    }
+
+    fn take_icmp_token(&mut self, now: Instant) -> bool {
+        let dt = now.saturating_duration_since(self.icmp_refill);
+        self.icmp_refill = now;
+        let cap = self.cfg.icmp_burst as f64;
+        self.icmp_tokens = (self.icmp_tokens + dt.as_secs_f64() * self.cfg.icmp_errors_per_sec as f64).min(cap);
+        if self.icmp_tokens >= 1.0 {
+            self.icmp_tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Sends an ICMP error about `orig` (an IPv4 packet as received) if RFC 1812 allows.
+    fn icmp_error(&mut self, orig: &[u8], l2_group: bool, in_port: u16, e: IcmpError, now: Instant, tx: &mut TxQueues) {
+        let Ok(ip) = ipv4::Packet::new_checked(orig) else { return };
+        let (src, dst) = (ip.src(), ip.dst());
+        let about_icmp_error = ip.protocol() == protocol::ICMP
+            && ip.frag_offset() == 0
+            && ip.payload().first().is_none_or(|t| !icmp::is_query(*t));
+        if l2_group
+            || ip.frag_offset() != 0
+            || about_icmp_error
+            || dst.is_broadcast()
+            || dst.is_multicast()
+            || self.is_directed_broadcast(dst)
+            || martian_source(src)
+            || self.is_local(src)
+            || self.is_directed_broadcast(src)
+        {
+            self.counters.count(Drop::IcmpSuppressed);
+            return;
+        }
+        if !self.take_icmp_token(now) {
+            self.counters.count(Drop::IcmpRateLimited);
+            return;
+        }
+        // RFC 1812 4.3.2.3: quote as much as fits in a 576-byte datagram.
+        let quote = &ip.packet()[..ip.total_len().min(576 - 20 - icmp::HEADER_LEN)];
+        let msg = match e {
+            IcmpError::TimeExceeded => icmp::Repr::TimeExceeded { code: 0, data: quote },
+            IcmpError::Unreachable(code) => icmp::Repr::DstUnreachable { code, next_hop_mtu: 0, data: quote },
+            IcmpError::FragNeeded(mtu) => {
+                icmp::Repr::DstUnreachable { code: unreachable::FRAG_NEEDED, next_hop_mtu: mtu, data: quote }
+            }
+            IcmpError::ParamProblem(pointer) => icmp::Repr::ParamProblem { pointer, data: quote },
+        };
+        let from = self.ifaces[in_port as usize].addr;
+        let mut out = self.pool.get();
+        let ok = build_ip(&mut out, from, src, 0xc0, self.ident, &msg);
+        self.ident = self.ident.wrapping_add(1);
+        if ok {
+            out.meta.rx_port = in_port;
+            self.counters.event(Event::IcmpErrorsSent);
+            self.local_output(out, now, tx);
+        } else {
+            self.pool.put(out);
+        }
+    }
+}
+
+/// Fills `out` with a reserved Ethernet header, an IPv4 header and the ICMP message.
+fn build_ip(out: &mut Pkt, src: Ipv4Addr, dst: Ipv4Addr, tos: u8, ident: u16, msg: &icmp::Repr) -> bool {
+    let len = msg.buffer_len();
+    out.data.resize(ETH + ipv4::MIN_HEADER_LEN + len, 0);
+    let ip = ipv4::Repr {
+        src,
+        dst,
+        protocol: protocol::ICMP,
+        ttl: 64,
+        tos,
+        ident,
+        dont_frag: false,
+        more_frags: false,
+        frag_offset: 0,
+        payload_len: len,
+    };
+    ip.emit(&mut out.data[ETH..]).is_ok() && msg.emit(&mut out.data[ETH + ipv4::MIN_HEADER_LEN..]).is_ok()
+}
+
+/// Sources a router must not accept (RFC 1812 5.3.7): 0/8, 127/8, multicast, class E and
+/// limited broadcast.
+pub fn martian_source(a: Ipv4Addr) -> bool {
+    let o = a.octets()[0];
+    o == 0 || o == 127 || o >= 224
+}
+
+/// Destinations never forwarded: 0/8, 127/8 and class E (240/4, broadcast excluded).
+pub fn martian_destination(a: Ipv4Addr) -> bool {
+    let o = a.octets()[0];
+    o == 0 || o == 127 || (o >= 240 && !a.is_broadcast())
+}
+
+/// How long between [`Forwarder::poll`] calls the run loop should wait at most.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+#[cfg(test)]
+mod tests;
