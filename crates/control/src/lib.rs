@@ -1,1 +1,9 @@
-//! control
+//! Control: configuration, route sources, the control socket, and the run loops that wire
+//! ports, data plane and control together for each element.
+
+pub mod config;
+pub mod ctlsock;
+pub mod routes;
+pub mod run;
+
+pub use config::{ConfigError, ForwarderFile};

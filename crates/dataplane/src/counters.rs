@@ -136,7 +136,7 @@ impl Counters {
     }
 
     #[inline]
-    pub fn drop_n(&self, d: Drop, n: u64) {
+    pub fn count_n(&self, d: Drop, n: u64) {
         self.drops[d as usize].add(n);
     }
 
@@ -223,7 +223,7 @@ mod tests {
     fn snapshot_reads_counts() {
         let c = Counters::new(vec!["a".into()]);
         c.count(Drop::Ip4BadChecksum);
-        c.drop_n(Drop::Ip4BadChecksum, 2);
+        c.count_n(Drop::Ip4BadChecksum, 2);
         c.ports[0].rx_packets.add(5);
         let s = c.snapshot();
         assert_eq!(s.drops["ip4_bad_checksum"], 3);

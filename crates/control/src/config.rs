@@ -1,0 +1,261 @@
+//! The forwarder's TOML configuration. Errors name the file, the line and the key.
+//!
+//! ```toml
+//! routes_file = "routes.txt"   # optional; "PREFIX NEXTHOP" per line, relative to this file
+//!
+//! [[interface]]
+//! name = "r-eth0"
+//! address = "10.1.0.1/24"
+//! # mtu = 1500               # optional: IP MTU; default, the interface's own
+//!
+//! [[route]]
+//! prefix = "10.3.0.0/16"
+//! via = "10.2.0.2"
+//!
+//! [tuning]                     # optional
+//! icmp_errors_per_sec = 100
+//! icmp_burst = 50
+//! neighbour = { reachable_secs = 30, retry_ms = 1000, max_tries = 3, queue_len = 64 }
+//! ```
+
+use dataplane::forwarder::ForwarderConfig;
+use fib::Prefix;
+use serde::Deserialize;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+/// A configuration error: where, which key, what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub line: usize,
+    pub key: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}: ", self.file.display(), self.line)?;
+        if !self.key.is_empty() {
+            write!(f, "key `{}`: ", self.key)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    routes_file: Option<Spanned<String>>,
+    #[serde(default)]
+    interface: Vec<RawInterface>,
+    #[serde(default)]
+    route: Vec<RawRoute>,
+    #[serde(default)]
+    tuning: ForwarderConfig,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInterface {
+    name: Spanned<String>,
+    address: Spanned<String>,
+    mtu: Option<Spanned<u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    prefix: Spanned<String>,
+    via: Spanned<String>,
+}
+
+/// One interface of the forwarder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceConfig {
+    pub name: String,
+    pub addr: Ipv4Addr,
+    pub prefix_len: u8,
+    pub mtu: Option<usize>,
+}
+
+/// A static route, with the line it came from (for error messages).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteConfig {
+    pub prefix: Prefix,
+    pub via: Ipv4Addr,
+    pub line: usize,
+}
+
+/// A parsed, validated forwarder configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwarderFile {
+    pub path: PathBuf,
+    pub interfaces: Vec<InterfaceConfig>,
+    pub routes: Vec<RouteConfig>,
+    /// Resolved against the configuration file's directory.
+    pub routes_file: Option<PathBuf>,
+    pub tuning: ForwarderConfig,
+}
+
+/// Line number (1-based) of byte offset `at` in `src`.
+pub fn line_of(src: &str, at: usize) -> usize {
+    src.as_bytes()[..at.min(src.len())].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+/// The key of a `key = value` line, if the line has one.
+fn key_on_line(src: &str, line: usize) -> String {
+    src.lines()
+        .nth(line.saturating_sub(1))
+        .and_then(|l| l.split_once('='))
+        .map(|(k, _)| k.trim().to_string())
+        .unwrap_or_default()
+}
+
+impl ForwarderFile {
+    pub fn load(path: &Path) -> Result<ForwarderFile, ConfigError> {
+        let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.into(),
+            line: 0,
+            key: String::new(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Self::parse(path, &src)
+    }
+
+    pub fn parse(path: &Path, src: &str) -> Result<ForwarderFile, ConfigError> {
+        let err = |at: usize, key: String, message: String| ConfigError {
+            file: path.into(),
+            line: line_of(src, at),
+            key,
+            message,
+        };
+        let raw: Raw = toml::from_str(src).map_err(|e| {
+            let at = e.span().map(|s| s.start).unwrap_or(0);
+            let line = line_of(src, at);
+            ConfigError {
+                file: path.into(),
+                line,
+                key: key_on_line(src, line),
+                message: e.message().to_string(),
+            }
+        })?;
+        let mut interfaces: Vec<InterfaceConfig> = Vec::new();
+        for (i, r) in raw.interface.iter().enumerate() {
+            let name = r.name.get_ref();
+            if name.is_empty() || name.len() > 15 || name.contains(['/', ' ']) {
+                return Err(err(r.name.span().start, format!("interface[{i}].name"), format!("{name:?} is not a valid interface name (1 to 15 characters, no '/' or space)")));
+            }
+            if interfaces.iter().any(|x| &x.name == name) {
+                return Err(err(r.name.span().start, format!("interface[{i}].name"), format!("interface {name} is listed twice")));
+            }
+            let (a, l) = r.address.get_ref().split_once('/').ok_or_else(|| {
+                err(r.address.span().start, format!("interface[{i}].address"), "expected ADDRESS/LENGTH, like 10.1.0.1/24".into())
+            })?;
+            let addr: Ipv4Addr = a.parse().map_err(|_| err(r.address.span().start, format!("interface[{i}].address"), format!("{a:?} is not an IPv4 address")))?;
+            let prefix_len: u8 = l
+                .parse()
+                .ok()
+                .filter(|l| (1..=32).contains(l))
+                .ok_or_else(|| err(r.address.span().start, format!("interface[{i}].address"), format!("prefix length {l:?} is not 1 to 32")))?;
+            let mtu = match &r.mtu {
+                Some(m) if !(68..=9216).contains(m.get_ref()) => {
+                    return Err(err(m.span().start, format!("interface[{i}].mtu"), format!("{} is not 68 to 9216", m.get_ref())))
+                }
+                Some(m) => Some(*m.get_ref() as usize),
+                None => None,
+            };
+            interfaces.push(InterfaceConfig { name: name.clone(), addr, prefix_len, mtu });
+        }
+        if interfaces.is_empty() {
+            return Err(err(0, "interface".into(), "no [[interface]] given; a forwarder needs at least one".into()));
+        }
+        let mut routes = Vec::new();
+        for (i, r) in raw.route.iter().enumerate() {
+            let prefix = Prefix::parse_strict(r.prefix.get_ref())
+                .map_err(|e| err(r.prefix.span().start, format!("route[{i}].prefix"), format!("{:?}: {e}", r.prefix.get_ref())))?;
+            let via: Ipv4Addr = r
+                .via
+                .get_ref()
+                .parse()
+                .map_err(|_| err(r.via.span().start, format!("route[{i}].via"), format!("{:?} is not an IPv4 address", r.via.get_ref())))?;
+            let on_link = interfaces.iter().any(|x| Prefix::new(x.addr, x.prefix_len).contains(via));
+            if !on_link {
+                return Err(err(r.via.span().start, format!("route[{i}].via"), format!("gateway {via} is on none of the interfaces' networks")));
+            }
+            routes.push(RouteConfig { prefix, via, line: line_of(src, r.prefix.span().start) });
+        }
+        let routes_file = raw.routes_file.as_ref().map(|f| {
+            let p = Path::new(f.get_ref());
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                path.parent().unwrap_or(Path::new(".")).join(p)
+            }
+        });
+        if let (Some(f), Some(raw_f)) = (&routes_file, &raw.routes_file) {
+            if !f.exists() {
+                return Err(err(raw_f.span().start, "routes_file".into(), format!("{} does not exist", f.display())));
+            }
+        }
+        Ok(ForwarderFile { path: path.into(), interfaces, routes, routes_file, tuning: raw.tuning })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+[[interface]]
+name = "r-eth0"
+address = "10.1.0.1/24"
+
+[[interface]]
+name = "r-eth1"
+address = "10.2.0.1/24"
+
+[[route]]
+prefix = "10.3.0.0/16"
+via = "10.2.0.2"
+"#;
+
+    fn parse(s: &str) -> Result<ForwarderFile, ConfigError> {
+        ForwarderFile::parse(Path::new("r.toml"), s)
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let c = parse(EXAMPLE).unwrap();
+        assert_eq!(c.interfaces.len(), 2);
+        assert_eq!(c.interfaces[1].addr, Ipv4Addr::new(10, 2, 0, 1));
+        assert_eq!(c.routes[0].prefix.to_string(), "10.3.0.0/16");
+        assert_eq!(c.routes[0].line, 11);
+        assert_eq!(c.tuning, ForwarderConfig::default());
+    }
+
+    /// Each bad file gives an error with the right line and key.
+    #[test]
+    fn errors_name_line_and_key() {
+        let cases = [
+            (EXAMPLE.replace("10.2.0.1/24", "10.2.0.1/33"), 8, "interface[1].address", "prefix length"),
+            (EXAMPLE.replace("10.2.0.1/24", "10.2.0.300/24"), 8, "interface[1].address", "not an IPv4"),
+            (EXAMPLE.replace("10.3.0.0/16", "10.3.0.1/16"), 11, "route[0].prefix", "host bits"),
+            (EXAMPLE.replace("via = \"10.2.0.2\"", "via = \"192.0.2.1\""), 12, "route[0].via", "none of the interfaces"),
+            (EXAMPLE.replace("address = \"10.1.0.1/24\"", "adress = \"10.1.0.1/24\""), 4, "adress", "unknown field"),
+            (EXAMPLE.replace("name = \"r-eth1\"", "name = 5"), 7, "name", "invalid type"),
+            (EXAMPLE.replace("name = \"r-eth1\"", "name = \"r-eth0\""), 7, "interface[1].name", "twice"),
+            (format!("{EXAMPLE}\n[tuning]\nicmp_burst = \"x\"\n"), 15, "icmp_burst", "invalid type"),
+        ];
+        for (src, line, key, msg) in cases {
+            let e = parse(&src).unwrap_err();
+            assert_eq!((e.line, e.key.as_str()), (line, key), "{e}");
+            assert!(e.message.contains(msg), "{e}");
+            assert!(e.to_string().starts_with(&format!("r.toml:{line}: key `{key}`")), "{e}");
+        }
+        assert!(parse("").unwrap_err().message.contains("no [[interface]]"));
+    }
+}

@@ -1,0 +1,161 @@
+//! The forwarder element's run loop over real (or in-memory) ports.
+//!
+//! One thread owns the ports and the [`Forwarder`]: it receives a batch from every port,
+//! runs each frame through the forwarder, transmits each port's queue in one call, runs the
+//! neighbour timers every [`POLL_INTERVAL`], and sleeps in `poll(2)` on the ports' sockets
+//! when nothing arrives. Control-plane work (ARP, ICMP for us) runs inline in the same
+//! thread for now; the control socket lives on its own thread and reads the shared
+//! counters, asking the worker through a channel only for state it owns (neighbours).
+
+use crate::config::ForwarderFile;
+use crate::ctlsock;
+use dataplane::forwarder::{Forwarder, Iface, POLL_INTERVAL};
+use dataplane::port::Port;
+use dataplane::{Drop, TxQueues};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wire::MacAddr;
+
+/// Frames taken from one port per pass.
+pub const BATCH: usize = 256;
+
+type Query = (String, mpsc::Sender<Value>);
+
+/// Builds the forwarder from its configuration, with the given ports' MACs and MTUs, and
+/// loads static routes and the routes file.
+pub fn build(cfg: &ForwarderFile, macs: &[MacAddr], mtus: &[usize]) -> Result<Forwarder, String> {
+    let ifaces = cfg
+        .interfaces
+        .iter()
+        .zip(macs.iter().zip(mtus))
+        .map(|(i, (mac, mtu))| Iface { name: i.name.clone(), mac: *mac, mtu: i.mtu.unwrap_or(*mtu), addr: i.addr, prefix_len: i.prefix_len })
+        .collect();
+    let mut f = Forwarder::new(ifaces, cfg.tuning, Instant::now());
+    for r in &cfg.routes {
+        f.add_route(r.prefix, r.via).map_err(|e| format!("{}:{}: route {}: {e}", cfg.path.display(), r.line, r.prefix))?;
+    }
+    if let Some(file) = &cfg.routes_file {
+        let t = Instant::now();
+        let n = crate::routes::load(file, |p, via, _| f.add_route(p, via).map_err(|e| e.to_string())).map_err(|e| e.to_string())?;
+        tracing::info!(routes = n, file = %file.display(), ms = t.elapsed().as_millis() as u64, "routes file loaded");
+    }
+    Ok(f)
+}
+
+/// Answers a control-socket command that needs the worker's own state.
+fn answer(f: &Forwarder, cmd: &str) -> Value {
+    match cmd {
+        "neighbours" => Value::Array(
+            f.neighbours
+                .entries()
+                .into_iter()
+                .map(|(port, ip, mac, state)| {
+                    json!({"interface": f.ifaces[port as usize].name, "address": ip.to_string(), "mac": mac.to_string(), "state": format!("{state:?}").to_lowercase()})
+                })
+                .collect(),
+        ),
+        "interfaces" => Value::Array(
+            f.ifaces
+                .iter()
+                .map(|i| json!({"name": i.name, "mac": i.mac.to_string(), "mtu": i.mtu, "address": format!("{}/{}", i.addr, i.prefix_len)}))
+                .collect(),
+        ),
+        "routes" => json!({"count": f.route_count()}),
+        _ => Value::Null,
+    }
+}
+
+/// Runs the forwarder over `ports` until `stop` is set.
+pub fn run<P: Port>(mut f: Forwarder, mut ports: Vec<P>, control: Option<&Path>, stop: Arc<AtomicBool>) -> Result<(), String> {
+    let counters = f.counters.clone();
+    let (qtx, qrx) = mpsc::channel::<Query>();
+    let _server = match control {
+        Some(path) => {
+            let qtx = std::sync::Mutex::new(qtx);
+            let c = counters.clone();
+            let handler: ctlsock::Handler = Arc::new(move |cmd: &str| match cmd {
+                "counters" => serde_json::to_value(c.snapshot()).map_err(|e| e.to_string()),
+                "describe" => serde_json::to_value(dataplane::counters::descriptions()).map_err(|e| e.to_string()),
+                "neighbours" | "interfaces" | "routes" => {
+                    let (tx, rx) = mpsc::channel();
+                    qtx.lock().map_err(|_| "worker gone")?.send((cmd.to_string(), tx)).map_err(|_| "worker gone")?;
+                    rx.recv_timeout(Duration::from_secs(2)).map_err(|_| "worker did not answer".to_string())
+                }
+                other => Err(format!("unknown command {other:?}; try counters, describe, interfaces, neighbours, routes")),
+            });
+            Some(ctlsock::serve(path, handler).map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
+    let mut tx = TxQueues::new(ports.len());
+    let mut batch = Vec::with_capacity(BATCH * 2);
+    let mut pfds: Vec<libc::pollfd> = ports
+        .iter()
+        .filter_map(|p| p.poll_fd())
+        .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+        .collect();
+    let mut last_poll = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let mut got = 0;
+        for (i, port) in ports.iter_mut().enumerate() {
+            let mut oversize = 0;
+            let n = port.recv(&mut f.pool, &mut batch, BATCH, &mut oversize).map_err(|e| e.to_string())?;
+            if oversize > 0 {
+                counters.count_n(Drop::RxOversize, oversize);
+            }
+            got += n;
+            let now = Instant::now();
+            for mut p in batch.drain(..) {
+                p.meta.rx_port = i as u16;
+                f.process(p, now, &mut tx);
+            }
+        }
+        let now = Instant::now();
+        if now.duration_since(last_poll) >= POLL_INTERVAL {
+            last_poll = now;
+            f.poll(now, &mut tx);
+            while let Ok((cmd, reply)) = qrx.try_recv() {
+                let _ = reply.send(answer(&f, &cmd));
+            }
+        }
+        flush(&mut ports, &mut tx, &mut f)?;
+        if got == 0 && !pfds.is_empty() {
+            // SAFETY: pfds is a valid array of pollfd for the duration of the call.
+            unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 10) };
+        } else if got == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    Ok(())
+}
+
+fn flush<P: Port>(ports: &mut [P], tx: &mut TxQueues, f: &mut Forwarder) -> Result<(), String> {
+    let counters = f.counters.clone();
+    for (i, q) in tx.queues.iter_mut().enumerate() {
+        if q.is_empty() {
+            continue;
+        }
+        match ports[i].send(q, &mut f.pool) {
+            Ok(r) => {
+                let pc = &counters.ports[i];
+                pc.tx_packets.add(r.sent as u64);
+                pc.tx_bytes.add(r.sent_bytes as u64);
+                if r.ring_full > 0 {
+                    counters.count_n(Drop::TxRingFull, r.ring_full as u64);
+                }
+            }
+            Err(e) => {
+                counters.count_n(Drop::TxError, q.len().max(1) as u64);
+                for p in q.drain(..) {
+                    f.pool.put(p);
+                }
+                tracing::warn!(port = %ports[i].name(), error = %e, "transmit failed");
+            }
+        }
+    }
+    Ok(())
+}

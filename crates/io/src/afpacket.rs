@@ -1,0 +1,308 @@
+//! AF_PACKET with memory-mapped TPACKET_V3 rings.
+//!
+//! Receive: the kernel fills blocks of variable-size frames and hands a whole block over
+//! when it is full or `block_timeout_ms` has passed; [`AfPacket::recv`] walks every block
+//! the kernel has handed over, copies each frame into a pool buffer, and gives the block
+//! back. Transmit: fixed-size frame slots; [`AfPacket::send`] fills free slots, marks them
+//! for sending, and kicks the kernel once per batch with a zero-length `sendto`. A full
+//! ring is a counted drop, never a wait.
+//!
+//! The socket ignores outgoing frames (`PACKET_IGNORE_OUTGOING`), so it never receives
+//! what it or the kernel sent, and bypasses the qdisc layer (`PACKET_QDISC_BYPASS`).
+//! Frames whose checksum the sending kernel left to offload arrive marked
+//! `TP_STATUS_CSUMNOTREADY`; that becomes [`Meta::csum_partial`]. A VLAN tag the kernel
+//! took out of the frame (`TP_STATUS_VLAN_VALID`) is put back in.
+
+use dataplane::buf::{Pkt, Pool, BUF_CAP};
+use dataplane::port::{Port, TxResult};
+use std::io;
+use std::ptr;
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+
+/// Ring geometry.
+#[derive(Debug, Clone, Copy)]
+pub struct RingConfig {
+    /// Receive block size in bytes (a power of two, at least one page, larger than a frame).
+    pub rx_block_size: u32,
+    pub rx_blocks: u32,
+    /// Milliseconds after which the kernel hands over a partly filled receive block.
+    pub block_timeout_ms: u32,
+    /// Transmit slots.
+    pub tx_frames: u32,
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        RingConfig { rx_block_size: 1 << 20, rx_blocks: 8, block_timeout_ms: 1, tx_frames: 1024 }
+    }
+}
+
+/// Offset of the frame data in a transmit slot: TPACKET_ALIGN(sizeof(tpacket3_hdr)).
+const TX_DATA_OFF: usize = tpacket_align(std::mem::size_of::<libc::tpacket3_hdr>());
+
+const fn tpacket_align(x: usize) -> usize {
+    (x + libc::TPACKET_ALIGNMENT as usize - 1) & !(libc::TPACKET_ALIGNMENT as usize - 1)
+}
+
+/// One interface's packet socket and rings.
+pub struct AfPacket {
+    name: String,
+    fd: i32,
+    map: *mut u8,
+    map_len: usize,
+    rx_block_size: usize,
+    rx_blocks: usize,
+    rx_next: usize,
+    tx_base: *mut u8,
+    tx_frame_size: usize,
+    tx_frames: usize,
+    tx_next: usize,
+}
+
+// SAFETY: the mapping is owned by this value and used only through &mut self.
+unsafe impl Send for AfPacket {}
+
+fn check(r: libc::c_int, what: &str, name: &str) -> io::Result<libc::c_int> {
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        Err(io::Error::new(e.kind(), format!("{name}: {what}: {e}")))
+    } else {
+        Ok(r)
+    }
+}
+
+fn setsockopt<T>(fd: i32, level: i32, opt: i32, v: &T) -> libc::c_int {
+    // SAFETY: v points to a live T of the given size.
+    unsafe {
+        libc::setsockopt(fd, level, opt, v as *const T as *const libc::c_void, std::mem::size_of::<T>() as u32)
+    }
+}
+
+impl AfPacket {
+    /// Opens a packet socket on `name` with rings sized for frames up to the interface MTU.
+    pub fn open(name: &str, cfg: RingConfig) -> io::Result<AfPacket> {
+        let ifindex = crate::netdev::ifindex(name)?;
+        let mtu = crate::netdev::mtu(name)?;
+        let max_frame = mtu + 14 + 4;
+        if max_frame > BUF_CAP {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name}: MTU {mtu} is above the largest supported ({})", BUF_CAP - 18),
+            ));
+        }
+        // Protocol 0: receive nothing until the rings are ready and bind() names ETH_P_ALL.
+        // SAFETY: plain socket(2).
+        let fd = check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) }, "socket", name)?;
+        let mut me = AfPacket {
+            name: name.to_string(),
+            fd,
+            map: ptr::null_mut(),
+            map_len: 0,
+            rx_block_size: cfg.rx_block_size as usize,
+            rx_blocks: cfg.rx_blocks as usize,
+            rx_next: 0,
+            tx_base: ptr::null_mut(),
+            tx_frame_size: (max_frame + TX_DATA_OFF).next_power_of_two().max(2048),
+            tx_frames: 0,
+            tx_next: 0,
+        };
+        check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &(libc::tpacket_versions::TPACKET_V3 as libc::c_int)), "PACKET_VERSION", name)?;
+        let rx = libc::tpacket_req3 {
+            tp_block_size: cfg.rx_block_size,
+            tp_block_nr: cfg.rx_blocks,
+            tp_frame_size: 2048,
+            tp_frame_nr: cfg.rx_block_size / 2048 * cfg.rx_blocks,
+            tp_retire_blk_tov: cfg.block_timeout_ms,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &rx), "PACKET_RX_RING", name)?;
+        let tx_block = (me.tx_frame_size as u32).max(1 << 16);
+        let per_block = tx_block / me.tx_frame_size as u32;
+        let tx_blocks = cfg.tx_frames.div_ceil(per_block).max(1);
+        let tx = libc::tpacket_req3 {
+            tp_block_size: tx_block,
+            tp_block_nr: tx_blocks,
+            tp_frame_size: me.tx_frame_size as u32,
+            tp_frame_nr: per_block * tx_blocks,
+            tp_retire_blk_tov: 0,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx), "PACKET_TX_RING", name)?;
+        me.tx_frames = (per_block * tx_blocks) as usize;
+        let rx_len = me.rx_block_size * me.rx_blocks;
+        let tx_len = (tx_block * tx_blocks) as usize;
+        // SAFETY: maps the rings just configured on fd; checked for MAP_FAILED.
+        let map = unsafe {
+            libc::mmap(ptr::null_mut(), rx_len + tx_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+        };
+        if map == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("{name}: mmap rings: {e}")));
+        }
+        me.map = map as *mut u8;
+        me.map_len = rx_len + tx_len;
+        // SAFETY: rx_len is within the mapping.
+        me.tx_base = unsafe { me.map.add(rx_len) };
+        // Never see our own (or the kernel's) transmitted frames; send without the qdisc;
+        // skip malformed transmit slots instead of stopping.
+        check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32), "PACKET_IGNORE_OUTGOING", name)?;
+        check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32), "PACKET_QDISC_BYPASS", name)?;
+        check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_LOSS, &1i32), "PACKET_LOSS", name)?;
+        // SAFETY: sockaddr_ll is plain old data.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        sll.sll_ifindex = ifindex;
+        // SAFETY: sll is a valid sockaddr_ll of the size given.
+        let r = unsafe {
+            libc::bind(fd, &sll as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32)
+        };
+        check(r, "bind", name)?;
+        Ok(me)
+    }
+
+    fn block(&self, i: usize) -> *mut libc::tpacket_block_desc {
+        // SAFETY: i < rx_blocks, so the offset is within the receive ring.
+        unsafe { self.map.add(i * self.rx_block_size) as *mut libc::tpacket_block_desc }
+    }
+
+    fn block_status(b: *mut libc::tpacket_block_desc) -> &'static AtomicU32 {
+        // SAFETY: block_status is an aligned u32 in the shared mapping, written by the kernel
+        // and by us; reading it through an atomic is how the ring protocol is meant to work.
+        unsafe { AtomicU32::from_ptr(ptr::addr_of_mut!((*b).hdr.bh1.block_status)) }
+    }
+
+    fn tx_status(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: i < tx_frames; tp_status is an aligned u32 at the start of the slot header.
+        unsafe {
+            let h = self.tx_base.add(i * self.tx_frame_size) as *mut libc::tpacket3_hdr;
+            AtomicU32::from_ptr(ptr::addr_of_mut!((*h).tp_status))
+        }
+    }
+}
+
+impl Port for AfPacket {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recv(&mut self, pool: &mut Pool, out: &mut Vec<Pkt>, max: usize, oversize: &mut u64) -> io::Result<usize> {
+        let mut n = 0;
+        // Whole blocks only: a block is given back to the kernel in one piece, so `max` is
+        // reached at a block boundary and may be exceeded by up to one block's frames.
+        while n < max {
+            let b = self.block(self.rx_next);
+            let status = Self::block_status(b);
+            if status.load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+                break;
+            }
+            // SAFETY: the block is ours until we store TP_STATUS_KERNEL; the kernel wrote
+            // num_pkts frames starting at offset_to_first_pkt, each within the block, and
+            // every offset below is checked against the block size before use.
+            unsafe {
+                let h1 = ptr::addr_of!((*b).hdr.bh1).read();
+                let base = b as *const u8;
+                let mut off = h1.offset_to_first_pkt as usize;
+                for _ in 0..h1.num_pkts {
+                    if off + std::mem::size_of::<libc::tpacket3_hdr>() > self.rx_block_size {
+                        break;
+                    }
+                    let hdr = (base.add(off) as *const libc::tpacket3_hdr).read();
+                    let mac = off + hdr.tp_mac as usize;
+                    let snap = hdr.tp_snaplen as usize;
+                    let vlan = hdr.tp_status & libc::TP_STATUS_VLAN_VALID != 0;
+                    let extra = if vlan { 4 } else { 0 };
+                    if mac + snap > self.rx_block_size || snap < hdr.tp_len as usize || snap + extra > BUF_CAP || snap < 12 {
+                        *oversize += 1;
+                    } else {
+                        let data = std::slice::from_raw_parts(base.add(mac), snap);
+                        let mut p = pool.get();
+                        if vlan {
+                            let tpid = if hdr.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                                hdr.hv1.tp_vlan_tpid
+                            } else {
+                                0x8100
+                            };
+                            p.data.extend_from_slice(&data[..12]);
+                            p.data.extend_from_slice(&tpid.to_be_bytes());
+                            p.data.extend_from_slice(&(hdr.hv1.tp_vlan_tci as u16).to_be_bytes());
+                            p.data.extend_from_slice(&data[12..]);
+                        } else {
+                            p.data.extend_from_slice(data);
+                        }
+                        p.meta.csum_partial = hdr.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0;
+                        out.push(p);
+                        n += 1;
+                    }
+                    if hdr.tp_next_offset == 0 {
+                        break;
+                    }
+                    off += hdr.tp_next_offset as usize;
+                }
+            }
+            fence(Ordering::Release);
+            status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            self.rx_next = (self.rx_next + 1) % self.rx_blocks;
+        }
+        Ok(n)
+    }
+
+    fn send(&mut self, frames: &mut Vec<Pkt>, pool: &mut Pool) -> io::Result<TxResult> {
+        let mut r = TxResult::default();
+        let room = self.tx_frame_size - TX_DATA_OFF;
+        for p in frames.drain(..) {
+            let i = self.tx_next;
+            let st = self.tx_status(i).load(Ordering::Acquire);
+            if st & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING) != 0 || p.data.len() > room {
+                r.ring_full += 1;
+                pool.put(p);
+                continue;
+            }
+            // SAFETY: slot i is free (status checked above) and lies within the transmit
+            // ring; the frame fits the slot after its header.
+            unsafe {
+                let slot = self.tx_base.add(i * self.tx_frame_size);
+                ptr::copy_nonoverlapping(p.data.as_ptr(), slot.add(TX_DATA_OFF), p.data.len());
+                let h = slot as *mut libc::tpacket3_hdr;
+                ptr::addr_of_mut!((*h).tp_len).write(p.data.len() as u32);
+                ptr::addr_of_mut!((*h).tp_snaplen).write(p.data.len() as u32);
+            }
+            self.tx_status(i).store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+            self.tx_next = (i + 1) % self.tx_frames;
+            r.sent += 1;
+            r.sent_bytes += p.data.len();
+            pool.put(p);
+        }
+        if r.sent > 0 {
+            // SAFETY: zero-length send on our socket: asks the kernel to transmit the ring.
+            let rc = unsafe { libc::sendto(self.fd, ptr::null(), 0, libc::MSG_DONTWAIT, ptr::null(), 0) };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    // Frames stay marked and go with the next kick.
+                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {}
+                    _ => return Err(io::Error::new(e.kind(), format!("{}: send: {e}", self.name))),
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    fn poll_fd(&self) -> Option<i32> {
+        Some(self.fd)
+    }
+}
+
+impl Drop for AfPacket {
+    fn drop(&mut self) {
+        // SAFETY: map/map_len came from mmap and fd from socket; both are released once.
+        unsafe {
+            if !self.map.is_null() {
+                libc::munmap(self.map as *mut libc::c_void, self.map_len);
+            }
+            libc::close(self.fd);
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! Interface properties through ioctls and /proc, and handing an interface to an element.
+
+use std::ffi::CString;
+use std::io;
+use std::net::Ipv4Addr;
+
+fn ifreq(name: &str) -> io::Result<libc::ifreq> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad interface name {name:?}")));
+    }
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in r.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    Ok(r)
+}
+
+fn with_socket<T>(f: impl FnOnce(i32) -> io::Result<T>) -> io::Result<T> {
+    // SAFETY: plain socket(2) call; the fd is closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let r = f(fd);
+    // SAFETY: fd is ours and open.
+    unsafe { libc::close(fd) };
+    r
+}
+
+fn ioctl(fd: i32, req: libc::c_ulong, r: &mut libc::ifreq) -> io::Result<()> {
+    // SAFETY: r is a valid, initialised ifreq for the duration of the call.
+    if unsafe { libc::ioctl(fd, req as _, r as *mut libc::ifreq) } < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn named(name: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("interface {name}: {e}"))
+}
+
+/// The interface index, or an error naming the interface.
+pub fn ifindex(name: &str) -> io::Result<i32> {
+    let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
+    // SAFETY: c is a valid NUL-terminated string.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if i == 0 {
+        Err(named(name, io::Error::new(io::ErrorKind::NotFound, "no such interface in this network namespace")))
+    } else {
+        Ok(i as i32)
+    }
+}
+
+/// The hardware address.
+pub fn mac(name: &str) -> io::Result<[u8; 6]> {
+    let mut r = ifreq(name)?;
+    with_socket(|fd| ioctl(fd, libc::SIOCGIFHWADDR, &mut r)).map_err(|e| named(name, e))?;
+    // SAFETY: SIOCGIFHWADDR filled the ifru_hwaddr member.
+    let sa = unsafe { r.ifr_ifru.ifru_hwaddr };
+    let mut m = [0u8; 6];
+    for (d, s) in m.iter_mut().zip(sa.sa_data.iter()) {
+        *d = *s as u8;
+    }
+    Ok(m)
+}
+
+/// The IP MTU.
+pub fn mtu(name: &str) -> io::Result<usize> {
+    let mut r = ifreq(name)?;
+    with_socket(|fd| ioctl(fd, libc::SIOCGIFMTU, &mut r)).map_err(|e| named(name, e))?;
+    // SAFETY: SIOCGIFMTU filled the ifru_mtu member.
+    Ok(unsafe { r.ifr_ifru.ifru_mtu } as usize)
+}
+
+/// Sets the interface administratively up.
+pub fn set_up(name: &str) -> io::Result<()> {
+    let mut r = ifreq(name)?;
+    with_socket(|fd| {
+        ioctl(fd, libc::SIOCGIFFLAGS, &mut r)?;
+        // SAFETY: SIOCGIFFLAGS filled the ifru_flags member.
+        let flags = unsafe { r.ifr_ifru.ifru_flags };
+        if flags & libc::IFF_UP as libc::c_short == 0 {
+            r.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
+            ioctl(fd, libc::SIOCSIFFLAGS, &mut r)?;
+        }
+        Ok(())
+    })
+    .map_err(|e| named(name, e))
+}
+
+/// IPv4 addresses the kernel holds on the interface, with prefix lengths.
+pub fn kernel_ipv4_addresses(name: &str) -> io::Result<Vec<(Ipv4Addr, u8)>> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs allocates a list we free below.
+    if unsafe { libc::getifaddrs(&mut head) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: p is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*p };
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        if n.to_bytes() == name.as_bytes() && !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr is non-null and points to a sockaddr of its family.
+            if unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET {
+                // SAFETY: family is AF_INET, so both are sockaddr_in (netmask may be null).
+                let a = unsafe { *(ifa.ifa_addr as *const libc::sockaddr_in) };
+                let len = if ifa.ifa_netmask.is_null() {
+                    32
+                } else {
+                    // SAFETY: as above.
+                    let m = unsafe { *(ifa.ifa_netmask as *const libc::sockaddr_in) };
+                    u32::from_be(m.sin_addr.s_addr).count_ones() as u8
+                };
+                out.push((Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)), len));
+            }
+        }
+        p = ifa.ifa_next;
+    }
+    // SAFETY: head came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+fn write_sysctl(path: &str, value: &str) -> io::Result<()> {
+    std::fs::write(path, value).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))
+}
+
+/// Hands `name` to an element: link up, and the kernel's own stack kept off it.
+///
+/// The kernel must hold no IPv4 address on the interface (the element answers ARP and ping
+/// for its addresses itself); this returns an error naming the address if it does. Then it
+/// sets, for this interface only: `ipv4/conf/IF/forwarding=0` (the kernel does not forward
+/// what arrives here), `arp_ignore=8` (it never answers ARP here) and `ipv6/conf/IF/
+/// disable_ipv6=1` (no IPv6 addresses, neighbour discovery or MLD). What the kernel still
+/// receives it drops, since no address or route of its own matches.
+pub fn take_over(name: &str) -> io::Result<()> {
+    ifindex(name)?;
+    let addrs = kernel_ipv4_addresses(name)?;
+    if let Some((a, l)) = addrs.first() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "interface {name} has kernel address {a}/{l}; the element answers for its \
+                 addresses itself, so remove it first (ip addr flush dev {name})"
+            ),
+        ));
+    }
+    write_sysctl(&format!("/proc/sys/net/ipv4/conf/{name}/forwarding"), "0")?;
+    write_sysctl(&format!("/proc/sys/net/ipv4/conf/{name}/arp_ignore"), "8")?;
+    let v6 = format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6");
+    if std::path::Path::new(&v6).exists() {
+        write_sysctl(&v6, "1")?;
+    }
+    set_up(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_properties() {
+        assert_eq!(ifindex("lo").unwrap(), 1);
+        assert_eq!(mac("lo").unwrap(), [0; 6]);
+        assert!(mtu("lo").unwrap() >= 1500);
+        let e = ifindex("no-such-if0").unwrap_err().to_string();
+        assert!(e.contains("no-such-if0"), "{e}");
+        assert!(ifreq("a-name-longer-than-15").is_err());
+    }
+}
