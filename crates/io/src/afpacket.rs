@@ -107,6 +107,8 @@ impl AfPacket {
             tx_next: 0,
         };
         check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &(libc::tpacket_versions::TPACKET_V3 as libc::c_int)), "PACKET_VERSION", name)?;
+        // Skip malformed transmit slots instead of stopping (must precede the rings).
+        check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_LOSS, &1i32), "PACKET_LOSS", name)?;
         let rx = libc::tpacket_req3 {
             tp_block_size: cfg.rx_block_size,
             tp_block_nr: cfg.rx_blocks,
@@ -145,11 +147,9 @@ impl AfPacket {
         me.map_len = rx_len + tx_len;
         // SAFETY: rx_len is within the mapping.
         me.tx_base = unsafe { me.map.add(rx_len) };
-        // Never see our own (or the kernel's) transmitted frames; send without the qdisc;
-        // skip malformed transmit slots instead of stopping.
+        // Never see our own (or the kernel's) transmitted frames; send without the qdisc.
         check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32), "PACKET_IGNORE_OUTGOING", name)?;
         check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32), "PACKET_QDISC_BYPASS", name)?;
-        check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_LOSS, &1i32), "PACKET_LOSS", name)?;
         // SAFETY: sockaddr_ll is plain old data.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;

@@ -1,1 +1,270 @@
-fn main() {}
+//! `tessera`: one binary, one subcommand per element or tool. Argument parsing and wiring
+//! only; the logic lives in the library crates.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "tessera", version, about = "A multistage software router built from commodity Linux machines")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run an IPv4 forwarder (RFC 1812) on the interfaces named in its config, in the foreground.
+    Forwarder {
+        #[arg(long)]
+        config: PathBuf,
+        /// Serve counters and state on this Unix socket (JSON lines).
+        #[arg(long)]
+        control: Option<PathBuf>,
+    },
+    /// Ask a running element for its state.
+    Show {
+        #[command(subcommand)]
+        what: Show,
+    },
+    /// Build, inspect and remove lab topologies of namespaces, links and elements.
+    Lab {
+        #[command(subcommand)]
+        cmd: LabCmd,
+    },
+    /// Send raw frames, given in hex, out of an interface (for tests and operations).
+    Inject {
+        #[arg(long)]
+        iface: String,
+        /// Frame bytes in hex (spaces and colons allowed).
+        #[arg(long)]
+        hex: String,
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+    },
+}
+
+#[derive(Subcommand)]
+enum Show {
+    /// Per-interface and per-reason counters, as JSON.
+    Counters {
+        #[arg(long)]
+        control: PathBuf,
+        /// Print what each counter means instead.
+        #[arg(long)]
+        describe: bool,
+    },
+    /// The neighbour (ARP) table, as JSON.
+    Neighbours {
+        #[arg(long)]
+        control: PathBuf,
+    },
+    /// The element's interfaces, as JSON.
+    Interfaces {
+        #[arg(long)]
+        control: PathBuf,
+    },
+    /// Route table size, as JSON.
+    Routes {
+        #[arg(long)]
+        control: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct LabArgs {
+    /// The topology file.
+    file: PathBuf,
+    /// Lab name, overriding the file's (runs several copies of one topology side by side).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum LabCmd {
+    /// Build the topology and start its elements.
+    Up {
+        #[command(flatten)]
+        lab: LabArgs,
+        /// Run an element in another role, e.g. `--role r=linux` for the kernel contender.
+        #[arg(long, value_name = "NODE=ROLE")]
+        role: Vec<String>,
+    },
+    /// Stop the elements and remove every namespace, link and bridge of the lab.
+    Down {
+        #[command(flatten)]
+        lab: LabArgs,
+    },
+    /// List every node with its namespace and interfaces.
+    Show {
+        #[command(flatten)]
+        lab: LabArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a command inside a node: `tessera lab exec FILE NODE -- CMD...`.
+    Exec {
+        #[command(flatten)]
+        lab: LabArgs,
+        node: String,
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
+    /// Stop one element of a running lab.
+    Stop {
+        #[command(flatten)]
+        lab: LabArgs,
+        node: String,
+    },
+    /// Start one element of a running lab again.
+    Start {
+        #[command(flatten)]
+        lab: LabArgs,
+        node: String,
+    },
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let code = match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tessera: {e:#}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+fn print(v: &serde_json::Value) -> Result<i32> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(0)
+}
+
+fn ask(control: &Path, cmd: &str) -> Result<i32> {
+    let v = control::ctlsock::request(control, cmd).map_err(anyhow::Error::msg)?;
+    print(&v)
+}
+
+fn load_lab(a: &LabArgs) -> Result<lab::Lab> {
+    let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+    lab::Lab::load(&a.file, a.name.as_deref(), exe).map_err(anyhow::Error::msg)
+}
+
+fn run(cli: Cli) -> Result<i32> {
+    match cli.cmd {
+        Cmd::Forwarder { config, control } => forwarder(&config, control.as_deref()),
+        Cmd::Show { what } => match what {
+            Show::Counters { control, describe } => ask(&control, if describe { "describe" } else { "counters" }),
+            Show::Neighbours { control } => ask(&control, "neighbours"),
+            Show::Interfaces { control } => ask(&control, "interfaces"),
+            Show::Routes { control } => ask(&control, "routes"),
+        },
+        Cmd::Lab { cmd } => lab_cmd(cmd),
+        Cmd::Inject { iface, hex, count } => inject(&iface, &hex, count),
+    }
+}
+
+fn lab_cmd(cmd: LabCmd) -> Result<i32> {
+    match cmd {
+        LabCmd::Up { lab, role } => {
+            let mut l = load_lab(&lab)?;
+            for r in role {
+                let (node, role) = r.split_once('=').with_context(|| format!("--role {r:?}: expected NODE=ROLE"))?;
+                l.roles.insert(node.to_string(), role.to_string());
+            }
+            l.up().map_err(anyhow::Error::msg)?;
+            eprintln!("lab {} is up (offloads TSO/GSO/GRO are off on every lab link: frames never exceed the MTU)", l.name);
+            Ok(0)
+        }
+        LabCmd::Down { lab } => {
+            let l = load_lab(&lab)?;
+            l.down().map_err(anyhow::Error::msg)?;
+            eprintln!("lab {} is down", l.name);
+            Ok(0)
+        }
+        LabCmd::Show { lab, json } => {
+            let l = load_lab(&lab)?;
+            let v = l.show().map_err(anyhow::Error::msg)?;
+            if json {
+                return print(&v);
+            }
+            for n in v["nodes"].as_array().into_iter().flatten() {
+                println!("{:<10} {:<8} {:<20} {}", n["name"].as_str().unwrap_or(""), n["kind"].as_str().unwrap_or(""), n["namespace"].as_str().unwrap_or(""), if n["up"] == true { "up" } else { "down" });
+                for i in n["interfaces"].as_array().into_iter().flatten() {
+                    println!("    {:<10} {} {}", i["name"].as_str().unwrap_or(""), i["mac"].as_str().unwrap_or(""), i["addresses"]);
+                }
+            }
+            Ok(0)
+        }
+        LabCmd::Exec { lab, node, argv } => load_lab(&lab)?.exec(&node, &argv).map_err(anyhow::Error::msg),
+        LabCmd::Stop { lab, node } => {
+            load_lab(&lab)?.stop(&node).map_err(anyhow::Error::msg)?;
+            Ok(0)
+        }
+        LabCmd::Start { lab, node } => {
+            load_lab(&lab)?.start(&node).map_err(anyhow::Error::msg)?;
+            Ok(0)
+        }
+    }
+}
+
+fn forwarder(config: &Path, control: Option<&Path>) -> Result<i32> {
+    use dataplane::port::Port;
+    let cfg = control::ForwarderFile::load(config)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let mut ports = Vec::new();
+    let mut macs = Vec::new();
+    let mut mtus = Vec::new();
+    for i in &cfg.interfaces {
+        io::netdev::take_over(&i.name)?;
+        macs.push(wire::MacAddr(io::netdev::mac(&i.name)?));
+        mtus.push(io::netdev::mtu(&i.name)?);
+        ports.push(io::AfPacket::open(&i.name, io::RingConfig::default())?);
+    }
+    let t = std::time::Instant::now();
+    let f = control::run::build(&cfg, &macs, &mtus).map_err(anyhow::Error::msg)?;
+    tracing::info!(
+        interfaces = %ports.iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
+        routes = f.route_count(),
+        build_ms = t.elapsed().as_millis() as u64,
+        "forwarder running"
+    );
+    let counters = f.counters.clone();
+    control::run::run(f, ports, control, stop).map_err(anyhow::Error::msg)?;
+    let s = counters.snapshot();
+    let dropped: u64 = s.drops.values().sum();
+    tracing::info!(forwarded = s.events["ip4_forwarded"], dropped, "forwarder stopped");
+    Ok(0)
+}
+
+fn inject(iface: &str, hex: &str, count: usize) -> Result<i32> {
+    use dataplane::port::Port;
+    let digits: String = hex.chars().filter(|c| !c.is_whitespace() && *c != ':').collect();
+    if digits.len() % 2 != 0 {
+        bail!("--hex: odd number of hex digits");
+    }
+    let frame: Vec<u8> = (0..digits.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&digits[i..i + 2], 16))
+        .collect::<Result<_, _>>()
+        .context("--hex: not hex")?;
+    if frame.len() < 14 {
+        bail!("--hex: a frame needs at least the 14-byte Ethernet header");
+    }
+    let mut port = io::AfPacket::open(iface, io::RingConfig { rx_blocks: 1, ..Default::default() })?;
+    let mut pool = dataplane::Pool::new();
+    let mut q: Vec<dataplane::Pkt> = (0..count).map(|_| dataplane::Pkt::from_bytes(&frame)).collect();
+    let r = port.send(&mut q, &mut pool)?;
+    // Give the kernel a moment to drain the ring before the socket closes.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    println!("{}", serde_json::json!({"sent": r.sent, "ring_full": r.ring_full}));
+    Ok(0)
+}

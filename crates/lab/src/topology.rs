@@ -1,0 +1,543 @@
+//! Topology files and what `lab up`, `down`, `show`, `exec`, `stop` and `start` do with them.
+
+use crate::cmd::{self, in_ns, ip_n};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    /// Lab name: namespaces are `ts-<name>-<node>`. `--name` overrides it.
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub host: Vec<Host>,
+    #[serde(default)]
+    pub element: Vec<Element>,
+    #[serde(default)]
+    pub switch: Vec<Switch>,
+    #[serde(default)]
+    pub link: Vec<Link>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Host {
+    pub name: String,
+    #[serde(default)]
+    pub interfaces: Vec<HostInterface>,
+    /// Arguments of `ip route add`, like `"default via 10.1.0.1"`.
+    #[serde(default)]
+    pub routes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostInterface {
+    pub name: String,
+    /// ADDRESS/LENGTH.
+    #[serde(default)]
+    pub address: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Element {
+    pub name: String,
+    /// `forwarder` (our element) or `linux` (the kernel's forwarding, as a contender).
+    pub role: String,
+    /// The element's config file, relative to the topology file.
+    pub config: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Switch {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    /// `"node:ifname"`, or the name of a switch.
+    pub a: String,
+    pub b: String,
+    /// MTU of both ends (default 1500).
+    #[serde(default)]
+    pub mtu: Option<u32>,
+}
+
+/// Where the lab records what it started.
+pub const RUN_DIR: &str = "/run/tessera";
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct State {
+    namespaces: Vec<String>,
+    pids: BTreeMap<String, i32>,
+}
+
+/// A topology bound to a lab name and to the directory its relative paths start from.
+#[derive(Debug, Clone)]
+pub struct Lab {
+    pub topo: Topology,
+    pub name: String,
+    pub dir: PathBuf,
+    /// The `tessera` binary that runs elements.
+    pub exe: PathBuf,
+    /// Per-element role overrides (`--role NODE=ROLE`).
+    pub roles: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Host,
+    Element,
+    Switch,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Host => "host",
+            Kind::Element => "element",
+            Kind::Switch => "switch",
+        }
+    }
+}
+
+/// FNV-1a, for stable locally administered MACs.
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+impl Lab {
+    /// Reads a topology file. Errors name the file and line.
+    pub fn load(path: &Path, name: Option<&str>, exe: PathBuf) -> Result<Lab, String> {
+        let src = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let topo: Topology = toml::from_str(&src).map_err(|e| {
+            let line = e.span().map(|s| src[..s.start].matches('\n').count() + 1).unwrap_or(0);
+            format!("{}:{line}: {}", path.display(), e.message())
+        })?;
+        let name = name.map(str::to_string).unwrap_or_else(|| topo.name.clone());
+        let lab = Lab { topo, name, dir: path.parent().unwrap_or(Path::new(".")).to_path_buf(), exe, roles: BTreeMap::new() };
+        lab.validate().map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(lab)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.name.is_empty() || !self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || self.name.len() > 24 {
+            return Err(format!("lab name {:?}: use 1 to 24 letters, digits or '_'", self.name));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (n, _) in self.nodes() {
+            if !seen.insert(n.to_string()) {
+                return Err(format!("node {n} is defined twice"));
+            }
+            if n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                return Err(format!("node name {n:?}: use letters, digits, '-' or '_'"));
+            }
+        }
+        for e in &self.topo.element {
+            if !["forwarder", "linux"].contains(&e.role.as_str()) {
+                return Err(format!("element {}: role {:?} is not forwarder or linux", e.name, e.role));
+            }
+        }
+        for (i, l) in self.topo.link.iter().enumerate() {
+            for end in [&l.a, &l.b] {
+                let (node, ifname) = match end.split_once(':') {
+                    Some((n, i)) => (n, Some(i)),
+                    None => (end.as_str(), None),
+                };
+                match (self.kind(node), ifname) {
+                    (None, _) => return Err(format!("link {i}: no node named {node:?}")),
+                    (Some(Kind::Switch), Some(_)) => return Err(format!("link {i}: name a switch without an interface: {node:?}")),
+                    (Some(Kind::Host | Kind::Element), None) => {
+                        return Err(format!("link {i}: {end:?} needs an interface name, like \"{node}:eth0\""))
+                    }
+                    (_, Some(ifn)) if ifn.is_empty() || ifn.len() > 15 => {
+                        return Err(format!("link {i}: interface name {ifn:?} is not 1 to 15 characters"))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn nodes(&self) -> Vec<(&str, Kind)> {
+        let t = &self.topo;
+        t.host
+            .iter()
+            .map(|h| (h.name.as_str(), Kind::Host))
+            .chain(t.element.iter().map(|e| (e.name.as_str(), Kind::Element)))
+            .chain(t.switch.iter().map(|s| (s.name.as_str(), Kind::Switch)))
+            .collect()
+    }
+
+    fn kind(&self, node: &str) -> Option<Kind> {
+        self.nodes().into_iter().find(|(n, _)| *n == node).map(|(_, k)| k)
+    }
+
+    /// The namespace of a node.
+    pub fn ns(&self, node: &str) -> String {
+        format!("ts-{}-{}", self.name, node)
+    }
+
+    pub fn run_dir(&self) -> PathBuf {
+        Path::new(RUN_DIR).join(&self.name)
+    }
+
+    /// The control socket of an element.
+    pub fn control_socket(&self, node: &str) -> PathBuf {
+        self.run_dir().join(format!("{node}.sock"))
+    }
+
+    fn role(&self, e: &Element) -> String {
+        self.roles.get(&e.name).cloned().unwrap_or_else(|| e.role.clone())
+    }
+
+    fn element(&self, node: &str) -> Result<&Element, String> {
+        self.topo.element.iter().find(|e| e.name == node).ok_or_else(|| format!("no element named {node:?} in lab {}", self.name))
+    }
+
+    fn config_path(&self, e: &Element) -> PathBuf {
+        self.dir.join(&e.config)
+    }
+
+    fn mac(&self, node: &str, ifname: &str) -> String {
+        let h = fnv(&format!("{}/{node}/{ifname}", self.name)).to_be_bytes();
+        format!("02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", h[0], h[1], h[2], h[3], h[4])
+    }
+
+    fn is_up(&self) -> bool {
+        let all = cmd::namespaces();
+        self.nodes().iter().any(|(n, _)| all.contains(&self.ns(n)))
+    }
+
+    /// Builds the lab and starts its elements. On failure it removes what it built.
+    pub fn up(&self) -> Result<(), String> {
+        if self.is_up() {
+            return Err(format!("lab {} is already up (tessera lab down to remove it)", self.name));
+        }
+        std::fs::create_dir_all(self.run_dir()).map_err(|e| format!("{}: {e}", self.run_dir().display()))?;
+        let r = self.build();
+        if r.is_err() {
+            let _ = self.down();
+        }
+        r
+    }
+
+    fn save(&self, st: &State) -> Result<(), String> {
+        let p = self.run_dir().join("state.json");
+        std::fs::write(&p, serde_json::to_string_pretty(st).unwrap_or_default()).map_err(|e| format!("{}: {e}", p.display()))
+    }
+
+    fn load_state(&self) -> State {
+        std::fs::read_to_string(self.run_dir().join("state.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default()
+    }
+
+    fn build(&self) -> Result<(), String> {
+        let mut st = State::default();
+        for (node, _) in self.nodes() {
+            let ns = self.ns(node);
+            cmd::run("ip", &["netns", "add", &ns])?;
+            st.namespaces.push(ns.clone());
+            self.save(&st)?;
+            ip_n(&ns, &["link", "set", "lo", "up"])?;
+            in_ns(&ns, "sysctl", &["-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])?;
+        }
+        for s in &self.topo.switch {
+            let ns = self.ns(&s.name);
+            ip_n(&ns, &["link", "add", "br0", "type", "bridge", "stp_state", "0"])?;
+            ip_n(&ns, &["link", "set", "br0", "up"])?;
+        }
+        for (i, l) in self.topo.link.iter().enumerate() {
+            let ends: Vec<(String, String, bool)> = [&l.a, &l.b]
+                .iter()
+                .map(|end| match end.split_once(':') {
+                    Some((n, ifn)) => (n.to_string(), ifn.to_string(), false),
+                    None => (end.to_string(), format!("p{i}"), true),
+                })
+                .collect();
+            let (na, ia, _) = &ends[0];
+            let (nb, ib, _) = &ends[1];
+            let (nsa, nsb) = (self.ns(na), self.ns(nb));
+            cmd::run("ip", &["link", "add", ia, "netns", &nsa, "type", "veth", "peer", "name", ib, "netns", &nsb])?;
+            let mtu = l.mtu.unwrap_or(1500).to_string();
+            for (node, ifn, is_switch) in &ends {
+                let ns = self.ns(node);
+                ip_n(&ns, &["link", "set", ifn, "address", &self.mac(node, ifn), "mtu", &mtu])?;
+                // Wire-like links: no segmentation or receive aggregation.
+                in_ns(&ns, "ethtool", &["-K", ifn, "tso", "off", "gso", "off", "gro", "off"])?;
+                if *is_switch {
+                    ip_n(&ns, &["link", "set", ifn, "master", "br0"])?;
+                }
+                ip_n(&ns, &["link", "set", ifn, "up"])?;
+            }
+        }
+        for h in &self.topo.host {
+            let ns = self.ns(&h.name);
+            for i in &h.interfaces {
+                if let Some(a) = &i.address {
+                    ip_n(&ns, &["addr", "add", a, "dev", &i.name])?;
+                }
+            }
+            for r in &h.routes {
+                let mut args = vec!["route", "add"];
+                args.extend(r.split_whitespace());
+                ip_n(&ns, &args)?;
+            }
+        }
+        for e in &self.topo.element {
+            match self.role(e).as_str() {
+                "linux" => self.start_linux(e)?,
+                _ => {
+                    let pid = self.start_forwarder(e)?;
+                    st.pids.insert(e.name.clone(), pid);
+                    self.save(&st)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn start_linux(&self, e: &Element) -> Result<(), String> {
+        let ns = self.ns(&e.name);
+        let cfg = control::ForwarderFile::load(&self.config_path(e)).map_err(|e| e.to_string())?;
+        for i in &cfg.interfaces {
+            ip_n(&ns, &["addr", "add", &format!("{}/{}", i.addr, i.prefix_len), "dev", &i.name])?;
+            if let Some(m) = i.mtu {
+                ip_n(&ns, &["link", "set", &i.name, "mtu", &m.to_string()])?;
+            }
+        }
+        in_ns(&ns, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
+        let mut batch = String::new();
+        for r in &cfg.routes {
+            batch.push_str(&format!("route add {} via {}\n", r.prefix, r.via));
+        }
+        if let Some(f) = &cfg.routes_file {
+            control::routes::load(f, |p, via, _| {
+                batch.push_str(&format!("route add {p} via {via}\n"));
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+        }
+        if !batch.is_empty() {
+            let p = self.run_dir().join(format!("{}.routes", e.name));
+            std::fs::write(&p, batch).map_err(|e| e.to_string())?;
+            cmd::run("ip", &["-n", &ns, "-batch", &p.to_string_lossy()])?;
+        }
+        Ok(())
+    }
+
+    fn start_forwarder(&self, e: &Element) -> Result<i32, String> {
+        use std::os::unix::process::CommandExt;
+        let ns = self.ns(&e.name);
+        let sock = self.control_socket(&e.name);
+        let log_path = self.run_dir().join(format!("{}.log", e.name));
+        let log = std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .arg(&self.exe)
+            .arg("forwarder")
+            .arg("--config")
+            .arg(self.config_path(e))
+            .arg("--control")
+            .arg(&sock)
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0)
+            .spawn()
+            .map_err(|err| format!("element {}: cannot start {}: {err}", e.name, self.exe.display()))?;
+        let pid = child.id() as i32;
+        std::fs::write(self.run_dir().join(format!("{}.pid", e.name)), pid.to_string()).map_err(|e| e.to_string())?;
+        // `ip netns exec` execs the element, so the PID is the element's. Wait until it
+        // answers on its control socket.
+        let t = Instant::now();
+        loop {
+            if control::ctlsock::request(&sock, "counters").is_ok() {
+                return Ok(pid);
+            }
+            if !cmd::alive(pid) || t.elapsed() > Duration::from_secs(15) {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(10).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                cmd::terminate(pid, Duration::from_secs(1));
+                return Err(format!("element {} did not start; its log ({}) ends:\n{}", e.name, log_path.display(), tail.join("\n")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Ends the processes in the lab's namespaces and deletes the namespaces.
+    pub fn down(&self) -> Result<(), String> {
+        let st = self.load_state();
+        let existing = cmd::namespaces();
+        let mut names: Vec<String> = self.nodes().iter().map(|(n, _)| self.ns(n)).collect();
+        names.extend(st.namespaces);
+        names.sort();
+        names.dedup();
+        let mut errors = Vec::new();
+        for ns in names.iter().filter(|n| existing.contains(n)) {
+            for pid in cmd::ns_pids(ns) {
+                cmd::terminate(pid, Duration::from_secs(3));
+            }
+            if let Err(e) = cmd::run("ip", &["netns", "del", ns]) {
+                errors.push(e);
+            }
+        }
+        let _ = std::fs::remove_dir_all(self.run_dir());
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("\n"))
+        }
+    }
+
+    /// Stops one element (SIGTERM, then SIGKILL after 3 s).
+    pub fn stop(&self, node: &str) -> Result<(), String> {
+        let e = self.element(node)?;
+        let pidfile = self.run_dir().join(format!("{}.pid", e.name));
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or_else(|| format!("element {node} is not running (no {})", pidfile.display()))?;
+        if cmd::alive(pid) && cmd::ns_pids(&self.ns(node)).contains(&pid) {
+            cmd::terminate(pid, Duration::from_secs(3));
+        }
+        let _ = std::fs::remove_file(pidfile);
+        Ok(())
+    }
+
+    /// Starts one element again.
+    pub fn start(&self, node: &str) -> Result<(), String> {
+        let e = self.element(node)?;
+        if self.role(e) == "linux" {
+            return Err(format!("element {node} is the Linux kernel; it has no process to start"));
+        }
+        let pid = self.start_forwarder(e)?;
+        let mut st = self.load_state();
+        st.pids.insert(node.to_string(), pid);
+        self.save(&st)
+    }
+
+    /// Runs a command in a node's namespace with inherited stdio; returns its exit code.
+    pub fn exec(&self, node: &str, argv: &[String]) -> Result<i32, String> {
+        if self.kind(node).is_none() {
+            return Err(format!("no node named {node:?} in lab {}", self.name));
+        }
+        let st = std::process::Command::new("ip")
+            .args(["netns", "exec", &self.ns(node)])
+            .args(argv)
+            .status()
+            .map_err(|e| e.to_string())?;
+        Ok(st.code().unwrap_or(128))
+    }
+
+    /// Every node with its namespace and interfaces, as `lab show --json` prints it.
+    pub fn show(&self) -> Result<Value, String> {
+        let existing = cmd::namespaces();
+        let st = self.load_state();
+        let mut nodes = Vec::new();
+        for (node, kind) in self.nodes() {
+            let ns = self.ns(node);
+            let up = existing.contains(&ns);
+            let mut ifaces = Vec::new();
+            if up {
+                let out = ip_n(&ns, &["-j", "addr", "show"])?;
+                let v: Value = serde_json::from_str(&out).map_err(|e| format!("ip -j addr: {e}"))?;
+                for i in v.as_array().into_iter().flatten() {
+                    let name = i["ifname"].as_str().unwrap_or("");
+                    if name == "lo" {
+                        continue;
+                    }
+                    let addrs: Vec<String> = i["addr_info"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|a| a["family"] == "inet")
+                        .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or(""), a["prefixlen"]))
+                        .collect();
+                    ifaces.push(json!({"name": name, "mac": i["address"], "addresses": addrs}));
+                }
+            }
+            let mut entry = json!({"name": node, "kind": kind.as_str(), "namespace": ns, "up": up, "interfaces": ifaces});
+            if kind == Kind::Element {
+                let e = self.element(node)?;
+                let role = self.role(e);
+                entry["role"] = json!(role);
+                if role == "forwarder" {
+                    // The forwarder's addresses live in the element, not in the kernel.
+                    if let Ok(cfg) = control::ForwarderFile::load(&self.config_path(e)) {
+                        for i in entry["interfaces"].as_array_mut().into_iter().flatten() {
+                            if let Some(c) = cfg.interfaces.iter().find(|c| i["name"] == c.name.as_str()) {
+                                i["addresses"] = json!([format!("{}/{}", c.addr, c.prefix_len)]);
+                            }
+                        }
+                    }
+                    entry["control"] = json!(self.control_socket(node));
+                    entry["pid"] = json!(st.pids.get(node));
+                }
+            }
+            nodes.push(entry);
+        }
+        Ok(json!({"lab": self.name, "nodes": nodes}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lab(src: &str) -> Result<Lab, String> {
+        let dir = std::env::temp_dir().join(format!("tessera-topo-{}-{}", std::process::id(), fnv(src)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("t.toml");
+        std::fs::write(&p, src).unwrap();
+        let r = Lab::load(&p, None, "tessera".into());
+        std::fs::remove_dir_all(&dir).unwrap();
+        r
+    }
+
+    const OK: &str = r#"
+name = "t1"
+[[host]]
+name = "h1"
+interfaces = [{ name = "eth0", address = "10.1.0.10/24" }]
+[[switch]]
+name = "sw"
+[[element]]
+name = "r"
+role = "forwarder"
+config = "r.toml"
+[[link]]
+a = "h1:eth0"
+b = "sw"
+[[link]]
+a = "r:r-eth0"
+b = "sw"
+"#;
+
+    #[test]
+    fn validates_topologies() {
+        let l = lab(OK).unwrap();
+        assert_eq!(l.ns("h1"), "ts-t1-h1");
+        assert_eq!(l.mac("h1", "eth0"), l.mac("h1", "eth0"));
+        assert_ne!(l.mac("h1", "eth0"), l.mac("h1", "eth1"));
+        assert!(lab(&OK.replace("b = \"sw\"\n[[link]]", "b = \"nope\"\n[[link]]")).unwrap_err().contains("no node named \"nope\""));
+        assert!(lab(&OK.replace("a = \"h1:eth0\"", "a = \"h1\"")).unwrap_err().contains("needs an interface name"));
+        assert!(lab(&OK.replace("role = \"forwarder\"", "role = \"router\"")).unwrap_err().contains("not forwarder or linux"));
+        let e = lab(&OK.replace("name = \"sw\"", "nam = \"sw\"")).unwrap_err();
+        assert!(e.contains("t.toml:7: unknown field `nam`"), "{e}");
+        assert!(lab(&OK.replace("name = \"sw\"", "name = \"h1\"")).unwrap_err().contains("defined twice"));
+    }
+}
