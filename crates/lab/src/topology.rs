@@ -78,6 +78,9 @@ pub const RUN_DIR: &str = "/run/tessera";
 struct State {
     namespaces: Vec<String>,
     pids: BTreeMap<String, i32>,
+    /// Roles given with `--role` at `up`, so later commands see them too.
+    #[serde(default)]
+    roles: BTreeMap<String, String>,
 }
 
 /// A topology bound to a lab name and to the directory its relative paths start from.
@@ -197,7 +200,12 @@ impl Lab {
     }
 
     fn role(&self, e: &Element) -> String {
-        self.roles.get(&e.name).cloned().unwrap_or_else(|| e.role.clone())
+        // --role given now, else --role given at `up`, else the file's.
+        self.roles
+            .get(&e.name)
+            .cloned()
+            .or_else(|| self.load_state().roles.remove(&e.name))
+            .unwrap_or_else(|| e.role.clone())
     }
 
     fn element(&self, node: &str) -> Result<&Element, String> {
@@ -244,7 +252,7 @@ impl Lab {
     }
 
     fn build(&self) -> Result<(), String> {
-        let mut st = State::default();
+        let mut st = State { roles: self.roles.clone(), ..Default::default() };
         for (node, _) in self.nodes() {
             let ns = self.ns(node);
             cmd::run("ip", &["netns", "add", &ns])?;

@@ -1,0 +1,143 @@
+//! Lab fixtures for integration tests: each test gets its own copy of a topology under a
+//! unique lab name, removed when the test ends (pass, fail or panic) and on SIGINT/SIGTERM.
+//! Labs left by a test process that died (SIGKILL) are removed by the next run.
+//!
+//! These tests need root and iproute2, iputils-ping, iperf3 and ethtool (`.ci/run` installs
+//! them); they fail, not skip, without them.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, Once};
+
+pub fn exe() -> &'static str {
+    env!("CARGO_BIN_EXE_tessera")
+}
+
+pub fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)
+}
+
+pub fn test_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(rel)
+}
+
+static LIVE: Mutex<Vec<(PathBuf, String)>> = Mutex::new(Vec::new());
+static SETUP: Once = Once::new();
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+fn down(file: &Path, name: &str) {
+    let _ = Command::new(exe()).args(["lab", "down"]).arg(file).args(["--name", name]).output();
+}
+
+/// Once per test process: check prerequisites, remove labs of dead test processes, and
+/// tear down this process's labs on SIGINT/SIGTERM.
+fn setup() {
+    SETUP.call_once(|| {
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(unsafe { libc::geteuid() }, 0, "the lab tests need root (network namespaces)");
+        for tool in ["ip", "ping", "iperf3", "ethtool"] {
+            let ok = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().map(|o| o.status.success()).unwrap_or(false);
+            assert!(ok, "the lab tests need `{tool}`; .ci/run installs it (apt-get install iproute2 iputils-ping iperf3 ethtool)");
+        }
+        if let Ok(dir) = std::fs::read_dir(lab::topology::RUN_DIR) {
+            for d in dir.flatten() {
+                let name = d.file_name().to_string_lossy().to_string();
+                let pid = name.strip_prefix('t').and_then(|r| r.split('x').next()).and_then(|p| p.parse::<i32>().ok());
+                if let Some(pid) = pid {
+                    if !Path::new(&format!("/proc/{pid}")).exists() {
+                        down(&repo_path("labs/single-router.toml"), &name);
+                    }
+                }
+            }
+        }
+        let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+            .expect("signal handler");
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                for (f, n) in LIVE.lock().map(|l| l.clone()).unwrap_or_default() {
+                    down(&f, &n);
+                }
+                std::process::exit(128 + sig);
+            }
+        });
+    });
+}
+
+/// A lab that is up for the life of this value.
+pub struct TestLab {
+    pub file: PathBuf,
+    pub name: String,
+}
+
+impl TestLab {
+    pub fn up(file: PathBuf, extra: &[&str]) -> TestLab {
+        setup();
+        let name = format!("t{}x{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst));
+        LIVE.lock().unwrap().push((file.clone(), name.clone()));
+        let lab = TestLab { file, name };
+        let out = Command::new(exe()).args(["lab", "up"]).arg(&lab.file).args(["--name", &lab.name]).args(extra).output().unwrap();
+        assert!(out.status.success(), "lab up failed: {}", String::from_utf8_lossy(&out.stderr));
+        lab
+    }
+
+    /// Runs a command in a node; returns its output whatever the exit status.
+    pub fn exec(&self, node: &str, argv: &[&str]) -> Output {
+        Command::new("ip").args(["netns", "exec", &format!("ts-{}-{node}", self.name)]).args(argv).output().unwrap()
+    }
+
+    /// Runs a command in a node and returns its stdout; panics with its stderr if it fails.
+    pub fn sh(&self, node: &str, argv: &[&str]) -> String {
+        let o = self.exec(node, argv);
+        assert!(o.status.success(), "{node}: {argv:?} failed: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    pub fn tessera(&self, args: &[&str]) -> Output {
+        Command::new(exe()).args(args).output().unwrap()
+    }
+
+    pub fn show(&self) -> Value {
+        let o = Command::new(exe()).args(["lab", "show"]).arg(&self.file).args(["--name", &self.name, "--json"]).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    pub fn node(&self, name: &str) -> Value {
+        self.show()["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).cloned().unwrap()
+    }
+
+    pub fn mac(&self, node: &str, ifname: &str) -> String {
+        let n = self.node(node);
+        n["interfaces"].as_array().unwrap().iter().find(|i| i["name"] == ifname).unwrap()["mac"].as_str().unwrap().to_string()
+    }
+
+    pub fn control(&self, element: &str) -> PathBuf {
+        Path::new(lab::topology::RUN_DIR).join(&self.name).join(format!("{element}.sock"))
+    }
+
+    /// The element's counters, as `tessera show counters` prints them.
+    pub fn counters(&self, element: &str) -> Value {
+        let o = Command::new(exe()).args(["show", "counters", "--control"]).arg(self.control(element)).output().unwrap();
+        assert!(o.status.success(), "show counters: {}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+}
+
+impl Drop for TestLab {
+    fn drop(&mut self) {
+        down(&self.file, &self.name);
+        LIVE.lock().map(|mut l| l.retain(|(_, n)| n != &self.name)).ok();
+    }
+}
+
+pub fn drop_count(c: &Value, reason: &str) -> u64 {
+    c["drops"][reason].as_u64().unwrap_or_else(|| panic!("no drop counter {reason}"))
+}
+
+pub fn event_count(c: &Value, name: &str) -> u64 {
+    c["events"][name].as_u64().unwrap_or_else(|| panic!("no event counter {name}"))
+}
