@@ -103,7 +103,11 @@ pub struct ForwarderFile {
 
 /// Line number (1-based) of byte offset `at` in `src`.
 pub fn line_of(src: &str, at: usize) -> usize {
-    src.as_bytes()[..at.min(src.len())].iter().filter(|&&b| b == b'\n').count() + 1
+    src.as_bytes()[..at.min(src.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 /// The key of a `key = value` line, if the line has one.
@@ -150,43 +154,93 @@ impl ForwarderFile {
                 return Err(err(r.name.span().start, format!("interface[{i}].name"), format!("{name:?} is not a valid interface name (1 to 15 characters, no '/' or space)")));
             }
             if interfaces.iter().any(|x| &x.name == name) {
-                return Err(err(r.name.span().start, format!("interface[{i}].name"), format!("interface {name} is listed twice")));
+                return Err(err(
+                    r.name.span().start,
+                    format!("interface[{i}].name"),
+                    format!("interface {name} is listed twice"),
+                ));
             }
             let (a, l) = r.address.get_ref().split_once('/').ok_or_else(|| {
-                err(r.address.span().start, format!("interface[{i}].address"), "expected ADDRESS/LENGTH, like 10.1.0.1/24".into())
+                err(
+                    r.address.span().start,
+                    format!("interface[{i}].address"),
+                    "expected ADDRESS/LENGTH, like 10.1.0.1/24".into(),
+                )
             })?;
-            let addr: Ipv4Addr = a.parse().map_err(|_| err(r.address.span().start, format!("interface[{i}].address"), format!("{a:?} is not an IPv4 address")))?;
-            let prefix_len: u8 = l
-                .parse()
-                .ok()
-                .filter(|l| (1..=32).contains(l))
-                .ok_or_else(|| err(r.address.span().start, format!("interface[{i}].address"), format!("prefix length {l:?} is not 1 to 32")))?;
+            let addr: Ipv4Addr = a.parse().map_err(|_| {
+                err(
+                    r.address.span().start,
+                    format!("interface[{i}].address"),
+                    format!("{a:?} is not an IPv4 address"),
+                )
+            })?;
+            let prefix_len: u8 =
+                l.parse()
+                    .ok()
+                    .filter(|l| (1..=32).contains(l))
+                    .ok_or_else(|| {
+                        err(
+                            r.address.span().start,
+                            format!("interface[{i}].address"),
+                            format!("prefix length {l:?} is not 1 to 32"),
+                        )
+                    })?;
             let mtu = match &r.mtu {
                 Some(m) if !(68..=9216).contains(m.get_ref()) => {
-                    return Err(err(m.span().start, format!("interface[{i}].mtu"), format!("{} is not 68 to 9216", m.get_ref())))
+                    return Err(err(
+                        m.span().start,
+                        format!("interface[{i}].mtu"),
+                        format!("{} is not 68 to 9216", m.get_ref()),
+                    ))
                 }
                 Some(m) => Some(*m.get_ref() as usize),
                 None => None,
             };
-            interfaces.push(InterfaceConfig { name: name.clone(), addr, prefix_len, mtu });
+            interfaces.push(InterfaceConfig {
+                name: name.clone(),
+                addr,
+                prefix_len,
+                mtu,
+            });
         }
         if interfaces.is_empty() {
-            return Err(err(0, "interface".into(), "no [[interface]] given; a forwarder needs at least one".into()));
+            return Err(err(
+                0,
+                "interface".into(),
+                "no [[interface]] given; a forwarder needs at least one".into(),
+            ));
         }
         let mut routes = Vec::new();
         for (i, r) in raw.route.iter().enumerate() {
-            let prefix = Prefix::parse_strict(r.prefix.get_ref())
-                .map_err(|e| err(r.prefix.span().start, format!("route[{i}].prefix"), format!("{:?}: {e}", r.prefix.get_ref())))?;
-            let via: Ipv4Addr = r
-                .via
-                .get_ref()
-                .parse()
-                .map_err(|_| err(r.via.span().start, format!("route[{i}].via"), format!("{:?} is not an IPv4 address", r.via.get_ref())))?;
-            let on_link = interfaces.iter().any(|x| Prefix::new(x.addr, x.prefix_len).contains(via));
+            let prefix = Prefix::parse_strict(r.prefix.get_ref()).map_err(|e| {
+                err(
+                    r.prefix.span().start,
+                    format!("route[{i}].prefix"),
+                    format!("{:?}: {e}", r.prefix.get_ref()),
+                )
+            })?;
+            let via: Ipv4Addr = r.via.get_ref().parse().map_err(|_| {
+                err(
+                    r.via.span().start,
+                    format!("route[{i}].via"),
+                    format!("{:?} is not an IPv4 address", r.via.get_ref()),
+                )
+            })?;
+            let on_link = interfaces
+                .iter()
+                .any(|x| Prefix::new(x.addr, x.prefix_len).contains(via));
             if !on_link {
-                return Err(err(r.via.span().start, format!("route[{i}].via"), format!("gateway {via} is on none of the interfaces' networks")));
+                return Err(err(
+                    r.via.span().start,
+                    format!("route[{i}].via"),
+                    format!("gateway {via} is on none of the interfaces' networks"),
+                ));
             }
-            routes.push(RouteConfig { prefix, via, line: line_of(src, r.prefix.span().start) });
+            routes.push(RouteConfig {
+                prefix,
+                via,
+                line: line_of(src, r.prefix.span().start),
+            });
         }
         let routes_file = raw.routes_file.as_ref().map(|f| {
             let p = Path::new(f.get_ref());
@@ -198,10 +252,20 @@ impl ForwarderFile {
         });
         if let (Some(f), Some(raw_f)) = (&routes_file, &raw.routes_file) {
             if !f.exists() {
-                return Err(err(raw_f.span().start, "routes_file".into(), format!("{} does not exist", f.display())));
+                return Err(err(
+                    raw_f.span().start,
+                    "routes_file".into(),
+                    format!("{} does not exist", f.display()),
+                ));
             }
         }
-        Ok(ForwarderFile { path: path.into(), interfaces, routes, routes_file, tuning: raw.tuning })
+        Ok(ForwarderFile {
+            path: path.into(),
+            interfaces,
+            routes,
+            routes_file,
+            tuning: raw.tuning,
+        })
     }
 }
 
@@ -241,20 +305,64 @@ via = "10.2.0.2"
     #[test]
     fn errors_name_line_and_key() {
         let cases = [
-            (EXAMPLE.replace("10.2.0.1/24", "10.2.0.1/33"), 8, "interface[1].address", "prefix length"),
-            (EXAMPLE.replace("10.2.0.1/24", "10.2.0.300/24"), 8, "interface[1].address", "not an IPv4"),
-            (EXAMPLE.replace("10.3.0.0/16", "10.3.0.1/16"), 11, "route[0].prefix", "host bits"),
-            (EXAMPLE.replace("via = \"10.2.0.2\"", "via = \"192.0.2.1\""), 12, "route[0].via", "none of the interfaces"),
-            (EXAMPLE.replace("address = \"10.1.0.1/24\"", "adress = \"10.1.0.1/24\""), 4, "adress", "unknown field"),
-            (EXAMPLE.replace("name = \"r-eth1\"", "name = 5"), 7, "name", "invalid type"),
-            (EXAMPLE.replace("name = \"r-eth1\"", "name = \"r-eth0\""), 7, "interface[1].name", "twice"),
-            (format!("{EXAMPLE}\n[tuning]\nicmp_burst = \"x\"\n"), 15, "icmp_burst", "invalid type"),
+            (
+                EXAMPLE.replace("10.2.0.1/24", "10.2.0.1/33"),
+                8,
+                "interface[1].address",
+                "prefix length",
+            ),
+            (
+                EXAMPLE.replace("10.2.0.1/24", "10.2.0.300/24"),
+                8,
+                "interface[1].address",
+                "not an IPv4",
+            ),
+            (
+                EXAMPLE.replace("10.3.0.0/16", "10.3.0.1/16"),
+                11,
+                "route[0].prefix",
+                "host bits",
+            ),
+            (
+                EXAMPLE.replace("via = \"10.2.0.2\"", "via = \"192.0.2.1\""),
+                12,
+                "route[0].via",
+                "none of the interfaces",
+            ),
+            (
+                EXAMPLE.replace("address = \"10.1.0.1/24\"", "adress = \"10.1.0.1/24\""),
+                4,
+                "adress",
+                "unknown field",
+            ),
+            (
+                EXAMPLE.replace("name = \"r-eth1\"", "name = 5"),
+                7,
+                "name",
+                "invalid type",
+            ),
+            (
+                EXAMPLE.replace("name = \"r-eth1\"", "name = \"r-eth0\""),
+                7,
+                "interface[1].name",
+                "twice",
+            ),
+            (
+                format!("{EXAMPLE}\n[tuning]\nicmp_burst = \"x\"\n"),
+                15,
+                "icmp_burst",
+                "invalid type",
+            ),
         ];
         for (src, line, key, msg) in cases {
             let e = parse(&src).unwrap_err();
             assert_eq!((e.line, e.key.as_str()), (line, key), "{e}");
             assert!(e.message.contains(msg), "{e}");
-            assert!(e.to_string().starts_with(&format!("r.toml:{line}: key `{key}`")), "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("r.toml:{line}: key `{key}`")),
+                "{e}"
+            );
         }
         assert!(parse("").unwrap_err().message.contains("no [[interface]]"));
     }

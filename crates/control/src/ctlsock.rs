@@ -29,25 +29,35 @@ pub fn serve(path: &Path, handler: Handler) -> io::Result<Server> {
         if UnixStream::connect(path).is_ok() {
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,
-                format!("{}: another element is serving this control socket", path.display()),
+                format!(
+                    "{}: another element is serving this control socket",
+                    path.display()
+                ),
             ));
         }
         std::fs::remove_file(path)?;
     }
-    let listener = UnixListener::bind(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let listener = UnixListener::bind(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
-    let thread = std::thread::Builder::new().name("control".into()).spawn(move || {
-        for conn in listener.incoming() {
-            if s.load(Ordering::Relaxed) {
-                break;
+    let thread = std::thread::Builder::new()
+        .name("control".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                if s.load(Ordering::Relaxed) {
+                    break;
+                }
+                if let Ok(c) = conn {
+                    let _ = handle(c, &handler);
+                }
             }
-            if let Ok(c) = conn {
-                let _ = handle(c, &handler);
-            }
-        }
-    })?;
-    Ok(Server { path: path.into(), stop, thread: Some(thread) })
+        })?;
+    Ok(Server {
+        path: path.into(),
+        stop,
+        thread: Some(thread),
+    })
 }
 
 fn handle(c: UnixStream, handler: &Handler) -> io::Result<()> {
@@ -85,10 +95,13 @@ impl Drop for Server {
 /// Sends one command and returns the response's `data`, or its error as text.
 pub fn request(path: &Path, cmd: &str) -> Result<Value, String> {
     let mut s = UnixStream::connect(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
     writeln!(s, "{}", json!({"cmd": cmd})).map_err(|e| e.to_string())?;
     let mut line = String::new();
-    BufReader::new(&s).read_line(&mut line).map_err(|e| format!("{}: {e}", path.display()))?;
+    BufReader::new(&s)
+        .read_line(&mut line)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     let v: Value = serde_json::from_str(&line).map_err(|e| format!("bad response: {e}"))?;
     if v["ok"] == json!(true) {
         Ok(v["data"].clone())
@@ -106,7 +119,13 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tessera-ctl-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("c.sock");
-        let h: Handler = Arc::new(|cmd| if cmd == "ping" { Ok(json!("pong")) } else { Err(format!("unknown command {cmd:?}")) });
+        let h: Handler = Arc::new(|cmd| {
+            if cmd == "ping" {
+                Ok(json!("pong"))
+            } else {
+                Err(format!("unknown command {cmd:?}"))
+            }
+        });
         let s = serve(&p, h.clone()).unwrap();
         assert_eq!(request(&p, "ping").unwrap(), json!("pong"));
         assert!(request(&p, "nope").unwrap_err().contains("unknown command"));

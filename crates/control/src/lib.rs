@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod ctlsock;
+pub mod fuzzing;
 pub mod routes;
 pub mod run;
 

@@ -28,7 +28,11 @@ pub fn parse(
 ) -> Result<usize, RouteFileError> {
     let mut n = 0;
     for (i, line) in text.lines().enumerate() {
-        let err = |message: String| RouteFileError { file: file.to_string(), line: i + 1, message };
+        let err = |message: String| RouteFileError {
+            file: file.to_string(),
+            line: i + 1,
+            message,
+        };
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
@@ -38,7 +42,9 @@ pub fn parse(
             return Err(err(format!("expected \"PREFIX NEXTHOP\", got {line:?}")));
         };
         let prefix = Prefix::parse_strict(p).map_err(|e| err(format!("prefix {p:?}: {e}")))?;
-        let hop: Ipv4Addr = h.parse().map_err(|_| err(format!("next hop {h:?} is not an IPv4 address")))?;
+        let hop: Ipv4Addr = h
+            .parse()
+            .map_err(|_| err(format!("next hop {h:?} is not an IPv4 address")))?;
         each(prefix, hop, i + 1).map_err(err)?;
         n += 1;
     }
@@ -51,8 +57,11 @@ pub fn load(
     each: impl FnMut(Prefix, Ipv4Addr, usize) -> Result<(), String>,
 ) -> Result<usize, RouteFileError> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| RouteFileError { file: name.clone(), line: 0, message: format!("cannot read: {e}") })?;
+    let text = std::fs::read_to_string(path).map_err(|e| RouteFileError {
+        file: name.clone(),
+        line: 0,
+        message: format!("cannot read: {e}"),
+    })?;
     parse(&name, &text, each)
 }
 
@@ -63,15 +72,28 @@ mod tests {
     #[test]
     fn parses_and_reports_lines() {
         let mut got = Vec::new();
-        let n = parse("r.txt", "# table\n198.51.100.0/24 10.2.0.2\n\n10.0.0.0/8   10.2.0.3 # x\n", |p, h, l| {
-            got.push((p.to_string(), h, l));
-            Ok(())
-        })
+        let n = parse(
+            "r.txt",
+            "# table\n198.51.100.0/24 10.2.0.2\n\n10.0.0.0/8   10.2.0.3 # x\n",
+            |p, h, l| {
+                got.push((p.to_string(), h, l));
+                Ok(())
+            },
+        )
         .unwrap();
         assert_eq!(n, 2);
-        assert_eq!(got[1], ("10.0.0.0/8".to_string(), Ipv4Addr::new(10, 2, 0, 3), 4));
-        let e = parse("r.txt", "10.0.0.0/8 10.2.0.2\n10.0.0.0/8\n", |_, _, _| Ok(())).unwrap_err();
-        assert_eq!((e.line, e.to_string().starts_with("r.txt:2: expected")), (2, true));
+        assert_eq!(
+            got[1],
+            ("10.0.0.0/8".to_string(), Ipv4Addr::new(10, 2, 0, 3), 4)
+        );
+        let e = parse("r.txt", "10.0.0.0/8 10.2.0.2\n10.0.0.0/8\n", |_, _, _| {
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(
+            (e.line, e.to_string().starts_with("r.txt:2: expected")),
+            (2, true)
+        );
         let e = parse("r.txt", "10.0.0.1/8 10.2.0.2\n", |_, _, _| Ok(())).unwrap_err();
         assert!(e.message.contains("host bits"), "{e}");
         let e = parse("r.txt", "10.0.0.0/8 10.2.0.2\n", |_, _, _| Err("no".into())).unwrap_err();

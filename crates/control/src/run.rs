@@ -32,15 +32,25 @@ pub fn build(cfg: &ForwarderFile, macs: &[MacAddr], mtus: &[usize]) -> Result<Fo
         .interfaces
         .iter()
         .zip(macs.iter().zip(mtus))
-        .map(|(i, (mac, mtu))| Iface { name: i.name.clone(), mac: *mac, mtu: i.mtu.unwrap_or(*mtu), addr: i.addr, prefix_len: i.prefix_len })
+        .map(|(i, (mac, mtu))| Iface {
+            name: i.name.clone(),
+            mac: *mac,
+            mtu: i.mtu.unwrap_or(*mtu),
+            addr: i.addr,
+            prefix_len: i.prefix_len,
+        })
         .collect();
     let mut f = Forwarder::new(ifaces, cfg.tuning, Instant::now());
     for r in &cfg.routes {
-        f.add_route(r.prefix, r.via).map_err(|e| format!("{}:{}: route {}: {e}", cfg.path.display(), r.line, r.prefix))?;
+        f.add_route(r.prefix, r.via)
+            .map_err(|e| format!("{}:{}: route {}: {e}", cfg.path.display(), r.line, r.prefix))?;
     }
     if let Some(file) = &cfg.routes_file {
         let t = Instant::now();
-        let n = crate::routes::load(file, |p, via, _| f.add_route(p, via).map_err(|e| e.to_string())).map_err(|e| e.to_string())?;
+        let n = crate::routes::load(file, |p, via, _| {
+            f.add_route(p, via).map_err(|e| e.to_string())
+        })
+        .map_err(|e| e.to_string())?;
         tracing::info!(routes = n, file = %file.display(), ms = t.elapsed().as_millis() as u64, "routes file loaded");
     }
     Ok(f)
@@ -70,14 +80,20 @@ fn answer(f: &Forwarder, cmd: &str) -> Value {
 }
 
 /// Runs the forwarder over `ports` until `stop` is set.
-pub fn run<P: Port>(mut f: Forwarder, mut ports: Vec<P>, control: Option<&Path>, stop: Arc<AtomicBool>) -> Result<(), String> {
+pub fn run<P: Port>(
+    mut f: Forwarder,
+    mut ports: Vec<P>,
+    control: Option<&Path>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), String> {
     let counters = f.counters.clone();
     let (qtx, qrx) = mpsc::channel::<Query>();
     let _server = match control {
         Some(path) => {
             let qtx = std::sync::Mutex::new(qtx);
             let c = counters.clone();
-            let handler: ctlsock::Handler = Arc::new(move |cmd: &str| match cmd {
+            let handler: ctlsock::Handler = Arc::new(move |cmd: &str| {
+                match cmd {
                 "counters" => serde_json::to_value(c.snapshot()).map_err(|e| e.to_string()),
                 "describe" => serde_json::to_value(dataplane::counters::descriptions()).map_err(|e| e.to_string()),
                 "neighbours" | "interfaces" | "routes" => {
@@ -86,6 +102,7 @@ pub fn run<P: Port>(mut f: Forwarder, mut ports: Vec<P>, control: Option<&Path>,
                     rx.recv_timeout(Duration::from_secs(2)).map_err(|_| "worker did not answer".to_string())
                 }
                 other => Err(format!("unknown command {other:?}; try counters, describe, interfaces, neighbours, routes")),
+            }
             });
             Some(ctlsock::serve(path, handler).map_err(|e| e.to_string())?)
         }
@@ -96,14 +113,20 @@ pub fn run<P: Port>(mut f: Forwarder, mut ports: Vec<P>, control: Option<&Path>,
     let mut pfds: Vec<libc::pollfd> = ports
         .iter()
         .filter_map(|p| p.poll_fd())
-        .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
         .collect();
     let mut last_poll = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let mut got = 0;
         for (i, port) in ports.iter_mut().enumerate() {
             let mut oversize = 0;
-            let n = port.recv(&mut f.pool, &mut batch, BATCH, &mut oversize).map_err(|e| e.to_string())?;
+            let n = port
+                .recv(&mut f.pool, &mut batch, BATCH, &mut oversize)
+                .map_err(|e| e.to_string())?;
             if oversize > 0 {
                 counters.count_n(Drop::RxOversize, oversize);
             }

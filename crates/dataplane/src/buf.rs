@@ -24,7 +24,10 @@ pub struct Pkt {
 
 impl Pkt {
     pub fn new() -> Pkt {
-        Pkt { data: Vec::with_capacity(BUF_CAP), meta: Meta::default() }
+        Pkt {
+            data: Vec::with_capacity(BUF_CAP),
+            meta: Meta::default(),
+        }
     }
 
     /// A packet holding a copy of `frame`, with default metadata.
@@ -87,7 +90,9 @@ pub struct TxQueues {
 
 impl TxQueues {
     pub fn new(ports: usize) -> TxQueues {
-        TxQueues { queues: (0..ports).map(|_| Vec::with_capacity(256)).collect() }
+        TxQueues {
+            queues: (0..ports).map(|_| Vec::with_capacity(256)).collect(),
+        }
     }
 
     #[inline]

@@ -177,8 +177,14 @@ impl Counters {
                     )
                 })
                 .collect(),
-            drops: Drop::ALL.iter().map(|d| (d.name().to_string(), self.drops(*d))).collect(),
-            events: Event::ALL.iter().map(|e| (e.name().to_string(), self.events(*e))).collect(),
+            drops: Drop::ALL
+                .iter()
+                .map(|d| (d.name().to_string(), self.drops(*d)))
+                .collect(),
+            events: Event::ALL
+                .iter()
+                .map(|e| (e.name().to_string(), self.events(*e)))
+                .collect(),
         }
     }
 }

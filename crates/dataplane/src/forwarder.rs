@@ -50,7 +50,8 @@ impl Iface {
 
     /// The directed broadcast address of the subnet (none for /31 and /32).
     fn broadcast(&self) -> Option<Ipv4Addr> {
-        (self.prefix_len < 31).then(|| Ipv4Addr::from(u32::from(self.addr) | !fib::mask(self.prefix_len)))
+        (self.prefix_len < 31)
+            .then(|| Ipv4Addr::from(u32::from(self.addr) | !fib::mask(self.prefix_len)))
     }
 }
 
@@ -75,7 +76,11 @@ pub struct ForwarderConfig {
 
 impl Default for ForwarderConfig {
     fn default() -> Self {
-        ForwarderConfig { icmp_errors_per_sec: 100, icmp_burst: 50, neighbour: NeighbourConfig::default() }
+        ForwarderConfig {
+            icmp_errors_per_sec: 100,
+            icmp_burst: 50,
+            neighbour: NeighbourConfig::default(),
+        }
     }
 }
 
@@ -127,7 +132,9 @@ pub struct Forwarder {
 impl Forwarder {
     /// A forwarder over `ifaces` (port index = position) with their connected routes.
     pub fn new(ifaces: Vec<Iface>, cfg: ForwarderConfig, now: Instant) -> Forwarder {
-        let counters = Arc::new(Counters::new(ifaces.iter().map(|i| i.name.clone()).collect()));
+        let counters = Arc::new(Counters::new(
+            ifaces.iter().map(|i| i.name.clone()).collect(),
+        ));
         let mut f = Forwarder {
             ifaces,
             fib: BinaryTrie::new(),
@@ -144,7 +151,10 @@ impl Forwarder {
         };
         for port in 0..f.ifaces.len() {
             let net = f.ifaces[port].net();
-            let nh = NextHop { port: port as u16, via: None };
+            let nh = NextHop {
+                port: port as u16,
+                via: None,
+            };
             // Connected routes cannot fail: the table is empty, one id per port.
             let id = f.nexthop_id(nh).unwrap_or(0);
             f.fib.insert(net, id);
@@ -177,8 +187,13 @@ impl Forwarder {
 
     /// Adds or replaces a route through gateway `via`.
     pub fn add_route(&mut self, prefix: Prefix, via: Ipv4Addr) -> Result<(), RouteError> {
-        let port = self.port_for_gateway(via).ok_or(RouteError::GatewayUnreachable(via))?;
-        let id = self.nexthop_id(NextHop { port, via: Some(via) })?;
+        let port = self
+            .port_for_gateway(via)
+            .ok_or(RouteError::GatewayUnreachable(via))?;
+        let id = self.nexthop_id(NextHop {
+            port,
+            via: Some(via),
+        })?;
         self.fib.insert(prefix, id);
         Ok(())
     }
@@ -239,7 +254,14 @@ impl Forwarder {
         for p in ex.failed.drain(..) {
             if p.data.len() > ETH {
                 let in_port = p.meta.rx_port;
-                self.icmp_error(&p.data[ETH..], false, in_port, IcmpError::Unreachable(unreachable::HOST), now, tx);
+                self.icmp_error(
+                    &p.data[ETH..],
+                    false,
+                    in_port,
+                    IcmpError::Unreachable(unreachable::HOST),
+                    now,
+                    tx,
+                );
             }
             self.drop_pkt(p, Drop::ArpFailed);
         }
@@ -272,7 +294,8 @@ impl Forwarder {
         if !ip.verify_checksum() {
             return self.drop_pkt(p, Drop::Ip4BadChecksum);
         }
-        let (src, dst, ttl, total, df) = (ip.src(), ip.dst(), ip.ttl(), ip.total_len(), ip.dont_frag());
+        let (src, dst, ttl, total, df) =
+            (ip.src(), ip.dst(), ip.ttl(), ip.total_len(), ip.dont_frag());
         let options = ip.check_options();
         p.data.truncate(ETH + total);
         match options {
@@ -287,7 +310,14 @@ impl Forwarder {
                     ipv4::Error::BadOption { at } => at as u8,
                     _ => 20,
                 };
-                self.icmp_error(&p.data[ETH..], l2_group, in_port, IcmpError::ParamProblem(at), now, tx);
+                self.icmp_error(
+                    &p.data[ETH..],
+                    l2_group,
+                    in_port,
+                    IcmpError::ParamProblem(at),
+                    now,
+                    tx,
+                );
                 return self.drop_pkt(p, Drop::Ip4BadOptions);
             }
         }
@@ -313,7 +343,14 @@ impl Forwarder {
             return self.drop_pkt(p, Drop::Ip4Broadcast);
         }
         if ttl <= 1 {
-            self.icmp_error(&p.data[ETH..], false, in_port, IcmpError::TimeExceeded, now, tx);
+            self.icmp_error(
+                &p.data[ETH..],
+                false,
+                in_port,
+                IcmpError::TimeExceeded,
+                now,
+                tx,
+            );
             return self.drop_pkt(p, Drop::Ip4TtlExpired);
         }
         let Some(id) = self.fib.lookup(dst) else {
@@ -346,7 +383,15 @@ impl Forwarder {
         }
     }
 
-    fn fragment_out(&mut self, p: Pkt, port: u16, hop: Ipv4Addr, mtu: usize, now: Instant, tx: &mut TxQueues) {
+    fn fragment_out(
+        &mut self,
+        p: Pkt,
+        port: u16,
+        hop: Ipv4Addr,
+        mtu: usize,
+        now: Instant,
+        tx: &mut TxQueues,
+    ) {
         let mut frags = Vec::new();
         let pool = &mut self.pool;
         let r = frag::fragment(&p.data[ETH..], mtu, |h, d| {
@@ -376,7 +421,14 @@ impl Forwarder {
     }
 
     /// Sets the MACs and queues the frame, or holds it while the next hop resolves.
-    fn neighbour_output(&mut self, mut p: Pkt, port: u16, hop: Ipv4Addr, now: Instant, tx: &mut TxQueues) {
+    fn neighbour_output(
+        &mut self,
+        mut p: Pkt,
+        port: u16,
+        hop: Ipv4Addr,
+        now: Instant,
+        tx: &mut TxQueues,
+    ) {
         match self.neighbours.lookup(port, hop, now) {
             Some((mac, probe)) => {
                 if probe {
@@ -397,7 +449,12 @@ impl Forwarder {
     }
 
     fn set_macs(&self, p: &mut Pkt, port: u16, dst: MacAddr) {
-        let r = ethernet::Repr { dst, src: self.ifaces[port as usize].mac, vlan: None, ethertype: ethertype::IPV4 };
+        let r = ethernet::Repr {
+            dst,
+            src: self.ifaces[port as usize].mac,
+            vlan: None,
+            ethertype: ethertype::IPV4,
+        };
         // Every frame here has at least an Ethernet header: received ones were checked,
         // made ones reserve it.
         let _ = r.emit(&mut p.data[..]);
@@ -407,7 +464,12 @@ impl Forwarder {
         let ifc = &self.ifaces[port as usize];
         let mut f = self.pool.get();
         f.data.resize(ETH + arp::PACKET_LEN, 0);
-        let eth = ethernet::Repr { dst: MacAddr::BROADCAST, src: ifc.mac, vlan: None, ethertype: ethertype::ARP };
+        let eth = ethernet::Repr {
+            dst: MacAddr::BROADCAST,
+            src: ifc.mac,
+            vlan: None,
+            ethertype: ethertype::ARP,
+        };
         let a = arp::Repr {
             operation: arp::Operation::Request,
             sender_mac: ifc.mac,
@@ -437,7 +499,9 @@ impl Forwarder {
             && !self.is_local(r.sender_ip)
             && !r.sender_mac.is_multicast();
         if sender_ok && (for_us || self.neighbours.contains(port, r.sender_ip)) {
-            let waiting = self.neighbours.learn(port, r.sender_ip, r.sender_mac, now, for_us);
+            let waiting = self
+                .neighbours
+                .learn(port, r.sender_ip, r.sender_mac, now, for_us);
             self.counters.event(Event::ArpLearned);
             for mut w in waiting {
                 self.set_macs(&mut w, port, r.sender_mac);
@@ -452,7 +516,12 @@ impl Forwarder {
                 target_mac: r.sender_mac,
                 target_ip: r.sender_ip,
             };
-            let eth = ethernet::Repr { dst: r.sender_mac, src: our_mac, vlan: None, ethertype: ethertype::ARP };
+            let eth = ethernet::Repr {
+                dst: r.sender_mac,
+                src: our_mac,
+                vlan: None,
+                ethertype: ethertype::ARP,
+            };
             p.data.truncate(ETH + arp::PACKET_LEN);
             if eth.emit(&mut p.data).is_ok() && reply.emit(&mut p.data[ETH..]).is_ok() {
                 self.counters.event(Event::ArpRepliesSent);
@@ -487,7 +556,11 @@ impl Forwarder {
                 if icmp.msg_type() != icmp::kind::ECHO_REQUEST || icmp.code() != 0 {
                     return self.drop_pkt(p, Drop::LocalIcmpOther);
                 }
-                let reply = icmp::Repr::EchoReply { ident: icmp.echo_ident(), seq: icmp.echo_seq(), data: icmp.data() };
+                let reply = icmp::Repr::EchoReply {
+                    ident: icmp.echo_ident(),
+                    seq: icmp.echo_seq(),
+                    data: icmp.data(),
+                };
                 let (src, dst, tos) = (ip.dst(), ip.src(), ip.tos());
                 let mut out = self.pool.get();
                 let ok = build_ip(&mut out, src, dst, tos, self.ident, &reply);
@@ -538,7 +611,8 @@ impl Forwarder {
         let dt = now.saturating_duration_since(self.icmp_refill);
         self.icmp_refill = now;
         let cap = self.cfg.icmp_burst as f64;
-        self.icmp_tokens = (self.icmp_tokens + dt.as_secs_f64() * self.cfg.icmp_errors_per_sec as f64).min(cap);
+        self.icmp_tokens =
+            (self.icmp_tokens + dt.as_secs_f64() * self.cfg.icmp_errors_per_sec as f64).min(cap);
         if self.icmp_tokens >= 1.0 {
             self.icmp_tokens -= 1.0;
             true
@@ -548,8 +622,18 @@ impl Forwarder {
     }
 
     /// Sends an ICMP error about `orig` (an IPv4 packet as received) if RFC 1812 allows.
-    fn icmp_error(&mut self, orig: &[u8], l2_group: bool, in_port: u16, e: IcmpError, now: Instant, tx: &mut TxQueues) {
-        let Ok(ip) = ipv4::Packet::new_checked(orig) else { return };
+    fn icmp_error(
+        &mut self,
+        orig: &[u8],
+        l2_group: bool,
+        in_port: u16,
+        e: IcmpError,
+        now: Instant,
+        tx: &mut TxQueues,
+    ) {
+        let Ok(ip) = ipv4::Packet::new_checked(orig) else {
+            return;
+        };
         let (src, dst) = (ip.src(), ip.dst());
         let about_icmp_error = ip.protocol() == protocol::ICMP
             && ip.frag_offset() == 0
@@ -574,12 +658,24 @@ impl Forwarder {
         // RFC 1812 4.3.2.3: quote as much as fits in a 576-byte datagram.
         let quote = &ip.packet()[..ip.total_len().min(576 - 20 - icmp::HEADER_LEN)];
         let msg = match e {
-            IcmpError::TimeExceeded => icmp::Repr::TimeExceeded { code: 0, data: quote },
-            IcmpError::Unreachable(code) => icmp::Repr::DstUnreachable { code, next_hop_mtu: 0, data: quote },
-            IcmpError::FragNeeded(mtu) => {
-                icmp::Repr::DstUnreachable { code: unreachable::FRAG_NEEDED, next_hop_mtu: mtu, data: quote }
-            }
-            IcmpError::ParamProblem(pointer) => icmp::Repr::ParamProblem { pointer, data: quote },
+            IcmpError::TimeExceeded => icmp::Repr::TimeExceeded {
+                code: 0,
+                data: quote,
+            },
+            IcmpError::Unreachable(code) => icmp::Repr::DstUnreachable {
+                code,
+                next_hop_mtu: 0,
+                data: quote,
+            },
+            IcmpError::FragNeeded(mtu) => icmp::Repr::DstUnreachable {
+                code: unreachable::FRAG_NEEDED,
+                next_hop_mtu: mtu,
+                data: quote,
+            },
+            IcmpError::ParamProblem(pointer) => icmp::Repr::ParamProblem {
+                pointer,
+                data: quote,
+            },
         };
         let from = self.ifaces[in_port as usize].addr;
         let mut out = self.pool.get();
@@ -596,7 +692,14 @@ impl Forwarder {
 }
 
 /// Fills `out` with a reserved Ethernet header, an IPv4 header and the ICMP message.
-fn build_ip(out: &mut Pkt, src: Ipv4Addr, dst: Ipv4Addr, tos: u8, ident: u16, msg: &icmp::Repr) -> bool {
+fn build_ip(
+    out: &mut Pkt,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    tos: u8,
+    ident: u16,
+    msg: &icmp::Repr,
+) -> bool {
     let len = msg.buffer_len();
     out.data.resize(ETH + ipv4::MIN_HEADER_LEN + len, 0);
     let ip = ipv4::Repr {
@@ -611,7 +714,10 @@ fn build_ip(out: &mut Pkt, src: Ipv4Addr, dst: Ipv4Addr, tos: u8, ident: u16, ms
         frag_offset: 0,
         payload_len: len,
     };
-    ip.emit(&mut out.data[ETH..]).is_ok() && msg.emit(&mut out.data[ETH + ipv4::MIN_HEADER_LEN..]).is_ok()
+    ip.emit(&mut out.data[ETH..]).is_ok()
+        && msg
+            .emit(&mut out.data[ETH + ipv4::MIN_HEADER_LEN..])
+            .is_ok()
 }
 
 /// Sources a router must not accept (RFC 1812 5.3.7): 0/8, 127/8, multicast, class E and

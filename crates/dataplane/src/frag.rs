@@ -50,7 +50,11 @@ pub fn fragment(
     let mut pos = 0usize;
     let mut n = 0usize;
     while pos < data.len() || (n == 0 && data.is_empty()) {
-        let h: &mut [u8] = if n == 0 { &mut first[..hlen] } else { &mut later[..later_len] };
+        let h: &mut [u8] = if n == 0 {
+            &mut first[..hlen]
+        } else {
+            &mut later[..later_len]
+        };
         let room = (mtu - h.len()) & !7;
         let chunk = room.min(data.len() - pos);
         let last = pos + chunk == data.len();

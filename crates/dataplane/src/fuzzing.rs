@@ -9,20 +9,49 @@ use wire::MacAddr;
 pub fn forwarder() -> (Forwarder, Instant) {
     let now = Instant::now();
     let ifaces = vec![
-        Iface { name: "f0".into(), mac: MacAddr([2, 0, 0, 0, 0, 1]), mtu: 1500, addr: [10, 1, 0, 1].into(), prefix_len: 24 },
-        Iface { name: "f1".into(), mac: MacAddr([2, 0, 0, 0, 0, 2]), mtu: 576, addr: [10, 2, 0, 1].into(), prefix_len: 24 },
+        Iface {
+            name: "f0".into(),
+            mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            mtu: 1500,
+            addr: [10, 1, 0, 1].into(),
+            prefix_len: 24,
+        },
+        Iface {
+            name: "f1".into(),
+            mac: MacAddr([2, 0, 0, 0, 0, 2]),
+            mtu: 576,
+            addr: [10, 2, 0, 1].into(),
+            prefix_len: 24,
+        },
     ];
     let mut f = Forwarder::new(ifaces, ForwarderConfig::default(), now);
-    let _ = f.add_route(fib::Prefix::new([0, 0, 0, 0].into(), 0), [10, 2, 0, 2].into());
-    f.neighbours.learn(0, [10, 1, 0, 10].into(), MacAddr([2, 0, 0, 0, 1, 0]), now, true);
-    f.neighbours.learn(1, [10, 2, 0, 2].into(), MacAddr([2, 0, 0, 0, 2, 0]), now, true);
+    let _ = f.add_route(
+        fib::Prefix::new([0, 0, 0, 0].into(), 0),
+        [10, 2, 0, 2].into(),
+    );
+    f.neighbours.learn(
+        0,
+        [10, 1, 0, 10].into(),
+        MacAddr([2, 0, 0, 0, 1, 0]),
+        now,
+        true,
+    );
+    f.neighbours.learn(
+        1,
+        [10, 2, 0, 2].into(),
+        MacAddr([2, 0, 0, 0, 2, 0]),
+        now,
+        true,
+    );
     (f, now)
 }
 
 /// Feeds `data` to the forwarder: the first byte picks the port and flags, the rest is the
 /// frame. Checks that every frame sent fits its port's MTU.
 pub fn forward(f: &mut Forwarder, now: Instant, data: &[u8]) {
-    let Some((&ctl, frame)) = data.split_first() else { return };
+    let Some((&ctl, frame)) = data.split_first() else {
+        return;
+    };
     let mut p = Pkt::from_bytes(frame);
     p.meta.rx_port = (ctl & 1) as u16;
     p.meta.csum_partial = ctl & 2 != 0;
@@ -33,7 +62,11 @@ pub fn forward(f: &mut Forwarder, now: Instant, data: &[u8]) {
     }
     for (port, p) in tx.drain_all() {
         let mtu = f.ifaces[port as usize].mtu;
-        assert!(p.data.len() <= mtu + 14, "frame of {} bytes out of a port with MTU {mtu}", p.data.len());
+        assert!(
+            p.data.len() <= mtu + 14,
+            "frame of {} bytes out of a port with MTU {mtu}",
+            p.data.len()
+        );
         f.pool.put(p);
     }
 }

@@ -29,7 +29,12 @@ pub struct NeighbourConfig {
 
 impl Default for NeighbourConfig {
     fn default() -> Self {
-        NeighbourConfig { reachable_secs: 30, retry_ms: 1000, max_tries: 3, queue_len: 64 }
+        NeighbourConfig {
+            reachable_secs: 30,
+            retry_ms: 1000,
+            max_tries: 3,
+            queue_len: 64,
+        }
     }
 }
 
@@ -103,7 +108,10 @@ pub struct Neighbours {
 
 impl Neighbours {
     pub fn new(cfg: NeighbourConfig) -> Self {
-        Neighbours { cfg, map: HashMap::default() }
+        Neighbours {
+            cfg,
+            map: HashMap::default(),
+        }
     }
 
     fn reachable(&self) -> Duration {
@@ -201,7 +209,13 @@ impl Neighbours {
             None if create => {
                 self.map.insert(
                     key,
-                    Entry { mac, state: State::Reachable, tries: 0, deadline: until, queue: Vec::new() },
+                    Entry {
+                        mac,
+                        state: State::Reachable,
+                        tries: 0,
+                        deadline: until,
+                        queue: Vec::new(),
+                    },
                 );
                 Vec::new()
             }
@@ -237,8 +251,11 @@ impl Neighbours {
 
     /// (port, address, mac, state) of every entry, for `show`.
     pub fn entries(&self) -> Vec<(u16, Ipv4Addr, MacAddr, State)> {
-        let mut v: Vec<_> =
-            self.map.iter().map(|(&(p, ip), e)| (p, Ipv4Addr::from(ip), e.mac, e.state)).collect();
+        let mut v: Vec<_> = self
+            .map
+            .iter()
+            .map(|(&(p, ip), e)| (p, Ipv4Addr::from(ip), e.mac, e.state))
+            .collect();
         v.sort_by_key(|e| (e.0, e.1));
         v
     }
@@ -250,14 +267,24 @@ mod tests {
 
     #[test]
     fn resolve_queue_and_fail() {
-        let cfg = NeighbourConfig { queue_len: 2, max_tries: 2, ..Default::default() };
+        let cfg = NeighbourConfig {
+            queue_len: 2,
+            max_tries: 2,
+            ..Default::default()
+        };
         let mut n = Neighbours::new(cfg);
         let t0 = Instant::now();
         let ip = Ipv4Addr::new(10, 0, 0, 2);
         assert!(n.lookup(0, ip, t0).is_none());
-        assert!(matches!(n.enqueue(0, ip, t0, Pkt::new()), Enqueued::NewRequest));
+        assert!(matches!(
+            n.enqueue(0, ip, t0, Pkt::new()),
+            Enqueued::NewRequest
+        ));
         assert!(matches!(n.enqueue(0, ip, t0, Pkt::new()), Enqueued::Queued));
-        assert!(matches!(n.enqueue(0, ip, t0, Pkt::new()), Enqueued::Full(_)));
+        assert!(matches!(
+            n.enqueue(0, ip, t0, Pkt::new()),
+            Enqueued::Full(_)
+        ));
         let mut ex = Expired::default();
         n.expire(t0 + Duration::from_millis(1001), &mut ex);
         assert_eq!(ex.requests, vec![(0, ip)]);

@@ -21,8 +21,13 @@ pub trait Port {
     /// Receives up to `max` frames into buffers from `pool`, appending them to `out`, and
     /// returns how many. Never blocks. Frames that did not fit a buffer are counted in
     /// `oversize` rather than returned.
-    fn recv(&mut self, pool: &mut Pool, out: &mut Vec<Pkt>, max: usize, oversize: &mut u64)
-        -> std::io::Result<usize>;
+    fn recv(
+        &mut self,
+        pool: &mut Pool,
+        out: &mut Vec<Pkt>,
+        max: usize,
+        oversize: &mut u64,
+    ) -> std::io::Result<usize>;
 
     /// Sends every frame of `frames`, draining it and returning the buffers to `pool`.
     fn send(&mut self, frames: &mut Vec<Pkt>, pool: &mut Pool) -> std::io::Result<TxResult>;
@@ -49,7 +54,10 @@ pub struct MemPort {
 
 impl MemPort {
     pub fn new(name: &str) -> MemPort {
-        MemPort { name: name.to_string(), wire: Rc::default() }
+        MemPort {
+            name: name.to_string(),
+            wire: Rc::default(),
+        }
     }
 }
 
@@ -68,7 +76,9 @@ impl Port for MemPort {
         let mut w = self.wire.borrow_mut();
         let mut n = 0;
         while n < max {
-            let Some(f) = w.to_element.pop_front() else { break };
+            let Some(f) = w.to_element.pop_front() else {
+                break;
+            };
             if f.len() > crate::buf::BUF_CAP {
                 *oversize += 1;
                 continue;

@@ -37,7 +37,10 @@ impl Prefix {
     /// A prefix from an address and length, clearing host bits.
     pub fn new(addr: Ipv4Addr, len: u8) -> Prefix {
         let len = len.min(32);
-        Prefix { addr: u32::from(addr) & mask(len), len }
+        Prefix {
+            addr: u32::from(addr) & mask(len),
+            len,
+        }
     }
 
     /// Parses `a.b.c.d/len`, or a bare address as a /32. Host bits must be clear.
@@ -65,6 +68,7 @@ impl Prefix {
         self.addr
     }
 
+    #[expect(clippy::len_without_is_empty, reason = "the prefix length, not a collection size")]
     pub fn len(&self) -> u8 {
         self.len
     }
@@ -151,7 +155,13 @@ impl Default for BinaryTrie {
 
 impl BinaryTrie {
     pub fn new() -> Self {
-        BinaryTrie { nodes: vec![Node { child: [NONE; 2], value: NONE }], count: 0 }
+        BinaryTrie {
+            nodes: vec![Node {
+                child: [NONE; 2],
+                value: NONE,
+            }],
+            count: 0,
+        }
     }
 
     /// Bytes held by the node arena.
@@ -218,7 +228,10 @@ impl Lpm for BinaryTrie {
             let c = self.nodes[n].child[bit];
             n = if c == NONE {
                 let id = self.nodes.len() as u32;
-                self.nodes.push(Node { child: [NONE; 2], value: NONE });
+                self.nodes.push(Node {
+                    child: [NONE; 2],
+                    value: NONE,
+                });
                 self.nodes[n].child[bit] = id;
                 id as usize
             } else {
@@ -284,15 +297,28 @@ mod tests {
 
     #[test]
     fn parse_errors() {
-        assert_eq!(Prefix::parse_strict("10.0.0.1/8"), Err(PrefixError::HostBitsSet));
-        assert_eq!(Prefix::parse_strict("10.0.0.0/33"), Err(PrefixError::BadLength));
-        assert_eq!(Prefix::parse_strict("10.0.0/8"), Err(PrefixError::BadAddress));
+        assert_eq!(
+            Prefix::parse_strict("10.0.0.1/8"),
+            Err(PrefixError::HostBitsSet)
+        );
+        assert_eq!(
+            Prefix::parse_strict("10.0.0.0/33"),
+            Err(PrefixError::BadLength)
+        );
+        assert_eq!(
+            Prefix::parse_strict("10.0.0/8"),
+            Err(PrefixError::BadAddress)
+        );
         assert_eq!(p("10.0.0.1").len(), 32);
     }
 
     /// Linear scan: the simplest possible LPM, to check the trie against.
     fn scan(rules: &[(Prefix, u32)], a: Ipv4Addr) -> Option<u32> {
-        rules.iter().filter(|(p, _)| p.contains(a)).max_by_key(|(p, _)| p.len()).map(|r| r.1)
+        rules
+            .iter()
+            .filter(|(p, _)| p.contains(a))
+            .max_by_key(|(p, _)| p.len())
+            .map(|r| r.1)
     }
 
     proptest! {

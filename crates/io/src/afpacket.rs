@@ -33,7 +33,12 @@ pub struct RingConfig {
 
 impl Default for RingConfig {
     fn default() -> Self {
-        RingConfig { rx_block_size: 1 << 20, rx_blocks: 8, block_timeout_ms: 1, tx_frames: 1024 }
+        RingConfig {
+            rx_block_size: 1 << 20,
+            rx_blocks: 8,
+            block_timeout_ms: 1,
+            tx_frames: 1024,
+        }
     }
 }
 
@@ -41,7 +46,7 @@ impl Default for RingConfig {
 const TX_DATA_OFF: usize = tpacket_align(std::mem::size_of::<libc::tpacket3_hdr>());
 
 const fn tpacket_align(x: usize) -> usize {
-    (x + libc::TPACKET_ALIGNMENT as usize - 1) & !(libc::TPACKET_ALIGNMENT as usize - 1)
+    (x + libc::TPACKET_ALIGNMENT - 1) & !(libc::TPACKET_ALIGNMENT - 1)
 }
 
 /// One interface's packet socket and rings.
@@ -74,7 +79,13 @@ fn check(r: libc::c_int, what: &str, name: &str) -> io::Result<libc::c_int> {
 fn setsockopt<T>(fd: i32, level: i32, opt: i32, v: &T) -> libc::c_int {
     // SAFETY: v points to a live T of the given size.
     unsafe {
-        libc::setsockopt(fd, level, opt, v as *const T as *const libc::c_void, std::mem::size_of::<T>() as u32)
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            v as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as u32,
+        )
     }
 }
 
@@ -87,12 +98,19 @@ impl AfPacket {
         if max_frame > BUF_CAP {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{name}: MTU {mtu} is above the largest supported ({})", BUF_CAP - 18),
+                format!(
+                    "{name}: MTU {mtu} is above the largest supported ({})",
+                    BUF_CAP - 18
+                ),
             ));
         }
         // Protocol 0: receive nothing until the rings are ready and bind() names ETH_P_ALL.
         // SAFETY: plain socket(2).
-        let fd = check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) }, "socket", name)?;
+        let fd = check(
+            unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) },
+            "socket",
+            name,
+        )?;
         let mut me = AfPacket {
             name: name.to_string(),
             fd,
@@ -106,9 +124,22 @@ impl AfPacket {
             tx_frames: 0,
             tx_next: 0,
         };
-        check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &(libc::tpacket_versions::TPACKET_V3 as libc::c_int)), "PACKET_VERSION", name)?;
+        check(
+            setsockopt(
+                fd,
+                libc::SOL_PACKET,
+                libc::PACKET_VERSION,
+                &(libc::tpacket_versions::TPACKET_V3 as libc::c_int),
+            ),
+            "PACKET_VERSION",
+            name,
+        )?;
         // Skip malformed transmit slots instead of stopping (must precede the rings).
-        check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_LOSS, &1i32), "PACKET_LOSS", name)?;
+        check(
+            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_LOSS, &1i32),
+            "PACKET_LOSS",
+            name,
+        )?;
         let rx = libc::tpacket_req3 {
             tp_block_size: cfg.rx_block_size,
             tp_block_nr: cfg.rx_blocks,
@@ -118,7 +149,11 @@ impl AfPacket {
             tp_sizeof_priv: 0,
             tp_feature_req_word: 0,
         };
-        check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &rx), "PACKET_RX_RING", name)?;
+        check(
+            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &rx),
+            "PACKET_RX_RING",
+            name,
+        )?;
         let tx_block = (me.tx_frame_size as u32).max(1 << 16);
         let per_block = tx_block / me.tx_frame_size as u32;
         let tx_blocks = cfg.tx_frames.div_ceil(per_block).max(1);
@@ -131,13 +166,24 @@ impl AfPacket {
             tp_sizeof_priv: 0,
             tp_feature_req_word: 0,
         };
-        check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx), "PACKET_TX_RING", name)?;
+        check(
+            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx),
+            "PACKET_TX_RING",
+            name,
+        )?;
         me.tx_frames = (per_block * tx_blocks) as usize;
         let rx_len = me.rx_block_size * me.rx_blocks;
         let tx_len = (tx_block * tx_blocks) as usize;
         // SAFETY: maps the rings just configured on fd; checked for MAP_FAILED.
         let map = unsafe {
-            libc::mmap(ptr::null_mut(), rx_len + tx_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+            libc::mmap(
+                ptr::null_mut(),
+                rx_len + tx_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
         };
         if map == libc::MAP_FAILED {
             let e = io::Error::last_os_error();
@@ -148,8 +194,16 @@ impl AfPacket {
         // SAFETY: rx_len is within the mapping.
         me.tx_base = unsafe { me.map.add(rx_len) };
         // Never see our own (or the kernel's) transmitted frames; send without the qdisc.
-        check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32), "PACKET_IGNORE_OUTGOING", name)?;
-        check(setsockopt(fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32), "PACKET_QDISC_BYPASS", name)?;
+        check(
+            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32),
+            "PACKET_IGNORE_OUTGOING",
+            name,
+        )?;
+        check(
+            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32),
+            "PACKET_QDISC_BYPASS",
+            name,
+        )?;
         // SAFETY: sockaddr_ll is plain old data.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -157,7 +211,11 @@ impl AfPacket {
         sll.sll_ifindex = ifindex;
         // SAFETY: sll is a valid sockaddr_ll of the size given.
         let r = unsafe {
-            libc::bind(fd, &sll as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32)
+            libc::bind(
+                fd,
+                &sll as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
         };
         check(r, "bind", name)?;
         Ok(me)
@@ -188,7 +246,13 @@ impl Port for AfPacket {
         &self.name
     }
 
-    fn recv(&mut self, pool: &mut Pool, out: &mut Vec<Pkt>, max: usize, oversize: &mut u64) -> io::Result<usize> {
+    fn recv(
+        &mut self,
+        pool: &mut Pool,
+        out: &mut Vec<Pkt>,
+        max: usize,
+        oversize: &mut u64,
+    ) -> io::Result<usize> {
         let mut n = 0;
         // Whole blocks only: a block is given back to the kernel in one piece, so `max` is
         // reached at a block boundary and may be exceeded by up to one block's frames.
@@ -214,7 +278,11 @@ impl Port for AfPacket {
                     let snap = hdr.tp_snaplen as usize;
                     let vlan = hdr.tp_status & libc::TP_STATUS_VLAN_VALID != 0;
                     let extra = if vlan { 4 } else { 0 };
-                    if mac + snap > self.rx_block_size || snap < hdr.tp_len as usize || snap + extra > BUF_CAP || snap < 12 {
+                    if mac + snap > self.rx_block_size
+                        || snap < hdr.tp_len as usize
+                        || snap + extra > BUF_CAP
+                        || snap < 12
+                    {
                         *oversize += 1;
                     } else {
                         let data = std::slice::from_raw_parts(base.add(mac), snap);
@@ -227,7 +295,8 @@ impl Port for AfPacket {
                             };
                             p.data.extend_from_slice(&data[..12]);
                             p.data.extend_from_slice(&tpid.to_be_bytes());
-                            p.data.extend_from_slice(&(hdr.hv1.tp_vlan_tci as u16).to_be_bytes());
+                            p.data
+                                .extend_from_slice(&(hdr.hv1.tp_vlan_tci as u16).to_be_bytes());
                             p.data.extend_from_slice(&data[12..]);
                         } else {
                             p.data.extend_from_slice(data);
@@ -255,7 +324,9 @@ impl Port for AfPacket {
         for p in frames.drain(..) {
             let i = self.tx_next;
             let st = self.tx_status(i).load(Ordering::Acquire);
-            if st & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING) != 0 || p.data.len() > room {
+            if st & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING) != 0
+                || p.data.len() > room
+            {
                 r.ring_full += 1;
                 pool.put(p);
                 continue;
@@ -269,7 +340,8 @@ impl Port for AfPacket {
                 ptr::addr_of_mut!((*h).tp_len).write(p.data.len() as u32);
                 ptr::addr_of_mut!((*h).tp_snaplen).write(p.data.len() as u32);
             }
-            self.tx_status(i).store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+            self.tx_status(i)
+                .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
             self.tx_next = (i + 1) % self.tx_frames;
             r.sent += 1;
             r.sent_bytes += p.data.len();
@@ -277,13 +349,20 @@ impl Port for AfPacket {
         }
         if r.sent > 0 {
             // SAFETY: zero-length send on our socket: asks the kernel to transmit the ring.
-            let rc = unsafe { libc::sendto(self.fd, ptr::null(), 0, libc::MSG_DONTWAIT, ptr::null(), 0) };
+            let rc = unsafe {
+                libc::sendto(self.fd, ptr::null(), 0, libc::MSG_DONTWAIT, ptr::null(), 0)
+            };
             if rc < 0 {
                 let e = io::Error::last_os_error();
                 match e.raw_os_error() {
                     // Frames stay marked and go with the next kick.
                     Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {}
-                    _ => return Err(io::Error::new(e.kind(), format!("{}: send: {e}", self.name))),
+                    _ => {
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!("{}: send: {e}", self.name),
+                        ))
+                    }
                 }
             }
         }

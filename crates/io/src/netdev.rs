@@ -6,7 +6,10 @@ use std::net::Ipv4Addr;
 
 fn ifreq(name: &str) -> io::Result<libc::ifreq> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad interface name {name:?}")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad interface name {name:?}"),
+        ));
     }
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
@@ -43,11 +46,18 @@ fn named(name: &str, e: io::Error) -> io::Error {
 
 /// The interface index, or an error naming the interface.
 pub fn ifindex(name: &str) -> io::Result<i32> {
-    let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
+    let c = CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
     // SAFETY: c is a valid NUL-terminated string.
     let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
     if i == 0 {
-        Err(named(name, io::Error::new(io::ErrorKind::NotFound, "no such interface in this network namespace")))
+        Err(named(
+            name,
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                "no such interface in this network namespace",
+            ),
+        ))
     } else {
         Ok(i as i32)
     }

@@ -51,13 +51,21 @@ pub fn namespaces() -> Vec<String> {
 
 /// PIDs of processes inside a namespace.
 pub fn ns_pids(ns: &str) -> Vec<i32> {
-    run("ip", &["netns", "pids", ns]).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect()
+    run("ip", &["netns", "pids", ns])
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
 }
 
 /// True if `pid` is alive (and not a zombie).
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s.rsplit(')').next().and_then(|r| r.split_whitespace().next()).is_some_and(|st| st != "Z"),
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            .is_some_and(|st| st != "Z"),
         Err(_) => false,
     }
 }

@@ -114,7 +114,9 @@ impl Kind {
 
 /// FNV-1a, for stable locally administered MACs.
 fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 impl Lab {
@@ -122,31 +124,59 @@ impl Lab {
     pub fn load(path: &Path, name: Option<&str>, exe: PathBuf) -> Result<Lab, String> {
         let src = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let topo: Topology = toml::from_str(&src).map_err(|e| {
-            let line = e.span().map(|s| src[..s.start].matches('\n').count() + 1).unwrap_or(0);
+            let line = e
+                .span()
+                .map(|s| src[..s.start].matches('\n').count() + 1)
+                .unwrap_or(0);
             format!("{}:{line}: {}", path.display(), e.message())
         })?;
-        let name = name.map(str::to_string).unwrap_or_else(|| topo.name.clone());
-        let lab = Lab { topo, name, dir: path.parent().unwrap_or(Path::new(".")).to_path_buf(), exe, roles: BTreeMap::new() };
-        lab.validate().map_err(|e| format!("{}: {e}", path.display()))?;
+        let name = name
+            .map(str::to_string)
+            .unwrap_or_else(|| topo.name.clone());
+        let lab = Lab {
+            topo,
+            name,
+            dir: path.parent().unwrap_or(Path::new(".")).to_path_buf(),
+            exe,
+            roles: BTreeMap::new(),
+        };
+        lab.validate()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(lab)
     }
 
     fn validate(&self) -> Result<(), String> {
-        if self.name.is_empty() || !self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || self.name.len() > 24 {
-            return Err(format!("lab name {:?}: use 1 to 24 letters, digits or '_'", self.name));
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || self.name.len() > 24
+        {
+            return Err(format!(
+                "lab name {:?}: use 1 to 24 letters, digits or '_'",
+                self.name
+            ));
         }
         let mut seen = std::collections::BTreeSet::new();
         for (n, _) in self.nodes() {
             if !seen.insert(n.to_string()) {
                 return Err(format!("node {n} is defined twice"));
             }
-            if n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            if n.is_empty()
+                || !n
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
                 return Err(format!("node name {n:?}: use letters, digits, '-' or '_'"));
             }
         }
         for e in &self.topo.element {
             if !["forwarder", "linux"].contains(&e.role.as_str()) {
-                return Err(format!("element {}: role {:?} is not forwarder or linux", e.name, e.role));
+                return Err(format!(
+                    "element {}: role {:?} is not forwarder or linux",
+                    e.name, e.role
+                ));
             }
         }
         for (i, l) in self.topo.link.iter().enumerate() {
@@ -157,12 +187,20 @@ impl Lab {
                 };
                 match (self.kind(node), ifname) {
                     (None, _) => return Err(format!("link {i}: no node named {node:?}")),
-                    (Some(Kind::Switch), Some(_)) => return Err(format!("link {i}: name a switch without an interface: {node:?}")),
+                    (Some(Kind::Switch), Some(_)) => {
+                        return Err(format!(
+                            "link {i}: name a switch without an interface: {node:?}"
+                        ))
+                    }
                     (Some(Kind::Host | Kind::Element), None) => {
-                        return Err(format!("link {i}: {end:?} needs an interface name, like \"{node}:eth0\""))
+                        return Err(format!(
+                            "link {i}: {end:?} needs an interface name, like \"{node}:eth0\""
+                        ))
                     }
                     (_, Some(ifn)) if ifn.is_empty() || ifn.len() > 15 => {
-                        return Err(format!("link {i}: interface name {ifn:?} is not 1 to 15 characters"))
+                        return Err(format!(
+                            "link {i}: interface name {ifn:?} is not 1 to 15 characters"
+                        ))
                     }
                     _ => {}
                 }
@@ -182,7 +220,10 @@ impl Lab {
     }
 
     fn kind(&self, node: &str) -> Option<Kind> {
-        self.nodes().into_iter().find(|(n, _)| *n == node).map(|(_, k)| k)
+        self.nodes()
+            .into_iter()
+            .find(|(n, _)| *n == node)
+            .map(|(_, k)| k)
     }
 
     /// The namespace of a node.
@@ -209,7 +250,11 @@ impl Lab {
     }
 
     fn element(&self, node: &str) -> Result<&Element, String> {
-        self.topo.element.iter().find(|e| e.name == node).ok_or_else(|| format!("no element named {node:?} in lab {}", self.name))
+        self.topo
+            .element
+            .iter()
+            .find(|e| e.name == node)
+            .ok_or_else(|| format!("no element named {node:?} in lab {}", self.name))
     }
 
     fn config_path(&self, e: &Element) -> PathBuf {
@@ -218,7 +263,10 @@ impl Lab {
 
     fn mac(&self, node: &str, ifname: &str) -> String {
         let h = fnv(&format!("{}/{node}/{ifname}", self.name)).to_be_bytes();
-        format!("02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", h[0], h[1], h[2], h[3], h[4])
+        format!(
+            "02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            h[0], h[1], h[2], h[3], h[4]
+        )
     }
 
     fn is_up(&self) -> bool {
@@ -229,9 +277,13 @@ impl Lab {
     /// Builds the lab and starts its elements. On failure it removes what it built.
     pub fn up(&self) -> Result<(), String> {
         if self.is_up() {
-            return Err(format!("lab {} is already up (tessera lab down to remove it)", self.name));
+            return Err(format!(
+                "lab {} is already up (tessera lab down to remove it)",
+                self.name
+            ));
         }
-        std::fs::create_dir_all(self.run_dir()).map_err(|e| format!("{}: {e}", self.run_dir().display()))?;
+        std::fs::create_dir_all(self.run_dir())
+            .map_err(|e| format!("{}: {e}", self.run_dir().display()))?;
         let r = self.build();
         if r.is_err() {
             let _ = self.down();
@@ -241,7 +293,8 @@ impl Lab {
 
     fn save(&self, st: &State) -> Result<(), String> {
         let p = self.run_dir().join("state.json");
-        std::fs::write(&p, serde_json::to_string_pretty(st).unwrap_or_default()).map_err(|e| format!("{}: {e}", p.display()))
+        std::fs::write(&p, serde_json::to_string_pretty(st).unwrap_or_default())
+            .map_err(|e| format!("{}: {e}", p.display()))
     }
 
     fn load_state(&self) -> State {
@@ -252,18 +305,32 @@ impl Lab {
     }
 
     fn build(&self) -> Result<(), String> {
-        let mut st = State { roles: self.roles.clone(), ..Default::default() };
+        let mut st = State {
+            roles: self.roles.clone(),
+            ..Default::default()
+        };
         for (node, _) in self.nodes() {
             let ns = self.ns(node);
             cmd::run("ip", &["netns", "add", &ns])?;
             st.namespaces.push(ns.clone());
             self.save(&st)?;
             ip_n(&ns, &["link", "set", "lo", "up"])?;
-            in_ns(&ns, "sysctl", &["-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])?;
+            in_ns(
+                &ns,
+                "sysctl",
+                &[
+                    "-qw",
+                    "net.ipv6.conf.all.disable_ipv6=1",
+                    "net.ipv6.conf.default.disable_ipv6=1",
+                ],
+            )?;
         }
         for s in &self.topo.switch {
             let ns = self.ns(&s.name);
-            ip_n(&ns, &["link", "add", "br0", "type", "bridge", "stp_state", "0"])?;
+            ip_n(
+                &ns,
+                &["link", "add", "br0", "type", "bridge", "stp_state", "0"],
+            )?;
             ip_n(&ns, &["link", "set", "br0", "up"])?;
         }
         for (i, l) in self.topo.link.iter().enumerate() {
@@ -277,13 +344,34 @@ impl Lab {
             let (na, ia, _) = &ends[0];
             let (nb, ib, _) = &ends[1];
             let (nsa, nsb) = (self.ns(na), self.ns(nb));
-            cmd::run("ip", &["link", "add", ia, "netns", &nsa, "type", "veth", "peer", "name", ib, "netns", &nsb])?;
+            cmd::run(
+                "ip",
+                &[
+                    "link", "add", ia, "netns", &nsa, "type", "veth", "peer", "name", ib, "netns",
+                    &nsb,
+                ],
+            )?;
             let mtu = l.mtu.unwrap_or(1500).to_string();
             for (node, ifn, is_switch) in &ends {
                 let ns = self.ns(node);
-                ip_n(&ns, &["link", "set", ifn, "address", &self.mac(node, ifn), "mtu", &mtu])?;
+                ip_n(
+                    &ns,
+                    &[
+                        "link",
+                        "set",
+                        ifn,
+                        "address",
+                        &self.mac(node, ifn),
+                        "mtu",
+                        &mtu,
+                    ],
+                )?;
                 // Wire-like links: no segmentation or receive aggregation.
-                in_ns(&ns, "ethtool", &["-K", ifn, "tso", "off", "gso", "off", "gro", "off"])?;
+                in_ns(
+                    &ns,
+                    "ethtool",
+                    &["-K", ifn, "tso", "off", "gso", "off", "gro", "off"],
+                )?;
                 if *is_switch {
                     ip_n(&ns, &["link", "set", ifn, "master", "br0"])?;
                 }
@@ -320,7 +408,16 @@ impl Lab {
         let ns = self.ns(&e.name);
         let cfg = control::ForwarderFile::load(&self.config_path(e)).map_err(|e| e.to_string())?;
         for i in &cfg.interfaces {
-            ip_n(&ns, &["addr", "add", &format!("{}/{}", i.addr, i.prefix_len), "dev", &i.name])?;
+            ip_n(
+                &ns,
+                &[
+                    "addr",
+                    "add",
+                    &format!("{}/{}", i.addr, i.prefix_len),
+                    "dev",
+                    &i.name,
+                ],
+            )?;
             if let Some(m) = i.mtu {
                 ip_n(&ns, &["link", "set", &i.name, "mtu", &m.to_string()])?;
             }
@@ -350,7 +447,8 @@ impl Lab {
         let ns = self.ns(&e.name);
         let sock = self.control_socket(&e.name);
         let log_path = self.run_dir().join(format!("{}.log", e.name));
-        let log = std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+        let log =
+            std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
         let child = std::process::Command::new("ip")
             .args(["netns", "exec", &ns])
@@ -365,9 +463,19 @@ impl Lab {
             .stderr(log2)
             .process_group(0)
             .spawn()
-            .map_err(|err| format!("element {}: cannot start {}: {err}", e.name, self.exe.display()))?;
+            .map_err(|err| {
+                format!(
+                    "element {}: cannot start {}: {err}",
+                    e.name,
+                    self.exe.display()
+                )
+            })?;
         let pid = child.id() as i32;
-        std::fs::write(self.run_dir().join(format!("{}.pid", e.name)), pid.to_string()).map_err(|e| e.to_string())?;
+        std::fs::write(
+            self.run_dir().join(format!("{}.pid", e.name)),
+            pid.to_string(),
+        )
+        .map_err(|e| e.to_string())?;
         // `ip netns exec` execs the element, so the PID is the element's. Wait until it
         // answers on its control socket.
         let t = Instant::now();
@@ -380,7 +488,12 @@ impl Lab {
                 let tail: Vec<&str> = log.lines().rev().take(10).collect();
                 let tail: Vec<&str> = tail.into_iter().rev().collect();
                 cmd::terminate(pid, Duration::from_secs(1));
-                return Err(format!("element {} did not start; its log ({}) ends:\n{}", e.name, log_path.display(), tail.join("\n")));
+                return Err(format!(
+                    "element {} did not start; its log ({}) ends:\n{}",
+                    e.name,
+                    log_path.display(),
+                    tail.join("\n")
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -430,7 +543,9 @@ impl Lab {
     pub fn start(&self, node: &str) -> Result<(), String> {
         let e = self.element(node)?;
         if self.role(e) == "linux" {
-            return Err(format!("element {node} is the Linux kernel; it has no process to start"));
+            return Err(format!(
+                "element {node} is the Linux kernel; it has no process to start"
+            ));
         }
         let pid = self.start_forwarder(e)?;
         let mut st = self.load_state();
@@ -462,7 +577,8 @@ impl Lab {
             let mut ifaces = Vec::new();
             if up {
                 let out = ip_n(&ns, &["-j", "addr", "show"])?;
-                let v: Value = serde_json::from_str(&out).map_err(|e| format!("ip -j addr: {e}"))?;
+                let v: Value =
+                    serde_json::from_str(&out).map_err(|e| format!("ip -j addr: {e}"))?;
                 for i in v.as_array().into_iter().flatten() {
                     let name = i["ifname"].as_str().unwrap_or("");
                     if name == "lo" {
@@ -473,7 +589,9 @@ impl Lab {
                         .into_iter()
                         .flatten()
                         .filter(|a| a["family"] == "inet")
-                        .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or(""), a["prefixlen"]))
+                        .map(|a| {
+                            format!("{}/{}", a["local"].as_str().unwrap_or(""), a["prefixlen"])
+                        })
                         .collect();
                     ifaces.push(json!({"name": name, "mac": i["address"], "addresses": addrs}));
                 }
@@ -487,7 +605,9 @@ impl Lab {
                     // The forwarder's addresses live in the element, not in the kernel.
                     if let Ok(cfg) = control::ForwarderFile::load(&self.config_path(e)) {
                         for i in entry["interfaces"].as_array_mut().into_iter().flatten() {
-                            if let Some(c) = cfg.interfaces.iter().find(|c| i["name"] == c.name.as_str()) {
+                            if let Some(c) =
+                                cfg.interfaces.iter().find(|c| i["name"] == c.name.as_str())
+                            {
                                 i["addresses"] = json!([format!("{}/{}", c.addr, c.prefix_len)]);
                             }
                         }
@@ -507,7 +627,8 @@ mod tests {
     use super::*;
 
     fn lab(src: &str) -> Result<Lab, String> {
-        let dir = std::env::temp_dir().join(format!("tessera-topo-{}-{}", std::process::id(), fnv(src)));
+        let dir =
+            std::env::temp_dir().join(format!("tessera-topo-{}-{}", std::process::id(), fnv(src)));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("t.toml");
         std::fs::write(&p, src).unwrap();
@@ -541,11 +662,23 @@ b = "sw"
         assert_eq!(l.ns("h1"), "ts-t1-h1");
         assert_eq!(l.mac("h1", "eth0"), l.mac("h1", "eth0"));
         assert_ne!(l.mac("h1", "eth0"), l.mac("h1", "eth1"));
-        assert!(lab(&OK.replace("b = \"sw\"\n[[link]]", "b = \"nope\"\n[[link]]")).unwrap_err().contains("no node named \"nope\""));
-        assert!(lab(&OK.replace("a = \"h1:eth0\"", "a = \"h1\"")).unwrap_err().contains("needs an interface name"));
-        assert!(lab(&OK.replace("role = \"forwarder\"", "role = \"router\"")).unwrap_err().contains("not forwarder or linux"));
+        assert!(
+            lab(&OK.replace("b = \"sw\"\n[[link]]", "b = \"nope\"\n[[link]]"))
+                .unwrap_err()
+                .contains("no node named \"nope\"")
+        );
+        assert!(lab(&OK.replace("a = \"h1:eth0\"", "a = \"h1\""))
+            .unwrap_err()
+            .contains("needs an interface name"));
+        assert!(
+            lab(&OK.replace("role = \"forwarder\"", "role = \"router\""))
+                .unwrap_err()
+                .contains("not forwarder or linux")
+        );
         let e = lab(&OK.replace("name = \"sw\"", "nam = \"sw\"")).unwrap_err();
         assert!(e.contains("t.toml:7: unknown field `nam`"), "{e}");
-        assert!(lab(&OK.replace("name = \"sw\"", "name = \"h1\"")).unwrap_err().contains("defined twice"));
+        assert!(lab(&OK.replace("name = \"sw\"", "name = \"h1\""))
+            .unwrap_err()
+            .contains("defined twice"));
     }
 }

@@ -8,7 +8,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "tessera", version, about = "A multistage software router built from commodity Linux machines")]
+#[command(
+    name = "tessera",
+    version,
+    about = "A multistage software router built from commodity Linux machines"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -128,7 +132,10 @@ enum LabCmd {
 
 fn main() {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let code = match run(Cli::parse()) {
@@ -160,7 +167,9 @@ fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
         Cmd::Forwarder { config, control } => forwarder(&config, control.as_deref()),
         Cmd::Show { what } => match what {
-            Show::Counters { control, describe } => ask(&control, if describe { "describe" } else { "counters" }),
+            Show::Counters { control, describe } => {
+                ask(&control, if describe { "describe" } else { "counters" })
+            }
             Show::Neighbours { control } => ask(&control, "neighbours"),
             Show::Interfaces { control } => ask(&control, "interfaces"),
             Show::Routes { control } => ask(&control, "routes"),
@@ -175,7 +184,9 @@ fn lab_cmd(cmd: LabCmd) -> Result<i32> {
         LabCmd::Up { lab, role } => {
             let mut l = load_lab(&lab)?;
             for r in role {
-                let (node, role) = r.split_once('=').with_context(|| format!("--role {r:?}: expected NODE=ROLE"))?;
+                let (node, role) = r
+                    .split_once('=')
+                    .with_context(|| format!("--role {r:?}: expected NODE=ROLE"))?;
                 l.roles.insert(node.to_string(), role.to_string());
             }
             l.up().map_err(anyhow::Error::msg)?;
@@ -195,14 +206,27 @@ fn lab_cmd(cmd: LabCmd) -> Result<i32> {
                 return print(&v);
             }
             for n in v["nodes"].as_array().into_iter().flatten() {
-                println!("{:<10} {:<8} {:<20} {}", n["name"].as_str().unwrap_or(""), n["kind"].as_str().unwrap_or(""), n["namespace"].as_str().unwrap_or(""), if n["up"] == true { "up" } else { "down" });
+                println!(
+                    "{:<10} {:<8} {:<20} {}",
+                    n["name"].as_str().unwrap_or(""),
+                    n["kind"].as_str().unwrap_or(""),
+                    n["namespace"].as_str().unwrap_or(""),
+                    if n["up"] == true { "up" } else { "down" }
+                );
                 for i in n["interfaces"].as_array().into_iter().flatten() {
-                    println!("    {:<10} {} {}", i["name"].as_str().unwrap_or(""), i["mac"].as_str().unwrap_or(""), i["addresses"]);
+                    println!(
+                        "    {:<10} {} {}",
+                        i["name"].as_str().unwrap_or(""),
+                        i["mac"].as_str().unwrap_or(""),
+                        i["addresses"]
+                    );
                 }
             }
             Ok(0)
         }
-        LabCmd::Exec { lab, node, argv } => load_lab(&lab)?.exec(&node, &argv).map_err(anyhow::Error::msg),
+        LabCmd::Exec { lab, node, argv } => load_lab(&lab)?
+            .exec(&node, &argv)
+            .map_err(anyhow::Error::msg),
         LabCmd::Stop { lab, node } => {
             load_lab(&lab)?.stop(&node).map_err(anyhow::Error::msg)?;
             Ok(0)
@@ -241,13 +265,20 @@ fn forwarder(config: &Path, control: Option<&Path>) -> Result<i32> {
     control::run::run(f, ports, control, stop).map_err(anyhow::Error::msg)?;
     let s = counters.snapshot();
     let dropped: u64 = s.drops.values().sum();
-    tracing::info!(forwarded = s.events["ip4_forwarded"], dropped, "forwarder stopped");
+    tracing::info!(
+        forwarded = s.events["ip4_forwarded"],
+        dropped,
+        "forwarder stopped"
+    );
     Ok(0)
 }
 
 fn inject(iface: &str, hex: &str, count: usize) -> Result<i32> {
     use dataplane::port::Port;
-    let digits: String = hex.chars().filter(|c| !c.is_whitespace() && *c != ':').collect();
+    let digits: String = hex
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != ':')
+        .collect();
     if digits.len() % 2 != 0 {
         bail!("--hex: odd number of hex digits");
     }
@@ -259,12 +290,23 @@ fn inject(iface: &str, hex: &str, count: usize) -> Result<i32> {
     if frame.len() < 14 {
         bail!("--hex: a frame needs at least the 14-byte Ethernet header");
     }
-    let mut port = io::AfPacket::open(iface, io::RingConfig { rx_blocks: 1, ..Default::default() })?;
+    let mut port = io::AfPacket::open(
+        iface,
+        io::RingConfig {
+            rx_blocks: 1,
+            ..Default::default()
+        },
+    )?;
     let mut pool = dataplane::Pool::new();
-    let mut q: Vec<dataplane::Pkt> = (0..count).map(|_| dataplane::Pkt::from_bytes(&frame)).collect();
+    let mut q: Vec<dataplane::Pkt> = (0..count)
+        .map(|_| dataplane::Pkt::from_bytes(&frame))
+        .collect();
     let r = port.send(&mut q, &mut pool)?;
     // Give the kernel a moment to drain the ring before the socket closes.
     std::thread::sleep(std::time::Duration::from_millis(50));
-    println!("{}", serde_json::json!({"sent": r.sent, "ring_full": r.ring_full}));
+    println!(
+        "{}",
+        serde_json::json!({"sent": r.sent, "ring_full": r.ring_full})
+    );
     Ok(0)
 }

@@ -10,13 +10,20 @@ fn single() -> TestLab {
 }
 
 fn out(o: &std::process::Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 #[test]
 fn arp_and_ping_through_the_router() {
     let lab = single();
-    let p = lab.sh("src1", &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.3.0.10"]);
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.3.0.10"],
+    );
     assert!(p.contains("3 received"), "{p}");
     // The sink's reply left it with TTL 64 and crossed one router.
     assert_eq!(p.matches("ttl=63").count(), 3, "{p}");
@@ -31,45 +38,107 @@ fn arp_and_ping_through_the_router() {
     assert!(event_count(&c, "arp_replies_sent") >= 1, "{c}");
     assert!(event_count(&c, "ip4_forwarded") >= 6, "{c}");
     assert!(event_count(&c, "icmp_echo_replies_sent") >= 1, "{c}");
-    assert!(c["interfaces"]["r-eth2"]["tx_packets"].as_u64().unwrap() >= 3, "{c}");
+    assert!(
+        c["interfaces"]["r-eth2"]["tx_packets"].as_u64().unwrap() >= 3,
+        "{c}"
+    );
     // The router's neighbour table learned the hosts it talked to.
-    let o = lab.tessera(&["show", "neighbours", "--control", lab.control("r").to_str().unwrap()]);
+    let o = lab.tessera(&[
+        "show",
+        "neighbours",
+        "--control",
+        lab.control("r").to_str().unwrap(),
+    ]);
     assert!(out(&o).contains("10.3.0.10"), "{}", out(&o));
 }
 
 #[test]
 fn icmp_errors_reach_the_sender() {
     let lab = single();
-    let p = out(&lab.exec("src1", &["ping", "-c", "1", "-W", "2", "-t", "1", "10.3.0.10"]));
-    assert!(p.contains("From 10.1.0.1") && p.contains("Time to live exceeded"), "{p}");
+    let p = out(&lab.exec(
+        "src1",
+        &["ping", "-c", "1", "-W", "2", "-t", "1", "10.3.0.10"],
+    ));
+    assert!(
+        p.contains("From 10.1.0.1") && p.contains("Time to live exceeded"),
+        "{p}"
+    );
     let p = out(&lab.exec("src1", &["ping", "-c", "1", "-W", "2", "192.0.2.1"]));
-    assert!(p.contains("From 10.1.0.1") && p.contains("Destination Net Unreachable"), "{p}");
+    assert!(
+        p.contains("From 10.1.0.1") && p.contains("Destination Net Unreachable"),
+        "{p}"
+    );
     // Nobody has 10.3.0.99: three ARP requests, then host unreachable.
     let p = out(&lab.exec("src1", &["ping", "-c", "1", "-W", "6", "10.3.0.99"]));
-    assert!(p.contains("From 10.1.0.1") && p.contains("Destination Host Unreachable"), "{p}");
+    assert!(
+        p.contains("From 10.1.0.1") && p.contains("Destination Host Unreachable"),
+        "{p}"
+    );
     // UDP to the router itself: port unreachable, seen by the sender's socket as refused.
-    let o = lab.exec("src1", &["bash", "-c", "exec 3<>/dev/udp/10.1.0.1/9; echo x >&3; sleep 0.3; echo y >&3"]);
+    let o = lab.exec(
+        "src1",
+        &[
+            "bash",
+            "-c",
+            "exec 3<>/dev/udp/10.1.0.1/9; echo x >&3; sleep 0.3; echo y >&3",
+        ],
+    );
     assert!(out(&o).contains("Connection refused"), "{}", out(&o));
     let c = lab.counters("r");
     assert_eq!(drop_count(&c, "ip4_ttl_expired"), 1);
     assert_eq!(drop_count(&c, "ip4_no_route"), 1);
     assert_eq!(drop_count(&c, "arp_resolution_failed"), 1);
     assert!(drop_count(&c, "local_udp") >= 1);
-    assert_eq!(event_count(&c, "icmp_errors_sent"), 3 + drop_count(&c, "local_udp"));
+    assert_eq!(
+        event_count(&c, "icmp_errors_sent"),
+        3 + drop_count(&c, "local_udp")
+    );
 }
 
 #[test]
 fn fragments_or_refuses_by_the_df_bit() {
     let lab = TestLab::up(test_path("labs/switched.toml"), &[]);
     // Across the Linux bridge first: both hosts reach the router and each other.
-    assert!(lab.sh("h1", &["ping", "-c", "1", "-W", "2", "10.1.0.12"]).contains("1 received"));
-    assert!(lab.sh("h2", &["ping", "-c", "1", "-W", "2", "10.2.0.20"]).contains("ttl=63"));
+    assert!(lab
+        .sh("h1", &["ping", "-c", "1", "-W", "2", "10.1.0.12"])
+        .contains("1 received"));
+    assert!(lab
+        .sh("h2", &["ping", "-c", "1", "-W", "2", "10.2.0.20"])
+        .contains("ttl=63"));
     // 1428-byte datagrams with DF towards a link of MTU 1000: fragmentation needed. (From
     // h2: h1's kernel would then cache the path MTU and fragment by itself below.)
-    let p = out(&lab.exec("h2", &["ping", "-c", "1", "-W", "2", "-M", "do", "-s", "1400", "10.2.0.20"]));
+    let p = out(&lab.exec(
+        "h2",
+        &[
+            "ping",
+            "-c",
+            "1",
+            "-W",
+            "2",
+            "-M",
+            "do",
+            "-s",
+            "1400",
+            "10.2.0.20",
+        ],
+    ));
     assert!(p.contains("Frag needed") && p.contains("mtu = 1000"), "{p}");
     // Without DF the router fragments; the far host reassembles and answers.
-    let p = lab.sh("h1", &["ping", "-c", "2", "-W", "2", "-M", "dont", "-s", "1400", "10.2.0.20"]);
+    let p = lab.sh(
+        "h1",
+        &[
+            "ping",
+            "-c",
+            "2",
+            "-W",
+            "2",
+            "-M",
+            "dont",
+            "-s",
+            "1400",
+            "10.2.0.20",
+        ],
+    );
     assert!(p.contains("2 received"), "{p}");
     let c = lab.counters("r");
     assert_eq!(drop_count(&c, "ip4_frag_needed"), 1);
@@ -88,26 +157,72 @@ fn bad_checksum_is_dropped_and_counted() {
     let dst: MacAddr = lab.mac("r", "r-eth0").parse().unwrap();
     let src: MacAddr = lab.mac("src1", "eth0").parse().unwrap();
     let mut f = vec![0u8; 14 + 20 + 8 + 18];
-    ethernet::Repr { dst, src, vlan: None, ethertype: ethernet::ethertype::IPV4 }.emit(&mut f).unwrap();
+    ethernet::Repr {
+        dst,
+        src,
+        vlan: None,
+        ethertype: ethernet::ethertype::IPV4,
+    }
+    .emit(&mut f)
+    .unwrap();
     let (s, d) = ("10.1.0.10".parse().unwrap(), "10.3.0.10".parse().unwrap());
-    ipv4::Repr { src: s, dst: d, protocol: 17, ttl: 64, tos: 0, ident: 1, dont_frag: false, more_frags: false, frag_offset: 0, payload_len: 26 }
-        .emit(&mut f[14..])
-        .unwrap();
-    udp::Repr { src_port: 4000, dst_port: 1234, payload_len: 18 }.emit(&mut f[34..], s, d).unwrap();
+    ipv4::Repr {
+        src: s,
+        dst: d,
+        protocol: 17,
+        ttl: 64,
+        tos: 0,
+        ident: 1,
+        dont_frag: false,
+        more_frags: false,
+        frag_offset: 0,
+        payload_len: 26,
+    }
+    .emit(&mut f[14..])
+    .unwrap();
+    udp::Repr {
+        src_port: 4000,
+        dst_port: 1234,
+        payload_len: 18,
+    }
+    .emit(&mut f[34..], s, d)
+    .unwrap();
     let good: String = f.iter().map(|b| format!("{b:02x}")).collect();
     f[24] ^= 0x5a; // corrupt the IP header checksum
     let bad: String = f.iter().map(|b| format!("{b:02x}")).collect();
     let before = lab.counters("r");
-    lab.sh("src1", &[exe(), "inject", "--iface", "eth0", "--hex", &bad, "--count", "3"]);
-    lab.sh("src1", &[exe(), "inject", "--iface", "eth0", "--hex", &good]);
-    let forwarded = |c: &serde_json::Value| event_count(c, "ip4_forwarded") - event_count(&before, "ip4_forwarded");
+    lab.sh(
+        "src1",
+        &[
+            exe(),
+            "inject",
+            "--iface",
+            "eth0",
+            "--hex",
+            &bad,
+            "--count",
+            "3",
+        ],
+    );
+    lab.sh(
+        "src1",
+        &[exe(), "inject", "--iface", "eth0", "--hex", &good],
+    );
+    let forwarded = |c: &serde_json::Value| {
+        event_count(c, "ip4_forwarded") - event_count(&before, "ip4_forwarded")
+    };
     let t = Instant::now();
     let mut after = lab.counters("r");
-    while (drop_count(&after, "ip4_bad_checksum") < 3 || forwarded(&after) < 2) && t.elapsed() < Duration::from_secs(3) {
+    while (drop_count(&after, "ip4_bad_checksum") < 3 || forwarded(&after) < 2)
+        && t.elapsed() < Duration::from_secs(3)
+    {
         std::thread::sleep(Duration::from_millis(50));
         after = lab.counters("r");
     }
-    assert_eq!(drop_count(&after, "ip4_bad_checksum") - drop_count(&before, "ip4_bad_checksum"), 3);
+    assert_eq!(
+        drop_count(&after, "ip4_bad_checksum") - drop_count(&before, "ip4_bad_checksum"),
+        3
+    );
     // Forwarded: the good copy, and sink1's port unreachable about it on the way back.
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(forwarded(&lab.counters("r")), 2);
@@ -126,14 +241,19 @@ fn tcp_through_the_router() {
         }
         std::thread::sleep(Duration::from_millis(100)); // the server may not listen yet
     }
-    let v: serde_json::Value = serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"));
+    let v: serde_json::Value =
+        serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"));
     let bytes = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
     assert!(bytes > 1_000_000, "received {bytes} bytes: {report}");
     let c = lab.counters("r");
     // The hosts leave TCP checksums to offload; the router must complete them, or the
     // sink would have dropped every segment and received nothing.
     assert!(event_count(&c, "ip4_checksum_filled") > 100, "{c}");
-    assert_eq!(drop_count(&c, "rx_oversize"), 0, "no superframes on wire-like links");
+    assert_eq!(
+        drop_count(&c, "rx_oversize"),
+        0,
+        "no superframes on wire-like links"
+    );
 }
 
 #[test]
@@ -153,15 +273,27 @@ fn sigterm_stops_cleanly() {
     let log = std::fs::read_to_string(sock.with_file_name("r.log")).unwrap();
     assert!(log.contains("forwarder stopped"), "{log}");
     // And it starts again.
-    let o = lab.tessera(&["lab", "start", lab.file.to_str().unwrap(), "--name", &lab.name, "r"]);
+    let o = lab.tessera(&[
+        "lab",
+        "start",
+        lab.file.to_str().unwrap(),
+        "--name",
+        &lab.name,
+        "r",
+    ]);
     assert!(o.status.success(), "{}", out(&o));
-    assert!(lab.sh("src1", &["ping", "-c", "1", "-W", "2", "10.4.0.10"]).contains("1 received"));
+    assert!(lab
+        .sh("src1", &["ping", "-c", "1", "-W", "2", "10.4.0.10"])
+        .contains("1 received"));
 }
 
 #[test]
 fn linux_kernel_contender_runs_the_same_topology() {
     let lab = TestLab::up(repo_path("labs/single-router.toml"), &["--role", "r=linux"]);
-    let p = lab.sh("src2", &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.4.0.10"]);
+    let p = lab.sh(
+        "src2",
+        &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.4.0.10"],
+    );
     assert_eq!(p.matches("ttl=63").count(), 2, "{p}");
     assert_eq!(lab.node("r")["role"], "linux");
 }
@@ -173,18 +305,38 @@ fn lab_show_lists_every_node() {
     let nodes = v["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 5);
     for n in nodes {
-        assert!(n["name"].is_string() && n["kind"].is_string() && n["namespace"].is_string(), "{n}");
+        assert!(
+            n["name"].is_string() && n["kind"].is_string() && n["namespace"].is_string(),
+            "{n}"
+        );
         for i in n["interfaces"].as_array().unwrap() {
-            assert!(i["name"].is_string() && i["mac"].as_str().unwrap().len() == 17 && i["addresses"].is_array(), "{i}");
+            assert!(
+                i["name"].is_string()
+                    && i["mac"].as_str().unwrap().len() == 17
+                    && i["addresses"].is_array(),
+                "{i}"
+            );
         }
     }
     let r = lab.node("r");
     assert_eq!(r["kind"], "element");
-    let eth0 = r["interfaces"].as_array().unwrap().iter().find(|i| i["name"] == "r-eth0").unwrap();
+    let eth0 = r["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "r-eth0")
+        .unwrap();
     assert_eq!(eth0["addresses"], serde_json::json!(["10.1.0.1/24"]));
     let src = lab.node("src1");
-    assert_eq!(src["interfaces"][0]["addresses"], serde_json::json!(["10.1.0.10/24"]));
+    assert_eq!(
+        src["interfaces"][0]["addresses"],
+        serde_json::json!(["10.1.0.10/24"])
+    );
     // Offloads are off on host links.
     let k = lab.sh("src1", &["ethtool", "-k", "eth0"]);
-    assert!(k.contains("tcp-segmentation-offload: off") && k.contains("generic-segmentation-offload: off"), "{k}");
+    assert!(
+        k.contains("tcp-segmentation-offload: off")
+            && k.contains("generic-segmentation-offload: off"),
+        "{k}"
+    );
 }

@@ -27,7 +27,12 @@ mod field {
 pub enum Error {
     Truncated(Truncated),
     /// Not Ethernet (1) / IPv4 (0x0800) with 6- and 4-byte addresses.
-    Unsupported { htype: u16, ptype: u16, hlen: u8, plen: u8 },
+    Unsupported {
+        htype: u16,
+        ptype: u16,
+        hlen: u8,
+        plen: u8,
+    },
     /// Neither request (1) nor reply (2).
     BadOperation(u16),
 }
@@ -36,7 +41,12 @@ impl core::fmt::Display for Error {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Error::Truncated(t) => write!(f, "arp: {t}"),
-            Error::Unsupported { htype, ptype, hlen, plen } => write!(
+            Error::Unsupported {
+                htype,
+                ptype,
+                hlen,
+                plen,
+            } => write!(
                 f,
                 "arp: unsupported htype {htype} ptype {ptype:#06x} hlen {hlen} plen {plen}"
             ),
@@ -61,10 +71,19 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn new_checked(buf: T) -> Result<Self, Error> {
         let b = buf.as_ref();
         need(b, PACKET_LEN).map_err(Error::Truncated)?;
-        let (htype, ptype, hlen, plen) =
-            (be16(b, field::HTYPE), be16(b, field::PTYPE), b[field::HLEN], b[field::PLEN]);
+        let (htype, ptype, hlen, plen) = (
+            be16(b, field::HTYPE),
+            be16(b, field::PTYPE),
+            b[field::HLEN],
+            b[field::PLEN],
+        );
         if htype != 1 || ptype != 0x0800 || hlen != 6 || plen != 4 {
-            return Err(Error::Unsupported { htype, ptype, hlen, plen });
+            return Err(Error::Unsupported {
+                htype,
+                ptype,
+                hlen,
+                plen,
+            });
         }
         match be16(b, field::OPER) {
             1 | 2 => Ok(Packet { buf }),
@@ -128,7 +147,15 @@ impl Repr {
         put16(buf, field::PTYPE, 0x0800);
         buf[field::HLEN] = 6;
         buf[field::PLEN] = 4;
-        put16(buf, field::OPER, if self.operation == Operation::Request { 1 } else { 2 });
+        put16(
+            buf,
+            field::OPER,
+            if self.operation == Operation::Request {
+                1
+            } else {
+                2
+            },
+        );
         buf[field::SHA].copy_from_slice(&self.sender_mac.0);
         buf[field::SPA].copy_from_slice(&self.sender_ip.octets());
         buf[field::THA].copy_from_slice(&self.target_mac.0);
@@ -155,10 +182,16 @@ mod tests {
         .emit(&mut b)
         .unwrap();
         b[1] = 6; // IEEE 802 hardware
-        assert!(matches!(Packet::new_checked(&b[..]), Err(Error::Unsupported { htype: 6, .. })));
+        assert!(matches!(
+            Packet::new_checked(&b[..]),
+            Err(Error::Unsupported { htype: 6, .. })
+        ));
         b[1] = 1;
         b[7] = 9;
-        assert_eq!(Packet::new_checked(&b[..]).unwrap_err(), Error::BadOperation(9));
+        assert_eq!(
+            Packet::new_checked(&b[..]).unwrap_err(),
+            Error::BadOperation(9)
+        );
     }
 
     proptest! {

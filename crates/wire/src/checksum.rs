@@ -77,7 +77,11 @@ mod tests {
     fn naive(data: &[u8]) -> u16 {
         let mut s: u32 = 0;
         for c in data.chunks(2) {
-            let w = if c.len() == 2 { u16::from_be_bytes([c[0], c[1]]) } else { (c[0] as u16) << 8 };
+            let w = if c.len() == 2 {
+                u16::from_be_bytes([c[0], c[1]])
+            } else {
+                (c[0] as u16) << 8
+            };
             s += w as u32;
             s = (s & 0xffff) + (s >> 16);
         }

@@ -136,7 +136,12 @@ pub struct Repr {
 
 impl Repr {
     pub fn parse<T: AsRef<[u8]>>(f: &Frame<T>) -> Repr {
-        Repr { dst: f.dst(), src: f.src(), vlan: f.vlan(), ethertype: f.ethertype() }
+        Repr {
+            dst: f.dst(),
+            src: f.src(),
+            vlan: f.vlan(),
+            ethertype: f.ethertype(),
+        }
     }
 
     pub fn header_len(&self) -> usize {

@@ -8,7 +8,9 @@ use crate::{arp, ethernet, icmp, ipv4, tcp, udp};
 
 /// Parses `data` as an Ethernet frame and every layer inside it.
 pub fn parse_frame(data: &[u8]) {
-    let Ok(f) = ethernet::Frame::new_checked(data) else { return };
+    let Ok(f) = ethernet::Frame::new_checked(data) else {
+        return;
+    };
     let _ = (f.dst(), f.src(), f.vlan());
     match f.ethertype() {
         ethernet::ethertype::ARP => parse_arp(f.payload()),
@@ -22,13 +24,23 @@ pub fn parse_arp(data: &[u8]) {
         let r = arp::Repr::parse(&p);
         let mut b = [0u8; arp::PACKET_LEN];
         r.emit(&mut b).expect("emit into a full-size buffer");
-        assert_eq!(arp::Repr::parse(&arp::Packet::new_checked(&b[..]).unwrap()), r);
+        assert_eq!(
+            arp::Repr::parse(&arp::Packet::new_checked(&b[..]).unwrap()),
+            r
+        );
     }
 }
 
 pub fn parse_ipv4(data: &[u8]) {
-    let Ok(p) = ipv4::Packet::new_checked(data) else { return };
-    let _ = (p.verify_checksum(), p.check_options(), p.is_fragment(), p.frag_offset());
+    let Ok(p) = ipv4::Packet::new_checked(data) else {
+        return;
+    };
+    let _ = (
+        p.verify_checksum(),
+        p.check_options(),
+        p.is_fragment(),
+        p.frag_offset(),
+    );
     assert!(p.payload().len() + p.header_len() == p.total_len());
     let (src, dst) = (p.src(), p.dst());
     match p.protocol() {

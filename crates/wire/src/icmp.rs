@@ -102,12 +102,35 @@ impl<T: AsRef<[u8]>> Packet<T> {
 /// An ICMP message to emit. `data` is the echo payload, or the quoted datagram of an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Repr<'a> {
-    EchoRequest { ident: u16, seq: u16, data: &'a [u8] },
-    EchoReply { ident: u16, seq: u16, data: &'a [u8] },
-    DstUnreachable { code: u8, next_hop_mtu: u16, data: &'a [u8] },
-    TimeExceeded { code: u8, data: &'a [u8] },
-    ParamProblem { pointer: u8, data: &'a [u8] },
-    Other { msg_type: u8, code: u8, rest: [u8; 4], data: &'a [u8] },
+    EchoRequest {
+        ident: u16,
+        seq: u16,
+        data: &'a [u8],
+    },
+    EchoReply {
+        ident: u16,
+        seq: u16,
+        data: &'a [u8],
+    },
+    DstUnreachable {
+        code: u8,
+        next_hop_mtu: u16,
+        data: &'a [u8],
+    },
+    TimeExceeded {
+        code: u8,
+        data: &'a [u8],
+    },
+    ParamProblem {
+        pointer: u8,
+        data: &'a [u8],
+    },
+    Other {
+        msg_type: u8,
+        code: u8,
+        rest: [u8; 4],
+        data: &'a [u8],
+    },
 }
 
 impl<'a> Repr<'a> {
@@ -115,18 +138,32 @@ impl<'a> Repr<'a> {
         let b = p.buf.as_ref();
         let data = &b[HEADER_LEN..];
         match (p.msg_type(), p.code()) {
-            (kind::ECHO_REQUEST, 0) => {
-                Repr::EchoRequest { ident: p.echo_ident(), seq: p.echo_seq(), data }
-            }
-            (kind::ECHO_REPLY, 0) => Repr::EchoReply { ident: p.echo_ident(), seq: p.echo_seq(), data },
-            (kind::DST_UNREACHABLE, code) => {
-                Repr::DstUnreachable { code, next_hop_mtu: p.next_hop_mtu(), data }
-            }
+            (kind::ECHO_REQUEST, 0) => Repr::EchoRequest {
+                ident: p.echo_ident(),
+                seq: p.echo_seq(),
+                data,
+            },
+            (kind::ECHO_REPLY, 0) => Repr::EchoReply {
+                ident: p.echo_ident(),
+                seq: p.echo_seq(),
+                data,
+            },
+            (kind::DST_UNREACHABLE, code) => Repr::DstUnreachable {
+                code,
+                next_hop_mtu: p.next_hop_mtu(),
+                data,
+            },
             (kind::TIME_EXCEEDED, code) => Repr::TimeExceeded { code, data },
-            (kind::PARAM_PROBLEM, 0) => Repr::ParamProblem { pointer: b[4], data },
-            (msg_type, code) => {
-                Repr::Other { msg_type, code, rest: [b[4], b[5], b[6], b[7]], data }
-            }
+            (kind::PARAM_PROBLEM, 0) => Repr::ParamProblem {
+                pointer: b[4],
+                data,
+            },
+            (msg_type, code) => Repr::Other {
+                msg_type,
+                code,
+                rest: [b[4], b[5], b[6], b[7]],
+                data,
+            },
         }
     }
 
@@ -152,12 +189,17 @@ impl<'a> Repr<'a> {
         let (t, c, rest): (u8, u8, [u8; 4]) = match *self {
             Repr::EchoRequest { ident, seq, .. } => (kind::ECHO_REQUEST, 0, words(ident, seq)),
             Repr::EchoReply { ident, seq, .. } => (kind::ECHO_REPLY, 0, words(ident, seq)),
-            Repr::DstUnreachable { code, next_hop_mtu, .. } => {
-                (kind::DST_UNREACHABLE, code, words(0, next_hop_mtu))
-            }
+            Repr::DstUnreachable {
+                code, next_hop_mtu, ..
+            } => (kind::DST_UNREACHABLE, code, words(0, next_hop_mtu)),
             Repr::TimeExceeded { code, .. } => (kind::TIME_EXCEEDED, code, [0; 4]),
             Repr::ParamProblem { pointer, .. } => (kind::PARAM_PROBLEM, 0, [pointer, 0, 0, 0]),
-            Repr::Other { msg_type, code, rest, .. } => (msg_type, code, rest),
+            Repr::Other {
+                msg_type,
+                code,
+                rest,
+                ..
+            } => (msg_type, code, rest),
         };
         buf[0] = t;
         buf[1] = c;
@@ -183,7 +225,11 @@ mod tests {
     #[test]
     fn frag_needed_carries_mtu() {
         let quoted = [0x45u8; 28];
-        let r = Repr::DstUnreachable { code: unreachable::FRAG_NEEDED, next_hop_mtu: 1400, data: &quoted };
+        let r = Repr::DstUnreachable {
+            code: unreachable::FRAG_NEEDED,
+            next_hop_mtu: 1400,
+            data: &quoted,
+        };
         let mut b = vec![0u8; r.buffer_len()];
         r.emit(&mut b).unwrap();
         let p = Packet::new_checked(&b[..]).unwrap();

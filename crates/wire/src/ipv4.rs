@@ -58,9 +58,14 @@ pub enum Error {
     /// IHL below 5 (in 32-bit words).
     BadHeaderLen(u8),
     /// Total length smaller than the header.
-    BadTotalLen { total: u16, header: usize },
+    BadTotalLen {
+        total: u16,
+        header: usize,
+    },
     /// An option whose length runs past the header or is below 2; `at` is its offset.
-    BadOption { at: usize },
+    BadOption {
+        at: usize,
+    },
 }
 
 impl core::fmt::Display for Error {
@@ -222,7 +227,11 @@ pub struct Options<'a> {
 
 impl<'a> Options<'a> {
     pub fn new(b: &'a [u8]) -> Self {
-        Options { b, at: 0, done: false }
+        Options {
+            b,
+            at: 0,
+            done: false,
+        }
     }
 }
 
@@ -248,7 +257,9 @@ impl<'a> Iterator for Options<'a> {
                     Some(&l) if l >= 2 && at + l as usize <= self.b.len() => l as usize,
                     _ => {
                         self.done = true;
-                        return Some(Err(Error::BadOption { at: MIN_HEADER_LEN + at }));
+                        return Some(Err(Error::BadOption {
+                            at: MIN_HEADER_LEN + at,
+                        }));
                     }
                 };
                 self.at += len;
@@ -388,13 +399,18 @@ impl Repr {
         need(buf, MIN_HEADER_LEN).map_err(Error::Truncated)?;
         let total = MIN_HEADER_LEN + self.payload_len;
         if total > u16::MAX as usize {
-            return Err(Error::BadTotalLen { total: u16::MAX, header: total });
+            return Err(Error::BadTotalLen {
+                total: u16::MAX,
+                header: total,
+            });
         }
         buf[field::VER_IHL] = 0x45;
         buf[field::TOS] = self.tos;
         put16(buf, field::LENGTH, total as u16);
         put16(buf, field::IDENT, self.ident);
-        let mut p = Packet { buf: &mut buf[..MIN_HEADER_LEN] };
+        let mut p = Packet {
+            buf: &mut buf[..MIN_HEADER_LEN],
+        };
         p.set_frag(self.dont_frag, self.more_frags, self.frag_offset);
         let b = p.buf;
         b[field::TTL] = self.ttl;
@@ -475,14 +491,23 @@ mod tests {
     fn header_errors() {
         let mut v = packet();
         v[0] = 0x65;
-        assert_eq!(Packet::new_checked(&v[..]).unwrap_err(), Error::BadVersion(6));
+        assert_eq!(
+            Packet::new_checked(&v[..]).unwrap_err(),
+            Error::BadVersion(6)
+        );
         v[0] = 0x44;
-        assert_eq!(Packet::new_checked(&v[..]).unwrap_err(), Error::BadHeaderLen(4));
+        assert_eq!(
+            Packet::new_checked(&v[..]).unwrap_err(),
+            Error::BadHeaderLen(4)
+        );
         v[0] = 0x46;
         v[3] = 0x14; // total 20 < header 24
         assert_eq!(
             Packet::new_checked(&v[..]).unwrap_err(),
-            Error::BadTotalLen { total: 20, header: 24 }
+            Error::BadTotalLen {
+                total: 20,
+                header: 24
+            }
         );
         v[3] = 0x40; // total 64 > buffer 28
         assert_eq!(

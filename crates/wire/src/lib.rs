@@ -39,7 +39,10 @@ impl core::fmt::Display for Truncated {
 #[inline]
 pub(crate) fn need(buf: &[u8], need: usize) -> Result<(), Truncated> {
     if buf.len() < need {
-        Err(Truncated { need, have: buf.len() })
+        Err(Truncated {
+            need,
+            have: buf.len(),
+        })
     } else {
         Ok(())
     }

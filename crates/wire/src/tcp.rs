@@ -111,7 +111,10 @@ mod tests {
     fn data_offset_checked() {
         let mut b = [0u8; 24];
         b[12] = 0x40;
-        assert_eq!(Packet::new_checked(&b[..]).unwrap_err(), Error::BadDataOffset(4));
+        assert_eq!(
+            Packet::new_checked(&b[..]).unwrap_err(),
+            Error::BadDataOffset(4)
+        );
         b[12] = 0x70; // 28 bytes of header in a 24-byte buffer
         assert_eq!(
             Packet::new_checked(&b[..]).unwrap_err(),
@@ -120,6 +123,9 @@ mod tests {
         b[12] = 0x60;
         b[13] = flags::SYN | flags::ACK;
         let p = Packet::new_checked(&b[..]).unwrap();
-        assert_eq!((p.header_len(), p.flags(), p.payload().len()), (24, 0x12, 0));
+        assert_eq!(
+            (p.header_len(), p.flags(), p.payload().len()),
+            (24, 0x12, 0)
+        );
     }
 }

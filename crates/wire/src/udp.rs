@@ -137,6 +137,9 @@ mod tests {
     #[test]
     fn bad_length() {
         let b = [0, 1, 0, 2, 0, 7, 0, 0];
-        assert_eq!(Packet::new_checked(&b[..]).unwrap_err(), Error::BadLength(7));
+        assert_eq!(
+            Packet::new_checked(&b[..]).unwrap_err(),
+            Error::BadLength(7)
+        );
     }
 }

@@ -33,7 +33,8 @@ struct Seen {
 fn check(name: &str, me: Ipv4Addr) -> Seen {
     let mut s = Seen::default();
     for (i, f) in frames(name).iter().enumerate() {
-        let e = ethernet::Frame::new_checked(&f[..]).unwrap_or_else(|err| panic!("{name} #{i}: {err}"));
+        let e =
+            ethernet::Frame::new_checked(&f[..]).unwrap_or_else(|err| panic!("{name} #{i}: {err}"));
         assert_eq!(e.vlan(), None);
         match e.ethertype() {
             ethernet::ethertype::ARP => {
@@ -42,7 +43,11 @@ fn check(name: &str, me: Ipv4Addr) -> Seen {
                     arp::Operation::Request => s.arp_request += 1,
                     arp::Operation::Reply => {
                         s.arp_reply += 1;
-                        assert_eq!(a.sender_mac(), e.src(), "{name} #{i}: reply sender is the frame's source");
+                        assert_eq!(
+                            a.sender_mac(),
+                            e.src(),
+                            "{name} #{i}: reply sender is the frame's source"
+                        );
                     }
                 }
             }
@@ -65,7 +70,11 @@ fn check(name: &str, me: Ipv4Addr) -> Seen {
                                 s.time_exceeded += 1;
                                 assert_eq!(p.src(), Ipv4Addr::new(10, 1, 0, 1));
                                 let quoted = ipv4::Packet::new_checked(m.data()).unwrap();
-                                assert_eq!(quoted.ttl(), 1, "the quote is the datagram as it arrived");
+                                assert_eq!(
+                                    quoted.ttl(),
+                                    1,
+                                    "the quote is the datagram as it arrived"
+                                );
                             }
                             (3, 0) => s.net_unreachable += 1,
                             other => panic!("{name} #{i}: unexpected ICMP {other:?}"),
@@ -75,16 +84,27 @@ fn check(name: &str, me: Ipv4Addr) -> Seen {
                         let t = tcp::Packet::new_checked(p.payload()).unwrap();
                         assert!(t.src_port() == 5201 || t.dst_port() == 5201);
                         if received {
-                            assert!(t.verify_checksum(p.src(), p.dst()), "{name} #{i}: TCP checksum");
+                            assert!(
+                                t.verify_checksum(p.src(), p.dst()),
+                                "{name} #{i}: TCP checksum"
+                            );
                             s.tcp_rx += 1;
                         } else {
                             // Sent: left to offload (the field holds the folded pseudo-header
                             // sum), or complete (resets the kernel builds itself).
-                            let ps = checksum::pseudo_header(p.src(), p.dst(), 6, p.payload().len() as u16);
+                            let ps = checksum::pseudo_header(
+                                p.src(),
+                                p.dst(),
+                                6,
+                                p.payload().len() as u16,
+                            );
                             if t.checksum() == checksum::fold(ps) {
                                 s.tcp_tx_partial += 1;
                             } else {
-                                assert!(t.verify_checksum(p.src(), p.dst()), "{name} #{i}: TCP checksum neither partial nor valid");
+                                assert!(
+                                    t.verify_checksum(p.src(), p.dst()),
+                                    "{name} #{i}: TCP checksum neither partial nor valid"
+                                );
                             }
                         }
                     }
@@ -92,7 +112,10 @@ fn check(name: &str, me: Ipv4Addr) -> Seen {
                         let u = udp::Packet::new_checked(p.payload()).unwrap();
                         assert_eq!(u.len(), p.payload().len());
                         if received {
-                            assert!(u.verify_checksum(p.src(), p.dst()), "{name} #{i}: UDP checksum");
+                            assert!(
+                                u.verify_checksum(p.src(), p.dst()),
+                                "{name} #{i}: UDP checksum"
+                            );
                             s.udp_rx += 1;
                         }
                     }
@@ -109,9 +132,15 @@ fn check(name: &str, me: Ipv4Addr) -> Seen {
 fn frames_captured_on_the_source_host() {
     let s = check("src1-through-router.pcap", Ipv4Addr::new(10, 1, 0, 10));
     assert!(s.arp_request >= 1 && s.arp_reply >= 1, "{s:?}");
-    assert!(s.echo >= 4 && s.time_exceeded == 1 && s.net_unreachable == 1, "{s:?}");
+    assert!(
+        s.echo >= 4 && s.time_exceeded == 1 && s.net_unreachable == 1,
+        "{s:?}"
+    );
     assert_eq!(s.fragments, 6, "{s:?}");
-    assert!(s.tcp_rx > 10 && s.tcp_tx_partial > 10 && s.udp_rx >= 1, "{s:?}");
+    assert!(
+        s.tcp_rx > 10 && s.tcp_tx_partial > 10 && s.udp_rx >= 1,
+        "{s:?}"
+    );
 }
 
 #[test]

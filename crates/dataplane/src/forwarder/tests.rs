@@ -17,11 +17,24 @@ fn ip(s: &str) -> Ipv4Addr {
 fn router() -> (Forwarder, Instant) {
     let now = Instant::now();
     let ifaces = vec![
-        Iface { name: "r0".into(), mac: R0, mtu: 1500, addr: ip("10.1.0.1"), prefix_len: 24 },
-        Iface { name: "r1".into(), mac: R1, mtu: 1000, addr: ip("10.2.0.1"), prefix_len: 24 },
+        Iface {
+            name: "r0".into(),
+            mac: R0,
+            mtu: 1500,
+            addr: ip("10.1.0.1"),
+            prefix_len: 24,
+        },
+        Iface {
+            name: "r1".into(),
+            mac: R1,
+            mtu: 1000,
+            addr: ip("10.2.0.1"),
+            prefix_len: 24,
+        },
     ];
     let mut f = Forwarder::new(ifaces, ForwarderConfig::default(), now);
-    f.add_route(Prefix::parse_strict("10.3.0.0/16").unwrap(), ip("10.2.0.2")).unwrap();
+    f.add_route(Prefix::parse_strict("10.3.0.0/16").unwrap(), ip("10.2.0.2"))
+        .unwrap();
     f.neighbours.learn(0, ip("10.1.0.10"), H1, now, true);
     f.neighbours.learn(1, ip("10.2.0.20"), H2, now, true);
     f.neighbours.learn(1, ip("10.2.0.2"), H2, now, true);
@@ -39,13 +52,27 @@ struct Udp {
 
 impl Default for Udp {
     fn default() -> Self {
-        Udp { dst_mac: R0, src: "10.1.0.10", dst: "10.2.0.20", ttl: 64, df: false, len: 32 }
+        Udp {
+            dst_mac: R0,
+            src: "10.1.0.10",
+            dst: "10.2.0.20",
+            ttl: 64,
+            df: false,
+            len: 32,
+        }
     }
 }
 
 fn udp_frame(u: Udp) -> Vec<u8> {
     let mut b = vec![0u8; ETH + 20 + 8 + u.len];
-    ethernet::Repr { dst: u.dst_mac, src: H1, vlan: None, ethertype: ethertype::IPV4 }.emit(&mut b).unwrap();
+    ethernet::Repr {
+        dst: u.dst_mac,
+        src: H1,
+        vlan: None,
+        ethertype: ethertype::IPV4,
+    }
+    .emit(&mut b)
+    .unwrap();
     ipv4::Repr {
         src: ip(u.src),
         dst: ip(u.dst),
@@ -63,9 +90,13 @@ fn udp_frame(u: Udp) -> Vec<u8> {
     for (i, x) in b[ETH + 28..].iter_mut().enumerate() {
         *x = i as u8;
     }
-    udp::Repr { src_port: 5000, dst_port: 1234, payload_len: u.len }
-        .emit(&mut b[ETH + 20..], ip(u.src), ip(u.dst))
-        .unwrap();
+    udp::Repr {
+        src_port: 5000,
+        dst_port: 1234,
+        payload_len: u.len,
+    }
+    .emit(&mut b[ETH + 20..], ip(u.src), ip(u.dst))
+    .unwrap();
     b
 }
 
@@ -74,7 +105,10 @@ fn run(f: &mut Forwarder, now: Instant, port: u16, frame: Vec<u8>) -> Vec<(u16, 
     let mut p = Pkt::from_bytes(&frame);
     p.meta.rx_port = port;
     f.process(p, now, &mut tx);
-    tx.drain_all().into_iter().map(|(p, k)| (p, k.data)).collect()
+    tx.drain_all()
+        .into_iter()
+        .map(|(p, k)| (p, k.data))
+        .collect()
 }
 
 fn ip_of(frame: &[u8]) -> ipv4::Packet<&[u8]> {
@@ -103,16 +137,29 @@ fn forwards_with_ttl_decrement_and_new_macs() {
     let p = ip_of(fr);
     assert_eq!(p.ttl(), 63);
     assert!(p.verify_checksum());
-    assert!(udp::Packet::new_checked(p.payload()).unwrap().verify_checksum(p.src(), p.dst()));
+    assert!(udp::Packet::new_checked(p.payload())
+        .unwrap()
+        .verify_checksum(p.src(), p.dst()));
     assert_eq!(f.counters.events(Event::Forwarded), 1);
 }
 
 #[test]
 fn forwards_through_gateway() {
     let (mut f, now) = router();
-    let out = run(&mut f, now, 0, udp_frame(Udp { dst: "10.3.7.7", ..Default::default() }));
+    let out = run(
+        &mut f,
+        now,
+        0,
+        udp_frame(Udp {
+            dst: "10.3.7.7",
+            ..Default::default()
+        }),
+    );
     assert_eq!(out[0].0, 1);
-    assert_eq!(ethernet::Frame::new_checked(&out[0].1[..]).unwrap().dst(), H2);
+    assert_eq!(
+        ethernet::Frame::new_checked(&out[0].1[..]).unwrap().dst(),
+        H2
+    );
 }
 
 /// Frames that must be dropped, each with the one counter that must count it and nothing
@@ -175,10 +222,47 @@ fn silent_drops() {
 fn icmp_errors() {
     // (what, input, drop, expected ICMP type, code)
     let cases: Vec<(&str, Vec<u8>, Drop, u8, u8)> = vec![
-        ("TTL 1", udp_frame(Udp { ttl: 1, ..Default::default() }), Drop::Ip4TtlExpired, 11, 0),
-        ("no route", udp_frame(Udp { dst: "192.0.2.1", ..Default::default() }), Drop::Ip4NoRoute, 3, 0),
-        ("DF over MTU", udp_frame(Udp { df: true, len: 1200, ..Default::default() }), Drop::Ip4FragNeeded, 3, 4),
-        ("UDP to us", udp_frame(Udp { dst: "10.1.0.1", ..Default::default() }), Drop::LocalUdp, 3, 3),
+        (
+            "TTL 1",
+            udp_frame(Udp {
+                ttl: 1,
+                ..Default::default()
+            }),
+            Drop::Ip4TtlExpired,
+            11,
+            0,
+        ),
+        (
+            "no route",
+            udp_frame(Udp {
+                dst: "192.0.2.1",
+                ..Default::default()
+            }),
+            Drop::Ip4NoRoute,
+            3,
+            0,
+        ),
+        (
+            "DF over MTU",
+            udp_frame(Udp {
+                df: true,
+                len: 1200,
+                ..Default::default()
+            }),
+            Drop::Ip4FragNeeded,
+            3,
+            4,
+        ),
+        (
+            "UDP to us",
+            udp_frame(Udp {
+                dst: "10.1.0.1",
+                ..Default::default()
+            }),
+            Drop::LocalUdp,
+            3,
+            3,
+        ),
     ];
     for (what, frame, why, t, c) in cases {
         let (mut f, now) = router();
@@ -188,10 +272,18 @@ fn icmp_errors() {
         assert_eq!(out.len(), 1, "{what}");
         let (port, fr) = &out[0];
         assert_eq!(*port, 0, "{what}: goes back toward the source");
-        assert_eq!(icmp_of(fr), (t, c, ip("10.1.0.1"), ip("10.1.0.10")), "{what}");
+        assert_eq!(
+            icmp_of(fr),
+            (t, c, ip("10.1.0.1"), ip("10.1.0.10")),
+            "{what}"
+        );
         let ipp = ip_of(fr);
         let i = icmp::Packet::new_checked(ipp.payload()).unwrap();
-        assert_eq!(i.data().len(), (orig_len - ETH).min(576 - 28), "{what}: quote length");
+        assert_eq!(
+            i.data().len(),
+            (orig_len - ETH).min(576 - 28),
+            "{what}: quote length"
+        );
         if t == 3 && c == 4 {
             assert_eq!(i.next_hop_mtu(), 1000);
         }
@@ -203,7 +295,14 @@ fn no_icmp_error_about_an_icmp_error_or_a_later_fragment() {
     let (mut f, now) = router();
     // A time-exceeded message arriving with TTL 1.
     let mut err = vec![0u8; ETH + 20 + 36];
-    ethernet::Repr { dst: R0, src: H1, vlan: None, ethertype: ethertype::IPV4 }.emit(&mut err).unwrap();
+    ethernet::Repr {
+        dst: R0,
+        src: H1,
+        vlan: None,
+        ethertype: ethertype::IPV4,
+    }
+    .emit(&mut err)
+    .unwrap();
     ipv4::Repr {
         src: ip("10.1.0.10"),
         dst: ip("10.2.0.20"),
@@ -218,10 +317,18 @@ fn no_icmp_error_about_an_icmp_error_or_a_later_fragment() {
     }
     .emit(&mut err[ETH..])
     .unwrap();
-    icmp::Repr::TimeExceeded { code: 0, data: &[0x45; 28] }.emit(&mut err[ETH + 20..]).unwrap();
+    icmp::Repr::TimeExceeded {
+        code: 0,
+        data: &[0x45; 28],
+    }
+    .emit(&mut err[ETH + 20..])
+    .unwrap();
     assert!(run(&mut f, now, 0, err).is_empty());
     // A non-first fragment with TTL 1.
-    let mut frag = udp_frame(Udp { ttl: 1, ..Default::default() });
+    let mut frag = udp_frame(Udp {
+        ttl: 1,
+        ..Default::default()
+    });
     let mut p = ipv4::Packet::new_checked(&mut frag[ETH..]).unwrap();
     p.set_frag(false, false, 64);
     p.fill_checksum();
@@ -234,14 +341,30 @@ fn no_icmp_error_about_an_icmp_error_or_a_later_fragment() {
 fn icmp_errors_are_rate_limited() {
     let (mut f, now) = router();
     for _ in 0..60 {
-        run(&mut f, now, 0, udp_frame(Udp { ttl: 1, ..Default::default() }));
+        run(
+            &mut f,
+            now,
+            0,
+            udp_frame(Udp {
+                ttl: 1,
+                ..Default::default()
+            }),
+        );
     }
     assert_eq!(f.counters.events(Event::IcmpErrorsSent), 50);
     assert_eq!(f.counters.drops(Drop::IcmpRateLimited), 10);
     // A second later the bucket holds 50 again (100/s, capped at the burst).
     let later = now + Duration::from_secs(1);
     for _ in 0..60 {
-        run(&mut f, later, 0, udp_frame(Udp { ttl: 1, ..Default::default() }));
+        run(
+            &mut f,
+            later,
+            0,
+            udp_frame(Udp {
+                ttl: 1,
+                ..Default::default()
+            }),
+        );
     }
     assert_eq!(f.counters.events(Event::IcmpErrorsSent), 100);
 }
@@ -249,7 +372,10 @@ fn icmp_errors_are_rate_limited() {
 #[test]
 fn fragments_when_df_is_clear() {
     let (mut f, now) = router();
-    let frame = udp_frame(Udp { len: 1400, ..Default::default() });
+    let frame = udp_frame(Udp {
+        len: 1400,
+        ..Default::default()
+    });
     let payload = frame[ETH + 20..].to_vec();
     let out = run(&mut f, now, 0, frame);
     assert_eq!(out.len(), 2);
@@ -268,7 +394,14 @@ fn fragments_when_df_is_clear() {
 fn answers_arp_and_ping_for_its_addresses() {
     let (mut f, now) = router();
     let mut req = vec![0u8; ETH + 28];
-    ethernet::Repr { dst: MacAddr::BROADCAST, src: H1, vlan: None, ethertype: ethertype::ARP }.emit(&mut req).unwrap();
+    ethernet::Repr {
+        dst: MacAddr::BROADCAST,
+        src: H1,
+        vlan: None,
+        ethertype: ethertype::ARP,
+    }
+    .emit(&mut req)
+    .unwrap();
     arp::Repr {
         operation: arp::Operation::Request,
         sender_mac: H1,
@@ -281,12 +414,25 @@ fn answers_arp_and_ping_for_its_addresses() {
     let out = run(&mut f, now, 0, req);
     assert_eq!(out.len(), 1);
     let a = arp::Packet::new_checked(&out[0].1[ETH..]).unwrap();
-    assert_eq!((a.operation(), a.sender_mac(), a.sender_ip(), a.target_mac()), (arp::Operation::Reply, R0, ip("10.1.0.1"), H1));
-    assert!(f.neighbours.contains(0, ip("10.1.0.77")), "the requester is learned");
+    assert_eq!(
+        (a.operation(), a.sender_mac(), a.sender_ip(), a.target_mac()),
+        (arp::Operation::Reply, R0, ip("10.1.0.1"), H1)
+    );
+    assert!(
+        f.neighbours.contains(0, ip("10.1.0.77")),
+        "the requester is learned"
+    );
 
     // Ping the far interface's address from port 0: the reply comes back out of port 0.
     let mut ping = vec![0u8; ETH + 20 + 8 + 4];
-    ethernet::Repr { dst: R0, src: H1, vlan: None, ethertype: ethertype::IPV4 }.emit(&mut ping).unwrap();
+    ethernet::Repr {
+        dst: R0,
+        src: H1,
+        vlan: None,
+        ethertype: ethertype::IPV4,
+    }
+    .emit(&mut ping)
+    .unwrap();
     ipv4::Repr {
         src: ip("10.1.0.10"),
         dst: ip("10.2.0.1"),
@@ -301,41 +447,94 @@ fn answers_arp_and_ping_for_its_addresses() {
     }
     .emit(&mut ping[ETH..])
     .unwrap();
-    icmp::Repr::EchoRequest { ident: 7, seq: 3, data: b"abcd" }.emit(&mut ping[ETH + 20..]).unwrap();
+    icmp::Repr::EchoRequest {
+        ident: 7,
+        seq: 3,
+        data: b"abcd",
+    }
+    .emit(&mut ping[ETH + 20..])
+    .unwrap();
     let out = run(&mut f, now, 0, ping);
     assert_eq!(out.len(), 1);
     assert_eq!(icmp_of(&out[0].1), (0, 0, ip("10.2.0.1"), ip("10.1.0.10")));
     let p = ip_of(&out[0].1);
     let i = icmp::Packet::new_checked(p.payload()).unwrap();
-    assert_eq!((i.echo_ident(), i.echo_seq(), i.data()), (7, 3, &b"abcd"[..]));
+    assert_eq!(
+        (i.echo_ident(), i.echo_seq(), i.data()),
+        (7, 3, &b"abcd"[..])
+    );
 }
 
 #[test]
 fn resolves_unknown_next_hop_then_sends_queued_packets() {
     let (mut f, now) = router();
-    let out = run(&mut f, now, 0, udp_frame(Udp { dst: "10.2.0.99", ..Default::default() }));
+    let out = run(
+        &mut f,
+        now,
+        0,
+        udp_frame(Udp {
+            dst: "10.2.0.99",
+            ..Default::default()
+        }),
+    );
     assert_eq!(out.len(), 1, "only the ARP request goes out");
     let a = arp::Packet::new_checked(&out[0].1[ETH..]).unwrap();
-    assert_eq!((out[0].0, a.operation(), a.target_ip(), a.sender_ip()), (1, arp::Operation::Request, ip("10.2.0.99"), ip("10.2.0.1")));
-    assert!(run(&mut f, now, 0, udp_frame(Udp { dst: "10.2.0.99", ..Default::default() })).is_empty());
+    assert_eq!(
+        (out[0].0, a.operation(), a.target_ip(), a.sender_ip()),
+        (1, arp::Operation::Request, ip("10.2.0.99"), ip("10.2.0.1"))
+    );
+    assert!(run(
+        &mut f,
+        now,
+        0,
+        udp_frame(Udp {
+            dst: "10.2.0.99",
+            ..Default::default()
+        })
+    )
+    .is_empty());
 
     let mac = MacAddr([2, 0, 0, 0, 0, 0x99]);
     let mut rep = vec![0u8; ETH + 28];
-    ethernet::Repr { dst: R1, src: mac, vlan: None, ethertype: ethertype::ARP }.emit(&mut rep).unwrap();
-    arp::Repr { operation: arp::Operation::Reply, sender_mac: mac, sender_ip: ip("10.2.0.99"), target_mac: R1, target_ip: ip("10.2.0.1") }
-        .emit(&mut rep[ETH..])
-        .unwrap();
+    ethernet::Repr {
+        dst: R1,
+        src: mac,
+        vlan: None,
+        ethertype: ethertype::ARP,
+    }
+    .emit(&mut rep)
+    .unwrap();
+    arp::Repr {
+        operation: arp::Operation::Reply,
+        sender_mac: mac,
+        sender_ip: ip("10.2.0.99"),
+        target_mac: R1,
+        target_ip: ip("10.2.0.1"),
+    }
+    .emit(&mut rep[ETH..])
+    .unwrap();
     let out = run(&mut f, now, 1, rep);
     assert_eq!(out.len(), 2, "both queued packets leave");
     for (port, fr) in out {
-        assert_eq!((port, ethernet::Frame::new_checked(&fr[..]).unwrap().dst()), (1, mac));
+        assert_eq!(
+            (port, ethernet::Frame::new_checked(&fr[..]).unwrap().dst()),
+            (1, mac)
+        );
     }
 }
 
 #[test]
 fn unanswered_arp_gives_host_unreachable() {
     let (mut f, now) = router();
-    run(&mut f, now, 0, udp_frame(Udp { dst: "10.2.0.98", ..Default::default() }));
+    run(
+        &mut f,
+        now,
+        0,
+        udp_frame(Udp {
+            dst: "10.2.0.98",
+            ..Default::default()
+        }),
+    );
     let mut tx = TxQueues::new(2);
     let mut requests = 1;
     for s in 1..=3 {
@@ -359,7 +558,12 @@ fn fills_in_offloaded_checksums() {
     let (mut f, now) = router();
     let mut frame = udp_frame(Udp::default());
     // What a sender with checksum offload puts there: the pseudo-header sum only.
-    let psum = wire::checksum::fold(wire::checksum::pseudo_header(ip("10.1.0.10"), ip("10.2.0.20"), 17, 40));
+    let psum = wire::checksum::fold(wire::checksum::pseudo_header(
+        ip("10.1.0.10"),
+        ip("10.2.0.20"),
+        17,
+        40,
+    ));
     frame[ETH + 26..ETH + 28].copy_from_slice(&psum.to_be_bytes());
     let mut p = Pkt::from_bytes(&frame);
     p.meta.csum_partial = true;
@@ -367,7 +571,9 @@ fn fills_in_offloaded_checksums() {
     f.process(p, now, &mut tx);
     let out = tx.drain_all();
     let ipp = ip_of(&out[0].1.data);
-    assert!(udp::Packet::new_checked(ipp.payload()).unwrap().verify_checksum(ipp.src(), ipp.dst()));
+    assert!(udp::Packet::new_checked(ipp.payload())
+        .unwrap()
+        .verify_checksum(ipp.src(), ipp.dst()));
     assert_eq!(f.counters.events(Event::ChecksumFilled), 1);
 }
 
@@ -380,7 +586,9 @@ fn source_routed_packets_get_source_route_failed() {
     b[ETH] = 0x47;
     let total = (b.len() - ETH) as u16;
     b[ETH + 2..ETH + 4].copy_from_slice(&total.to_be_bytes());
-    ipv4::Packet::new_checked(&mut b[ETH..]).unwrap().fill_checksum();
+    ipv4::Packet::new_checked(&mut b[ETH..])
+        .unwrap()
+        .fill_checksum();
     let out = run(&mut f, now, 0, b);
     assert_eq!(f.counters.drops(Drop::Ip4SourceRoute), 1);
     assert_eq!(icmp_of(&out[0].1).0..=icmp_of(&out[0].1).1, 3..=5);

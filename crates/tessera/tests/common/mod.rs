@@ -18,11 +18,15 @@ pub fn exe() -> &'static str {
 }
 
 pub fn repo_path(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
 }
 
 pub fn test_path(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(rel)
 }
 
 static LIVE: Mutex<Vec<(PathBuf, String)>> = Mutex::new(Vec::new());
@@ -30,7 +34,11 @@ static SETUP: Once = Once::new();
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 fn down(file: &Path, name: &str) {
-    let _ = Command::new(exe()).args(["lab", "down"]).arg(file).args(["--name", name]).output();
+    let _ = Command::new(exe())
+        .args(["lab", "down"])
+        .arg(file)
+        .args(["--name", name])
+        .output();
 }
 
 /// Once per test process: check prerequisites, remove labs of dead test processes, and
@@ -76,23 +84,46 @@ pub struct TestLab {
 impl TestLab {
     pub fn up(file: PathBuf, extra: &[&str]) -> TestLab {
         setup();
-        let name = format!("t{}x{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst));
+        let name = format!(
+            "t{}x{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        );
         LIVE.lock().unwrap().push((file.clone(), name.clone()));
         let lab = TestLab { file, name };
-        let out = Command::new(exe()).args(["lab", "up"]).arg(&lab.file).args(["--name", &lab.name]).args(extra).output().unwrap();
-        assert!(out.status.success(), "lab up failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(exe())
+            .args(["lab", "up"])
+            .arg(&lab.file)
+            .args(["--name", &lab.name])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "lab up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         lab
     }
 
     /// Runs a command in a node; returns its output whatever the exit status.
     pub fn exec(&self, node: &str, argv: &[&str]) -> Output {
-        Command::new("ip").args(["netns", "exec", &format!("ts-{}-{node}", self.name)]).args(argv).output().unwrap()
+        Command::new("ip")
+            .args(["netns", "exec", &format!("ts-{}-{node}", self.name)])
+            .args(argv)
+            .output()
+            .unwrap()
     }
 
     /// Runs a command in a node and returns its stdout; panics with its stderr if it fails.
     pub fn sh(&self, node: &str, argv: &[&str]) -> String {
         let o = self.exec(node, argv);
-        assert!(o.status.success(), "{node}: {argv:?} failed: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{node}: {argv:?} failed: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
@@ -101,28 +132,57 @@ impl TestLab {
     }
 
     pub fn show(&self) -> Value {
-        let o = Command::new(exe()).args(["lab", "show"]).arg(&self.file).args(["--name", &self.name, "--json"]).output().unwrap();
+        let o = Command::new(exe())
+            .args(["lab", "show"])
+            .arg(&self.file)
+            .args(["--name", &self.name, "--json"])
+            .output()
+            .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         serde_json::from_slice(&o.stdout).unwrap()
     }
 
     pub fn node(&self, name: &str) -> Value {
-        self.show()["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).cloned().unwrap()
+        self.show()["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name)
+            .cloned()
+            .unwrap()
     }
 
     pub fn mac(&self, node: &str, ifname: &str) -> String {
         let n = self.node(node);
-        n["interfaces"].as_array().unwrap().iter().find(|i| i["name"] == ifname).unwrap()["mac"].as_str().unwrap().to_string()
+        n["interfaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["name"] == ifname)
+            .unwrap()["mac"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     pub fn control(&self, element: &str) -> PathBuf {
-        Path::new(lab::topology::RUN_DIR).join(&self.name).join(format!("{element}.sock"))
+        Path::new(lab::topology::RUN_DIR)
+            .join(&self.name)
+            .join(format!("{element}.sock"))
     }
 
     /// The element's counters, as `tessera show counters` prints them.
     pub fn counters(&self, element: &str) -> Value {
-        let o = Command::new(exe()).args(["show", "counters", "--control"]).arg(self.control(element)).output().unwrap();
-        assert!(o.status.success(), "show counters: {}", String::from_utf8_lossy(&o.stderr));
+        let o = Command::new(exe())
+            .args(["show", "counters", "--control"])
+            .arg(self.control(element))
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "show counters: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         serde_json::from_slice(&o.stdout).unwrap()
     }
 }
@@ -130,14 +190,20 @@ impl TestLab {
 impl Drop for TestLab {
     fn drop(&mut self) {
         down(&self.file, &self.name);
-        LIVE.lock().map(|mut l| l.retain(|(_, n)| n != &self.name)).ok();
+        LIVE.lock()
+            .map(|mut l| l.retain(|(_, n)| n != &self.name))
+            .ok();
     }
 }
 
 pub fn drop_count(c: &Value, reason: &str) -> u64 {
-    c["drops"][reason].as_u64().unwrap_or_else(|| panic!("no drop counter {reason}"))
+    c["drops"][reason]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no drop counter {reason}"))
 }
 
 pub fn event_count(c: &Value, name: &str) -> u64 {
-    c["events"][name].as_u64().unwrap_or_else(|| panic!("no event counter {name}"))
+    c["events"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no event counter {name}"))
 }

@@ -1,0 +1,31 @@
+//! Entry points shared by the fuzz targets and the corpus replay test.
+
+use std::path::Path;
+
+/// Parses arbitrary bytes as a forwarder config file. Errors must carry a line inside the
+/// text.
+pub fn config(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Err(e) = crate::config::ForwarderFile::parse(Path::new("fuzz.toml"), &text) {
+        assert!(
+            e.line <= text.lines().count() + 1,
+            "error line {} past the end: {e}",
+            e.line
+        );
+        let _ = e.to_string();
+    }
+}
+
+/// Parses arbitrary bytes as a routes file.
+pub fn routes(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut n = 0;
+    match crate::routes::parse("fuzz.txt", &text, |p, _, _| {
+        n += 1;
+        assert!(p.len() <= 32);
+        Ok(())
+    }) {
+        Ok(count) => assert_eq!(count, n),
+        Err(e) => assert!(e.line >= 1 && e.line <= text.lines().count()),
+    }
+}

@@ -1,0 +1,50 @@
+//! Replays every fuzz target's corpus (fuzz/corpus/TARGET) through the same entry points the
+//! fuzz targets call, so inputs that once found a bug keep being checked on stable Rust.
+
+use std::path::Path;
+
+fn corpus(target: &str) -> Vec<Vec<u8>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target);
+    let mut v: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+        .collect();
+    assert!(!v.is_empty(), "empty corpus {}", dir.display());
+    v.sort();
+    v
+}
+
+#[test]
+fn frame_corpus() {
+    for d in corpus("frame") {
+        wire::fuzzing::parse_frame(&d);
+    }
+}
+
+#[test]
+fn forward_corpus() {
+    let (mut f, now) = dataplane::fuzzing::forwarder();
+    for d in corpus("forward") {
+        dataplane::fuzzing::forward(&mut f, now, &d);
+    }
+    assert!(
+        f.counters.events(dataplane::Event::Forwarded) > 0,
+        "the seeds include forwardable frames"
+    );
+}
+
+#[test]
+fn config_corpus() {
+    for d in corpus("config") {
+        control::fuzzing::config(&d);
+    }
+}
+
+#[test]
+fn routes_corpus() {
+    for d in corpus("routes") {
+        control::fuzzing::routes(&d);
+    }
+}
