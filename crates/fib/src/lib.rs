@@ -68,7 +68,10 @@ impl Prefix {
         self.addr
     }
 
-    #[expect(clippy::len_without_is_empty, reason = "the prefix length, not a collection size")]
+    #[expect(
+        clippy::len_without_is_empty,
+        reason = "the prefix length, not a collection size"
+    )]
     pub fn len(&self) -> u8 {
         self.len
     }
