@@ -42,6 +42,36 @@ fn arp_and_ping_through_the_router() {
         c["interfaces"]["r-eth2"]["tx_packets"].as_u64().unwrap() >= 3,
         "{c}"
     );
+    // Routes from the routes file (203.0.113.128/25 via sink2) and from the config
+    // (198.51.100.0/24 via sink1) are used: the datagrams leave by the right interface.
+    // (The sinks drop them: the addresses are not theirs.)
+    let tx = |c: &serde_json::Value, i: &str| c["interfaces"][i]["tx_packets"].as_u64().unwrap();
+    let before = lab.counters("r");
+    lab.exec(
+        "src1",
+        &["ping", "-c", "2", "-i", "0.2", "-W", "1", "203.0.113.130"],
+    );
+    lab.exec("src1", &["ping", "-c", "1", "-W", "1", "198.51.100.7"]);
+    let after = lab.counters("r");
+    // r-eth3 also sent the ARP request for sink2, its first use as a next hop.
+    let arp = event_count(&after, "arp_requests_sent") - event_count(&before, "arp_requests_sent");
+    assert_eq!(
+        tx(&after, "r-eth3") - tx(&before, "r-eth3"),
+        2 + arp,
+        "{after}"
+    );
+    assert_eq!(tx(&after, "r-eth2") - tx(&before, "r-eth2"), 1, "{after}");
+    let routes = lab.tessera(&[
+        "show",
+        "routes",
+        "--control",
+        lab.control("r").to_str().unwrap(),
+    ]);
+    assert!(
+        out(&routes).contains("\"count\": 7"),
+        "4 connected + 1 static + 2 from the file: {}",
+        out(&routes)
+    );
     // The router's neighbour table learned the hosts it talked to.
     let o = lab.tessera(&[
         "show",
