@@ -15,7 +15,8 @@
 //! [tuning]                     # optional
 //! icmp_errors_per_sec = 100
 //! icmp_burst = 50
-//! neighbour = { reachable_secs = 30, retry_ms = 1000, max_tries = 3, queue_len = 64 }
+//! neighbour = { reachable_secs = 30, retry_ms = 1000, max_tries = 3, queue_len = 64,
+//!               max_entries = 16384, max_queued = 4096 }
 //! ```
 
 use dataplane::forwarder::ForwarderConfig;

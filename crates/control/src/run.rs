@@ -182,3 +182,47 @@ fn flush<P: Port>(ports: &mut [P], tx: &mut TxQueues, f: &mut Forwarder) -> Resu
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The example of the documentation, verbatim, with the routes file it names.
+    #[test]
+    fn documented_example_builds_a_forwarder() {
+        let dir = std::env::temp_dir().join(format!("tessera-example-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = r#"routes_file = "routes.txt"   # optional; one "PREFIX NEXTHOP" per line, e.g. "198.51.100.0/24 10.2.0.2"
+
+[[interface]]
+name = "r-eth0"
+address = "10.1.0.1/24"
+
+[[interface]]
+name = "r-eth1"
+address = "10.2.0.1/24"
+
+[[route]]
+prefix = "10.3.0.0/16"
+via = "10.2.0.2"
+"#;
+        std::fs::write(dir.join("r.toml"), cfg).unwrap();
+        std::fs::write(dir.join("routes.txt"), "198.51.100.0/24 10.2.0.2\n").unwrap();
+        let file = ForwarderFile::load(&dir.join("r.toml")).unwrap();
+        let macs = [MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2])];
+        let f = build(&file, &macs, &[1500, 1500]).unwrap();
+        assert_eq!(f.route_count(), 4);
+        let hop = f.route("198.51.100.9".parse().unwrap()).unwrap();
+        assert_eq!((hop.port, hop.via), (1, Some("10.2.0.2".parse().unwrap())));
+        assert_eq!(f.route("10.3.200.1".parse().unwrap()).unwrap().port, 1);
+        // A route file line whose gateway is on no network is an error naming the line.
+        std::fs::write(
+            dir.join("routes.txt"),
+            "198.51.100.0/24 10.2.0.2\n192.0.2.0/24 10.9.0.1\n",
+        )
+        .unwrap();
+        let e = build(&file, &macs, &[1500, 1500]).err().unwrap();
+        assert!(e.contains("routes.txt:2:") && e.contains("10.9.0.1"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

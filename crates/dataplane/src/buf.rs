@@ -44,6 +44,9 @@ impl Default for Pkt {
     }
 }
 
+/// Buffers a pool keeps for reuse; more than this are freed (40 MB at most).
+pub const MAX_FREE: usize = 4096;
+
 /// A free list of buffers. `get` reuses a buffer or allocates one; steady-state forwarding
 /// allocates nothing because every buffer returns here after transmit or drop.
 #[derive(Debug, Default)]
@@ -71,8 +74,8 @@ impl Pool {
 
     #[inline]
     pub fn put(&mut self, p: Pkt) {
-        // Keep only buffers of the standard size; one grown past it is dropped.
-        if p.data.capacity() <= BUF_CAP * 2 {
+        // Keep at most MAX_FREE buffers of the standard size; others are freed.
+        if self.free.len() < MAX_FREE && p.data.capacity() <= BUF_CAP * 2 {
             self.free.push(p);
         }
     }

@@ -55,6 +55,7 @@ named_enum! {
         ArpMalformed = "arp_malformed": "ARP too short, not Ethernet/IPv4, or unknown operation",
         ArpNotForUs = "arp_not_for_us": "ARP for another address, from a sender we do not know",
         ArpQueueFull = "arp_queue_full": "packet arrived while its next hop was resolving and the queue was full",
+        ArpTableFull = "arp_table_full": "next hop not in the neighbour table and the table is full",
         ArpFailed = "arp_resolution_failed": "next hop did not answer ARP; queued packet dropped",
         Ip4Truncated = "ip4_truncated": "buffer shorter than the IPv4 header or total length",
         Ip4BadVersion = "ip4_bad_version": "IP version is not 4",

@@ -444,6 +444,7 @@ impl Forwarder {
                 }
                 Enqueued::Queued => self.counters.event(Event::ArpQueued),
                 Enqueued::Full(p) => self.drop_pkt(p, Drop::ArpQueueFull),
+                Enqueued::TableFull(p) => self.drop_pkt(p, Drop::ArpTableFull),
             },
         }
     }

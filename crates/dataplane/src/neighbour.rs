@@ -25,6 +25,10 @@ pub struct NeighbourConfig {
     pub max_tries: u8,
     /// Packets held per unresolved neighbour.
     pub queue_len: usize,
+    /// Entries the table holds at most; resolving a new address beyond that is refused.
+    pub max_entries: usize,
+    /// Packets held across all unresolved neighbours.
+    pub max_queued: usize,
 }
 
 impl Default for NeighbourConfig {
@@ -34,6 +38,8 @@ impl Default for NeighbourConfig {
             retry_ms: 1000,
             max_tries: 3,
             queue_len: 64,
+            max_entries: 16384,
+            max_queued: 4096,
         }
     }
 }
@@ -88,8 +94,10 @@ pub enum Enqueued {
     /// A new entry: the caller sends the first request.
     NewRequest,
     Queued,
-    /// The queue was full; the packet comes back to be dropped.
+    /// The queue (the entry's, or all entries' together) was full; the packet comes back.
     Full(Pkt),
+    /// The table is full; no new entry was made and the packet comes back.
+    TableFull(Pkt),
 }
 
 #[derive(Debug, Default)]
@@ -104,6 +112,8 @@ pub struct Expired {
 pub struct Neighbours {
     pub cfg: NeighbourConfig,
     map: HashMap<Key, Entry, BuildHasherDefault<KeyHasher>>,
+    /// Packets held in all queues.
+    queued: usize,
 }
 
 impl Neighbours {
@@ -111,6 +121,7 @@ impl Neighbours {
         Neighbours {
             cfg,
             map: HashMap::default(),
+            queued: 0,
         }
     }
 
@@ -155,19 +166,24 @@ impl Neighbours {
     /// Holds `pkt` until `ip` resolves.
     pub fn enqueue(&mut self, port: u16, ip: Ipv4Addr, now: Instant, pkt: Pkt) -> Enqueued {
         let (qlen, retry) = (self.cfg.queue_len, self.retry());
+        let all_full = self.queued >= self.cfg.max_queued;
+        let table_full = self.map.len() >= self.cfg.max_entries;
         match self.map.get_mut(&(port, u32::from(ip))) {
             Some(e) => {
-                if e.queue.len() >= qlen {
+                if e.queue.len() >= qlen || all_full {
                     Enqueued::Full(pkt)
                 } else {
                     e.queue.push(pkt);
+                    self.queued += 1;
                     Enqueued::Queued
                 }
             }
+            None if table_full => Enqueued::TableFull(pkt),
             None => {
                 let mut queue = Vec::new();
-                if qlen > 0 {
+                if qlen > 0 && !all_full {
                     queue.push(pkt);
+                    self.queued += 1;
                 } else {
                     return Enqueued::Full(pkt);
                 }
@@ -198,14 +214,17 @@ impl Neighbours {
     ) -> Vec<Pkt> {
         let until = now + self.reachable();
         let key = (port, u32::from(ip));
+        let table_full = self.map.len() >= self.cfg.max_entries;
         match self.map.get_mut(&key) {
             Some(e) => {
                 e.mac = mac;
                 e.state = State::Reachable;
                 e.tries = 0;
                 e.deadline = until;
+                self.queued -= e.queue.len();
                 std::mem::take(&mut e.queue)
             }
+            None if create && table_full => Vec::new(),
             None if create => {
                 self.map.insert(
                     key,
@@ -226,11 +245,13 @@ impl Neighbours {
     /// Retries, probes and failures due at `now`.
     pub fn expire(&mut self, now: Instant, out: &mut Expired) {
         let (max, retry) = (self.cfg.max_tries, self.retry());
+        let queued = &mut self.queued;
         self.map.retain(|&(port, ip), e| {
             if e.state == State::Reachable || now < e.deadline {
                 return true;
             }
             if e.tries >= max {
+                *queued -= e.queue.len();
                 out.failed.append(&mut e.queue);
                 return false;
             }
@@ -243,6 +264,11 @@ impl Neighbours {
 
     pub fn len(&self) -> usize {
         self.map.len()
+    }
+
+    /// Packets waiting for resolution, across all entries.
+    pub fn queued(&self) -> usize {
+        self.queued
     }
 
     pub fn is_empty(&self) -> bool {
@@ -292,6 +318,47 @@ mod tests {
         n.expire(t0 + Duration::from_millis(2002), &mut ex);
         assert_eq!(ex.failed.len(), 2);
         assert!(n.is_empty());
+    }
+
+    #[test]
+    fn table_and_queues_are_bounded() {
+        let cfg = NeighbourConfig {
+            max_entries: 3,
+            max_queued: 5,
+            queue_len: 2,
+            ..Default::default()
+        };
+        let mut n = Neighbours::new(cfg);
+        let t0 = Instant::now();
+        let ip = |i: u8| Ipv4Addr::new(10, 0, 0, i);
+        let mut held = 0;
+        for i in 1..=3 {
+            for _ in 0..2 {
+                if matches!(
+                    n.enqueue(0, ip(i), t0, Pkt::new()),
+                    Enqueued::NewRequest | Enqueued::Queued
+                ) {
+                    held += 1;
+                }
+            }
+        }
+        assert_eq!((held, n.queued()), (5, 5), "the global cap holds");
+        assert!(matches!(
+            n.enqueue(0, ip(4), t0, Pkt::new()),
+            Enqueued::TableFull(_)
+        ));
+        assert_eq!(n.len(), 3);
+        assert_eq!(
+            n.learn(0, ip(1), MacAddr([2, 0, 0, 0, 0, 1]), t0, false)
+                .len(),
+            2
+        );
+        assert_eq!(n.queued(), 3);
+        let mut ex = Expired::default();
+        n.expire(t0 + Duration::from_secs(10), &mut ex);
+        n.expire(t0 + Duration::from_secs(20), &mut ex);
+        n.expire(t0 + Duration::from_secs(30), &mut ex);
+        assert_eq!((ex.failed.len(), n.queued()), (3, 0));
     }
 
     #[test]
