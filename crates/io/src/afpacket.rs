@@ -34,8 +34,8 @@ pub struct RingConfig {
 impl Default for RingConfig {
     fn default() -> Self {
         RingConfig {
-            rx_block_size: 1 << 20,
-            rx_blocks: 8,
+            rx_block_size: 1 << 16,
+            rx_blocks: 64,
             block_timeout_ms: 1,
             tx_frames: 1024,
         }

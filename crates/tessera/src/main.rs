@@ -137,6 +137,7 @@ fn main() {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let code = match run(Cli::parse()) {
         Ok(code) => code,
