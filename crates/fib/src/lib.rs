@@ -7,6 +7,11 @@
 
 use std::net::Ipv4Addr;
 
+pub mod poptrie;
+pub mod table;
+pub use poptrie::Poptrie;
+pub use table::{FibReader, FibWriter};
+
 /// An IPv4 prefix with its host bits cleared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Prefix {
@@ -165,6 +170,11 @@ impl BinaryTrie {
             }],
             count: 0,
         }
+    }
+
+    fn has_children(&self, n: usize) -> bool {
+        let c = self.nodes[n].child;
+        c[0] != NONE || c[1] != NONE
     }
 
     /// Bytes held by the node arena.

@@ -1,0 +1,32 @@
+//! Benchmark runners behind `tessera bench`. Each returns JSON; the binary prints it.
+//!
+//! Rates are measured on this machine in one run, so contenders are compared as ratios
+//! (the machine is shared and noisy; absolute numbers move between runs).
+
+pub mod fib_bench;
+pub mod table;
+
+/// A seeded xorshift generator: benchmarks are repeatable.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    #[inline]
+    pub fn below(&mut self, n: usize) -> usize {
+        ((self.next_u64() >> 32) * n as u64 >> 32) as usize
+    }
+}

@@ -1,0 +1,108 @@
+//! Route tables for benchmarks: text, gzip-compressed or plain, one prefix per line with an
+//! optional next hop (`a.b.c.d/len [next-hop]`, more columns ignored), or a seeded
+//! synthetic table with the prefix-length mix of a real one.
+
+use fib::Prefix;
+use std::io::{BufRead, BufReader, Read};
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+/// Routes and the next hops they use, numbered: `routes[i].1` indexes `next_hops`.
+#[derive(Debug, Clone, Default)]
+pub struct Table {
+    pub routes: Vec<(Prefix, u32)>,
+    pub next_hops: Vec<Ipv4Addr>,
+}
+
+/// Reads a table. Prefixes without a next hop get one of 16 synthetic next hops chosen by a
+/// hash of the prefix (a router with a few upstreams); lines that are not IPv4 prefixes
+/// (IPv6, comments) are skipped and counted.
+pub fn read(path: &Path) -> Result<(Table, usize), String> {
+    let mut f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut magic = [0u8; 2];
+    let n = f.read(&mut magic).map_err(|e| e.to_string())?;
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let r: Box<dyn Read> = if n == 2 && magic == [0x1f, 0x8b] { Box::new(flate2::read::MultiGzDecoder::new(f)) } else { Box::new(f) };
+    let mut t = Table::default();
+    let mut ids = std::collections::HashMap::new();
+    let mut skipped = 0;
+    for (i, line) in BufReader::new(r).lines().enumerate() {
+        let line = line.map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))?;
+        let mut w = line.split_whitespace();
+        let Some(Ok(p)) = w.next().map(Prefix::parse_strict) else {
+            skipped += 1;
+            continue;
+        };
+        let hop = match w.next().and_then(|h| h.parse::<Ipv4Addr>().ok()) {
+            Some(h) => h,
+            None => synthetic_hop(p),
+        };
+        let id = *ids.entry(hop).or_insert_with(|| {
+            t.next_hops.push(hop);
+            t.next_hops.len() as u32 - 1
+        });
+        t.routes.push((p, id));
+    }
+    Ok((t, skipped))
+}
+
+fn synthetic_hop(p: Prefix) -> Ipv4Addr {
+    let h = (p.bits() as u64 ^ (p.len() as u64) << 32).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60;
+    Ipv4Addr::new(192, 0, 2, 1 + h as u8)
+}
+
+/// The prefix-length shares of a full IPv4 table (ipv4-bgp-2023: /8 .. /32, per 100,000).
+const MIX: [(u8, u32); 17] = [
+    (8, 2), (12, 33), (13, 64), (14, 133), (15, 233), (16, 1496), (17, 913), (18, 1530), (19, 2758),
+    (20, 4725), (21, 5627), (22, 12044), (23, 10701), (24, 59619), (28, 2), (30, 1), (32, 98),
+];
+
+/// A seeded synthetic table of `n` distinct prefixes with the length mix of a real one.
+pub fn synthetic(n: usize, seed: u64) -> Table {
+    let mut rng = crate::Rng::new(seed);
+    let total: u32 = MIX.iter().map(|m| m.1).sum();
+    let mut seen = std::collections::HashSet::new();
+    let mut t = Table { routes: Vec::with_capacity(n), next_hops: (1..=16).map(|i| Ipv4Addr::new(192, 0, 2, i)).collect() };
+    while t.routes.len() < n {
+        let mut r = (rng.next_u64() % total as u64) as u32;
+        let len = MIX.iter().find(|m| if r < m.1 { true } else { r -= m.1; false }).map(|m| m.0).unwrap_or(24);
+        let a = (rng.next_u64() as u32) & fib::mask(len);
+        let first = a >> 24;
+        if first == 0 || first == 10 || first == 127 || first >= 224 {
+            continue;
+        }
+        let p = Prefix::new(a.into(), len);
+        if seen.insert(p) {
+            t.routes.push((p, (rng.next_u64() % 16) as u32));
+        }
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synthetic_is_seeded_and_distinct() {
+        let a = synthetic(5000, 7);
+        let b = synthetic(5000, 7);
+        assert_eq!(a.routes, b.routes);
+        let s: std::collections::HashSet<_> = a.routes.iter().map(|r| r.0).collect();
+        assert_eq!(s.len(), 5000);
+        let share24 = a.routes.iter().filter(|r| r.0.len() == 24).count() as f64 / 5000.0;
+        assert!((0.55..0.65).contains(&share24), "{share24}");
+    }
+
+    #[test]
+    fn reads_text_with_and_without_next_hops() {
+        let dir = std::env::temp_dir().join(format!("tessera-table-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("t.txt");
+        std::fs::write(&p, "10.0.0.0/8 192.0.2.9\n2001:db8::/32\n10.1.0.0/16\tx\n# c\n").unwrap();
+        let (t, skipped) = read(&p).unwrap();
+        assert_eq!((t.routes.len(), skipped), (2, 2));
+        assert_eq!(t.next_hops[t.routes[0].1 as usize], Ipv4Addr::new(192, 0, 2, 9));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
