@@ -22,7 +22,11 @@ pub fn read(path: &Path) -> Result<(Table, usize), String> {
     let mut magic = [0u8; 2];
     let n = f.read(&mut magic).map_err(|e| e.to_string())?;
     let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let r: Box<dyn Read> = if n == 2 && magic == [0x1f, 0x8b] { Box::new(flate2::read::MultiGzDecoder::new(f)) } else { Box::new(f) };
+    let r: Box<dyn Read> = if n == 2 && magic == [0x1f, 0x8b] {
+        Box::new(flate2::read::MultiGzDecoder::new(f))
+    } else {
+        Box::new(f)
+    };
     let mut t = Table::default();
     let mut ids = std::collections::HashMap::new();
     let mut skipped = 0;
@@ -53,8 +57,23 @@ fn synthetic_hop(p: Prefix) -> Ipv4Addr {
 
 /// The prefix-length shares of a full IPv4 table (ipv4-bgp-2023: /8 .. /32, per 100,000).
 const MIX: [(u8, u32); 17] = [
-    (8, 2), (12, 33), (13, 64), (14, 133), (15, 233), (16, 1496), (17, 913), (18, 1530), (19, 2758),
-    (20, 4725), (21, 5627), (22, 12044), (23, 10701), (24, 59619), (28, 2), (30, 1), (32, 98),
+    (8, 2),
+    (12, 33),
+    (13, 64),
+    (14, 133),
+    (15, 233),
+    (16, 1496),
+    (17, 913),
+    (18, 1530),
+    (19, 2758),
+    (20, 4725),
+    (21, 5627),
+    (22, 12044),
+    (23, 10701),
+    (24, 59619),
+    (28, 2),
+    (30, 1),
+    (32, 98),
 ];
 
 /// A seeded synthetic table of `n` distinct prefixes with the length mix of a real one.
@@ -62,10 +81,24 @@ pub fn synthetic(n: usize, seed: u64) -> Table {
     let mut rng = crate::Rng::new(seed);
     let total: u32 = MIX.iter().map(|m| m.1).sum();
     let mut seen = std::collections::HashSet::new();
-    let mut t = Table { routes: Vec::with_capacity(n), next_hops: (1..=16).map(|i| Ipv4Addr::new(192, 0, 2, i)).collect() };
+    let mut t = Table {
+        routes: Vec::with_capacity(n),
+        next_hops: (1..=16).map(|i| Ipv4Addr::new(192, 0, 2, i)).collect(),
+    };
     while t.routes.len() < n {
         let mut r = (rng.next_u64() % total as u64) as u32;
-        let len = MIX.iter().find(|m| if r < m.1 { true } else { r -= m.1; false }).map(|m| m.0).unwrap_or(24);
+        let len = MIX
+            .iter()
+            .find(|m| {
+                if r < m.1 {
+                    true
+                } else {
+                    r -= m.1;
+                    false
+                }
+            })
+            .map(|m| m.0)
+            .unwrap_or(24);
         let a = (rng.next_u64() as u32) & fib::mask(len);
         let first = a >> 24;
         if first == 0 || first == 10 || first == 127 || first >= 224 {
@@ -99,10 +132,17 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tessera-table-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("t.txt");
-        std::fs::write(&p, "10.0.0.0/8 192.0.2.9\n2001:db8::/32\n10.1.0.0/16\tx\n# c\n").unwrap();
+        std::fs::write(
+            &p,
+            "10.0.0.0/8 192.0.2.9\n2001:db8::/32\n10.1.0.0/16\tx\n# c\n",
+        )
+        .unwrap();
         let (t, skipped) = read(&p).unwrap();
         assert_eq!((t.routes.len(), skipped), (2, 2));
-        assert_eq!(t.next_hops[t.routes[0].1 as usize], Ipv4Addr::new(192, 0, 2, 9));
+        assert_eq!(
+            t.next_hops[t.routes[0].1 as usize],
+            Ipv4Addr::new(192, 0, 2, 9)
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -3,7 +3,7 @@
 //! [`Lpm`] is the interface the data plane reads through. [`BinaryTrie`] is the reference:
 //! one node per prefix bit, obviously correct, and the structure every faster one is checked
 //! against. Values are small integers (next-hop or adjacency indices) owned by the caller.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 use std::net::Ipv4Addr;
 

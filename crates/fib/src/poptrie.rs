@@ -1,8 +1,8 @@
 //! Poptrie (Asai and Ohara, SIGCOMM 2015): a compressed multiway trie for IPv4 LPM.
 //!
-//! The top 16 bits index a direct-pointing array `dir` (256 KiB): each entry is either a
+//! The top 18 bits index a direct-pointing array `dir` (1 MiB): each entry is either a
 //! leaf (a value with [`LEAF`] set) or the index of an internal node. Internal nodes consume
-//! 6 bits each (16 + 6 + 6 + 6 covers 32; the last stride is padded with zeros). A node
+//! 6 bits each (18 + 6 + 6 + 6 covers 32; the last stride is padded with zeros). A node
 //! holds two 64-bit vectors: `vector` marks the positions that are internal children,
 //! stored contiguously from `base1`, and `leafvec` marks where a run of equal leaves starts
 //! (leaf compression), the runs stored contiguously from `base0`. A child's index is a
@@ -21,7 +21,8 @@ pub const LEAF: u32 = 1 << 31;
 pub const NO_ROUTE: u32 = LEAF - 1;
 
 const STRIDE: u32 = 6;
-const DIR_BITS: u32 = 16;
+/// Bits resolved by the direct-pointing array (Poptrie18 of the paper).
+pub const DIR_BITS: u32 = 18;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C)]
@@ -39,6 +40,23 @@ pub struct Poptrie {
     nodes: Vec<Node>,
     leaves: Vec<u32>,
     count: usize,
+}
+
+/// Asks the CPU to start loading `r`'s cache line. A hint: it never faults and changes
+/// nothing observable.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is a hint to the memory system; it does not dereference the
+    // pointer in the language's sense and cannot fault. `r` is a valid reference anyway.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+            r as *const T as *const i8,
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
 }
 
 /// Bits `0..=v` set.
@@ -64,7 +82,11 @@ impl Poptrie {
 
     fn fill_dir(&mut self, t: &BinaryTrie, n: usize, depth: u32, bits: u32, inh: u32) {
         let node = t.nodes[n];
-        let inh = if node.value != crate::NONE { node.value } else { inh };
+        let inh = if node.value != crate::NONE {
+            node.value
+        } else {
+            inh
+        };
         if depth == DIR_BITS {
             self.dir[bits as usize] = if t.has_children(n) {
                 let slot = self.nodes.len();
@@ -112,7 +134,12 @@ impl Poptrie {
         let base1 = self.nodes.len() as u32;
         let m = vector.count_ones() as usize;
         self.nodes.resize(self.nodes.len() + m, Node::default());
-        self.nodes[slot] = Node { vector, leafvec, base0, base1 };
+        self.nodes[slot] = Node {
+            vector,
+            leafvec,
+            base0,
+            base1,
+        };
         let mut i = 0;
         for &(k, val) in kids.iter() {
             if k != crate::NONE {
@@ -122,7 +149,7 @@ impl Poptrie {
         }
     }
 
-    /// Recompiles the subtree of one /16 slot from `t`, appending its nodes and leaves (the
+    /// Recompiles the subtree of one direct-pointing slot (a /18) from `t`, appending its nodes and leaves (the
     /// old ones become garbage until the next full build).
     pub fn rebuild_slot(&mut self, t: &BinaryTrie, slot: u32) {
         let mut n = 0usize;
@@ -159,7 +186,7 @@ impl Poptrie {
     /// The raw value for `a`: [`NO_ROUTE`] when no prefix matches.
     #[inline(always)]
     pub fn lookup_raw(&self, a: u32) -> u32 {
-        let d = self.dir[(a >> DIR_BITS) as usize];
+        let d = self.dir[(a >> (32 - DIR_BITS)) as usize];
         if d & LEAF != 0 {
             return d & !LEAF;
         }
@@ -178,47 +205,70 @@ impl Poptrie {
         }
     }
 
-    /// Looks up `addrs` into `out` (same length), `BATCH` at a time in lock step: every lane
-    /// takes one step per round, so the loads of different addresses overlap in memory.
+    /// Looks up `addrs` into `out` (same length). Works through up to 256 addresses at a
+    /// time in stages: each stage issues a prefetch for every address's next load before
+    /// the following stage reads any of them, so the cache misses of different addresses
+    /// overlap instead of queueing behind each other.
     pub fn lookup_batch_raw(&self, addrs: &[u32], out: &mut [u32]) {
-        const LANES: usize = 16;
-        for (a, o) in addrs.chunks(LANES).zip(out.chunks_mut(LANES)) {
-            let mut idx = [0usize; LANES];
-            let mut live = 0u32;
+        const B: usize = 256;
+        let top = 32 - DIR_BITS;
+        for (a, o) in addrs.chunks(B).zip(out.chunks_mut(B)) {
+            for &x in a {
+                prefetch(&self.dir[(x >> top) as usize]);
+            }
+            let mut idx = [0u32; B];
+            let mut pending = [0u16; B];
+            let mut np = 0;
             for (i, &x) in a.iter().enumerate() {
-                let d = self.dir[(x >> DIR_BITS) as usize];
+                let d = self.dir[(x >> top) as usize];
                 if d & LEAF != 0 {
                     o[i] = d & !LEAF;
                 } else {
-                    idx[i] = d as usize;
-                    live |= 1 << i;
+                    idx[i] = d;
+                    pending[np] = i as u16;
+                    np += 1;
+                    prefetch(&self.nodes[d as usize]);
                 }
             }
+            // Walk the nodes one level per pass; lanes that reach a leaf record its index.
+            let mut leaf_at = [0u32; B];
+            let mut leafy = [0u16; B];
+            let mut nl = 0;
             let mut shift = DIR_BITS;
-            while live != 0 {
-                let mut next = live;
-                let mut lanes = live;
-                while lanes != 0 {
-                    let i = lanes.trailing_zeros() as usize;
-                    lanes &= lanes - 1;
-                    let n = self.nodes[idx[i]];
+            while np > 0 {
+                let mut k = 0;
+                for j in 0..np {
+                    let i = pending[j] as usize;
+                    let n = self.nodes[idx[i] as usize];
                     let v = ((((a[i] as u64) << 32) << shift) >> (64 - STRIDE)) as u32;
                     if n.vector & (1 << v) != 0 {
-                        idx[i] = (n.base1 + (n.vector & upto(v)).count_ones() - 1) as usize;
+                        let c = n.base1 + (n.vector & upto(v)).count_ones() - 1;
+                        idx[i] = c;
+                        pending[k] = i as u16;
+                        k += 1;
+                        prefetch(&self.nodes[c as usize]);
                     } else {
-                        o[i] = self.leaves[(n.base0 + (n.leafvec & upto(v)).count_ones() - 1) as usize];
-                        next &= !(1 << i);
+                        let l = n.base0 + (n.leafvec & upto(v)).count_ones() - 1;
+                        leaf_at[i] = l;
+                        leafy[nl] = i as u16;
+                        nl += 1;
+                        prefetch(&self.leaves[l as usize]);
                     }
                 }
-                live = next;
+                np = k;
                 shift += STRIDE;
+            }
+            for &i in &leafy[..nl] {
+                o[i as usize] = self.leaves[leaf_at[i as usize] as usize];
             }
         }
     }
 
     /// Bytes of the direct-pointing array, nodes and leaves.
     pub fn memory_bytes(&self) -> usize {
-        self.dir.len() * 4 + self.nodes.capacity() * std::mem::size_of::<Node>() + self.leaves.capacity() * 4
+        self.dir.len() * 4
+            + self.nodes.capacity() * std::mem::size_of::<Node>()
+            + self.leaves.capacity() * 4
     }
 
     pub fn node_count(&self) -> usize {
@@ -247,7 +297,14 @@ impl Poptrie {
 /// Walks `STRIDE` levels below trie node `n`, filling the 64 positions.
 fn expand(t: &BinaryTrie, n: usize, level: u32, pos: usize, inh: u32, out: &mut [(u32, u32); 64]) {
     if level == STRIDE {
-        out[pos] = (if t.has_children(n) { n as u32 } else { crate::NONE }, inh);
+        out[pos] = (
+            if t.has_children(n) {
+                n as u32
+            } else {
+                crate::NONE
+            },
+            inh,
+        );
         return;
     }
     let node = t.nodes[n];
@@ -294,8 +351,24 @@ mod tests {
             (0xc000_0000, 2, 7),
             (0x0a01_0204, 30, 8),
         ]);
-        for a in [0u32, 0x0a00_0001, 0x0a01_0001, 0x0a01_0201, 0x0a01_0203, 0x0a01_0204, 0x0a01_0207, 0x0a01_0290, 0xffff_ffff, 0xc0a8_0101] {
-            assert_eq!(p.lookup(a.into()), t.lookup(a.into()), "{}", Ipv4Addr::from(a));
+        for a in [
+            0u32,
+            0x0a00_0001,
+            0x0a01_0001,
+            0x0a01_0201,
+            0x0a01_0203,
+            0x0a01_0204,
+            0x0a01_0207,
+            0x0a01_0290,
+            0xffff_ffff,
+            0xc0a8_0101,
+        ] {
+            assert_eq!(
+                p.lookup(a.into()),
+                t.lookup(a.into()),
+                "{}",
+                Ipv4Addr::from(a)
+            );
         }
         let (_, empty) = build(&[]);
         assert_eq!(empty.lookup(Ipv4Addr::new(1, 2, 3, 4)), None);

@@ -2,7 +2,7 @@
 //!
 //! The writer keeps the reference [`BinaryTrie`] (the control-side table) and two compiled
 //! [`Poptrie`]s: the published one, which readers load, and a spare. An update changes the
-//! trie, then brings the spare up to date by recompiling only the /16 slots changed since
+//! trie, then brings the spare up to date by recompiling only the direct-pointing slots (/18s) changed since
 //! the spare was last current, and publishes it with one atomic pointer swap; the previous
 //! snapshot becomes the spare. Before touching the spare, the writer waits until no reader
 //! still holds it (readers hold a snapshot for one batch). Readers therefore never block
@@ -47,7 +47,7 @@ impl FibWriter {
             spare: Some(Arc::new(p)),
             spare_dirty: Vec::new(),
             dirty: Vec::new(),
-            marked: vec![0; 1 << 10],
+            marked: vec![0; 1 << (crate::poptrie::DIR_BITS - 6)],
             built_nodes,
             full_builds: 1,
         };
@@ -63,8 +63,13 @@ impl FibWriter {
     }
 
     fn mark(&mut self, p: Prefix) {
-        let first = p.bits() >> 16;
-        let n = if p.len() >= 16 { 1 } else { 1u32 << (16 - p.len()) };
+        let bits = crate::poptrie::DIR_BITS;
+        let first = p.bits() >> (32 - bits);
+        let n = if p.len() as u32 >= bits {
+            1
+        } else {
+            1u32 << (bits - p.len() as u32)
+        };
         for s in first..first + n {
             let (w, b) = ((s >> 6) as usize, s & 63);
             if self.marked[w] & (1 << b) == 0 {
@@ -118,14 +123,17 @@ impl FibWriter {
 
     fn publish(&mut self) {
         // Wait until no reader holds the spare (readers hold a snapshot for one batch).
-        let Some(mut arc) = self.spare.take() else { return };
+        let Some(mut arc) = self.spare.take() else {
+            return;
+        };
         let spare = loop {
             if let Some(s) = Arc::get_mut(&mut arc) {
                 break s;
             }
             std::thread::yield_now();
         };
-        let full = self.spare_dirty.first() == Some(&u32::MAX) || spare.node_count() > 2 * self.built_nodes + 4096;
+        let full = self.spare_dirty.first() == Some(&u32::MAX)
+            || spare.node_count() > 2 * self.built_nodes + 4096;
         if full {
             *spare = Poptrie::build(&self.rib);
             self.built_nodes = spare.node_count();
@@ -176,9 +184,15 @@ mod tests {
     fn garbage_triggers_a_full_build() {
         let (mut w, r) = FibWriter::new(BinaryTrie::new());
         for i in 0..5000u32 {
-            w.insert(Prefix::new((0x0a00_0000 | (i % 64) << 8).into(), 24), i % 7 + 1);
+            w.insert(
+                Prefix::new((0x0a00_0000 | (i % 64) << 8).into(), 24),
+                i % 7 + 1,
+            );
         }
         assert!(w.full_builds > 1);
-        assert_eq!(r.load_full().lookup("10.0.5.1".parse().unwrap()), w.rib().lookup("10.0.5.1".parse().unwrap()));
+        assert_eq!(
+            r.load_full().lookup("10.0.5.1".parse().unwrap()),
+            w.rib().lookup("10.0.5.1".parse().unwrap())
+        );
     }
 }

@@ -10,7 +10,10 @@ use fib::{BinaryTrie, Lpm, Poptrie, Prefix};
 use std::io::{BufRead, BufReader};
 
 fn table() -> Option<Vec<Prefix>> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/ipv4-bgp-2023.txt.gz");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/data/ipv4-bgp-2023.txt.gz"
+    );
     let f = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) => {
@@ -18,7 +21,9 @@ fn table() -> Option<Vec<Prefix>> {
                 eprintln!("real table {path} absent ({e}); TESSERA_NO_REAL_TABLES is set, so nothing was checked");
                 return None;
             }
-            panic!("real table {path} absent ({e}); set TESSERA_NO_REAL_TABLES=1 to run without it");
+            panic!(
+                "real table {path} absent ({e}); set TESSERA_NO_REAL_TABLES=1 to run without it"
+            );
         }
     };
     let r = BufReader::new(flate2::read::GzDecoder::new(f));
@@ -49,7 +54,13 @@ fn full_real_table_matches_the_reference() {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        addrs.extend([first, last, first | (rng as u32 & !fib::mask(pf.len())), first.wrapping_sub(1), last.wrapping_add(1)]);
+        addrs.extend([
+            first,
+            last,
+            first | (rng as u32 & !fib::mask(pf.len())),
+            first.wrapping_sub(1),
+            last.wrapping_add(1),
+        ]);
     }
     let mut out = vec![0u32; addrs.len()];
     p.lookup_batch_raw(&addrs, &mut out);

@@ -38,6 +38,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: LabCmd,
     },
+    /// Benchmarks (JSON on stdout, progress on stderr).
+    Bench {
+        #[command(subcommand)]
+        what: Bench,
+    },
     /// Send raw frames, given in hex, out of an interface (for tests and operations).
     Inject {
         #[arg(long)]
@@ -74,6 +79,20 @@ enum Show {
     Routes {
         #[arg(long)]
         control: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// LPM lookup rates, build time, memory and update rates on one table, against the
+    /// reference trie and an existing Rust LPM crate.
+    Fib {
+        /// A table: gzip or plain text, one prefix per line, optional next hop.
+        #[arg(long, required_unless_present = "synthetic")]
+        table: Option<PathBuf>,
+        /// Use a seeded synthetic table of N prefixes (real prefix-length mix) instead.
+        #[arg(long, conflicts_with = "table")]
+        synthetic: Option<usize>,
     },
 }
 
@@ -177,6 +196,27 @@ fn run(cli: Cli) -> Result<i32> {
         },
         Cmd::Lab { cmd } => lab_cmd(cmd),
         Cmd::Inject { iface, hex, count } => inject(&iface, &hex, count),
+        Cmd::Bench { what } => match what {
+            Bench::Fib { table, synthetic } => {
+                let (t, name) = match (table, synthetic) {
+                    (Some(path), _) => {
+                        let (t, skipped) = bench::table::read(&path).map_err(anyhow::Error::msg)?;
+                        eprintln!(
+                            "{}: {} IPv4 prefixes, {} next hops ({skipped} other lines skipped)",
+                            path.display(),
+                            t.routes.len(),
+                            t.next_hops.len()
+                        );
+                        (t, path.display().to_string())
+                    }
+                    (None, Some(n)) => (bench::table::synthetic(n, 1), format!("synthetic-{n}")),
+                    (None, None) => bail!("give --table FILE or --synthetic N"),
+                };
+                let v =
+                    bench::fib_bench::run(&t, &name, &mut |stage| eprintln!("bench fib: {stage}"));
+                print(&v)
+            }
+        },
     }
 }
 

@@ -1,0 +1,207 @@
+//! `tessera bench fib`: lookup rates of our LPM structure against the reference trie and an
+//! existing Rust crate, on one table, in one run.
+//!
+//! Workloads (4 Mi addresses each, seeded): `random-prefix` (a random prefix of the table,
+//! a random address in it), `uniform` (uniformly random addresses), `one` (one address,
+//! repeated). Modes: `single` (one call per address) and `batch` (256 addresses per call;
+//! structures without a batched lookup loop over `single`). Each rate is the best of three
+//! timed passes after a warm-up pass.
+
+use crate::table::Table;
+use crate::Rng;
+use fib::{BinaryTrie, FibWriter, Lpm, Poptrie, Prefix};
+use serde_json::{json, Value};
+use std::hint::black_box;
+use std::net::Ipv4Addr;
+use std::time::Instant;
+use treebitmap::IpLookupTable;
+
+extern crate ip_network_table_deps_treebitmap as treebitmap;
+
+pub const LOOKUPS: usize = 1 << 22;
+const BATCH: usize = 256;
+
+pub fn workloads(t: &Table, n: usize, seed: u64) -> Vec<(&'static str, Vec<u32>)> {
+    let mut rng = Rng::new(seed);
+    let random_prefix = (0..n)
+        .map(|_| {
+            let p = t.routes[rng.below(t.routes.len())].0;
+            p.bits() | (rng.next_u64() as u32 & !fib::mask(p.len()))
+        })
+        .collect();
+    let uniform = (0..n).map(|_| rng.next_u64() as u32).collect();
+    let one = vec![t.routes.first().map(|r| r.0.bits()).unwrap_or(0); n];
+    vec![
+        ("random-prefix", random_prefix),
+        ("uniform", uniform),
+        ("one", one),
+    ]
+}
+
+/// Best-of-three rate of `f` over `addrs`, after one warm-up pass.
+fn rate(addrs: &[u32], mut f: impl FnMut(&[u32]) -> u64) -> f64 {
+    black_box(f(addrs));
+    (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            black_box(f(addrs));
+            addrs.len() as f64 / t.elapsed().as_secs_f64()
+        })
+        .fold(0.0, f64::max)
+}
+
+fn single(addrs: &[u32], look: impl Fn(u32) -> u32) -> u64 {
+    addrs.iter().map(|&a| look(a) as u64).sum()
+}
+
+pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
+    progress("building");
+    let t0 = Instant::now();
+    let mut rib = BinaryTrie::new();
+    for &(p, v) in &t.routes {
+        rib.insert(p, v);
+    }
+    let rib_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let t1 = Instant::now();
+    let pop = Poptrie::build(&rib);
+    let build_ms = t1.elapsed().as_secs_f64() * 1e3;
+    let t2 = Instant::now();
+    let mut tbm: IpLookupTable<Ipv4Addr, u32> = IpLookupTable::new();
+    for &(p, v) in &t.routes {
+        tbm.insert(p.addr(), p.len() as u32, v);
+    }
+    let tbm_ms = t2.elapsed().as_secs_f64() * 1e3;
+
+    // Agreement first: a fast wrong answer is no result.
+    let check = workloads(t, 1 << 16, 99);
+    for (_, addrs) in &check {
+        for &a in addrs {
+            let want = rib.lookup(a.into());
+            assert_eq!(
+                pop.lookup(a.into()),
+                want,
+                "poptrie disagrees at {}",
+                Ipv4Addr::from(a)
+            );
+            assert_eq!(
+                tbm.longest_match(a.into()).map(|m| *m.2),
+                want,
+                "treebitmap disagrees at {}",
+                Ipv4Addr::from(a)
+            );
+        }
+    }
+
+    let mut results = Vec::new();
+    for (wl, addrs) in workloads(t, LOOKUPS, 1) {
+        progress(wl);
+        let mut out = vec![0u32; BATCH];
+        let pop_single = rate(&addrs, |a| single(a, |x| pop.lookup_raw(x)));
+        let pop_batch = rate(&addrs, |a| {
+            a.chunks(BATCH)
+                .map(|c| {
+                    pop.lookup_batch_raw(c, &mut out[..c.len()]);
+                    out[..c.len()].iter().map(|&v| v as u64).sum::<u64>()
+                })
+                .sum()
+        });
+        let trie_single = rate(&addrs, |a| single(a, |x| rib.lookup(x.into()).unwrap_or(0)));
+        let tbm_single = rate(&addrs, |a| {
+            single(a, |x| {
+                tbm.longest_match(x.into()).map(|m| *m.2).unwrap_or(0)
+            })
+        });
+        for (s, mode, r) in [
+            ("poptrie", "single", pop_single),
+            ("poptrie", "batch", pop_batch),
+            ("binary-trie", "single", trie_single),
+            ("binary-trie", "batch", trie_single),
+            ("ip_network_table-deps-treebitmap", "single", tbm_single),
+            ("ip_network_table-deps-treebitmap", "batch", tbm_single),
+        ] {
+            results.push(
+                json!({"structure": s, "workload": wl, "mode": mode, "lookups_per_sec": r.round()}),
+            );
+        }
+    }
+    progress("updates");
+    let updates = update_rate(t);
+    let get = |s: &str, wl: &str, m: &str| {
+        results
+            .iter()
+            .find(|r| r["structure"] == s && r["workload"] == wl && r["mode"] == m)
+            .and_then(|r| r["lookups_per_sec"].as_f64())
+            .unwrap_or(0.0)
+    };
+    let mut ratios = serde_json::Map::new();
+    for other in ["binary-trie", "ip_network_table-deps-treebitmap"] {
+        let mut m = serde_json::Map::new();
+        for wl in ["random-prefix", "uniform", "one"] {
+            for mode in ["single", "batch"] {
+                m.insert(
+                    format!("{wl}/{mode}"),
+                    json!(
+                        (get("poptrie", wl, mode) / get(other, wl, mode) * 100.0).round() / 100.0
+                    ),
+                );
+            }
+        }
+        ratios.insert(format!("poptrie/{other}"), Value::Object(m));
+    }
+    json!({
+        "table": name,
+        "prefixes": t.routes.len(),
+        "next_hops": t.next_hops.len(),
+        "build_ms": (build_ms * 10.0).round() / 10.0,
+        "reference_trie_build_ms": rib_ms.round(),
+        "treebitmap_build_ms": tbm_ms.round(),
+        "memory_bytes": pop.memory_bytes(),
+        "bytes_per_prefix": (pop.memory_bytes() as f64 / t.routes.len().max(1) as f64 * 100.0).round() / 100.0,
+        "reference_trie_memory_bytes": rib.memory_bytes(),
+        "updates_per_sec": updates["single"],
+        "updates": updates,
+        "lookups_per_workload": LOOKUPS,
+        "results": results,
+        "ratios": Value::Object(ratios),
+    })
+}
+
+/// Update rates through the loss-free writer, with a reader holding and releasing
+/// snapshots: `single` publishes after every change (withdraw then re-add a random prefix
+/// of the table), `batched_1000` publishes once per 1,000 changes.
+fn update_rate(t: &Table) -> Value {
+    if t.routes.is_empty() {
+        return json!({"single": 0, "batched_1000": 0});
+    }
+    let mut rib = BinaryTrie::new();
+    for &(p, v) in &t.routes {
+        rib.insert(p, v);
+    }
+    let (mut w, _reader) = FibWriter::new(rib);
+    let mut rng = Rng::new(5);
+    let mut pick = || {
+        let (p, v): (Prefix, u32) = t.routes[rng.below(t.routes.len())];
+        (p, v)
+    };
+    let n = 2000;
+    let t0 = Instant::now();
+    for _ in 0..n / 2 {
+        let (p, v) = pick();
+        w.remove(p);
+        w.insert(p, v);
+    }
+    let single = n as f64 / t0.elapsed().as_secs_f64();
+    let batches = 20;
+    let t1 = Instant::now();
+    for _ in 0..batches {
+        let ch: Vec<_> = (0..500)
+            .flat_map(|_| {
+                let (p, v) = pick();
+                [(p, None), (p, Some(v))]
+            })
+            .collect();
+        w.apply(ch);
+    }
+    let batched = (batches * 1000) as f64 / t1.elapsed().as_secs_f64();
+    json!({"single": single.round(), "batched_1000": batched.round(), "full_builds": w.full_builds})
+}
