@@ -10,7 +10,7 @@
 //!
 //! [[route]]
 //! prefix = "10.3.0.0/16"
-//! via = "10.2.0.2"
+//! via = "10.2.0.2"             # or a list of gateways for ECMP: ["10.2.0.2", "10.2.0.3"]
 //!
 //! [tuning]                     # optional
 //! icmp_errors_per_sec = 100
@@ -71,7 +71,15 @@ struct RawInterface {
 #[serde(deny_unknown_fields)]
 struct RawRoute {
     prefix: Spanned<String>,
-    via: Spanned<String>,
+    via: Spanned<Via>,
+}
+
+/// One gateway, or a list of them (ECMP).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Via {
+    One(String),
+    Many(Vec<String>),
 }
 
 /// One interface of the forwarder.
@@ -87,7 +95,8 @@ pub struct InterfaceConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteConfig {
     pub prefix: Prefix,
-    pub via: Ipv4Addr,
+    /// One gateway, or several for ECMP.
+    pub via: Vec<Ipv4Addr>,
     pub line: usize,
 }
 
@@ -220,22 +229,37 @@ impl ForwarderFile {
                     format!("{:?}: {e}", r.prefix.get_ref()),
                 )
             })?;
-            let via: Ipv4Addr = r.via.get_ref().parse().map_err(|_| {
-                err(
-                    r.via.span().start,
-                    format!("route[{i}].via"),
-                    format!("{:?} is not an IPv4 address", r.via.get_ref()),
-                )
-            })?;
-            let on_link = interfaces
-                .iter()
-                .any(|x| Prefix::new(x.addr, x.prefix_len).contains(via));
-            if !on_link {
+            let texts: Vec<&String> = match r.via.get_ref() {
+                Via::One(v) => vec![v],
+                Via::Many(v) => v.iter().collect(),
+            };
+            if texts.is_empty() {
                 return Err(err(
                     r.via.span().start,
                     format!("route[{i}].via"),
-                    format!("gateway {via} is on none of the interfaces' networks"),
+                    "no gateway given".into(),
                 ));
+            }
+            let mut via = Vec::new();
+            for t in texts {
+                let a: Ipv4Addr = t.parse().map_err(|_| {
+                    err(
+                        r.via.span().start,
+                        format!("route[{i}].via"),
+                        format!("{t:?} is not an IPv4 address"),
+                    )
+                })?;
+                let on_link = interfaces
+                    .iter()
+                    .any(|x| Prefix::new(x.addr, x.prefix_len).contains(a));
+                if !on_link {
+                    return Err(err(
+                        r.via.span().start,
+                        format!("route[{i}].via"),
+                        format!("gateway {a} is on none of the interfaces' networks"),
+                    ));
+                }
+                via.push(a);
             }
             routes.push(RouteConfig {
                 prefix,
@@ -298,6 +322,11 @@ via = "10.2.0.2"
         assert_eq!(c.interfaces.len(), 2);
         assert_eq!(c.interfaces[1].addr, Ipv4Addr::new(10, 2, 0, 1));
         assert_eq!(c.routes[0].prefix.to_string(), "10.3.0.0/16");
+        assert_eq!(c.routes[0].via, vec![Ipv4Addr::new(10, 2, 0, 2)]);
+        let ecmp =
+            parse(&EXAMPLE.replace("via = \"10.2.0.2\"", "via = [\"10.2.0.2\", \"10.2.0.3\"]"))
+                .unwrap();
+        assert_eq!(ecmp.routes[0].via.len(), 2);
         assert_eq!(c.routes[0].line, 11);
         assert_eq!(c.tuning, ForwarderConfig::default());
     }

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub type Handler = Arc<dyn Fn(&str) -> Result<Value, String> + Send + Sync>;
+/// Answers one request: the command, and the whole request object for its arguments.
+pub type Handler = Arc<dyn Fn(&str, &Value) -> Result<Value, String> + Send + Sync>;
 
 /// A running control-socket server; stops and removes the socket file when dropped.
 pub struct Server {
@@ -67,7 +68,7 @@ fn handle(c: UnixStream, handler: &Handler) -> io::Result<()> {
         let line = line?;
         let resp = match serde_json::from_str::<Value>(&line) {
             Ok(v) => match v.get("cmd").and_then(|c| c.as_str()) {
-                Some(cmd) => match handler(cmd) {
+                Some(cmd) => match handler(cmd, &v) {
                     Ok(data) => json!({"ok": true, "data": data}),
                     Err(e) => json!({"ok": false, "error": e}),
                 },
@@ -94,10 +95,15 @@ impl Drop for Server {
 
 /// Sends one command and returns the response's `data`, or its error as text.
 pub fn request(path: &Path, cmd: &str) -> Result<Value, String> {
+    request_with(path, json!({"cmd": cmd}))
+}
+
+/// Sends one request object (`{"cmd": ..., args...}`) and returns the response's `data`.
+pub fn request_with(path: &Path, req: Value) -> Result<Value, String> {
     let mut s = UnixStream::connect(path).map_err(|e| format!("{}: {e}", path.display()))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
-    writeln!(s, "{}", json!({"cmd": cmd})).map_err(|e| e.to_string())?;
+    writeln!(s, "{req}").map_err(|e| e.to_string())?;
     let mut line = String::new();
     BufReader::new(&s)
         .read_line(&mut line)
@@ -119,7 +125,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tessera-ctl-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("c.sock");
-        let h: Handler = Arc::new(|cmd| {
+        let h: Handler = Arc::new(|cmd, _| {
             if cmd == "ping" {
                 Ok(json!("pong"))
             } else {

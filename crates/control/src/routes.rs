@@ -1,4 +1,5 @@
-//! Route files: one `PREFIX NEXTHOP` per line (`#` comments and blank lines allowed).
+//! Route files: one `PREFIX NEXTHOP [NEXTHOP...]` per line (several next hops make an ECMP
+//! route; `#` comments and blank lines allowed).
 
 use fib::Prefix;
 use std::net::Ipv4Addr;
@@ -20,12 +21,13 @@ impl std::fmt::Display for RouteFileError {
 
 impl std::error::Error for RouteFileError {}
 
-/// Parses route-file text, calling `each(prefix, next_hop, line)` per route.
+/// Parses route-file text, calling `each(prefix, next_hops, line)` per route.
 pub fn parse(
     file: &str,
     text: &str,
-    mut each: impl FnMut(Prefix, Ipv4Addr, usize) -> Result<(), String>,
+    mut each: impl FnMut(Prefix, &[Ipv4Addr], usize) -> Result<(), String>,
 ) -> Result<usize, RouteFileError> {
+    let mut hops = Vec::with_capacity(4);
     let mut n = 0;
     for (i, line) in text.lines().enumerate() {
         let err = |message: String| RouteFileError {
@@ -38,14 +40,21 @@ pub fn parse(
             continue;
         }
         let mut words = line.split_whitespace();
-        let (Some(p), Some(h), None) = (words.next(), words.next(), words.next()) else {
-            return Err(err(format!("expected \"PREFIX NEXTHOP\", got {line:?}")));
-        };
+        let p = words.next().unwrap_or("");
+        hops.clear();
+        for h in words {
+            hops.push(
+                h.parse::<Ipv4Addr>()
+                    .map_err(|_| err(format!("next hop {h:?} is not an IPv4 address")))?,
+            );
+        }
+        if hops.is_empty() {
+            return Err(err(format!(
+                "expected \"PREFIX NEXTHOP [NEXTHOP...]\", got {line:?}"
+            )));
+        }
         let prefix = Prefix::parse_strict(p).map_err(|e| err(format!("prefix {p:?}: {e}")))?;
-        let hop: Ipv4Addr = h
-            .parse()
-            .map_err(|_| err(format!("next hop {h:?} is not an IPv4 address")))?;
-        each(prefix, hop, i + 1).map_err(err)?;
+        each(prefix, &hops, i + 1).map_err(err)?;
         n += 1;
     }
     Ok(n)
@@ -54,7 +63,7 @@ pub fn parse(
 /// Reads a route file from disk.
 pub fn load(
     path: &Path,
-    each: impl FnMut(Prefix, Ipv4Addr, usize) -> Result<(), String>,
+    each: impl FnMut(Prefix, &[Ipv4Addr], usize) -> Result<(), String>,
 ) -> Result<usize, RouteFileError> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| RouteFileError {
@@ -72,20 +81,15 @@ mod tests {
     #[test]
     fn parses_and_reports_lines() {
         let mut got = Vec::new();
-        let n = parse(
-            "r.txt",
-            "# table\n198.51.100.0/24 10.2.0.2\n\n10.0.0.0/8   10.2.0.3 # x\n",
-            |p, h, l| {
-                got.push((p.to_string(), h, l));
-                Ok(())
-            },
-        )
+        let text = "# table\n198.51.100.0/24 10.2.0.2\n\n10.0.0.0/8   10.2.0.3 10.2.0.4 # x\n";
+        let n = parse("r.txt", text, |p, h, l| {
+            got.push((p.to_string(), h.to_vec(), l));
+            Ok(())
+        })
         .unwrap();
         assert_eq!(n, 2);
-        assert_eq!(
-            got[1],
-            ("10.0.0.0/8".to_string(), Ipv4Addr::new(10, 2, 0, 3), 4)
-        );
+        let ecmp = vec![Ipv4Addr::new(10, 2, 0, 3), Ipv4Addr::new(10, 2, 0, 4)];
+        assert_eq!(got[1], ("10.0.0.0/8".to_string(), ecmp, 4));
         let e = parse("r.txt", "10.0.0.0/8 10.2.0.2\n10.0.0.0/8\n", |_, _, _| {
             Ok(())
         })
@@ -96,6 +100,8 @@ mod tests {
         );
         let e = parse("r.txt", "10.0.0.1/8 10.2.0.2\n", |_, _, _| Ok(())).unwrap_err();
         assert!(e.message.contains("host bits"), "{e}");
+        let e = parse("r.txt", "10.0.0.0/8 10.2.0.2 x\n", |_, _, _| Ok(())).unwrap_err();
+        assert!(e.message.contains("\"x\" is not an IPv4"), "{e}");
         let e = parse("r.txt", "10.0.0.0/8 10.2.0.2\n", |_, _, _| Err("no".into())).unwrap_err();
         assert_eq!(e.to_string(), "r.txt:1: no");
     }

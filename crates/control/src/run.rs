@@ -1,22 +1,29 @@
 //! The forwarder element's run loop over real (or in-memory) ports.
 //!
-//! One thread owns the ports and the [`Forwarder`]: it receives a batch from every port,
-//! runs each frame through the forwarder, transmits each port's queue in one call, runs the
-//! neighbour timers every [`POLL_INTERVAL`], and sleeps in `poll(2)` on the ports' sockets
-//! when nothing arrives. Control-plane work (ARP, ICMP for us) runs inline in the same
-//! thread for now; the control socket lives on its own thread and reads the shared
-//! counters, asking the worker through a channel only for state it owns (neighbours).
+//! One worker thread owns the ports and the [`Forwarder`]: it receives a batch from every
+//! port, runs each frame through the forwarder, transmits each port's queue in one call,
+//! runs the neighbour timers every [`POLL_INTERVAL`], lets go of its route snapshot after
+//! every pass, and sleeps in `poll(2)` on the ports' sockets when nothing arrives. ARP and
+//! ICMP for the router run inline in the worker.
+//!
+//! The control socket runs on its own thread. It owns the route writer ([`RouteTable`]):
+//! `reload-routes`, `route-add` and `route-del` change routes there while the worker
+//! forwards, and each change is published atomically (see `fib::table`). It reads the
+//! shared counters directly and asks the worker through a channel only for state the worker
+//! owns (neighbours).
 
 use crate::config::ForwarderFile;
 use crate::ctlsock;
 use dataplane::forwarder::{Forwarder, Iface, POLL_INTERVAL};
 use dataplane::port::Port;
+use dataplane::routes::RouteTable;
 use dataplane::{Drop, TxQueues};
+use fib::Prefix;
 use serde_json::{json, Value};
+use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 use wire::MacAddr;
 
@@ -25,8 +32,43 @@ pub const BATCH: usize = 256;
 
 type Query = (String, mpsc::Sender<Value>);
 
+/// The static routes and the routes file of a configuration, each gateway checked against
+/// the interfaces; errors name the file and line.
+pub fn config_routes(
+    cfg: &ForwarderFile,
+    port_for: impl Fn(Ipv4Addr) -> Option<u16>,
+) -> Result<Vec<(Prefix, Vec<Ipv4Addr>)>, String> {
+    let mut routes = Vec::with_capacity(cfg.routes.len());
+    for r in &cfg.routes {
+        if let Some(gw) = r.via.iter().find(|v| port_for(**v).is_none()) {
+            return Err(format!(
+                "{}:{}: route {}: gateway {gw} is not on any interface's network",
+                cfg.path.display(),
+                r.line,
+                r.prefix
+            ));
+        }
+        routes.push((r.prefix, r.via.clone()));
+    }
+    if let Some(file) = &cfg.routes_file {
+        let t = Instant::now();
+        let n = crate::routes::load(file, |p, vias, _| {
+            match vias.iter().find(|v| port_for(**v).is_none()) {
+                Some(gw) => Err(format!("gateway {gw} is not on any interface's network")),
+                None => {
+                    routes.push((p, vias.to_vec()));
+                    Ok(())
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+        tracing::info!(routes = n, file = %file.display(), ms = t.elapsed().as_millis() as u64, "routes file read");
+    }
+    Ok(routes)
+}
+
 /// Builds the forwarder from its configuration, with the given ports' MACs and MTUs, and
-/// loads static routes and the routes file.
+/// loads static routes and the routes file in one publication.
 pub fn build(cfg: &ForwarderFile, macs: &[MacAddr], mtus: &[usize]) -> Result<Forwarder, String> {
     let ifaces = cfg
         .interfaces
@@ -41,23 +83,13 @@ pub fn build(cfg: &ForwarderFile, macs: &[MacAddr], mtus: &[usize]) -> Result<Fo
         })
         .collect();
     let mut f = Forwarder::new(ifaces, cfg.tuning, Instant::now());
-    for r in &cfg.routes {
-        f.add_route(r.prefix, r.via)
-            .map_err(|e| format!("{}:{}: route {}: {e}", cfg.path.display(), r.line, r.prefix))?;
-    }
-    if let Some(file) = &cfg.routes_file {
-        let t = Instant::now();
-        let n = crate::routes::load(file, |p, via, _| {
-            f.add_route(p, via).map_err(|e| e.to_string())
-        })
-        .map_err(|e| e.to_string())?;
-        tracing::info!(routes = n, file = %file.display(), ms = t.elapsed().as_millis() as u64, "routes file loaded");
-    }
+    let routes = config_routes(cfg, |gw| f.port_for_gateway(gw))?;
+    f.replace_routes(routes).map_err(|e| e.to_string())?;
     Ok(f)
 }
 
 /// Answers a control-socket command that needs the worker's own state.
-fn answer(f: &Forwarder, cmd: &str) -> Value {
+fn answer(f: &mut Forwarder, cmd: &str) -> Value {
     match cmd {
         "neighbours" => Value::Array(
             f.neighbours
@@ -74,34 +106,93 @@ fn answer(f: &Forwarder, cmd: &str) -> Value {
                 .map(|i| json!({"name": i.name, "mac": i.mac.to_string(), "mtu": i.mtu, "address": format!("{}/{}", i.addr, i.prefix_len)}))
                 .collect(),
         ),
-        "routes" => json!({"count": f.route_count()}),
         _ => Value::Null,
     }
 }
 
-/// Runs the forwarder over `ports` until `stop` is set.
+/// Route commands, run on the control thread against the route writer.
+fn route_command(
+    routes: &Mutex<RouteTable>,
+    cfg: Option<&ForwarderFile>,
+    cmd: &str,
+    req: &Value,
+) -> Result<Value, String> {
+    let mut t = routes.lock().map_err(|_| "route table poisoned")?;
+    let prefix = || -> Result<Prefix, String> {
+        let p = req["prefix"].as_str().ok_or("missing \"prefix\"")?;
+        Prefix::parse_strict(p).map_err(|e| format!("prefix {p:?}: {e}"))
+    };
+    match cmd {
+        "routes" => Ok(json!({"count": t.len()})),
+        "route-add" => {
+            let vias: Vec<Ipv4Addr> = match &req["via"] {
+                Value::String(s) => vec![s
+                    .parse()
+                    .map_err(|_| format!("via {s:?} is not an IPv4 address"))?],
+                Value::Array(a) => a
+                    .iter()
+                    .map(|v| {
+                        v.as_str()
+                            .and_then(|s| s.parse().ok())
+                            .ok_or(format!("via {v} is not an IPv4 address"))
+                    })
+                    .collect::<Result<_, _>>()?,
+                _ => return Err("missing \"via\" (an address or a list)".into()),
+            };
+            t.add(prefix()?, &vias).map_err(|e| e.to_string())?;
+            Ok(json!({"count": t.len()}))
+        }
+        "route-del" => {
+            let removed = t.remove(prefix()?);
+            Ok(json!({"removed": removed, "count": t.len()}))
+        }
+        "reload-routes" => {
+            let cfg = cfg.ok_or("no configuration to reload from")?;
+            let time = Instant::now();
+            let cfg = ForwarderFile::load(&cfg.path).map_err(|e| e.to_string())?;
+            let routes = config_routes(&cfg, |gw| t.port_for_gateway(gw))?;
+            let n = t.replace(routes).map_err(|e| e.to_string())?;
+            let ms = time.elapsed().as_millis() as u64;
+            tracing::info!(routes = n, ms, "routes reloaded");
+            Ok(json!({"routes": n, "count": t.len(), "ms": ms}))
+        }
+        _ => Err(format!("unknown command {cmd:?}")),
+    }
+}
+
+/// Runs the forwarder over `ports` until `stop` is set. `cfg` is what `reload-routes`
+/// reads again.
 pub fn run<P: Port>(
     mut f: Forwarder,
     mut ports: Vec<P>,
+    cfg: Option<&ForwarderFile>,
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
 ) -> Result<(), String> {
     let counters = f.counters.clone();
     let (qtx, qrx) = mpsc::channel::<Query>();
+    let routes = Arc::new(Mutex::new(
+        f.take_routes()
+            .ok_or("the forwarder's routes are already taken")?,
+    ));
+    let cfg = cfg.cloned();
     let _server = match control {
         Some(path) => {
-            let qtx = std::sync::Mutex::new(qtx);
+            let qtx = Mutex::new(qtx);
             let c = counters.clone();
-            let handler: ctlsock::Handler = Arc::new(move |cmd: &str| {
+            let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
                 match cmd {
                 "counters" => serde_json::to_value(c.snapshot()).map_err(|e| e.to_string()),
                 "describe" => serde_json::to_value(dataplane::counters::descriptions()).map_err(|e| e.to_string()),
-                "neighbours" | "interfaces" | "routes" => {
+                "neighbours" | "interfaces" => {
                     let (tx, rx) = mpsc::channel();
                     qtx.lock().map_err(|_| "worker gone")?.send((cmd.to_string(), tx)).map_err(|_| "worker gone")?;
                     rx.recv_timeout(Duration::from_secs(2)).map_err(|_| "worker did not answer".to_string())
                 }
-                other => Err(format!("unknown command {other:?}; try counters, describe, interfaces, neighbours, routes")),
+                "routes" | "route-add" | "route-del" | "reload-routes" => route_command(&routes, cfg.as_ref(), cmd, req),
+                other => Err(format!(
+                    "unknown command {other:?}; try counters, describe, interfaces, neighbours, routes, route-add, route-del, reload-routes"
+                )),
             }
             });
             Some(ctlsock::serve(path, handler).map_err(|e| e.to_string())?)
@@ -142,10 +233,12 @@ pub fn run<P: Port>(
             last_poll = now;
             f.poll(now, &mut tx);
             while let Ok((cmd, reply)) = qrx.try_recv() {
-                let _ = reply.send(answer(&f, &cmd));
+                let _ = reply.send(answer(&mut f, &cmd));
             }
         }
         flush(&mut ports, &mut tx, &mut f)?;
+        // Let go of the route snapshot so that the route writer can reuse it.
+        f.end_batch();
         if got == 0 && !pfds.is_empty() {
             // SAFETY: pfds is a valid array of pollfd for the duration of the call.
             unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 10) };
@@ -210,7 +303,7 @@ via = "10.2.0.2"
         std::fs::write(dir.join("routes.txt"), "198.51.100.0/24 10.2.0.2\n").unwrap();
         let file = ForwarderFile::load(&dir.join("r.toml")).unwrap();
         let macs = [MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2])];
-        let f = build(&file, &macs, &[1500, 1500]).unwrap();
+        let mut f = build(&file, &macs, &[1500, 1500]).unwrap();
         assert_eq!(f.route_count(), 4);
         let hop = f.route("198.51.100.9".parse().unwrap()).unwrap();
         assert_eq!((hop.port, hop.via), (1, Some("10.2.0.2".parse().unwrap())));

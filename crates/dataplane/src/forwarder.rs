@@ -21,7 +21,10 @@ use crate::buf::{Pkt, Pool, TxQueues};
 use crate::counters::{Counters, Drop, Event};
 use crate::frag;
 use crate::neighbour::{Enqueued, Expired, NeighbourConfig, Neighbours};
-use fib::{BinaryTrie, Lpm, Prefix};
+use crate::routes::{flow_hash, pick, RouteReaders, RouteTable};
+pub use crate::routes::{NextHop, RouteError};
+use fib::poptrie::{Poptrie, NO_ROUTE};
+use fib::Prefix;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,14 +58,6 @@ impl Iface {
     }
 }
 
-/// Where a route sends packets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct NextHop {
-    pub port: u16,
-    /// The gateway; `None` for a connected network (the destination is the next hop).
-    pub via: Option<Ipv4Addr>,
-}
-
 /// Forwarder tunables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -93,32 +88,14 @@ enum IcmpError {
     ParamProblem(u8),
 }
 
-/// Why a route could not be added.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RouteError {
-    /// The gateway is on none of the connected networks.
-    GatewayUnreachable(Ipv4Addr),
-    /// Too many distinct next hops for the table's index type.
-    TooManyNextHops,
-}
-
-impl core::fmt::Display for RouteError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            RouteError::GatewayUnreachable(a) => {
-                write!(f, "gateway {a} is not on any interface's network")
-            }
-            RouteError::TooManyNextHops => f.write_str("too many distinct next hops"),
-        }
-    }
-}
-
 /// The forwarder's state and its per-packet path.
 pub struct Forwarder {
     pub ifaces: Vec<Iface>,
-    fib: BinaryTrie,
-    nexthops: Vec<NextHop>,
-    nexthop_ids: std::collections::HashMap<NextHop, u32>,
+    /// The route writer, while this forwarder owns it (see [`Forwarder::take_routes`]).
+    routes: Option<RouteTable>,
+    readers: RouteReaders,
+    /// The FIB and group snapshots of the current batch.
+    snap: Option<(Arc<Poptrie>, Arc<Vec<Box<[NextHop]>>>)>,
     pub neighbours: Neighbours,
     pub counters: Arc<Counters>,
     cfg: ForwarderConfig,
@@ -135,11 +112,12 @@ impl Forwarder {
         let counters = Arc::new(Counters::new(
             ifaces.iter().map(|i| i.name.clone()).collect(),
         ));
-        let mut f = Forwarder {
+        let (table, readers) = RouteTable::new(&ifaces);
+        Forwarder {
             ifaces,
-            fib: BinaryTrie::new(),
-            nexthops: Vec::new(),
-            nexthop_ids: Default::default(),
+            routes: Some(table),
+            readers,
+            snap: None,
             neighbours: Neighbours::new(cfg.neighbour),
             counters,
             cfg,
@@ -148,31 +126,20 @@ impl Forwarder {
             ident: 1,
             pool: Pool::new(),
             expired: Expired::default(),
-        };
-        for port in 0..f.ifaces.len() {
-            let net = f.ifaces[port].net();
-            let nh = NextHop {
-                port: port as u16,
-                via: None,
-            };
-            // Connected routes cannot fail: the table is empty, one id per port.
-            let id = f.nexthop_id(nh).unwrap_or(0);
-            f.fib.insert(net, id);
         }
-        f
     }
 
-    fn nexthop_id(&mut self, nh: NextHop) -> Result<u32, RouteError> {
-        if let Some(&id) = self.nexthop_ids.get(&nh) {
-            return Ok(id);
-        }
-        let id = u32::try_from(self.nexthops.len()).map_err(|_| RouteError::TooManyNextHops)?;
-        if id == u32::MAX {
-            return Err(RouteError::TooManyNextHops);
-        }
-        self.nexthops.push(nh);
-        self.nexthop_ids.insert(nh, id);
-        Ok(id)
+    /// Hands the route writer to the caller (a control thread that loads and changes routes
+    /// while this forwarder forwards). Afterwards the route methods here return errors.
+    pub fn take_routes(&mut self) -> Option<RouteTable> {
+        self.routes.take()
+    }
+
+    /// Runs `f` on the route writer, after letting go of this forwarder's snapshot (the
+    /// writer waits for readers to release the copy it edits).
+    fn with_routes<T>(&mut self, f: impl FnOnce(&mut RouteTable) -> T) -> Option<T> {
+        self.snap = None;
+        self.routes.as_mut().map(f)
     }
 
     /// The port whose connected network holds `gw`.
@@ -187,29 +154,74 @@ impl Forwarder {
 
     /// Adds or replaces a route through gateway `via`.
     pub fn add_route(&mut self, prefix: Prefix, via: Ipv4Addr) -> Result<(), RouteError> {
-        let port = self
-            .port_for_gateway(via)
-            .ok_or(RouteError::GatewayUnreachable(via))?;
-        let id = self.nexthop_id(NextHop {
-            port,
-            via: Some(via),
-        })?;
-        self.fib.insert(prefix, id);
-        Ok(())
+        self.add_route_ecmp(prefix, &[via])
+    }
+
+    /// Adds or replaces a route through several gateways (ECMP).
+    pub fn add_route_ecmp(&mut self, prefix: Prefix, vias: &[Ipv4Addr]) -> Result<(), RouteError> {
+        self.with_routes(|t| t.add(prefix, vias))
+            .unwrap_or(Err(RouteError::NoNextHop))
+    }
+
+    /// Replaces all routes but the connected ones, published at once.
+    pub fn replace_routes(
+        &mut self,
+        routes: Vec<(Prefix, Vec<Ipv4Addr>)>,
+    ) -> Result<usize, RouteError> {
+        self.with_routes(|t| t.replace(routes))
+            .unwrap_or(Err(RouteError::NoNextHop))
     }
 
     /// Removes a route; true if it was there.
     pub fn remove_route(&mut self, prefix: Prefix) -> bool {
-        self.fib.remove(prefix).is_some()
+        self.with_routes(|t| t.remove(prefix)).unwrap_or(false)
     }
 
-    pub fn route_count(&self) -> usize {
-        self.fib.len()
+    /// Number of routes in the published table.
+    pub fn route_count(&mut self) -> usize {
+        self.load_snapshot();
+        self.snap.as_ref().map(|s| s.0.len()).unwrap_or(0)
     }
 
-    /// The next hop for `dst`, as the data plane would choose it.
-    pub fn route(&self, dst: Ipv4Addr) -> Option<NextHop> {
-        self.fib.lookup(dst).map(|id| self.nexthops[id as usize])
+    fn load_snapshot(&mut self) {
+        if self.snap.is_none() {
+            // FIB first, then groups: groups are published before any FIB that uses them.
+            let fib = self.readers.fib.load_full();
+            let groups = self.readers.groups.load_full();
+            self.snap = Some((fib, groups));
+        }
+    }
+
+    /// Ends a batch: lets go of the table snapshot, so the route writer can reuse it.
+    pub fn end_batch(&mut self) {
+        self.snap = None;
+    }
+
+    /// The next hop for a packet to `dst` whose IPv4 bytes are `ip` (for the ECMP hash).
+    #[inline]
+    fn next_hop(&mut self, dst: Ipv4Addr, ip: &[u8]) -> Option<NextHop> {
+        self.load_snapshot();
+        let (fib, groups) = self.snap.as_ref()?;
+        let g = fib.lookup_raw(u32::from(dst));
+        if g == NO_ROUTE {
+            return None;
+        }
+        let group = groups.get(g as usize)?;
+        Some(if group.len() == 1 {
+            group[0]
+        } else {
+            pick(group, flow_hash(ip))
+        })
+    }
+
+    /// The next hop for `dst`, as the data plane would choose it for a flow hashing to 0.
+    pub fn route(&mut self, dst: Ipv4Addr) -> Option<NextHop> {
+        self.load_snapshot();
+        let (fib, groups) = self.snap.as_ref()?;
+        let g = fib.lookup_raw(u32::from(dst));
+        (g != NO_ROUTE)
+            .then(|| groups.get(g as usize).map(|gr| pick(gr, 0)))
+            .flatten()
     }
 
     #[inline]
@@ -353,12 +365,11 @@ impl Forwarder {
             );
             return self.drop_pkt(p, Drop::Ip4TtlExpired);
         }
-        let Some(id) = self.fib.lookup(dst) else {
+        let Some(nh) = self.next_hop(dst, &p.data[ETH..]) else {
             let e = IcmpError::Unreachable(unreachable::NET);
             self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
             return self.drop_pkt(p, Drop::Ip4NoRoute);
         };
-        let nh = self.nexthops[id as usize];
         let mtu = self.ifaces[nh.port as usize].mtu;
         if total > mtu && df {
             let e = IcmpError::FragNeeded(mtu.min(u16::MAX as usize) as u16);
@@ -596,7 +607,7 @@ impl Forwarder {
             return self.drop_pkt(p, Drop::LocalNoRoute);
         };
         let (dst, total) = (ip.dst(), ip.total_len());
-        let Some(nh) = self.route(dst) else {
+        let Some(nh) = self.next_hop(dst, &p.data[ETH..]) else {
             return self.drop_pkt(p, Drop::LocalNoRoute);
         };
         let mtu = self.ifaces[nh.port as usize].mtu;

@@ -14,6 +14,7 @@ pub mod frag;
 pub mod fuzzing;
 pub mod neighbour;
 pub mod port;
+pub mod routes;
 
 pub use buf::{Meta, Pkt, Pool, TxQueues};
 pub use counters::{Counters, Drop, Event};

@@ -112,6 +112,17 @@ impl Kind {
     }
 }
 
+/// An `ip -batch` line for a route through one gateway or several (ECMP).
+fn linux_route(p: fib::Prefix, vias: &[std::net::Ipv4Addr]) -> String {
+    match vias {
+        [one] => format!("route add {p} via {one}\n"),
+        many => {
+            let hops: Vec<String> = many.iter().map(|v| format!("nexthop via {v}")).collect();
+            format!("route add {p} {}\n", hops.join(" "))
+        }
+    }
+}
+
 /// FNV-1a, for stable locally administered MACs.
 fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -425,11 +436,11 @@ impl Lab {
         in_ns(&ns, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
         let mut batch = String::new();
         for r in &cfg.routes {
-            batch.push_str(&format!("route add {} via {}\n", r.prefix, r.via));
+            batch.push_str(&linux_route(r.prefix, &r.via));
         }
         if let Some(f) = &cfg.routes_file {
             control::routes::load(f, |p, via, _| {
-                batch.push_str(&format!("route add {p} via {via}\n"));
+                batch.push_str(&linux_route(p, via));
                 Ok(())
             })
             .map_err(|e| e.to_string())?;

@@ -295,7 +295,7 @@ fn forwarder(config: &Path, control: Option<&Path>) -> Result<i32> {
         ports.push(io::AfPacket::open(&i.name, io::RingConfig::default())?);
     }
     let t = std::time::Instant::now();
-    let f = control::run::build(&cfg, &macs, &mtus).map_err(anyhow::Error::msg)?;
+    let mut f = control::run::build(&cfg, &macs, &mtus).map_err(anyhow::Error::msg)?;
     tracing::info!(
         interfaces = %ports.iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
         routes = f.route_count(),
@@ -303,7 +303,7 @@ fn forwarder(config: &Path, control: Option<&Path>) -> Result<i32> {
         "forwarder running"
     );
     let counters = f.counters.clone();
-    control::run::run(f, ports, control, stop).map_err(anyhow::Error::msg)?;
+    control::run::run(f, ports, Some(&cfg), control, stop).map_err(anyhow::Error::msg)?;
     let s = counters.snapshot();
     let dropped: u64 = s.drops.values().sum();
     tracing::info!(

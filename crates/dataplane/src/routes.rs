@@ -1,0 +1,252 @@
+//! The route table: the control side of the FIB, with ECMP next-hop groups.
+//!
+//! A route maps a prefix to a *group* of next hops (one for a plain route, several for
+//! ECMP). The LPM structure stores group ids; groups live in an append-only table that is
+//! published before any FIB snapshot that uses a new group, so a reader that loads the FIB
+//! and then the groups always finds the group it needs. The [`RouteTable`] is the only
+//! writer and may live on another thread than the workers, which hold [`RouteReaders`].
+
+use crate::forwarder::Iface;
+use arc_swap::ArcSwap;
+use fib::{BinaryTrie, FibReader, FibWriter, Lpm, Prefix};
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+/// Where a route sends packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NextHop {
+    pub port: u16,
+    /// The gateway; `None` for a connected network (the destination is the next hop).
+    pub via: Option<Ipv4Addr>,
+}
+
+pub type Groups = Arc<ArcSwap<Vec<Box<[NextHop]>>>>;
+
+/// What a worker holds to read routes.
+#[derive(Clone)]
+pub struct RouteReaders {
+    pub fib: FibReader,
+    pub groups: Groups,
+}
+
+/// Why a route could not be added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteError {
+    /// The gateway is on none of the connected networks.
+    GatewayUnreachable(Ipv4Addr),
+    NoNextHop,
+    TooManyGroups,
+}
+
+impl core::fmt::Display for RouteError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            RouteError::GatewayUnreachable(a) => {
+                write!(f, "gateway {a} is not on any interface's network")
+            }
+            RouteError::NoNextHop => f.write_str("a route needs at least one next hop"),
+            RouteError::TooManyGroups => f.write_str("too many distinct next-hop groups"),
+        }
+    }
+}
+
+/// Connected networks of the interfaces: (prefix, port), for gateway resolution.
+fn connected(ifaces: &[Iface]) -> Vec<(Prefix, u16)> {
+    ifaces
+        .iter()
+        .enumerate()
+        .map(|(p, i)| (Prefix::new(i.addr, i.prefix_len), p as u16))
+        .collect()
+}
+
+/// The writer of routes.
+pub struct RouteTable {
+    connected: Vec<(Prefix, u16)>,
+    fib: FibWriter,
+    groups: Vec<Box<[NextHop]>>,
+    group_ids: HashMap<Box<[NextHop]>, u32>,
+    published: Groups,
+}
+
+impl RouteTable {
+    /// A table holding the connected routes of `ifaces`.
+    pub fn new(ifaces: &[Iface]) -> (RouteTable, RouteReaders) {
+        let (fib, reader) = FibWriter::new(BinaryTrie::new());
+        let published: Groups = Arc::new(ArcSwap::from_pointee(Vec::new()));
+        let mut t = RouteTable {
+            connected: connected(ifaces),
+            fib,
+            groups: Vec::new(),
+            group_ids: HashMap::new(),
+            published: published.clone(),
+        };
+        let rib = t.connected_rib();
+        t.publish_groups();
+        t.fib.replace(rib);
+        (
+            t,
+            RouteReaders {
+                fib: reader,
+                groups: published,
+            },
+        )
+    }
+
+    fn connected_rib(&mut self) -> BinaryTrie {
+        let mut rib = BinaryTrie::new();
+        for (p, port) in self.connected.clone() {
+            if let Ok(g) = self.group(&[NextHop { port, via: None }]) {
+                rib.insert(p, g);
+            }
+        }
+        rib
+    }
+
+    /// The port whose connected network holds `gw` (the longest, if several).
+    pub fn port_for_gateway(&self, gw: Ipv4Addr) -> Option<u16> {
+        self.connected
+            .iter()
+            .filter(|(p, _)| p.contains(gw))
+            .max_by_key(|(p, _)| p.len())
+            .map(|c| c.1)
+    }
+
+    /// The id of the group of next hops through gateways `vias` (resolved to ports).
+    fn group_for(&mut self, vias: &[Ipv4Addr]) -> Result<u32, RouteError> {
+        let mut hops = Vec::with_capacity(vias.len());
+        for &v in vias {
+            let port = self
+                .port_for_gateway(v)
+                .ok_or(RouteError::GatewayUnreachable(v))?;
+            hops.push(NextHop { port, via: Some(v) });
+        }
+        self.group(&hops)
+    }
+
+    fn group(&mut self, hops: &[NextHop]) -> Result<u32, RouteError> {
+        if hops.is_empty() {
+            return Err(RouteError::NoNextHop);
+        }
+        let mut key: Vec<NextHop> = hops.to_vec();
+        key.sort();
+        key.dedup();
+        let key = key.into_boxed_slice();
+        if let Some(&id) = self.group_ids.get(&key) {
+            return Ok(id);
+        }
+        let id = self.groups.len() as u32;
+        if id >= fib::poptrie::NO_ROUTE {
+            return Err(RouteError::TooManyGroups);
+        }
+        self.groups.push(key.clone());
+        self.group_ids.insert(key, id);
+        Ok(id)
+    }
+
+    /// Publishes the group table if it grew (before any FIB that uses the new groups).
+    fn publish_groups(&mut self) {
+        if self.published.load().len() != self.groups.len() {
+            self.published.store(Arc::new(self.groups.clone()));
+        }
+    }
+
+    /// Adds or replaces a route through one gateway, or several (ECMP).
+    pub fn add(&mut self, prefix: Prefix, vias: &[Ipv4Addr]) -> Result<(), RouteError> {
+        let g = self.group_for(vias)?;
+        self.publish_groups();
+        self.fib.apply([(prefix, Some(g))]);
+        Ok(())
+    }
+
+    /// Applies many changes with one publication: `Some(vias)` adds or replaces, `None`
+    /// withdraws.
+    pub fn apply(
+        &mut self,
+        changes: impl IntoIterator<Item = (Prefix, Option<Vec<Ipv4Addr>>)>,
+    ) -> Result<usize, RouteError> {
+        let mut resolved = Vec::new();
+        for (p, v) in changes {
+            resolved.push((
+                p,
+                match v {
+                    Some(vias) => Some(self.group_for(&vias)?),
+                    None => None,
+                },
+            ));
+        }
+        self.publish_groups();
+        Ok(self.fib.apply(resolved))
+    }
+
+    /// Withdraws a route; connected routes cannot be withdrawn. True if it was there.
+    pub fn remove(&mut self, prefix: Prefix) -> bool {
+        if self.connected.iter().any(|c| c.0 == prefix) {
+            return false;
+        }
+        self.fib.apply([(prefix, None)]) == 1
+    }
+
+    /// Replaces every route but the connected ones (a full-table load), published at once.
+    pub fn replace(
+        &mut self,
+        routes: impl IntoIterator<Item = (Prefix, Vec<Ipv4Addr>)>,
+    ) -> Result<usize, RouteError> {
+        let mut rib = BinaryTrie::new();
+        let mut n = 0;
+        for (p, vias) in routes {
+            let g = self.group_for(&vias)?;
+            rib.insert(p, g);
+            n += 1;
+        }
+        let conn = self.connected_rib();
+        for (p, g) in conn.iter() {
+            rib.insert(p, g);
+        }
+        self.publish_groups();
+        self.fib.replace(rib);
+        Ok(n)
+    }
+
+    pub fn len(&self) -> usize {
+        self.fib.rib().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fib.rib().is_empty()
+    }
+
+    /// The group a destination resolves to, from the control side's table.
+    pub fn lookup(&self, dst: Ipv4Addr) -> Option<&[NextHop]> {
+        self.fib
+            .rib()
+            .lookup(dst)
+            .map(|g| &*self.groups[g as usize])
+    }
+}
+
+/// Picks one next hop of a group by a flow hash, stable per flow.
+#[inline]
+pub fn pick(group: &[NextHop], hash: u32) -> NextHop {
+    group[((hash as u64 * group.len() as u64) >> 32) as usize]
+}
+
+/// The flow hash: source, destination, protocol and, for unfragmented TCP and UDP, the
+/// ports (a 5-tuple); a 3-tuple otherwise, so every fragment of a datagram hashes alike.
+#[inline]
+pub fn flow_hash(ip: &[u8]) -> u32 {
+    let Ok(p) = wire::ipv4::Packet::new_checked(ip) else {
+        return 0;
+    };
+    let mut h = (u32::from(p.src()) as u64) << 32 | u32::from(p.dst()) as u64;
+    h ^= (p.protocol() as u64) << 17;
+    if !p.is_fragment() && matches!(p.protocol(), 6 | 17) {
+        if let Some(ports) = p.payload().get(..4) {
+            h ^= (u32::from_be_bytes([ports[0], ports[1], ports[2], ports[3]]) as u64)
+                .rotate_left(23);
+        }
+    }
+    h = (h ^ (h >> 31)).wrapping_mul(0x7fb5_d329_728e_a185);
+    h = (h ^ (h >> 27)).wrapping_mul(0x81da_def4_bc2d_d44d);
+    (h ^ (h >> 33)) as u32
+}
