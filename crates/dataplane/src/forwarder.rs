@@ -88,6 +88,9 @@ enum IcmpError {
     ParamProblem(u8),
 }
 
+/// The FIB and the next-hop groups of one publication.
+type Snapshot = (Arc<Poptrie>, Arc<Vec<Box<[NextHop]>>>);
+
 /// The forwarder's state and its per-packet path.
 pub struct Forwarder {
     pub ifaces: Vec<Iface>,
@@ -95,7 +98,7 @@ pub struct Forwarder {
     routes: Option<RouteTable>,
     readers: RouteReaders,
     /// The FIB and group snapshots of the current batch.
-    snap: Option<(Arc<Poptrie>, Arc<Vec<Box<[NextHop]>>>)>,
+    snap: Option<Snapshot>,
     pub neighbours: Neighbours,
     pub counters: Arc<Counters>,
     cfg: ForwarderConfig,
@@ -190,6 +193,15 @@ impl Forwarder {
             let groups = self.readers.groups.load_full();
             self.snap = Some((fib, groups));
         }
+    }
+
+    /// An identity of the FIB snapshot in use (its address), to observe publications.
+    pub fn snapshot_id(&mut self) -> usize {
+        self.load_snapshot();
+        self.snap
+            .as_ref()
+            .map(|s| Arc::as_ptr(&s.0) as usize)
+            .unwrap_or(0)
     }
 
     /// Ends a batch: lets go of the table snapshot, so the route writer can reuse it.
