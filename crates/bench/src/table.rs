@@ -3,7 +3,6 @@
 //! synthetic table with the prefix-length mix of a real one.
 
 use fib::Prefix;
-use std::io::{BufRead, BufReader, Read};
 use std::net::Ipv4Addr;
 use std::path::Path;
 
@@ -14,40 +13,21 @@ pub struct Table {
     pub next_hops: Vec<Ipv4Addr>,
 }
 
-/// Reads a table. Prefixes without a next hop get one of 16 synthetic next hops chosen by a
-/// hash of the prefix (a router with a few upstreams); lines that are not IPv4 prefixes
-/// (IPv6, comments) are skipped and counted.
+/// Reads a table (text or MRT, plain or compressed; see `control::tables`). Prefixes
+/// without a next hop get one of 16 synthetic next hops chosen by a hash of the prefix (a
+/// router with a few upstreams). Returns the table and the count of skipped lines/records.
 pub fn read(path: &Path) -> Result<(Table, usize), String> {
-    let mut f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut magic = [0u8; 2];
-    let n = f.read(&mut magic).map_err(|e| e.to_string())?;
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let r: Box<dyn Read> = if n == 2 && magic == [0x1f, 0x8b] {
-        Box::new(flate2::read::MultiGzDecoder::new(f))
-    } else {
-        Box::new(f)
-    };
     let mut t = Table::default();
     let mut ids = std::collections::HashMap::new();
-    let mut skipped = 0;
-    for (i, line) in BufReader::new(r).lines().enumerate() {
-        let line = line.map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))?;
-        let mut w = line.split_whitespace();
-        let Some(Ok(p)) = w.next().map(Prefix::parse_strict) else {
-            skipped += 1;
-            continue;
-        };
-        let hop = match w.next().and_then(|h| h.parse::<Ipv4Addr>().ok()) {
-            Some(h) => h,
-            None => synthetic_hop(p),
-        };
+    let st = control::tables::read(path, |p, hop| {
+        let hop = hop.unwrap_or_else(|| synthetic_hop(p));
         let id = *ids.entry(hop).or_insert_with(|| {
             t.next_hops.push(hop);
             t.next_hops.len() as u32 - 1
         });
         t.routes.push((p, id));
-    }
-    Ok((t, skipped))
+    })?;
+    Ok((t, st.skipped))
 }
 
 fn synthetic_hop(p: Prefix) -> Ipv4Addr {

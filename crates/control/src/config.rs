@@ -1,7 +1,9 @@
 //! The forwarder's TOML configuration. Errors name the file, the line and the key.
 //!
 //! ```toml
-//! routes_file = "routes.txt"   # optional; "PREFIX NEXTHOP" per line, relative to this file
+//! routes_file = "routes.txt"   # optional; "PREFIX NEXTHOP [NEXTHOP...]" per line, relative to this file
+//! # routes_file_via = "10.2.0.2"  # optional: all routes of routes_file through this gateway (or
+//! #                               # list); routes_file may then be any table: text, MRT, gzip, bzip2
 //!
 //! [[interface]]
 //! name = "r-eth0"
@@ -51,6 +53,7 @@ impl std::error::Error for ConfigError {}
 #[serde(deny_unknown_fields)]
 struct Raw {
     routes_file: Option<Spanned<String>>,
+    routes_file_via: Option<Spanned<Via>>,
     #[serde(default)]
     interface: Vec<RawInterface>,
     #[serde(default)]
@@ -108,6 +111,9 @@ pub struct ForwarderFile {
     pub routes: Vec<RouteConfig>,
     /// Resolved against the configuration file's directory.
     pub routes_file: Option<PathBuf>,
+    /// When set, every route of `routes_file` goes through these gateways and the file may
+    /// be any table format (text with or without next hops, MRT, compressed).
+    pub routes_file_via: Vec<Ipv4Addr>,
     pub tuning: ForwarderConfig,
 }
 
@@ -220,6 +226,37 @@ impl ForwarderFile {
                 "no [[interface]] given; a forwarder needs at least one".into(),
             ));
         }
+        let gateways = |v: &Spanned<Via>, key: String| -> Result<Vec<Ipv4Addr>, ConfigError> {
+            let texts: Vec<&String> = match v.get_ref() {
+                Via::One(v) => vec![v],
+                Via::Many(v) => v.iter().collect(),
+            };
+            if texts.is_empty() {
+                return Err(err(v.span().start, key, "no gateway given".into()));
+            }
+            let mut out = Vec::new();
+            for t in texts {
+                let a: Ipv4Addr = t.parse().map_err(|_| {
+                    err(
+                        v.span().start,
+                        key.clone(),
+                        format!("{t:?} is not an IPv4 address"),
+                    )
+                })?;
+                if !interfaces
+                    .iter()
+                    .any(|x| Prefix::new(x.addr, x.prefix_len).contains(a))
+                {
+                    return Err(err(
+                        v.span().start,
+                        key,
+                        format!("gateway {a} is on none of the interfaces' networks"),
+                    ));
+                }
+                out.push(a);
+            }
+            Ok(out)
+        };
         let mut routes = Vec::new();
         for (i, r) in raw.route.iter().enumerate() {
             let prefix = Prefix::parse_strict(r.prefix.get_ref()).map_err(|e| {
@@ -229,38 +266,7 @@ impl ForwarderFile {
                     format!("{:?}: {e}", r.prefix.get_ref()),
                 )
             })?;
-            let texts: Vec<&String> = match r.via.get_ref() {
-                Via::One(v) => vec![v],
-                Via::Many(v) => v.iter().collect(),
-            };
-            if texts.is_empty() {
-                return Err(err(
-                    r.via.span().start,
-                    format!("route[{i}].via"),
-                    "no gateway given".into(),
-                ));
-            }
-            let mut via = Vec::new();
-            for t in texts {
-                let a: Ipv4Addr = t.parse().map_err(|_| {
-                    err(
-                        r.via.span().start,
-                        format!("route[{i}].via"),
-                        format!("{t:?} is not an IPv4 address"),
-                    )
-                })?;
-                let on_link = interfaces
-                    .iter()
-                    .any(|x| Prefix::new(x.addr, x.prefix_len).contains(a));
-                if !on_link {
-                    return Err(err(
-                        r.via.span().start,
-                        format!("route[{i}].via"),
-                        format!("gateway {a} is on none of the interfaces' networks"),
-                    ));
-                }
-                via.push(a);
-            }
+            let via = gateways(&r.via, format!("route[{i}].via"))?;
             routes.push(RouteConfig {
                 prefix,
                 via,
@@ -284,11 +290,23 @@ impl ForwarderFile {
                 ));
             }
         }
+        let routes_file_via = match &raw.routes_file_via {
+            Some(v) if raw.routes_file.is_none() => {
+                return Err(err(
+                    v.span().start,
+                    "routes_file_via".into(),
+                    "set without routes_file".into(),
+                ))
+            }
+            Some(v) => gateways(v, "routes_file_via".into())?,
+            None => Vec::new(),
+        };
         Ok(ForwarderFile {
             path: path.into(),
             interfaces,
             routes,
             routes_file,
+            routes_file_via,
             tuning: raw.tuning,
         })
     }

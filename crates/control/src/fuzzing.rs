@@ -29,3 +29,18 @@ pub fn routes(data: &[u8]) {
         Err(e) => assert!(e.line >= 1 && e.line <= text.lines().count()),
     }
 }
+
+/// Parses arbitrary bytes as an MRT stream, and each record type on the bytes as a body.
+pub fn mrt(data: &[u8]) {
+    let mut r = data;
+    let mut n = 0;
+    if let Ok(st) = crate::tables::mrt::read(&mut r, &mut |p, _| {
+        assert!(p.len() <= 32);
+        n += 1;
+    }) {
+        assert_eq!(st.routes, n);
+    }
+    for (ty, sub) in [(13, 2), (13, 8), (12, 1)] {
+        let _ = crate::tables::mrt::parse_record(ty, sub, data);
+    }
+}

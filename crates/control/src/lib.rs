@@ -6,5 +6,6 @@ pub mod ctlsock;
 pub mod fuzzing;
 pub mod routes;
 pub mod run;
+pub mod tables;
 
 pub use config::{ConfigError, ForwarderFile};

@@ -50,7 +50,12 @@ pub fn config_routes(
         }
         routes.push((r.prefix, r.via.clone()));
     }
-    if let Some(file) = &cfg.routes_file {
+    if let (Some(file), false) = (&cfg.routes_file, cfg.routes_file_via.is_empty()) {
+        let t = Instant::now();
+        let via = &cfg.routes_file_via;
+        let st = crate::tables::read(file, |p, _| routes.push((p, via.clone())))?;
+        tracing::info!(routes = st.routes, skipped = st.skipped, mrt = st.mrt, file = %file.display(), ms = t.elapsed().as_millis() as u64, "table read");
+    } else if let Some(file) = &cfg.routes_file {
         let t = Instant::now();
         let n = crate::routes::load(file, |p, vias, _| {
             match vias.iter().find(|v| port_for(**v).is_none()) {
@@ -316,6 +321,33 @@ via = "10.2.0.2"
         .unwrap();
         let e = build(&file, &macs, &[1500, 1500]).err().unwrap();
         assert!(e.contains("routes.txt:2:") && e.contains("10.9.0.1"), "{e}");
+        // A real table (here MRT, gzip-compressed) through a chosen gateway.
+        let mut mrt = Vec::new();
+        crate::tables::mrt::write_rib_ipv4(
+            &mut mrt,
+            0,
+            "1.0.0.0/24".parse().unwrap(),
+            Some("192.0.2.9".parse().unwrap()),
+        );
+        crate::tables::mrt::write_rib_ipv4(&mut mrt, 1, "8.8.8.0/24".parse().unwrap(), None);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &mrt).unwrap();
+        std::fs::write(dir.join("rib.gz"), gz.finish().unwrap()).unwrap();
+        std::fs::write(
+            dir.join("r.toml"),
+            cfg.replace(
+                "routes_file = \"routes.txt\"",
+                "routes_file = \"rib.gz\"\nroutes_file_via = \"10.1.0.7\"",
+            ),
+        )
+        .unwrap();
+        let file = ForwarderFile::load(&dir.join("r.toml")).unwrap();
+        let mut f = build(&file, &macs, &[1500, 1500]).unwrap();
+        assert_eq!(f.route_count(), 5);
+        assert_eq!(
+            f.route("8.8.8.8".parse().unwrap()).unwrap().via,
+            Some("10.1.0.7".parse().unwrap())
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -91,6 +91,14 @@ impl Prefix {
     }
 }
 
+impl core::str::FromStr for Prefix {
+    type Err = PrefixError;
+    /// As [`Prefix::parse_strict`].
+    fn from_str(s: &str) -> Result<Prefix, PrefixError> {
+        Prefix::parse_strict(s)
+    }
+}
+
 impl core::fmt::Display for Prefix {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "{}/{}", self.addr(), self.len)

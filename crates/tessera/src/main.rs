@@ -38,6 +38,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: LabCmd,
     },
+    /// Change the routes of a running forwarder (published atomically while it forwards).
+    Route {
+        #[command(subcommand)]
+        cmd: RouteCmd,
+    },
     /// Benchmarks (JSON on stdout, progress on stderr).
     Bench {
         #[command(subcommand)]
@@ -77,6 +82,29 @@ enum Show {
     },
     /// Route table size, as JSON.
     Routes {
+        #[arg(long)]
+        control: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum RouteCmd {
+    /// Add or replace a route; several --via make an ECMP route.
+    Add {
+        prefix: String,
+        #[arg(long, required = true)]
+        via: Vec<String>,
+        #[arg(long)]
+        control: PathBuf,
+    },
+    /// Withdraw a route.
+    Del {
+        prefix: String,
+        #[arg(long)]
+        control: PathBuf,
+    },
+    /// Read the configuration's routes and routes file again and replace every route.
+    Reload {
         #[arg(long)]
         control: PathBuf,
     },
@@ -195,6 +223,26 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Routes { control } => ask(&control, "routes"),
         },
         Cmd::Lab { cmd } => lab_cmd(cmd),
+        Cmd::Route { cmd } => {
+            let (control, req) = match cmd {
+                RouteCmd::Add {
+                    prefix,
+                    via,
+                    control,
+                } => (
+                    control,
+                    serde_json::json!({"cmd": "route-add", "prefix": prefix, "via": via}),
+                ),
+                RouteCmd::Del { prefix, control } => (
+                    control,
+                    serde_json::json!({"cmd": "route-del", "prefix": prefix}),
+                ),
+                RouteCmd::Reload { control } => {
+                    (control, serde_json::json!({"cmd": "reload-routes"}))
+                }
+            };
+            print(&control::ctlsock::request_with(&control, req).map_err(anyhow::Error::msg)?)
+        }
         Cmd::Inject { iface, hex, count } => inject(&iface, &hex, count),
         Cmd::Bench { what } => match what {
             Bench::Fib { table, synthetic } => {

@@ -48,3 +48,10 @@ fn routes_corpus() {
         control::fuzzing::routes(&d);
     }
 }
+
+#[test]
+fn mrt_corpus() {
+    for d in corpus("mrt") {
+        control::fuzzing::mrt(&d);
+    }
+}
