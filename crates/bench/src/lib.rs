@@ -4,6 +4,7 @@
 //! (the machine is shared and noisy; absolute numbers move between runs).
 
 pub mod fib_bench;
+pub mod pipeline_bench;
 pub mod table;
 
 /// A seeded xorshift generator: benchmarks are repeatable.

@@ -122,6 +122,19 @@ enum Bench {
         #[arg(long, conflicts_with = "table")]
         synthetic: Option<usize>,
     },
+    /// The forwarder's per-packet path over in-memory ports: 64-byte frames, tables of 10 to
+    /// 167,000 prefixes (and --table, the full real one), one, two and many flows.
+    Pipeline {
+        /// The full table (text or MRT, plain or compressed) for the last row.
+        #[arg(long)]
+        table: Option<PathBuf>,
+        /// Seconds per point.
+        #[arg(long, default_value_t = 1.0)]
+        seconds: f64,
+        /// Print JSON only (the text table goes to stderr otherwise too).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -262,6 +275,31 @@ fn run(cli: Cli) -> Result<i32> {
                 };
                 let v =
                     bench::fib_bench::run(&t, &name, &mut |stage| eprintln!("bench fib: {stage}"));
+                print(&v)
+            }
+            Bench::Pipeline {
+                table,
+                seconds,
+                json,
+            } => {
+                let full = match &table {
+                    Some(p) => Some(bench::table::read(p).map_err(anyhow::Error::msg)?.0),
+                    None => None,
+                };
+                let name = table
+                    .as_ref()
+                    .and_then(|p| p.file_name())
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let secs = std::time::Duration::from_secs_f64(seconds.clamp(0.05, 60.0));
+                let v = bench::pipeline_bench::run(
+                    full.as_ref().map(|t| (t, name.as_str())),
+                    secs,
+                    &mut |s| eprintln!("bench pipeline: {s}"),
+                );
+                if !json {
+                    eprint!("{}", bench::pipeline_bench::text_table(&v));
+                }
                 print(&v)
             }
         },
