@@ -9,7 +9,7 @@
 
 use crate::table::Table;
 use crate::Rng;
-use fib::{BinaryTrie, FibWriter, Lpm, Poptrie, Prefix};
+use fib::{BinaryTrie, Dir24, FibWriter, Lpm, Poptrie, Prefix};
 use serde_json::{json, Value};
 use std::hint::black_box;
 use std::net::Ipv4Addr;
@@ -65,6 +65,9 @@ pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
     let t1 = Instant::now();
     let pop = Poptrie::build(&rib);
     let build_ms = t1.elapsed().as_secs_f64() * 1e3;
+    let t3 = Instant::now();
+    let dir24 = Dir24::build(&rib);
+    let dir24_ms = t3.elapsed().as_secs_f64() * 1e3;
     let t2 = Instant::now();
     let mut tbm: IpLookupTable<Ipv4Addr, u32> = IpLookupTable::new();
     for &(p, v) in &t.routes {
@@ -105,6 +108,15 @@ pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
                 })
                 .sum()
         });
+        let d24_single = rate(&addrs, |a| single(a, |x| dir24.lookup_raw(x)));
+        let d24_batch = rate(&addrs, |a| {
+            a.chunks(BATCH)
+                .map(|c| {
+                    dir24.lookup_batch_raw(c, &mut out[..c.len()]);
+                    out[..c.len()].iter().map(|&v| v as u64).sum::<u64>()
+                })
+                .sum()
+        });
         let trie_single = rate(&addrs, |a| single(a, |x| rib.lookup(x.into()).unwrap_or(0)));
         let tbm_single = rate(&addrs, |a| {
             single(a, |x| {
@@ -114,6 +126,8 @@ pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
         for (s, mode, r) in [
             ("poptrie", "single", pop_single),
             ("poptrie", "batch", pop_batch),
+            ("dir-24-8", "single", d24_single),
+            ("dir-24-8", "batch", d24_batch),
             ("binary-trie", "single", trie_single),
             ("binary-trie", "batch", trie_single),
             ("ip_network_table-deps-treebitmap", "single", tbm_single),
@@ -134,7 +148,11 @@ pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
             .unwrap_or(0.0)
     };
     let mut ratios = serde_json::Map::new();
-    for other in ["binary-trie", "ip_network_table-deps-treebitmap"] {
+    for other in [
+        "dir-24-8",
+        "binary-trie",
+        "ip_network_table-deps-treebitmap",
+    ] {
         let mut m = serde_json::Map::new();
         for wl in ["random-prefix", "uniform", "one"] {
             for mode in ["single", "batch"] {
@@ -155,6 +173,8 @@ pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
         "build_ms": (build_ms * 10.0).round() / 10.0,
         "reference_trie_build_ms": rib_ms.round(),
         "treebitmap_build_ms": tbm_ms.round(),
+        "dir24_build_ms": dir24_ms.round(),
+        "dir24_memory_bytes": dir24.memory_bytes(),
         "memory_bytes": pop.memory_bytes(),
         "bytes_per_prefix": (pop.memory_bytes() as f64 / t.routes.len().max(1) as f64 * 100.0).round() / 100.0,
         "reference_trie_memory_bytes": rib.memory_bytes(),

@@ -46,7 +46,7 @@ pub struct Poptrie {
 /// nothing observable.
 #[inline(always)]
 #[allow(unsafe_code)]
-fn prefetch<T>(r: &T) {
+pub(crate) fn prefetch<T>(r: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: prefetching is a hint to the memory system; it does not dereference the
     // pointer in the language's sense and cannot fault. `r` is a valid reference anyway.
