@@ -15,46 +15,23 @@ use dataplane::{Event, TxQueues};
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
-use wire::{ethernet, ipv4, udp, MacAddr};
+use wire::MacAddr;
 
 const IN_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 const BATCH: usize = 256;
 pub const FRAME_LEN: usize = 60;
 
 fn frame(dst: Ipv4Addr, sport: u16) -> Vec<u8> {
-    let mut b = vec![0u8; FRAME_LEN];
-    ethernet::Repr {
-        dst: IN_MAC,
-        src: MacAddr([2, 0, 0, 0, 9, 9]),
-        vlan: None,
-        ethertype: ethernet::ethertype::IPV4,
-    }
-    .emit(&mut b)
-    .unwrap();
-    let src = Ipv4Addr::new(10, 1, 0, 10);
-    let payload = FRAME_LEN - 14 - 28;
-    ipv4::Repr {
-        src,
+    let payload = [0u8; FRAME_LEN - 14 - 28];
+    wire::frame::UdpFrame {
+        eth_dst: IN_MAC,
+        src: Ipv4Addr::new(10, 1, 0, 10),
         dst,
-        protocol: 17,
-        ttl: 64,
-        tos: 0,
-        ident: 0,
-        dont_frag: false,
-        more_frags: false,
-        frag_offset: 0,
-        payload_len: 8 + payload,
-    }
-    .emit(&mut b[14..])
-    .unwrap();
-    udp::Repr {
         src_port: sport,
-        dst_port: 1234,
-        payload_len: payload,
+        payload: &payload,
+        ..Default::default()
     }
-    .emit(&mut b[34..], src, dst)
-    .unwrap();
-    b
+    .to_vec()
 }
 
 /// Packets per second of the forwarder over `table` for `frames`, measured for `time`.

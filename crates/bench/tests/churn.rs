@@ -13,7 +13,7 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use wire::{ethernet, ipv4, udp, MacAddr};
+use wire::MacAddr;
 
 fn full_table() -> Table {
     let path = concat!(
@@ -32,38 +32,14 @@ fn full_table() -> Table {
 const IN: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 
 fn frame(dst: Ipv4Addr) -> Vec<u8> {
-    let mut b = vec![0u8; 14 + 28];
-    ethernet::Repr {
-        dst: IN,
-        src: MacAddr([2, 0, 0, 0, 9, 9]),
-        vlan: None,
-        ethertype: ethernet::ethertype::IPV4,
-    }
-    .emit(&mut b)
-    .unwrap();
-    let src = Ipv4Addr::new(10, 1, 0, 10);
-    ipv4::Repr {
-        src,
+    wire::frame::UdpFrame {
+        eth_dst: IN,
+        src: Ipv4Addr::new(10, 1, 0, 10),
         dst,
-        protocol: 17,
-        ttl: 64,
-        tos: 0,
-        ident: 1,
-        dont_frag: false,
-        more_frags: false,
-        frag_offset: 0,
-        payload_len: 8,
-    }
-    .emit(&mut b[14..])
-    .unwrap();
-    udp::Repr {
         src_port: 1,
-        dst_port: 1234,
-        payload_len: 0,
+        ..Default::default()
     }
-    .emit(&mut b[34..], src, dst)
-    .unwrap();
-    b
+    .to_vec()
 }
 
 #[test]

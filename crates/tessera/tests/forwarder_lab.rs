@@ -180,43 +180,24 @@ fn fragments_or_refuses_by_the_df_bit() {
 
 #[test]
 fn bad_checksum_is_dropped_and_counted() {
-    use wire::{ethernet, ipv4, udp, MacAddr};
+    use wire::MacAddr;
     let lab = single();
     // Learn each other's MACs first (and prove the path works).
     lab.sh("src1", &["ping", "-c", "1", "-W", "2", "10.3.0.10"]);
-    let dst: MacAddr = lab.mac("r", "r-eth0").parse().unwrap();
-    let src: MacAddr = lab.mac("src1", "eth0").parse().unwrap();
-    let mut f = vec![0u8; 14 + 20 + 8 + 18];
-    ethernet::Repr {
-        dst,
+    let eth_dst: MacAddr = lab.mac("r", "r-eth0").parse().unwrap();
+    let eth_src: MacAddr = lab.mac("src1", "eth0").parse().unwrap();
+    let (src, dst) = ("10.1.0.10".parse().unwrap(), "10.3.0.10".parse().unwrap());
+    let mut f = wire::frame::UdpFrame {
+        eth_dst,
+        eth_src,
         src,
-        vlan: None,
-        ethertype: ethernet::ethertype::IPV4,
-    }
-    .emit(&mut f)
-    .unwrap();
-    let (s, d) = ("10.1.0.10".parse().unwrap(), "10.3.0.10".parse().unwrap());
-    ipv4::Repr {
-        src: s,
-        dst: d,
-        protocol: 17,
-        ttl: 64,
-        tos: 0,
-        ident: 1,
-        dont_frag: false,
-        more_frags: false,
-        frag_offset: 0,
-        payload_len: 26,
-    }
-    .emit(&mut f[14..])
-    .unwrap();
-    udp::Repr {
+        dst,
         src_port: 4000,
-        dst_port: 1234,
-        payload_len: 18,
+        ident: 1,
+        payload: &[0; 18],
+        ..Default::default()
     }
-    .emit(&mut f[34..], s, d)
-    .unwrap();
+    .to_vec();
     let good: String = f.iter().map(|b| format!("{b:02x}")).collect();
     f[24] ^= 0x5a; // corrupt the IP header checksum
     let bad: String = f.iter().map(|b| format!("{b:02x}")).collect();

@@ -12,6 +12,7 @@
 pub mod arp;
 pub mod checksum;
 pub mod ethernet;
+pub mod frame;
 pub mod fuzzing;
 pub mod icmp;
 pub mod ipv4;

@@ -64,40 +64,20 @@ impl Default for Udp {
 }
 
 fn udp_frame(u: Udp) -> Vec<u8> {
-    let mut b = vec![0u8; ETH + 20 + 8 + u.len];
-    ethernet::Repr {
-        dst: u.dst_mac,
-        src: H1,
-        vlan: None,
-        ethertype: ethertype::IPV4,
-    }
-    .emit(&mut b)
-    .unwrap();
-    ipv4::Repr {
+    let payload: Vec<u8> = (0..u.len).map(|i| i as u8).collect();
+    wire::frame::UdpFrame {
+        eth_dst: u.dst_mac,
+        eth_src: H1,
         src: ip(u.src),
         dst: ip(u.dst),
-        protocol: protocol::UDP,
+        src_port: 5000,
         ttl: u.ttl,
-        tos: 0,
         ident: 0x1234,
         dont_frag: u.df,
-        more_frags: false,
-        frag_offset: 0,
-        payload_len: 8 + u.len,
+        payload: &payload,
+        ..Default::default()
     }
-    .emit(&mut b[ETH..])
-    .unwrap();
-    for (i, x) in b[ETH + 28..].iter_mut().enumerate() {
-        *x = i as u8;
-    }
-    udp::Repr {
-        src_port: 5000,
-        dst_port: 1234,
-        payload_len: u.len,
-    }
-    .emit(&mut b[ETH + 20..], ip(u.src), ip(u.dst))
-    .unwrap();
-    b
+    .to_vec()
 }
 
 fn run(f: &mut Forwarder, now: Instant, port: u16, frame: Vec<u8>) -> Vec<(u16, Vec<u8>)> {
