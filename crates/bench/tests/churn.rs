@@ -23,7 +23,9 @@ fn full_table() -> Table {
     match table::read(std::path::Path::new(path)) {
         Ok((t, _)) => t,
         Err(e) => {
-            eprintln!("real table absent ({e}): using a synthetic table of 901,899 prefixes");
+            eprintln!(
+                "REAL TABLE ABSENT ({e}): using a synthetic table of 901,899 prefixes instead"
+            );
             table::synthetic(901_899, 3)
         }
     }

@@ -1,0 +1,66 @@
+//! The fast structure against the reference on a full table: the first, last and a random
+//! address of every prefix, and the addresses just outside it.
+//!
+//! The table is ../shared/data/ipv4-bgp-2023.txt.gz (901,899 prefixes), which lives outside
+//! the repository; when it is absent the test says so and checks a seeded synthetic table
+//! of the same size and prefix-length mix instead.
+
+use fib::{BinaryTrie, Lpm, Poptrie};
+
+#[test]
+fn full_table_matches_the_reference() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/data/ipv4-bgp-2023.txt.gz"
+    );
+    let (t, what) = match bench::table::read(std::path::Path::new(path)) {
+        Ok((t, _)) => {
+            assert_eq!(t.routes.len(), 901_899, "{path}");
+            (t, "ipv4-bgp-2023")
+        }
+        Err(e) => {
+            eprintln!(
+                "REAL TABLE ABSENT ({e}): checking a synthetic table of 901,899 prefixes instead"
+            );
+            (bench::table::synthetic(901_899, 2023), "synthetic")
+        }
+    };
+    let mut rib = BinaryTrie::new();
+    for (i, (p, _)) in t.routes.iter().enumerate() {
+        // A distinct value per prefix: the hardest case for leaf compression.
+        rib.insert(*p, i as u32);
+    }
+    let pop = Poptrie::build(&rib);
+    let d24 = fib::Dir24::build(&rib);
+    let mut rng = bench::Rng::new(9);
+    let mut addrs = Vec::with_capacity(t.routes.len() * 5);
+    for (p, _) in &t.routes {
+        let first = p.bits();
+        let last = first | !fib::mask(p.len());
+        addrs.extend([
+            first,
+            last,
+            first | (rng.next_u64() as u32 & !fib::mask(p.len())),
+            first.wrapping_sub(1),
+            last.wrapping_add(1),
+        ]);
+    }
+    let mut batch = vec![0u32; addrs.len()];
+    pop.lookup_batch_raw(&addrs, &mut batch);
+    let mut mismatches = 0;
+    for (a, b) in addrs.iter().zip(&batch) {
+        let want = rib.lookup((*a).into());
+        let raw = want.unwrap_or(fib::poptrie::NO_ROUTE);
+        if pop.lookup((*a).into()) != want || *b != raw || d24.lookup((*a).into()) != want {
+            mismatches += 1;
+        }
+    }
+    eprintln!(
+        "{what}: {} prefixes, {} addresses checked; poptrie {} bytes ({:.2} per prefix with a distinct value per prefix)",
+        t.routes.len(),
+        addrs.len(),
+        pop.memory_bytes(),
+        pop.memory_bytes() as f64 / t.routes.len() as f64
+    );
+    assert_eq!(mismatches, 0, "of {} addresses", addrs.len());
+}
