@@ -13,6 +13,9 @@ pub struct Meta {
     /// The sender left the TCP/UDP checksum to offload: only the pseudo-header sum is in
     /// the checksum field. Written by the port; ip4-forward fills the checksum in.
     pub csum_partial: bool,
+    /// Receive time in nanoseconds of CLOCK_REALTIME, from the kernel when the port has it
+    /// (AF_PACKET), else 0. Written by the port; read by the sink.
+    pub rx_ns: u64,
 }
 
 /// One frame: its bytes (`data.len()` is the frame length) and metadata.

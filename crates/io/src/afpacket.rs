@@ -241,6 +241,76 @@ impl AfPacket {
     }
 }
 
+impl AfPacket {
+    /// Fills up to `n` free transmit slots in place: `fill(i, slot)` writes the i-th frame
+    /// into `slot` and returns its length (0 skips it). Then asks the kernel to send them,
+    /// once. Returns how many frames were queued; fewer than `n` when the ring is full.
+    /// For generators, which build frames directly in the ring with no copy.
+    pub fn send_fill(
+        &mut self,
+        n: usize,
+        mut fill: impl FnMut(usize, &mut [u8]) -> usize,
+    ) -> io::Result<usize> {
+        let room = self.tx_frame_size - TX_DATA_OFF;
+        let mut queued = 0;
+        for i in 0..n {
+            let slot_i = self.tx_next;
+            let st = self.tx_status(slot_i).load(Ordering::Acquire);
+            if st & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING) != 0 {
+                break;
+            }
+            // SAFETY: the slot is free (status checked above) and lies within the transmit
+            // ring; `room` bytes follow its header.
+            let len = unsafe {
+                let slot = self.tx_base.add(slot_i * self.tx_frame_size);
+                let data = std::slice::from_raw_parts_mut(slot.add(TX_DATA_OFF), room);
+                let len = fill(i, data).min(room);
+                let h = slot as *mut libc::tpacket3_hdr;
+                ptr::addr_of_mut!((*h).tp_len).write(len as u32);
+                ptr::addr_of_mut!((*h).tp_snaplen).write(len as u32);
+                len
+            };
+            if len == 0 {
+                continue;
+            }
+            self.tx_status(slot_i)
+                .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+            self.tx_next = (slot_i + 1) % self.tx_frames;
+            queued += 1;
+        }
+        if queued > 0 {
+            self.kick()?;
+        }
+        Ok(queued)
+    }
+
+    /// Asks the kernel to transmit the slots marked for sending.
+    fn kick(&mut self) -> io::Result<()> {
+        // SAFETY: zero-length send on our socket: asks the kernel to transmit the ring.
+        let rc =
+            unsafe { libc::sendto(self.fd, ptr::null(), 0, libc::MSG_DONTWAIT, ptr::null(), 0) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                // Frames stay marked and go with the next kick.
+                Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {}
+                _ => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("{}: send: {e}", self.name),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Transmit slots.
+    pub fn tx_slots(&self) -> usize {
+        self.tx_frames
+    }
+}
+
 impl Port for AfPacket {
     fn name(&self) -> &str {
         &self.name
@@ -302,6 +372,7 @@ impl Port for AfPacket {
                             p.data.extend_from_slice(data);
                         }
                         p.meta.csum_partial = hdr.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0;
+                        p.meta.rx_ns = hdr.tp_sec as u64 * 1_000_000_000 + hdr.tp_nsec as u64;
                         out.push(p);
                         n += 1;
                     }
@@ -348,23 +419,7 @@ impl Port for AfPacket {
             pool.put(p);
         }
         if r.sent > 0 {
-            // SAFETY: zero-length send on our socket: asks the kernel to transmit the ring.
-            let rc = unsafe {
-                libc::sendto(self.fd, ptr::null(), 0, libc::MSG_DONTWAIT, ptr::null(), 0)
-            };
-            if rc < 0 {
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    // Frames stay marked and go with the next kick.
-                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {}
-                    _ => {
-                        return Err(io::Error::new(
-                            e.kind(),
-                            format!("{}: send: {e}", self.name),
-                        ))
-                    }
-                }
-            }
+            self.kick()?;
         }
         Ok(r)
     }

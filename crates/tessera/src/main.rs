@@ -38,6 +38,61 @@ enum Cmd {
         #[command(subcommand)]
         cmd: LabCmd,
     },
+    /// Send constant-bit-rate UDP test traffic out of an interface.
+    Gen {
+        #[arg(long)]
+        iface: String,
+        /// MAC of the next hop (the router's, or the sink's on a direct link).
+        #[arg(long)]
+        dst_mac: String,
+        #[arg(long)]
+        src: std::net::Ipv4Addr,
+        /// One destination (with --flows, flows differ by UDP source port).
+        #[arg(
+            long,
+            conflicts_with = "dst_prefixes",
+            required_unless_present = "dst_prefixes"
+        )]
+        dst: Option<std::net::Ipv4Addr>,
+        /// Destinations drawn at random from a table's prefixes (many flows).
+        #[arg(long)]
+        dst_prefixes: Option<PathBuf>,
+        #[arg(long, default_value_t = 1)]
+        flows: u16,
+        /// First flow id, so that several generators can run at once.
+        #[arg(long, default_value_t = 0)]
+        flow_base: u16,
+        /// Frame size on the wire, FCS included (64 to 1518).
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// 100kpps, 1.5Mpps, 800Mbps (wire bits: preamble and gap included), or max.
+        #[arg(long)]
+        rate: String,
+        #[arg(long)]
+        duration: Option<f64>,
+        #[arg(long)]
+        count: Option<u64>,
+        #[arg(long, default_value_t = 1234)]
+        port: u16,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Receive test traffic and report per-flow counts, loss, reordering, latency, rates.
+    Sink {
+        #[arg(long)]
+        iface: String,
+        #[arg(long)]
+        duration: f64,
+        /// Interval for the rate statistics, in milliseconds (1 to 1000).
+        #[arg(long, default_value_t = 100.0)]
+        interval: f64,
+        #[arg(long, default_value_t = 1234)]
+        port: u16,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Change the routes of a running forwarder (published atomically while it forwards).
     Route {
         #[command(subcommand)]
@@ -214,6 +269,17 @@ fn print(v: &serde_json::Value) -> Result<i32> {
     Ok(0)
 }
 
+/// Prints a summary: JSON, or `key: value` lines for people.
+fn report(v: &serde_json::Value, json: bool) -> Result<i32> {
+    if json {
+        return print(v);
+    }
+    for (k, x) in v.as_object().into_iter().flatten() {
+        println!("{k}: {x}");
+    }
+    Ok(0)
+}
+
 fn ask(control: &Path, cmd: &str) -> Result<i32> {
     let v = control::ctlsock::request(control, cmd).map_err(anyhow::Error::msg)?;
     print(&v)
@@ -236,6 +302,72 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Routes { control } => ask(&control, "routes"),
         },
         Cmd::Lab { cmd } => lab_cmd(cmd),
+        Cmd::Gen {
+            iface,
+            dst_mac,
+            src,
+            dst,
+            dst_prefixes,
+            flows,
+            flow_base,
+            size,
+            rate,
+            duration,
+            count,
+            port,
+            json,
+        } => {
+            let dst = match (dst, dst_prefixes) {
+                (Some(d), _) => gen::generator::Destinations::One(d),
+                (None, Some(path)) => {
+                    let mut v = Vec::new();
+                    control::tables::read(&path, |p, _| v.push(p)).map_err(anyhow::Error::msg)?;
+                    gen::generator::Destinations::Prefixes(v)
+                }
+                (None, None) => bail!("give --dst ADDR or --dst-prefixes FILE"),
+            };
+            let cfg = gen::generator::GenConfig {
+                iface,
+                dst_mac: dst_mac
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("--dst-mac {dst_mac:?}: {e}"))?,
+                src,
+                dst,
+                flows,
+                flow_base,
+                size,
+                rate: gen::rate::Rate::parse(&rate).map_err(anyhow::Error::msg)?,
+                duration,
+                count,
+                dst_port: port,
+                seed: 1,
+            };
+            let stop = Arc::new(AtomicBool::new(false));
+            signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+            signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+            let v = gen::generator::run(&cfg, &stop).map_err(anyhow::Error::msg)?;
+            report(&v, json)
+        }
+        Cmd::Sink {
+            iface,
+            duration,
+            interval,
+            port,
+            json,
+        } => {
+            let stop = Arc::new(AtomicBool::new(false));
+            signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+            signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+            let cfg = gen::sink::SinkConfig {
+                iface,
+                duration,
+                interval_ms: interval,
+                port,
+            };
+            let v = gen::sink::run(&cfg, &stop, || eprintln!("sink: receiving"))
+                .map_err(anyhow::Error::msg)?;
+            report(&v, json)
+        }
         Cmd::Route { cmd } => {
             let (control, req) = match cmd {
                 RouteCmd::Add {

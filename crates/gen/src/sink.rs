@@ -1,0 +1,307 @@
+//! `tessera sink`: receives on an interface and accounts for test traffic per flow.
+//!
+//! Per flow: packets, bytes, loss, reordering, duplicates, one-way latency (kernel receive
+//! time minus the send time in the packet, both CLOCK_REALTIME), and the rate in each
+//! interval of `interval` length, with mean, min, max and variance over the complete
+//! intervals. Loss is `expected - (packets - duplicates)`, where `expected` is the count in
+//! the generator's end marker when one arrived, else the highest sequence number plus one
+//! (which cannot see loss at the tail). Duplicates are detected within a window of the
+//! last 65,536 sequence numbers; an older packet counts as reordered only.
+
+use crate::Stats;
+use dataplane::port::Port;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use wire::probe::Probe;
+
+const WINDOW: u64 = 1 << 16;
+
+#[derive(Debug, Clone)]
+pub struct SinkConfig {
+    pub iface: String,
+    pub duration: f64,
+    pub interval_ms: f64,
+    pub port: u16,
+}
+
+/// What one flow received.
+#[derive(Debug, Clone)]
+pub struct Flow {
+    pub packets: u64,
+    pub bytes: u64,
+    pub reordered: u64,
+    pub duplicates: u64,
+    pub expected: Option<u64>,
+    max_seq: Option<u64>,
+    seen: Vec<u64>,
+    pub latency: Stats,
+    pub intervals: Vec<u64>,
+}
+
+impl Default for Flow {
+    fn default() -> Self {
+        Flow {
+            packets: 0,
+            bytes: 0,
+            reordered: 0,
+            duplicates: 0,
+            expected: None,
+            max_seq: None,
+            seen: vec![0; (WINDOW / 64) as usize],
+            latency: Stats::default(),
+            intervals: Vec::new(),
+        }
+    }
+}
+
+impl Flow {
+    fn bit(&mut self, s: u64) -> (usize, u64) {
+        let i = s % WINDOW;
+        ((i / 64) as usize, 1 << (i % 64))
+    }
+
+    /// Accounts one data packet with sequence `s`.
+    pub fn data(&mut self, s: u64, bytes: usize) {
+        self.packets += 1;
+        self.bytes += bytes as u64;
+        match self.max_seq {
+            None => self.max_seq = Some(s),
+            Some(m) if s > m => {
+                // Forget the window positions the sequence jumped over.
+                if s - m >= WINDOW {
+                    self.seen.fill(0);
+                } else {
+                    for x in m + 1..s {
+                        let (w, b) = self.bit(x);
+                        self.seen[w] &= !b;
+                    }
+                }
+                self.max_seq = Some(s);
+            }
+            Some(m) => {
+                if m - s >= WINDOW {
+                    self.reordered += 1;
+                    return;
+                }
+                let (w, b) = self.bit(s);
+                if self.seen[w] & b != 0 {
+                    self.duplicates += 1;
+                } else {
+                    self.reordered += 1;
+                    self.seen[w] |= b;
+                }
+                return;
+            }
+        }
+        let (w, b) = self.bit(s);
+        self.seen[w] |= b;
+    }
+
+    pub fn lost(&self) -> u64 {
+        let expected = self.expected.unwrap_or(self.max_seq.map_or(0, |m| m + 1));
+        expected.saturating_sub(self.packets - self.duplicates)
+    }
+}
+
+/// Interval-rate statistics over the complete intervals of `counts` (the last is partial).
+fn interval_stats(counts: &[u64], interval_s: f64) -> Stats {
+    let mut s = Stats::default();
+    for &c in counts.iter().take(counts.len().saturating_sub(1)) {
+        s.add(c as f64 / interval_s);
+    }
+    s
+}
+
+/// Accounting for all flows; fed frame by frame.
+#[derive(Debug, Default)]
+pub struct Sink {
+    pub flows: BTreeMap<u16, Flow>,
+    pub other: u64,
+    t0: Option<u64>,
+    interval_ns: u64,
+    port: u16,
+}
+
+impl Sink {
+    pub fn new(interval_ms: f64, port: u16) -> Sink {
+        Sink {
+            interval_ns: (interval_ms * 1e6).max(1.0) as u64,
+            port,
+            ..Default::default()
+        }
+    }
+
+    /// Accounts one received frame (its bytes and kernel receive time).
+    pub fn frame(&mut self, f: &[u8], rx_ns: u64) {
+        let Some(p) = self.probe(f) else {
+            self.other += 1;
+            return;
+        };
+        let flow = self.flows.entry(p.flow).or_default();
+        if p.end {
+            flow.expected = Some(p.seq);
+            return;
+        }
+        flow.data(p.seq, f.len() + 4);
+        flow.latency.add(rx_ns.saturating_sub(p.sent_ns) as f64);
+        let t0 = *self.t0.get_or_insert(rx_ns);
+        let i = (rx_ns.saturating_sub(t0) / self.interval_ns) as usize;
+        if flow.intervals.len() <= i {
+            flow.intervals.resize(i + 1, 0);
+        }
+        flow.intervals[i] += 1;
+    }
+
+    fn probe(&self, f: &[u8]) -> Option<Probe> {
+        let e = wire::ethernet::Frame::new_checked(f).ok()?;
+        if e.ethertype() != wire::ethernet::ethertype::IPV4 {
+            return None;
+        }
+        let ip = wire::ipv4::Packet::new_checked(e.payload()).ok()?;
+        if ip.protocol() != wire::ipv4::protocol::UDP || ip.is_fragment() {
+            return None;
+        }
+        let u = wire::udp::Packet::new_checked(ip.payload()).ok()?;
+        if u.dst_port() != self.port {
+            return None;
+        }
+        Probe::parse(u.payload())
+    }
+
+    pub fn summary(&self, duration_s: f64) -> Value {
+        let iv = self.interval_ns as f64 / 1e9;
+        let mut total_intervals: Vec<u64> = Vec::new();
+        let flows: Vec<Value> = self
+            .flows
+            .iter()
+            .map(|(id, f)| {
+                if total_intervals.len() < f.intervals.len() {
+                    total_intervals.resize(f.intervals.len(), 0);
+                }
+                for (t, c) in total_intervals.iter_mut().zip(&f.intervals) {
+                    *t += c;
+                }
+                json!({
+                    "flow": id, "packets": f.packets, "bytes": f.bytes, "lost": f.lost(),
+                    "reordered": f.reordered, "duplicates": f.duplicates, "expected": f.expected,
+                    "end_marker_seen": f.expected.is_some(),
+                    "latency_ns": f.latency.json(), "rate_pps": interval_stats(&f.intervals, iv).json(),
+                })
+            })
+            .collect();
+        let sum = |g: fn(&Flow) -> u64| -> u64 { self.flows.values().map(g).sum() };
+        json!({
+            "received": sum(|f| f.packets),
+            "lost": sum(|f| f.lost()),
+            "reordered": sum(|f| f.reordered),
+            "duplicates": sum(|f| f.duplicates),
+            "other_frames": self.other,
+            "duration_s": duration_s,
+            "interval_ms": iv * 1e3,
+            "rate_pps": interval_stats(&total_intervals, iv).json(),
+            "flows": flows,
+        })
+    }
+}
+
+/// Receives for the configured duration (or until `stop`) and returns the summary.
+pub fn run(cfg: &SinkConfig, stop: &AtomicBool, ready: impl FnOnce()) -> Result<Value, String> {
+    if !(1.0..=1000.0).contains(&cfg.interval_ms) {
+        return Err(format!("--interval {}: use 1 to 1000 ms", cfg.interval_ms));
+    }
+    let mut port =
+        io::AfPacket::open(&cfg.iface, io::RingConfig::default()).map_err(|e| e.to_string())?;
+    let mut sink = Sink::new(cfg.interval_ms, cfg.port);
+    let mut pool = dataplane::Pool::new();
+    let mut batch = Vec::with_capacity(512);
+    let mut pfd = libc::pollfd {
+        fd: port.poll_fd().unwrap_or(-1),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    ready();
+    let start = Instant::now();
+    let end = Duration::from_secs_f64(cfg.duration.max(0.0));
+    while start.elapsed() < end && !stop.load(Ordering::Relaxed) {
+        let mut oversize = 0;
+        let n = port
+            .recv(&mut pool, &mut batch, 256, &mut oversize)
+            .map_err(|e| e.to_string())?;
+        sink.other += oversize;
+        for p in batch.drain(..) {
+            sink.frame(&p.data, p.meta.rx_ns);
+            pool.put(p);
+        }
+        if n == 0 {
+            // SAFETY: pfd is a valid pollfd for the duration of the call.
+            unsafe { libc::poll(&mut pfd, 1, 5) };
+        }
+    }
+    Ok(sink.summary(start.elapsed().as_secs_f64()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(seqs: &[u64]) -> Flow {
+        let mut f = Flow::default();
+        for &s in seqs {
+            f.data(s, 64);
+        }
+        f
+    }
+
+    #[test]
+    fn loss_reordering_and_duplicates() {
+        let f = flow(&[0, 1, 2, 3, 4]);
+        assert_eq!((f.lost(), f.reordered, f.duplicates), (0, 0, 0));
+        let f = flow(&[0, 2, 1, 3]);
+        assert_eq!((f.lost(), f.reordered, f.duplicates), (0, 1, 0));
+        let f = flow(&[0, 1, 1, 2, 0]);
+        assert_eq!((f.lost(), f.reordered, f.duplicates), (0, 0, 2));
+        let mut f = flow(&[0, 1, 3, 6]);
+        assert_eq!(f.lost(), 3);
+        // The end marker reveals loss at the tail.
+        f.expected = Some(10);
+        assert_eq!(f.lost(), 6);
+        // Far jumps clear the window: an old sequence number is not a false duplicate.
+        let f = flow(&[0, WINDOW + 5, 5 + 2 * WINDOW, WINDOW + 5]);
+        assert_eq!((f.duplicates, f.reordered), (0, 1));
+    }
+
+    #[test]
+    fn interval_rates_exclude_the_partial_last_interval() {
+        let mut s = Sink::new(100.0, 1234);
+        let f = wire::frame::UdpFrame {
+            payload: &[0; 18],
+            ..Default::default()
+        };
+        let mut buf = f.to_vec();
+        let t0 = 1_000_000_000_000u64;
+        // 10 packets in each of 3 intervals, 1 in the 4th.
+        for i in 0..31u64 {
+            Probe {
+                end: false,
+                flow: 7,
+                seq: i,
+                sent_ns: t0 + i * 10_000_000 - 1000,
+            }
+            .emit(&mut buf[42..])
+            .unwrap();
+            s.frame(&buf, t0 + i * 10_000_000);
+        }
+        let v = s.summary(0.31);
+        assert_eq!(v["received"], 31);
+        let r = &v["flows"][0]["rate_pps"];
+        assert_eq!(
+            (r["n"].as_u64(), r["mean"].as_f64(), r["variance"].as_f64()),
+            (Some(3), Some(100.0), Some(0.0))
+        );
+        assert_eq!(v["flows"][0]["latency_ns"]["mean"].as_f64(), Some(1000.0));
+        s.frame(&[0u8; 10], 0);
+        assert_eq!(s.other, 1);
+    }
+}
