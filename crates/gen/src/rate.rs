@@ -33,19 +33,20 @@ impl Rate {
         if !(v.is_finite() && v > 0.0) {
             return Err(format!("rate {s:?} must be above zero"));
         }
-        let r =
-            match unit {
-                "" | "pps" => Rate::Pps(v),
-                "kpps" => Rate::Pps(v * 1e3),
-                "mpps" => Rate::Pps(v * 1e6),
-                "bps" => Rate::Bps(v),
-                "kbps" => Rate::Bps(v * 1e3),
-                "mbps" => Rate::Bps(v * 1e6),
-                "gbps" => Rate::Bps(v * 1e9),
-                _ => return Err(format!(
+        let r = match unit {
+            "" | "pps" => Rate::Pps(v),
+            "kpps" => Rate::Pps(v * 1e3),
+            "mpps" => Rate::Pps(v * 1e6),
+            "bps" => Rate::Bps(v),
+            "kbps" => Rate::Bps(v * 1e3),
+            "mbps" => Rate::Bps(v * 1e6),
+            "gbps" => Rate::Bps(v * 1e9),
+            _ => {
+                return Err(format!(
                     "rate {s:?}: unknown unit {unit:?} (pps, kpps, Mpps, bps, kbps, Mbps, Gbps)"
-                )),
-            };
+                ))
+            }
+        };
         Ok(r)
     }
 

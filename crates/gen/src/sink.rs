@@ -24,6 +24,55 @@ pub struct SinkConfig {
     pub duration: f64,
     pub interval_ms: f64,
     pub port: u16,
+    /// Drop test traffic (UDP to `port`) arriving on the interface in an nftables netdev
+    /// ingress chain, after packet sockets have seen it, for the duration of the run: the
+    /// host's own stack then spends nothing on it (on a veth that work would run on the
+    /// sender's CPU and cap the generator). ARP and everything else pass.
+    pub drop: bool,
+}
+
+/// An nftables netdev ingress chain dropping UDP to one port on one interface; removed when
+/// dropped. The table is named after the sink's PID, so that several sinks never collide.
+struct IngressDrop {
+    table: String,
+}
+
+impl IngressDrop {
+    fn install(iface: &str, port: u16) -> Result<IngressDrop, String> {
+        let table = format!("tessera_sink_{}", std::process::id());
+        let rules = format!(
+            "table netdev {table} {{\n chain ingress {{\n  type filter hook ingress device \"{iface}\" priority 0; policy accept;\n  ip protocol udp udp dport {port} drop\n }}\n}}\n"
+        );
+        let mut child = std::process::Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("--drop needs nft (apt-get install nftables): {e}"))?;
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .ok_or("nft: no stdin")?
+            .write_all(rules.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "nft: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(IngressDrop { table })
+    }
+}
+
+impl Drop for IngressDrop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("nft")
+            .args(["delete", "table", "netdev", &self.table])
+            .output();
+    }
 }
 
 /// What one flow received.
@@ -213,6 +262,11 @@ pub fn run(cfg: &SinkConfig, stop: &AtomicBool, ready: impl FnOnce()) -> Result<
     }
     let mut port =
         io::AfPacket::open(&cfg.iface, io::RingConfig::default()).map_err(|e| e.to_string())?;
+    let _drop = if cfg.drop {
+        Some(IngressDrop::install(&cfg.iface, cfg.port)?)
+    } else {
+        None
+    };
     let mut sink = Sink::new(cfg.interval_ms, cfg.port);
     let mut pool = dataplane::Pool::new();
     let mut batch = Vec::with_capacity(512);

@@ -89,6 +89,10 @@ enum Cmd {
         interval: f64,
         #[arg(long, default_value_t = 1234)]
         port: u16,
+        /// Drop test traffic (UDP to --port) after the sink has seen it (nftables netdev
+        /// ingress, removed at exit), so the host's stack does no work for it.
+        #[arg(long)]
+        drop: bool,
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
@@ -353,6 +357,7 @@ fn run(cli: Cli) -> Result<i32> {
             duration,
             interval,
             port,
+            drop,
             json,
         } => {
             let stop = Arc::new(AtomicBool::new(false));
@@ -363,6 +368,7 @@ fn run(cli: Cli) -> Result<i32> {
                 duration,
                 interval_ms: interval,
                 port,
+                drop,
             };
             let v = gen::sink::run(&cfg, &stop, || eprintln!("sink: receiving"))
                 .map_err(anyhow::Error::msg)?;

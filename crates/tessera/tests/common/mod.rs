@@ -47,9 +47,9 @@ fn setup() {
     SETUP.call_once(|| {
         // SAFETY: geteuid has no preconditions.
         assert_eq!(unsafe { libc::geteuid() }, 0, "the lab tests need root (network namespaces)");
-        for tool in ["ip", "ping", "iperf3", "ethtool"] {
+        for tool in ["ip", "ping", "iperf3", "ethtool", "nft"] {
             let ok = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().map(|o| o.status.success()).unwrap_or(false);
-            assert!(ok, "the lab tests need `{tool}`; .ci/run installs it (apt-get install iproute2 iputils-ping iperf3 ethtool)");
+            assert!(ok, "the lab tests need `{tool}`; .ci/run installs it (apt-get install iproute2 iputils-ping iperf3 ethtool nftables)");
         }
         if let Ok(dir) = std::fs::read_dir(lab::topology::RUN_DIR) {
             for d in dir.flatten() {
