@@ -4,7 +4,9 @@
 //! (the machine is shared and noisy; absolute numbers move between runs).
 
 pub mod fib_bench;
+pub mod forward_bench;
 pub mod pipeline_bench;
+pub mod plot;
 pub mod table;
 
 /// A seeded xorshift generator: benchmarks are repeatable.

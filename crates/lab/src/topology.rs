@@ -434,17 +434,16 @@ impl Lab {
             }
         }
         in_ns(&ns, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
-        let mut batch = String::new();
-        for r in &cfg.routes {
-            batch.push_str(&linux_route(r.prefix, &r.via));
-        }
-        if let Some(f) = &cfg.routes_file {
-            control::routes::load(f, |p, via, _| {
-                batch.push_str(&linux_route(p, via));
-                Ok(())
-            })
-            .map_err(|e| e.to_string())?;
-        }
+        // The same routes the forwarder would load, gateways checked the same way.
+        let nets: Vec<fib::Prefix> = cfg
+            .interfaces
+            .iter()
+            .map(|i| fib::Prefix::new(i.addr, i.prefix_len))
+            .collect();
+        let routes = control::run::config_routes(&cfg, |gw| {
+            nets.iter().position(|n| n.contains(gw)).map(|p| p as u16)
+        })?;
+        let batch: String = routes.iter().map(|(p, via)| linux_route(*p, via)).collect();
         if !batch.is_empty() {
             let p = self.run_dir().join(format!("{}.routes", e.name));
             std::fs::write(&p, batch).map_err(|e| e.to_string())?;

@@ -181,6 +181,18 @@ enum Bench {
         #[arg(long, conflicts_with = "table")]
         synthetic: Option<usize>,
     },
+    /// Forwarded versus offered load through a lab router, our forwarder against the Linux
+    /// kernel: steps of offered load, zero-loss search, CSV, JSON and PNG plots in --out.
+    Forward {
+        #[arg(long)]
+        out: PathBuf,
+        /// A reduced matrix (64-byte frames, one flow, 10 prefixes) that ends in about a minute.
+        #[arg(long)]
+        quick: bool,
+        /// Seconds per measurement point.
+        #[arg(long, default_value_t = 1.0)]
+        seconds: f64,
+    },
     /// The forwarder's per-packet path over in-memory ports: 64-byte frames, tables of 10 to
     /// 167,000 prefixes (and --table, the full real one), one, two and many flows.
     Pipeline {
@@ -413,6 +425,21 @@ fn run(cli: Cli) -> Result<i32> {
                 };
                 let v =
                     bench::fib_bench::run(&t, &name, &mut |stage| eprintln!("bench fib: {stage}"));
+                print(&v)
+            }
+            Bench::Forward {
+                out,
+                quick,
+                seconds,
+            } => {
+                let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+                let opts = bench::forward_bench::ForwardOpts {
+                    out,
+                    quick,
+                    exe,
+                    seconds: seconds.clamp(0.2, 60.0),
+                };
+                let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
                 print(&v)
             }
             Bench::Pipeline {

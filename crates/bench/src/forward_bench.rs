@@ -1,0 +1,454 @@
+//! `tessera bench forward`: forwarded versus offered load through a router, in the style
+//! of the PC-router papers, for each contender in one run.
+//!
+//! Topology: the single-router testbed (two sources, two sinks, one router). The router
+//! is our forwarder or the Linux kernel (same addresses, same routes). Traffic: constant
+//! rate UDP from `tessera gen`, counted by `tessera sink --drop`. Cases: frame sizes 64,
+//! 576 and 1470 bytes; one flow (src1 -> sink1), two flows (src1 -> sink1 and src2 ->
+//! sink2) and many flows (src1 to destinations drawn from the table, all routed to sink1);
+//! tables of 10, 1,000 and 167,000 prefixes. `--quick` runs 64 bytes, one flow, 10
+//! prefixes. Before anything else it measures the generator's own ceiling (generator
+//! straight into a sink on one wire), and every plot marks it: above it, the source and
+//! not the router is the limit.
+
+use crate::table;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+#[derive(Debug, Clone)]
+pub struct ForwardOpts {
+    pub out: PathBuf,
+    pub quick: bool,
+    /// The tessera binary (runs gen, sink and the lab).
+    pub exe: PathBuf,
+    /// Seconds per measurement point.
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flows {
+    One,
+    Two,
+    Many,
+}
+
+impl Flows {
+    fn name(self) -> &'static str {
+        match self {
+            Flows::One => "one",
+            Flows::Two => "two",
+            Flows::Many => "many",
+        }
+    }
+}
+
+/// One measurement: what was offered and what came out.
+#[derive(Debug, Clone, Default)]
+struct Point {
+    offered_pps: f64,
+    forwarded_pps: f64,
+    sent: u64,
+    received: u64,
+    lost: u64,
+}
+
+struct Bench<'a> {
+    opts: &'a ForwardOpts,
+    lab: lab::Lab,
+    done: usize,
+    total: usize,
+}
+
+fn sh(prog: &str, args: &[&str]) -> Result<String, String> {
+    lab::cmd::run(prog, args)
+}
+
+impl Bench<'_> {
+    fn progress(&mut self, what: &str) {
+        self.done += 1;
+        let w = 30;
+        let filled = (self.done * w / self.total.max(1)).min(w);
+        eprint!(
+            "\r[{}{}] {:>3}/{} {:<60}",
+            "#".repeat(filled),
+            ".".repeat(w - filled),
+            self.done,
+            self.total,
+            what
+        );
+        if self.done >= self.total {
+            eprintln!();
+        }
+    }
+
+    fn mac(&self, node: &str, ifname: &str) -> Result<String, String> {
+        let v = self.lab.show()?;
+        v["nodes"]
+            .as_array()
+            .and_then(|n| n.iter().find(|n| n["name"] == node))
+            .and_then(|n| {
+                n["interfaces"]
+                    .as_array()?
+                    .iter()
+                    .find(|i| i["name"] == ifname)?["mac"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .ok_or_else(|| format!("no interface {node}:{ifname}"))
+    }
+
+    /// Runs sinks and generators for one point. `gens` are (source node, dst args, rate).
+    fn point(
+        &self,
+        size: usize,
+        gens: &[(&str, Vec<String>, String)],
+        sinks: &[&str],
+    ) -> Result<Point, String> {
+        let secs = self.opts.seconds;
+        let exe = self.opts.exe.to_string_lossy().to_string();
+        let sink_secs = format!("{}", secs + 1.5);
+        let mut sink_procs = Vec::new();
+        for s in sinks {
+            let ns = self.lab.ns(s);
+            let c = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &ns,
+                    &exe,
+                    "sink",
+                    "--iface",
+                    "eth0",
+                    "--duration",
+                    &sink_secs,
+                    "--drop",
+                    "--json",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| e.to_string())?;
+            sink_procs.push(c);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        let mut gen_procs = Vec::new();
+        for (node, dst, rate) in gens {
+            let ns = self.lab.ns(node);
+            let mut args: Vec<String> = vec![
+                "netns".into(),
+                "exec".into(),
+                ns,
+                exe.clone(),
+                "gen".into(),
+                "--iface".into(),
+                "eth0".into(),
+            ];
+            args.extend(dst.iter().cloned());
+            args.extend([
+                "--size".into(),
+                size.to_string(),
+                "--rate".into(),
+                rate.clone(),
+                "--duration".into(),
+                secs.to_string(),
+                "--json".into(),
+            ]);
+            gen_procs.push(
+                Command::new("ip")
+                    .args(&args)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let mut p = Point::default();
+        let mut gen_secs: f64 = 0.0;
+        for g in gen_procs {
+            let o = g.wait_with_output().map_err(|e| e.to_string())?;
+            let v: Value = serde_json::from_slice(&o.stdout)
+                .map_err(|e| format!("gen: {e}: {}", String::from_utf8_lossy(&o.stderr)))?;
+            p.offered_pps += v["achieved_pps"].as_f64().unwrap_or(0.0);
+            p.sent += v["sent"].as_u64().unwrap_or(0);
+            gen_secs = gen_secs.max(v["duration_s"].as_f64().unwrap_or(0.0));
+        }
+        for s in sink_procs {
+            let o = s.wait_with_output().map_err(|e| e.to_string())?;
+            let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("sink: {e}"))?;
+            p.received += v["received"].as_u64().unwrap_or(0);
+        }
+        p.lost = p.sent.saturating_sub(p.received);
+        p.forwarded_pps = if gen_secs > 0.0 {
+            p.received as f64 / gen_secs
+        } else {
+            0.0
+        };
+        Ok(p)
+    }
+}
+
+const SOURCES: [(&str, &str, &str, &str, &str); 2] = [
+    // source, its router port, sink, its address, its router port
+    ("src1", "r-eth0", "sink1", "10.3.0.10", "10.1.0.10"),
+    ("src2", "r-eth1", "sink2", "10.4.0.10", "10.2.0.10"),
+];
+
+fn write(path: &Path, s: &str) -> Result<(), String> {
+    std::fs::write(path, s).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The generator's ceiling: one generator straight into a sink on one wire, `--rate max`.
+fn ceiling(opts: &ForwardOpts, size: usize, name: &str) -> Result<f64, String> {
+    let topo = opts.out.join("ceiling.toml");
+    write(
+        &topo,
+        "name = \"x\"\n[[host]]\nname = \"src1\"\ninterfaces = [{ name = \"eth0\", address = \"10.9.0.1/24\" }]\n[[host]]\nname = \"sink1\"\ninterfaces = [{ name = \"eth0\", address = \"10.9.0.2/24\" }]\n[[link]]\na = \"src1:eth0\"\nb = \"sink1:eth0\"\n",
+    )?;
+    let l = lab::Lab::load(&topo, Some(name), opts.exe.clone())?;
+    l.up()?;
+    let b = Bench {
+        opts,
+        lab: l.clone(),
+        done: 0,
+        total: 1,
+    };
+    let r = (|| {
+        let mac = b.mac("sink1", "eth0")?;
+        let dst = vec![
+            "--dst-mac".into(),
+            mac,
+            "--src".into(),
+            "10.9.0.1".into(),
+            "--dst".into(),
+            "10.9.0.2".into(),
+        ];
+        b.point(size, &[("src1", dst, "max".into())], &["sink1"])
+    })();
+    let _ = l.down();
+    Ok(r?.offered_pps)
+}
+
+pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
+    std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
+    let sizes: Vec<usize> = if opts.quick {
+        vec![64]
+    } else {
+        vec![64, 576, 1470]
+    };
+    let flows: Vec<Flows> = if opts.quick {
+        vec![Flows::One]
+    } else {
+        vec![Flows::One, Flows::Two, Flows::Many]
+    };
+    let tables: Vec<usize> = if opts.quick {
+        vec![10]
+    } else {
+        vec![10, 1_000, 167_000]
+    };
+    let steps: Vec<f64> = if opts.quick {
+        vec![0.25, 0.5, 0.75, 1.0]
+    } else {
+        (1..=10).map(|i| i as f64 / 10.0).collect()
+    };
+    let searches = if opts.quick { 3 } else { 6 };
+    let contenders = ["forwarder", "linux"];
+    let labname = format!("bf{}", std::process::id());
+
+    eprintln!("bench forward: measuring the generator's ceiling");
+    let mut ceilings = serde_json::Map::new();
+    for &size in &sizes {
+        let c = ceiling(opts, size, &labname)?;
+        eprintln!("bench forward: generator ceiling at {size} bytes: {c:.0} packets/s");
+        ceilings.insert(size.to_string(), json!(c.round()));
+    }
+    let total =
+        contenders.len() * tables.len() * sizes.len() * flows.len() * (steps.len() + searches);
+    let mut rows = Vec::new();
+    let mut done = 0;
+    for &tsize in &tables {
+        let t = table::synthetic(tsize, tsize as u64);
+        let tfile = opts.out.join(format!("table-{tsize}.txt"));
+        write(
+            &tfile,
+            &t.routes
+                .iter()
+                .map(|(p, _)| format!("{p}\n"))
+                .collect::<String>(),
+        )?;
+        let rcfg = opts.out.join(format!("r-{tsize}.toml"));
+        let base = include_str!("../../../labs/single-router/r.toml").replace(
+            "routes_file = \"routes.txt\"",
+            &format!("routes_file = \"table-{tsize}.txt\"\nroutes_file_via = \"10.3.0.10\""),
+        );
+        write(&rcfg, &base)?;
+        let topo = opts.out.join(format!("lab-{tsize}.toml"));
+        write(
+            &topo,
+            &include_str!("../../../labs/single-router.toml")
+                .replace("single-router/r.toml", &format!("r-{tsize}.toml")),
+        )?;
+        for contender in contenders {
+            let mut l = lab::Lab::load(&topo, Some(&labname), opts.exe.clone())?;
+            l.roles.insert("r".into(), contender.into());
+            l.up()?;
+            let mut bench = Bench {
+                opts,
+                lab: l.clone(),
+                done,
+                total,
+            };
+            let r = (|| -> Result<(), String> {
+                // Resolve every neighbour before measuring (ARP has its own tests).
+                for (src, _, _, dst, _) in SOURCES {
+                    sh(
+                        "ip",
+                        &[
+                            "netns",
+                            "exec",
+                            &l.ns(src),
+                            "ping",
+                            "-c",
+                            "2",
+                            "-i",
+                            "0.2",
+                            "-W",
+                            "1",
+                            dst,
+                        ],
+                    )?;
+                }
+                let rmac: Vec<String> = SOURCES
+                    .iter()
+                    .map(|s| bench.mac("r", s.1))
+                    .collect::<Result<_, _>>()?;
+                for &size in &sizes {
+                    let ceil = ceilings[&size.to_string()].as_f64().unwrap_or(1.0);
+                    for &fl in &flows {
+                        let gens_at = |rate: Option<f64>| -> Vec<(&str, Vec<String>, String)> {
+                            let n = if fl == Flows::Two { 2 } else { 1 };
+                            let rate = rate
+                                .map(|r| format!("{:.0}", (r / n as f64).max(1.0)))
+                                .unwrap_or_else(|| "max".into());
+                            (0..n)
+                                .map(|i| {
+                                    let (src, _, _, dst, saddr) = SOURCES[i];
+                                    let mut a = vec![
+                                        "--dst-mac".to_string(),
+                                        rmac[i].clone(),
+                                        "--src".into(),
+                                        saddr.into(),
+                                        "--flow-base".into(),
+                                        (i * 100).to_string(),
+                                    ];
+                                    if fl == Flows::Many {
+                                        a.extend([
+                                            "--dst-prefixes".into(),
+                                            tfile.to_string_lossy().into_owned(),
+                                        ]);
+                                    } else {
+                                        a.extend(["--dst".into(), dst.into()]);
+                                    }
+                                    (src, a, rate.clone())
+                                })
+                                .collect()
+                        };
+                        let sinks: Vec<&str> = if fl == Flows::Two {
+                            vec!["sink1", "sink2"]
+                        } else {
+                            vec!["sink1"]
+                        };
+                        let case =
+                            format!("{contender} {tsize} prefixes {size}B {} flow", fl.name());
+                        let mut record = |kind: &str, p: &Point| {
+                            rows.push(json!({
+                                "contender": contender, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
+                                "kind": kind, "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(),
+                                "sent": p.sent, "received": p.received, "lost": p.lost, "generator_ceiling_pps": ceil.round(),
+                            }));
+                        };
+                        let mut best = 0.0f64;
+                        for &f in &steps {
+                            let rate = if f >= 1.0 { None } else { Some(ceil * f) };
+                            let p = bench.point(size, &gens_at(rate), &sinks)?;
+                            if p.lost == 0 {
+                                best = best.max(p.offered_pps);
+                            }
+                            record("step", &p);
+                            bench.progress(&format!("{case}: offered {:.0} pps", p.offered_pps));
+                        }
+                        // Zero-loss throughput by binary search (RFC 2544 style) on the rate
+                        // asked for; reported as the highest load actually offered (the
+                        // generator may fall short of what it was asked) that was forwarded
+                        // without loss, among the steps and the search.
+                        let (mut lo, mut hi) = (0.0f64, ceil);
+                        for _ in 0..searches {
+                            let mid = (lo + hi) / 2.0;
+                            let p = bench.point(size, &gens_at(Some(mid)), &sinks)?;
+                            record("search", &p);
+                            if p.lost == 0 {
+                                lo = mid;
+                                best = best.max(p.offered_pps);
+                            } else {
+                                hi = mid;
+                            }
+                            bench.progress(&format!(
+                                "{case}: zero-loss search {mid:.0} pps, lost {}",
+                                p.lost
+                            ));
+                        }
+                        rows.push(json!({
+                            "contender": contender, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
+                            "kind": "zero_loss_pps", "zero_loss_pps": best.round(), "generator_ceiling_pps": ceil.round(),
+                        }));
+                    }
+                }
+                Ok(())
+            })();
+            done = bench.done;
+            let _ = l.down();
+            r?;
+        }
+    }
+    let v = json!({"bench": "forward", "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "points": rows});
+    write(
+        &opts.out.join("results.json"),
+        &serde_json::to_string_pretty(&v).unwrap_or_default(),
+    )?;
+    write_csv(&opts.out.join("results.csv"), &rows)?;
+    let plots = crate::plot::forward_plots(&opts.out, &rows)?;
+    let mut v = v;
+    v["plots"] = json!(plots);
+    Ok(v)
+}
+
+fn write_csv(path: &Path, rows: &[Value]) -> Result<(), String> {
+    let cols = [
+        "contender",
+        "table_prefixes",
+        "frame_bytes",
+        "flows",
+        "kind",
+        "offered_pps",
+        "forwarded_pps",
+        "sent",
+        "received",
+        "lost",
+        "zero_loss_pps",
+        "generator_ceiling_pps",
+    ];
+    let mut s = cols.join(",") + "\n";
+    for r in rows {
+        let line: Vec<String> = cols
+            .iter()
+            .map(|c| match &r[*c] {
+                Value::Null => String::new(),
+                Value::String(x) => x.clone(),
+                x => x.to_string(),
+            })
+            .collect();
+        s.push_str(&line.join(","));
+        s.push('\n');
+    }
+    write(path, &s)
+}

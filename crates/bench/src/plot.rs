@@ -1,0 +1,157 @@
+//! PNG plots of benchmark results (plotters, with the DejaVu Sans font from Debian's
+//! fonts-dejavu-core, which `scripts/setup` installs).
+
+use plotters::prelude::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+fn register_font() -> Result<(), String> {
+    static DONE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        let bytes = std::fs::read(FONT)
+            .map_err(|e| format!("{FONT}: {e} (apt-get install fonts-dejavu-core)"))?;
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+            .map_err(|_| format!("{FONT}: not a usable font"))
+    })
+    .clone()
+}
+
+type Case = (u64, u64, String);
+
+/// One plot per case (table size, frame size, flows): forwarded versus offered load of
+/// every contender, the ideal line, and the generator's ceiling. Returns the file names.
+pub fn forward_plots(out: &Path, rows: &[Value]) -> Result<Vec<String>, String> {
+    register_font()?;
+    let mut cases: BTreeMap<Case, BTreeMap<String, Vec<(f64, f64)>>> = BTreeMap::new();
+    let mut ceilings: BTreeMap<Case, f64> = BTreeMap::new();
+    let mut zero: BTreeMap<(Case, String), f64> = BTreeMap::new();
+    for r in rows {
+        let case = (
+            r["table_prefixes"].as_u64().unwrap_or(0),
+            r["frame_bytes"].as_u64().unwrap_or(0),
+            r["flows"].as_str().unwrap_or("").to_string(),
+        );
+        let who = r["contender"].as_str().unwrap_or("").to_string();
+        ceilings.insert(
+            case.clone(),
+            r["generator_ceiling_pps"].as_f64().unwrap_or(0.0),
+        );
+        match r["kind"].as_str() {
+            Some("step") => cases
+                .entry(case)
+                .or_default()
+                .entry(who)
+                .or_default()
+                .push((
+                    r["offered_pps"].as_f64().unwrap_or(0.0) / 1e3,
+                    r["forwarded_pps"].as_f64().unwrap_or(0.0) / 1e3,
+                )),
+            Some("zero_loss_pps") => {
+                zero.insert(
+                    (case, who),
+                    r["zero_loss_pps"].as_f64().unwrap_or(0.0) / 1e3,
+                );
+            }
+            _ => {}
+        }
+    }
+    let colors = [
+        RGBColor(0, 90, 180),
+        RGBColor(210, 80, 0),
+        RGBColor(0, 140, 70),
+        RGBColor(140, 0, 140),
+    ];
+    let mut files = Vec::new();
+    for (case, series) in &cases {
+        let (tsize, size, flows) = case;
+        let name = format!("forward-{size}B-{flows}-flow-{tsize}-prefixes.png");
+        let path = out.join(&name);
+        let ceil = ceilings.get(case).copied().unwrap_or(0.0) / 1e3;
+        let max = series
+            .values()
+            .flatten()
+            .map(|p| p.0.max(p.1))
+            .fold(ceil, f64::max)
+            * 1.08
+            + 1.0;
+        let root = BitMapBackend::new(&path, (900, 600)).into_drawing_area();
+        let e = |e: String| format!("{name}: {e}");
+        root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "{size}-byte frames, {}, {tsize} prefixes",
+                    match flows.as_str() {
+                        "one" => "one flow",
+                        "two" => "two flows",
+                        _ => "many flows",
+                    }
+                ),
+                ("sans-serif", 22),
+            )
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..max, 0f64..max)
+            .map_err(|x| e(x.to_string()))?;
+        chart
+            .configure_mesh()
+            .x_desc("offered load (kpps)")
+            .y_desc("forwarded (kpps)")
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(|x| e(x.to_string()))?;
+        chart
+            .draw_series(LineSeries::new(
+                [(0.0, 0.0), (max, max)],
+                RGBColor(180, 180, 180),
+            ))
+            .map_err(|x| e(x.to_string()))?
+            .label("forwarded = offered")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RGBColor(180, 180, 180)));
+        let grey = RGBColor(60, 60, 60);
+        let dashes = (0..40).step_by(2).map(|i| {
+            let y0 = max * i as f64 / 40.0;
+            PathElement::new([(ceil, y0), (ceil, y0 + max / 40.0)], grey.stroke_width(2))
+        });
+        chart
+            .draw_series(dashes)
+            .map_err(|x| e(x.to_string()))?
+            .label(format!(
+                "generator ceiling {ceil:.0} kpps: beyond it the source is the limit"
+            ))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], grey.stroke_width(2)));
+        for (i, (who, pts)) in series.iter().enumerate() {
+            let c = colors[i % colors.len()];
+            let mut pts = pts.clone();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let z = zero.get(&(case.clone(), who.clone())).copied();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+                .map_err(|x| e(x.to_string()))?
+                .label(match z {
+                    Some(z) => format!("{who} (zero-loss {z:.0} kpps)"),
+                    None => who.clone(),
+                })
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled())))
+                .map_err(|x| e(x.to_string()))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font(("sans-serif", 14))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|x| e(x.to_string()))?;
+        root.present().map_err(|x| e(x.to_string()))?;
+        files.push(name);
+    }
+    Ok(files)
+}
