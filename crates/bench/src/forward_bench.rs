@@ -24,6 +24,44 @@ pub struct ForwardOpts {
     pub exe: PathBuf,
     /// Seconds per measurement point.
     pub seconds: f64,
+    /// (name, command): `forwarder` and `linux` have no command (the lab runs them);
+    /// others run their command in the router's namespace.
+    pub contenders: Vec<(String, Option<String>)>,
+}
+
+/// A router started by command in the router's namespace; its process group is ended when
+/// this is dropped.
+struct External {
+    pgid: i32,
+}
+
+impl External {
+    fn start(ns: &str, cmd: &str, config: &Path, table: &Path) -> Result<External, String> {
+        use std::os::unix::process::CommandExt;
+        let c = Command::new("ip")
+            .args(["netns", "exec", ns, "sh", "-c", cmd])
+            .env("TESSERA_ROUTER_CONFIG", config)
+            .env("TESSERA_ROUTES_FILE", table)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("contender {cmd:?}: {e}"))?;
+        Ok(External {
+            pgid: c.id() as i32,
+        })
+    }
+}
+
+impl Drop for External {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the process group this bench started.
+        unsafe { libc::kill(-self.pgid, libc::SIGTERM) };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // SAFETY: as above.
+        unsafe { libc::kill(-self.pgid, libc::SIGKILL) };
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,14 +202,12 @@ impl Bench<'_> {
             );
         }
         let mut p = Point::default();
-        let mut gen_secs: f64 = 0.0;
         for g in gen_procs {
             let o = g.wait_with_output().map_err(|e| e.to_string())?;
             let v: Value = serde_json::from_slice(&o.stdout)
                 .map_err(|e| format!("gen: {e}: {}", String::from_utf8_lossy(&o.stderr)))?;
             p.offered_pps += v["achieved_pps"].as_f64().unwrap_or(0.0);
             p.sent += v["sent"].as_u64().unwrap_or(0);
-            gen_secs = gen_secs.max(v["duration_s"].as_f64().unwrap_or(0.0));
         }
         for s in sink_procs {
             let o = s.wait_with_output().map_err(|e| e.to_string())?;
@@ -179,8 +215,9 @@ impl Bench<'_> {
             p.received += v["received"].as_u64().unwrap_or(0);
         }
         p.lost = p.sent.saturating_sub(p.received);
-        p.forwarded_pps = if gen_secs > 0.0 {
-            p.received as f64 / gen_secs
+        // Forwarded rate: the offered rate scaled by the share that arrived.
+        p.forwarded_pps = if p.sent > 0 {
+            p.offered_pps * p.received as f64 / p.sent as f64
         } else {
             0.0
         };
@@ -252,7 +289,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
         (1..=10).map(|i| i as f64 / 10.0).collect()
     };
     let searches = if opts.quick { 3 } else { 6 };
-    let contenders = ["forwarder", "linux"];
+    let contenders = &opts.contenders;
     let labname = format!("bf{}", std::process::id());
 
     eprintln!("bench forward: measuring the generator's ceiling");
@@ -288,9 +325,15 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             &include_str!("../../../labs/single-router.toml")
                 .replace("single-router/r.toml", &format!("r-{tsize}.toml")),
         )?;
-        for contender in contenders {
+        for (contender, command) in contenders {
+            let contender = contender.as_str();
             let mut l = lab::Lab::load(&topo, Some(&labname), opts.exe.clone())?;
-            l.roles.insert("r".into(), contender.into());
+            let role = if command.is_some() {
+                "external"
+            } else {
+                contender
+            };
+            l.roles.insert("r".into(), role.into());
             l.up()?;
             let mut bench = Bench {
                 opts,
@@ -298,25 +341,33 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 done,
                 total,
             };
+            let mut external = None;
             let r = (|| -> Result<(), String> {
-                // Resolve every neighbour before measuring (ARP has its own tests).
+                if let Some(cmd) = command {
+                    external = Some(External::start(&l.ns("r"), cmd, &rcfg, &tfile)?);
+                }
+                // Resolve every neighbour before measuring (ARP has its own tests); an
+                // external router gets a few seconds to come up.
                 for (src, _, _, dst, _) in SOURCES {
-                    sh(
-                        "ip",
-                        &[
-                            "netns",
-                            "exec",
-                            &l.ns(src),
-                            "ping",
-                            "-c",
-                            "2",
-                            "-i",
-                            "0.2",
-                            "-W",
-                            "1",
-                            dst,
-                        ],
-                    )?;
+                    let ns = l.ns(src);
+                    let mut tries = if command.is_some() { 20 } else { 1 };
+                    loop {
+                        match sh(
+                            "ip",
+                            &[
+                                "netns", "exec", &ns, "ping", "-c", "2", "-i", "0.2", "-W", "1",
+                                dst,
+                            ],
+                        ) {
+                            Ok(_) => break,
+                            Err(e) if tries <= 1 => {
+                                return Err(format!(
+                                    "{contender} does not forward {src} -> {dst}: {e}"
+                                ))
+                            }
+                            Err(_) => tries -= 1,
+                        }
+                    }
                 }
                 let rmac: Vec<String> = SOURCES
                     .iter()
@@ -406,6 +457,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 Ok(())
             })();
             done = bench.done;
+            drop(external);
             let _ = l.down();
             r?;
         }

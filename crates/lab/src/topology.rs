@@ -71,6 +71,11 @@ pub struct Link {
     pub mtu: Option<u32>,
 }
 
+/// Element roles: our forwarder; the Linux kernel's forwarding with the same config;
+/// `external`, a namespace with its links and nothing else, for a router that someone else
+/// starts in it (`tessera bench forward --contender`).
+pub const ROLES: [&str; 3] = ["forwarder", "linux", "external"];
+
 /// Where the lab records what it started.
 pub const RUN_DIR: &str = "/run/tessera";
 
@@ -183,9 +188,9 @@ impl Lab {
             }
         }
         for e in &self.topo.element {
-            if !["forwarder", "linux"].contains(&e.role.as_str()) {
+            if !ROLES.contains(&e.role.as_str()) {
                 return Err(format!(
-                    "element {}: role {:?} is not forwarder or linux",
+                    "element {}: role {:?} is not forwarder, linux or external",
                     e.name, e.role
                 ));
             }
@@ -405,6 +410,7 @@ impl Lab {
         for e in &self.topo.element {
             match self.role(e).as_str() {
                 "linux" => self.start_linux(e)?,
+                "external" => {}
                 _ => {
                     let pid = self.start_forwarder(e)?;
                     st.pids.insert(e.name.clone(), pid);
@@ -683,7 +689,7 @@ b = "sw"
         assert!(
             lab(&OK.replace("role = \"forwarder\"", "role = \"router\""))
                 .unwrap_err()
-                .contains("not forwarder or linux")
+                .contains("not forwarder, linux or external")
         );
         let e = lab(&OK.replace("name = \"sw\"", "nam = \"sw\"")).unwrap_err();
         assert!(e.contains("t.toml:7: unknown field `nam`"), "{e}");

@@ -192,6 +192,15 @@ enum Bench {
         /// Seconds per measurement point.
         #[arg(long, default_value_t = 1.0)]
         seconds: f64,
+        /// Another router to measure: NAME=COMMAND, run with `sh -c` inside the router's
+        /// namespace (interfaces r-eth0..3; $TESSERA_ROUTER_CONFIG names the forwarder
+        /// config with the addresses and routes, $TESSERA_ROUTES_FILE the table).
+        #[arg(long, value_name = "NAME=COMMAND")]
+        contender: Vec<String>,
+        /// Measure only these contenders (comma-separated names; default: forwarder, linux
+        /// and every --contender).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
     /// The forwarder's per-packet path over in-memory ports: 64-byte frames, tables of 10 to
     /// 167,000 prefixes (and --table, the full real one), one, two and many flows.
@@ -431,13 +440,30 @@ fn run(cli: Cli) -> Result<i32> {
                 out,
                 quick,
                 seconds,
+                contender,
+                only,
             } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+                let mut contenders: Vec<(String, Option<String>)> =
+                    vec![("forwarder".into(), None), ("linux".into(), None)];
+                for c in contender {
+                    let (name, cmd) = c
+                        .split_once('=')
+                        .with_context(|| format!("--contender {c:?}: expected NAME=COMMAND"))?;
+                    contenders.push((name.to_string(), Some(cmd.to_string())));
+                }
+                if !only.is_empty() {
+                    if let Some(o) = only.iter().find(|o| !contenders.iter().any(|c| &c.0 == *o)) {
+                        bail!("--only {o:?}: no such contender");
+                    }
+                    contenders.retain(|c| only.contains(&c.0));
+                }
                 let opts = bench::forward_bench::ForwardOpts {
                     out,
                     quick,
                     exe,
                     seconds: seconds.clamp(0.2, 60.0),
+                    contenders,
                 };
                 let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
                 print(&v)
@@ -479,6 +505,12 @@ fn lab_cmd(cmd: LabCmd) -> Result<i32> {
                 let (node, role) = r
                     .split_once('=')
                     .with_context(|| format!("--role {r:?}: expected NODE=ROLE"))?;
+                if !lab::topology::ROLES.contains(&role) {
+                    bail!(
+                        "--role {r:?}: role is one of {}",
+                        lab::topology::ROLES.join(", ")
+                    );
+                }
                 l.roles.insert(node.to_string(), role.to_string());
             }
             l.up().map_err(anyhow::Error::msg)?;

@@ -1,0 +1,63 @@
+//! `tessera bench forward --quick` end to end, with our forwarder started as an external
+//! contender (the path any other router takes), on short points.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn quick_bench_writes_results_and_plots() {
+    // The lab helpers' setup: root and tools present, stale labs swept.
+    drop(TestLab::up(test_path("labs/pair.toml"), &[]));
+    let out = std::env::temp_dir().join(format!("tessera-bf-{}", std::process::id()));
+    let cmd = format!(
+        "ours=exec {} forwarder --config \"$TESSERA_ROUTER_CONFIG\"",
+        exe()
+    );
+    let o = std::process::Command::new(exe())
+        .args([
+            "bench",
+            "forward",
+            "--quick",
+            "--seconds",
+            "0.3",
+            "--only",
+            "ours",
+            "--contender",
+            &cmd,
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ceiling = v["generator_ceiling_pps"]["64"].as_f64().unwrap();
+    assert!(ceiling > 1000.0, "{v}");
+    let points = v["points"].as_array().unwrap();
+    let steps: Vec<_> = points.iter().filter(|p| p["kind"] == "step").collect();
+    assert_eq!(steps.len(), 4);
+    // At a quarter of the generator's ceiling our forwarder loses nothing.
+    assert_eq!(steps[0]["lost"], 0, "{}", steps[0]);
+    let zero = points
+        .iter()
+        .find(|p| p["kind"] == "zero_loss_pps")
+        .unwrap();
+    assert!(zero["zero_loss_pps"].as_f64().unwrap() >= steps[0]["offered_pps"].as_f64().unwrap());
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert!(csv
+        .starts_with("contender,table_prefixes,frame_bytes,flows,kind,offered_pps,forwarded_pps"));
+    assert_eq!(csv.lines().count(), 1 + points.len());
+    let png = std::fs::read(out.join("forward-64B-one-flow-10-prefixes.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    // Nothing left behind: the contender's processes and the lab's namespaces are gone.
+    assert!(!String::from_utf8_lossy(
+        &std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout
+    )
+    .contains(&format!("bf{}", std::process::id())));
+    std::fs::remove_dir_all(&out).unwrap();
+}
