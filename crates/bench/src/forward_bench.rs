@@ -145,7 +145,7 @@ impl Bench<'_> {
     ) -> Result<Point, String> {
         let secs = self.opts.seconds;
         let exe = self.opts.exe.to_string_lossy().to_string();
-        let sink_secs = format!("{}", secs + 1.5);
+        let sink_secs = format!("{}", secs + 1.0);
         let mut sink_procs = Vec::new();
         for s in sinks {
             let ns = self.lab.ns(s);
