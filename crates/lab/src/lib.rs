@@ -4,7 +4,9 @@
 //! - `[[host]]`: a namespace with a real Linux stack: addresses and routes set with `ip`.
 //! - `[[element]]`: a namespace running one of our elements (`role = "forwarder"`, started
 //!   as `tessera forwarder --config ...`), or the Linux kernel as a contender
-//!   (`role = "linux"`: the same config file's addresses and routes, kernel forwarding on).
+//!   (`role = "linux"`: the same config file's addresses and routes, kernel forwarding on),
+//!   or a bare namespace with its links for a router started by someone else
+//!   (`role = "external"`, as `tessera bench forward --contender` does).
 //! - `[[switch]]`: a Linux bridge, in a namespace of its own.
 //! - `[[link]]`: a veth pair between two endpoints, `"node:ifname"`, or a switch's name.
 //!
