@@ -474,6 +474,18 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
     Ok(v)
 }
 
+/// Draws the plots again from a run's results.json (after a change to the plots, without
+/// measuring again).
+pub fn replot(dir: &Path) -> Result<Vec<String>, String> {
+    let p = dir.join("results.json");
+    let v: Value = serde_json::from_str(
+        &std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?,
+    )
+    .map_err(|e| format!("{}: {e}", p.display()))?;
+    let rows = v["points"].as_array().cloned().unwrap_or_default();
+    crate::plot::forward_plots(dir, &rows)
+}
+
 fn write_csv(path: &Path, rows: &[Value]) -> Result<(), String> {
     let cols = [
         "contender",

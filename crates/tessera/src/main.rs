@@ -201,6 +201,9 @@ enum Bench {
         /// and every --contender).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Measure nothing: draw the plots of --out again from its results.json.
+        #[arg(long)]
+        replot: bool,
     },
     /// The forwarder's per-packet path over in-memory ports: 64-byte frames, tables of 10 to
     /// 167,000 prefixes (and --table, the full real one), one, two and many flows.
@@ -437,11 +440,18 @@ fn run(cli: Cli) -> Result<i32> {
                 print(&v)
             }
             Bench::Forward {
+                out, replot: true, ..
+            } => {
+                let files = bench::forward_bench::replot(&out).map_err(anyhow::Error::msg)?;
+                print(&serde_json::json!({ "plots": files }))
+            }
+            Bench::Forward {
                 out,
                 quick,
                 seconds,
                 contender,
                 only,
+                replot: false,
             } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
                 let mut contenders: Vec<(String, Option<String>)> =
