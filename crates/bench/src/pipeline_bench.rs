@@ -38,20 +38,8 @@ fn frame(dst: Ipv4Addr, sport: u16) -> Vec<u8> {
 fn measure(table: &Table, frames: &[Vec<u8>], time: Duration) -> (f64, u64) {
     let now = Instant::now();
     let ifaces = vec![
-        Iface {
-            name: "in".into(),
-            mac: IN_MAC,
-            mtu: 1500,
-            addr: [10, 1, 0, 1].into(),
-            prefix_len: 24,
-        },
-        Iface {
-            name: "out".into(),
-            mac: MacAddr([2, 0, 0, 0, 0, 2]),
-            mtu: 1500,
-            addr: [10, 2, 0, 1].into(),
-            prefix_len: 24,
-        },
+        Iface::new("in", IN_MAC, [10, 1, 0, 1].into(), 24),
+        Iface::new("out", MacAddr([2, 0, 0, 0, 0, 2]), [10, 2, 0, 1].into(), 24),
     ];
     let mut f = Forwarder::new(ifaces, ForwarderConfig::default(), now);
     let gw = Ipv4Addr::new(10, 2, 0, 2);

@@ -73,27 +73,9 @@ fn no_loss_while_reloading_and_churning() {
 
     let now = Instant::now();
     let ifaces = vec![
-        Iface {
-            name: "in".into(),
-            mac: IN,
-            mtu: 1500,
-            addr: [10, 1, 0, 1].into(),
-            prefix_len: 24,
-        },
-        Iface {
-            name: "a".into(),
-            mac: MacAddr([2, 0, 0, 0, 0, 2]),
-            mtu: 1500,
-            addr: [10, 2, 0, 1].into(),
-            prefix_len: 24,
-        },
-        Iface {
-            name: "b".into(),
-            mac: MacAddr([2, 0, 0, 0, 0, 3]),
-            mtu: 1500,
-            addr: [10, 3, 0, 1].into(),
-            prefix_len: 24,
-        },
+        Iface::new("in", IN, [10, 1, 0, 1].into(), 24),
+        Iface::new("a", MacAddr([2, 0, 0, 0, 0, 2]), [10, 2, 0, 1].into(), 24),
+        Iface::new("b", MacAddr([2, 0, 0, 0, 0, 3]), [10, 3, 0, 1].into(), 24),
     ];
     let mut f = Forwarder::new(ifaces, ForwarderConfig::default(), now);
     f.replace_routes(full.clone()).unwrap();

@@ -47,6 +47,17 @@ pub struct Iface {
 }
 
 impl Iface {
+    /// An interface with an IP MTU of 1500.
+    pub fn new(name: &str, mac: MacAddr, addr: Ipv4Addr, prefix_len: u8) -> Iface {
+        Iface {
+            name: name.to_string(),
+            mac,
+            mtu: 1500,
+            addr,
+            prefix_len,
+        }
+    }
+
     fn net(&self) -> Prefix {
         Prefix::new(self.addr, self.prefix_len)
     }

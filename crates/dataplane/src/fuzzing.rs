@@ -9,13 +9,7 @@ use wire::MacAddr;
 pub fn forwarder() -> (Forwarder, Instant) {
     let now = Instant::now();
     let ifaces = vec![
-        Iface {
-            name: "f0".into(),
-            mac: MacAddr([2, 0, 0, 0, 0, 1]),
-            mtu: 1500,
-            addr: [10, 1, 0, 1].into(),
-            prefix_len: 24,
-        },
+        Iface::new("f0", MacAddr([2, 0, 0, 0, 0, 1]), [10, 1, 0, 1].into(), 24),
         Iface {
             name: "f1".into(),
             mac: MacAddr([2, 0, 0, 0, 0, 2]),

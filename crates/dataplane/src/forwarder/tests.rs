@@ -17,13 +17,7 @@ fn ip(s: &str) -> Ipv4Addr {
 fn router() -> (Forwarder, Instant) {
     let now = Instant::now();
     let ifaces = vec![
-        Iface {
-            name: "r0".into(),
-            mac: R0,
-            mtu: 1500,
-            addr: ip("10.1.0.1"),
-            prefix_len: 24,
-        },
+        Iface::new("r0", R0, ip("10.1.0.1"), 24),
         Iface {
             name: "r1".into(),
             mac: R1,
