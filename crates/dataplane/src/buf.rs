@@ -82,10 +82,6 @@ impl Pool {
             self.free.push(p);
         }
     }
-
-    pub fn free(&self) -> usize {
-        self.free.len()
-    }
 }
 
 /// Frames waiting for transmit, one queue per egress port.

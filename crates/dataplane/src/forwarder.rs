@@ -58,7 +58,7 @@ impl Iface {
         }
     }
 
-    fn net(&self) -> Prefix {
+    pub(crate) fn net(&self) -> Prefix {
         Prefix::new(self.addr, self.prefix_len)
     }
 
@@ -156,14 +156,9 @@ impl Forwarder {
         self.routes.as_mut().map(f)
     }
 
-    /// The port whose connected network holds `gw`.
+    /// The port whose connected network holds `gw` (the longest, if several).
     pub fn port_for_gateway(&self, gw: Ipv4Addr) -> Option<u16> {
-        self.ifaces
-            .iter()
-            .enumerate()
-            .filter(|(_, i)| i.net().contains(gw))
-            .max_by_key(|(_, i)| i.prefix_len)
-            .map(|(p, _)| p as u16)
+        crate::routes::port_for_gateway(&crate::routes::connected(&self.ifaces), gw)
     }
 
     /// Adds or replaces a route through gateway `via`.

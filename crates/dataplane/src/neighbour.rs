@@ -159,10 +159,6 @@ impl Neighbours {
         self.map.contains_key(&(port, u32::from(ip)))
     }
 
-    pub fn get(&self, port: u16, ip: Ipv4Addr) -> Option<&Entry> {
-        self.map.get(&(port, u32::from(ip)))
-    }
-
     /// Holds `pkt` until `ip` resolves.
     pub fn enqueue(&mut self, port: u16, ip: Ipv4Addr, now: Instant, pkt: Pkt) -> Enqueued {
         let (qlen, retry) = (self.cfg.queue_len, self.retry());

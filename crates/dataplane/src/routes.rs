@@ -52,12 +52,21 @@ impl core::fmt::Display for RouteError {
 }
 
 /// Connected networks of the interfaces: (prefix, port), for gateway resolution.
-fn connected(ifaces: &[Iface]) -> Vec<(Prefix, u16)> {
+pub(crate) fn connected(ifaces: &[Iface]) -> Vec<(Prefix, u16)> {
     ifaces
         .iter()
         .enumerate()
-        .map(|(p, i)| (Prefix::new(i.addr, i.prefix_len), p as u16))
+        .map(|(p, i)| (i.net(), p as u16))
         .collect()
+}
+
+/// The port of the longest connected network holding `gw`.
+pub fn port_for_gateway(connected: &[(Prefix, u16)], gw: Ipv4Addr) -> Option<u16> {
+    connected
+        .iter()
+        .filter(|(p, _)| p.contains(gw))
+        .max_by_key(|(p, _)| p.len())
+        .map(|c| c.1)
 }
 
 /// The writer of routes.
@@ -105,11 +114,7 @@ impl RouteTable {
 
     /// The port whose connected network holds `gw` (the longest, if several).
     pub fn port_for_gateway(&self, gw: Ipv4Addr) -> Option<u16> {
-        self.connected
-            .iter()
-            .filter(|(p, _)| p.contains(gw))
-            .max_by_key(|(p, _)| p.len())
-            .map(|c| c.1)
+        port_for_gateway(&self.connected, gw)
     }
 
     /// The id of the group of next hops through gateways `vias` (resolved to ports).
@@ -214,14 +219,6 @@ impl RouteTable {
 
     pub fn is_empty(&self) -> bool {
         self.fib.rib().is_empty()
-    }
-
-    /// The group a destination resolves to, from the control side's table.
-    pub fn lookup(&self, dst: Ipv4Addr) -> Option<&[NextHop]> {
-        self.fib
-            .rib()
-            .lookup(dst)
-            .map(|g| &*self.groups[g as usize])
     }
 }
 

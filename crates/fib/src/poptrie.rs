@@ -275,10 +275,6 @@ impl Poptrie {
         self.nodes.len()
     }
 
-    pub fn leaf_count(&self) -> usize {
-        self.leaves.len()
-    }
-
     /// Number of prefixes it was built from.
     pub fn len(&self) -> usize {
         self.count

@@ -304,11 +304,6 @@ impl AfPacket {
         }
         Ok(())
     }
-
-    /// Transmit slots.
-    pub fn tx_slots(&self) -> usize {
-        self.tx_frames
-    }
 }
 
 impl Port for AfPacket {
