@@ -169,6 +169,32 @@ impl Repr {
     }
 }
 
+/// Inserts an 802.1Q tag with VLAN id `vid` after the MAC addresses of the frame in `buf`.
+/// Returns false (and leaves `buf` alone) if `buf` holds no Ethernet header.
+pub fn push_vlan(buf: &mut Vec<u8>, vid: u16) -> bool {
+    if buf.len() < HEADER_LEN {
+        return false;
+    }
+    let tci = (vid & 0x0fff).to_be_bytes();
+    let tpid = ethertype::VLAN.to_be_bytes();
+    buf.splice(
+        field::TYPE..field::TYPE,
+        [tpid[0], tpid[1], tci[0], tci[1]],
+    );
+    true
+}
+
+/// Removes the 802.1Q tag of the frame in `buf`, returning its VLAN id; `None` (and `buf`
+/// untouched) if the frame is not tagged or too short to be.
+pub fn pop_vlan(buf: &mut Vec<u8>) -> Option<u16> {
+    if buf.len() < HEADER_LEN + VLAN_TAG_LEN || be16(buf, field::TYPE) != ethertype::VLAN {
+        return None;
+    }
+    let vid = be16(buf, field::VLAN_TCI) & 0x0fff;
+    buf.drain(field::TYPE..field::VLAN_TYPE);
+    Some(vid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,5 +240,20 @@ mod tests {
             prop_assert_eq!(Repr::parse(&f), r);
             prop_assert_eq!(f.payload().len(), 3);
         }
+    }
+
+    #[test]
+    fn vlan_push_pop_round_trip() {
+        let mut f = TAGGED.to_vec();
+        let orig = f.clone();
+        assert_eq!(pop_vlan(&mut f), Some(Frame::new_checked(&orig[..]).unwrap().vlan().unwrap()));
+        assert_eq!(f.len(), orig.len() - 4);
+        assert_eq!(pop_vlan(&mut f), None);
+        assert!(push_vlan(&mut f, 0x0123 | 0xf000));
+        let v = Frame::new_checked(&f[..]).unwrap();
+        assert_eq!(v.vlan(), Some(0x123));
+        assert_eq!(&f[16..], &orig[16..]);
+        assert!(!push_vlan(&mut vec![0; 13], 1));
+        assert_eq!(pop_vlan(&mut vec![0x81; 17]), None);
     }
 }

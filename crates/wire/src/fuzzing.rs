@@ -4,7 +4,7 @@
 //! promise checked is "no panic", plus internal consistency asserts that would reveal a
 //! parser bug.
 
-use crate::{arp, ethernet, icmp, ipv4, tcp, udp};
+use crate::{arp, dist, ethernet, icmp, ipv4, tcp, udp};
 
 /// Parses `data` as an Ethernet frame and every layer inside it.
 pub fn parse_frame(data: &[u8]) {
@@ -15,6 +15,7 @@ pub fn parse_frame(data: &[u8]) {
     match f.ethertype() {
         ethernet::ethertype::ARP => parse_arp(f.payload()),
         ethernet::ethertype::IPV4 => parse_ipv4(f.payload()),
+        dist::ETHERTYPE => parse_dist(f.payload()),
         _ => {}
     }
 }
@@ -71,5 +72,14 @@ pub fn parse_ipv4(data: &[u8]) {
             m.decrement_ttl();
         }
         let _ = m.fill_transport_checksum();
+    }
+}
+
+/// Parses a DIST message; whatever parses must emit and parse back to itself.
+pub fn parse_dist(data: &[u8]) {
+    if let Ok(r) = dist::Repr::parse(data) {
+        let mut b = vec![0u8; r.buffer_len()];
+        r.emit(&mut b).expect("a parsed message emits");
+        assert_eq!(dist::Repr::parse(&b).expect("an emitted message parses"), r);
     }
 }

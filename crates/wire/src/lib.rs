@@ -11,6 +11,7 @@
 
 pub mod arp;
 pub mod checksum;
+pub mod dist;
 pub mod ethernet;
 pub mod frame;
 pub mod fuzzing;

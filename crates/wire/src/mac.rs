@@ -93,3 +93,19 @@ mod tests {
         assert!(MacAddr::BROADCAST.is_multicast() && MacAddr::BROADCAST.is_broadcast());
     }
 }
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for MacAddr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for MacAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse()
+            .map_err(|e: BadMac| serde::de::Error::custom(format!("{s:?}: {e}")))
+    }
+}

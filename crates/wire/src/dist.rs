@@ -1,0 +1,669 @@
+//! DIST, the protocol that joins the elements of a multistage router (version 1).
+//!
+//! DIST messages travel in Ethernet frames of EtherType [`ETHERTYPE`] (0x88b5, the IEEE 802
+//! "local experimental" type) on the interconnection, untagged. All integers are big-endian.
+//! The format is specified in `docs/dist.md`; this module is its only implementation.
+//!
+//! ```text
+//!  0       1       2               4                               8
+//!  +-------+-------+---------------+-------------------------------+
+//!  |version| type  |    length     |            sequence           |  header (8 bytes)
+//!  +-------+-------+---------------+-------------------------------+
+//!  |  body: `length` bytes, laid out by `type` (hello, ports, balance, virtual-cp)   ...
+//! ```
+//!
+//! Bytes after the body (Ethernet padding) are ignored. A parser error says what was wrong
+//! and never panics, whatever the bytes.
+
+use crate::{be16, be32, need, put16, MacAddr, Truncated};
+use std::net::Ipv4Addr;
+
+/// The EtherType of DIST frames.
+pub const ETHERTYPE: u16 = 0x88b5;
+/// The version this module speaks.
+pub const VERSION: u8 = 1;
+pub const HEADER_LEN: usize = 8;
+
+/// Message types.
+pub mod kind {
+    pub const HELLO: u8 = 1;
+    pub const PORTS: u8 = 2;
+    pub const BALANCE: u8 = 3;
+    pub const VIRTUAL_CP: u8 = 4;
+}
+
+/// Bytes of one port in a hello.
+pub const HELLO_PORT_LEN: usize = 18;
+/// Bytes of a hello before its ports.
+pub const HELLO_FIXED_LEN: usize = 32;
+/// Bytes of one entry of a ports message.
+pub const PORT_CONFIG_LEN: usize = 10;
+/// Bytes of one entry of a balance message.
+pub const BALANCE_ENTRY_LEN: usize = 10;
+/// Bytes of a balance message before its entries.
+pub const BALANCE_FIXED_LEN: usize = 4;
+/// Bytes of a virtual-cp message.
+pub const VIRTUAL_CP_LEN: usize = 8;
+
+/// Flag of a balance message: empty the table before adding the entries.
+pub const BALANCE_FLUSH: u8 = 0x01;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Error {
+    Truncated(Truncated),
+    /// A version other than [`VERSION`].
+    BadVersion(u8),
+    /// A message type this version does not define.
+    UnknownType(u8),
+    /// The body is shorter or longer than its own counts say.
+    BadLength { kind: u8, length: usize },
+    /// A field holds a value the format does not allow.
+    BadField { field: &'static str, value: u32 },
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Error::Truncated(t) => write!(f, "dist: {t}"),
+            Error::BadVersion(v) => write!(f, "dist: version {v}, this element speaks {VERSION}"),
+            Error::UnknownType(t) => write!(f, "dist: unknown message type {t}"),
+            Error::BadLength { kind, length } => {
+                write!(
+                    f,
+                    "dist: message type {kind}: body of {length} bytes does not match its counts"
+                )
+            }
+            Error::BadField { field, value } => write!(f, "dist: {field} = {value} is not allowed"),
+        }
+    }
+}
+
+/// What a port is to the router: facing the outside, or the interconnection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
+pub enum PortRole {
+    Internal,
+    External,
+}
+
+impl PortRole {
+    fn code(self) -> u8 {
+        match self {
+            PortRole::Internal => 0,
+            PortRole::External => 1,
+        }
+    }
+
+    fn from_code(c: u8) -> Result<PortRole, Error> {
+        match c {
+            0 => Ok(PortRole::Internal),
+            1 => Ok(PortRole::External),
+            v => Err(Error::BadField {
+                field: "role",
+                value: v as u32,
+            }),
+        }
+    }
+}
+
+/// What kind of element sent a hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
+pub enum ElementKind {
+    Balancer,
+    Forwarder,
+}
+
+/// One port as a hello advertises it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct HelloPort {
+    pub mac: MacAddr,
+    pub addr: Ipv4Addr,
+    pub prefix_len: u8,
+    pub role: PortRole,
+    /// 802.1Q VLAN id of the port (a sub-interface, or an LB's external port); 0 for none.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub vlan: u16,
+    /// Link speed in Mbit/s; 0 when unknown.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub speed_mbps: u32,
+}
+
+/// The periodic "I am alive" of an element, with its ports and traffic counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct Hello {
+    pub element: ElementKind,
+    /// Milliseconds between this element's hellos (receivers derive timeouts from it).
+    pub interval_ms: u16,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub rx_packets: u64,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub tx_packets: u64,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub dropped: u64,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub ports: Vec<HelloPort>,
+}
+
+/// Configuration of one port of the receiving element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct PortConfig {
+    /// The port's index in the receiving element's configuration (0-based).
+    pub index: u8,
+    pub role: PortRole,
+    /// VLAN id of an external port on the interconnection (1..4094); 0 for internal ports.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub vlan: u16,
+    /// The router's address on an external port; 0.0.0.0/0 for none.
+    #[cfg_attr(feature = "serde", serde(default = "unspecified"))]
+    pub addr: Ipv4Addr,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub prefix_len: u8,
+}
+
+#[cfg(feature = "serde")]
+fn unspecified() -> Ipv4Addr {
+    Ipv4Addr::UNSPECIFIED
+}
+
+/// One entry of a balancing table: a back-end, the LB port that reaches it, its weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct BalanceEntry {
+    pub mac: MacAddr,
+    /// Index of the LB's internal port that reaches the back-end.
+    pub port: u8,
+    /// Relative share of traffic, 1..65535; 0 removes the entry.
+    pub weight: u16,
+}
+
+/// The body of a DIST message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)
+)]
+pub enum Message {
+    Hello(Hello),
+    /// Sets the role, VLAN id and address of ports of the receiver.
+    Ports { ports: Vec<PortConfig> },
+    /// Changes the balancing table: optionally empties it, then adds, re-weighs or (weight 0)
+    /// removes the entries.
+    Balance {
+        #[cfg_attr(feature = "serde", serde(default))]
+        flush: bool,
+        entries: Vec<BalanceEntry>,
+    },
+    /// Names the back-end that hosts the control plane, and the LB port that reaches it.
+    VirtualCp { mac: MacAddr, port: u8 },
+}
+
+/// A whole DIST message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Repr {
+    /// The sender's message counter (receivers may use it to spot loss; not required).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub seq: u32,
+    #[cfg_attr(feature = "serde", serde(flatten))]
+    pub msg: Message,
+}
+
+fn ip(b: &[u8], at: usize) -> Ipv4Addr {
+    Ipv4Addr::new(b[at], b[at + 1], b[at + 2], b[at + 3])
+}
+
+fn be64(b: &[u8], at: usize) -> u64 {
+    (be32(b, at) as u64) << 32 | be32(b, at + 4) as u64
+}
+
+fn prefix_len(v: u8) -> Result<u8, Error> {
+    if v > 32 {
+        return Err(Error::BadField {
+            field: "prefix_len",
+            value: v as u32,
+        });
+    }
+    Ok(v)
+}
+
+fn vlan(v: u16) -> Result<u16, Error> {
+    if v > 4094 {
+        return Err(Error::BadField {
+            field: "vlan",
+            value: v as u32,
+        });
+    }
+    Ok(v)
+}
+
+impl Message {
+    pub fn kind(&self) -> u8 {
+        match self {
+            Message::Hello(_) => kind::HELLO,
+            Message::Ports { .. } => kind::PORTS,
+            Message::Balance { .. } => kind::BALANCE,
+            Message::VirtualCp { .. } => kind::VIRTUAL_CP,
+        }
+    }
+
+    /// The name used in counters and JSON.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Message::Hello(_) => "hello",
+            Message::Ports { .. } => "ports",
+            Message::Balance { .. } => "balance",
+            Message::VirtualCp { .. } => "virtual-cp",
+        }
+    }
+
+    fn body_len(&self) -> usize {
+        match self {
+            Message::Hello(h) => HELLO_FIXED_LEN + h.ports.len() * HELLO_PORT_LEN,
+            Message::Ports { ports } => 1 + ports.len() * PORT_CONFIG_LEN,
+            Message::Balance { entries, .. } => {
+                BALANCE_FIXED_LEN + entries.len() * BALANCE_ENTRY_LEN
+            }
+            Message::VirtualCp { .. } => VIRTUAL_CP_LEN,
+        }
+    }
+}
+
+impl Repr {
+    /// Parses a DIST message (the Ethernet payload; trailing padding is ignored).
+    pub fn parse(b: &[u8]) -> Result<Repr, Error> {
+        need(b, HEADER_LEN).map_err(Error::Truncated)?;
+        if b[0] != VERSION {
+            return Err(Error::BadVersion(b[0]));
+        }
+        let (kind, length, seq) = (b[1], be16(b, 2) as usize, be32(b, 4));
+        need(b, HEADER_LEN + length).map_err(Error::Truncated)?;
+        let body = &b[HEADER_LEN..HEADER_LEN + length];
+        let bad = Error::BadLength { kind, length };
+        let msg = match kind {
+            kind::HELLO => {
+                if length < HELLO_FIXED_LEN {
+                    return Err(bad);
+                }
+                let element = match body[0] {
+                    1 => ElementKind::Balancer,
+                    2 => ElementKind::Forwarder,
+                    v => {
+                        return Err(Error::BadField {
+                            field: "element",
+                            value: v as u32,
+                        })
+                    }
+                };
+                let count = body[1] as usize;
+                if length != HELLO_FIXED_LEN + count * HELLO_PORT_LEN {
+                    return Err(bad);
+                }
+                let mut ports = Vec::with_capacity(count);
+                for i in 0..count {
+                    let p = &body[HELLO_FIXED_LEN + i * HELLO_PORT_LEN..];
+                    ports.push(HelloPort {
+                        mac: MacAddr::from_slice(&p[0..6]),
+                        addr: ip(p, 6),
+                        prefix_len: prefix_len(p[10])?,
+                        role: PortRole::from_code(p[11])?,
+                        vlan: vlan(be16(p, 12))?,
+                        speed_mbps: be32(p, 14),
+                    });
+                }
+                Message::Hello(Hello {
+                    element,
+                    interval_ms: be16(body, 2),
+                    rx_packets: be64(body, 8),
+                    tx_packets: be64(body, 16),
+                    dropped: be64(body, 24),
+                    ports,
+                })
+            }
+            kind::PORTS => {
+                let count = *body.first().ok_or(bad)? as usize;
+                if length != 1 + count * PORT_CONFIG_LEN {
+                    return Err(bad);
+                }
+                let mut ports = Vec::with_capacity(count);
+                for i in 0..count {
+                    let p = &body[1 + i * PORT_CONFIG_LEN..];
+                    ports.push(PortConfig {
+                        index: p[0],
+                        role: PortRole::from_code(p[1])?,
+                        vlan: vlan(be16(p, 2))?,
+                        addr: ip(p, 4),
+                        prefix_len: prefix_len(p[8])?,
+                    });
+                }
+                Message::Ports { ports }
+            }
+            kind::BALANCE => {
+                if length < BALANCE_FIXED_LEN {
+                    return Err(bad);
+                }
+                let count = be16(body, 2) as usize;
+                if length != BALANCE_FIXED_LEN + count * BALANCE_ENTRY_LEN {
+                    return Err(bad);
+                }
+                let entries = (0..count)
+                    .map(|i| {
+                        let e = &body[BALANCE_FIXED_LEN + i * BALANCE_ENTRY_LEN..];
+                        BalanceEntry {
+                            mac: MacAddr::from_slice(&e[0..6]),
+                            port: e[6],
+                            weight: be16(e, 8),
+                        }
+                    })
+                    .collect();
+                Message::Balance {
+                    flush: body[0] & BALANCE_FLUSH != 0,
+                    entries,
+                }
+            }
+            kind::VIRTUAL_CP => {
+                if length != VIRTUAL_CP_LEN {
+                    return Err(bad);
+                }
+                Message::VirtualCp {
+                    mac: MacAddr::from_slice(&body[0..6]),
+                    port: body[6],
+                }
+            }
+            t => return Err(Error::UnknownType(t)),
+        };
+        Ok(Repr { seq, msg })
+    }
+
+    /// Bytes [`Repr::emit`] writes.
+    pub fn buffer_len(&self) -> usize {
+        HEADER_LEN + self.msg.body_len()
+    }
+
+    /// Checks that the message fits the format: counts in range, a body under 64 KiB,
+    /// VLAN ids and prefix lengths valid.
+    pub fn validate(&self) -> Result<(), Error> {
+        let too_many = |field, n: usize, max: usize| {
+            if n > max {
+                Err(Error::BadField {
+                    field,
+                    value: n as u32,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        match &self.msg {
+            Message::Hello(h) => {
+                too_many("ports", h.ports.len(), 255)?;
+                for p in &h.ports {
+                    prefix_len(p.prefix_len)?;
+                    vlan(p.vlan)?;
+                }
+            }
+            Message::Ports { ports } => {
+                too_many("ports", ports.len(), 255)?;
+                for p in ports {
+                    prefix_len(p.prefix_len)?;
+                    vlan(p.vlan)?;
+                }
+            }
+            Message::Balance { entries, .. } => {
+                too_many("entries", entries.len(), (u16::MAX as usize - 4) / 10)?
+            }
+            Message::VirtualCp { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// Writes the message at the start of `buf`, which must hold `buffer_len()` bytes.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<(), Error> {
+        self.validate()?;
+        need(buf, self.buffer_len()).map_err(Error::Truncated)?;
+        let len = self.msg.body_len();
+        buf[0] = VERSION;
+        buf[1] = self.msg.kind();
+        put16(buf, 2, len as u16);
+        buf[4..8].copy_from_slice(&self.seq.to_be_bytes());
+        let body = &mut buf[HEADER_LEN..HEADER_LEN + len];
+        body.fill(0);
+        match &self.msg {
+            Message::Hello(h) => {
+                body[0] = match h.element {
+                    ElementKind::Balancer => 1,
+                    ElementKind::Forwarder => 2,
+                };
+                body[1] = h.ports.len() as u8;
+                put16(body, 2, h.interval_ms);
+                body[8..16].copy_from_slice(&h.rx_packets.to_be_bytes());
+                body[16..24].copy_from_slice(&h.tx_packets.to_be_bytes());
+                body[24..32].copy_from_slice(&h.dropped.to_be_bytes());
+                for (i, p) in h.ports.iter().enumerate() {
+                    let o = &mut body[HELLO_FIXED_LEN + i * HELLO_PORT_LEN..];
+                    o[0..6].copy_from_slice(&p.mac.0);
+                    o[6..10].copy_from_slice(&p.addr.octets());
+                    o[10] = p.prefix_len;
+                    o[11] = p.role.code();
+                    put16(o, 12, p.vlan);
+                    o[14..18].copy_from_slice(&p.speed_mbps.to_be_bytes());
+                }
+            }
+            Message::Ports { ports } => {
+                body[0] = ports.len() as u8;
+                for (i, p) in ports.iter().enumerate() {
+                    let o = &mut body[1 + i * PORT_CONFIG_LEN..];
+                    o[0] = p.index;
+                    o[1] = p.role.code();
+                    put16(o, 2, p.vlan);
+                    o[4..8].copy_from_slice(&p.addr.octets());
+                    o[8] = p.prefix_len;
+                }
+            }
+            Message::Balance { flush, entries } => {
+                body[0] = if *flush { BALANCE_FLUSH } else { 0 };
+                put16(body, 2, entries.len() as u16);
+                for (i, e) in entries.iter().enumerate() {
+                    let o = &mut body[BALANCE_FIXED_LEN + i * BALANCE_ENTRY_LEN..];
+                    o[0..6].copy_from_slice(&e.mac.0);
+                    o[6] = e.port;
+                    put16(o, 8, e.weight);
+                }
+            }
+            Message::VirtualCp { mac, port } => {
+                body[0..6].copy_from_slice(&mac.0);
+                body[6] = *port;
+            }
+        }
+        Ok(())
+    }
+
+    /// A whole Ethernet frame (untagged, padded to the 60-byte minimum) carrying the message.
+    pub fn to_frame(&self, src: MacAddr, dst: MacAddr) -> Result<Vec<u8>, Error> {
+        let eth = crate::ethernet::HEADER_LEN;
+        let mut f = vec![0u8; (eth + self.buffer_len()).max(60)];
+        crate::ethernet::Repr {
+            dst,
+            src,
+            vlan: None,
+            ethertype: ETHERTYPE,
+        }
+        .emit(&mut f)
+        .map_err(|crate::ethernet::Error::Truncated(t)| Error::Truncated(t))?;
+        self.emit(&mut f[eth..])?;
+        Ok(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn mac(i: u8) -> MacAddr {
+        MacAddr([2, 0, 0, 0, 0, i])
+    }
+
+    fn samples() -> Vec<Repr> {
+        vec![
+            Repr {
+                seq: 7,
+                msg: Message::Hello(Hello {
+                    element: ElementKind::Forwarder,
+                    interval_ms: 100,
+                    rx_packets: 1 << 40,
+                    tx_packets: 3,
+                    dropped: 4,
+                    ports: vec![HelloPort {
+                        mac: mac(1),
+                        addr: Ipv4Addr::new(10, 1, 0, 1),
+                        prefix_len: 24,
+                        role: PortRole::External,
+                        vlan: 10,
+                        speed_mbps: 10_000,
+                    }],
+                }),
+            },
+            Repr {
+                seq: 0,
+                msg: Message::Ports {
+                    ports: vec![PortConfig {
+                        index: 1,
+                        role: PortRole::Internal,
+                        vlan: 0,
+                        addr: Ipv4Addr::UNSPECIFIED,
+                        prefix_len: 0,
+                    }],
+                },
+            },
+            Repr {
+                seq: u32::MAX,
+                msg: Message::Balance {
+                    flush: true,
+                    entries: vec![
+                        BalanceEntry {
+                            mac: mac(2),
+                            port: 1,
+                            weight: 2,
+                        },
+                        BalanceEntry {
+                            mac: mac(3),
+                            port: 1,
+                            weight: 0,
+                        },
+                    ],
+                },
+            },
+            Repr {
+                seq: 1,
+                msg: Message::VirtualCp {
+                    mac: mac(9),
+                    port: 1,
+                },
+            },
+        ]
+    }
+
+    #[test]
+    fn round_trips_and_layout() {
+        for r in samples() {
+            let f = r.to_frame(mac(1), MacAddr::BROADCAST).unwrap();
+            assert!(f.len() >= 60);
+            assert_eq!(&f[12..14], &[0x88, 0xb5]);
+            assert_eq!(Repr::parse(&f[14..]).unwrap(), r, "{r:?}");
+        }
+        // The balance example of docs/dist.md, byte for byte.
+        let b = &samples()[2];
+        let mut buf = vec![0; b.buffer_len()];
+        b.emit(&mut buf).unwrap();
+        #[rustfmt::skip]
+        let want = [
+            1, 3, 0, 24, 0xff, 0xff, 0xff, 0xff,        // version 1, balance, 24 bytes, seq
+            1, 0, 0, 2,                                 // flush, reserved, 2 entries
+            2, 0, 0, 0, 0, 2, 1, 0, 0, 2,               // mac, port 1, reserved, weight 2
+            2, 0, 0, 0, 0, 3, 1, 0, 0, 0,               // weight 0: remove
+        ];
+        assert_eq!(buf, want);
+    }
+
+    #[test]
+    fn rejects_what_is_wrong() {
+        let good = {
+            let r = &samples()[0];
+            let mut b = vec![0; r.buffer_len()];
+            r.emit(&mut b).unwrap();
+            b
+        };
+        let mut b = good.clone();
+        b[0] = 2;
+        assert_eq!(Repr::parse(&b), Err(Error::BadVersion(2)));
+        let mut b = good.clone();
+        b[1] = 99;
+        assert_eq!(Repr::parse(&b), Err(Error::UnknownType(99)));
+        assert!(matches!(
+            Repr::parse(&good[..good.len() - 1]),
+            Err(Error::Truncated(_))
+        ));
+        let mut b = good.clone();
+        b[HEADER_LEN + 1] = 2; // two ports announced, one present
+        assert!(matches!(Repr::parse(&b), Err(Error::BadLength { .. })));
+        let mut b = good.clone();
+        b[HEADER_LEN + HELLO_FIXED_LEN + 11] = 7; // role
+        assert_eq!(
+            Repr::parse(&b),
+            Err(Error::BadField {
+                field: "role",
+                value: 7
+            })
+        );
+        let mut b = good;
+        b[HEADER_LEN + HELLO_FIXED_LEN + 10] = 33; // prefix length
+        assert!(matches!(Repr::parse(&b), Err(Error::BadField { .. })));
+    }
+
+    proptest! {
+        #[test]
+        fn parse_never_panics(b in proptest::collection::vec(any::<u8>(), 0..200)) {
+            if let Ok(r) = Repr::parse(&b) {
+                let mut out = vec![0; r.buffer_len()];
+                r.emit(&mut out).unwrap();
+                prop_assert_eq!(Repr::parse(&out).unwrap(), r);
+            }
+        }
+
+        #[test]
+        fn balance_round_trips(flush: bool, seq: u32, es in proptest::collection::vec((any::<[u8; 6]>(), any::<u8>(), any::<u16>()), 0..150)) {
+            let r = Repr { seq, msg: Message::Balance { flush, entries: es.iter().map(|(m, p, w)| BalanceEntry { mac: MacAddr(*m), port: *p, weight: *w }).collect() } };
+            let mut out = vec![0; r.buffer_len()];
+            r.emit(&mut out).unwrap();
+            prop_assert_eq!(Repr::parse(&out).unwrap(), r);
+        }
+    }
+}
