@@ -10,6 +10,10 @@ pub const BUF_CAP: usize = 9216 + 18;
 pub struct Meta {
     /// Index of the port the frame arrived on. Written by the port; read by every node.
     pub rx_port: u16,
+    /// Index of the logical interface (the port's untagged one or a VLAN sub-interface) the
+    /// frame arrived on. Written by eth-input, which also removes the tag; read by the nodes
+    /// after it.
+    pub iface: u16,
     /// The sender left the TCP/UDP checksum to offload: only the pseudo-header sum is in
     /// the checksum field. Written by the port; ip4-forward fills the checksum in.
     pub csum_partial: bool,

@@ -29,7 +29,7 @@ impl Counter {
 }
 
 macro_rules! named_enum {
-    ($(#[$m:meta])* $name:ident { $($v:ident = $s:literal : $d:literal,)* }) => {
+    ($(#[$m:meta])* $name:ident { $($v:ident = $s:literal in $scope:ident : $d:literal,)* }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum $name { $($v,)* }
@@ -40,6 +40,8 @@ macro_rules! named_enum {
             pub fn name(self) -> &'static str { match self { $($name::$v => $s,)* } }
             /// One line saying what the counter counts.
             pub fn description(self) -> &'static str { match self { $($name::$v => $d,)* } }
+            /// Which roles count it.
+            pub fn scope(self) -> Scope { match self { $($name::$v => Scope::$scope,)* } }
         }
     };
 }
@@ -47,59 +49,99 @@ macro_rules! named_enum {
 named_enum! {
     /// Why a frame was dropped. Every drop anywhere in the data plane has one of these.
     Drop {
-        RxOversize = "rx_oversize": "frame larger than a packet buffer (or truncated by the ring)",
-        EthTruncated = "eth_truncated": "frame shorter than its Ethernet header",
-        NotOurMac = "eth_not_our_mac": "unicast frame addressed to another station's MAC",
-        VlanNotConfigured = "eth_vlan_not_configured": "802.1Q-tagged frame on a port without VLANs",
-        EthertypeUnsupported = "eth_unsupported_ethertype": "neither IPv4 nor ARP (IPv6 included)",
-        ArpMalformed = "arp_malformed": "ARP too short, not Ethernet/IPv4, or unknown operation",
-        ArpNotForUs = "arp_not_for_us": "ARP for another address, from a sender we do not know",
-        ArpQueueFull = "arp_queue_full": "packet arrived while its next hop was resolving and the queue was full",
-        ArpTableFull = "arp_table_full": "next hop not in the neighbour table and the table is full",
-        ArpFailed = "arp_resolution_failed": "next hop did not answer ARP; queued packet dropped",
-        Ip4Truncated = "ip4_truncated": "buffer shorter than the IPv4 header or total length",
-        Ip4BadVersion = "ip4_bad_version": "IP version is not 4",
-        Ip4BadHeaderLen = "ip4_bad_header_len": "IHL below 5",
-        Ip4BadTotalLen = "ip4_bad_total_len": "total length below the header length",
-        Ip4BadChecksum = "ip4_bad_checksum": "IPv4 header checksum is wrong",
-        Ip4BadOptions = "ip4_bad_options": "malformed IPv4 option list",
-        Ip4SourceRoute = "ip4_source_route": "source-routed packet (LSRR/SSRR); not forwarded",
-        Ip4MartianSource = "ip4_martian_source": "source is 0/8, 127/8, multicast, class E, broadcast or ours",
-        Ip4MartianDestination = "ip4_martian_destination": "destination is 0/8, 127/8 or class E",
-        Ip4L2Multicast = "ip4_l2_multicast": "link broadcast/multicast frame not for us; not forwarded (RFC 1812 5.3.4)",
-        Ip4Multicast = "ip4_multicast": "IP multicast destination; multicast routing is not implemented",
-        Ip4Broadcast = "ip4_broadcast": "limited or directed broadcast; not forwarded",
-        Ip4TtlExpired = "ip4_ttl_expired": "TTL would reach 0; time exceeded sent",
-        Ip4NoRoute = "ip4_no_route": "no route to the destination; net unreachable sent",
-        Ip4FragNeeded = "ip4_frag_needed": "larger than the egress MTU with DF set; fragmentation needed sent",
-        Ip4FragFailed = "ip4_frag_failed": "could not be fragmented (MTU below the header plus 8 bytes)",
-        LocalFragment = "local_fragment": "fragment addressed to the router; reassembly is not implemented",
-        LocalIcmpBadChecksum = "local_icmp_bad_checksum": "ICMP to the router with a wrong checksum",
-        LocalIcmpOther = "local_icmp_other": "ICMP to the router that is not an echo request",
-        LocalUdp = "local_udp": "UDP to the router; port unreachable sent",
-        LocalTcp = "local_tcp": "TCP to the router; no TCP service",
-        LocalProtocol = "local_protocol": "other protocol to the router; protocol unreachable sent",
-        LocalNoRoute = "local_no_route": "reply or ICMP error the router made has no route",
-        IcmpSuppressed = "icmp_error_suppressed": "ICMP error not sent: about an ICMP error, a non-first fragment, a broadcast or a bad source",
-        IcmpRateLimited = "icmp_error_rate_limited": "ICMP error not sent: over the rate limit",
-        TxRingFull = "tx_ring_full": "egress ring had no free slot",
-        TxError = "tx_error": "the egress port reported an error",
+        RxOversize = "rx_oversize" in All: "frame larger than a packet buffer (or truncated by the ring)",
+        EthTruncated = "eth_truncated" in All: "frame shorter than its Ethernet header",
+        NotOurMac = "eth_not_our_mac" in All: "unicast frame addressed to another station's MAC",
+        VlanNotConfigured = "eth_vlan_not_configured" in Forwarder: "802.1Q-tagged frame on a port without VLANs",
+        EthertypeUnsupported = "eth_unsupported_ethertype" in Forwarder: "neither IPv4 nor ARP (IPv6 included)",
+        ArpMalformed = "arp_malformed" in All: "ARP too short, not Ethernet/IPv4, or unknown operation",
+        ArpNotForUs = "arp_not_for_us" in Forwarder: "ARP for another address, from a sender we do not know",
+        ArpQueueFull = "arp_queue_full" in Forwarder: "packet arrived while its next hop was resolving and the queue was full",
+        ArpTableFull = "arp_table_full" in Forwarder: "next hop not in the neighbour table and the table is full",
+        ArpFailed = "arp_resolution_failed" in Forwarder: "next hop did not answer ARP; queued packet dropped",
+        Ip4Truncated = "ip4_truncated" in All: "buffer shorter than the IPv4 header or total length",
+        Ip4BadVersion = "ip4_bad_version" in Forwarder: "IP version is not 4",
+        Ip4BadHeaderLen = "ip4_bad_header_len" in Forwarder: "IHL below 5",
+        Ip4BadTotalLen = "ip4_bad_total_len" in Forwarder: "total length below the header length",
+        Ip4BadChecksum = "ip4_bad_checksum" in Forwarder: "IPv4 header checksum is wrong",
+        Ip4BadOptions = "ip4_bad_options" in Forwarder: "malformed IPv4 option list",
+        Ip4SourceRoute = "ip4_source_route" in Forwarder: "source-routed packet (LSRR/SSRR); not forwarded",
+        Ip4MartianSource = "ip4_martian_source" in Forwarder: "source is 0/8, 127/8, multicast, class E, broadcast or ours",
+        Ip4MartianDestination = "ip4_martian_destination" in Forwarder: "destination is 0/8, 127/8 or class E",
+        Ip4L2Multicast = "ip4_l2_multicast" in All: "link broadcast/multicast frame not for us; not forwarded (RFC 1812 5.3.4)",
+        Ip4Multicast = "ip4_multicast" in Forwarder: "IP multicast destination; multicast routing is not implemented",
+        Ip4Broadcast = "ip4_broadcast" in Forwarder: "limited or directed broadcast; not forwarded",
+        Ip4TtlExpired = "ip4_ttl_expired" in Forwarder: "TTL would reach 0; time exceeded sent",
+        Ip4NoRoute = "ip4_no_route" in Forwarder: "no route to the destination; net unreachable sent",
+        Ip4FragNeeded = "ip4_frag_needed" in Forwarder: "larger than the egress MTU with DF set; fragmentation needed sent",
+        Ip4FragFailed = "ip4_frag_failed" in Forwarder: "could not be fragmented (MTU below the header plus 8 bytes)",
+        LocalFragment = "local_fragment" in Forwarder: "fragment addressed to the router; reassembly is not implemented",
+        LocalIcmpBadChecksum = "local_icmp_bad_checksum" in Forwarder: "ICMP to the router with a wrong checksum",
+        LocalIcmpOther = "local_icmp_other" in Forwarder: "ICMP to the router that is not an echo request",
+        LocalUdp = "local_udp" in Forwarder: "UDP to the router; port unreachable sent",
+        LocalTcp = "local_tcp" in Forwarder: "TCP to the router; no TCP service",
+        LocalProtocol = "local_protocol" in Forwarder: "other protocol to the router; protocol unreachable sent",
+        LocalNoRoute = "local_no_route" in Forwarder: "reply or ICMP error the router made has no route",
+        IcmpSuppressed = "icmp_error_suppressed" in Forwarder: "ICMP error not sent: about an ICMP error, a non-first fragment, a broadcast or a bad source",
+        IcmpRateLimited = "icmp_error_rate_limited" in Forwarder: "ICMP error not sent: over the rate limit",
+        TxRingFull = "tx_ring_full" in All: "egress ring had no free slot",
+        TxError = "tx_error" in All: "the egress port reported an error",
+        DistNotInternal = "dist_not_internal" in All: "DIST frame on a port that is not internal (spoofed from outside): not accepted",
+        DistMalformed = "dist_malformed" in All: "DIST frame that does not parse (bad length, field or type)",
+        DistBadVersion = "dist_bad_version" in All: "DIST frame of a version this element does not speak",
+        DistRejected = "dist_rejected" in Balancer: "DIST message that parsed but could not be applied (unknown port, bad role or VLAN)",
+        ClassifyNoRule = "classify_no_rule" in Balancer: "frame matched no classifier rule",
+        ClassifyVlanUnknown = "classify_vlan_unknown" in Balancer: "frame from the interconnection with no VLAN id of this LB's external ports (normal for broadcasts meant for another LB)",
+        ExtArpNotForUs = "ext_arp_not_for_us" in Balancer: "ARP request from outside for an address that is not the router's",
+        IntArpNotForUs = "int_arp_not_for_us" in Balancer: "ARP reply from outside not addressed to the router's external address",
+        VcpUnknown = "vcp_unknown" in Balancer: "control or management packet with no Virtual-CP configured",
+        BalanceNoBackend = "balance_no_backend" in Balancer: "no live back-end in the balancing table",
+        BalanceIp4Broadcast = "balance_ip4_broadcast" in Balancer: "IP broadcast or multicast data from outside (not a routing protocol): not balanced",
     }
 }
 
 named_enum! {
     /// Things that happened that are not drops.
     Event {
-        Forwarded = "ip4_forwarded": "packets forwarded",
-        ChecksumFilled = "ip4_checksum_filled": "TCP/UDP checksums filled in for frames whose sender left them to offload",
-        Fragmented = "ip4_fragmented": "packets fragmented",
-        FragmentsMade = "ip4_fragments_made": "fragments sent",
-        ArpRequestsSent = "arp_requests_sent": "ARP requests sent",
-        ArpRepliesSent = "arp_replies_sent": "ARP replies sent for our addresses",
-        ArpLearned = "arp_learned": "neighbour entries created or refreshed",
-        ArpQueued = "arp_queued": "packets queued while their next hop resolved",
-        EchoReplies = "icmp_echo_replies_sent": "echo replies sent for our addresses",
-        IcmpErrorsSent = "icmp_errors_sent": "ICMP error messages sent",
+        Forwarded = "ip4_forwarded" in Forwarder: "packets forwarded",
+        ChecksumFilled = "ip4_checksum_filled" in Forwarder: "TCP/UDP checksums filled in for frames whose sender left them to offload",
+        Fragmented = "ip4_fragmented" in Forwarder: "packets fragmented",
+        FragmentsMade = "ip4_fragments_made" in Forwarder: "fragments sent",
+        ArpRequestsSent = "arp_requests_sent" in Forwarder: "ARP requests sent",
+        ArpRepliesSent = "arp_replies_sent" in Forwarder: "ARP replies sent for our addresses",
+        ArpLearned = "arp_learned" in Forwarder: "neighbour entries created or refreshed",
+        ArpQueued = "arp_queued" in Forwarder: "packets queued while their next hop resolved",
+        EchoReplies = "icmp_echo_replies_sent" in Forwarder: "echo replies sent for our addresses",
+        IcmpErrorsSent = "icmp_errors_sent" in Forwarder: "ICMP error messages sent",
+        DistReceived = "dist_received" in All: "DIST messages accepted from an internal port",
+        DistHellosSent = "dist_hellos_sent" in All: "DIST hellos sent",
+        DistHellosReceived = "dist_hellos_received" in Balancer: "DIST hellos received",
+        DistBalanceApplied = "dist_balance_applied" in Balancer: "DIST balance messages applied to the balancing table",
+        DistPortsApplied = "dist_ports_applied" in Balancer: "DIST port configuration messages applied",
+        DistVcpApplied = "dist_virtual_cp_applied" in Balancer: "DIST virtual-cp messages applied",
+        ExtArpRepliesSent = "ext_arp_replies_sent" in Balancer: "ARP requests from outside for the router's addresses answered by the LB",
+        IntArpRequestsOut = "int_arp_requests_out" in Balancer: "ARP requests of back-ends sent out with the LB's external MAC",
+        IntArpRepliesIn = "int_arp_replies_in" in Balancer: "ARP replies from outside broadcast to the back-ends",
+        VcpRedirected = "vcp_redirected" in Balancer: "routing and management packets sent to the Virtual-CP",
+        IntToExt = "int_to_ext" in Balancer: "frames from back-ends sent out of an external port",
+        Balanced = "balance_packets" in Balancer: "data packets from outside sent to a back-end",
+        BackendDown = "balance_backend_down" in Balancer: "back-ends that left the table (no hello within the timeout)",
+        BackendUp = "balance_backend_up" in Balancer: "back-ends that returned to the table with their hellos",
+    }
+}
+
+/// Which roles count a counter; `show counters` prints only the element's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    All,
+    Forwarder,
+    Balancer,
+}
+
+impl Scope {
+    /// Whether an element of role `self` counts a counter of scope `c`.
+    pub fn counts(self, c: Scope) -> bool {
+        c == Scope::All || c == self || self == Scope::All
     }
 }
 
@@ -115,6 +157,8 @@ pub struct PortCounters {
 /// All counters of one element.
 #[derive(Debug)]
 pub struct Counters {
+    /// The role whose counters `snapshot` shows.
+    pub role: Scope,
     pub port_names: Vec<String>,
     pub ports: Vec<PortCounters>,
     drops: Vec<Counter>,
@@ -122,8 +166,14 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Counters of a forwarder.
     pub fn new(port_names: Vec<String>) -> Counters {
+        Counters::for_role(port_names, Scope::Forwarder)
+    }
+
+    pub fn for_role(port_names: Vec<String>, role: Scope) -> Counters {
         Counters {
+            role,
             ports: port_names.iter().map(|_| PortCounters::default()).collect(),
             port_names,
             drops: (0..Drop::COUNT).map(|_| Counter::default()).collect(),
@@ -180,10 +230,12 @@ impl Counters {
                 .collect(),
             drops: Drop::ALL
                 .iter()
+                .filter(|d| self.role.counts(d.scope()))
                 .map(|d| (d.name().to_string(), self.drops(*d)))
                 .collect(),
             events: Event::ALL
                 .iter()
+                .filter(|e| self.role.counts(e.scope()))
                 .map(|e| (e.name().to_string(), self.events(*e)))
                 .collect(),
         }
@@ -206,13 +258,24 @@ pub struct Snapshot {
     pub events: BTreeMap<String, u64>,
 }
 
-/// Every counter name with its description, for `tessera show counters --describe`.
-pub fn descriptions() -> BTreeMap<&'static str, &'static str> {
+/// Every counter name of a role with its description, for `tessera show counters --describe`.
+pub fn descriptions_for(role: Scope) -> BTreeMap<&'static str, &'static str> {
     Drop::ALL
         .iter()
+        .filter(|d| role.counts(d.scope()))
         .map(|d| (d.name(), d.description()))
-        .chain(Event::ALL.iter().map(|e| (e.name(), e.description())))
+        .chain(
+            Event::ALL
+                .iter()
+                .filter(|e| role.counts(e.scope()))
+                .map(|e| (e.name(), e.description())),
+        )
         .collect()
+}
+
+/// Every counter name with its description.
+pub fn descriptions() -> BTreeMap<&'static str, &'static str> {
+    descriptions_for(Scope::All)
 }
 
 #[cfg(test)]
@@ -224,6 +287,17 @@ mod tests {
         let d = descriptions();
         assert_eq!(d.len(), Drop::COUNT + Event::COUNT);
         assert!(d.values().all(|s| !s.is_empty()));
+        let lb = Counters::for_role(vec![], Scope::Balancer).snapshot();
+        assert!(
+            lb.drops.contains_key("balance_no_backend") && !lb.drops.contains_key("ip4_no_route")
+        );
+        let f = Counters::new(vec![]).snapshot();
+        assert!(
+            !f.drops.contains_key("balance_no_backend") && f.drops.contains_key("ip4_no_route")
+        );
+        assert!(
+            f.drops.contains_key("dist_not_internal") && lb.drops.contains_key("dist_not_internal")
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!
 //! | node | reads | writes | drops (see [`Drop`]) |
 //! |---|---|---|---|
-//! | eth-input | `rx_port`, frame | - | `eth_*`: short, other station's MAC, tagged, other EtherType |
+//! | eth-input | `rx_port`, frame | `iface`, 802.1Q tag removed | `eth_*`: short, other station's MAC, VLAN not configured, other EtherType; `dist_*` |
 //! | arp | frame | neighbour table | `arp_malformed`, `arp_not_for_us` |
 //! | ip4-input | frame | frame (link padding trimmed) | `ip4_truncated` ... `ip4_bad_options`, martians, broadcasts |
 //! | ip4-local | frame | - | `local_*` (echo requests are answered) |
@@ -44,10 +44,23 @@ pub struct Iface {
     pub mtu: usize,
     pub addr: Ipv4Addr,
     pub prefix_len: u8,
+    /// Set for an 802.1Q sub-interface: its frames carry this tag on the parent's port.
+    pub vlan: Option<Vlan>,
+    /// Link speed in Mbit/s, advertised in hellos; 0 when unknown.
+    pub speed_mbps: u32,
+}
+
+/// Where a VLAN sub-interface lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vlan {
+    /// Index (in the forwarder's interface list) of the untagged interface of the port.
+    pub parent: u16,
+    /// The 802.1Q VLAN id, 1..4094.
+    pub id: u16,
 }
 
 impl Iface {
-    /// An interface with an IP MTU of 1500.
+    /// An untagged interface with an IP MTU of 1500.
     pub fn new(name: &str, mac: MacAddr, addr: Ipv4Addr, prefix_len: u8) -> Iface {
         Iface {
             name: name.to_string(),
@@ -55,6 +68,8 @@ impl Iface {
             mtu: 1500,
             addr,
             prefix_len,
+            vlan: None,
+            speed_mbps: 0,
         }
     }
 
@@ -99,12 +114,33 @@ enum IcmpError {
     ParamProblem(u8),
 }
 
+/// The back-end role: hellos out of the internal port.
+#[derive(Debug, Clone)]
+struct Backend {
+    internal: u16,
+    interval: Duration,
+    next: Instant,
+    seq: u32,
+}
+
 /// The FIB and the next-hop groups of one publication.
 type Snapshot = (Arc<Poptrie>, Arc<Vec<Box<[NextHop]>>>);
 
 /// The forwarder's state and its per-packet path.
 pub struct Forwarder {
+    /// The interfaces; a [`NextHop::port`], a neighbour's port and [`Meta::iface`] index
+    /// this list. Untagged interfaces are the ports, in order; sub-interfaces follow them
+    /// or not, in any order.
+    ///
+    /// [`Meta::iface`]: crate::buf::Meta::iface
     pub ifaces: Vec<Iface>,
+    /// The port of each interface.
+    port_of: Vec<u16>,
+    /// The untagged interface of each port.
+    untagged: Vec<u16>,
+    /// (port, VLAN id, interface) of each sub-interface.
+    subifs: Vec<(u16, u16, u16)>,
+    backend: Option<Backend>,
     /// The route writer, while this forwarder owns it (see [`Forwarder::take_routes`]).
     routes: Option<RouteTable>,
     readers: RouteReaders,
@@ -121,14 +157,41 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    /// A forwarder over `ifaces` (port index = position) with their connected routes.
+    /// A forwarder over `ifaces` with their connected routes. Each untagged interface is a
+    /// port (numbered in order); each sub-interface rides on its parent's port. A
+    /// sub-interface whose parent is not an untagged interface is never used.
     pub fn new(ifaces: Vec<Iface>, cfg: ForwarderConfig, now: Instant) -> Forwarder {
+        let mut untagged = Vec::new();
+        let mut port_of = vec![u16::MAX; ifaces.len()];
+        for (i, ifc) in ifaces.iter().enumerate() {
+            if ifc.vlan.is_none() {
+                port_of[i] = untagged.len() as u16;
+                untagged.push(i as u16);
+            }
+        }
+        let mut subifs = Vec::new();
+        for (i, ifc) in ifaces.iter().enumerate() {
+            if let Some(v) = ifc.vlan {
+                let parent_port = port_of.get(v.parent as usize).copied().unwrap_or(u16::MAX);
+                if parent_port != u16::MAX && ifaces[v.parent as usize].vlan.is_none() {
+                    port_of[i] = parent_port;
+                    subifs.push((parent_port, v.id, i as u16));
+                }
+            }
+        }
         let counters = Arc::new(Counters::new(
-            ifaces.iter().map(|i| i.name.clone()).collect(),
+            untagged
+                .iter()
+                .map(|&i| ifaces[i as usize].name.clone())
+                .collect(),
         ));
         let (table, readers) = RouteTable::new(&ifaces);
         Forwarder {
             ifaces,
+            port_of,
+            untagged,
+            subifs,
+            backend: None,
             routes: Some(table),
             readers,
             snap: None,
@@ -141,6 +204,30 @@ impl Forwarder {
             pool: Pool::new(),
             expired: Expired::default(),
         }
+    }
+
+    /// Makes this forwarder a back-end of a multistage router: it sends DIST hellos out of
+    /// interface `internal` (an untagged one) every `hello_interval` and accepts DIST there.
+    pub fn set_backend(&mut self, internal: u16, hello_interval: Duration, now: Instant) {
+        self.backend = Some(Backend {
+            internal,
+            interval: hello_interval,
+            next: now,
+            seq: 0,
+        });
+    }
+
+    /// Number of ports (untagged interfaces).
+    pub fn port_count(&self) -> usize {
+        self.untagged.len()
+    }
+
+    /// The port of interface `iface`.
+    pub fn port_of(&self, iface: u16) -> Option<u16> {
+        self.port_of
+            .get(iface as usize)
+            .copied()
+            .filter(|&p| p != u16::MAX)
     }
 
     /// Hands the route writer to the caller (a control thread that loads and changes routes
@@ -249,7 +336,7 @@ impl Forwarder {
     }
 
     /// Runs one received frame through the forwarder. Frames to send land in `tx`.
-    pub fn process(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
+    pub fn process(&mut self, mut p: Pkt, now: Instant, tx: &mut TxQueues) {
         let port = p.meta.rx_port;
         let Some(pc) = self.counters.ports.get(port as usize) else {
             return self.drop_pkt(p, Drop::EthTruncated);
@@ -261,21 +348,112 @@ impl Forwarder {
         };
         let dst = eth.dst();
         let l2_group = dst.is_multicast();
-        if !l2_group && dst != self.ifaces[port as usize].mac {
+        let vid = eth.vlan();
+        let ethertype = eth.ethertype();
+        let ifx = match vid {
+            None => self.untagged[port as usize],
+            Some(v) => match self.subifs.iter().find(|s| s.0 == port && s.1 == v) {
+                Some(s) => s.2,
+                None => return self.drop_pkt(p, Drop::VlanNotConfigured),
+            },
+        };
+        if !l2_group && dst != self.ifaces[ifx as usize].mac {
             return self.drop_pkt(p, Drop::NotOurMac);
         }
-        if eth.vlan().is_some() {
-            return self.drop_pkt(p, Drop::VlanNotConfigured);
+        if vid.is_some() {
+            ethernet::pop_vlan(&mut p.data);
         }
-        match eth.ethertype() {
+        p.meta.iface = ifx;
+        match ethertype {
             ethertype::IPV4 => self.ip4_input(p, l2_group, now, tx),
             ethertype::ARP => self.arp_input(p, now, tx),
+            wire::dist::ETHERTYPE => self.dist_input(p, vid.is_none()),
             _ => self.drop_pkt(p, Drop::EthertypeUnsupported),
+        }
+    }
+
+    /// DIST frames: accepted (and counted) on the internal port of a back-end only. A
+    /// back-end needs nothing from them yet; the LBs and the Virtual-CP act on them.
+    fn dist_input(&mut self, p: Pkt, untagged: bool) {
+        let internal = self.backend.as_ref().map(|b| b.internal);
+        if !untagged || internal != Some(p.meta.iface) {
+            return self.drop_pkt(p, Drop::DistNotInternal);
+        }
+        match wire::dist::Repr::parse(&p.data[ETH..]) {
+            Ok(_) => {
+                self.counters.event(Event::DistReceived);
+                self.pool.put(p);
+            }
+            Err(wire::dist::Error::BadVersion(_)) => self.drop_pkt(p, Drop::DistBadVersion),
+            Err(_) => self.drop_pkt(p, Drop::DistMalformed),
+        }
+    }
+
+    /// Queues a frame for interface `iface`: tagged if it is a sub-interface, on its port.
+    #[inline]
+    fn output(&self, iface: u16, mut p: Pkt, tx: &mut TxQueues) {
+        let ifc = &self.ifaces[iface as usize];
+        if let Some(v) = ifc.vlan {
+            ethernet::push_vlan(&mut p.data, v.id);
+        }
+        tx.push(self.port_of[iface as usize], p);
+    }
+
+    /// Sends a hello if one is due.
+    fn send_hello(&mut self, now: Instant, tx: &mut TxQueues) {
+        let Some(b) = self.backend.as_mut() else {
+            return;
+        };
+        if now < b.next {
+            return;
+        }
+        b.next = now + b.interval;
+        b.seq = b.seq.wrapping_add(1);
+        let (internal, seq, interval) = (b.internal, b.seq, b.interval);
+        let snap = self.counters.snapshot();
+        let ports = self
+            .ifaces
+            .iter()
+            .enumerate()
+            .map(|(i, ifc)| wire::dist::HelloPort {
+                mac: ifc.mac,
+                addr: ifc.addr,
+                prefix_len: ifc.prefix_len,
+                role: if i as u16 == internal {
+                    wire::dist::PortRole::Internal
+                } else {
+                    wire::dist::PortRole::External
+                },
+                vlan: ifc.vlan.map(|v| v.id).unwrap_or(0),
+                speed_mbps: ifc.speed_mbps,
+            })
+            .take(255)
+            .collect();
+        let hello = wire::dist::Repr {
+            seq,
+            msg: wire::dist::Message::Hello(wire::dist::Hello {
+                element: wire::dist::ElementKind::Forwarder,
+                interval_ms: interval.as_millis().min(u16::MAX as u128) as u16,
+                rx_packets: snap.interfaces.values().map(|c| c.rx_packets).sum(),
+                tx_packets: snap.interfaces.values().map(|c| c.tx_packets).sum(),
+                dropped: snap.drops.values().sum(),
+                ports,
+            }),
+        };
+        let Some(ifc) = self.ifaces.get(internal as usize) else {
+            return;
+        };
+        if let Ok(frame) = hello.to_frame(ifc.mac, MacAddr::BROADCAST) {
+            let mut p = self.pool.get();
+            p.data.extend_from_slice(&frame);
+            self.counters.event(Event::DistHellosSent);
+            self.output(internal, p, tx);
         }
     }
 
     /// Timers: ARP retries, probes and failures. Call every few tens of milliseconds.
     pub fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
+        self.send_hello(now, tx);
         let mut ex = std::mem::take(&mut self.expired);
         self.neighbours.expire(now, &mut ex);
         for (port, ip) in ex.requests.drain(..) {
@@ -283,7 +461,7 @@ impl Forwarder {
         }
         for p in ex.failed.drain(..) {
             if p.data.len() > ETH {
-                let in_port = p.meta.rx_port;
+                let in_port = p.meta.iface;
                 self.icmp_error(
                     &p.data[ETH..],
                     false,
@@ -307,7 +485,7 @@ impl Forwarder {
     }
 
     fn ip4_input(&mut self, mut p: Pkt, l2_group: bool, now: Instant, tx: &mut TxQueues) {
-        let in_port = p.meta.rx_port;
+        let in_port = p.meta.iface;
         let ip = match ipv4::Packet::new_checked(&p.data[ETH..]) {
             Ok(ip) => ip,
             Err(e) => {
@@ -464,7 +642,7 @@ impl Forwarder {
                     self.send_arp_request(port, hop, tx);
                 }
                 self.set_macs(&mut p, port, mac);
-                tx.push(port, p);
+                self.output(port, p, tx);
             }
             None => match self.neighbours.enqueue(port, hop, now, p) {
                 Enqueued::NewRequest => {
@@ -509,14 +687,14 @@ impl Forwarder {
         };
         if eth.emit(&mut f.data).is_ok() && a.emit(&mut f.data[ETH..]).is_ok() {
             self.counters.event(Event::ArpRequestsSent);
-            tx.push(port, f);
+            self.output(port, f, tx);
         } else {
             self.pool.put(f);
         }
     }
 
     fn arp_input(&mut self, mut p: Pkt, now: Instant, tx: &mut TxQueues) {
-        let port = p.meta.rx_port;
+        let port = p.meta.iface;
         let Ok(a) = arp::Packet::new_checked(&p.data[ETH..]) else {
             return self.drop_pkt(p, Drop::ArpMalformed);
         };
@@ -535,7 +713,7 @@ impl Forwarder {
             self.counters.event(Event::ArpLearned);
             for mut w in waiting {
                 self.set_macs(&mut w, port, r.sender_mac);
-                tx.push(port, w);
+                self.output(port, w, tx);
             }
         }
         if for_us && r.operation == arp::Operation::Request {
@@ -555,7 +733,7 @@ impl Forwarder {
             p.data.truncate(ETH + arp::PACKET_LEN);
             if eth.emit(&mut p.data).is_ok() && reply.emit(&mut p.data[ETH..]).is_ok() {
                 self.counters.event(Event::ArpRepliesSent);
-                tx.push(port, p);
+                self.output(port, p, tx);
                 return;
             }
         }
@@ -568,7 +746,7 @@ impl Forwarder {
 
     /// Datagrams addressed to one of our addresses.
     fn ip4_local(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
-        let in_port = p.meta.rx_port;
+        let in_port = p.meta.iface;
         let Ok(ip) = ipv4::Packet::new_checked(&p.data[ETH..]) else {
             return self.drop_pkt(p, Drop::Ip4Truncated);
         };
@@ -597,7 +775,7 @@ impl Forwarder {
                 self.ident = self.ident.wrapping_add(1);
                 self.pool.put(p);
                 if ok {
-                    out.meta.rx_port = in_port;
+                    out.meta.iface = in_port;
                     self.counters.event(Event::EchoReplies);
                     self.local_output(out, now, tx);
                 } else {
@@ -712,7 +890,7 @@ impl Forwarder {
         let ok = build_ip(&mut out, from, src, 0xc0, self.ident, &msg);
         self.ident = self.ident.wrapping_add(1);
         if ok {
-            out.meta.rx_port = in_port;
+            out.meta.iface = in_port;
             self.counters.event(Event::IcmpErrorsSent);
             self.local_output(out, now, tx);
         } else {

@@ -11,11 +11,8 @@ pub fn forwarder() -> (Forwarder, Instant) {
     let ifaces = vec![
         Iface::new("f0", MacAddr([2, 0, 0, 0, 0, 1]), [10, 1, 0, 1].into(), 24),
         Iface {
-            name: "f1".into(),
-            mac: MacAddr([2, 0, 0, 0, 0, 2]),
             mtu: 576,
-            addr: [10, 2, 0, 1].into(),
-            prefix_len: 24,
+            ..Iface::new("f1", MacAddr([2, 0, 0, 0, 0, 2]), [10, 2, 0, 1].into(), 24)
         },
     ];
     let mut f = Forwarder::new(ifaces, ForwarderConfig::default(), now);

@@ -56,9 +56,15 @@ pub enum Error {
     /// A message type this version does not define.
     UnknownType(u8),
     /// The body is shorter or longer than its own counts say.
-    BadLength { kind: u8, length: usize },
+    BadLength {
+        kind: u8,
+        length: usize,
+    },
     /// A field holds a value the format does not allow.
-    BadField { field: &'static str, value: u32 },
+    BadField {
+        field: &'static str,
+        value: u32,
+    },
 }
 
 impl core::fmt::Display for Error {
@@ -214,7 +220,9 @@ pub struct BalanceEntry {
 pub enum Message {
     Hello(Hello),
     /// Sets the role, VLAN id and address of ports of the receiver.
-    Ports { ports: Vec<PortConfig> },
+    Ports {
+        ports: Vec<PortConfig>,
+    },
     /// Changes the balancing table: optionally empties it, then adds, re-weighs or (weight 0)
     /// removes the entries.
     Balance {
@@ -223,7 +231,10 @@ pub enum Message {
         entries: Vec<BalanceEntry>,
     },
     /// Names the back-end that hosts the control plane, and the LB port that reaches it.
-    VirtualCp { mac: MacAddr, port: u8 },
+    VirtualCp {
+        mac: MacAddr,
+        port: u8,
+    },
 }
 
 /// A whole DIST message.

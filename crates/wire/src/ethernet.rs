@@ -177,10 +177,7 @@ pub fn push_vlan(buf: &mut Vec<u8>, vid: u16) -> bool {
     }
     let tci = (vid & 0x0fff).to_be_bytes();
     let tpid = ethertype::VLAN.to_be_bytes();
-    buf.splice(
-        field::TYPE..field::TYPE,
-        [tpid[0], tpid[1], tci[0], tci[1]],
-    );
+    buf.splice(field::TYPE..field::TYPE, [tpid[0], tpid[1], tci[0], tci[1]]);
     true
 }
 
@@ -246,7 +243,10 @@ mod tests {
     fn vlan_push_pop_round_trip() {
         let mut f = TAGGED.to_vec();
         let orig = f.clone();
-        assert_eq!(pop_vlan(&mut f), Some(Frame::new_checked(&orig[..]).unwrap().vlan().unwrap()));
+        assert_eq!(
+            pop_vlan(&mut f),
+            Some(Frame::new_checked(&orig[..]).unwrap().vlan().unwrap())
+        );
         assert_eq!(f.len(), orig.len() - 4);
         assert_eq!(pop_vlan(&mut f), None);
         assert!(push_vlan(&mut f, 0x0123 | 0xf000));

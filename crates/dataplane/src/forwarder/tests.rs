@@ -19,11 +19,8 @@ fn router() -> (Forwarder, Instant) {
     let ifaces = vec![
         Iface::new("r0", R0, ip("10.1.0.1"), 24),
         Iface {
-            name: "r1".into(),
-            mac: R1,
             mtu: 1000,
-            addr: ip("10.2.0.1"),
-            prefix_len: 24,
+            ..Iface::new("r1", R1, ip("10.2.0.1"), 24)
         },
     ];
     let mut f = Forwarder::new(ifaces, ForwarderConfig::default(), now);
@@ -566,4 +563,107 @@ fn source_routed_packets_get_source_route_failed() {
     let out = run(&mut f, now, 0, b);
     assert_eq!(f.counters.drops(Drop::Ip4SourceRoute), 1);
     assert_eq!(icmp_of(&out[0].1).0..=icmp_of(&out[0].1).1, 3..=5);
+}
+
+/// A back-end: one port on the interconnection (10.255.0.11/24) with sub-interfaces for
+/// VLAN 10 (10.1.0.1/24) and VLAN 20 (10.2.0.1/24).
+fn backend() -> (Forwarder, Instant) {
+    let now = Instant::now();
+    let sub = |name, id, addr| Iface {
+        vlan: Some(Vlan { parent: 0, id }),
+        ..Iface::new(name, R0, ip(addr), 24)
+    };
+    let ifaces = vec![
+        Iface::new("int", R0, ip("10.255.0.11"), 24),
+        sub("ext-a", 10, "10.1.0.1"),
+        sub("ext-b", 20, "10.2.0.1"),
+    ];
+    let mut f = Forwarder::new(ifaces, ForwarderConfig::default(), now);
+    f.set_backend(0, Duration::from_millis(100), now);
+    f.neighbours.learn(2, ip("10.2.0.20"), H2, now, true);
+    (f, now)
+}
+
+fn tagged(mut frame: Vec<u8>, vid: u16) -> Vec<u8> {
+    assert!(ethernet::push_vlan(&mut frame, vid));
+    frame
+}
+
+#[test]
+fn backend_routes_between_vlan_sub_interfaces() {
+    let (mut f, now) = backend();
+    assert_eq!(f.port_count(), 1);
+    assert_eq!(f.counters.port_names, vec!["int".to_string()]);
+    let out = run(&mut f, now, 0, tagged(udp_frame(Udp::default()), 10));
+    assert_eq!(out.len(), 1, "{:?}", f.counters.snapshot().drops);
+    let (port, fr) = &out[0];
+    assert_eq!(*port, 0);
+    let e = ethernet::Frame::new_checked(&fr[..]).unwrap();
+    assert_eq!((e.dst(), e.src(), e.vlan()), (H2, R0, Some(20)));
+    let p = ipv4::Packet::new_checked(e.payload()).unwrap();
+    assert_eq!(p.ttl(), 63);
+    assert!(p.verify_checksum());
+    // An unknown VLAN is dropped and counted; untagged data reaches the internal network.
+    assert!(run(&mut f, now, 0, tagged(udp_frame(Udp::default()), 30)).is_empty());
+    assert_eq!(f.counters.drops(Drop::VlanNotConfigured), 1);
+    // TTL 1 from outside: time exceeded from the ingress sub-interface's address, on its VLAN.
+    let out = run(
+        &mut f,
+        now,
+        0,
+        tagged(
+            udp_frame(Udp {
+                ttl: 1,
+                src: "10.2.0.20",
+                dst: "10.1.0.10",
+                ..Default::default()
+            }),
+            20,
+        ),
+    );
+    let e = ethernet::Frame::new_checked(&out[0].1[..]).unwrap();
+    assert_eq!(e.vlan(), Some(20));
+    let mut untag = out[0].1.clone();
+    ethernet::pop_vlan(&mut untag);
+    let (t, _, src, dst) = icmp_of(&untag);
+    assert_eq!((t, src, dst), (11, ip("10.2.0.1"), ip("10.2.0.20")));
+}
+
+#[test]
+fn backend_sends_hellos_and_takes_dist_only_on_its_internal_port() {
+    let (mut f, now) = backend();
+    let mut tx = TxQueues::new(1);
+    f.poll(now, &mut tx);
+    f.poll(now + Duration::from_millis(50), &mut tx);
+    f.poll(now + Duration::from_millis(100), &mut tx);
+    let sent = tx.drain_all();
+    assert_eq!(sent.len(), 2, "one hello per interval");
+    let (port, hello) = (&sent[0].0, &sent[0].1.data);
+    assert_eq!(*port, 0);
+    let e = ethernet::Frame::new_checked(&hello[..]).unwrap();
+    assert_eq!(
+        (e.ethertype(), e.vlan(), e.dst()),
+        (wire::dist::ETHERTYPE, None, MacAddr::BROADCAST)
+    );
+    let r = wire::dist::Repr::parse(e.payload()).unwrap();
+    let wire::dist::Message::Hello(h) = r.msg else {
+        panic!("not a hello: {r:?}")
+    };
+    assert_eq!(h.interval_ms, 100);
+    assert_eq!(h.ports.len(), 3);
+    assert_eq!(h.ports[0].role, wire::dist::PortRole::Internal);
+    assert_eq!((h.ports[1].vlan, h.ports[1].addr), (10, ip("10.1.0.1")));
+    // DIST accepted untagged on the internal port, refused on a sub-interface (from outside).
+    let mut d = hello.clone();
+    assert_eq!(run(&mut f, now, 0, d.clone()), vec![]);
+    assert_eq!(f.counters.events(Event::DistReceived), 1);
+    ethernet::push_vlan(&mut d, 10);
+    run(&mut f, now, 0, d);
+    assert_eq!(f.counters.drops(Drop::DistNotInternal), 1);
+    // An ordinary forwarder takes no DIST at all.
+    let (mut r, now) = router();
+    let mut h = hello.clone();
+    h[0..6].copy_from_slice(&R0.0);
+    run(&mut r, now, 0, h);
+    assert_eq!(r.counters.drops(Drop::DistNotInternal), 1);
 }
