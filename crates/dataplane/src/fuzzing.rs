@@ -61,3 +61,51 @@ pub fn forward(f: &mut Forwarder, now: Instant, data: &[u8]) {
         f.pool.put(p);
     }
 }
+
+/// A small LB: an external port (10.1.0.1/24, VLAN 10), an internal port, three back-ends
+/// with weights 1:2:1 and a Virtual-CP.
+pub fn balancer() -> (crate::balancer::Balancer, Instant) {
+    use crate::balancer::{Balancer, BalancerConfig, LbPort};
+    use wire::dist::PortRole;
+    let now = Instant::now();
+    let port = |name: &str, i: u8, role, vlan, addr: [u8; 4], prefix_len| LbPort {
+        name: name.into(),
+        mac: MacAddr([2, 0, 0, 0, 0xe0, i]),
+        role,
+        vlan,
+        addr: addr.into(),
+        prefix_len,
+        speed_mbps: 0,
+    };
+    let ports = vec![
+        port("ext", 0, PortRole::External, 10, [10, 1, 0, 1], 24),
+        port("int", 1, PortRole::Internal, 0, [0; 4], 0),
+    ];
+    let cfg = BalancerConfig {
+        virtual_cp: Some((MacAddr([2, 0, 0, 0, 0xcc, 1]), 1)),
+        ..Default::default()
+    };
+    let mut b = Balancer::new(ports, cfg, now);
+    let be = |i| MacAddr([2, 0, 0, 0, 0xbe, i]);
+    b.set_backends(&[(be(1), 1, 1), (be(2), 1, 2), (be(3), 1, 1)], false, now);
+    (b, now)
+}
+
+/// Feeds `data` to the LB: the first byte picks the port (bit 0) and runs the timers
+/// (bit 2), the rest is the frame. Checks that frames leave only by existing ports.
+pub fn balance(b: &mut crate::balancer::Balancer, now: Instant, data: &[u8]) {
+    let Some((&ctl, frame)) = data.split_first() else {
+        return;
+    };
+    let mut p = Pkt::from_bytes(frame);
+    p.meta.rx_port = (ctl & 1) as u16;
+    let mut tx = TxQueues::new(b.ports.len());
+    b.process(p, now, &mut tx);
+    if ctl & 4 != 0 {
+        b.poll(now + Duration::from_secs(5), &mut tx);
+    }
+    for (port, p) in tx.drain_all() {
+        assert!((port as usize) < b.ports.len());
+        b.pool.put(p);
+    }
+}

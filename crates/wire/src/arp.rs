@@ -116,6 +116,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 }
 
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    pub fn set_sender_mac(&mut self, m: MacAddr) {
+        self.buf.as_mut()[field::SHA].copy_from_slice(&m.0);
+    }
+}
+
 fn ip(b: &[u8]) -> Ipv4Addr {
     Ipv4Addr::new(b[0], b[1], b[2], b[3])
 }

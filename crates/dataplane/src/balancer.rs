@@ -1,0 +1,708 @@
+//! The layer-2 load balancer (LB) of a multistage router.
+//!
+//! An LB faces the outside on its external ports and the back-end forwarders on its internal
+//! ports (the interconnection). Every frame is classified by the first matching rule of a
+//! rule list ordered from most to least specific; the rule names the module that handles it:
+//!
+//! | from | frame | module | what it does |
+//! |---|---|---|---|
+//! | external | ARP request | external ARP | answers for the port's router address itself |
+//! | external | ARP reply | internal ARP | broadcasts it to the back-ends, tagged with the port's VLAN |
+//! | external | OSPF, RIP, BGP, SNMP | Virtual-CP | to the MAC of the back-end hosting the control plane |
+//! | external | other IPv4 | balance | to a back-end picked by the balancing table, tagged |
+//! | external | DIST | - | dropped: `dist_not_internal` (DIST is accepted only inside) |
+//! | internal | DIST | DIST | applies ports, balance and virtual-cp messages; hellos keep back-ends live |
+//! | internal | ARP | internal ARP | untagged, our external MAC as sender, out of the VLAN's port |
+//! | internal | other | int-to-ext | untagged, our external MAC as source, out of the VLAN's port |
+//!
+//! Frames that match no rule are dropped (`classify_no_rule`). Frames into the
+//! interconnection keep the external sender's MAC as source, so that the switch learns where
+//! each external host is and the back-ends' frames to it are not flooded. The LB never
+//! touches the IP header: the back-end decrements the TTL, once per trip through the router.
+
+pub mod table;
+
+use crate::buf::{Pkt, Pool, TxQueues};
+use crate::counters::{Counters, Drop, Event, Scope};
+use crate::routes::flow_hash;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+pub use table::{BalanceTable, Mode};
+use wire::dist::{self, PortRole};
+use wire::ethernet::{self, ethertype};
+use wire::ipv4::protocol;
+use wire::{arp, MacAddr};
+
+const ETH: usize = ethernet::HEADER_LEN;
+
+/// One port of the LB.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LbPort {
+    pub name: String,
+    pub mac: MacAddr,
+    pub role: PortRole,
+    /// External ports: the VLAN id that carries this port's traffic on the interconnection.
+    pub vlan: u16,
+    /// External ports: the router's address on this network (answered by external ARP).
+    pub addr: Ipv4Addr,
+    pub prefix_len: u8,
+    pub speed_mbps: u32,
+}
+
+/// Which module handles a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    ExternalArp,
+    InternalArp,
+    VirtualCp,
+    Balance,
+    Dist,
+    IntToExt,
+    /// Dropped and counted as `classify_no_rule`.
+    Drop,
+}
+
+/// A classifier rule: every field that is set must match. The more fields set, the more
+/// specific the rule, and the earlier it is tried.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    pub name: String,
+    pub from: PortRole,
+    #[serde(default)]
+    pub ethertype: Option<u16>,
+    /// ARP operation: 1 request, 2 reply.
+    #[serde(default)]
+    pub arp_op: Option<u16>,
+    /// IPv4 protocol number.
+    #[serde(default)]
+    pub protocol: Option<u8>,
+    /// TCP or UDP port, matched against the source and the destination port.
+    #[serde(default)]
+    pub port: Option<u16>,
+    pub action: Action,
+}
+
+impl Rule {
+    fn specificity(&self) -> usize {
+        self.ethertype.is_some() as usize
+            + self.arp_op.is_some() as usize
+            + self.protocol.is_some() as usize
+            + self.port.is_some() as usize
+    }
+
+    #[inline]
+    fn matches(&self, k: &Key) -> bool {
+        self.from == k.from
+            && self.ethertype.is_none_or(|t| t == k.ethertype)
+            && self.arp_op.is_none_or(|o| Some(o) == k.arp_op)
+            && self.protocol.is_none_or(|p| Some(p) == k.protocol)
+            && self
+                .port
+                .is_none_or(|p| k.ports.is_some_and(|(s, d)| s == p || d == p))
+    }
+}
+
+/// What the classifier looks at, extracted once per frame.
+#[derive(Debug, Clone, Copy)]
+struct Key {
+    from: PortRole,
+    ethertype: u16,
+    arp_op: Option<u16>,
+    protocol: Option<u8>,
+    ports: Option<(u16, u16)>,
+}
+
+/// The built-in rules: the design's classifier.
+pub fn default_rules() -> Vec<Rule> {
+    let r = |name: &str, from, ethertype, arp_op, protocol, port, action| Rule {
+        name: name.to_string(),
+        from,
+        ethertype,
+        arp_op,
+        protocol,
+        port,
+        action,
+    };
+    use Action::*;
+    use PortRole::*;
+    let (ip, arpt, d) = (
+        Some(ethertype::IPV4),
+        Some(ethertype::ARP),
+        Some(dist::ETHERTYPE),
+    );
+    vec![
+        r(
+            "ext-arp-request",
+            External,
+            arpt,
+            Some(1),
+            None,
+            None,
+            ExternalArp,
+        ),
+        r(
+            "ext-arp-reply",
+            External,
+            arpt,
+            Some(2),
+            None,
+            None,
+            InternalArp,
+        ),
+        r("ospf", External, ip, None, Some(89), None, VirtualCp),
+        r(
+            "rip",
+            External,
+            ip,
+            None,
+            Some(protocol::UDP),
+            Some(520),
+            VirtualCp,
+        ),
+        r(
+            "bgp",
+            External,
+            ip,
+            None,
+            Some(protocol::TCP),
+            Some(179),
+            VirtualCp,
+        ),
+        r(
+            "snmp",
+            External,
+            ip,
+            None,
+            Some(protocol::UDP),
+            Some(161),
+            VirtualCp,
+        ),
+        r(
+            "snmp-trap",
+            External,
+            ip,
+            None,
+            Some(protocol::UDP),
+            Some(162),
+            VirtualCp,
+        ),
+        r("ext-ip", External, ip, None, None, None, Balance),
+        r("ext-dist", External, d, None, None, None, Drop),
+        r("int-dist", Internal, d, None, None, None, Dist),
+        r("int-arp", Internal, arpt, None, None, None, InternalArp),
+        r("int-other", Internal, None, None, None, None, IntToExt),
+    ]
+}
+
+/// Orders rules from most to least specific (stable: equal ones keep their order).
+pub fn order_rules(mut rules: Vec<Rule>) -> Vec<Rule> {
+    rules.sort_by_key(|r| std::cmp::Reverse(r.specificity()));
+    rules
+}
+
+/// LB settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalancerConfig {
+    pub mode: Mode,
+    /// Between the LB's own hellos.
+    pub hello_interval: Duration,
+    /// A back-end leaves the table when no hello came for this long. `None`: 2.5 times the
+    /// interval it advertises (or the LB's own interval before its first hello).
+    pub hello_timeout: Option<Duration>,
+    /// The back-end hosting the control plane, and the port that reaches it.
+    pub virtual_cp: Option<(MacAddr, u16)>,
+    pub rules: Vec<Rule>,
+}
+
+impl Default for BalancerConfig {
+    fn default() -> Self {
+        BalancerConfig {
+            mode: Mode::Maglev,
+            hello_interval: Duration::from_millis(100),
+            hello_timeout: None,
+            virtual_cp: None,
+            rules: default_rules(),
+        }
+    }
+}
+
+/// Something the control side should log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogEvent {
+    /// A back-end left the table: no hello within its timeout.
+    Down(MacAddr),
+    /// A back-end returned with its hellos.
+    Up(MacAddr),
+    /// A DIST message from `from` could not be applied.
+    Rejected { from: MacAddr, error: String },
+}
+
+/// The LB's state and its per-packet path.
+pub struct Balancer {
+    pub ports: Vec<LbPort>,
+    /// VLAN id -> external port, `u16::MAX` for none.
+    vlan_port: Vec<u16>,
+    pub table: BalanceTable,
+    pub cfg: BalancerConfig,
+    pub counters: Arc<Counters>,
+    pub pool: Pool,
+    next_hello: Instant,
+    seq: u32,
+    /// What happened since the caller last took these (bounded: the oldest are dropped).
+    pub log: Vec<(Instant, LogEvent)>,
+}
+
+impl Balancer {
+    pub fn new(ports: Vec<LbPort>, mut cfg: BalancerConfig, now: Instant) -> Balancer {
+        let counters = Arc::new(Counters::for_role(
+            ports.iter().map(|p| p.name.clone()).collect(),
+            Scope::Balancer,
+        ));
+        cfg.rules = order_rules(std::mem::take(&mut cfg.rules));
+        let mut b = Balancer {
+            ports,
+            vlan_port: vec![u16::MAX; 4096],
+            table: BalanceTable::new(cfg.mode),
+            cfg,
+            counters,
+            pool: Pool::new(),
+            next_hello: now,
+            seq: 0,
+            log: Vec::new(),
+        };
+        b.index_vlans();
+        b
+    }
+
+    fn index_vlans(&mut self) {
+        self.vlan_port.fill(u16::MAX);
+        for (i, p) in self.ports.iter().enumerate() {
+            if p.role == PortRole::External && (1..4095).contains(&p.vlan) {
+                self.vlan_port[p.vlan as usize] = i as u16;
+            }
+        }
+    }
+
+    /// Adds, re-weighs or (weight 0) removes back-ends, and rebuilds the table.
+    pub fn set_backends(&mut self, entries: &[(MacAddr, u16, u16)], flush: bool, now: Instant) {
+        if flush {
+            self.table.entries.clear();
+        }
+        for &(mac, port, weight) in entries {
+            self.table.set(mac, port, weight, now);
+        }
+        self.table.rebuild();
+    }
+
+    #[inline]
+    fn drop_pkt(&mut self, p: Pkt, why: Drop) {
+        self.counters.count(why);
+        self.pool.put(p);
+    }
+
+    fn key(&self, from: PortRole, ethertype: u16, payload: &[u8]) -> Key {
+        let mut k = Key {
+            from,
+            ethertype,
+            arp_op: None,
+            protocol: None,
+            ports: None,
+        };
+        match ethertype {
+            ethertype::ARP if payload.len() >= 8 => {
+                k.arp_op = Some(u16::from_be_bytes([payload[6], payload[7]]))
+            }
+            ethertype::IPV4 if payload.len() >= 20 && payload[0] >> 4 == 4 => {
+                let ihl = (payload[0] & 0x0f) as usize * 4;
+                let proto = payload[9];
+                k.protocol = Some(proto);
+                let first = u16::from_be_bytes([payload[6], payload[7]]) & 0x1fff == 0;
+                if first && matches!(proto, protocol::TCP | protocol::UDP) {
+                    if let Some(p) = payload.get(ihl..ihl + 4) {
+                        k.ports = Some((
+                            u16::from_be_bytes([p[0], p[1]]),
+                            u16::from_be_bytes([p[2], p[3]]),
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+        k
+    }
+
+    /// Runs one received frame through the LB. Frames to send land in `tx` (one queue per
+    /// port).
+    pub fn process(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
+        let port = p.meta.rx_port;
+        let Some(pc) = self.counters.ports.get(port as usize) else {
+            return self.drop_pkt(p, Drop::EthTruncated);
+        };
+        pc.rx_packets.inc();
+        pc.rx_bytes.add(p.data.len() as u64);
+        let Ok(eth) = ethernet::Frame::new_checked(&p.data[..]) else {
+            return self.drop_pkt(p, Drop::EthTruncated);
+        };
+        let me = &self.ports[port as usize];
+        let from = me.role;
+        if from == PortRole::External && !eth.dst().is_multicast() && eth.dst() != me.mac {
+            return self.drop_pkt(p, Drop::NotOurMac);
+        }
+        let k = self.key(from, eth.ethertype(), eth.payload());
+        let action = self
+            .cfg
+            .rules
+            .iter()
+            .find(|r| r.matches(&k))
+            .map(|r| r.action);
+        match action {
+            Some(Action::Balance) => self.balance(p, now, tx),
+            Some(Action::ExternalArp) => self.external_arp(p, tx),
+            Some(Action::InternalArp) if from == PortRole::External => self.arp_reply_in(p, tx),
+            Some(Action::InternalArp) | Some(Action::IntToExt) => self.int_to_ext(p, k, tx),
+            Some(Action::VirtualCp) => self.virtual_cp(p, tx),
+            Some(Action::Dist) => self.dist_input(p, now),
+            Some(Action::Drop) | None => {
+                let why = if k.ethertype == dist::ETHERTYPE && from == PortRole::External {
+                    Drop::DistNotInternal
+                } else {
+                    Drop::ClassifyNoRule
+                };
+                self.drop_pkt(p, why)
+            }
+        }
+    }
+
+    /// Balance: to a back-end, tagged with the ingress port's VLAN.
+    fn balance(&mut self, mut p: Pkt, now: Instant, tx: &mut TxQueues) {
+        let _ = now;
+        let port = p.meta.rx_port as usize;
+        let ip = &p.data[ETH..];
+        if ip.len() < 20 {
+            return self.drop_pkt(p, Drop::Ip4Truncated);
+        }
+        let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+        if p.data[0] & 1 == 1 || dst.is_multicast() || dst.is_broadcast() {
+            return self.drop_pkt(p, Drop::BalanceIp4Broadcast);
+        }
+        let hash = if self.table.mode == Mode::RoundRobin {
+            0
+        } else {
+            flow_hash(ip)
+        };
+        let Some(i) = self.table.pick(hash) else {
+            return self.drop_pkt(p, Drop::BalanceNoBackend);
+        };
+        let e = &self.table.entries[i];
+        let (mac, out) = (e.mac, e.port);
+        p.data[0..6].copy_from_slice(&mac.0);
+        ethernet::push_vlan(&mut p.data, self.ports[port].vlan);
+        self.counters.event(Event::Balanced);
+        tx.push(out, p);
+    }
+
+    /// External ARP: answer requests for the router's address on this port.
+    fn external_arp(&mut self, mut p: Pkt, tx: &mut TxQueues) {
+        let port = p.meta.rx_port;
+        let Ok(a) = arp::Packet::new_checked(&p.data[ETH..]) else {
+            return self.drop_pkt(p, Drop::ArpMalformed);
+        };
+        let r = arp::Repr::parse(&a);
+        let me = &self.ports[port as usize];
+        if r.target_ip != me.addr || me.addr.is_unspecified() || r.sender_mac.is_multicast() {
+            return self.drop_pkt(p, Drop::ExtArpNotForUs);
+        }
+        let reply = arp::Repr {
+            operation: arp::Operation::Reply,
+            sender_mac: me.mac,
+            sender_ip: me.addr,
+            target_mac: r.sender_mac,
+            target_ip: r.sender_ip,
+        };
+        let eth = ethernet::Repr {
+            dst: r.sender_mac,
+            src: me.mac,
+            vlan: None,
+            ethertype: ethertype::ARP,
+        };
+        p.data.truncate(ETH + arp::PACKET_LEN);
+        if eth.emit(&mut p.data).is_ok() && reply.emit(&mut p.data[ETH..]).is_ok() {
+            self.counters.event(Event::ExtArpRepliesSent);
+            tx.push(port, p);
+        } else {
+            self.drop_pkt(p, Drop::ArpMalformed);
+        }
+    }
+
+    /// Internal ARP, inward: a reply for the router's address goes to every back-end
+    /// (broadcast on each internal port, tagged with this port's VLAN).
+    fn arp_reply_in(&mut self, mut p: Pkt, tx: &mut TxQueues) {
+        let port = p.meta.rx_port as usize;
+        let Ok(a) = arp::Packet::new_checked(&p.data[ETH..]) else {
+            return self.drop_pkt(p, Drop::ArpMalformed);
+        };
+        let r = arp::Repr::parse(&a);
+        let me = &self.ports[port];
+        if r.target_ip != me.addr || me.addr.is_unspecified() {
+            return self.drop_pkt(p, Drop::IntArpNotForUs);
+        }
+        let vlan = me.vlan;
+        p.data.truncate(ETH + arp::PACKET_LEN);
+        p.data[0..6].copy_from_slice(&MacAddr::BROADCAST.0);
+        ethernet::push_vlan(&mut p.data, vlan);
+        let internal: Vec<u16> = self.internal_ports().collect();
+        let Some((&last, rest)) = internal.split_last() else {
+            return self.drop_pkt(p, Drop::ClassifyNoRule);
+        };
+        for &i in rest {
+            let mut c = self.pool.get();
+            c.data.extend_from_slice(&p.data);
+            tx.push(i, c);
+        }
+        self.counters.event(Event::IntArpRepliesIn);
+        tx.push(last, p);
+    }
+
+    fn internal_ports(&self) -> impl Iterator<Item = u16> + '_ {
+        self.ports
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.role == PortRole::Internal)
+            .map(|(i, _)| i as u16)
+    }
+
+    /// Int-to-ext and internal ARP, outward: by VLAN id to an external port, untagged, our
+    /// external MAC as source (and as ARP sender for our address).
+    fn int_to_ext(&mut self, mut p: Pkt, k: Key, tx: &mut TxQueues) {
+        let vid = ethernet::Frame::new_checked(&p.data[..])
+            .ok()
+            .and_then(|f| f.vlan());
+        let out = vid.map(|v| self.vlan_port[v as usize]).unwrap_or(u16::MAX);
+        if out == u16::MAX {
+            return self.drop_pkt(p, Drop::ClassifyVlanUnknown);
+        }
+        ethernet::pop_vlan(&mut p.data);
+        let ext = &self.ports[out as usize];
+        p.data[6..12].copy_from_slice(&ext.mac.0);
+        if k.ethertype == ethertype::ARP {
+            let (mac, addr) = (ext.mac, ext.addr);
+            let Ok(mut a) = arp::Packet::new_checked(&mut p.data[ETH..]) else {
+                return self.drop_pkt(p, Drop::ArpMalformed);
+            };
+            if a.sender_ip() == addr {
+                a.set_sender_mac(mac);
+            }
+            self.counters.event(Event::IntArpRequestsOut);
+        } else {
+            self.counters.event(Event::IntToExt);
+        }
+        tx.push(out, p);
+    }
+
+    /// Virtual-CP redirect: routing and management packets to the control plane's host,
+    /// tagged with the ingress port's VLAN.
+    fn virtual_cp(&mut self, mut p: Pkt, tx: &mut TxQueues) {
+        let Some((mac, out)) = self.cfg.virtual_cp else {
+            return self.drop_pkt(p, Drop::VcpUnknown);
+        };
+        let vlan = self.ports[p.meta.rx_port as usize].vlan;
+        p.data[0..6].copy_from_slice(&mac.0);
+        ethernet::push_vlan(&mut p.data, vlan);
+        self.counters.event(Event::VcpRedirected);
+        tx.push(out, p);
+    }
+
+    fn dist_input(&mut self, p: Pkt, now: Instant) {
+        let r = match dist::Repr::parse(&p.data[ETH..]) {
+            Ok(r) => r,
+            Err(dist::Error::BadVersion(_)) => return self.drop_pkt(p, Drop::DistBadVersion),
+            Err(_) => return self.drop_pkt(p, Drop::DistMalformed),
+        };
+        let src = MacAddr::from_slice(&p.data[6..12]);
+        self.pool.put(p);
+        self.counters.event(Event::DistReceived);
+        match self.apply(&r.msg, src, now) {
+            Ok(()) => {}
+            Err(error) => {
+                self.counters.count(Drop::DistRejected);
+                self.note(now, LogEvent::Rejected { from: src, error });
+            }
+        }
+    }
+
+    /// Applies a DIST message from `src` (also the control socket's way in).
+    pub fn apply(&mut self, m: &dist::Message, src: MacAddr, now: Instant) -> Result<(), String> {
+        match m {
+            dist::Message::Hello(h) => {
+                self.counters.event(Event::DistHellosReceived);
+                let interval = Duration::from_millis(h.interval_ms.max(1) as u64);
+                let mut changed = false;
+                let mut ups = Vec::new();
+                for e in &mut self.table.entries {
+                    if e.mac == src || h.ports.iter().any(|p| p.mac == e.mac) {
+                        e.seen = now;
+                        e.interval = Some(interval);
+                        if !e.live {
+                            e.live = true;
+                            changed = true;
+                            self.counters.event(Event::BackendUp);
+                            ups.push(e.mac);
+                        }
+                    }
+                }
+                if changed {
+                    self.table.rebuild();
+                }
+                for m in ups {
+                    self.note(now, LogEvent::Up(m));
+                }
+                Ok(())
+            }
+            dist::Message::Balance { flush, entries } => {
+                for e in entries {
+                    self.internal_port(e.port)?;
+                }
+                let es: Vec<(MacAddr, u16, u16)> = entries
+                    .iter()
+                    .map(|e| (e.mac, e.port as u16, e.weight))
+                    .collect();
+                self.set_backends(&es, *flush, now);
+                self.counters.event(Event::DistBalanceApplied);
+                Ok(())
+            }
+            dist::Message::Ports { ports } => {
+                for c in ports {
+                    let Some(_) = self.ports.get(c.index as usize) else {
+                        return Err(format!("no port {}", c.index));
+                    };
+                    if c.role == PortRole::External && !(1..4095).contains(&c.vlan) {
+                        return Err(format!(
+                            "external port {} needs a VLAN id of 1 to 4094",
+                            c.index
+                        ));
+                    }
+                }
+                let mut next = self.ports.clone();
+                for c in ports {
+                    let p = &mut next[c.index as usize];
+                    p.role = c.role;
+                    p.vlan = if c.role == PortRole::External {
+                        c.vlan
+                    } else {
+                        0
+                    };
+                    p.addr = c.addr;
+                    p.prefix_len = c.prefix_len;
+                }
+                let ext: Vec<u16> = next
+                    .iter()
+                    .filter(|p| p.role == PortRole::External)
+                    .map(|p| p.vlan)
+                    .collect();
+                if (1..ext.len()).any(|i| ext[..i].contains(&ext[i])) {
+                    return Err("two external ports with one VLAN id".into());
+                }
+                self.ports = next;
+                self.index_vlans();
+                self.counters.event(Event::DistPortsApplied);
+                Ok(())
+            }
+            dist::Message::VirtualCp { mac, port } => {
+                self.internal_port(*port)?;
+                self.cfg.virtual_cp = Some((*mac, *port as u16));
+                self.counters.event(Event::DistVcpApplied);
+                Ok(())
+            }
+        }
+    }
+
+    fn note(&mut self, now: Instant, e: LogEvent) {
+        if self.log.len() >= 1024 {
+            self.log.remove(0);
+        }
+        self.log.push((now, e));
+    }
+
+    fn internal_port(&self, i: u8) -> Result<(), String> {
+        match self.ports.get(i as usize) {
+            Some(p) if p.role == PortRole::Internal => Ok(()),
+            Some(p) => Err(format!("port {i} ({}) is not internal", p.name)),
+            None => Err(format!("no port {i}")),
+        }
+    }
+
+    /// Timers: back-ends whose hellos stopped leave the table; the LB's own hellos go out.
+    pub fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
+        let mut changed = false;
+        let mut downs = Vec::new();
+        for e in &mut self.table.entries {
+            let timeout = self
+                .cfg
+                .hello_timeout
+                .unwrap_or_else(|| e.interval.unwrap_or(self.cfg.hello_interval).mul_f64(2.5));
+            if e.live && now.saturating_duration_since(e.seen) > timeout {
+                e.live = false;
+                changed = true;
+                self.counters.event(Event::BackendDown);
+                downs.push(e.mac);
+            }
+        }
+        if changed {
+            self.table.rebuild();
+        }
+        for m in downs {
+            self.note(now, LogEvent::Down(m));
+        }
+        if now >= self.next_hello {
+            self.next_hello = now + self.cfg.hello_interval;
+            self.send_hellos(tx);
+        }
+    }
+
+    /// This LB's hello.
+    pub fn hello(&mut self) -> dist::Repr {
+        self.seq = self.seq.wrapping_add(1);
+        let s = self.counters.snapshot();
+        dist::Repr {
+            seq: self.seq,
+            msg: dist::Message::Hello(dist::Hello {
+                element: dist::ElementKind::Balancer,
+                interval_ms: self.cfg.hello_interval.as_millis().min(u16::MAX as u128) as u16,
+                rx_packets: s.interfaces.values().map(|c| c.rx_packets).sum(),
+                tx_packets: s.interfaces.values().map(|c| c.tx_packets).sum(),
+                dropped: s.drops.values().sum(),
+                ports: self
+                    .ports
+                    .iter()
+                    .take(255)
+                    .map(|p| dist::HelloPort {
+                        mac: p.mac,
+                        addr: p.addr,
+                        prefix_len: p.prefix_len,
+                        role: p.role,
+                        vlan: p.vlan,
+                        speed_mbps: p.speed_mbps,
+                    })
+                    .collect(),
+            }),
+        }
+    }
+
+    fn send_hellos(&mut self, tx: &mut TxQueues) {
+        let h = self.hello();
+        for i in self.internal_ports().collect::<Vec<_>>() {
+            if let Ok(f) = h.to_frame(self.ports[i as usize].mac, MacAddr::BROADCAST) {
+                let mut p = self.pool.get();
+                p.data.extend_from_slice(&f);
+                self.counters.event(Event::DistHellosSent);
+                tx.push(i, p);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

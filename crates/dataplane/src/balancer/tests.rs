@@ -1,0 +1,445 @@
+//! Golden tests of the LB: one per classifier rule and module, DIST, failover, ordering.
+
+use super::*;
+use wire::frame::UdpFrame;
+
+const EXT: MacAddr = MacAddr([2, 0, 0, 0, 0xe0, 1]);
+const INT: MacAddr = MacAddr([2, 0, 0, 0, 0xe1, 1]);
+const HOST: MacAddr = MacAddr([2, 0, 0, 0, 0x10, 1]);
+const CP: MacAddr = MacAddr([2, 0, 0, 0, 0xcc, 1]);
+
+fn be(i: u8) -> MacAddr {
+    MacAddr([2, 0, 0, 0, 0xbe, i])
+}
+
+fn ip(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+
+/// Port 0: external, 10.1.0.1/24, VLAN 10. Port 1: internal. Back-ends 1, 2, 3 with weights
+/// 1:2:1.
+fn lb(mode: Mode) -> (Balancer, Instant) {
+    let now = Instant::now();
+    let ports = vec![
+        LbPort {
+            name: "ext".into(),
+            mac: EXT,
+            role: PortRole::External,
+            vlan: 10,
+            addr: ip("10.1.0.1"),
+            prefix_len: 24,
+            speed_mbps: 0,
+        },
+        LbPort {
+            name: "int".into(),
+            mac: INT,
+            role: PortRole::Internal,
+            vlan: 0,
+            addr: Ipv4Addr::UNSPECIFIED,
+            prefix_len: 0,
+            speed_mbps: 0,
+        },
+    ];
+    let cfg = BalancerConfig {
+        mode,
+        virtual_cp: Some((CP, 1)),
+        ..Default::default()
+    };
+    let mut b = Balancer::new(ports, cfg, now);
+    b.set_backends(&[(be(1), 1, 1), (be(2), 1, 2), (be(3), 1, 1)], false, now);
+    (b, now)
+}
+
+fn run(b: &mut Balancer, now: Instant, port: u16, frame: Vec<u8>) -> Vec<(u16, Vec<u8>)> {
+    let mut tx = TxQueues::new(b.ports.len());
+    let mut p = Pkt::from_bytes(&frame);
+    p.meta.rx_port = port;
+    b.process(p, now, &mut tx);
+    tx.drain_all()
+        .into_iter()
+        .map(|(p, k)| (p, k.data))
+        .collect()
+}
+
+fn udp(src_port: u16, dst_port: u16) -> Vec<u8> {
+    UdpFrame {
+        eth_dst: EXT,
+        eth_src: HOST,
+        src: ip("10.1.0.10"),
+        dst: ip("10.2.0.10"),
+        src_port,
+        dst_port,
+        ttl: 64,
+        payload: &[0; 18],
+        ..Default::default()
+    }
+    .to_vec()
+}
+
+fn arp_frame(op: arp::Operation, dst: MacAddr, sender: (MacAddr, &str), target: &str) -> Vec<u8> {
+    let mut f = vec![0; ETH + arp::PACKET_LEN];
+    ethernet::Repr {
+        dst,
+        src: sender.0,
+        vlan: None,
+        ethertype: ethertype::ARP,
+    }
+    .emit(&mut f)
+    .unwrap();
+    arp::Repr {
+        operation: op,
+        sender_mac: sender.0,
+        sender_ip: ip(sender.1),
+        target_mac: if op == arp::Operation::Reply {
+            dst
+        } else {
+            MacAddr::ZERO
+        },
+        target_ip: ip(target),
+    }
+    .emit(&mut f[ETH..])
+    .unwrap();
+    f
+}
+
+fn tag(mut f: Vec<u8>, vid: u16) -> Vec<u8> {
+    ethernet::push_vlan(&mut f, vid);
+    f
+}
+
+fn eth(f: &[u8]) -> ethernet::Frame<&[u8]> {
+    ethernet::Frame::new_checked(f).unwrap()
+}
+
+#[test]
+fn rules_are_ordered_most_specific_first() {
+    let rules = order_rules(default_rules());
+    let spec: Vec<usize> = rules.iter().map(|r| r.specificity()).collect();
+    assert!(spec.windows(2).all(|w| w[0] >= w[1]), "{spec:?}");
+    // A catch-all listed first still loses to a more specific rule.
+    let mut rs = vec![Rule {
+        name: "all-ext".into(),
+        from: PortRole::External,
+        ethertype: None,
+        arp_op: None,
+        protocol: None,
+        port: None,
+        action: Action::Drop,
+    }];
+    rs.extend(default_rules());
+    let (mut b, now) = lb(Mode::Maglev);
+    b.cfg.rules = order_rules(rs);
+    assert_eq!(run(&mut b, now, 0, udp(5000, 80)).len(), 1);
+    // ... and catches what nothing else does (IPv6 here).
+    let mut v6 = udp(5000, 80);
+    v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+    assert!(run(&mut b, now, 0, v6).is_empty());
+    assert_eq!(b.counters.drops(Drop::ClassifyNoRule), 1);
+}
+
+#[test]
+fn balance_sends_data_to_a_backend_tagged_with_the_port_vlan() {
+    let (mut b, now) = lb(Mode::Maglev);
+    let f = udp(5000, 80);
+    let out = run(&mut b, now, 0, f.clone());
+    assert_eq!(out.len(), 1);
+    let (port, o) = &out[0];
+    assert_eq!(*port, 1);
+    let e = eth(o);
+    assert!([be(1), be(2), be(3)].contains(&e.dst()));
+    assert_eq!(
+        (e.src(), e.vlan(), e.ethertype()),
+        (HOST, Some(10), ethertype::IPV4)
+    );
+    // The IP packet is untouched: the back-end decrements the TTL, once per trip.
+    assert_eq!(e.payload(), &f[ETH..]);
+    assert_eq!(b.counters.events(Event::Balanced), 1);
+    // Unicast to another MAC, broadcast IP data: dropped and counted.
+    let mut other = f.clone();
+    other[0..6].copy_from_slice(&be(9).0);
+    assert!(run(&mut b, now, 0, other).is_empty());
+    assert_eq!(b.counters.drops(Drop::NotOurMac), 1);
+    let mut bc = f;
+    bc[0..6].copy_from_slice(&MacAddr::BROADCAST.0);
+    assert!(run(&mut b, now, 0, bc).is_empty());
+    assert_eq!(b.counters.drops(Drop::BalanceIp4Broadcast), 1);
+    // No live back-end.
+    b.set_backends(&[], true, now);
+    assert!(run(&mut b, now, 0, udp(1, 2)).is_empty());
+    assert_eq!(b.counters.drops(Drop::BalanceNoBackend), 1);
+}
+
+#[test]
+fn external_arp_answers_for_the_router_address_only() {
+    let (mut b, now) = lb(Mode::Maglev);
+    let req = arp_frame(
+        arp::Operation::Request,
+        MacAddr::BROADCAST,
+        (HOST, "10.1.0.10"),
+        "10.1.0.1",
+    );
+    let out = run(&mut b, now, 0, req);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, 0);
+    let r = arp::Repr::parse(&arp::Packet::new_checked(&out[0].1[ETH..]).unwrap());
+    assert_eq!(r.operation, arp::Operation::Reply);
+    assert_eq!(
+        (r.sender_mac, r.sender_ip, r.target_mac),
+        (EXT, ip("10.1.0.1"), HOST)
+    );
+    let other = arp_frame(
+        arp::Operation::Request,
+        MacAddr::BROADCAST,
+        (HOST, "10.1.0.10"),
+        "10.1.0.77",
+    );
+    assert!(run(&mut b, now, 0, other).is_empty());
+    assert_eq!(b.counters.drops(Drop::ExtArpNotForUs), 1);
+}
+
+#[test]
+fn internal_arp_both_ways() {
+    let (mut b, now) = lb(Mode::Maglev);
+    // A back-end's request (tagged VLAN 10) leaves untagged with our external MAC.
+    let req = tag(
+        arp_frame(
+            arp::Operation::Request,
+            MacAddr::BROADCAST,
+            (be(2), "10.1.0.1"),
+            "10.1.0.10",
+        ),
+        10,
+    );
+    let out = run(&mut b, now, 1, req);
+    assert_eq!(out.len(), 1);
+    let (port, o) = &out[0];
+    assert_eq!(*port, 0);
+    let e = eth(o);
+    assert_eq!((e.src(), e.vlan()), (EXT, None));
+    let r = arp::Repr::parse(&arp::Packet::new_checked(e.payload()).unwrap());
+    assert_eq!(
+        (r.sender_mac, r.sender_ip, r.target_ip),
+        (EXT, ip("10.1.0.1"), ip("10.1.0.10"))
+    );
+    // The host's reply goes to every back-end: broadcast, tagged, on the internal port.
+    let rep = arp_frame(arp::Operation::Reply, EXT, (HOST, "10.1.0.10"), "10.1.0.1");
+    let out = run(&mut b, now, 0, rep);
+    assert_eq!(out.len(), 1);
+    let e = eth(&out[0].1);
+    assert_eq!(
+        (out[0].0, e.dst(), e.vlan()),
+        (1, MacAddr::BROADCAST, Some(10))
+    );
+    assert_eq!(b.counters.events(Event::IntArpRepliesIn), 1);
+    // A reply for someone else is not ours to spread.
+    let rep = arp_frame(arp::Operation::Reply, EXT, (HOST, "10.1.0.10"), "10.1.0.99");
+    assert!(run(&mut b, now, 0, rep).is_empty());
+    assert_eq!(b.counters.drops(Drop::IntArpNotForUs), 1);
+}
+
+#[test]
+fn int_to_ext_by_vlan() {
+    let (mut b, now) = lb(Mode::Maglev);
+    let mut f = udp(80, 5000);
+    f[0..6].copy_from_slice(&HOST.0);
+    f[6..12].copy_from_slice(&be(1).0);
+    let out = run(&mut b, now, 1, tag(f.clone(), 10));
+    assert_eq!(out.len(), 1);
+    let e = eth(&out[0].1);
+    assert_eq!((out[0].0, e.dst(), e.src(), e.vlan()), (0, HOST, EXT, None));
+    assert_eq!(e.payload(), &f[ETH..]);
+    // Another LB's VLAN, or untagged: not ours.
+    assert!(run(&mut b, now, 1, tag(f.clone(), 20)).is_empty());
+    assert!(run(&mut b, now, 1, f).is_empty());
+    assert_eq!(b.counters.drops(Drop::ClassifyVlanUnknown), 2);
+}
+
+#[test]
+fn routing_protocols_go_to_the_virtual_cp() {
+    let (mut b, now) = lb(Mode::Maglev);
+    let mut ospf = udp(0, 0);
+    ospf[ETH + 9] = 89; // protocol OSPF; the classifier does not check the IP checksum
+    for (f, name) in [
+        (ospf, "ospf"),
+        (udp(520, 520), "rip"),
+        (udp(40000, 161), "snmp"),
+    ] {
+        let out = run(&mut b, now, 0, f);
+        assert_eq!(out.len(), 1, "{name}");
+        let e = eth(&out[0].1);
+        assert_eq!((out[0].0, e.dst(), e.vlan()), (1, CP, Some(10)), "{name}");
+    }
+    let mut bgp = udp(179, 50000);
+    bgp[ETH + 9] = protocol::TCP;
+    assert_eq!(eth(&run(&mut b, now, 0, bgp)[0].1).dst(), CP);
+    assert_eq!(b.counters.events(Event::VcpRedirected), 4);
+    b.cfg.virtual_cp = None;
+    assert!(run(&mut b, now, 0, udp(520, 520)).is_empty());
+    assert_eq!(b.counters.drops(Drop::VcpUnknown), 1);
+}
+
+fn dist_frame(msg: dist::Message, src: MacAddr) -> Vec<u8> {
+    dist::Repr { seq: 1, msg }
+        .to_frame(src, MacAddr::BROADCAST)
+        .unwrap()
+}
+
+fn hello_from(mac: MacAddr) -> Vec<u8> {
+    dist_frame(
+        dist::Message::Hello(dist::Hello {
+            element: dist::ElementKind::Forwarder,
+            interval_ms: 100,
+            rx_packets: 0,
+            tx_packets: 0,
+            dropped: 0,
+            ports: vec![],
+        }),
+        mac,
+    )
+}
+
+#[test]
+fn dist_is_accepted_inside_and_refused_from_outside() {
+    let (mut b, now) = lb(Mode::Maglev);
+    let flush = dist_frame(
+        dist::Message::Balance {
+            flush: true,
+            entries: vec![dist::BalanceEntry {
+                mac: be(7),
+                port: 1,
+                weight: 1,
+            }],
+        },
+        be(9),
+    );
+    // Spoofed from an external port: dropped, counted, the table unchanged.
+    let mut spoof = flush.clone();
+    spoof[0..6].copy_from_slice(&EXT.0);
+    assert!(run(&mut b, now, 0, spoof).is_empty());
+    assert_eq!(b.counters.drops(Drop::DistNotInternal), 1);
+    assert_eq!(b.table.entries.len(), 3);
+    // From inside: applied.
+    assert!(run(&mut b, now, 1, flush).is_empty());
+    assert_eq!(b.counters.events(Event::DistBalanceApplied), 1);
+    assert_eq!(b.table.entries.len(), 1);
+    assert_eq!(eth(&run(&mut b, now, 0, udp(1, 2))[0].1).dst(), be(7));
+    // A message naming an external port as the back-end's port is rejected.
+    let bad = dist_frame(dist::Message::VirtualCp { mac: CP, port: 0 }, be(9));
+    run(&mut b, now, 1, bad);
+    assert_eq!(b.counters.drops(Drop::DistRejected), 1);
+    assert!(matches!(b.log.last(), Some((_, LogEvent::Rejected { .. }))));
+    // Malformed and other-version messages.
+    let mut m = hello_from(be(1));
+    m[ETH + 2] = 0xff;
+    run(&mut b, now, 1, m);
+    let mut v = hello_from(be(1));
+    v[ETH] = 9;
+    run(&mut b, now, 1, v);
+    assert_eq!(b.counters.drops(Drop::DistMalformed), 1);
+    assert_eq!(b.counters.drops(Drop::DistBadVersion), 1);
+    // Port configuration: port 0 moves to VLAN 30.
+    let ports = dist_frame(
+        dist::Message::Ports {
+            ports: vec![dist::PortConfig {
+                index: 0,
+                role: PortRole::External,
+                vlan: 30,
+                addr: ip("10.1.0.1"),
+                prefix_len: 24,
+            }],
+        },
+        be(9),
+    );
+    run(&mut b, now, 1, ports);
+    assert_eq!(b.ports[0].vlan, 30);
+    let mut f = udp(80, 5000);
+    f[0..6].copy_from_slice(&HOST.0);
+    assert_eq!(run(&mut b, now, 1, tag(f, 30)).len(), 1);
+}
+
+#[test]
+fn backends_leave_without_hellos_and_return_with_them() {
+    let (mut b, t0) = lb(Mode::Maglev);
+    let mut tx = TxQueues::new(2);
+    let ms = Duration::from_millis;
+    // Hellos from 1 and 3 only; 2 never speaks.
+    for k in 0..10 {
+        let now = t0 + ms(100 * k);
+        run(&mut b, now, 1, hello_from(be(1)));
+        run(&mut b, now, 1, hello_from(be(3)));
+        b.poll(now, &mut tx);
+    }
+    assert_eq!(b.table.live(), 2);
+    assert!(!b.table.entries[1].live);
+    assert_eq!(b.counters.events(Event::BackendDown), 1);
+    let down_at = b
+        .log
+        .iter()
+        .find(|(_, e)| *e == LogEvent::Down(be(2)))
+        .map(|(t, _)| *t)
+        .unwrap();
+    // Down at the first check after 2.5 intervals (250 ms): within three intervals.
+    assert_eq!(down_at - t0, ms(300));
+    for k in 0..1000 {
+        let o = run(&mut b, t0 + ms(1000), 0, udp(k, 80));
+        assert_ne!(eth(&o[0].1).dst(), be(2));
+    }
+    run(&mut b, t0 + ms(1000), 1, hello_from(be(2)));
+    assert_eq!(b.table.live(), 3);
+    assert_eq!(b.counters.events(Event::BackendUp), 1);
+    // The LB's own hellos went out of the internal port, once per interval.
+    let sent = tx.drain_all();
+    assert_eq!(sent.len(), 10);
+    let h = dist::Repr::parse(eth(&sent[0].1.data).payload()).unwrap();
+    assert!(matches!(
+        h.msg,
+        dist::Message::Hello(dist::Hello {
+            element: dist::ElementKind::Balancer,
+            ..
+        })
+    ));
+    assert_eq!(b.counters.events(Event::DistHellosSent), 10);
+}
+
+/// Packets of many flows go through the LB to three back-ends with different delays
+/// (1, 3 and 2 rounds) and meet again at the egress: with hashing no flow is reordered;
+/// per-packet round robin reorders.
+#[test]
+fn hashing_never_reorders_a_flow() {
+    let modes = [
+        (Mode::Maglev, false),
+        (Mode::Hash, false),
+        (Mode::RoundRobin, true),
+    ];
+    for (mode, expect_reorder) in modes {
+        let (mut b, now) = lb(mode);
+        let delay = |m: MacAddr| [0, 1, 3, 2][m.0[5] as usize];
+        // (departure round, arrival order, flow, sequence number in the flow)
+        let mut out: Vec<(usize, usize, usize, u32)> = Vec::new();
+        let mut seq = vec![0u32; 64];
+        for round in 0..2000 {
+            for k in 0..9 {
+                // Three packets of each of three flows per round, from 63 flows in turn.
+                let flow = (round / 16 * 3 + k % 3) % 63;
+                let o = run(&mut b, now, 0, udp(10_000 + flow as u16, 80));
+                let d = delay(eth(&o[0].1).dst());
+                out.push((round + d, out.len(), flow, seq[flow]));
+                seq[flow] += 1;
+            }
+        }
+        out.sort();
+        let mut last = vec![None::<u32>; 64];
+        let mut reordered = 0;
+        for (_, _, f, s) in out {
+            if last[f].is_some_and(|l| s < l) {
+                reordered += 1;
+            }
+            last[f] = Some(s);
+        }
+        assert_eq!(
+            reordered > 0,
+            expect_reorder,
+            "{mode:?}: {reordered} reordered"
+        );
+    }
+}
