@@ -14,6 +14,17 @@
 //! prefix = "10.3.0.0/16"
 //! via = "10.2.0.2"             # or a list of gateways for ECMP: ["10.2.0.2", "10.2.0.3"]
 //!
+//! # The back-end role of a multistage router (optional): VLAN sub-interfaces mirror the
+//! # external networks on the interconnection port, and hellos go out of it.
+//! # [[interface]]
+//! # name = "ext-a"             # a name for the sub-interface (not a kernel interface)
+//! # parent = "r1-int"          # the interface whose port carries it
+//! # vlan = 10                  # 802.1Q VLAN id, 1 to 4094
+//! # address = "10.1.0.1/24"    # the router's address on that external network
+//! # [backend]
+//! # internal = "r1-int"        # the interconnection port: hellos out, DIST accepted here
+//! # hello_interval_ms = 100
+//!
 //! [tuning]                     # optional
 //! icmp_errors_per_sec = 100
 //! icmp_burst = 50
@@ -60,6 +71,14 @@ struct Raw {
     route: Vec<RawRoute>,
     #[serde(default)]
     tuning: ForwarderConfig,
+    backend: Option<RawBackend>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBackend {
+    internal: Spanned<String>,
+    hello_interval_ms: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -68,6 +87,8 @@ struct RawInterface {
     name: Spanned<String>,
     address: Spanned<String>,
     mtu: Option<Spanned<u32>>,
+    parent: Option<Spanned<String>>,
+    vlan: Option<Spanned<u16>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,6 +113,16 @@ pub struct InterfaceConfig {
     pub addr: Ipv4Addr,
     pub prefix_len: u8,
     pub mtu: Option<usize>,
+    /// A VLAN sub-interface: (index of the parent interface, VLAN id).
+    pub vlan: Option<(usize, u16)>,
+}
+
+/// The back-end role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// Index of the interconnection interface.
+    pub internal: usize,
+    pub hello_interval_ms: u64,
 }
 
 /// A static route, with the line it came from (for error messages).
@@ -115,6 +146,7 @@ pub struct ForwarderFile {
     /// be any table format (text with or without next hops, MRT, compressed).
     pub routes_file_via: Vec<Ipv4Addr>,
     pub tuning: ForwarderConfig,
+    pub backend: Option<BackendConfig>,
 }
 
 /// Line number (1-based) of byte offset `at` in `src`.
@@ -212,11 +244,60 @@ impl ForwarderFile {
                 Some(m) => Some(*m.get_ref() as usize),
                 None => None,
             };
+            let vlan = match (&r.parent, &r.vlan) {
+                (None, None) => None,
+                (Some(p), Some(v)) => {
+                    let parent = interfaces
+                        .iter()
+                        .position(|x| &x.name == p.get_ref() && x.vlan.is_none())
+                        .ok_or_else(|| {
+                            err(
+                                p.span().start,
+                                format!("interface[{i}].parent"),
+                                format!(
+                                    "{:?} is not an untagged interface listed above",
+                                    p.get_ref()
+                                ),
+                            )
+                        })?;
+                    let id = *v.get_ref();
+                    if !(1..=4094).contains(&id) {
+                        return Err(err(
+                            v.span().start,
+                            format!("interface[{i}].vlan"),
+                            format!("{id} is not 1 to 4094"),
+                        ));
+                    }
+                    if interfaces.iter().any(|x| x.vlan == Some((parent, id))) {
+                        return Err(err(
+                            v.span().start,
+                            format!("interface[{i}].vlan"),
+                            format!("VLAN {id} is already on {}", p.get_ref()),
+                        ));
+                    }
+                    Some((parent, id))
+                }
+                (Some(p), None) => {
+                    return Err(err(
+                        p.span().start,
+                        format!("interface[{i}].parent"),
+                        "a sub-interface needs `vlan` too".into(),
+                    ))
+                }
+                (None, Some(v)) => {
+                    return Err(err(
+                        v.span().start,
+                        format!("interface[{i}].vlan"),
+                        "a sub-interface needs `parent` too".into(),
+                    ))
+                }
+            };
             interfaces.push(InterfaceConfig {
                 name: name.clone(),
                 addr,
                 prefix_len,
                 mtu,
+                vlan,
             });
         }
         if interfaces.is_empty() {
@@ -301,6 +382,39 @@ impl ForwarderFile {
             Some(v) => gateways(v, "routes_file_via".into())?,
             None => Vec::new(),
         };
+        let backend = match &raw.backend {
+            None => None,
+            Some(b) => {
+                let internal = interfaces
+                    .iter()
+                    .position(|x| &x.name == b.internal.get_ref() && x.vlan.is_none())
+                    .ok_or_else(|| {
+                        err(
+                            b.internal.span().start,
+                            "backend.internal".into(),
+                            format!(
+                                "{:?} is not an untagged interface of this forwarder",
+                                b.internal.get_ref()
+                            ),
+                        )
+                    })?;
+                let hello_interval_ms = match &b.hello_interval_ms {
+                    Some(h) if !(10..=60_000).contains(h.get_ref()) => {
+                        return Err(err(
+                            h.span().start,
+                            "backend.hello_interval_ms".into(),
+                            format!("{} is not 10 to 60000", h.get_ref()),
+                        ))
+                    }
+                    Some(h) => *h.get_ref(),
+                    None => 100,
+                };
+                Some(BackendConfig {
+                    internal,
+                    hello_interval_ms,
+                })
+            }
+        };
         Ok(ForwarderFile {
             path: path.into(),
             interfaces,
@@ -308,6 +422,7 @@ impl ForwarderFile {
             routes_file,
             routes_file_via,
             tuning: raw.tuning,
+            backend,
         })
     }
 }
@@ -413,5 +528,71 @@ via = "10.2.0.2"
             );
         }
         assert!(parse("").unwrap_err().message.contains("no [[interface]]"));
+    }
+
+    const BACKEND: &str = r#"
+[[interface]]
+name = "r1-int"
+address = "10.255.0.11/24"
+
+[[interface]]
+name = "ext-a"
+parent = "r1-int"
+vlan = 10
+address = "10.1.0.1/24"
+
+[backend]
+internal = "r1-int"
+hello_interval_ms = 200
+"#;
+
+    #[test]
+    fn backend_sub_interfaces() {
+        let c = parse(BACKEND).unwrap();
+        assert_eq!(c.interfaces[1].vlan, Some((0, 10)));
+        assert_eq!(
+            c.backend,
+            Some(BackendConfig {
+                internal: 0,
+                hello_interval_ms: 200
+            })
+        );
+        let cases = [
+            (
+                BACKEND.replace("vlan = 10", "vlan = 4095"),
+                9,
+                "interface[1].vlan",
+                "not 1 to 4094",
+            ),
+            (
+                BACKEND.replace("parent = \"r1-int\"", "parent = \"nope\""),
+                8,
+                "interface[1].parent",
+                "not an untagged interface",
+            ),
+            (
+                BACKEND.replace("vlan = 10\n", ""),
+                8,
+                "interface[1].parent",
+                "needs `vlan`",
+            ),
+            (
+                BACKEND.replace("internal = \"r1-int\"", "internal = \"ext-a\""),
+                13,
+                "backend.internal",
+                "not an untagged",
+            ),
+            (
+                BACKEND.replace("= 200", "= 5"),
+                14,
+                "backend.hello_interval_ms",
+                "not 10 to",
+            ),
+        ];
+        for (src, line, key, msg) in cases {
+            let e = parse(&src).unwrap_err();
+            assert_eq!((e.line, e.key.as_str()), (line, key), "{e}");
+            assert!(e.message.contains(msg), "{e}");
+        }
     }
 }

@@ -2,11 +2,16 @@
 
 use std::path::Path;
 
-/// Parses arbitrary bytes as a forwarder config file. Errors must carry a line inside the
-/// text.
+/// Parses arbitrary bytes as a forwarder config file and as an LB config file. Errors must
+/// carry a line inside the text.
 pub fn config(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    if let Err(e) = crate::config::ForwarderFile::parse(Path::new("fuzz.toml"), &text) {
+    let path = Path::new("fuzz.toml");
+    let errors = [
+        crate::config::ForwarderFile::parse(path, &text).err(),
+        crate::balancer::BalancerFile::parse(path, &text).err(),
+    ];
+    for e in errors.into_iter().flatten() {
         assert!(
             e.line <= text.lines().count() + 1,
             "error line {} past the end: {e}",

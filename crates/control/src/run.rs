@@ -1,10 +1,10 @@
-//! The forwarder element's run loop over real (or in-memory) ports.
+//! The elements' run loop over real (or in-memory) ports, and the forwarder's wiring.
 //!
-//! One worker thread owns the ports and the [`Forwarder`]: it receives a batch from every
-//! port, runs each frame through the forwarder, transmits each port's queue in one call,
-//! runs the neighbour timers every [`POLL_INTERVAL`], lets go of its route snapshot after
-//! every pass, and sleeps in `poll(2)` on the ports' sockets when nothing arrives. ARP and
-//! ICMP for the router run inline in the worker.
+//! One worker thread owns the ports and the element ([`Element`]: a [`Forwarder`] or an
+//! LB): it receives a batch from every port, runs each frame through the element, transmits
+//! each port's queue in one call, runs the element's timers at least every
+//! [`Element::poll_interval`], and sleeps in `poll(2)` on the ports' sockets when nothing
+//! arrives. ARP, ICMP for the router and DIST run inline in the worker.
 //!
 //! The control socket runs on its own thread. It owns the route writer ([`RouteTable`]):
 //! `reload-routes`, `route-add` and `route-del` change routes there while the worker
@@ -14,7 +14,8 @@
 
 use crate::config::ForwarderFile;
 use crate::ctlsock;
-use dataplane::forwarder::{Forwarder, Iface, POLL_INTERVAL};
+use dataplane::element::Element;
+use dataplane::forwarder::{Forwarder, Iface, Vlan};
 use dataplane::port::Port;
 use dataplane::routes::RouteTable;
 use dataplane::{Drop, TxQueues};
@@ -30,7 +31,42 @@ use wire::MacAddr;
 /// Frames taken from one port per pass.
 pub const BATCH: usize = 256;
 
-type Query = (String, mpsc::Sender<Value>);
+/// A control-socket command for the worker: the command, the request, where to answer.
+pub type Query = (String, Value, mpsc::Sender<Value>);
+
+/// What the control thread uses to ask the worker (see [`ask_worker`]).
+pub type Asker = Mutex<mpsc::Sender<Query>>;
+
+/// Asks the worker a question and waits (2 s at most) for the answer.
+pub fn ask_worker(asker: &Asker, cmd: &str, req: &Value) -> Result<Value, String> {
+    let (tx, rx) = mpsc::channel();
+    asker
+        .lock()
+        .map_err(|_| "worker gone")?
+        .send((cmd.to_string(), req.clone(), tx))
+        .map_err(|_| "worker gone")?;
+    rx.recv_timeout(Duration::from_secs(2))
+        .map_err(|_| "worker did not answer".to_string())
+}
+
+/// A port as the system reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Link {
+    pub mac: MacAddr,
+    pub mtu: usize,
+    pub speed_mbps: u32,
+}
+
+impl Link {
+    /// A link with an MTU of 1500 and no known speed.
+    pub fn new(mac: MacAddr) -> Link {
+        Link {
+            mac,
+            mtu: 1500,
+            speed_mbps: 0,
+        }
+    }
+}
 
 /// The static routes and the routes file of a configuration, each gateway checked against
 /// the interfaces; errors name the file and line.
@@ -72,29 +108,51 @@ pub fn config_routes(
     Ok(routes)
 }
 
-/// Builds the forwarder from its configuration, with the given ports' MACs and MTUs, and
-/// loads static routes and the routes file in one publication.
-pub fn build(cfg: &ForwarderFile, macs: &[MacAddr], mtus: &[usize]) -> Result<Forwarder, String> {
+/// Builds the forwarder from its configuration and its ports (`links`: one per untagged
+/// interface, in order; sub-interfaces share their parent's), and loads static routes and
+/// the routes file in one publication.
+pub fn build(cfg: &ForwarderFile, links: &[Link]) -> Result<Forwarder, String> {
+    let mut phys = links.iter();
+    let mut of_iface: Vec<Link> = Vec::with_capacity(cfg.interfaces.len());
+    for i in &cfg.interfaces {
+        let l = match i.vlan {
+            None => *phys
+                .next()
+                .ok_or_else(|| format!("no port for interface {}", i.name))?,
+            Some((parent, _)) => of_iface[parent],
+        };
+        of_iface.push(l);
+    }
     let ifaces = cfg
         .interfaces
         .iter()
-        .zip(macs.iter().zip(mtus))
-        .map(|(i, (mac, mtu))| Iface {
-            name: i.name.clone(),
-            mac: *mac,
-            mtu: i.mtu.unwrap_or(*mtu),
-            addr: i.addr,
-            prefix_len: i.prefix_len,
+        .zip(&of_iface)
+        .map(|(i, l)| Iface {
+            mtu: i.mtu.unwrap_or(l.mtu),
+            vlan: i.vlan.map(|(parent, id)| Vlan {
+                parent: parent as u16,
+                id,
+            }),
+            speed_mbps: l.speed_mbps,
+            ..Iface::new(&i.name, l.mac, i.addr, i.prefix_len)
         })
         .collect();
-    let mut f = Forwarder::new(ifaces, cfg.tuning, Instant::now());
+    let now = Instant::now();
+    let mut f = Forwarder::new(ifaces, cfg.tuning, now);
+    if let Some(b) = &cfg.backend {
+        f.set_backend(
+            b.internal as u16,
+            Duration::from_millis(b.hello_interval_ms),
+            now,
+        );
+    }
     let routes = config_routes(cfg, |gw| f.port_for_gateway(gw))?;
     f.replace_routes(routes).map_err(|e| e.to_string())?;
     Ok(f)
 }
 
 /// Answers a control-socket command that needs the worker's own state.
-fn answer(f: &mut Forwarder, cmd: &str) -> Value {
+fn answer(f: &mut Forwarder, cmd: &str, _req: &Value) -> Value {
     match cmd {
         "neighbours" => Value::Array(
             f.neighbours
@@ -108,7 +166,14 @@ fn answer(f: &mut Forwarder, cmd: &str) -> Value {
         "interfaces" => Value::Array(
             f.ifaces
                 .iter()
-                .map(|i| json!({"name": i.name, "mac": i.mac.to_string(), "mtu": i.mtu, "address": format!("{}/{}", i.addr, i.prefix_len)}))
+                .map(|i| {
+                    let mut v = json!({"name": i.name, "mac": i.mac.to_string(), "mtu": i.mtu, "address": format!("{}/{}", i.addr, i.prefix_len)});
+                    if let Some(vl) = i.vlan {
+                        v["vlan"] = json!(vl.id);
+                        v["parent"] = json!(f.ifaces[vl.parent as usize].name);
+                    }
+                    v
+                })
                 .collect(),
         ),
         _ => Value::Null,
@@ -169,7 +234,7 @@ fn route_command(
 /// reads again.
 pub fn run<P: Port>(
     mut f: Forwarder,
-    mut ports: Vec<P>,
+    ports: Vec<P>,
     cfg: Option<&ForwarderFile>,
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
@@ -183,17 +248,13 @@ pub fn run<P: Port>(
     let cfg = cfg.cloned();
     let _server = match control {
         Some(path) => {
-            let qtx = Mutex::new(qtx);
+            let asker: Asker = Mutex::new(qtx);
             let c = counters.clone();
             let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
                 match cmd {
                 "counters" => serde_json::to_value(c.snapshot()).map_err(|e| e.to_string()),
-                "describe" => serde_json::to_value(dataplane::counters::descriptions()).map_err(|e| e.to_string()),
-                "neighbours" | "interfaces" => {
-                    let (tx, rx) = mpsc::channel();
-                    qtx.lock().map_err(|_| "worker gone")?.send((cmd.to_string(), tx)).map_err(|_| "worker gone")?;
-                    rx.recv_timeout(Duration::from_secs(2)).map_err(|_| "worker did not answer".to_string())
-                }
+                "describe" => serde_json::to_value(dataplane::counters::descriptions_for(c.role)).map_err(|e| e.to_string()),
+                "neighbours" | "interfaces" => ask_worker(&asker, cmd, req),
                 "routes" | "route-add" | "route-del" | "reload-routes" => route_command(&routes, cfg.as_ref(), cmd, req),
                 other => Err(format!(
                     "unknown command {other:?}; try counters, describe, interfaces, neighbours, routes, route-add, route-del, reload-routes"
@@ -204,6 +265,21 @@ pub fn run<P: Port>(
         }
         None => None,
     };
+    run_element(f, ports, stop, qrx, answer, |_| {})
+}
+
+/// The worker loop: runs `e` over `ports` until `stop` is set. Questions from the control
+/// thread arrive on `queries` and are answered by `answer` between passes; `tick` runs after
+/// every [`Element::poll`].
+pub fn run_element<E: Element, P: Port>(
+    mut e: E,
+    mut ports: Vec<P>,
+    stop: Arc<AtomicBool>,
+    queries: mpsc::Receiver<Query>,
+    mut answer: impl FnMut(&mut E, &str, &Value) -> Value,
+    mut tick: impl FnMut(&mut E),
+) -> Result<(), String> {
+    let counters = e.counters().clone();
     let mut tx = TxQueues::new(ports.len());
     let mut batch = Vec::with_capacity(BATCH * 2);
     let mut pfds: Vec<libc::pollfd> = ports
@@ -215,13 +291,15 @@ pub fn run<P: Port>(
             revents: 0,
         })
         .collect();
+    let interval = e.poll_interval();
+    let wait_ms = interval.as_millis().clamp(1, 10) as i32;
     let mut last_poll = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let mut got = 0;
         for (i, port) in ports.iter_mut().enumerate() {
             let mut oversize = 0;
             let n = port
-                .recv(&mut f.pool, &mut batch, BATCH, &mut oversize)
+                .recv(e.pool(), &mut batch, BATCH, &mut oversize)
                 .map_err(|e| e.to_string())?;
             if oversize > 0 {
                 counters.count_n(Drop::RxOversize, oversize);
@@ -230,23 +308,23 @@ pub fn run<P: Port>(
             let now = Instant::now();
             for mut p in batch.drain(..) {
                 p.meta.rx_port = i as u16;
-                f.process(p, now, &mut tx);
+                e.process(p, now, &mut tx);
             }
         }
         let now = Instant::now();
-        if now.duration_since(last_poll) >= POLL_INTERVAL {
+        if now.duration_since(last_poll) >= interval {
             last_poll = now;
-            f.poll(now, &mut tx);
-            while let Ok((cmd, reply)) = qrx.try_recv() {
-                let _ = reply.send(answer(&mut f, &cmd));
+            e.poll(now, &mut tx);
+            tick(&mut e);
+            while let Ok((cmd, req, reply)) = queries.try_recv() {
+                let _ = reply.send(answer(&mut e, &cmd, &req));
             }
         }
-        flush(&mut ports, &mut tx, &mut f)?;
-        // Let go of the route snapshot so that the route writer can reuse it.
-        f.end_batch();
+        flush(&mut ports, &mut tx, &mut e)?;
+        e.end_batch();
         if got == 0 && !pfds.is_empty() {
             // SAFETY: pfds is a valid array of pollfd for the duration of the call.
-            unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 10) };
+            unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, wait_ms) };
         } else if got == 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -254,13 +332,13 @@ pub fn run<P: Port>(
     Ok(())
 }
 
-fn flush<P: Port>(ports: &mut [P], tx: &mut TxQueues, f: &mut Forwarder) -> Result<(), String> {
-    let counters = f.counters.clone();
+fn flush<P: Port, E: Element>(ports: &mut [P], tx: &mut TxQueues, e: &mut E) -> Result<(), String> {
+    let counters = e.counters().clone();
     for (i, q) in tx.queues.iter_mut().enumerate() {
         if q.is_empty() {
             continue;
         }
-        match ports[i].send(q, &mut f.pool) {
+        match ports[i].send(q, e.pool()) {
             Ok(r) => {
                 let pc = &counters.ports[i];
                 pc.tx_packets.add(r.sent as u64);
@@ -269,12 +347,12 @@ fn flush<P: Port>(ports: &mut [P], tx: &mut TxQueues, f: &mut Forwarder) -> Resu
                     counters.count_n(Drop::TxRingFull, r.ring_full as u64);
                 }
             }
-            Err(e) => {
+            Err(err) => {
                 counters.count_n(Drop::TxError, q.len().max(1) as u64);
                 for p in q.drain(..) {
-                    f.pool.put(p);
+                    e.pool().put(p);
                 }
-                tracing::warn!(port = %ports[i].name(), error = %e, "transmit failed");
+                tracing::warn!(port = %ports[i].name(), error = %err, "transmit failed");
             }
         }
     }
@@ -307,8 +385,11 @@ via = "10.2.0.2"
         std::fs::write(dir.join("r.toml"), cfg).unwrap();
         std::fs::write(dir.join("routes.txt"), "198.51.100.0/24 10.2.0.2\n").unwrap();
         let file = ForwarderFile::load(&dir.join("r.toml")).unwrap();
-        let macs = [MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2])];
-        let mut f = build(&file, &macs, &[1500, 1500]).unwrap();
+        let macs = [
+            Link::new(MacAddr([2, 0, 0, 0, 0, 1])),
+            Link::new(MacAddr([2, 0, 0, 0, 0, 2])),
+        ];
+        let mut f = build(&file, &macs).unwrap();
         assert_eq!(f.route_count(), 4);
         let hop = f.route("198.51.100.9".parse().unwrap()).unwrap();
         assert_eq!((hop.port, hop.via), (1, Some("10.2.0.2".parse().unwrap())));
@@ -319,7 +400,7 @@ via = "10.2.0.2"
             "198.51.100.0/24 10.2.0.2\n192.0.2.0/24 10.9.0.1\n",
         )
         .unwrap();
-        let e = build(&file, &macs, &[1500, 1500]).err().unwrap();
+        let e = build(&file, &macs).err().unwrap();
         assert!(e.contains("routes.txt:2:") && e.contains("10.9.0.1"), "{e}");
         // A real table (here MRT, gzip-compressed) through a chosen gateway.
         let mut mrt = Vec::new();
@@ -342,7 +423,7 @@ via = "10.2.0.2"
         )
         .unwrap();
         let file = ForwarderFile::load(&dir.join("r.toml")).unwrap();
-        let mut f = build(&file, &macs, &[1500, 1500]).unwrap();
+        let mut f = build(&file, &macs).unwrap();
         assert_eq!(f.route_count(), 5);
         assert_eq!(
             f.route("8.8.8.8".parse().unwrap()).unwrap().via,

@@ -217,6 +217,15 @@ impl Forwarder {
         });
     }
 
+    /// How long the run loop may wait between [`Forwarder::poll`] calls: [`POLL_INTERVAL`],
+    /// or less for a back-end whose hellos are due more often.
+    pub fn poll_interval(&self) -> Duration {
+        match &self.backend {
+            Some(b) => POLL_INTERVAL.min(b.interval / 4),
+            None => POLL_INTERVAL,
+        }
+    }
+
     /// Number of ports (untagged interfaces).
     pub fn port_count(&self) -> usize {
         self.untagged.len()

@@ -10,6 +10,7 @@
 pub mod balancer;
 pub mod buf;
 pub mod counters;
+pub mod element;
 pub mod forwarder;
 pub mod frag;
 pub mod fuzzing;

@@ -1,0 +1,644 @@
+//! The LB element: its TOML configuration (errors name the file, the line and the key) and
+//! its run loop.
+//!
+//! ```toml
+//! [[interface]]
+//! name = "lba-ext"
+//! role = "external"            # faces an external network
+//! address = "10.1.0.1/24"      # the router's address there (answered by external ARP)
+//! vlan = 10                    # carries this network's traffic on the interconnection
+//!
+//! [[interface]]
+//! name = "lba-int"
+//! role = "internal"            # on the interconnection
+//!
+//! [balance]                    # optional
+//! mode = "maglev"              # "round-robin", "hash" or "maglev" (the default)
+//!
+//! [hello]                      # optional
+//! interval_ms = 100            # between this LB's hellos
+//! # timeout_ms = 250           # a back-end without hello this long leaves the table;
+//!                              # default 2.5 times the interval it advertises
+//!
+//! [virtual_cp]                 # optional: where routing and management packets go
+//! mac = "02:00:00:00:0c:01"
+//! interface = "lba-int"
+//!
+//! [[backend]]                  # the initial balancing table
+//! mac = "02:00:00:00:01:01"
+//! interface = "lba-int"
+//! weight = 1                   # default 1
+//!
+//! [[rule]]                     # optional classifier rules, added to the built-in ones
+//! name = "ssh-to-cp"
+//! from = "external"
+//! ethertype = 0x0800
+//! protocol = 6
+//! port = 22
+//! action = "virtual-cp"        # external-arp, internal-arp, virtual-cp, balance, dist,
+//!                              # int-to-ext or drop
+//! ```
+
+use crate::config::{line_of, ConfigError};
+use crate::ctlsock;
+use crate::run::{ask_worker, run_element, Asker, Link, Query};
+use dataplane::balancer::{default_rules, Balancer, BalancerConfig, LbPort, LogEvent, Mode, Rule};
+use dataplane::port::Port;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+use toml::Spanned;
+use wire::dist::PortRole;
+use wire::MacAddr;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    #[serde(default)]
+    interface: Vec<RawInterface>,
+    #[serde(default)]
+    balance: RawBalance,
+    #[serde(default)]
+    hello: RawHello,
+    virtual_cp: Option<RawVcp>,
+    #[serde(default)]
+    backend: Vec<RawBackend>,
+    #[serde(default)]
+    rule: Vec<Spanned<Rule>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInterface {
+    name: Spanned<String>,
+    role: Spanned<PortRole>,
+    address: Option<Spanned<String>>,
+    vlan: Option<Spanned<u16>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBalance {
+    #[serde(default)]
+    mode: Mode,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHello {
+    interval_ms: Option<Spanned<u64>>,
+    timeout_ms: Option<Spanned<u64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVcp {
+    mac: Spanned<String>,
+    interface: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBackend {
+    mac: Spanned<String>,
+    interface: Spanned<String>,
+    #[serde(default = "one")]
+    weight: Spanned<u16>,
+}
+
+fn one() -> Spanned<u16> {
+    Spanned::new(0..0, 1)
+}
+
+/// One port of the LB as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LbInterface {
+    pub name: String,
+    pub role: PortRole,
+    pub addr: Ipv4Addr,
+    pub prefix_len: u8,
+    pub vlan: u16,
+}
+
+/// A parsed, validated LB configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalancerFile {
+    pub path: PathBuf,
+    pub interfaces: Vec<LbInterface>,
+    pub cfg: BalancerConfig,
+    /// (MAC, port index, weight) of the initial balancing table.
+    pub backends: Vec<(MacAddr, u16, u16)>,
+}
+
+impl BalancerFile {
+    pub fn load(path: &Path) -> Result<BalancerFile, ConfigError> {
+        let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.into(),
+            line: 0,
+            key: String::new(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Self::parse(path, &src)
+    }
+
+    pub fn parse(path: &Path, src: &str) -> Result<BalancerFile, ConfigError> {
+        let err = |at: usize, key: String, message: String| ConfigError {
+            file: path.into(),
+            line: line_of(src, at),
+            key,
+            message,
+        };
+        let raw: Raw = toml::from_str(src).map_err(|e| {
+            let at = e.span().map(|s| s.start).unwrap_or(0);
+            let line = line_of(src, at);
+            let key = src
+                .lines()
+                .nth(line.saturating_sub(1))
+                .and_then(|l| l.split_once('='))
+                .map(|(k, _)| k.trim().to_string())
+                .unwrap_or_default();
+            ConfigError {
+                file: path.into(),
+                line,
+                key,
+                message: e.message().to_string(),
+            }
+        })?;
+        let mut interfaces: Vec<LbInterface> = Vec::new();
+        for (i, r) in raw.interface.iter().enumerate() {
+            let name = r.name.get_ref();
+            let key = |k: &str| format!("interface[{i}].{k}");
+            if name.is_empty() || name.len() > 15 || name.contains(['/', ' ']) {
+                return Err(err(
+                    r.name.span().start,
+                    key("name"),
+                    format!("{name:?} is not a valid interface name (1 to 15 characters, no '/' or space)"),
+                ));
+            }
+            if interfaces.iter().any(|x| &x.name == name) {
+                return Err(err(
+                    r.name.span().start,
+                    key("name"),
+                    format!("interface {name} is listed twice"),
+                ));
+            }
+            let role = *r.role.get_ref();
+            let mut ifc = LbInterface {
+                name: name.clone(),
+                role,
+                addr: Ipv4Addr::UNSPECIFIED,
+                prefix_len: 0,
+                vlan: 0,
+            };
+            match role {
+                PortRole::External => {
+                    let a = r.address.as_ref().ok_or_else(|| {
+                        err(r.name.span().start, key("address"), "an external interface needs the router's address, like \"10.1.0.1/24\"".into())
+                    })?;
+                    let (addr, len) =
+                        cidr(a.get_ref()).map_err(|m| err(a.span().start, key("address"), m))?;
+                    ifc.addr = addr;
+                    ifc.prefix_len = len;
+                    let v = r.vlan.as_ref().ok_or_else(|| {
+                        err(
+                            r.name.span().start,
+                            key("vlan"),
+                            "an external interface needs its VLAN id on the interconnection".into(),
+                        )
+                    })?;
+                    if !(1..=4094).contains(v.get_ref()) {
+                        return Err(err(
+                            v.span().start,
+                            key("vlan"),
+                            format!("{} is not 1 to 4094", v.get_ref()),
+                        ));
+                    }
+                    if interfaces.iter().any(|x| x.vlan == *v.get_ref()) {
+                        return Err(err(
+                            v.span().start,
+                            key("vlan"),
+                            format!("VLAN {} is already used by another interface", v.get_ref()),
+                        ));
+                    }
+                    ifc.vlan = *v.get_ref();
+                }
+                PortRole::Internal => {
+                    if let Some(a) = &r.address {
+                        return Err(err(
+                            a.span().start,
+                            key("address"),
+                            "internal interfaces have no address".into(),
+                        ));
+                    }
+                    if let Some(v) = &r.vlan {
+                        return Err(err(
+                            v.span().start,
+                            key("vlan"),
+                            "internal interfaces have no VLAN id".into(),
+                        ));
+                    }
+                }
+            }
+            interfaces.push(ifc);
+        }
+        let has = |role| interfaces.iter().any(|x| x.role == role);
+        if !has(PortRole::External) || !has(PortRole::Internal) {
+            return Err(err(
+                0,
+                "interface".into(),
+                "an LB needs at least one external and one internal [[interface]]".into(),
+            ));
+        }
+        let internal = |s: &Spanned<String>, key: String| -> Result<u16, ConfigError> {
+            interfaces
+                .iter()
+                .position(|x| &x.name == s.get_ref() && x.role == PortRole::Internal)
+                .map(|p| p as u16)
+                .ok_or_else(|| {
+                    err(
+                        s.span().start,
+                        key,
+                        format!("{:?} is not an internal interface of this LB", s.get_ref()),
+                    )
+                })
+        };
+        let mac = |s: &Spanned<String>, key: String| -> Result<MacAddr, ConfigError> {
+            let m: MacAddr = s.get_ref().parse().map_err(|e| {
+                err(
+                    s.span().start,
+                    key.clone(),
+                    format!("{:?}: {e}", s.get_ref()),
+                )
+            })?;
+            if m.is_multicast() || m.is_zero() {
+                return Err(err(
+                    s.span().start,
+                    key,
+                    format!("{m} is not a unicast MAC address"),
+                ));
+            }
+            Ok(m)
+        };
+        let mut backends: Vec<(MacAddr, u16, u16)> = Vec::new();
+        for (i, b) in raw.backend.iter().enumerate() {
+            let m = mac(&b.mac, format!("backend[{i}].mac"))?;
+            if backends.iter().any(|x| x.0 == m) {
+                return Err(err(
+                    b.mac.span().start,
+                    format!("backend[{i}].mac"),
+                    format!("back-end {m} is listed twice"),
+                ));
+            }
+            let port = internal(&b.interface, format!("backend[{i}].interface"))?;
+            if *b.weight.get_ref() == 0 {
+                return Err(err(
+                    b.weight.span().start,
+                    format!("backend[{i}].weight"),
+                    "weight 0: leave the back-end out instead".into(),
+                ));
+            }
+            backends.push((m, port, *b.weight.get_ref()));
+        }
+        let virtual_cp = match &raw.virtual_cp {
+            Some(v) => Some((
+                mac(&v.mac, "virtual_cp.mac".into())?,
+                internal(&v.interface, "virtual_cp.interface".into())?,
+            )),
+            None => None,
+        };
+        let ms = |v: &Option<Spanned<u64>>,
+                  key: &str,
+                  default: Option<u64>|
+         -> Result<Option<Duration>, ConfigError> {
+            match v {
+                Some(x) if !(10..=60_000).contains(x.get_ref()) => Err(err(
+                    x.span().start,
+                    key.into(),
+                    format!("{} is not 10 to 60000", x.get_ref()),
+                )),
+                Some(x) => Ok(Some(Duration::from_millis(*x.get_ref()))),
+                None => Ok(default.map(Duration::from_millis)),
+            }
+        };
+        let hello_interval =
+            ms(&raw.hello.interval_ms, "hello.interval_ms", Some(100))?.unwrap_or_default();
+        let hello_timeout = ms(&raw.hello.timeout_ms, "hello.timeout_ms", None)?;
+        let mut rules = default_rules();
+        for (i, r) in raw.rule.iter().enumerate() {
+            let rr = r.get_ref();
+            if rr.arp_op.is_some() && rr.ethertype != Some(wire::ethernet::ethertype::ARP) {
+                return Err(err(
+                    r.span().start,
+                    format!("rule[{i}].arp_op"),
+                    "needs ethertype = 0x0806".into(),
+                ));
+            }
+            if rr.protocol.is_some() && rr.ethertype != Some(wire::ethernet::ethertype::IPV4) {
+                return Err(err(
+                    r.span().start,
+                    format!("rule[{i}].protocol"),
+                    "needs ethertype = 0x0800".into(),
+                ));
+            }
+            if rr.port.is_some() && !matches!(rr.protocol, Some(6) | Some(17)) {
+                return Err(err(
+                    r.span().start,
+                    format!("rule[{i}].port"),
+                    "needs protocol = 6 (TCP) or 17 (UDP)".into(),
+                ));
+            }
+            // Configured rules come first among rules as specific as they are.
+            rules.insert(0, rr.clone());
+        }
+        Ok(BalancerFile {
+            path: path.into(),
+            interfaces,
+            cfg: BalancerConfig {
+                mode: raw.balance.mode,
+                hello_interval,
+                hello_timeout,
+                virtual_cp,
+                rules,
+            },
+            backends,
+        })
+    }
+}
+
+fn cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
+    let (a, l) = s
+        .split_once('/')
+        .ok_or("expected ADDRESS/LENGTH, like 10.1.0.1/24")?;
+    let addr: Ipv4Addr = a
+        .parse()
+        .map_err(|_| format!("{a:?} is not an IPv4 address"))?;
+    let len: u8 = l
+        .parse()
+        .ok()
+        .filter(|l| (1..=32).contains(l))
+        .ok_or_else(|| format!("prefix length {l:?} is not 1 to 32"))?;
+    Ok((addr, len))
+}
+
+/// Builds the LB from its configuration and its ports (one link per interface, in order).
+pub fn build(cfg: &BalancerFile, links: &[Link]) -> Result<Balancer, String> {
+    if links.len() != cfg.interfaces.len() {
+        return Err(format!(
+            "{} interfaces, {} ports",
+            cfg.interfaces.len(),
+            links.len()
+        ));
+    }
+    let ports = cfg
+        .interfaces
+        .iter()
+        .zip(links)
+        .map(|(i, l)| LbPort {
+            name: i.name.clone(),
+            mac: l.mac,
+            role: i.role,
+            vlan: i.vlan,
+            addr: i.addr,
+            prefix_len: i.prefix_len,
+            speed_mbps: l.speed_mbps,
+        })
+        .collect();
+    let now = Instant::now();
+    let mut b = Balancer::new(ports, cfg.cfg.clone(), now);
+    b.set_backends(&cfg.backends, true, now);
+    Ok(b)
+}
+
+/// The balancing table as `tessera show balance` prints it.
+pub fn table_json(b: &Balancer, now: Instant) -> Value {
+    json!({
+        "mode": b.table.mode,
+        "live": b.table.live(),
+        "virtual_cp": b.cfg.virtual_cp.map(|(m, p)| json!({"mac": m.to_string(), "interface": b.ports[p as usize].name})),
+        "entries": b.table.entries.iter().map(|e| json!({
+            "mac": e.mac.to_string(),
+            "interface": b.ports.get(e.port as usize).map(|p| p.name.as_str()).unwrap_or("?"),
+            "weight": e.weight,
+            "live": e.live,
+            "packets": e.packets,
+            "last_hello_ms": now.saturating_duration_since(e.seen).as_millis() as u64,
+            "hello_interval_ms": e.interval.map(|i| i.as_millis() as u64),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn answer(b: &mut Balancer, cmd: &str, _req: &Value) -> Value {
+    match cmd {
+        "balance" => table_json(b, Instant::now()),
+        "interfaces" => Value::Array(
+            b.ports
+                .iter()
+                .map(|p| json!({"name": p.name, "mac": p.mac.to_string(), "role": p.role, "vlan": p.vlan, "address": format!("{}/{}", p.addr, p.prefix_len)}))
+                .collect(),
+        ),
+        "rules" => serde_json::to_value(&b.cfg.rules).unwrap_or(Value::Null),
+        _ => Value::Null,
+    }
+}
+
+/// Logs what the LB noted (back-ends down and up, DIST messages refused).
+fn log_events(b: &mut Balancer) {
+    for (_, e) in b.log.drain(..) {
+        match e {
+            LogEvent::Down(m) => {
+                tracing::warn!(backend = %m, "back-end down: no hello within its timeout")
+            }
+            LogEvent::Up(m) => tracing::info!(backend = %m, "back-end up"),
+            LogEvent::Rejected { from, error } => {
+                tracing::warn!(%from, %error, "DIST message not applied")
+            }
+        }
+    }
+}
+
+/// Runs the LB over `ports` until `stop` is set.
+pub fn run<P: Port>(
+    b: Balancer,
+    ports: Vec<P>,
+    control: Option<&Path>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), String> {
+    let counters = b.counters.clone();
+    let (qtx, qrx) = mpsc::channel::<Query>();
+    let _server = match control {
+        Some(path) => {
+            let asker: Asker = Mutex::new(qtx);
+            let c = counters.clone();
+            let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| match cmd {
+                "counters" => serde_json::to_value(c.snapshot()).map_err(|e| e.to_string()),
+                "describe" => serde_json::to_value(dataplane::counters::descriptions_for(c.role))
+                    .map_err(|e| e.to_string()),
+                "balance" | "interfaces" | "rules" => ask_worker(&asker, cmd, req),
+                other => Err(format!(
+                    "unknown command {other:?}; try counters, describe, interfaces, balance, rules"
+                )),
+            });
+            Some(ctlsock::serve(path, handler).map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
+    run_element(b, ports, stop, qrx, answer, log_events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+[[interface]]
+name = "lba-ext"
+role = "external"
+address = "10.1.0.1/24"
+vlan = 10
+
+[[interface]]
+name = "lba-int"
+role = "internal"
+
+[balance]
+mode = "hash"
+
+[hello]
+interval_ms = 100
+
+[virtual_cp]
+mac = "02:00:00:00:0c:01"
+interface = "lba-int"
+
+[[backend]]
+mac = "02:00:00:00:01:01"
+interface = "lba-int"
+
+[[backend]]
+mac = "02:00:00:00:01:02"
+interface = "lba-int"
+weight = 2
+
+[[rule]]
+name = "ssh-to-cp"
+from = "external"
+ethertype = 0x0800
+protocol = 6
+port = 22
+action = "virtual-cp"
+"#;
+
+    fn parse(s: &str) -> Result<BalancerFile, ConfigError> {
+        BalancerFile::parse(Path::new("lb.toml"), s)
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        // The module documentation's example, verbatim.
+        let doc: String = include_str!("balancer.rs")
+            .lines()
+            .skip_while(|l| !l.starts_with("//! ```toml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| format!("{}\n", l.trim_start_matches("//!").trim_start_matches(' ')))
+            .collect();
+        let d = parse(&doc).unwrap();
+        assert_eq!(d.cfg.mode, Mode::Maglev);
+        assert_eq!(d.backends.len(), 1);
+        let c = parse(EXAMPLE).unwrap();
+        assert_eq!(c.interfaces[0].vlan, 10);
+        assert_eq!(c.cfg.mode, Mode::Hash);
+        assert_eq!(c.backends[1], ("02:00:00:00:01:02".parse().unwrap(), 1, 2));
+        assert_eq!(c.cfg.virtual_cp.unwrap().1, 1);
+        assert_eq!(c.cfg.rules[0].name, "ssh-to-cp");
+        let macs: Vec<Link> = (0..2)
+            .map(|i| Link::new(MacAddr([2, 0, 0, 0, 0xe, i])))
+            .collect();
+        let b = build(&c, &macs).unwrap();
+        assert_eq!(b.table.live(), 2);
+        let t = table_json(&b, Instant::now());
+        assert_eq!(t["entries"][1]["weight"], 2);
+    }
+
+    #[test]
+    fn errors_name_line_and_key() {
+        let cases = [
+            (
+                EXAMPLE.replace("vlan = 10", "vlan = 0"),
+                6,
+                "interface[0].vlan",
+                "not 1 to 4094",
+            ),
+            (
+                EXAMPLE.replace("vlan = 10\n", ""),
+                3,
+                "interface[0].vlan",
+                "needs its VLAN",
+            ),
+            (
+                EXAMPLE.replace("role = \"internal\"", "role = \"inside\""),
+                10,
+                "role",
+                "unknown variant",
+            ),
+            (
+                EXAMPLE.replace("mode = \"hash\"", "mode = \"random\""),
+                13,
+                "mode",
+                "unknown variant",
+            ),
+            (
+                EXAMPLE.replace("mac = \"02:00:00:00:01:02\"", "mac = \"02:00:00:00:01\""),
+                27,
+                "backend[1].mac",
+                "MAC address",
+            ),
+            (
+                EXAMPLE.replace("mac = \"02:00:00:00:01:02\"", "mac = \"02:00:00:00:01:01\""),
+                27,
+                "backend[1].mac",
+                "twice",
+            ),
+            (
+                EXAMPLE.replace("weight = 2", "weight = 0"),
+                29,
+                "backend[1].weight",
+                "weight 0",
+            ),
+            (
+                EXAMPLE.replace(
+                    "interface = \"lba-int\"\n\n[[backend]]",
+                    "interface = \"lba-ext\"\n\n[[backend]]",
+                ),
+                24,
+                "backend[0].interface",
+                "not an internal",
+            ),
+            (
+                EXAMPLE.replace("interval_ms = 100", "interval_ms = 1"),
+                16,
+                "hello.interval_ms",
+                "not 10 to",
+            ),
+            (
+                EXAMPLE.replace("protocol = 6\n", ""),
+                31,
+                "rule[0].port",
+                "needs protocol",
+            ),
+        ];
+        for (src, line, key, msg) in cases {
+            let e = parse(&src).unwrap_err();
+            assert_eq!((e.line, e.key.as_str()), (line, key), "{e}");
+            assert!(e.message.contains(msg), "{e}");
+        }
+        assert!(parse("")
+            .unwrap_err()
+            .message
+            .contains("at least one external"));
+    }
+}

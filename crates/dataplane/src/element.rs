@@ -1,0 +1,60 @@
+//! What a run loop needs from an element (a forwarder or an LB): a per-frame path, timers,
+//! a buffer pool and counters.
+
+use crate::buf::{Pkt, Pool, TxQueues};
+use crate::counters::Counters;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub trait Element {
+    /// Runs one received frame (`meta.rx_port` set) through the element.
+    fn process(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues);
+    /// Timers (ARP retries, hellos, timeouts).
+    fn poll(&mut self, now: Instant, tx: &mut TxQueues);
+    /// The longest the run loop may wait between [`Element::poll`] calls.
+    fn poll_interval(&self) -> Duration;
+    /// Called after every pass over the ports.
+    fn end_batch(&mut self) {}
+    fn pool(&mut self) -> &mut Pool;
+    fn counters(&self) -> &Arc<Counters>;
+}
+
+impl Element for crate::forwarder::Forwarder {
+    fn process(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
+        crate::forwarder::Forwarder::process(self, p, now, tx)
+    }
+    fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
+        crate::forwarder::Forwarder::poll(self, now, tx)
+    }
+    fn poll_interval(&self) -> Duration {
+        crate::forwarder::Forwarder::poll_interval(self)
+    }
+    fn end_batch(&mut self) {
+        crate::forwarder::Forwarder::end_batch(self)
+    }
+    fn pool(&mut self) -> &mut Pool {
+        &mut self.pool
+    }
+    fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+}
+
+impl Element for crate::balancer::Balancer {
+    fn process(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
+        crate::balancer::Balancer::process(self, p, now, tx)
+    }
+    fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
+        crate::balancer::Balancer::poll(self, now, tx)
+    }
+    fn poll_interval(&self) -> Duration {
+        // Back-end timeouts are checked this often: failover takes at most this longer.
+        Duration::from_millis(10)
+    }
+    fn pool(&mut self) -> &mut Pool {
+        &mut self.pool
+    }
+    fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+}
