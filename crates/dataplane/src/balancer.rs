@@ -396,12 +396,26 @@ impl Balancer {
         let Some(i) = self.table.pick(hash) else {
             return self.drop_pkt(p, Drop::BalanceNoBackend);
         };
+        self.complete_checksum(&mut p);
         let e = &self.table.entries[i];
         let (mac, out) = (e.mac, e.port);
         p.data[0..6].copy_from_slice(&mac.0);
         ethernet::push_vlan(&mut p.data, self.ports[port].vlan);
         self.counters.event(Event::Balanced);
         tx.push(out, p);
+    }
+
+    /// A frame whose sender left the TCP/UDP checksum to offload gets it filled in here:
+    /// past this port nobody knows it is missing.
+    #[inline]
+    fn complete_checksum(&mut self, p: &mut Pkt) {
+        if p.meta.csum_partial {
+            if let Ok(mut ip) = wire::ipv4::Packet::new_checked(&mut p.data[ETH..]) {
+                if ip.fill_transport_checksum() {
+                    self.counters.event(Event::ChecksumFilled);
+                }
+            }
+        }
     }
 
     /// External ARP: answer requests for the router's address on this port.
@@ -509,6 +523,7 @@ impl Balancer {
             return self.drop_pkt(p, Drop::VcpUnknown);
         };
         let vlan = self.ports[p.meta.rx_port as usize].vlan;
+        self.complete_checksum(&mut p);
         p.data[0..6].copy_from_slice(&mac.0);
         ethernet::push_vlan(&mut p.data, vlan);
         self.counters.event(Event::VcpRedirected);

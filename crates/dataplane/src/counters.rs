@@ -104,7 +104,7 @@ named_enum! {
     /// Things that happened that are not drops.
     Event {
         Forwarded = "ip4_forwarded" in Forwarder: "packets forwarded",
-        ChecksumFilled = "ip4_checksum_filled" in Forwarder: "TCP/UDP checksums filled in for frames whose sender left them to offload",
+        ChecksumFilled = "ip4_checksum_filled" in All: "TCP/UDP checksums filled in for frames whose sender left them to offload",
         Fragmented = "ip4_fragmented" in Forwarder: "packets fragmented",
         FragmentsMade = "ip4_fragments_made" in Forwarder: "fragments sent",
         ArpRequestsSent = "arp_requests_sent" in Forwarder: "ARP requests sent",

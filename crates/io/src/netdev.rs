@@ -84,6 +84,16 @@ pub fn mtu(name: &str) -> io::Result<usize> {
     Ok(unsafe { r.ifr_ifru.ifru_mtu } as usize)
 }
 
+/// The link speed in Mbit/s as the driver reports it (sysfs); 0 when unknown.
+pub fn speed_mbps(name: &str) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/speed"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .filter(|s| *s > 0)
+        .map(|s| s.min(u32::MAX as i64) as u32)
+        .unwrap_or(0)
+}
+
 /// Sets the interface administratively up.
 pub fn set_up(name: &str) -> io::Result<()> {
     let mut r = ifreq(name)?;

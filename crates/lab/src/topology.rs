@@ -69,12 +69,23 @@ pub struct Link {
     /// MTU of both ends (default 1500).
     #[serde(default)]
     pub mtu: Option<u32>,
+    /// MAC of end `a` (default: derived from the lab, node and interface names). Fixed MACs
+    /// let element configs name each other (an LB's back-ends, its Virtual-CP).
+    #[serde(default)]
+    pub a_mac: Option<String>,
+    #[serde(default)]
+    pub b_mac: Option<String>,
 }
 
-/// Element roles: our forwarder; the Linux kernel's forwarding with the same config;
-/// `external`, a namespace with its links and nothing else, for a router that someone else
-/// starts in it (`tessera bench forward --contender`).
-pub const ROLES: [&str; 3] = ["forwarder", "linux", "external"];
+/// Element roles: our forwarder; our LB (`balancer`); the Linux kernel's forwarding with a
+/// forwarder's config; `external`, a namespace with its links and nothing else, for a
+/// router that someone else starts in it (`tessera bench forward --contender`).
+pub const ROLES: [&str; 4] = ["forwarder", "balancer", "linux", "external"];
+
+/// Roles whose element is a `tessera` process with a control socket.
+fn runs_process(role: &str) -> bool {
+    role == "forwarder" || role == "balancer"
+}
 
 /// Where the lab records what it started.
 pub const RUN_DIR: &str = "/run/tessera";
@@ -190,12 +201,20 @@ impl Lab {
         for e in &self.topo.element {
             if !ROLES.contains(&e.role.as_str()) {
                 return Err(format!(
-                    "element {}: role {:?} is not forwarder, linux or external",
-                    e.name, e.role
+                    "element {}: role {:?} is not one of {}",
+                    e.name,
+                    e.role,
+                    ROLES.join(", ")
                 ));
             }
         }
         for (i, l) in self.topo.link.iter().enumerate() {
+            for m in [&l.a_mac, &l.b_mac].into_iter().flatten() {
+                match m.parse::<wire::MacAddr>() {
+                    Ok(x) if !x.is_multicast() && !x.is_zero() => {}
+                    _ => return Err(format!("link {i}: {m:?} is not a unicast MAC address")),
+                }
+            }
             for end in [&l.a, &l.b] {
                 let (node, ifname) = match end.split_once(':') {
                     Some((n, i)) => (n, Some(i)),
@@ -368,20 +387,10 @@ impl Lab {
                 ],
             )?;
             let mtu = l.mtu.unwrap_or(1500).to_string();
-            for (node, ifn, is_switch) in &ends {
+            for ((node, ifn, is_switch), fixed) in ends.iter().zip([&l.a_mac, &l.b_mac]) {
                 let ns = self.ns(node);
-                ip_n(
-                    &ns,
-                    &[
-                        "link",
-                        "set",
-                        ifn,
-                        "address",
-                        &self.mac(node, ifn),
-                        "mtu",
-                        &mtu,
-                    ],
-                )?;
+                let mac = fixed.clone().unwrap_or_else(|| self.mac(node, ifn));
+                ip_n(&ns, &["link", "set", ifn, "address", &mac, "mtu", &mtu])?;
                 // Wire-like links: no segmentation or receive aggregation.
                 in_ns(
                     &ns,
@@ -412,7 +421,7 @@ impl Lab {
                 "linux" => self.start_linux(e)?,
                 "external" => {}
                 _ => {
-                    let pid = self.start_forwarder(e)?;
+                    let pid = self.start_element(e)?;
                     st.pids.insert(e.name.clone(), pid);
                     self.save(&st)?;
                 }
@@ -458,7 +467,7 @@ impl Lab {
         Ok(())
     }
 
-    fn start_forwarder(&self, e: &Element) -> Result<i32, String> {
+    fn start_element(&self, e: &Element) -> Result<i32, String> {
         use std::os::unix::process::CommandExt;
         let ns = self.ns(&e.name);
         let sock = self.control_socket(&e.name);
@@ -469,7 +478,7 @@ impl Lab {
         let child = std::process::Command::new("ip")
             .args(["netns", "exec", &ns])
             .arg(&self.exe)
-            .arg("forwarder")
+            .arg(self.role(e))
             .arg("--config")
             .arg(self.config_path(e))
             .arg("--control")
@@ -558,12 +567,13 @@ impl Lab {
     /// Starts one element again.
     pub fn start(&self, node: &str) -> Result<(), String> {
         let e = self.element(node)?;
-        if self.role(e) == "linux" {
+        let role = self.role(e);
+        if !runs_process(&role) {
             return Err(format!(
-                "element {node} is the Linux kernel; it has no process to start"
+                "element {node} has role {role}; it has no process to start"
             ));
         }
-        let pid = self.start_forwarder(e)?;
+        let pid = self.start_element(e)?;
         let mut st = self.load_state();
         st.pids.insert(node.to_string(), pid);
         self.save(&st)
@@ -617,15 +627,33 @@ impl Lab {
                 let e = self.element(node)?;
                 let role = self.role(e);
                 entry["role"] = json!(role);
-                if role == "forwarder" {
-                    // The forwarder's addresses live in the element, not in the kernel.
-                    if let Ok(cfg) = control::ForwarderFile::load(&self.config_path(e)) {
-                        for i in entry["interfaces"].as_array_mut().into_iter().flatten() {
-                            if let Some(c) =
-                                cfg.interfaces.iter().find(|c| i["name"] == c.name.as_str())
-                            {
-                                i["addresses"] = json!([format!("{}/{}", c.addr, c.prefix_len)]);
+                if runs_process(&role) {
+                    // The element's addresses live in the element, not in the kernel.
+                    let mut addrs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                    if role == "forwarder" {
+                        if let Ok(cfg) = control::ForwarderFile::load(&self.config_path(e)) {
+                            for c in &cfg.interfaces {
+                                // Sub-interfaces' addresses belong to their port.
+                                let port = c.vlan.map(|(p, _)| &cfg.interfaces[p]).unwrap_or(c);
+                                addrs
+                                    .entry(port.name.clone())
+                                    .or_default()
+                                    .push(format!("{}/{}", c.addr, c.prefix_len));
                             }
+                        }
+                    } else if let Ok(cfg) =
+                        control::balancer::BalancerFile::load(&self.config_path(e))
+                    {
+                        for c in cfg.interfaces.iter().filter(|c| c.prefix_len > 0) {
+                            addrs
+                                .entry(c.name.clone())
+                                .or_default()
+                                .push(format!("{}/{}", c.addr, c.prefix_len));
+                        }
+                    }
+                    for i in entry["interfaces"].as_array_mut().into_iter().flatten() {
+                        if let Some(a) = i["name"].as_str().and_then(|n| addrs.get(n)) {
+                            i["addresses"] = json!(a);
                         }
                     }
                     entry["control"] = json!(self.control_socket(node));
@@ -689,7 +717,7 @@ b = "sw"
         assert!(
             lab(&OK.replace("role = \"forwarder\"", "role = \"router\""))
                 .unwrap_err()
-                .contains("not forwarder, linux or external")
+                .contains("is not one of forwarder, balancer")
         );
         let e = lab(&OK.replace("name = \"sw\"", "nam = \"sw\"")).unwrap_err();
         assert!(e.contains("t.toml:7: unknown field `nam`"), "{e}");

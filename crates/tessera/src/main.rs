@@ -28,6 +28,20 @@ enum Cmd {
         #[arg(long)]
         control: Option<PathBuf>,
     },
+    /// Run a layer-2 load balancer (LB) of a multistage router, in the foreground.
+    Balancer {
+        #[arg(long)]
+        config: PathBuf,
+        /// Serve counters and state on this Unix socket (JSON lines).
+        #[arg(long)]
+        control: Option<PathBuf>,
+    },
+    /// Send and receive DIST messages (the protocol between the elements of a multistage
+    /// router), for tests and operations.
+    Dist {
+        #[command(subcommand)]
+        cmd: DistCmd,
+    },
     /// Ask a running element for its state.
     Show {
         #[command(subcommand)]
@@ -143,6 +157,56 @@ enum Show {
     Routes {
         #[arg(long)]
         control: PathBuf,
+    },
+    /// An LB's balancing table: back-ends, weights, liveness, packets, last hello.
+    Balance {
+        #[arg(long)]
+        control: PathBuf,
+    },
+    /// An LB's classifier rules, most specific first.
+    Rules {
+        #[arg(long)]
+        control: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum DistCmd {
+    /// Send one DIST message, given as JSON (see docs/dist.md), out of an interface.
+    Send {
+        #[arg(long)]
+        iface: String,
+        /// The message, e.g. '{"type": "balance", "flush": true, "entries": [{"mac":
+        /// "02:00:00:00:01:01", "port": 1, "weight": 1}]}'; `-` reads it from stdin.
+        #[arg(long)]
+        json: String,
+        /// Destination MAC (default broadcast).
+        #[arg(long, default_value = "ff:ff:ff:ff:ff:ff")]
+        dst: String,
+        /// Source MAC (default the interface's).
+        #[arg(long)]
+        src: Option<String>,
+        /// Tag the frame with this VLAN id (to test that tagged DIST is refused).
+        #[arg(long)]
+        vlan: Option<u16>,
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+    },
+    /// Print the DIST messages arriving on an interface, one JSON object per line.
+    Listen {
+        #[arg(long)]
+        iface: String,
+        /// Stop after this many messages.
+        #[arg(long)]
+        count: Option<usize>,
+        /// Stop after this many seconds.
+        #[arg(long, default_value_t = 10.0)]
+        duration: f64,
+    },
+    /// Decode a DIST message given in hex (the Ethernet payload, or a whole frame).
+    Decode {
+        #[arg(long)]
+        hex: String,
     },
 }
 
@@ -328,7 +392,11 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Neighbours { control } => ask(&control, "neighbours"),
             Show::Interfaces { control } => ask(&control, "interfaces"),
             Show::Routes { control } => ask(&control, "routes"),
+            Show::Balance { control } => ask(&control, "balance"),
+            Show::Rules { control } => ask(&control, "rules"),
         },
+        Cmd::Balancer { config, control } => balancer(&config, control.as_deref()),
+        Cmd::Dist { cmd } => dist_cmd(cmd),
         Cmd::Lab { cmd } => lab_cmd(cmd),
         Cmd::Gen {
             iface,
@@ -579,16 +647,15 @@ fn forwarder(config: &Path, control: Option<&Path>) -> Result<i32> {
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
     let mut ports = Vec::new();
-    let mut macs = Vec::new();
-    let mut mtus = Vec::new();
-    for i in &cfg.interfaces {
-        io::netdev::take_over(&i.name)?;
-        macs.push(wire::MacAddr(io::netdev::mac(&i.name)?));
-        mtus.push(io::netdev::mtu(&i.name)?);
-        ports.push(io::AfPacket::open(&i.name, io::RingConfig::default())?);
+    let mut links = Vec::new();
+    // Sub-interfaces ride on their parent's port.
+    for i in cfg.interfaces.iter().filter(|i| i.vlan.is_none()) {
+        let (port, link) = open_port(&i.name)?;
+        ports.push(port);
+        links.push(link);
     }
     let t = std::time::Instant::now();
-    let mut f = control::run::build(&cfg, &macs, &mtus).map_err(anyhow::Error::msg)?;
+    let mut f = control::run::build(&cfg, &links).map_err(anyhow::Error::msg)?;
     tracing::info!(
         interfaces = %ports.iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
         routes = f.route_count(),
@@ -607,8 +674,48 @@ fn forwarder(config: &Path, control: Option<&Path>) -> Result<i32> {
     Ok(0)
 }
 
-fn inject(iface: &str, hex: &str, count: usize) -> Result<i32> {
-    use dataplane::port::Port;
+/// Takes an interface from the kernel's IP stack and opens its AF_PACKET port.
+fn open_port(name: &str) -> Result<(io::AfPacket, control::run::Link)> {
+    io::netdev::take_over(name)?;
+    let link = control::run::Link {
+        mac: wire::MacAddr(io::netdev::mac(name)?),
+        mtu: io::netdev::mtu(name)?,
+        speed_mbps: io::netdev::speed_mbps(name),
+    };
+    Ok((io::AfPacket::open(name, io::RingConfig::default())?, link))
+}
+
+fn balancer(config: &Path, control: Option<&Path>) -> Result<i32> {
+    let cfg = control::balancer::BalancerFile::load(config)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let mut ports = Vec::new();
+    let mut links = Vec::new();
+    for i in &cfg.interfaces {
+        let (port, link) = open_port(&i.name)?;
+        ports.push(port);
+        links.push(link);
+    }
+    let b = control::balancer::build(&cfg, &links).map_err(anyhow::Error::msg)?;
+    tracing::info!(
+        interfaces = %cfg.interfaces.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(","),
+        backends = b.table.entries.len(),
+        mode = ?b.table.mode,
+        "balancer running"
+    );
+    let counters = b.counters.clone();
+    control::balancer::run(b, ports, control, stop).map_err(anyhow::Error::msg)?;
+    let s = counters.snapshot();
+    tracing::info!(
+        balanced = s.events["balance_packets"],
+        dropped = s.drops.values().sum::<u64>(),
+        "balancer stopped"
+    );
+    Ok(0)
+}
+
+fn parse_hex(hex: &str) -> Result<Vec<u8>> {
     let digits: String = hex
         .chars()
         .filter(|c| !c.is_whitespace() && *c != ':')
@@ -616,11 +723,138 @@ fn inject(iface: &str, hex: &str, count: usize) -> Result<i32> {
     if digits.len() % 2 != 0 {
         bail!("--hex: odd number of hex digits");
     }
-    let frame: Vec<u8> = (0..digits.len())
+    (0..digits.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&digits[i..i + 2], 16))
         .collect::<Result<_, _>>()
-        .context("--hex: not hex")?;
+        .context("--hex: not hex")
+}
+
+fn dist_cmd(cmd: DistCmd) -> Result<i32> {
+    use dataplane::port::Port;
+    use wire::dist;
+    match cmd {
+        DistCmd::Send {
+            iface,
+            json,
+            dst,
+            src,
+            vlan,
+            count,
+        } => {
+            let text = if json == "-" {
+                std::io::read_to_string(std::io::stdin())?
+            } else {
+                json
+            };
+            let msg: dist::Repr = serde_json::from_str(&text).with_context(|| {
+                format!("--json: not a DIST message (see docs/dist.md): {text}")
+            })?;
+            msg.validate().map_err(|e| anyhow::anyhow!("--json: {e}"))?;
+            let dst: wire::MacAddr = dst
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--dst {dst:?}: {e}"))?;
+            let src = match src {
+                Some(s) => s.parse().map_err(|e| anyhow::anyhow!("--src {s:?}: {e}"))?,
+                None => wire::MacAddr(io::netdev::mac(&iface)?),
+            };
+            let mut frame = msg.to_frame(src, dst).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if let Some(v) = vlan {
+                if !(1..=4094).contains(&v) {
+                    bail!("--vlan {v}: not 1 to 4094");
+                }
+                wire::ethernet::push_vlan(&mut frame, v);
+            }
+            let mut port = io::AfPacket::open(
+                &iface,
+                io::RingConfig {
+                    rx_blocks: 1,
+                    ..Default::default()
+                },
+            )?;
+            let mut pool = dataplane::Pool::new();
+            let mut q: Vec<dataplane::Pkt> = (0..count)
+                .map(|_| dataplane::Pkt::from_bytes(&frame))
+                .collect();
+            let r = port.send(&mut q, &mut pool)?;
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            print(
+                &serde_json::json!({"sent": r.sent, "ring_full": r.ring_full, "bytes": frame.len()}),
+            )
+        }
+        DistCmd::Listen {
+            iface,
+            count,
+            duration,
+        } => {
+            let stop = Arc::new(AtomicBool::new(false));
+            signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+            signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+            let mut port = io::AfPacket::open(
+                &iface,
+                io::RingConfig {
+                    rx_blocks: 4,
+                    ..Default::default()
+                },
+            )?;
+            let mut pool = dataplane::Pool::new();
+            let mut batch = Vec::new();
+            let end =
+                std::time::Instant::now() + std::time::Duration::from_secs_f64(duration.max(0.0));
+            let mut seen = 0;
+            eprintln!("dist: listening on {iface}");
+            while std::time::Instant::now() < end
+                && !stop.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                let mut over = 0;
+                port.recv(&mut pool, &mut batch, 64, &mut over)?;
+                for p in batch.drain(..) {
+                    let Ok(f) = wire::ethernet::Frame::new_checked(&p.data[..]) else {
+                        continue;
+                    };
+                    if f.ethertype() != dist::ETHERTYPE {
+                        continue;
+                    }
+                    let mut v = match dist::Repr::parse(f.payload()) {
+                        Ok(r) => serde_json::to_value(&r)?,
+                        Err(e) => serde_json::json!({"error": e.to_string()}),
+                    };
+                    v["src"] = serde_json::json!(f.src().to_string());
+                    v["dst"] = serde_json::json!(f.dst().to_string());
+                    if let Some(vid) = f.vlan() {
+                        v["vlan"] = serde_json::json!(vid);
+                    }
+                    println!("{v}");
+                    seen += 1;
+                    pool.put(p);
+                }
+                if count.is_some_and(|c| seen >= c) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Ok(if count.is_some_and(|c| seen < c) {
+                1
+            } else {
+                0
+            })
+        }
+        DistCmd::Decode { hex } => {
+            let b = parse_hex(&hex)?;
+            // A whole frame if it carries the DIST EtherType, else the payload.
+            let payload = match wire::ethernet::Frame::new_checked(&b[..]) {
+                Ok(f) if f.ethertype() == dist::ETHERTYPE => f.payload().to_vec(),
+                _ => b.clone(),
+            };
+            let r = dist::Repr::parse(&payload).map_err(|e| anyhow::anyhow!("{e}"))?;
+            print(&serde_json::to_value(&r)?)
+        }
+    }
+}
+
+fn inject(iface: &str, hex: &str, count: usize) -> Result<i32> {
+    use dataplane::port::Port;
+    let frame = parse_hex(hex)?;
     if frame.len() < 14 {
         bail!("--hex: a frame needs at least the 14-byte Ethernet header");
     }
