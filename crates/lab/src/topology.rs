@@ -416,7 +416,11 @@ impl Lab {
                 ip_n(&ns, &args)?;
             }
         }
-        for e in &self.topo.element {
+        self.wait_links_up(Duration::from_secs(5))?;
+        // LBs last: their back-ends are running (and saying hello) when they start.
+        let mut order: Vec<&Element> = self.topo.element.iter().collect();
+        order.sort_by_key(|e| self.role(e) == "balancer");
+        for e in order {
             match self.role(e).as_str() {
                 "linux" => self.start_linux(e)?,
                 "external" => {}
@@ -428,6 +432,39 @@ impl Lab {
             }
         }
         Ok(())
+    }
+
+    /// Waits until every link of the lab is operationally up. The kernel activates a
+    /// device's transmit queue (and sets its operstate) from a deferred work item up to a
+    /// second after the carrier comes up; frames sent before that are dropped, so the
+    /// first packets of a test would be lost.
+    fn wait_links_up(&self, limit: Duration) -> Result<(), String> {
+        let t = Instant::now();
+        loop {
+            let mut down = Vec::new();
+            for (node, _) in self.nodes() {
+                let ns = self.ns(node);
+                let out = ip_n(&ns, &["-j", "link", "show"])?;
+                let v: Value =
+                    serde_json::from_str(&out).map_err(|e| format!("ip -j link: {e}"))?;
+                for i in v.as_array().into_iter().flatten() {
+                    let name = i["ifname"].as_str().unwrap_or("");
+                    if name != "lo" && name != "br0" && i["operstate"] != "UP" {
+                        down.push(format!("{node}:{name}"));
+                    }
+                }
+            }
+            if down.is_empty() {
+                return Ok(());
+            }
+            if t.elapsed() > limit {
+                return Err(format!(
+                    "links still down after {limit:?}: {}",
+                    down.join(", ")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn start_linux(&self, e: &Element) -> Result<(), String> {

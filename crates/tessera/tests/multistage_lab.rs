@@ -1,0 +1,461 @@
+//! The multistage router of labs/multistage.toml (two LBs, three back-ends, a bridge) with
+//! real hosts: one router from outside, DIST, the Virtual-CP, weights and failover.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use wire::ethernet::{self, ethertype};
+use wire::ipv4;
+
+const LAB: &str = "labs/multistage.toml";
+const BACKENDS: [&str; 3] = [
+    "02:00:00:00:01:01",
+    "02:00:00:00:01:02",
+    "02:00:00:00:01:03",
+];
+
+fn lab() -> TestLab {
+    TestLab::up(repo_path(LAB), &[])
+}
+
+fn ask(lab: &TestLab, element: &str, what: &str) -> Value {
+    let o = std::process::Command::new(exe())
+        .args(["show", what, "--control"])
+        .arg(lab.control(element))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// An IPv4 frame from a1 to the LB with `proto` and `payload`.
+fn ip_frame(dst_mac: &str, src_mac: &str, dst: &str, proto: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0u8; 14 + 20 + payload.len()];
+    ethernet::Repr {
+        dst: dst_mac.parse().unwrap(),
+        src: src_mac.parse().unwrap(),
+        vlan: None,
+        ethertype: ethertype::IPV4,
+    }
+    .emit(&mut f)
+    .unwrap();
+    ipv4::Repr {
+        src: "10.1.0.10".parse().unwrap(),
+        dst: dst.parse().unwrap(),
+        protocol: proto,
+        ttl: 1,
+        tos: 0xc0,
+        ident: 1,
+        dont_frag: false,
+        more_frags: false,
+        frag_offset: 0,
+        payload_len: payload.len(),
+    }
+    .emit(&mut f[14..])
+    .unwrap();
+    f[34..].copy_from_slice(payload);
+    f
+}
+
+fn dist_send(lab: &TestLab, node: &str, msg: &Value) -> Value {
+    let out = lab.sh(
+        node,
+        &[
+            exe(),
+            "dist",
+            "send",
+            "--iface",
+            "eth0",
+            "--json",
+            &msg.to_string(),
+        ],
+    );
+    serde_json::from_str(&out).unwrap()
+}
+
+#[test]
+fn hosts_see_one_router() {
+    let lab = lab();
+    let lba_ext = lab.mac("lba", "lba-ext");
+    // Ping through: one TTL decrement over LB, back-end, LB.
+    let out = lab.sh(
+        "a1",
+        &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.2.0.10"],
+    );
+    assert!(
+        out.contains("3 received") && out.contains("ttl=63"),
+        "{out}"
+    );
+    // The router's address answers ARP with the LB's MAC, and answers ping.
+    let neigh = lab.sh("a1", &["ip", "neigh", "show", "10.1.0.1"]);
+    assert!(neigh.contains(&lba_ext), "{neigh}");
+    let out = lab.sh(
+        "b1",
+        &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.2.0.1"],
+    );
+    assert!(out.contains("2 received"), "{out}");
+    // One hop: TTL 1 expires at the router, reported from its address on network A.
+    let o = lab.exec(
+        "a1",
+        &["ping", "-c", "1", "-t", "1", "-W", "2", "10.2.0.10"],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("From 10.1.0.1") && out.contains("Time to live exceeded"),
+        "{out}"
+    );
+    // TCP.
+    lab.sh("b1", &["iperf3", "-s", "-D", "-1"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = lab.sh(
+        "a1",
+        &["iperf3", "-c", "10.2.0.10", "-t", "2", "-P", "2", "-J"],
+    );
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let bps = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap();
+    eprintln!(
+        "TCP a1 -> b1 through the multistage router: {:.3} Gbit/s",
+        bps / 1e9
+    );
+    assert!(bps > 1e6, "{bps}");
+    let c = lab.counters("lba");
+    assert!(event_count(&c, "ext_arp_replies_sent") >= 1);
+    assert!(event_count(&c, "balance_packets") > 1000);
+    assert!(
+        event_count(&c, "ip4_checksum_filled") > 1000,
+        "TCP offload-partial checksums completed"
+    );
+    let forwarded: Vec<u64> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|r| event_count(&lab.counters(r), "ip4_forwarded"))
+        .collect();
+    eprintln!("forwarded by r1, r2, r3: {forwarded:?}");
+    assert!(
+        forwarded.iter().filter(|&&f| f > 0).count() >= 2,
+        "{forwarded:?}"
+    );
+
+    // A spoofed DIST message from outside is dropped and counted; the table stays.
+    let before = drop_count(&lab.counters("lba"), "dist_not_internal");
+    dist_send(
+        &lab,
+        "a1",
+        &json!({"type": "balance", "flush": true, "entries": []}),
+    );
+    dist_send(
+        &lab,
+        "a1",
+        &json!({"type": "virtual-cp", "mac": "02:00:00:00:66:66", "port": 1}),
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        drop_count(&lab.counters("lba"), "dist_not_internal"),
+        before + 2
+    );
+    let t = ask(&lab, "lba", "balance");
+    assert_eq!(t["entries"].as_array().unwrap().len(), 3, "{t}");
+    assert_eq!(t["virtual_cp"]["mac"], "02:00:00:00:0c:01");
+    let out = lab.sh("a1", &["ping", "-c", "1", "-W", "2", "10.2.0.10"]);
+    assert!(out.contains("1 received"), "{out}");
+
+    // Routing-protocol packets reach the Virtual-CP's host: OSPF to 224.0.0.5 and BGP to
+    // the router's address, tagged with network A's VLAN.
+    let a1 = lab.mac("a1", "eth0");
+    let ospf = ip_frame(
+        "01:00:5e:00:00:05",
+        &a1,
+        "224.0.0.5",
+        89,
+        &[2, 1, 0, 44, 0, 0, 0, 0],
+    );
+    let mut syn = [0u8; 20];
+    syn[0..2].copy_from_slice(&40000u16.to_be_bytes());
+    syn[2..4].copy_from_slice(&179u16.to_be_bytes());
+    syn[12] = 5 << 4;
+    syn[13] = 0x02;
+    let bgp = ip_frame(&lba_ext, &a1, "10.1.0.1", 6, &syn);
+    let ns = format!("ts-{}-vcp", lab.name);
+    let cap = std::process::Command::new("timeout")
+        .args([
+            "5",
+            "ip",
+            "netns",
+            "exec",
+            &ns,
+            "tcpdump",
+            "-c",
+            "2",
+            "-eni",
+            "eth0",
+            "vlan 10 and (ip proto 89 or tcp port 179)",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    for f in [&ospf, &bgp] {
+        lab.sh(
+            "a1",
+            &[exe(), "inject", "--iface", "eth0", "--hex", &hex(f)],
+        );
+    }
+    let cap = cap.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&cap.stdout);
+    assert!(
+        text.contains("OSPF") || text.contains("proto OSPF") || text.contains("224.0.0.5"),
+        "{text}"
+    );
+    assert!(text.contains("10.1.0.1.179"), "{text}");
+    assert!(
+        text.lines().all(|l| l.contains("> 02:00:00:00:0c:01")),
+        "to the Virtual-CP's MAC: {text}"
+    );
+    assert_eq!(event_count(&lab.counters("lba"), "vcp_redirected"), 2);
+
+    // Every element says hello on the interconnection.
+    let out = lab.sh(
+        "vcp",
+        &[
+            exe(),
+            "dist",
+            "listen",
+            "--iface",
+            "eth0",
+            "--count",
+            "20",
+            "--duration",
+            "5",
+        ],
+    );
+    let hellos: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (kind, src) in [
+        ("balancer", "02:00:00:00:0a:01"),
+        ("balancer", "02:00:00:00:0b:01"),
+        ("forwarder", BACKENDS[0]),
+    ] {
+        assert!(
+            hellos
+                .iter()
+                .any(|h| h["type"] == "hello" && h["element"] == kind && h["src"] == src),
+            "no hello from {kind} {src}: {out}"
+        );
+    }
+}
+
+/// Runs `tessera sink` in b1 while `gen` runs in a1; returns (gen, sink) summaries.
+fn traffic(
+    lab: &TestLab,
+    gen_args: &[&str],
+    sink_secs: f64,
+    during: impl FnOnce(),
+) -> (Value, Value) {
+    let ns = format!("ts-{}-b1", lab.name);
+    let secs = sink_secs.to_string();
+    let sink = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns,
+            exe(),
+            "sink",
+            "--iface",
+            "eth0",
+            "--duration",
+            &secs,
+            "--drop",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let lba_ext = lab.mac("lba", "lba-ext");
+    let ns_a = format!("ts-{}-a1", lab.name);
+    let mut args = vec![
+        "netns",
+        "exec",
+        &ns_a,
+        exe(),
+        "gen",
+        "--iface",
+        "eth0",
+        "--dst-mac",
+        &lba_ext,
+        "--src",
+        "10.1.0.10",
+        "--dst",
+        "10.2.0.10",
+        "--json",
+    ];
+    args.extend_from_slice(gen_args);
+    let gen = std::process::Command::new("ip")
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    during();
+    let g = gen.wait_with_output().unwrap();
+    assert!(
+        g.status.success(),
+        "gen: {}",
+        String::from_utf8_lossy(&g.stderr)
+    );
+    let s = sink.wait_with_output().unwrap();
+    assert!(
+        s.status.success(),
+        "sink: {}",
+        String::from_utf8_lossy(&s.stderr)
+    );
+    (
+        serde_json::from_slice(&g.stdout).unwrap(),
+        serde_json::from_slice(&s.stdout).unwrap(),
+    )
+}
+
+fn packets_per_backend(t: &Value) -> Vec<u64> {
+    BACKENDS
+        .iter()
+        .map(|m| {
+            t["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["mac"] == *m)
+                .map(|e| e["packets"].as_u64().unwrap())
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+#[test]
+fn weights_and_failover() {
+    let lab = lab();
+    // Resolve b1 first, so no test packet waits for ARP.
+    lab.sh(
+        "a1",
+        &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.2.0.10"],
+    );
+    // Weights 1:2:1, sent from inside (the Virtual-CP's host) to both LBs.
+    let entries: Vec<Value> = BACKENDS
+        .iter()
+        .zip([1, 2, 1])
+        .map(|(m, w)| json!({"mac": m, "port": 1, "weight": w}))
+        .collect();
+    dist_send(
+        &lab,
+        "vcp",
+        &json!({"type": "balance", "flush": true, "entries": entries}),
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = packets_per_backend(&ask(&lab, "lba", "balance"));
+    // 60,000 flows, two packets each.
+    let (g, s) = traffic(
+        &lab,
+        &["--flows", "60000", "--rate", "40kpps", "--count", "120000"],
+        5.5,
+        || {},
+    );
+    let t1 = packets_per_backend(&ask(&lab, "lba", "balance"));
+    let d: Vec<u64> = t1.iter().zip(&t0).map(|(a, b)| a - b).collect();
+    let total: u64 = d.iter().sum();
+    let shares: Vec<f64> = d.iter().map(|x| *x as f64 / total as f64).collect();
+    eprintln!(
+        "weights 1:2:1: packets {d:?}, shares {shares:?}; sink received {} of {}, reordered {}",
+        s["received"], g["sent"], s["reordered"]
+    );
+    assert!(total >= 120_000, "{d:?}");
+    for (got, want) in shares.iter().zip([0.25, 0.5, 0.25]) {
+        assert!(
+            (got - want).abs() < 0.01,
+            "shares {shares:?}, want 25/50/25 within 1%"
+        );
+    }
+    assert_eq!(s["reordered"], 0, "hashing never reorders a flow");
+
+    // Failover: r2 (half the flows) stops one second into a 3-second run.
+    let rate = 30_000.0;
+    let flows = 60.0;
+    let stopped = std::cell::Cell::new(None);
+    let (g, s) = traffic(
+        &lab,
+        &["--flows", "60", "--rate", "30kpps", "--duration", "3"],
+        4.5,
+        || {
+            std::thread::sleep(Duration::from_millis(1000));
+            let t = Instant::now();
+            let o = lab.tessera(&[
+                "lab",
+                "stop",
+                &repo_path(LAB).to_string_lossy(),
+                "r2",
+                "--name",
+                &lab.name,
+            ]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            stopped.set(Some(t.elapsed()));
+        },
+    );
+    let lost: Vec<u64> = s["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["lost"].as_u64().unwrap())
+        .filter(|&l| l > 0)
+        .collect();
+    let per_flow_ms = 1000.0 * flows / rate;
+    let worst = lost.iter().max().copied().unwrap_or(0) as f64 * per_flow_ms;
+    let mean = lost.iter().sum::<u64>() as f64 / lost.len().max(1) as f64 * per_flow_ms;
+    eprintln!(
+        "failover: {} of {} flows lost packets ({} packets of {} sent); outage per flow: mean {mean:.0} ms, worst {worst:.0} ms (hello interval 100 ms); lab stop took {:?}",
+        lost.len(), flows, s["lost"], g["sent"], stopped.get().unwrap()
+    );
+    assert!(
+        !lost.is_empty(),
+        "stopping r2 lost nothing: was it carrying traffic?"
+    );
+    assert!(
+        worst <= 300.0,
+        "traffic moved after {worst} ms, more than three hello intervals"
+    );
+    let c = lab.counters("lba");
+    assert_eq!(
+        event_count(&c, "balance_backend_down") - event_count(&c, "balance_backend_up"),
+        1
+    );
+    let t = ask(&lab, "lba", "balance");
+    assert_eq!(t["live"], 2, "{t}");
+    // r2 returns with its hellos.
+    let o = lab.tessera(&[
+        "lab",
+        "start",
+        &repo_path(LAB).to_string_lossy(),
+        "r2",
+        "--name",
+        &lab.name,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let until = Instant::now() + Duration::from_secs(3);
+    while ask(&lab, "lba", "balance")["live"] != 3 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(ask(&lab, "lba", "balance")["live"], 3);
+    let out = lab.sh(
+        "a1",
+        &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.2.0.10"],
+    );
+    assert!(out.contains("2 received"), "{out}");
+}
