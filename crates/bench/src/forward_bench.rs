@@ -83,12 +83,12 @@ impl Flows {
 
 /// One measurement: what was offered and what came out.
 #[derive(Debug, Clone, Default)]
-struct Point {
-    offered_pps: f64,
-    forwarded_pps: f64,
-    sent: u64,
-    received: u64,
-    lost: u64,
+pub(crate) struct Point {
+    pub offered_pps: f64,
+    pub forwarded_pps: f64,
+    pub sent: u64,
+    pub received: u64,
+    pub lost: u64,
 }
 
 struct Bench<'a> {
@@ -121,19 +121,7 @@ impl Bench<'_> {
     }
 
     fn mac(&self, node: &str, ifname: &str) -> Result<String, String> {
-        let v = self.lab.show()?;
-        v["nodes"]
-            .as_array()
-            .and_then(|n| n.iter().find(|n| n["name"] == node))
-            .and_then(|n| {
-                n["interfaces"]
-                    .as_array()?
-                    .iter()
-                    .find(|i| i["name"] == ifname)?["mac"]
-                    .as_str()
-                    .map(str::to_string)
-            })
-            .ok_or_else(|| format!("no interface {node}:{ifname}"))
+        lab_mac(&self.lab, node, ifname)
     }
 
     /// Runs sinks and generators for one point. `gens` are (source node, dst args, rate).
@@ -143,86 +131,122 @@ impl Bench<'_> {
         gens: &[(&str, Vec<String>, String)],
         sinks: &[&str],
     ) -> Result<Point, String> {
-        let secs = self.opts.seconds;
-        let exe = self.opts.exe.to_string_lossy().to_string();
-        let sink_secs = format!("{}", secs + 1.0);
-        let mut sink_procs = Vec::new();
-        for s in sinks {
-            let ns = self.lab.ns(s);
-            let c = Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &ns,
-                    &exe,
-                    "sink",
-                    "--iface",
-                    "eth0",
-                    "--duration",
-                    &sink_secs,
-                    "--drop",
-                    "--json",
-                ])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| e.to_string())?;
-            sink_procs.push(c);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(400));
-        let mut gen_procs = Vec::new();
-        for (node, dst, rate) in gens {
-            let ns = self.lab.ns(node);
-            let mut args: Vec<String> = vec![
-                "netns".into(),
-                "exec".into(),
-                ns,
-                exe.clone(),
-                "gen".into(),
-                "--iface".into(),
-                "eth0".into(),
-            ];
-            args.extend(dst.iter().cloned());
-            args.extend([
-                "--size".into(),
-                size.to_string(),
-                "--rate".into(),
-                rate.clone(),
-                "--duration".into(),
-                secs.to_string(),
-                "--json".into(),
-            ]);
-            gen_procs.push(
-                Command::new("ip")
-                    .args(&args)
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .map_err(|e| e.to_string())?,
-            );
-        }
-        let mut p = Point::default();
-        for g in gen_procs {
-            let o = g.wait_with_output().map_err(|e| e.to_string())?;
-            let v: Value = serde_json::from_slice(&o.stdout)
-                .map_err(|e| format!("gen: {e}: {}", String::from_utf8_lossy(&o.stderr)))?;
-            p.offered_pps += v["achieved_pps"].as_f64().unwrap_or(0.0);
-            p.sent += v["sent"].as_u64().unwrap_or(0);
-        }
-        for s in sink_procs {
-            let o = s.wait_with_output().map_err(|e| e.to_string())?;
-            let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("sink: {e}"))?;
-            p.received += v["received"].as_u64().unwrap_or(0);
-        }
-        p.lost = p.sent.saturating_sub(p.received);
-        // Forwarded rate: the offered rate scaled by the share that arrived.
-        p.forwarded_pps = if p.sent > 0 {
-            p.offered_pps * p.received as f64 / p.sent as f64
-        } else {
-            0.0
-        };
-        Ok(p)
+        lab_point(
+            &self.lab,
+            &self.opts.exe,
+            self.opts.seconds,
+            size,
+            gens,
+            sinks,
+        )
     }
+}
+
+/// The MAC of a lab interface.
+pub(crate) fn lab_mac(lab: &lab::Lab, node: &str, ifname: &str) -> Result<String, String> {
+    let v = lab.show()?;
+    v["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["name"] == node))
+        .and_then(|n| {
+            n["interfaces"]
+                .as_array()?
+                .iter()
+                .find(|i| i["name"] == ifname)?["mac"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .ok_or_else(|| format!("no interface {node}:{ifname}"))
+}
+
+/// One measurement point in a lab: sinks (on `eth0` of each node of `sinks`) and
+/// generators (`gens`: source node, destination arguments, rate) for `secs` seconds.
+pub(crate) fn lab_point(
+    lab: &lab::Lab,
+    exe: &Path,
+    secs: f64,
+    size: usize,
+    gens: &[(&str, Vec<String>, String)],
+    sinks: &[&str],
+) -> Result<Point, String> {
+    let exe = exe.to_string_lossy().to_string();
+    let sink_secs = format!("{}", secs + 1.0);
+    let mut sink_procs = Vec::new();
+    for s in sinks {
+        let ns = lab.ns(s);
+        let c = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                &exe,
+                "sink",
+                "--iface",
+                "eth0",
+                "--duration",
+                &sink_secs,
+                "--drop",
+                "--json",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        sink_procs.push(c);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let mut gen_procs = Vec::new();
+    for (node, dst, rate) in gens {
+        let ns = lab.ns(node);
+        let mut args: Vec<String> = vec![
+            "netns".into(),
+            "exec".into(),
+            ns,
+            exe.clone(),
+            "gen".into(),
+            "--iface".into(),
+            "eth0".into(),
+        ];
+        args.extend(dst.iter().cloned());
+        args.extend([
+            "--size".into(),
+            size.to_string(),
+            "--rate".into(),
+            rate.clone(),
+            "--duration".into(),
+            secs.to_string(),
+            "--json".into(),
+        ]);
+        gen_procs.push(
+            Command::new("ip")
+                .args(&args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let mut p = Point::default();
+    for g in gen_procs {
+        let o = g.wait_with_output().map_err(|e| e.to_string())?;
+        let v: Value = serde_json::from_slice(&o.stdout)
+            .map_err(|e| format!("gen: {e}: {}", String::from_utf8_lossy(&o.stderr)))?;
+        p.offered_pps += v["achieved_pps"].as_f64().unwrap_or(0.0);
+        p.sent += v["sent"].as_u64().unwrap_or(0);
+    }
+    for s in sink_procs {
+        let o = s.wait_with_output().map_err(|e| e.to_string())?;
+        let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("sink: {e}"))?;
+        p.received += v["received"].as_u64().unwrap_or(0);
+    }
+    p.lost = p.sent.saturating_sub(p.received);
+    // Forwarded rate: the offered rate scaled by the share that arrived.
+    p.forwarded_pps = if p.sent > 0 {
+        p.offered_pps * p.received as f64 / p.sent as f64
+    } else {
+        0.0
+    };
+    Ok(p)
 }
 
 const SOURCES: [(&str, &str, &str, &str, &str); 2] = [

@@ -21,7 +21,7 @@ const IN_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 const BATCH: usize = 256;
 pub const FRAME_LEN: usize = 60;
 
-fn frame(dst: Ipv4Addr, sport: u16) -> Vec<u8> {
+pub(crate) fn frame(dst: Ipv4Addr, sport: u16) -> Vec<u8> {
     let payload = [0u8; FRAME_LEN - 14 - 28];
     wire::frame::UdpFrame {
         eth_dst: IN_MAC,
@@ -35,7 +35,7 @@ fn frame(dst: Ipv4Addr, sport: u16) -> Vec<u8> {
 }
 
 /// Packets per second of the forwarder over `table` for `frames`, measured for `time`.
-fn measure(table: &Table, frames: &[Vec<u8>], time: Duration) -> (f64, u64) {
+pub(crate) fn measure(table: &Table, frames: &[Vec<u8>], time: Duration) -> (f64, u64) {
     let now = Instant::now();
     let ifaces = vec![
         Iface::new("in", IN_MAC, [10, 1, 0, 1].into(), 24),

@@ -269,6 +269,17 @@ enum Bench {
         #[arg(long)]
         replot: bool,
     },
+    /// The LB's packets per second per core beside the forwarder's: over in-memory ports
+    /// (64-byte frames, every balancing mode, one and 65,536 flows) and through the lab
+    /// (labs/multistage.toml against labs/single-router.toml).
+    Balancer {
+        /// Seconds per point.
+        #[arg(long, default_value_t = 1.0)]
+        seconds: f64,
+        /// In-memory only: no lab.
+        #[arg(long)]
+        no_lab: bool,
+    },
     /// The forwarder's per-packet path over in-memory ports: 64-byte frames, tables of 10 to
     /// 167,000 prefixes (and --table, the full real one), one, two and many flows.
     Pipeline {
@@ -544,6 +555,22 @@ fn run(cli: Cli) -> Result<i32> {
                     contenders,
                 };
                 let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
+                print(&v)
+            }
+            Bench::Balancer { seconds, no_lab } => {
+                let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+                let secs = seconds.clamp(0.05, 60.0);
+                let opts = bench::balancer_bench::LabOpts {
+                    repo: bench::balancer_bench::repo_root(&exe),
+                    exe,
+                    seconds: secs,
+                };
+                let v = bench::balancer_bench::run(
+                    std::time::Duration::from_secs_f64(secs),
+                    (!no_lab).then_some(&opts),
+                    &mut |s| eprintln!("bench balancer: {s}"),
+                )
+                .map_err(anyhow::Error::msg)?;
                 print(&v)
             }
             Bench::Pipeline {

@@ -55,3 +55,28 @@ fn mrt_corpus() {
         control::fuzzing::mrt(&d);
     }
 }
+
+#[test]
+fn dist_corpus() {
+    let mut parsed = 0;
+    for d in corpus("dist") {
+        wire::fuzzing::parse_dist(&d);
+        parsed += wire::dist::Repr::parse(&d).is_ok() as usize;
+    }
+    assert!(
+        parsed >= 4,
+        "the seeds include one valid message of each type"
+    );
+}
+
+#[test]
+fn balance_corpus() {
+    let (mut b, now) = dataplane::fuzzing::balancer();
+    for d in corpus("balance") {
+        dataplane::fuzzing::balance(&mut b, now, &d);
+    }
+    assert!(
+        b.counters.events(dataplane::Event::Balanced) > 0,
+        "the seeds include balanced frames"
+    );
+}

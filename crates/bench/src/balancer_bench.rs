@@ -1,0 +1,259 @@
+//! `tessera bench balancer`: the LB's packets per second per core, beside the forwarder's,
+//! measured in one run.
+//!
+//! In memory (no system calls, one thread): 64-byte frames through the LB's whole path,
+//! copy into a buffer included, from outside to the back-ends (classify, flow hash, table,
+//! MAC rewrite, 802.1Q tag) for each balancing mode with one flow and 65,536 flows, and
+//! from the back-ends to outside (untag, MAC rewrite); and the forwarder's path on the same
+//! frames with a 10-route table. Through the lab: the same generator at its highest rate
+//! through labs/multistage.toml (LB, back-end, LB) and through labs/single-router.toml (our
+//! forwarder alone); the generator's own ceiling is reported with them.
+
+use crate::forward_bench::{lab_mac, lab_point};
+use crate::pipeline_bench::{frame, measure};
+use dataplane::balancer::{Balancer, BalancerConfig, LbPort, Mode};
+use dataplane::{Event, TxQueues};
+use serde_json::{json, Value};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use wire::dist::PortRole;
+use wire::MacAddr;
+
+const BATCH: usize = 256;
+
+fn lb(mode: Mode) -> Balancer {
+    let now = Instant::now();
+    let port = |name: &str, i, role, vlan, addr: [u8; 4], prefix_len| LbPort {
+        name: name.into(),
+        mac: MacAddr([2, 0, 0, 0, 0, i]),
+        role,
+        vlan,
+        addr: addr.into(),
+        prefix_len,
+        speed_mbps: 0,
+    };
+    let ports = vec![
+        port("ext", 1, PortRole::External, 10, [10, 1, 0, 1], 24),
+        port("int", 2, PortRole::Internal, 0, [0; 4], 0),
+    ];
+    let cfg = BalancerConfig {
+        mode,
+        ..Default::default()
+    };
+    let mut b = Balancer::new(ports, cfg, now);
+    let be = |i| MacAddr([2, 0, 0, 0, 0xbe, i]);
+    b.set_backends(&[(be(1), 1, 1), (be(2), 1, 1), (be(3), 1, 1)], false, now);
+    b
+}
+
+/// Packets per second of the LB on `frames` arriving on `port`, for `time`.
+fn measure_lb(mode: Mode, frames: &[Vec<u8>], port: u16, time: Duration) -> (f64, u64) {
+    let mut b = lb(mode);
+    let now = Instant::now();
+    let mut tx = TxQueues::new(2);
+    let mut i = 0;
+    let mut run = |b: &mut Balancer, n: usize| {
+        for _ in 0..n {
+            for _ in 0..BATCH {
+                let mut p = b.pool.get();
+                p.data.extend_from_slice(&frames[i]);
+                p.meta.rx_port = port;
+                i = if i + 1 == frames.len() { 0 } else { i + 1 };
+                b.process(p, now, &mut tx);
+            }
+            for q in tx.queues.iter_mut() {
+                for p in q.drain(..) {
+                    b.pool.put(p);
+                }
+            }
+        }
+    };
+    run(&mut b, 200);
+    let done =
+        |b: &Balancer| b.counters.events(Event::Balanced) + b.counters.events(Event::IntToExt);
+    let before = done(&b);
+    let t = Instant::now();
+    let mut sent = 0u64;
+    while t.elapsed() < time {
+        run(&mut b, 64);
+        sent += (64 * BATCH) as u64;
+    }
+    let pps = sent as f64 / t.elapsed().as_secs_f64();
+    (pps, sent - (done(&b) - before))
+}
+
+/// The in-memory matrix.
+pub fn in_memory(time: Duration, progress: &mut dyn FnMut(&str)) -> Vec<Value> {
+    let lb_mac = MacAddr([2, 0, 0, 0, 0, 1]);
+    let ext_frame = |sport: u16| {
+        let mut f = frame(Ipv4Addr::new(10, 2, 0, 10), sport);
+        f[0..6].copy_from_slice(&lb_mac.0);
+        f
+    };
+    let one = vec![ext_frame(1)];
+    let many: Vec<Vec<u8>> = (0..65_536).map(|i| ext_frame(i as u16)).collect();
+    // From a back-end, tagged with VLAN 10, to an outside host.
+    let int_frames: Vec<Vec<u8>> = one
+        .iter()
+        .map(|f| {
+            let mut f = f.clone();
+            f[0..6].copy_from_slice(&[2, 0, 0, 0, 0x10, 1]);
+            wire::ethernet::push_vlan(&mut f, 10);
+            f
+        })
+        .collect();
+    let mut rows = Vec::new();
+    let table = crate::table::synthetic(10, 10);
+    for (flows, frames) in [("one", &one), ("many", &many)] {
+        progress(&format!("forwarder, {flows} flow(s)"));
+        let (fwd, _) = measure(&table, frames, time);
+        rows.push(json!({"element": "forwarder", "path": "route (10 routes)", "flows": flows, "pps_per_core": fwd.round(), "not_forwarded": 0}));
+        for mode in [Mode::RoundRobin, Mode::Hash, Mode::Maglev] {
+            progress(&format!("balancer {mode:?}, {flows} flow(s)"));
+            let (pps, lost) = measure_lb(mode, frames, 0, time);
+            rows.push(json!({"element": "balancer", "path": format!("balance ({})", serde_json::to_value(mode).unwrap_or_default().as_str().unwrap_or("")), "flows": flows, "pps_per_core": pps.round(), "not_forwarded": lost, "ratio_to_forwarder": (pps / fwd * 100.0).round() / 100.0}));
+        }
+    }
+    progress("balancer int-to-ext");
+    let (fwd, _) = measure(&table, &one, time);
+    let (pps, lost) = measure_lb(Mode::Maglev, &int_frames, 1, time);
+    rows.push(json!({"element": "balancer", "path": "int-to-ext", "flows": "one", "pps_per_core": pps.round(), "not_forwarded": lost, "ratio_to_forwarder": (pps / fwd * 100.0).round() / 100.0}));
+    rows
+}
+
+/// Options of the lab part.
+pub struct LabOpts {
+    pub exe: PathBuf,
+    pub repo: PathBuf,
+    pub seconds: f64,
+}
+
+fn through_lab(
+    opts: &LabOpts,
+    topo: &str,
+    name: &str,
+    src: &str,
+    next_hop: (&str, &str),
+    dst: &str,
+    sink: &str,
+    flows: u16,
+) -> Result<Value, String> {
+    let l = lab::Lab::load(&opts.repo.join(topo), Some(name), opts.exe.clone())?;
+    let _ = l.down();
+    l.up()?;
+    let r = (|| {
+        let src_addr = l
+            .topo
+            .host
+            .iter()
+            .find(|h| h.name == src)
+            .and_then(|h| h.interfaces[0].address.clone())
+            .unwrap_or_default();
+        let src_addr = src_addr.split('/').next().unwrap_or("").to_string();
+        // Resolve the path first.
+        lab::cmd::run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &l.ns(src),
+                "ping",
+                "-c",
+                "2",
+                "-i",
+                "0.2",
+                "-W",
+                "2",
+                dst,
+            ],
+        )?;
+        let mac = lab_mac(&l, next_hop.0, next_hop.1)?;
+        let args: Vec<String> = [
+            "--dst-mac",
+            &mac,
+            "--src",
+            &src_addr,
+            "--dst",
+            dst,
+            "--flows",
+            &flows.to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let p = lab_point(
+            &l,
+            &opts.exe,
+            opts.seconds,
+            64,
+            &[(src, args, "max".into())],
+            &[sink],
+        )?;
+        Ok(
+            json!({"topology": topo, "flows": flows, "offered_pps": p.offered_pps.round(), "received_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost}),
+        )
+    })();
+    let _ = l.down();
+    r
+}
+
+/// The lab part: the multistage router and the single router under the same generator.
+pub fn in_lab(opts: &LabOpts, progress: &mut dyn FnMut(&str)) -> Result<Vec<Value>, String> {
+    let name = format!("bl{}", std::process::id());
+    let mut rows = Vec::new();
+    for flows in [1u16, 64] {
+        progress(&format!("lab: multistage router, {flows} flow(s)"));
+        rows.push(through_lab(
+            opts,
+            "labs/multistage.toml",
+            &name,
+            "a1",
+            ("lba", "lba-ext"),
+            "10.2.0.10",
+            "b1",
+            flows,
+        )?);
+        progress(&format!(
+            "lab: single router (our forwarder), {flows} flow(s)"
+        ));
+        rows.push(through_lab(
+            opts,
+            "labs/single-router.toml",
+            &name,
+            "src1",
+            ("r", "r-eth0"),
+            "10.3.0.10",
+            "sink1",
+            flows,
+        )?);
+    }
+    Ok(rows)
+}
+
+/// The whole benchmark.
+pub fn run(
+    time: Duration,
+    lab: Option<&LabOpts>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Value, String> {
+    let mem = in_memory(time, progress);
+    let labrows = match lab {
+        Some(o) => in_lab(o, progress)?,
+        None => Vec::new(),
+    };
+    Ok(
+        json!({"bench": "balancer", "frame_bytes": 64, "seconds_per_point": time.as_secs_f64(), "in_memory": mem, "lab": labrows}),
+    )
+}
+
+/// The repository root, from the binary's location or the working directory.
+pub fn repo_root(exe: &Path) -> PathBuf {
+    let mut d = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    while !d.join("labs/multistage.toml").exists() {
+        if !d.pop() {
+            return PathBuf::from(".");
+        }
+    }
+    d
+}
