@@ -129,16 +129,40 @@ pub struct LabOpts {
     pub seconds: f64,
 }
 
-fn through_lab(
-    opts: &LabOpts,
-    topo: &str,
-    name: &str,
-    src: &str,
-    next_hop: (&str, &str),
-    dst: &str,
-    sink: &str,
-    flows: u16,
-) -> Result<Value, String> {
+#[derive(Clone, Copy)]
+/// A path through a lab: topology, source host, first hop's interface, destination, sink.
+struct LabPath {
+    topo: &'static str,
+    src: &'static str,
+    next_hop: (&'static str, &'static str),
+    dst: &'static str,
+    sink: &'static str,
+}
+
+const MULTISTAGE: LabPath = LabPath {
+    topo: "labs/multistage.toml",
+    src: "a1",
+    next_hop: ("lba", "lba-ext"),
+    dst: "10.2.0.10",
+    sink: "b1",
+};
+
+const SINGLE: LabPath = LabPath {
+    topo: "labs/single-router.toml",
+    src: "src1",
+    next_hop: ("r", "r-eth0"),
+    dst: "10.3.0.10",
+    sink: "sink1",
+};
+
+fn through_lab(opts: &LabOpts, path: &LabPath, name: &str, flows: u16) -> Result<Value, String> {
+    let LabPath {
+        topo,
+        src,
+        next_hop,
+        dst,
+        sink,
+    } = *path;
     let l = lab::Lab::load(&opts.repo.join(topo), Some(name), opts.exe.clone())?;
     let _ = l.down();
     l.up()?;
@@ -204,29 +228,11 @@ pub fn in_lab(opts: &LabOpts, progress: &mut dyn FnMut(&str)) -> Result<Vec<Valu
     let mut rows = Vec::new();
     for flows in [1u16, 64] {
         progress(&format!("lab: multistage router, {flows} flow(s)"));
-        rows.push(through_lab(
-            opts,
-            "labs/multistage.toml",
-            &name,
-            "a1",
-            ("lba", "lba-ext"),
-            "10.2.0.10",
-            "b1",
-            flows,
-        )?);
+        rows.push(through_lab(opts, &MULTISTAGE, &name, flows)?);
         progress(&format!(
             "lab: single router (our forwarder), {flows} flow(s)"
         ));
-        rows.push(through_lab(
-            opts,
-            "labs/single-router.toml",
-            &name,
-            "src1",
-            ("r", "r-eth0"),
-            "10.3.0.10",
-            "sink1",
-            flows,
-        )?);
+        rows.push(through_lab(opts, &SINGLE, &name, flows)?);
     }
     Ok(rows)
 }

@@ -78,22 +78,6 @@ impl FromStr for MacAddr {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parse_and_print() {
-        let m: MacAddr = "02:aB:00:00:00:ff".parse().unwrap();
-        assert_eq!(m.to_string(), "02:ab:00:00:00:ff");
-        assert!(!m.is_multicast());
-        assert!("02:ab:00:00:00".parse::<MacAddr>().is_err());
-        assert!("02:ab:00:00:00:00:00".parse::<MacAddr>().is_err());
-        assert!("02:ab:00:00:00:zz".parse::<MacAddr>().is_err());
-        assert!(MacAddr::BROADCAST.is_multicast() && MacAddr::BROADCAST.is_broadcast());
-    }
-}
-
 #[cfg(feature = "serde")]
 impl serde::Serialize for MacAddr {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -107,5 +91,21 @@ impl<'de> serde::Deserialize<'de> for MacAddr {
         let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
         s.parse()
             .map_err(|e: BadMac| serde::de::Error::custom(format!("{s:?}: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_print() {
+        let m: MacAddr = "02:aB:00:00:00:ff".parse().unwrap();
+        assert_eq!(m.to_string(), "02:ab:00:00:00:ff");
+        assert!(!m.is_multicast());
+        assert!("02:ab:00:00:00".parse::<MacAddr>().is_err());
+        assert!("02:ab:00:00:00:00:00".parse::<MacAddr>().is_err());
+        assert!("02:ab:00:00:00:zz".parse::<MacAddr>().is_err());
+        assert!(MacAddr::BROADCAST.is_multicast() && MacAddr::BROADCAST.is_broadcast());
     }
 }
