@@ -206,20 +206,68 @@ fn through_lab(opts: &LabOpts, path: &LabPath, name: &str, flows: u16) -> Result
         .iter()
         .map(|s| s.to_string())
         .collect();
-        let p = lab_point(
-            &l,
-            &opts.exe,
-            opts.seconds,
-            64,
-            &[(src, args, "max".into())],
-            &[sink],
-        )?;
+        let before = element_load(&l);
+        let gens = [(src, args, "max".to_string())];
+        let p = lab_point(&l, &opts.exe, opts.seconds, 64, &gens, &[sink])?;
+        let after = element_load(&l);
+        // Per element: frames received over CPU seconds used, i.e. packets per second per
+        // core as the element ran in the lab, whatever else shared the cores.
+        let elements: Vec<Value> = after
+            .iter()
+            .filter_map(|(name, rx, cpu)| {
+                let (_, rx0, cpu0) = before.iter().find(|b| &b.0 == name)?;
+                let (drx, dcpu) = (rx - rx0, cpu - cpu0);
+                let pps = if dcpu > 0.05 { drx as f64 / dcpu } else { 0.0 };
+                Some(json!({"element": name, "rx_packets": drx,
+                    "cpu_s": (dcpu * 100.0).round() / 100.0, "pps_per_core": pps.round()}))
+            })
+            .collect();
         Ok(
-            json!({"topology": topo, "flows": flows, "offered_pps": p.offered_pps.round(), "received_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost}),
+            json!({"topology": topo, "flows": flows, "offered_pps": p.offered_pps.round(),
+            "received_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received,
+            "lost": p.lost, "elements": elements}),
         )
     })();
     let _ = l.down();
     r
+}
+
+/// (element, frames received on all its ports, CPU seconds used) of each running element.
+fn element_load(l: &lab::Lab) -> Vec<(String, u64, f64)> {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let mut v = Vec::new();
+    for e in &l.topo.element {
+        let pid = std::fs::read_to_string(l.run_dir().join(format!("{}.pid", e.name)))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok());
+        let Some(pid) = pid else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Fields after the command name (which may hold spaces): utime is the 14th field
+        // of the line, stime the 15th.
+        let rest: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        let ticks: f64 = rest
+            .get(11..13)
+            .map(|t| t.iter().filter_map(|x| x.parse::<f64>().ok()).sum())
+            .unwrap_or(0.0);
+        let rx = control::ctlsock::request(&l.control_socket(&e.name), "counters")
+            .ok()
+            .and_then(|c| {
+                c["interfaces"]
+                    .as_object()
+                    .map(|m| m.values().filter_map(|i| i["rx_packets"].as_u64()).sum())
+            })
+            .unwrap_or(0);
+        v.push((e.name.clone(), rx, ticks / hz));
+    }
+    v
 }
 
 /// The lab part: the multistage router and the single router under the same generator.

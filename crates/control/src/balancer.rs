@@ -35,6 +35,7 @@
 //! ethertype = 0x0800
 //! protocol = 6
 //! port = 22
+//! to_router = true             # only to the router's own address (or 224.0.0.0/24)
 //! action = "virtual-cp"        # external-arp, internal-arp, virtual-cp, balance, dist,
 //!                              # int-to-ext or drop
 //! ```
@@ -529,6 +530,7 @@ from = "external"
 ethertype = 0x0800
 protocol = 6
 port = 22
+to_router = true
 action = "virtual-cp"
 "#;
 

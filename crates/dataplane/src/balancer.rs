@@ -8,7 +8,7 @@
 //! |---|---|---|---|
 //! | external | ARP request | external ARP | answers for the port's router address itself |
 //! | external | ARP reply | internal ARP | broadcasts it to the back-ends, tagged with the port's VLAN |
-//! | external | OSPF, RIP, BGP, SNMP | Virtual-CP | to the MAC of the back-end hosting the control plane |
+//! | external | OSPF, RIP, BGP, SNMP to the router | Virtual-CP | to the MAC of the back-end hosting the control plane |
 //! | external | other IPv4 | balance | to a back-end picked by the balancing table, tagged |
 //! | external | DIST | - | dropped: `dist_not_internal` (DIST is accepted only inside) |
 //! | internal | DIST | DIST | applies ports, balance and virtual-cp messages; hellos keep back-ends live |
@@ -82,6 +82,12 @@ pub struct Rule {
     /// TCP or UDP port, matched against the source and the destination port.
     #[serde(default)]
     pub port: Option<u16>,
+    /// IPv4 to the router itself: to the address of the port it arrived on, or to a
+    /// link-local multicast group (224.0.0.0/24, where OSPF and RIP speak). Without it a
+    /// rule for BGP would also catch BGP sessions between outside routers that merely
+    /// cross this one.
+    #[serde(default)]
+    pub to_router: Option<bool>,
     pub action: Action,
 }
 
@@ -91,6 +97,7 @@ impl Rule {
             + self.arp_op.is_some() as usize
             + self.protocol.is_some() as usize
             + self.port.is_some() as usize
+            + self.to_router.is_some() as usize
     }
 
     #[inline]
@@ -102,6 +109,7 @@ impl Rule {
             && self
                 .port
                 .is_none_or(|p| k.ports.is_some_and(|(s, d)| s == p || d == p))
+            && self.to_router.is_none_or(|t| t == k.to_router)
     }
 }
 
@@ -113,6 +121,7 @@ struct Key {
     arp_op: Option<u16>,
     protocol: Option<u8>,
     ports: Option<(u16, u16)>,
+    to_router: bool,
 }
 
 /// The built-in rules: the design's classifier.
@@ -124,6 +133,8 @@ pub fn default_rules() -> Vec<Rule> {
         arp_op,
         protocol,
         port,
+        // Control and management traffic is what is addressed to the router.
+        to_router: (action == VirtualCp).then_some(true),
         action,
     };
     use Action::*;
@@ -303,13 +314,15 @@ impl Balancer {
         self.pool.put(p);
     }
 
-    fn key(&self, from: PortRole, ethertype: u16, payload: &[u8]) -> Key {
+    fn key(&self, port: usize, ethertype: u16, payload: &[u8]) -> Key {
+        let me = &self.ports[port];
         let mut k = Key {
-            from,
+            from: me.role,
             ethertype,
             arp_op: None,
             protocol: None,
             ports: None,
+            to_router: false,
         };
         match ethertype {
             ethertype::ARP if payload.len() >= 8 => {
@@ -319,6 +332,9 @@ impl Balancer {
                 let ihl = (payload[0] & 0x0f) as usize * 4;
                 let proto = payload[9];
                 k.protocol = Some(proto);
+                let dst = Ipv4Addr::new(payload[16], payload[17], payload[18], payload[19]);
+                k.to_router =
+                    (dst == me.addr && !dst.is_unspecified()) || u32::from(dst) >> 8 == 0xe0_00_00;
                 let first = u16::from_be_bytes([payload[6], payload[7]]) & 0x1fff == 0;
                 if first && matches!(proto, protocol::TCP | protocol::UDP) {
                     if let Some(p) = payload.get(ihl..ihl + 4) {
@@ -351,7 +367,7 @@ impl Balancer {
         if from == PortRole::External && !eth.dst().is_multicast() && eth.dst() != me.mac {
             return self.drop_pkt(p, Drop::NotOurMac);
         }
-        let k = self.key(from, eth.ethertype(), eth.payload());
+        let k = self.key(port as usize, eth.ethertype(), eth.payload());
         let action = self
             .cfg
             .rules

@@ -124,6 +124,7 @@ fn rules_are_ordered_most_specific_first() {
         arp_op: None,
         protocol: None,
         port: None,
+        to_router: None,
         action: Action::Drop,
     }];
     rs.extend(default_rules());
@@ -254,27 +255,43 @@ fn int_to_ext_by_vlan() {
     assert_eq!(b.counters.drops(Drop::ClassifyVlanUnknown), 2);
 }
 
+/// A UDP frame from the host to `dst`.
+fn udp_to(dst: &str, src_port: u16, dst_port: u16) -> Vec<u8> {
+    let mut f = udp(src_port, dst_port);
+    f[ETH + 16..ETH + 20].copy_from_slice(&ip(dst).octets());
+    f
+}
+
 #[test]
 fn routing_protocols_go_to_the_virtual_cp() {
     let (mut b, now) = lb(Mode::Maglev);
-    let mut ospf = udp(0, 0);
+    let mut ospf = udp_to("224.0.0.5", 0, 0);
     ospf[ETH + 9] = 89; // protocol OSPF; the classifier does not check the IP checksum
+    ospf[0..6].copy_from_slice(&[1, 0, 0x5e, 0, 0, 5]);
     for (f, name) in [
         (ospf, "ospf"),
-        (udp(520, 520), "rip"),
-        (udp(40000, 161), "snmp"),
+        (udp_to("224.0.0.9", 520, 520), "rip"),
+        (udp_to("10.1.0.1", 40000, 161), "snmp"),
     ] {
         let out = run(&mut b, now, 0, f);
         assert_eq!(out.len(), 1, "{name}");
         let e = eth(&out[0].1);
         assert_eq!((out[0].0, e.dst(), e.vlan()), (1, CP, Some(10)), "{name}");
     }
-    let mut bgp = udp(179, 50000);
+    let mut bgp = udp_to("10.1.0.1", 179, 50000);
     bgp[ETH + 9] = protocol::TCP;
-    assert_eq!(eth(&run(&mut b, now, 0, bgp)[0].1).dst(), CP);
+    assert_eq!(eth(&run(&mut b, now, 0, bgp.clone())[0].1).dst(), CP);
+    assert_eq!(b.counters.events(Event::VcpRedirected), 4);
+    // BGP or SNMP between outside hosts that crosses the router is data: balanced.
+    let mut transit = bgp;
+    transit[ETH + 16..ETH + 20].copy_from_slice(&ip("10.2.0.10").octets());
+    let out = run(&mut b, now, 0, transit);
+    assert!([be(1), be(2), be(3)].contains(&eth(&out[0].1).dst()));
+    let out = run(&mut b, now, 0, udp(40000, 161));
+    assert!([be(1), be(2), be(3)].contains(&eth(&out[0].1).dst()));
     assert_eq!(b.counters.events(Event::VcpRedirected), 4);
     b.cfg.virtual_cp = None;
-    assert!(run(&mut b, now, 0, udp(520, 520)).is_empty());
+    assert!(run(&mut b, now, 0, udp_to("10.1.0.1", 520, 520)).is_empty());
     assert_eq!(b.counters.drops(Drop::VcpUnknown), 1);
 }
 
