@@ -371,6 +371,10 @@ mod tests {
                 }
             }
             let frac = moved as f64 / others as f64;
+            eprintln!(
+                "maglev N = {n}: {:.3}% of the other flows moved",
+                frac * 100.0
+            );
             assert!(
                 frac <= 0.02,
                 "N = {n}: {:.2}% of the other flows moved",
