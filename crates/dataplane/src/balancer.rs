@@ -367,6 +367,10 @@ impl Balancer {
         if from == PortRole::External && !eth.dst().is_multicast() && eth.dst() != me.mac {
             return self.drop_pkt(p, Drop::NotOurMac);
         }
+        if from == PortRole::External && eth.vlan().is_some() {
+            // Outside, the router's ports are untagged; inside, tags carry the port.
+            return self.drop_pkt(p, Drop::VlanNotConfigured);
+        }
         let k = self.key(port as usize, eth.ethertype(), eth.payload());
         let action = self
             .cfg

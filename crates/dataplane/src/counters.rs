@@ -52,7 +52,7 @@ named_enum! {
         RxOversize = "rx_oversize" in All: "frame larger than a packet buffer (or truncated by the ring)",
         EthTruncated = "eth_truncated" in All: "frame shorter than its Ethernet header",
         NotOurMac = "eth_not_our_mac" in All: "unicast frame addressed to another station's MAC",
-        VlanNotConfigured = "eth_vlan_not_configured" in Forwarder: "802.1Q-tagged frame on a port without VLANs",
+        VlanNotConfigured = "eth_vlan_not_configured" in All: "802.1Q-tagged frame with a VLAN id the port does not carry (any tag, on an LB's external port)",
         EthertypeUnsupported = "eth_unsupported_ethertype" in Forwarder: "neither IPv4 nor ARP (IPv6 included)",
         ArpMalformed = "arp_malformed" in All: "ARP too short, not Ethernet/IPv4, or unknown operation",
         ArpNotForUs = "arp_not_for_us" in Forwarder: "ARP for another address, from a sender we do not know",

@@ -164,6 +164,9 @@ fn balance_sends_data_to_a_backend_tagged_with_the_port_vlan() {
     bc[0..6].copy_from_slice(&MacAddr::BROADCAST.0);
     assert!(run(&mut b, now, 0, bc).is_empty());
     assert_eq!(b.counters.drops(Drop::BalanceIp4Broadcast), 1);
+    // Tagged frames from outside.
+    assert!(run(&mut b, now, 0, tag(udp(5000, 80), 10)).is_empty());
+    assert_eq!(b.counters.drops(Drop::VlanNotConfigured), 1);
     // No live back-end.
     b.set_backends(&[], true, now);
     assert!(run(&mut b, now, 0, udp(1, 2)).is_empty());
