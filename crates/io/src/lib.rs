@@ -8,5 +8,6 @@
 
 pub mod afpacket;
 pub mod netdev;
+pub mod xdp;
 
 pub use afpacket::{AfPacket, RingConfig};
