@@ -11,46 +11,18 @@
 
 use crate::forward_bench::{lab_mac, lab_point};
 use crate::pipeline_bench::{frame, measure};
-use dataplane::balancer::{Balancer, BalancerConfig, LbPort, Mode};
+use dataplane::balancer::{Balancer, Mode};
 use dataplane::{Event, TxQueues};
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use wire::dist::PortRole;
-use wire::MacAddr;
 
 const BATCH: usize = 256;
 
-fn lb(mode: Mode) -> Balancer {
-    let now = Instant::now();
-    let port = |name: &str, i, role, vlan, addr: [u8; 4], prefix_len| LbPort {
-        name: name.into(),
-        mac: MacAddr([2, 0, 0, 0, 0, i]),
-        role,
-        vlan,
-        addr: addr.into(),
-        prefix_len,
-        speed_mbps: 0,
-    };
-    let ports = vec![
-        port("ext", 1, PortRole::External, 10, [10, 1, 0, 1], 24),
-        port("int", 2, PortRole::Internal, 0, [0; 4], 0),
-    ];
-    let cfg = BalancerConfig {
-        mode,
-        ..Default::default()
-    };
-    let mut b = Balancer::new(ports, cfg, now);
-    let be = |i| MacAddr([2, 0, 0, 0, 0xbe, i]);
-    b.set_backends(&[(be(1), 1, 1), (be(2), 1, 1), (be(3), 1, 1)], false, now);
-    b
-}
-
 /// Packets per second of the LB on `frames` arriving on `port`, for `time`.
 fn measure_lb(mode: Mode, frames: &[Vec<u8>], port: u16, time: Duration) -> (f64, u64) {
-    let mut b = lb(mode);
-    let now = Instant::now();
+    let (mut b, now) = dataplane::fuzzing::balancer_with(mode);
     let mut tx = TxQueues::new(2);
     let mut i = 0;
     let mut run = |b: &mut Balancer, n: usize| {
@@ -85,14 +57,20 @@ fn measure_lb(mode: Mode, frames: &[Vec<u8>], port: u16, time: Duration) -> (f64
 
 /// The in-memory matrix.
 pub fn in_memory(time: Duration, progress: &mut dyn FnMut(&str)) -> Vec<Value> {
-    let lb_mac = MacAddr([2, 0, 0, 0, 0, 1]);
-    let ext_frame = |sport: u16| {
-        let mut f = frame(Ipv4Addr::new(10, 2, 0, 10), sport);
-        f[0..6].copy_from_slice(&lb_mac.0);
-        f
+    // The same frames for both: to the forwarder's MAC, and to the LB's external MAC.
+    let dst = Ipv4Addr::new(10, 2, 0, 10);
+    let one = vec![frame(dst, 1)];
+    let many: Vec<Vec<u8>> = (0..65_536).map(|i| frame(dst, i as u16)).collect();
+    let to_lb = |fs: &[Vec<u8>]| -> Vec<Vec<u8>> {
+        fs.iter()
+            .map(|f| {
+                let mut f = f.clone();
+                f[0..6].copy_from_slice(&dataplane::fuzzing::LB_EXT_MAC.0);
+                f
+            })
+            .collect()
     };
-    let one = vec![ext_frame(1)];
-    let many: Vec<Vec<u8>> = (0..65_536).map(|i| ext_frame(i as u16)).collect();
+    let (one_lb, many_lb) = (to_lb(&one), to_lb(&many));
     // From a back-end, tagged with VLAN 10, to an outside host.
     let int_frames: Vec<Vec<u8>> = one
         .iter()
@@ -105,13 +83,13 @@ pub fn in_memory(time: Duration, progress: &mut dyn FnMut(&str)) -> Vec<Value> {
         .collect();
     let mut rows = Vec::new();
     let table = crate::table::synthetic(10, 10);
-    for (flows, frames) in [("one", &one), ("many", &many)] {
+    for (flows, frames, lb_frames) in [("one", &one, &one_lb), ("many", &many, &many_lb)] {
         progress(&format!("forwarder, {flows} flow(s)"));
-        let (fwd, _) = measure(&table, frames, time);
-        rows.push(json!({"element": "forwarder", "path": "route (10 routes)", "flows": flows, "pps_per_core": fwd.round(), "not_forwarded": 0}));
+        let (fwd, fwd_lost) = measure(&table, frames, time);
+        rows.push(json!({"element": "forwarder", "path": "route (10 routes)", "flows": flows, "pps_per_core": fwd.round(), "not_forwarded": fwd_lost}));
         for mode in [Mode::RoundRobin, Mode::Hash, Mode::Maglev] {
             progress(&format!("balancer {mode:?}, {flows} flow(s)"));
-            let (pps, lost) = measure_lb(mode, frames, 0, time);
+            let (pps, lost) = measure_lb(mode, lb_frames, 0, time);
             rows.push(json!({"element": "balancer", "path": format!("balance ({})", serde_json::to_value(mode).unwrap_or_default().as_str().unwrap_or("")), "flows": flows, "pps_per_core": pps.round(), "not_forwarded": lost, "ratio_to_forwarder": (pps / fwd * 100.0).round() / 100.0}));
         }
     }

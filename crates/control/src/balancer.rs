@@ -40,7 +40,7 @@
 //!                              # int-to-ext or drop
 //! ```
 
-use crate::config::{line_of, ConfigError};
+use crate::config::{check_ifname, cidr, from_toml, line_of, read, ConfigError};
 use crate::ctlsock;
 use crate::run::{ask_worker, run_element, Asker, Link, Query};
 use dataplane::balancer::{default_rules, Balancer, BalancerConfig, LbPort, LogEvent, Mode, Rule};
@@ -137,13 +137,7 @@ pub struct BalancerFile {
 
 impl BalancerFile {
     pub fn load(path: &Path) -> Result<BalancerFile, ConfigError> {
-        let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.into(),
-            line: 0,
-            key: String::new(),
-            message: format!("cannot read: {e}"),
-        })?;
-        Self::parse(path, &src)
+        Self::parse(path, &read(path)?)
     }
 
     pub fn parse(path: &Path, src: &str) -> Result<BalancerFile, ConfigError> {
@@ -153,33 +147,12 @@ impl BalancerFile {
             key,
             message,
         };
-        let raw: Raw = toml::from_str(src).map_err(|e| {
-            let at = e.span().map(|s| s.start).unwrap_or(0);
-            let line = line_of(src, at);
-            let key = src
-                .lines()
-                .nth(line.saturating_sub(1))
-                .and_then(|l| l.split_once('='))
-                .map(|(k, _)| k.trim().to_string())
-                .unwrap_or_default();
-            ConfigError {
-                file: path.into(),
-                line,
-                key,
-                message: e.message().to_string(),
-            }
-        })?;
+        let raw: Raw = from_toml(path, src)?;
         let mut interfaces: Vec<LbInterface> = Vec::new();
         for (i, r) in raw.interface.iter().enumerate() {
             let name = r.name.get_ref();
             let key = |k: &str| format!("interface[{i}].{k}");
-            if name.is_empty() || name.len() > 15 || name.contains(['/', ' ']) {
-                return Err(err(
-                    r.name.span().start,
-                    key("name"),
-                    format!("{name:?} is not a valid interface name (1 to 15 characters, no '/' or space)"),
-                ));
-            }
+            check_ifname(name).map_err(|m| err(r.name.span().start, key("name"), m))?;
             if interfaces.iter().any(|x| &x.name == name) {
                 return Err(err(
                     r.name.span().start,
@@ -368,21 +341,6 @@ impl BalancerFile {
             backends,
         })
     }
-}
-
-fn cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
-    let (a, l) = s
-        .split_once('/')
-        .ok_or("expected ADDRESS/LENGTH, like 10.1.0.1/24")?;
-    let addr: Ipv4Addr = a
-        .parse()
-        .map_err(|_| format!("{a:?} is not an IPv4 address"))?;
-    let len: u8 = l
-        .parse()
-        .ok()
-        .filter(|l| (1..=32).contains(l))
-        .ok_or_else(|| format!("prefix length {l:?} is not 1 to 32"))?;
-    Ok((addr, len))
 }
 
 /// Builds the LB from its configuration and its ports (one link per interface, in order).

@@ -167,15 +167,62 @@ fn key_on_line(src: &str, line: usize) -> String {
         .unwrap_or_default()
 }
 
+/// A configuration file's text; an error names the file.
+pub(crate) fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.into(),
+        line: 0,
+        key: String::new(),
+        message: format!("cannot read: {e}"),
+    })
+}
+
+/// Deserializes TOML; a syntax or type error names the line and the key on it.
+pub(crate) fn from_toml<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    src: &str,
+) -> Result<T, ConfigError> {
+    toml::from_str(src).map_err(|e| {
+        let at = e.span().map(|s| s.start).unwrap_or(0);
+        let line = line_of(src, at);
+        ConfigError {
+            file: path.into(),
+            line,
+            key: key_on_line(src, line),
+            message: e.message().to_string(),
+        }
+    })
+}
+
+/// Checks a Linux interface name.
+pub(crate) fn check_ifname(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 15 || name.contains(['/', ' ']) {
+        return Err(format!(
+            "{name:?} is not a valid interface name (1 to 15 characters, no '/' or space)"
+        ));
+    }
+    Ok(())
+}
+
+/// Parses `ADDRESS/LENGTH` (length 1 to 32).
+pub(crate) fn cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
+    let (a, l) = s
+        .split_once('/')
+        .ok_or("expected ADDRESS/LENGTH, like 10.1.0.1/24")?;
+    let addr: Ipv4Addr = a
+        .parse()
+        .map_err(|_| format!("{a:?} is not an IPv4 address"))?;
+    let len: u8 = l
+        .parse()
+        .ok()
+        .filter(|l| (1..=32).contains(l))
+        .ok_or_else(|| format!("prefix length {l:?} is not 1 to 32"))?;
+    Ok((addr, len))
+}
+
 impl ForwarderFile {
     pub fn load(path: &Path) -> Result<ForwarderFile, ConfigError> {
-        let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.into(),
-            line: 0,
-            key: String::new(),
-            message: format!("cannot read: {e}"),
-        })?;
-        Self::parse(path, &src)
+        Self::parse(path, &read(path)?)
     }
 
     pub fn parse(path: &Path, src: &str) -> Result<ForwarderFile, ConfigError> {
@@ -185,22 +232,12 @@ impl ForwarderFile {
             key,
             message,
         };
-        let raw: Raw = toml::from_str(src).map_err(|e| {
-            let at = e.span().map(|s| s.start).unwrap_or(0);
-            let line = line_of(src, at);
-            ConfigError {
-                file: path.into(),
-                line,
-                key: key_on_line(src, line),
-                message: e.message().to_string(),
-            }
-        })?;
+        let raw: Raw = from_toml(path, src)?;
         let mut interfaces: Vec<InterfaceConfig> = Vec::new();
         for (i, r) in raw.interface.iter().enumerate() {
             let name = r.name.get_ref();
-            if name.is_empty() || name.len() > 15 || name.contains(['/', ' ']) {
-                return Err(err(r.name.span().start, format!("interface[{i}].name"), format!("{name:?} is not a valid interface name (1 to 15 characters, no '/' or space)")));
-            }
+            check_ifname(name)
+                .map_err(|m| err(r.name.span().start, format!("interface[{i}].name"), m))?;
             if interfaces.iter().any(|x| &x.name == name) {
                 return Err(err(
                     r.name.span().start,
@@ -208,31 +245,8 @@ impl ForwarderFile {
                     format!("interface {name} is listed twice"),
                 ));
             }
-            let (a, l) = r.address.get_ref().split_once('/').ok_or_else(|| {
-                err(
-                    r.address.span().start,
-                    format!("interface[{i}].address"),
-                    "expected ADDRESS/LENGTH, like 10.1.0.1/24".into(),
-                )
-            })?;
-            let addr: Ipv4Addr = a.parse().map_err(|_| {
-                err(
-                    r.address.span().start,
-                    format!("interface[{i}].address"),
-                    format!("{a:?} is not an IPv4 address"),
-                )
-            })?;
-            let prefix_len: u8 =
-                l.parse()
-                    .ok()
-                    .filter(|l| (1..=32).contains(l))
-                    .ok_or_else(|| {
-                        err(
-                            r.address.span().start,
-                            format!("interface[{i}].address"),
-                            format!("prefix length {l:?} is not 1 to 32"),
-                        )
-                    })?;
+            let (addr, prefix_len) = cidr(r.address.get_ref())
+                .map_err(|m| err(r.address.span().start, format!("interface[{i}].address"), m))?;
             let mtu = match &r.mtu {
                 Some(m) if !(68..=9216).contains(m.get_ref()) => {
                     return Err(err(

@@ -354,11 +354,9 @@ impl Balancer {
     /// port).
     pub fn process(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
         let port = p.meta.rx_port;
-        let Some(pc) = self.counters.ports.get(port as usize) else {
+        if !self.counters.count_rx(port, p.data.len()) {
             return self.drop_pkt(p, Drop::EthTruncated);
-        };
-        pc.rx_packets.inc();
-        pc.rx_bytes.add(p.data.len() as u64);
+        }
         let Ok(eth) = ethernet::Frame::new_checked(&p.data[..]) else {
             return self.drop_pkt(p, Drop::EthTruncated);
         };
@@ -367,7 +365,8 @@ impl Balancer {
         if from == PortRole::External && !eth.dst().is_multicast() && eth.dst() != me.mac {
             return self.drop_pkt(p, Drop::NotOurMac);
         }
-        if from == PortRole::External && eth.vlan().is_some() {
+        let vid = eth.vlan();
+        if from == PortRole::External && vid.is_some() {
             // Outside, the router's ports are untagged; inside, tags carry the port.
             return self.drop_pkt(p, Drop::VlanNotConfigured);
         }
@@ -382,7 +381,7 @@ impl Balancer {
             Some(Action::Balance) => self.balance(p, now, tx),
             Some(Action::ExternalArp) => self.external_arp(p, tx),
             Some(Action::InternalArp) if from == PortRole::External => self.arp_reply_in(p, tx),
-            Some(Action::InternalArp) | Some(Action::IntToExt) => self.int_to_ext(p, k, tx),
+            Some(Action::InternalArp) | Some(Action::IntToExt) => self.int_to_ext(p, k, vid, tx),
             Some(Action::VirtualCp) => self.virtual_cp(p, tx),
             Some(Action::Dist) => self.dist_input(p, now),
             Some(Action::Drop) | None => {
@@ -510,10 +509,7 @@ impl Balancer {
 
     /// Int-to-ext and internal ARP, outward: by VLAN id to an external port, untagged, our
     /// external MAC as source (and as ARP sender for our address).
-    fn int_to_ext(&mut self, mut p: Pkt, k: Key, tx: &mut TxQueues) {
-        let vid = ethernet::Frame::new_checked(&p.data[..])
-            .ok()
-            .and_then(|f| f.vlan());
+    fn int_to_ext(&mut self, mut p: Pkt, k: Key, vid: Option<u16>, tx: &mut TxQueues) {
         let out = vid.map(|v| self.vlan_port[v as usize]).unwrap_or(u16::MAX);
         if out == u16::MAX {
             return self.drop_pkt(p, Drop::ClassifyVlanUnknown);
@@ -700,29 +696,27 @@ impl Balancer {
     /// This LB's hello.
     pub fn hello(&mut self) -> dist::Repr {
         self.seq = self.seq.wrapping_add(1);
-        let s = self.counters.snapshot();
+        let ports = self
+            .ports
+            .iter()
+            .take(255)
+            .map(|p| dist::HelloPort {
+                mac: p.mac,
+                addr: p.addr,
+                prefix_len: p.prefix_len,
+                role: p.role,
+                vlan: p.vlan,
+                speed_mbps: p.speed_mbps,
+            })
+            .collect();
         dist::Repr {
             seq: self.seq,
-            msg: dist::Message::Hello(dist::Hello {
-                element: dist::ElementKind::Balancer,
-                interval_ms: self.cfg.hello_interval.as_millis().min(u16::MAX as u128) as u16,
-                rx_packets: s.interfaces.values().map(|c| c.rx_packets).sum(),
-                tx_packets: s.interfaces.values().map(|c| c.tx_packets).sum(),
-                dropped: s.drops.values().sum(),
-                ports: self
-                    .ports
-                    .iter()
-                    .take(255)
-                    .map(|p| dist::HelloPort {
-                        mac: p.mac,
-                        addr: p.addr,
-                        prefix_len: p.prefix_len,
-                        role: p.role,
-                        vlan: p.vlan,
-                        speed_mbps: p.speed_mbps,
-                    })
-                    .collect(),
-            }),
+            msg: crate::element::hello(
+                dist::ElementKind::Balancer,
+                self.cfg.hello_interval,
+                &self.counters,
+                ports,
+            ),
         }
     }
 

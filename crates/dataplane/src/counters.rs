@@ -201,6 +201,32 @@ impl Counters {
         self.events[e as usize].add(n);
     }
 
+    /// Counts a frame of `bytes` received on `port`; false if there is no such port.
+    #[inline]
+    pub fn count_rx(&self, port: u16, bytes: usize) -> bool {
+        match self.ports.get(port as usize) {
+            Some(pc) => {
+                pc.rx_packets.inc();
+                pc.rx_bytes.add(bytes as u64);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// (frames received, frames sent, frames dropped) over all ports and reasons, as hellos
+    /// advertise them.
+    pub fn totals(&self) -> (u64, u64, u64) {
+        let rx = self.ports.iter().map(|p| p.rx_packets.get()).sum();
+        let tx = self.ports.iter().map(|p| p.tx_packets.get()).sum();
+        let dropped = Drop::ALL
+            .iter()
+            .filter(|d| self.role.counts(d.scope()))
+            .map(|d| self.drops(*d))
+            .sum();
+        (rx, tx, dropped)
+    }
+
     pub fn drops(&self, d: Drop) -> u64 {
         self.drops[d as usize].get()
     }

@@ -6,6 +6,24 @@ use crate::counters::Counters;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A DIST hello of an element: its kind, hello interval, traffic totals and ports.
+pub(crate) fn hello(
+    element: wire::dist::ElementKind,
+    interval: Duration,
+    counters: &Counters,
+    ports: Vec<wire::dist::HelloPort>,
+) -> wire::dist::Message {
+    let (rx_packets, tx_packets, dropped) = counters.totals();
+    wire::dist::Message::Hello(wire::dist::Hello {
+        element,
+        interval_ms: interval.as_millis().min(u16::MAX as u128) as u16,
+        rx_packets,
+        tx_packets,
+        dropped,
+        ports,
+    })
+}
+
 pub trait Element {
     /// Runs one received frame (`meta.rx_port` set) through the element.
     fn process(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues);

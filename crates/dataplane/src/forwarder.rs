@@ -347,11 +347,9 @@ impl Forwarder {
     /// Runs one received frame through the forwarder. Frames to send land in `tx`.
     pub fn process(&mut self, mut p: Pkt, now: Instant, tx: &mut TxQueues) {
         let port = p.meta.rx_port;
-        let Some(pc) = self.counters.ports.get(port as usize) else {
+        if !self.counters.count_rx(port, p.data.len()) {
             return self.drop_pkt(p, Drop::EthTruncated);
-        };
-        pc.rx_packets.inc();
-        pc.rx_bytes.add(p.data.len() as u64);
+        }
         let Ok(eth) = ethernet::Frame::new_checked(&p.data[..]) else {
             return self.drop_pkt(p, Drop::EthTruncated);
         };
@@ -419,7 +417,6 @@ impl Forwarder {
         b.next = now + b.interval;
         b.seq = b.seq.wrapping_add(1);
         let (internal, seq, interval) = (b.internal, b.seq, b.interval);
-        let snap = self.counters.snapshot();
         let ports = self
             .ifaces
             .iter()
@@ -440,14 +437,12 @@ impl Forwarder {
             .collect();
         let hello = wire::dist::Repr {
             seq,
-            msg: wire::dist::Message::Hello(wire::dist::Hello {
-                element: wire::dist::ElementKind::Forwarder,
-                interval_ms: interval.as_millis().min(u16::MAX as u128) as u16,
-                rx_packets: snap.interfaces.values().map(|c| c.rx_packets).sum(),
-                tx_packets: snap.interfaces.values().map(|c| c.tx_packets).sum(),
-                dropped: snap.drops.values().sum(),
+            msg: crate::element::hello(
+                wire::dist::ElementKind::Forwarder,
+                interval,
+                &self.counters,
                 ports,
-            }),
+            ),
         };
         let Some(ifc) = self.ifaces.get(internal as usize) else {
             return;

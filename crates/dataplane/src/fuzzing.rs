@@ -62,9 +62,17 @@ pub fn forward(f: &mut Forwarder, now: Instant, data: &[u8]) {
     }
 }
 
-/// A small LB: an external port (10.1.0.1/24, VLAN 10), an internal port, three back-ends
-/// with weights 1:2:1 and a Virtual-CP.
+/// The MAC of [`balancer`]'s external port.
+pub const LB_EXT_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0xe0, 0]);
+
+/// A small LB: an external port (10.1.0.1/24, VLAN 10, [`LB_EXT_MAC`]), an internal port,
+/// three back-ends with weights 1:2:1 and a Virtual-CP; Maglev.
 pub fn balancer() -> (crate::balancer::Balancer, Instant) {
+    balancer_with(crate::balancer::Mode::Maglev)
+}
+
+/// [`balancer`] with another balancing mode (for benchmarks).
+pub fn balancer_with(mode: crate::balancer::Mode) -> (crate::balancer::Balancer, Instant) {
     use crate::balancer::{Balancer, BalancerConfig, LbPort};
     use wire::dist::PortRole;
     let now = Instant::now();
@@ -82,6 +90,7 @@ pub fn balancer() -> (crate::balancer::Balancer, Instant) {
         port("int", 1, PortRole::Internal, 0, [0; 4], 0),
     ];
     let cfg = BalancerConfig {
+        mode,
         virtual_cp: Some((MacAddr([2, 0, 0, 0, 0xcc, 1]), 1)),
         ..Default::default()
     };

@@ -94,6 +94,22 @@ fn template(cfg: &GenConfig, src_mac: MacAddr, i: u16, dst: Ipv4Addr) -> Vec<u8>
     f
 }
 
+/// The transmit port on `iface` (a small receive ring: the generator receives nothing) and
+/// the interface's MAC.
+fn open_tx(iface: &str) -> Result<(io::AfPacket, MacAddr), String> {
+    let port = io::AfPacket::open(
+        iface,
+        io::RingConfig {
+            rx_blocks: 1,
+            tx_frames: 4096,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let mac = MacAddr(io::netdev::mac(iface).map_err(|e| e.to_string())?);
+    Ok((port, mac))
+}
+
 /// End markers, three times each, carrying the per-flow totals.
 fn end_markers(
     port: &mut io::AfPacket,
@@ -131,16 +147,7 @@ pub fn run(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
     if cfg.xdp {
         return run_xdp(cfg, stop);
     }
-    let mut port = io::AfPacket::open(
-        &cfg.iface,
-        io::RingConfig {
-            rx_blocks: 1,
-            tx_frames: 4096,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let src_mac = MacAddr(io::netdev::mac(&cfg.iface).map_err(|e| e.to_string())?);
+    let (mut port, src_mac) = open_tx(&cfg.iface)?;
     let (templates, prefixes) = match &cfg.dst {
         Destinations::One(d) => (
             (0..cfg.flows)
@@ -260,16 +267,7 @@ fn run_xdp(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
     let Destinations::One(dst) = cfg.dst else {
         return Err("--xdp needs --dst".into());
     };
-    let mut port = io::AfPacket::open(
-        &cfg.iface,
-        io::RingConfig {
-            rx_blocks: 1,
-            tx_frames: 4096,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let src_mac = MacAddr(io::netdev::mac(&cfg.iface).map_err(|e| e.to_string())?);
+    let (mut port, src_mac) = open_tx(&cfg.iface)?;
     let templates: Vec<Vec<u8>> = (0..cfg.flows)
         .map(|i| template(cfg, src_mac, i, dst))
         .collect();

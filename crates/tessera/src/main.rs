@@ -798,19 +798,7 @@ fn dist_cmd(cmd: DistCmd) -> Result<i32> {
                 }
                 wire::ethernet::push_vlan(&mut frame, v);
             }
-            let mut port = io::AfPacket::open(
-                &iface,
-                io::RingConfig {
-                    rx_blocks: 1,
-                    ..Default::default()
-                },
-            )?;
-            let mut pool = dataplane::Pool::new();
-            let mut q: Vec<dataplane::Pkt> = (0..count)
-                .map(|_| dataplane::Pkt::from_bytes(&frame))
-                .collect();
-            let r = port.send(&mut q, &mut pool)?;
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            let r = send_frames(&iface, &frame, count)?;
             print(
                 &serde_json::json!({"sent": r.sent, "ring_full": r.ring_full, "bytes": frame.len()}),
             )
@@ -885,12 +873,9 @@ fn dist_cmd(cmd: DistCmd) -> Result<i32> {
     }
 }
 
-fn inject(iface: &str, hex: &str, count: usize) -> Result<i32> {
+/// Sends `count` copies of `frame` out of `iface` through an AF_PACKET ring.
+fn send_frames(iface: &str, frame: &[u8], count: usize) -> Result<dataplane::port::TxResult> {
     use dataplane::port::Port;
-    let frame = parse_hex(hex)?;
-    if frame.len() < 14 {
-        bail!("--hex: a frame needs at least the 14-byte Ethernet header");
-    }
     let mut port = io::AfPacket::open(
         iface,
         io::RingConfig {
@@ -900,11 +885,20 @@ fn inject(iface: &str, hex: &str, count: usize) -> Result<i32> {
     )?;
     let mut pool = dataplane::Pool::new();
     let mut q: Vec<dataplane::Pkt> = (0..count)
-        .map(|_| dataplane::Pkt::from_bytes(&frame))
+        .map(|_| dataplane::Pkt::from_bytes(frame))
         .collect();
     let r = port.send(&mut q, &mut pool)?;
     // Give the kernel a moment to drain the ring before the socket closes.
     std::thread::sleep(std::time::Duration::from_millis(50));
+    Ok(r)
+}
+
+fn inject(iface: &str, hex: &str, count: usize) -> Result<i32> {
+    let frame = parse_hex(hex)?;
+    if frame.len() < 14 {
+        bail!("--hex: a frame needs at least the 14-byte Ethernet header");
+    }
+    let r = send_frames(iface, &frame, count)?;
     println!(
         "{}",
         serde_json::json!({"sent": r.sent, "ring_full": r.ring_full})
