@@ -140,6 +140,8 @@ pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
     }
     progress("updates");
     let updates = update_rate(t);
+    progress("memory");
+    let memory_probe = memory_probe(pop.memory_bytes());
     let get = |s: &str, wl: &str, m: &str| {
         results
             .iter()
@@ -180,9 +182,35 @@ pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
         "reference_trie_memory_bytes": rib.memory_bytes(),
         "updates_per_sec": updates["single"],
         "updates": updates,
+        "memory_probe": memory_probe,
         "lookups_per_workload": LOOKUPS,
         "results": results,
         "ratios": Value::Object(ratios),
+    })
+}
+
+/// What this machine's memory allows at the structure's size, measured in the same run: an
+/// array of `bytes` read at `LOOKUPS` random places, as independent loads and as chains of
+/// two dependent loads (a Poptrie lookup is mostly two: `dir`, then a node with its leaf
+/// beside it). A lookup rate near `dependent_pairs_per_sec` is bound by the memory system,
+/// one far below it by the lookup's own instructions.
+fn memory_probe(bytes: usize) -> Value {
+    let words = (bytes / 4).max(1);
+    let arr: Vec<u32> = (0..words)
+        .map(|i| ((i as u64 * 2_654_435_761) % words as u64) as u32)
+        .collect();
+    let mut rng = Rng::new(3);
+    let idx: Vec<u32> = (0..LOOKUPS).map(|_| rng.below(words) as u32).collect();
+    let independent = rate(&idx, |ix| ix.iter().map(|&i| arr[i as usize] as u64).sum());
+    let pairs = rate(&idx, |ix| {
+        ix.iter()
+            .map(|&i| arr[arr[i as usize] as usize] as u64)
+            .sum()
+    });
+    json!({
+        "bytes": words * 4,
+        "independent_loads_per_sec": independent.round(),
+        "dependent_pairs_per_sec": pairs.round(),
     })
 }
 

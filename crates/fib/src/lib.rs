@@ -8,29 +8,56 @@
 //!
 //! # Why Poptrie
 //!
-//! Measured with `tessera bench fib` on this machine kind (2 vCPUs, nested VM, 32 MB L3),
-//! on `ipv4-bgp-2023` (901,899 prefixes, 16 next hops), one run, 4 Mi lookups per workload
-//! (millions of lookups per second; batched = 256 addresses per call):
+//! Measured with `tessera bench fib` on this machine kind (2 vCPUs of an AMD EPYC in a
+//! VM, 512 KiB L2 per core, 32 MB L3), on `ipv4-bgp-2023` (901,899 prefixes, 16 next hops),
+//! one run, 4 Mi lookups per workload (millions of lookups per second):
 //!
 //! | structure | build | memory | random-prefix single / batched | uniform single / batched |
 //! |---|---|---|---|---|
-//! | Poptrie, 16-bit direct pointing | 56 ms | 11.0 MB (12.1 B/prefix) | 25 / 37 | 64 / 60 |
-//! | **Poptrie, 18-bit direct pointing** | **29 ms** | **6.5 MB (7.3 B/prefix)** | **63 / 77** | **116 / 121** |
-//! | DIR-24-8 | 74 ms | 64.5 MB (75 B/prefix) | 111 / 137 | 85 / 108 |
-//! | `ip_network_table-deps-treebitmap` 0.5 | 84 ms | - | 6.6 / - | 10.5 / - |
-//! | reference binary trie | 71 ms | 25 MB | 2.5 / - | 5.4 / - |
+//! | **Poptrie18, node and leaves side by side** | **28 ms** | **6.5 MB (7.3 B/prefix)** | **136 / 203** | **189 / 187** |
+//! | Poptrie18 as in the paper (nodes and leaves apart), staged batch | 29 ms | 6.5 MB | 63 / 77 | 116 / 121 |
+//! | Poptrie16, as in the paper | 56 ms | 11.0 MB (12.1 B/prefix) | 25 / 37 | 64 / 60 |
+//! | DIR-24-8 | 69 ms | 67.6 MB (75 B/prefix) | 153 / 153 | 97 / 111 |
+//! | `ip_network_table-deps-treebitmap` 0.5 | 57 ms | - | 15.5 / - | 18.6 / - |
+//! | reference binary trie | 67 ms | 25 MB | 3.3 / - | 7.3 / - |
 //!
-//! DIR-24-8 is the fastest on random-prefix lookups (one load for prefixes up to /24), but
-//! its 64 MiB first table is ten times Poptrie's footprint: it does not fit the last-level
-//! cache beside the rest of the data plane, and it misses the goal of 8 bytes per prefix.
-//! Poptrie18 meets the memory and build goals (7.3 bytes per prefix, 29 ms), is faster on
-//! uniform addresses, updates a slot at a time (190,000 single updates/s, 810,000/s in
-//! batches of 1,000, each published atomically), and is 0.56x DIR-24-8 on random-prefix
-//! batches. Neither reaches the 337 M/s batched target (1.5x rte_lpm as measured
-//! elsewhere), and Poptrie's rate falls as the table grows (random-prefix single: 242 M/s
-//! at 10 prefixes, 56 M/s at 167,000, 63 M/s at the full table), because its nodes and
-//! leaves outgrow the L2 cache. The staged, prefetching batch lookup gains 10 to 20% over
-//! single lookups, which already overlap in the CPU's out-of-order window.
+//! (The second and third rows are from earlier runs of the same command, before the
+//! changes below.)
+//!
+//! Poptrie18 meets the memory and build goals (7.3 bytes per prefix, 28 ms), updates a slot
+//! at a time (about 200,000 single updates/s and 880,000/s in batches of 1,000, each
+//! published atomically), and its batched lookup is 1.3 times DIR-24-8's on random-prefix
+//! addresses and 1.7 times on uniform ones. DIR-24-8 needs one load for most addresses, but
+//! its 64 MiB first table misses in every cache and in the TLB, and is ten times the
+//! memory goal. With transparent huge pages forced on for the whole machine (an experiment,
+//! `echo always > /sys/kernel/mm/transparent_hugepage/enabled`), DIR-24-8 did 224 M/s
+//! batched, which is the figure given for DPDK's rte_lpm on this machine kind; Poptrie
+//! gained nothing from huge pages.
+//!
+//! What made the difference, in the order found (random-prefix batched, M/s):
+//! - 77 -> 125: nodes and leaves in one arena, each node's leaves right behind it, so that
+//!   the leaf is usually in the cache line of its node; two cache misses per lookup
+//!   instead of three.
+//! - 125 -> 155: a batch that never branches on an address's own state (an address that
+//!   ends in `dir` walks a dummy node), because those branches are as good as random.
+//! - 155 -> 200: the POPCNT instruction. Rust's default x86-64 target has none, and the
+//!   emulated population count is about 15 instructions; the project now builds for
+//!   x86-64-v2 (`.cargo/config.toml`). x86-64-v3 (AVX2, BMI2) gained nothing more.
+//! - The software pipeline of [`Poptrie::lookup_batch_raw`] and the staged batch do the same
+//!   on the full table; the pipeline is 1.2 times faster on small tables, so it stayed.
+//!
+//! Where the time goes now: `bench fib` also reads an array of the structure's size at
+//! random places (`memory_probe`): about 540 million chains of two dependent loads per
+//! second, against 203 million lookups. The lookup is bound by its own instructions (about
+//! 25 per address, plus the pipeline's), not by the memory system; with all of it in the
+//! L1 cache (`one`) the batch does 305 M/s.
+//!
+//! Against the goal of 1.5 times rte_lpm (about 337 M/s batched, random-prefix): not met,
+//! 0.9 times rte_lpm's 225. The goal of not slowing as the table grows, batched random-
+//! prefix lookups on real tables: 222 M/s at 112,986 prefixes (2002), 214 at 318,457
+//! (2010), 202 at 512,621 (2014), 195 at 886,117 (2021), 204 at 901,899 (2023), so flat
+//! from a tenth of a full table to a full one; but 305 M/s at 10 prefixes and 251 at
+//! 10,000 (synthetic), where everything fits the L1 and L2 caches.
 #![deny(unsafe_code)]
 
 use std::net::Ipv4Addr;

@@ -31,7 +31,7 @@ pub struct FibWriter {
     dirty: Vec<u32>,
     marked: Vec<u64>,
     /// Node count right after the last full build, to measure garbage against.
-    built_nodes: usize,
+    built_words: usize,
     pub full_builds: u64,
 }
 
@@ -39,7 +39,7 @@ impl FibWriter {
     /// Compiles `rib` and returns the writer with the readers' handle.
     pub fn new(rib: BinaryTrie) -> (FibWriter, FibReader) {
         let p = Poptrie::build(&rib);
-        let built_nodes = p.node_count();
+        let built_words = p.arena_words();
         let shared = Arc::new(ArcSwap::from_pointee(p.clone()));
         let w = FibWriter {
             rib,
@@ -48,7 +48,7 @@ impl FibWriter {
             spare_dirty: Vec::new(),
             dirty: Vec::new(),
             marked: vec![0; 1 << (crate::poptrie::DIR_BITS - 6)],
-            built_nodes,
+            built_words,
             full_builds: 1,
         };
         (w, shared)
@@ -111,7 +111,7 @@ impl FibWriter {
     pub fn replace(&mut self, rib: BinaryTrie) {
         self.rib = rib;
         let p = Poptrie::build(&self.rib);
-        self.built_nodes = p.node_count();
+        self.built_words = p.arena_words();
         self.full_builds += 1;
         self.spare = Some(self.shared.swap(Arc::new(p)));
         self.spare_dirty.clear();
@@ -133,10 +133,10 @@ impl FibWriter {
             std::thread::yield_now();
         };
         let full = self.spare_dirty.first() == Some(&u32::MAX)
-            || spare.node_count() > 2 * self.built_nodes + 4096;
+            || spare.arena_words() > 2 * self.built_words + 4096 * 6;
         if full {
             *spare = Poptrie::build(&self.rib);
-            self.built_nodes = spare.node_count();
+            self.built_words = spare.arena_words();
             self.full_builds += 1;
         } else {
             for &s in self.spare_dirty.iter().chain(&self.dirty) {
