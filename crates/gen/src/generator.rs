@@ -68,9 +68,6 @@ impl GenConfig {
             if p.is_empty() {
                 return Err("--dst-prefixes: no IPv4 prefix in the file".into());
             }
-            if self.xdp {
-                return Err("--xdp sends to one destination (--dst), not --dst-prefixes".into());
-            }
         }
         Ok(())
     }
@@ -140,6 +137,37 @@ fn end_markers(
     }
     Ok(())
 }
+
+/// Destinations the XDP program draws from: [`XDP_DESTS`] addresses drawn from `prefixes`
+/// as the AF_PACKET path draws them per frame (a random prefix, a random address in it),
+/// each with the IPv4 header checksum of `frame` carrying it.
+fn xdp_dests(frame: &[u8], prefixes: &[Prefix], seed: u64) -> io::xdp::Dests {
+    let mut rng = seed.max(1);
+    let mut hdr = [0u8; 20];
+    hdr.copy_from_slice(&frame[L3..L3 + 20]);
+    let entries = (0..XDP_DESTS)
+        .map(|_| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let p = prefixes[((rng >> 32) as usize * prefixes.len()) >> 32];
+            let dst = (p.bits() | (rng as u32 & !fib::mask(p.len()))).to_be_bytes();
+            hdr[16..20].copy_from_slice(&dst);
+            hdr[10..12].fill(0);
+            let c = wire::checksum::checksum(&hdr).to_be_bytes();
+            (dst, c)
+        })
+        .collect();
+    io::xdp::Dests {
+        addr_at: DST_AT as u16,
+        csum_at: CSUM_AT as u16,
+        entries,
+    }
+}
+
+/// How many destinations `--xdp --dst-prefixes` draws at the start (a power of two); the
+/// program then picks one at random per frame.
+pub const XDP_DESTS: usize = 1 << 18;
 
 /// Sends until the count or duration is reached or `stop` is set; returns the summary.
 pub fn run(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
@@ -264,13 +292,21 @@ pub fn run(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
 /// the pacing. `tx_packets` is what the interface took; a veth whose peer cannot keep up
 /// drops the rest (`device_dropped`): then the receiver, not the generator, is the limit.
 fn run_xdp(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
-    let Destinations::One(dst) = cfg.dst else {
-        return Err("--xdp needs --dst".into());
-    };
     let (mut port, src_mac) = open_tx(&cfg.iface)?;
-    let templates: Vec<Vec<u8>> = (0..cfg.flows)
-        .map(|i| template(cfg, src_mac, i, dst))
-        .collect();
+    let (templates, dests) = match &cfg.dst {
+        Destinations::One(dst) => (
+            (0..cfg.flows)
+                .map(|i| template(cfg, src_mac, i, *dst))
+                .collect::<Vec<_>>(),
+            None,
+        ),
+        Destinations::Prefixes(p) => {
+            let t = template(cfg, src_mac, 0, p[0].addr());
+            let d = xdp_dests(&t, p, cfg.seed);
+            (vec![t], Some(d))
+        }
+    };
+    let flows = templates.len() as u64;
     let mut first = templates[0].clone();
     let probe = Probe {
         end: false,
@@ -284,8 +320,16 @@ fn run_xdp(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
         flow: (PROBE_AT + 2) as u16,
         time: (PROBE_AT + 10) as u16,
     };
-    let mut g = io::xdp::XdpGen::new(&cfg.iface, &first, cfg.flows, cfg.flow_base, 1024, at)
-        .map_err(|e| format!("--xdp: {e}"))?;
+    let mut g = io::xdp::XdpGen::new(
+        &cfg.iface,
+        &first,
+        flows as u16,
+        cfg.flow_base,
+        1024,
+        at,
+        dests,
+    )
+    .map_err(|e| format!("--xdp: {e}"))?;
     let target = cfg.rate.pps(cfg.size);
     let limit = cfg.count.unwrap_or(u64::MAX);
     let duration_ns = cfg
@@ -316,7 +360,6 @@ fn run_xdp(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
     g.arm(0, 0, 0).map_err(|e| e.to_string())?;
     let secs = span;
     let numbered = numbered_before_disarm;
-    let flows = cfg.flows as u64;
     let seqs: Vec<u64> = (0..flows)
         .map(|i| numbered / flows + (i < numbered % flows) as u64)
         .collect();

@@ -2,7 +2,7 @@
 //! frames" mode (`BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES`), with no socket
 //! buffer per frame on the sending side.
 //!
-//! The program (assembled below, 55 instructions) paces in the kernel: each run reads the
+//! The program (assembled below, 55 instructions, 68 with [`Dests`]) paces in the kernel: each run reads the
 //! clock and, if the next frame is due (and the count and deadline allow), takes the next
 //! number from a one-entry array map and writes into the frame the flow (number modulo the
 //! flow count), the per-flow sequence number, the UDP source port of the flow and the send
@@ -40,6 +40,20 @@ pub struct Offsets {
     pub time: u16,
 }
 
+/// Destinations the program picks from, one at random per frame (`bpf_get_prandom_u32`),
+/// for traffic to many destinations: the program writes the chosen address and the IPv4
+/// header checksum that goes with it (both computed here, so the program does no checksum
+/// arithmetic).
+pub struct Dests {
+    /// Where the IPv4 destination address sits in the frame.
+    pub addr_at: u16,
+    /// Where the IPv4 header checksum sits in the frame.
+    pub csum_at: u16,
+    /// Each destination's address and header checksum as the frame carries them (network
+    /// order). A power of two of them, at least one.
+    pub entries: Vec<([u8; 4], [u8; 2])>,
+}
+
 /// One eBPF instruction.
 fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> [u8; 8] {
     let mut b = [0u8; 8];
@@ -74,6 +88,7 @@ fn program(
     at: &Offsets,
     need: i32,
     clock_offset: i64,
+    dests: Option<(i32, &Dests)>,
 ) -> Vec<[u8; 8]> {
     const MOV_X: u8 = 0xbf; // dst = src (64-bit)
     const MOV_K: u8 = 0xb7; // dst = imm
@@ -84,6 +99,9 @@ fn program(
     const LSH_K: u8 = 0x67;
     const DIV_K: u8 = 0x37;
     const MOD_K: u8 = 0x97;
+    const AND_K: u8 = 0x57;
+    const LDX_H: u8 = 0x69;
+    const STX_W: u8 = 0x63;
     const TO_BE: u8 = 0xdc;
     const LDX_W: u8 = 0x61;
     const LDX_DW: u8 = 0x79;
@@ -99,10 +117,11 @@ fn program(
     const MAP_LOOKUP: i32 = 1;
     const KTIME_GET_NS: i32 = 5;
     const REDIRECT: i32 = 23;
+    const PRANDOM: i32 = 7;
     // (instruction, jumps to `drop`)
     let j = |code, dst, src| (insn(code, dst, src, 0, 0), true);
     let i = |code, dst, src, off, imm| (insn(code, dst, src, off, imm), false);
-    let p: Vec<([u8; 8], bool)> = vec![
+    let mut p: Vec<([u8; 8], bool)> = vec![
         i(LDX_W, 7, 1, 0, 0),  // r7 = data
         i(LDX_W, 8, 1, 4, 0),  // r8 = data_end
         i(ST_W, 10, 0, -4, 0), // key = 0
@@ -152,6 +171,26 @@ fn program(
         i(ADD_X, 1, 9, 0, 0),
         i(TO_BE, 1, 0, 0, 64),
         i(STX_DW, 7, 1, at.time as i16, 0), // send time, CLOCK_REALTIME
+    ];
+    if let Some((fd, d)) = dests {
+        let mask = (d.entries.len() as u32).next_power_of_two() - 1;
+        p.extend([
+            i(CALL, 0, 0, 0, PRANDOM),
+            i(AND_K, 0, 0, 0, mask as i32),
+            i(STX_W, 10, 0, -8, 0), // key = random & mask
+            i(MOV_X, 2, 10, 0, 0),
+            i(ADD_K, 2, 0, 0, -8),
+            i(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, fd),
+            i(0, 0, 0, 0, 0),
+            i(CALL, 0, 0, 0, MAP_LOOKUP),
+            j(JEQ_K, 0, 0), // cannot happen (an array, key in range); the verifier asks
+            i(LDX_W, 1, 0, 0, 0),
+            i(STX_W, 7, 1, d.addr_at as i16, 0), // destination address
+            i(LDX_H, 1, 0, 4, 0),
+            i(STX_H, 7, 1, d.csum_at as i16, 0), // its header checksum
+        ]);
+    }
+    p.extend([
         i(MOV_K, 1, 0, 0, ifindex),
         i(MOV_K, 2, 0, 0, 0),
         i(CALL, 0, 0, 0, REDIRECT), // r0 = XDP_REDIRECT
@@ -159,7 +198,7 @@ fn program(
         // drop:
         i(MOV_K, 0, 0, 0, 1), // XDP_DROP
         i(EXIT, 0, 0, 0, 0),
-    ];
+    ]);
     let drop_at = (p.len() - 2) as i16;
     p.iter()
         .enumerate()
@@ -205,10 +244,33 @@ fn clock_ns(c: libc::clockid_t) -> i64 {
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
+/// An array map holding `d`'s entries, eight bytes each: the address, then the checksum.
+fn dest_map(d: &Dests) -> io::Result<OwnedFd> {
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(BPF_MAP_TYPE_ARRAY, 4);
+    attr[1] = u32s(8, d.entries.len() as u32);
+    let fd = bpf(BPF_MAP_CREATE, &mut attr)
+        .map_err(|e| io::Error::new(e.kind(), format!("bpf map create (destinations): {e}")))?;
+    // SAFETY: the kernel just returned this descriptor to us.
+    let map = unsafe { OwnedFd::from_raw_fd(fd) };
+    for (k, (a, c)) in d.entries.iter().enumerate() {
+        let key = k as u32;
+        let value = [a[0], a[1], a[2], a[3], c[0], c[1], 0, 0];
+        let mut attr = [0u64; 16];
+        attr[0] = u32s(fd as u32, 0);
+        attr[1] = &key as *const u32 as u64;
+        attr[2] = value.as_ptr() as u64;
+        bpf(BPF_MAP_UPDATE_ELEM, &mut attr)?;
+    }
+    Ok(map)
+}
+
 /// A loaded generator program and its frame.
 pub struct XdpGen {
     prog: OwnedFd,
     map: OwnedFd,
+    /// The destinations' map (the program holds its own reference; kept for clarity).
+    _dests: Option<OwnedFd>,
     frame: Vec<u8>,
     ctx: [u32; 6],
     iface: String,
@@ -225,11 +287,21 @@ impl XdpGen {
         flow_base: u16,
         base_port: u16,
         at: Offsets,
+        dests: Option<Dests>,
     ) -> io::Result<XdpGen> {
-        let need = [at.src_port + 2, at.flow + 8, at.time + 8]
+        let mut need = [at.src_port + 2, at.flow + 8, at.time + 8]
             .into_iter()
             .max()
             .unwrap_or(0) as usize;
+        if let Some(d) = &dests {
+            need = need.max(d.addr_at as usize + 4).max(d.csum_at as usize + 2);
+            if !d.entries.len().is_power_of_two() || d.entries.len() > 1 << 24 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "destinations: a power of two of them, at most 2^24",
+                ));
+            }
+        }
         if frame.len() < need || flows == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -244,6 +316,10 @@ impl XdpGen {
             .map_err(|e| io::Error::new(e.kind(), format!("bpf map create: {e}")))?;
         // SAFETY: the kernel just returned this descriptor to us.
         let map = unsafe { OwnedFd::from_raw_fd(map_fd) };
+        let dest_map = match &dests {
+            Some(d) => Some(dest_map(d)?),
+            None => None,
+        };
         let offset = clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC);
         let code: Vec<u8> = program(
             map_fd,
@@ -254,6 +330,10 @@ impl XdpGen {
             &at,
             need as i32,
             offset,
+            dest_map
+                .as_ref()
+                .zip(dests.as_ref())
+                .map(|(m, d)| (m.as_raw_fd(), d)),
         )
         .concat();
         let license = b"GPL\0";
@@ -283,6 +363,7 @@ impl XdpGen {
         Ok(XdpGen {
             prog,
             map,
+            _dests: dest_map,
             frame: frame.to_vec(),
             ctx: [0, frame.len() as u32, 0, ifindex as u32, 0, 0],
             iface: iface.to_string(),

@@ -200,4 +200,86 @@ fn xdp_generator_counts_rate_and_sequence() {
         (pps - 40_000.0).abs() / 40_000.0 < 0.01,
         "achieved {pps} pps"
     );
+
+    // Many destinations: every frame goes to an address of the prefixes, with a valid
+    // header checksum (tcpdump -v flags a bad one), and they are spread over the prefixes.
+    let dir = std::env::temp_dir().join(format!("ts-xdp-{}", lab.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pfx = dir.join("prefixes.txt");
+    std::fs::write(&pfx, "10.9.0.0/24\n192.0.2.0/25\n198.51.100.7/32\n").unwrap();
+    let cap = std::process::Command::new("timeout")
+        .args(["10", "ip", "netns", "exec", &format!("ts-{}-b", lab.name)])
+        .args([
+            "tcpdump",
+            "-nn",
+            "-v",
+            "-c",
+            "3000",
+            "-i",
+            "eth0",
+            "udp dst port 1234",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let out = lab.sh(
+        "a",
+        &[
+            exe(),
+            "gen",
+            "--xdp",
+            "--iface",
+            "eth0",
+            "--dst-mac",
+            &bmac,
+            "--src",
+            "10.9.0.1",
+            "--dst-prefixes",
+            pfx.to_str().unwrap(),
+            "--rate",
+            "20kpps",
+            "--count",
+            "3000",
+            "--json",
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let g: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(g["sent"], 3000, "{g}");
+    let text = String::from_utf8_lossy(&cap.wait_with_output().unwrap().stdout).into_owned();
+    // tcpdump -v prints two lines a packet: the IP header, then "src > dst: UDP ...".
+    let dsts: Vec<std::net::Ipv4Addr> = text
+        .lines()
+        .filter_map(|l| l.trim().split_once(" > ")?.1.split_once(": UDP"))
+        .map(|(d, _)| d.rsplit_once('.').unwrap().0.parse().unwrap())
+        .collect();
+    assert!(dsts.len() >= 3000, "{} captured:\n{text}", dsts.len());
+    assert!(!text.contains("bad cksum"), "{text}");
+    let within = |a: &std::net::Ipv4Addr, p: [u8; 4], len: u32| {
+        u32::from(*a) >> (32 - len) == u32::from_be_bytes(p) >> (32 - len)
+    };
+    let mut per = [0usize; 3];
+    for a in &dsts[..3000] {
+        let k = [
+            ([10, 9, 0, 0], 24),
+            ([192, 0, 2, 0], 25),
+            ([198, 51, 100, 7], 32),
+        ]
+        .iter()
+        .position(|(p, l)| within(a, *p, *l))
+        .unwrap_or_else(|| panic!("{a} is in none of the prefixes"));
+        per[k] += 1;
+    }
+    // A prefix drawn at random per frame: about 1,000 each.
+    assert!(per.iter().all(|&n| (800..1200).contains(&n)), "{per:?}");
+    let mut distinct = dsts[..3000].to_vec();
+    distinct.sort();
+    distinct.dedup();
+    assert!(
+        distinct.len() > 300,
+        "{} distinct destinations",
+        distinct.len()
+    );
 }
