@@ -27,6 +27,31 @@ pub struct ForwardOpts {
     /// (name, command): `forwarder` and `linux` have no command (the lab runs them);
     /// others run their command in the router's namespace.
     pub contenders: Vec<(String, Option<String>)>,
+    /// Send with `gen --xdp` (the XDP generator) instead of the AF_PACKET ring.
+    pub xdp: bool,
+}
+
+/// Lets `node:ifname` (a veth) take frames from the XDP generator: GRO on, so that the veth
+/// runs NAPI and accepts XDP frames, and NAPI in its own kernel thread, so that receiving
+/// is not charged to the sending core (see docs/measurement.md).
+fn xdp_receiver(lab: &lab::Lab, node: &str, ifname: &str) -> Result<(), String> {
+    let ns = lab.ns(node);
+    sh(
+        "ip",
+        &["netns", "exec", &ns, "ethtool", "-K", ifname, "gro", "on"],
+    )?;
+    sh(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &ns,
+            "sh",
+            "-c",
+            &format!("echo 1 > /sys/class/net/{ifname}/threaded"),
+        ],
+    )?;
+    Ok(())
 }
 
 /// A router started by command in the router's namespace; its process group is ended when
@@ -275,8 +300,11 @@ fn ceiling(opts: &ForwardOpts, size: usize, name: &str) -> Result<f64, String> {
         total: 1,
     };
     let r = (|| {
+        if opts.xdp {
+            xdp_receiver(&l, "sink1", "eth0")?;
+        }
         let mac = b.mac("sink1", "eth0")?;
-        let dst = vec![
+        let mut dst = vec![
             "--dst-mac".into(),
             mac,
             "--src".into(),
@@ -284,10 +312,15 @@ fn ceiling(opts: &ForwardOpts, size: usize, name: &str) -> Result<f64, String> {
             "--dst".into(),
             "10.9.0.2".into(),
         ];
+        if opts.xdp {
+            dst.push("--xdp".into());
+        }
         b.point(size, &[("src1", dst, "max".into())], &["sink1"])
     })();
     let _ = l.down();
-    Ok(r?.offered_pps)
+    // What arrived, not what was sent: the XDP generator can send more than a sink takes,
+    // and then the pair's ceiling is the sink's.
+    Ok(r?.forwarded_pps)
 }
 
 pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
@@ -370,6 +403,11 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 if let Some(cmd) = command {
                     external = Some(External::start(&l.ns("r"), cmd, &rcfg, &tfile)?);
                 }
+                if opts.xdp {
+                    for (_, rport, _, _, _) in SOURCES {
+                        xdp_receiver(&l, "r", rport)?;
+                    }
+                }
                 // Resolve every neighbour before measuring (ARP has its own tests); an
                 // external router gets a few seconds to come up.
                 for (src, _, _, dst, _) in SOURCES {
@@ -416,6 +454,9 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                                         "--flow-base".into(),
                                         (i * 100).to_string(),
                                     ];
+                                    if opts.xdp {
+                                        a.push("--xdp".into());
+                                    }
                                     if fl == Flows::Many {
                                         a.extend([
                                             "--dst-prefixes".into(),
@@ -486,7 +527,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             r?;
         }
     }
-    let v = json!({"bench": "forward", "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "points": rows});
+    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "points": rows});
     write(
         &opts.out.join("results.json"),
         &serde_json::to_string_pretty(&v).unwrap_or_default(),

@@ -2,7 +2,7 @@
 //! frames" mode (`BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES`), with no socket
 //! buffer per frame on the sending side.
 //!
-//! The program (assembled below, 55 instructions, 68 with [`Dests`]) paces in the kernel: each run reads the
+//! The program (assembled below, 77 instructions, 90 with [`Dests`]) paces in the kernel: each run reads the
 //! clock and, if the next frame is due (and the count and deadline allow), takes the next
 //! number from a one-entry array map and writes into the frame the flow (number modulo the
 //! flow count), the per-flow sequence number, the UDP source port of the flow and the send
@@ -54,6 +54,9 @@ pub struct Dests {
     pub entries: Vec<([u8; 4], [u8; 2])>,
 }
 
+/// How many intervals late a frame may be and still be sent (see [`XdpGen::arm`]).
+pub const SLACK_FRAMES: u64 = 192;
+
 /// One eBPF instruction.
 fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> [u8; 8] {
     let mut b = [0u8; 8];
@@ -74,7 +77,15 @@ fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> [u8; 8] {
 /// | 24 | monotonic nanoseconds after which nothing is sent |
 /// | 32 | picoseconds between frames (0: as fast as possible) |
 /// | 40 | monotonic nanoseconds of the last frame sent |
-const VALUE_LEN: usize = 48;
+/// | 48 | frames skipped because they were more than the slack late |
+/// | 56 | slack, picoseconds (see [`XdpGen::arm`]) |
+/// | 64 | the frame's first [`HEADER_LEN`] bytes (Ethernet, IPv4 and UDP headers) |
+const VALUE_LEN: usize = 64 + 48;
+/// Bytes of the frame the program writes again on every run. A frame's page goes back to
+/// the kernel's pool once the receiver is done with it, and comes back to the program with
+/// whatever the receiver left in it: a router that forwards in place (the Linux kernel
+/// does) has rewritten the MAC addresses, the TTL and the checksum by then.
+const HEADER_LEN: usize = 42;
 
 /// The generator program. Each run: a frame not yet due, past the deadline or over the
 /// count is dropped (not sent, not numbered); otherwise it is numbered, stamped and sent.
@@ -94,6 +105,9 @@ fn program(
     const MOV_K: u8 = 0xb7; // dst = imm
     const ADD_K: u8 = 0x07;
     const ADD_X: u8 = 0x0f;
+    const SUB_X: u8 = 0x1f;
+    const DIV_X: u8 = 0x3f;
+    const JLE_X: u8 = 0xbd;
     const MUL_K: u8 = 0x27;
     const OR_X: u8 = 0x4f;
     const LSH_K: u8 = 0x67;
@@ -140,7 +154,16 @@ fn program(
         i(MUL_K, 2, 0, 0, 1000), // r2 = now (ps)
         i(LDX_DW, 1, 6, 8, 0),   // r1 = next due (ps)
         j(JGT_X, 1, 2),          // not due yet: drop
-        i(LDX_DW, 3, 6, 32, 0),
+        i(LDX_DW, 3, 6, 32, 0),  // r3 = interval (ps)
+        i(MOV_X, 4, 2, 0, 0),
+        i(SUB_X, 4, 1, 0, 0),   // r4 = how late (ps)
+        i(LDX_DW, 5, 6, 56, 0), // r5 = slack (ps)
+        i(JLE_X, 4, 5, 5, 0),   // late by more than the slack: the missed frames are
+        i(DIV_X, 4, 3, 0, 0),   // skipped, not sent in a burst (r4 / 0 is 0 in eBPF)
+        i(LDX_DW, 5, 6, 48, 0),
+        i(ADD_X, 5, 4, 0, 0),
+        i(STX_DW, 6, 5, 48, 0), // skipped += late / interval
+        i(MOV_X, 1, 2, 0, 0),   // due now
         i(ADD_X, 1, 3, 0, 0),
         i(STX_DW, 6, 1, 8, 0), // next due += interval
         i(LDX_DW, 1, 6, 0, 0), // r1 = number of this frame
@@ -153,6 +176,16 @@ fn program(
         i(MOV_X, 2, 7, 0, 0),
         i(ADD_K, 2, 0, 0, need),
         j(JGT_X, 2, 8), // frame too short: drop
+    ];
+    for k in 0..HEADER_LEN / 8 {
+        let o = (8 * k) as i16;
+        p.push(i(LDX_DW, 3, 6, 64 + o, 0));
+        p.push(i(STX_DW, 7, 3, o, 0));
+    }
+    let o = (HEADER_LEN / 8 * 8) as i16;
+    p.push(i(LDX_H, 3, 6, 64 + o, 0));
+    p.push(i(STX_H, 7, 3, o, 0)); // the headers as they were built
+    p.extend([
         i(MOV_X, 2, 1, 0, 0),
         i(MOD_K, 2, 0, 0, flows as i32), // r2 = flow index
         i(MOV_X, 3, 1, 0, 0),
@@ -171,7 +204,7 @@ fn program(
         i(ADD_X, 1, 9, 0, 0),
         i(TO_BE, 1, 0, 0, 64),
         i(STX_DW, 7, 1, at.time as i16, 0), // send time, CLOCK_REALTIME
-    ];
+    ]);
     if let Some((fd, d)) = dests {
         let mask = (d.entries.len() as u32).next_power_of_two() - 1;
         p.extend([
@@ -289,7 +322,7 @@ impl XdpGen {
         at: Offsets,
         dests: Option<Dests>,
     ) -> io::Result<XdpGen> {
-        let mut need = [at.src_port + 2, at.flow + 8, at.time + 8]
+        let mut need = [at.src_port + 2, at.flow + 8, at.time + 8, HEADER_LEN as u16]
             .into_iter()
             .max()
             .unwrap_or(0) as usize;
@@ -373,17 +406,33 @@ impl XdpGen {
 
     /// Arms the program: at most `count` frames, one every `interval_ps` picoseconds from
     /// now (0: as fast as possible), none after `duration_ns` from now. Resets the count.
+    ///
+    /// A frame runs late when the sending core does something else for a while (an
+    /// interrupt, another task, the system call's own set-up). Up to [`SLACK_FRAMES`]
+    /// intervals late, the due frames go out back to back and the rate catches up; later
+    /// than that, the missed frames are skipped and counted ([`XdpGen::state`]), so that
+    /// the receiver never gets a burst longer than that at line speed. A veth takes a
+    /// burst of at most 256 frames before it drops.
     pub fn arm(&mut self, count: u64, interval_ps: u64, duration_ns: u64) -> io::Result<()> {
         let now = clock_ns(libc::CLOCK_MONOTONIC) as u64;
         self.armed_ns = now;
-        let value: [u64; VALUE_LEN / 8] = [
+        let mut value = [0u8; VALUE_LEN];
+        for (k, v) in [
             0,
             now.saturating_mul(1000),
             count,
             now.saturating_add(duration_ns),
             interval_ps,
             now,
-        ];
+            0,
+            interval_ps.saturating_mul(SLACK_FRAMES),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            value[8 * k..8 * k + 8].copy_from_slice(&v.to_ne_bytes());
+        }
+        value[64..64 + HEADER_LEN].copy_from_slice(&self.frame[..HEADER_LEN]);
         let key = 0u32;
         let mut attr = [0u64; 16];
         attr[0] = u32s(self.map.as_raw_fd() as u32, 0);
@@ -395,7 +444,7 @@ impl XdpGen {
 
     /// Runs the program `runs` times (one system call). Each run sends one frame if one is
     /// due (see [`XdpGen::arm`]); the others cost a few tens of nanoseconds each.
-    pub fn run(&mut self, runs: u32) -> io::Result<()> {
+    pub fn run(&self, runs: u32) -> io::Result<()> {
         if runs == 0 {
             return Ok(());
         }
@@ -426,8 +475,9 @@ impl XdpGen {
         Ok(self.state()?.0)
     }
 
-    /// (frames numbered, seconds from [`XdpGen::arm`] to the last frame sent).
-    pub fn state(&self) -> io::Result<(u64, f64)> {
+    /// (frames numbered, seconds from [`XdpGen::arm`] to the last frame sent, frames
+    /// skipped because they were too late).
+    pub fn state(&self) -> io::Result<(u64, f64, u64)> {
         let key = 0u32;
         let mut value = [0u64; VALUE_LEN / 8];
         let mut attr = [0u64; 16];
@@ -436,7 +486,7 @@ impl XdpGen {
         attr[2] = value.as_mut_ptr() as u64;
         bpf(BPF_MAP_LOOKUP_ELEM, &mut attr)?;
         let span = value[5].saturating_sub(self.armed_ns) as f64 / 1e9;
-        Ok((value[0], span))
+        Ok((value[0], span, value[6]))
     }
 
     /// The interface's transmit counter (what the device accepted).

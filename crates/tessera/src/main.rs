@@ -272,6 +272,10 @@ enum Bench {
         /// Measure nothing: draw the plots of --out again from its results.json.
         #[arg(long)]
         replot: bool,
+        /// The traffic generator: `xdp` (gen --xdp, about 2 Mpps paced from one core) or
+        /// `afpacket` (gen on the AF_PACKET ring, about 0.4 Mpps).
+        #[arg(long, default_value = "xdp", value_parser = ["xdp", "afpacket"])]
+        generator: String,
     },
     /// The LB's packets per second per core beside the forwarder's: over in-memory ports
     /// (64-byte frames, every balancing mode, one and 65,536 flows) and through the lab
@@ -537,6 +541,7 @@ fn run(cli: Cli) -> Result<i32> {
                 contender,
                 only,
                 replot: false,
+                generator,
             } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
                 let mut contenders: Vec<(String, Option<String>)> =
@@ -559,6 +564,7 @@ fn run(cli: Cli) -> Result<i32> {
                     exe,
                     seconds: seconds.clamp(0.2, 60.0),
                     contenders,
+                    xdp: generator == "xdp",
                 };
                 let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
                 print(&v)
