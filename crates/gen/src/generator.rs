@@ -91,6 +91,23 @@ fn template(cfg: &GenConfig, src_mac: MacAddr, i: u16, dst: Ipv4Addr) -> Vec<u8>
     f
 }
 
+/// The frames of flows `0..cfg.flows` to `dst`.
+fn flow_templates(cfg: &GenConfig, src_mac: MacAddr, dst: Ipv4Addr) -> Vec<Vec<u8>> {
+    (0..cfg.flows)
+        .map(|i| template(cfg, src_mac, i, dst))
+        .collect()
+}
+
+/// A destination for "many flows": a random prefix of `prefixes`, a random address in it
+/// (xorshift on `rng`).
+fn random_dst(rng: &mut u64, prefixes: &[Prefix]) -> u32 {
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+    let p = prefixes[((*rng >> 32) as usize * prefixes.len()) >> 32];
+    p.bits() | (*rng as u32 & !fib::mask(p.len()))
+}
+
 /// The transmit port on `iface` (a small receive ring: the generator receives nothing) and
 /// the interface's MAC.
 fn open_tx(iface: &str) -> Result<(io::AfPacket, MacAddr), String> {
@@ -147,11 +164,7 @@ fn xdp_dests(frame: &[u8], prefixes: &[Prefix], seed: u64) -> io::xdp::Dests {
     hdr.copy_from_slice(&frame[L3..L3 + 20]);
     let entries = (0..XDP_DESTS)
         .map(|_| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            let p = prefixes[((rng >> 32) as usize * prefixes.len()) >> 32];
-            let dst = (p.bits() | (rng as u32 & !fib::mask(p.len()))).to_be_bytes();
+            let dst = random_dst(&mut rng, prefixes).to_be_bytes();
             hdr[16..20].copy_from_slice(&dst);
             hdr[10..12].fill(0);
             let c = wire::checksum::checksum(&hdr).to_be_bytes();
@@ -194,12 +207,7 @@ pub fn run(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
     }
     let (mut port, src_mac) = open_tx(&cfg.iface)?;
     let (templates, prefixes) = match &cfg.dst {
-        Destinations::One(d) => (
-            (0..cfg.flows)
-                .map(|i| template(cfg, src_mac, i, *d))
-                .collect::<Vec<_>>(),
-            Vec::new(),
-        ),
+        Destinations::One(d) => (flow_templates(cfg, src_mac, *d), Vec::new()),
         Destinations::Prefixes(p) => (vec![template(cfg, src_mac, 0, p[0].addr())], p.clone()),
     };
     let flows = templates.len();
@@ -238,11 +246,7 @@ pub fn run(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
                 let t = &templates[f];
                 slot[..t.len()].copy_from_slice(t);
                 if !prefixes.is_empty() {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    let p = prefixes[((rng >> 32) as usize * prefixes.len()) >> 32];
-                    let dst = p.bits() | (rng as u32 & !fib::mask(p.len()));
+                    let dst = random_dst(&mut rng, &prefixes);
                     let old = u32::from_be_bytes([
                         slot[DST_AT],
                         slot[DST_AT + 1],
@@ -311,12 +315,7 @@ pub fn run(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
 fn run_xdp(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
     let (mut port, src_mac) = open_tx(&cfg.iface)?;
     let (templates, dests) = match &cfg.dst {
-        Destinations::One(dst) => (
-            (0..cfg.flows)
-                .map(|i| template(cfg, src_mac, i, *dst))
-                .collect::<Vec<_>>(),
-            None,
-        ),
+        Destinations::One(dst) => (flow_templates(cfg, src_mac, *dst), None),
         Destinations::Prefixes(p) => {
             let t = template(cfg, src_mac, 0, p[0].addr());
             let d = xdp_dests(&t, p, cfg.seed);
