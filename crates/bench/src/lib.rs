@@ -10,6 +10,23 @@ pub mod pipeline_bench;
 pub mod plot;
 pub mod table;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Set when the lab benchmarks should stop (the binary registers SIGINT and SIGTERM on
+/// it): the next measurement point fails with "interrupted", and the error path takes
+/// the lab down, so that no namespace is left behind.
+pub fn stop_flag() -> Arc<AtomicBool> {
+    static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    STOP.get_or_init(|| Arc::new(AtomicBool::new(false)))
+        .clone()
+}
+
+/// Whether [`stop_flag`] is set.
+pub fn interrupted() -> bool {
+    stop_flag().load(Ordering::Relaxed)
+}
+
 /// A seeded xorshift generator: benchmarks are repeatable.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);

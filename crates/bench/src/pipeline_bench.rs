@@ -10,6 +10,7 @@
 
 use crate::table::Table;
 use crate::Rng;
+use dataplane::element::process_batch;
 use dataplane::forwarder::{Forwarder, ForwarderConfig, Iface};
 use dataplane::{Event, TxQueues};
 use serde_json::{json, Value};
@@ -50,14 +51,17 @@ pub(crate) fn measure(table: &Table, frames: &[Vec<u8>], time: Duration) -> (f64
     let mut tx = TxQueues::new(2);
     let mut sent = 0u64;
     let mut i = 0;
-    let run = |f: &mut Forwarder, tx: &mut TxQueues, i: &mut usize, n: usize| {
+    let mut batch = Vec::with_capacity(BATCH);
+    // As the run loop does: a batch is received (copied into buffers), then processed.
+    let mut run = |f: &mut Forwarder, tx: &mut TxQueues, i: &mut usize, n: usize| {
         for _ in 0..n {
             for _ in 0..BATCH {
                 let mut p = f.pool.get();
                 p.data.extend_from_slice(&frames[*i]);
                 *i = if *i + 1 == frames.len() { 0 } else { *i + 1 };
-                f.process(p, now, tx);
+                batch.push(p);
             }
+            process_batch(f, &mut batch, 0, now, tx);
             for q in tx.queues.iter_mut() {
                 for p in q.drain(..) {
                     f.pool.put(p);

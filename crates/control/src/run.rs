@@ -305,11 +305,13 @@ pub fn run_element<E: Element, P: Port>(
                 counters.count_n(Drop::RxOversize, oversize);
             }
             got += n;
-            let now = Instant::now();
-            for mut p in batch.drain(..) {
-                p.meta.rx_port = i as u16;
-                e.process(p, now, &mut tx);
-            }
+            dataplane::element::process_batch(
+                &mut e,
+                &mut batch,
+                i as u16,
+                Instant::now(),
+                &mut tx,
+            );
         }
         let now = Instant::now();
         if now.duration_since(last_poll) >= interval {

@@ -33,8 +33,47 @@ pub trait Element {
     fn poll_interval(&self) -> Duration;
     /// Called after every pass over the ports.
     fn end_batch(&mut self) {}
+    /// A hint for a frame that [`Element::process`] will see soon (`near`: within a few
+    /// frames; otherwise further ahead): an element that looks tables up starts loading
+    /// what it will need. The default does nothing.
+    fn prefetch(&mut self, _p: &Pkt, _near: bool) {}
     fn pool(&mut self) -> &mut Pool;
     fn counters(&self) -> &Arc<Counters>;
+}
+
+/// How many frames ahead [`process_batch`] gives the far and the near hint.
+const FAR: usize = 8;
+const NEAR: usize = 4;
+
+/// Runs a received batch (every frame from port `rx_port`) through `e`, emptying `batch`.
+/// Each frame gets its far hint [`FAR`] frames and its near hint [`NEAR`] frames before
+/// it is processed ([`Element::prefetch`]), so that the cache misses of its lookups
+/// overlap the work on the frames before it.
+pub fn process_batch<E: Element>(
+    e: &mut E,
+    batch: &mut Vec<Pkt>,
+    rx_port: u16,
+    now: Instant,
+    tx: &mut TxQueues,
+) {
+    for p in batch.iter().take(FAR) {
+        e.prefetch(p, false);
+    }
+    for p in batch.iter().take(NEAR) {
+        e.prefetch(p, true);
+    }
+    let mut it = batch.drain(..);
+    while let Some(mut p) = it.next() {
+        let rest = it.as_slice();
+        if let Some(q) = rest.get(FAR - 1) {
+            e.prefetch(q, false);
+        }
+        if let Some(q) = rest.get(NEAR - 1) {
+            e.prefetch(q, true);
+        }
+        p.meta.rx_port = rx_port;
+        e.process(p, now, tx);
+    }
 }
 
 impl Element for crate::forwarder::Forwarder {
@@ -49,6 +88,9 @@ impl Element for crate::forwarder::Forwarder {
     }
     fn end_batch(&mut self) {
         crate::forwarder::Forwarder::end_batch(self)
+    }
+    fn prefetch(&mut self, p: &Pkt, near: bool) {
+        crate::forwarder::Forwarder::prefetch(self, p, near)
     }
     fn pool(&mut self) -> &mut Pool {
         &mut self.pool

@@ -1,7 +1,9 @@
 //! Poptrie (Asai and Ohara, SIGCOMM 2015): a compressed multiway trie for IPv4 LPM.
 //!
-//! The top 18 bits index a direct-pointing array `dir` (1 MiB): each entry is either a
-//! leaf (a value with [`LEAF`] set) or the offset of an internal node in the arena `mem`.
+//! The top 18 bits index a direct-pointing array `dir` (1 MiB): each entry is the offset
+//! of a node in the arena `mem`. A slot that no prefix longer than /18 reaches points to
+//! the shared *end node* of its value (no children, one leaf), so that every lookup takes
+//! the same steps: `dir`, a node, a leaf.
 //! Internal nodes consume 6 bits each (18 + 6 + 6 + 6 covers 32; the last stride is
 //! padded with zeros). A node is six 32-bit words: two 64-bit vectors, then `base1` and
 //! `base0`. `vector` marks the positions that are internal children, stored contiguously
@@ -9,6 +11,11 @@
 //! (leaf compression), the runs stored contiguously from `base0`. A child's or a leaf's
 //! place is a population count of the vector below its position, so a lookup is at most
 //! four dependent loads (dir, then up to three nodes) plus one leaf load.
+//!
+//! The common step (`dir`, the node it names, one of its leaves) reads the arena without
+//! bounds checks: every node that `dir` names is checked once when it is laid out (its
+//! words and all the leaves its vectors can select lie inside the arena), and the arena
+//! never changes afterwards. Deeper steps are bounds-checked.
 //!
 //! Unlike the paper, nodes and leaves share one arena, and a node's leaves are laid out
 //! right behind it (behind its block of siblings, below the top level). The common lookup
@@ -20,29 +27,27 @@
 //! changed in place; see [`crate::table`] for updates.
 
 use crate::{BinaryTrie, Lpm};
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
-/// Marks a direct-pointing entry as a leaf.
-pub const LEAF: u32 = 1 << 31;
 /// The value of "no route" in leaves; values must be below it.
-pub const NO_ROUTE: u32 = LEAF - 1;
+pub const NO_ROUTE: u32 = (1 << 31) - 1;
 
 const STRIDE: u32 = 6;
 /// Bits resolved by the direct-pointing array (Poptrie18 of the paper).
 pub const DIR_BITS: u32 = 18;
 /// Words per node: vector (2), leafvec (2), base1, base0.
 const NODE: usize = 6;
-/// The arena's first node: no children, one leaf ([`NO_ROUTE`], at word [`NODE`]). The
-/// batched lookup walks lanes that ended in `dir` through it, so that every lane runs the
-/// same code without a branch on its own state.
-const DUMMY: u32 = 0;
 
 /// A compiled, read-only LPM table.
 #[derive(Debug, Clone)]
 pub struct Poptrie {
     /// A fixed-size array, so that indexing it by the top bits needs no bounds check.
+    /// Every entry is a node offset that [`Poptrie::check_top`] accepted.
     dir: Box<[u32; 1 << DIR_BITS]>,
     mem: Vec<u32>,
+    /// The end node of each value that some `dir` slot ends with: no children, one leaf.
+    ends: HashMap<u32, u32>,
     count: usize,
 }
 
@@ -114,6 +119,24 @@ impl Node {
         }
     }
 
+    /// Reads the node at `o` without a bounds check.
+    ///
+    /// # Safety
+    /// `o + NODE <= mem.len()`.
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn at_unchecked(mem: &[u32], o: u32) -> Node {
+        // SAFETY: the caller guarantees the six words are inside `mem`; `[u32; NODE]` has
+        // the alignment of `u32`.
+        let w = unsafe { (mem.as_ptr().add(o as usize) as *const [u32; NODE]).read() };
+        Node {
+            vector: w[0] as u64 | (w[1] as u64) << 32,
+            leafvec: w[2] as u64 | (w[3] as u64) << 32,
+            base1: w[4],
+            base0: w[5],
+        }
+    }
+
     /// The arena offset of the leaf for position `v`, for a position that is not an
     /// internal child (garbage, but computed without a branch, for one that is).
     #[inline(always)]
@@ -151,21 +174,56 @@ struct Pending {
 impl Poptrie {
     /// Compiles the table from a binary trie. Values must be below [`NO_ROUTE`].
     pub fn build(t: &BinaryTrie) -> Poptrie {
-        let mut mem = vec![0; NODE + 1];
-        mem[2] = 1; // DUMMY's leafvec: one run from position 0 ...
-        mem[5] = NODE as u32; // ... stored at word NODE,
-        mem[NODE] = NO_ROUTE; // holding "no route".
         let mut p = Poptrie {
-            dir: vec![LEAF | NO_ROUTE; 1 << DIR_BITS]
+            dir: vec![0; 1 << DIR_BITS]
                 .into_boxed_slice()
                 .try_into()
                 .expect("1 << DIR_BITS entries"),
-            mem,
+            mem: Vec::new(),
+            ends: HashMap::new(),
             count: t.len(),
         };
+        let none = p.end(NO_ROUTE);
+        p.dir.fill(none);
         p.fill_dir(t, 0, 0, 0, NO_ROUTE);
         p.mem.shrink_to_fit();
         p
+    }
+
+    /// The end node of value `v` (a node without children whose one leaf is `v`),
+    /// appended the first time it is asked for.
+    fn end(&mut self, v: u32) -> u32 {
+        if let Some(&o) = self.ends.get(&v) {
+            return o;
+        }
+        let o = self.mem.len() as u32;
+        // vector 0, leafvec 1 (one run from position 0), base1 unused, base0 right behind.
+        self.mem
+            .extend_from_slice(&[0, 0, 1, 0, 0, o + NODE as u32, v]);
+        self.check_top(o);
+        self.ends.insert(v, o);
+        o
+    }
+
+    /// Checks what the unchecked common step relies on for a node that `dir` names: its
+    /// words are inside the arena, and for every position that is not an internal child
+    /// the selected leaf (`base0` plus the count of `leafvec` bits up to the position,
+    /// minus one) is too. The count is at least one because the first position that is
+    /// not a child always starts a run of leaves, and at most the number of runs.
+    fn check_top(&self, o: u32) {
+        let len = self.mem.len();
+        assert!(o as usize + NODE <= len, "node {o} outside the arena");
+        let n = Node::at(&self.mem, o);
+        if n.vector != u64::MAX {
+            assert!(
+                n.leafvec >> n.vector.trailing_ones() & 1 == 1,
+                "node {o}: the first leaf position starts no run"
+            );
+            assert!(
+                n.base0 as usize + n.leafvec.count_ones() as usize <= len,
+                "node {o}: leaves outside the arena"
+            );
+        }
     }
 
     fn fill_dir(&mut self, t: &BinaryTrie, n: usize, depth: u32, bits: u32, inh: u32) {
@@ -185,7 +243,8 @@ impl Poptrie {
                 crate::NONE => {
                     let span = 1usize << (DIR_BITS - depth - 1);
                     let from = (nb as usize) * span;
-                    self.dir[from..from + span].fill(LEAF | inh);
+                    let e = self.end(inh);
+                    self.dir[from..from + span].fill(e);
                 }
                 c => self.fill_dir(t, c as usize, depth + 1, nb, inh),
             }
@@ -193,15 +252,17 @@ impl Poptrie {
     }
 
     /// The `dir` entry for trie node `n` at depth [`DIR_BITS`] (its value already folded
-    /// into `inh`): a leaf, or a node appended with its leaves right behind it.
+    /// into `inh`): the end node of its value, or a node appended with its leaves right
+    /// behind it.
     fn top(&mut self, t: &BinaryTrie, n: usize, inh: u32) -> u32 {
         if !t.has_children(n) {
-            return LEAF | inh;
+            return self.end(inh);
         }
         let at = self.mem.len();
         self.mem.resize(at + NODE, 0);
         let p = self.leaves(t, at, n, inh);
         self.finish(t, p);
+        self.check_top(at as u32);
         at as u32
     }
 
@@ -259,6 +320,7 @@ impl Poptrie {
     /// Recompiles the subtree of one direct-pointing slot (a /18) from `t`, appending its
     /// nodes and leaves (the old ones become garbage until the next full build).
     pub fn rebuild_slot(&mut self, t: &BinaryTrie, slot: u32) {
+        self.count = t.len();
         let mut n = 0usize;
         let mut inh = match t.nodes[0].value {
             crate::NONE => NO_ROUTE,
@@ -268,7 +330,7 @@ impl Poptrie {
             let bit = ((slot >> (DIR_BITS - 1 - i)) & 1) as usize;
             match t.nodes[n].child[bit] {
                 crate::NONE => {
-                    self.dir[slot as usize] = LEAF | inh;
+                    self.dir[slot as usize] = self.end(inh);
                     return;
                 }
                 c => {
@@ -280,17 +342,51 @@ impl Poptrie {
             }
         }
         self.dir[slot as usize] = self.top(t, n, inh);
-        self.count = t.len();
     }
 
     /// The raw value for `a`: [`NO_ROUTE`] when no prefix matches.
     #[inline(always)]
     pub fn lookup_raw(&self, a: u32) -> u32 {
-        let d = self.dir[(a >> (32 - DIR_BITS)) as usize];
-        if d & LEAF != 0 {
-            return d & !LEAF;
+        self.step(a)
+    }
+
+    /// The lookup: `dir`, the node it names, one leaf; deeper nodes only for addresses
+    /// that a prefix longer than /24 may cover.
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    fn step(&self, a: u32) -> u32 {
+        let mem = &self.mem[..];
+        let o = self.dir[(a >> (32 - DIR_BITS)) as usize];
+        // SAFETY: `o` comes from `dir`, and `check_top` accepted every node `dir` names
+        // when it was laid out: its six words are inside `mem`, which is never changed
+        // or shrunk afterwards (updates only append).
+        let node = unsafe { Node::at_unchecked(mem, o) };
+        let v = chunk(a, DIR_BITS);
+        if node.vector >> v & 1 != 0 {
+            return mem[self.walk(a, o) as usize];
         }
-        self.mem[self.walk(a, d) as usize]
+        // Bits 0..=v of leafvec, counted after shifting the others out.
+        let runs = (node.leafvec << (v ^ 63)).count_ones() as usize;
+        // SAFETY: `v` is not an internal child, so `check_top` guarantees that
+        // `1 <= runs` and `base0 + runs - 1 < mem.len()`.
+        unsafe { *mem.get_unchecked(node.base0 as usize + runs - 1) }
+    }
+
+    /// Starts loading the `dir` entry for `a`: the first of two hints for a caller that
+    /// knows its addresses some time before it looks them up.
+    #[inline(always)]
+    pub fn prefetch_dir(&self, a: u32) {
+        prefetch(&self.dir[(a >> (32 - DIR_BITS)) as usize]);
+    }
+
+    /// Starts loading the node that `dir` names for `a` (and the cache line after it,
+    /// where its leaves often are). It reads the `dir` entry, so it works best a few
+    /// addresses after [`Poptrie::prefetch_dir`] for the same address.
+    #[inline(always)]
+    pub fn prefetch_node(&self, a: u32) {
+        let o = self.dir[(a >> (32 - DIR_BITS)) as usize];
+        prefetch_at(&self.mem, o);
+        prefetch_at(&self.mem, o.wrapping_add(16));
     }
 
     /// Looks up `addrs` into `out` (same length).
@@ -299,11 +395,10 @@ impl Poptrie {
     /// prefetches the `dir` entry of address `i + 32` and, reading the `dir` entry of
     /// address `i + 8` (prefetched 24 addresses earlier), that address's node. By the time
     /// an address is looked up, its loads are in the cache or on their way, and the cache
-    /// misses of some 30 addresses overlap. The lookup itself does not branch on where an
-    /// address ends (an address that ends in `dir` walks [`DUMMY`] and its value is
-    /// selected afterwards), because on real tables that branch is as good as random and
-    /// a misprediction costs more than the work it skips; only prefixes longer than /24
-    /// take a branch, which is rare and so well predicted.
+    /// misses of some 30 addresses overlap. Every address takes the same steps (`dir`,
+    /// node, leaf; slots without longer prefixes name their value's end node), so nothing
+    /// branches on where an address ends, which on real tables is as good as random;
+    /// only prefixes longer than /24 take a branch, which is rare and so well predicted.
     ///
     /// Distances measured on `ipv4-bgp-2023` (random-prefix addresses): 32/8 gave 204
     /// million lookups/s, 16/8 and 24/8 about 200, 24/12 and 32/12 196; a staged variant
@@ -314,39 +409,27 @@ impl Poptrie {
         /// How far ahead `dir` entries and nodes are prefetched.
         const D1: usize = 32;
         const D2: usize = 8;
-        let top = 32 - DIR_BITS;
-        let mem = &self.mem[..];
-        let n = addrs.len();
         for &x in addrs.iter().take(D1) {
-            prefetch(&self.dir[(x >> top) as usize]);
+            self.prefetch_dir(x);
         }
         for &x in addrs.iter().take(D2) {
-            let d = self.dir[(x >> top) as usize];
-            prefetch_at(mem, if d & LEAF != 0 { DUMMY } else { d });
+            self.prefetch_node(x);
         }
-        for i in 0..n {
-            if let Some(&x) = addrs.get(i + D1) {
-                prefetch(&self.dir[(x >> top) as usize]);
-            }
+        // While there are addresses D1 ahead, without a bounds check on them (zip) ...
+        let far = addrs.get(D1..).unwrap_or(&[]);
+        let near = addrs.get(D2..).unwrap_or(&[]);
+        let steady = far.len();
+        for (((o, &a), &x1), &x2) in out.iter_mut().zip(addrs).zip(far).zip(near) {
+            self.prefetch_dir(x1);
+            self.prefetch_node(x2);
+            *o = self.step(a);
+        }
+        // ... then the last ones.
+        for i in steady..addrs.len() {
             if let Some(&x) = addrs.get(i + D2) {
-                let d = self.dir[(x >> top) as usize];
-                let o = if d & LEAF != 0 { DUMMY } else { d };
-                prefetch_at(mem, o);
-                prefetch_at(mem, o.wrapping_add(16));
+                self.prefetch_node(x);
             }
-            let a = addrs[i];
-            let d = self.dir[(a >> top) as usize];
-            let ended = d & LEAF != 0;
-            let o = if ended { DUMMY } else { d };
-            let node = Node::at(mem, o);
-            let v = chunk(a, DIR_BITS);
-            let l = if node.vector >> v & 1 != 0 {
-                self.walk(a, o)
-            } else {
-                node.leaf(v)
-            };
-            let val = mem[l as usize];
-            out[i] = if ended { d & !LEAF } else { val };
+            out[i] = self.step(addrs[i]);
         }
     }
 

@@ -544,6 +544,7 @@ fn run(cli: Cli) -> Result<i32> {
                 generator,
             } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+                stop_lab_benches_on_signals()?;
                 let mut contenders: Vec<(String, Option<String>)> =
                     vec![("forwarder".into(), None), ("linux".into(), None)];
                 for c in contender {
@@ -571,6 +572,7 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Bench::Balancer { seconds, no_lab } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+                stop_lab_benches_on_signals()?;
                 let secs = seconds.clamp(0.05, 60.0);
                 let opts = bench::balancer_bench::LabOpts {
                     repo: bench::balancer_bench::repo_root(&exe),
@@ -910,4 +912,13 @@ fn inject(iface: &str, hex: &str, count: usize) -> Result<i32> {
         serde_json::json!({"sent": r.sent, "ring_full": r.ring_full})
     );
     Ok(0)
+}
+
+/// Ctrl-C or SIGTERM during a lab benchmark: the point under way fails ("interrupted")
+/// and the benchmark takes its lab down before it exits.
+fn stop_lab_benches_on_signals() -> Result<()> {
+    let stop = bench::stop_flag();
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop)?;
+    Ok(())
 }
