@@ -118,3 +118,86 @@ impl Element for crate::balancer::Balancer {
         &self.counters
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records what the run loop asks of it: ("far" | "near" | "process", frame id).
+    struct Recorder {
+        log: Vec<(&'static str, u8, u16)>,
+        pool: Pool,
+        counters: Arc<Counters>,
+    }
+
+    impl Element for Recorder {
+        fn process(&mut self, p: Pkt, _: Instant, _: &mut TxQueues) {
+            self.log.push(("process", p.data[0], p.meta.rx_port));
+        }
+        fn poll(&mut self, _: Instant, _: &mut TxQueues) {}
+        fn poll_interval(&self) -> Duration {
+            Duration::from_millis(10)
+        }
+        fn prefetch(&mut self, p: &Pkt, near: bool) {
+            self.log
+                .push((if near { "near" } else { "far" }, p.data[0], p.meta.rx_port));
+        }
+        fn pool(&mut self) -> &mut Pool {
+            &mut self.pool
+        }
+        fn counters(&self) -> &Arc<Counters> {
+            &self.counters
+        }
+    }
+
+    #[test]
+    fn every_frame_is_hinted_far_then_near_then_processed_in_order() {
+        for n in [0u8, 1, 3, 4, 5, 8, 9, 20] {
+            let mut e = Recorder {
+                log: Vec::new(),
+                pool: Pool::new(),
+                counters: Arc::new(Counters::new(vec!["p".into()])),
+            };
+            let mut batch: Vec<Pkt> = (0..n)
+                .map(|i| {
+                    let mut p = Pkt::new();
+                    p.data.push(i);
+                    p
+                })
+                .collect();
+            process_batch(&mut e, &mut batch, 3, Instant::now(), &mut TxQueues::new(1));
+            assert!(batch.is_empty());
+            let processed: Vec<u8> = e
+                .log
+                .iter()
+                .filter(|l| l.0 == "process")
+                .map(|l| l.1)
+                .collect();
+            assert_eq!(processed, (0..n).collect::<Vec<_>>(), "{n} frames");
+            assert!(e.log.iter().filter(|l| l.0 == "process").all(|l| l.2 == 3));
+            for i in 0..n {
+                let at = |what: &str| {
+                    let mut hits = e
+                        .log
+                        .iter()
+                        .enumerate()
+                        .filter(|l| l.1 .0 == what && l.1 .1 == i);
+                    let first = hits
+                        .next()
+                        .unwrap_or_else(|| panic!("frame {i} of {n}: no {what}"));
+                    assert!(hits.next().is_none(), "frame {i} of {n}: {what} twice");
+                    first.0
+                };
+                let (far, near, done) = (at("far"), at("near"), at("process"));
+                assert!(far < near && near < done, "frame {i} of {n}: {:?}", e.log);
+                // Ahead of time: at least min(i, NEAR) other frames are processed between
+                // a frame's near hint and its own processing.
+                let between = e.log[near..done]
+                    .iter()
+                    .filter(|l| l.0 == "process")
+                    .count();
+                assert_eq!(between, (i as usize).min(NEAR), "frame {i} of {n}");
+            }
+        }
+    }
+}

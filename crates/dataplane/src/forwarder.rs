@@ -922,7 +922,6 @@ impl Forwarder {
     }
 }
 
-/// Fills `out` with a reserved Ethernet header, an IPv4 header and the ICMP message.
 /// The IPv4 destination of an untagged or 802.1Q-tagged frame, unchecked beyond its
 /// place in the frame (a hint only; [`Forwarder::process`] validates).
 #[inline]
@@ -935,6 +934,7 @@ fn ipv4_dst(d: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(d.get(at..at + 4)?.try_into().ok()?))
 }
 
+/// Fills `out` with a reserved Ethernet header, an IPv4 header and the ICMP message.
 fn build_ip(
     out: &mut Pkt,
     src: Ipv4Addr,

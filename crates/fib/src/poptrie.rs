@@ -361,15 +361,24 @@ impl Poptrie {
         // when it was laid out: its six words are inside `mem`, which is never changed
         // or shrunk afterwards (updates only append).
         let node = unsafe { Node::at_unchecked(mem, o) };
-        let v = chunk(a, DIR_BITS);
-        if node.vector >> v & 1 != 0 {
-            return mem[self.walk(a, o) as usize];
+        // The position below `dir` is `v = (a >> 8) & 63`; shifts by a u32 count take it
+        // modulo 64, as the instructions do, so `v` itself is never computed.
+        if node.vector.wrapping_shr(a >> 8) & 1 != 0 {
+            return self.deep(a, o);
         }
-        // Bits 0..=v of leafvec, counted after shifting the others out.
-        let runs = (node.leafvec << (v ^ 63)).count_ones() as usize;
+        // Bits 0..=v of leafvec, counted after shifting the others out (by 63 - v).
+        let runs = node.leafvec.wrapping_shl(!(a >> 8)).count_ones() as usize;
         // SAFETY: `v` is not an internal child, so `check_top` guarantees that
         // `1 <= runs` and `base0 + runs - 1 < mem.len()`.
-        unsafe { *mem.get_unchecked(node.base0 as usize + runs - 1) }
+        unsafe { *mem.get_unchecked((node.base0 as usize + runs).wrapping_sub(1)) }
+    }
+
+    /// The value for `a` below the node at `o`, for an address that a prefix longer than
+    /// /24 may cover: rare, and kept out of the common path's code.
+    #[cold]
+    #[inline(never)]
+    fn deep(&self, a: u32, o: u32) -> u32 {
+        self.mem[self.walk(a, o) as usize]
     }
 
     /// Starts loading the `dir` entry for `a`: the first of two hints for a caller that
@@ -415,14 +424,17 @@ impl Poptrie {
         for &x in addrs.iter().take(D2) {
             self.prefetch_node(x);
         }
-        // While there are addresses D1 ahead, without a bounds check on them (zip) ...
+        // While there are addresses D1 ahead (`i + D1 < n` follows from the range, so
+        // there are no bounds checks) ...
         let far = addrs.get(D1..).unwrap_or(&[]);
-        let near = addrs.get(D2..).unwrap_or(&[]);
         let steady = far.len();
-        for (((o, &a), &x1), &x2) in out.iter_mut().zip(addrs).zip(far).zip(near) {
-            self.prefetch_dir(x1);
-            self.prefetch_node(x2);
-            *o = self.step(a);
+        let near = &addrs.get(D2..).unwrap_or(&[])[..steady];
+        let now = &addrs[..steady];
+        let early = &mut out[..steady];
+        for i in 0..steady {
+            self.prefetch_dir(far[i]);
+            self.prefetch_node(near[i]);
+            early[i] = self.step(now[i]);
         }
         // ... then the last ones.
         for i in steady..addrs.len() {
