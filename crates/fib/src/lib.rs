@@ -10,54 +10,72 @@
 //!
 //! Measured with `tessera bench fib` on this machine kind (2 vCPUs of an AMD EPYC in a
 //! VM, 512 KiB L2 per core, 32 MB L3), on `ipv4-bgp-2023` (901,899 prefixes, 16 next hops),
-//! one run, 4 Mi lookups per workload (millions of lookups per second):
+//! one run, 4 Mi lookups per workload, batches of 256 (millions of lookups per second):
 //!
 //! | structure | build | memory | random-prefix single / batched | uniform single / batched |
 //! |---|---|---|---|---|
-//! | **Poptrie18, node and leaves side by side** | **28 ms** | **6.5 MB (7.3 B/prefix)** | **136 / 203** | **189 / 187** |
-//! | Poptrie18 as in the paper (nodes and leaves apart), staged batch | 29 ms | 6.5 MB | 63 / 77 | 116 / 121 |
-//! | Poptrie16, as in the paper | 56 ms | 11.0 MB (12.1 B/prefix) | 25 / 37 | 64 / 60 |
-//! | DIR-24-8 | 69 ms | 67.6 MB (75 B/prefix) | 153 / 153 | 97 / 111 |
-//! | `ip_network_table-deps-treebitmap` 0.5 | 57 ms | - | 15.5 / - | 18.6 / - |
-//! | reference binary trie | 67 ms | 25 MB | 3.3 / - | 7.3 / - |
+//! | **Poptrie18, every slot a node, leaves beside it** | **29 ms** | **6.5 MB (7.3 B/prefix)** | **156 / 255** | **200 / 316** |
+//! | DIR-24-8 (same run) | 70-100 ms | 67.6 MB (75 B/prefix) | 126 / 158 | 87 / 112 |
+//! | `ip_network_table-deps-treebitmap` 0.5 (same run) | 77 ms | - | 14.3 / - | 15.0 / - |
+//! | reference binary trie (same run) | 77 ms | 25 MB | 2.9 / - | 6.5 / - |
+//! | Poptrie18, leaves beside their node (earlier runs) | 28 ms | 6.5 MB | 136 / 203 | 189 / 187 |
+//! | Poptrie18 as in the paper, staged batch (earlier runs) | 29 ms | 6.5 MB | 63 / 77 | 116 / 121 |
+//! | Poptrie16 as in the paper (earlier runs) | 56 ms | 11.0 MB (12.1 B/prefix) | 25 / 37 | 64 / 60 |
 //!
-//! (The second and third rows are from earlier runs of the same command, before the
-//! changes below.)
+//! The machine is shared and noisy: the same command gave 249-262 M/s batched random-
+//! prefix in other runs the same hour, and half of that when a neighbour was busy. Compare
+//! rows of one run: batched random-prefix Poptrie is 1.6 times DIR-24-8 and 18 times the
+//! treebitmap crate.
 //!
-//! Poptrie18 meets the memory and build goals (7.3 bytes per prefix, 28 ms), updates a slot
-//! at a time (about 200,000 single updates/s and 880,000/s in batches of 1,000, each
-//! published atomically), and its batched lookup is 1.3 times DIR-24-8's on random-prefix
-//! addresses and 1.7 times on uniform ones. DIR-24-8 needs one load for most addresses, but
-//! its 64 MiB first table misses in every cache and in the TLB, and is ten times the
-//! memory goal. With transparent huge pages forced on for the whole machine (an experiment,
-//! `echo always > /sys/kernel/mm/transparent_hugepage/enabled`), DIR-24-8 did 224 M/s
-//! batched, which is the figure given for DPDK's rte_lpm on this machine kind; Poptrie
-//! gained nothing from huge pages.
+//! Poptrie18 meets the memory and build goals (7.3 bytes per prefix, 29 ms), updates a slot
+//! at a time (about 180,000 single updates/s and 700,000-840,000/s in batches of 1,000,
+//! each published atomically). DIR-24-8 needs one load for most addresses, but its 64 MiB
+//! first table misses in every cache and in the TLB, and is ten times the memory goal.
+//! With transparent huge pages forced on for the whole machine (an experiment, `echo
+//! always > /sys/kernel/mm/transparent_hugepage/enabled`), DIR-24-8 did 224 M/s batched,
+//! which is the figure given for DPDK's rte_lpm on this machine kind; Poptrie gained
+//! nothing from huge pages.
 //!
 //! What made the difference, in the order found (random-prefix batched, M/s):
 //! - 77 -> 125: nodes and leaves in one arena, each node's leaves right behind it, so that
 //!   the leaf is usually in the cache line of its node; two cache misses per lookup
 //!   instead of three.
-//! - 125 -> 155: a batch that never branches on an address's own state (an address that
-//!   ends in `dir` walks a dummy node), because those branches are as good as random.
+//! - 125 -> 155: a batch that does not branch on an address's own state.
 //! - 155 -> 200: the POPCNT instruction. Rust's default x86-64 target has none, and the
 //!   emulated population count is about 15 instructions; the project now builds for
 //!   x86-64-v2 (`.cargo/config.toml`). x86-64-v3 (AVX2, BMI2) gained nothing more.
-//! - The software pipeline of [`Poptrie::lookup_batch_raw`] and the staged batch do the same
-//!   on the full table; the pipeline is 1.2 times faster on small tables, so it stayed.
+//! - about 200 -> 250: fewer instructions per address, 51 -> 30 in the batch's steady
+//!   loop (read in the assembly). Every `dir` slot names a node: a slot that no prefix
+//!   longer than /18 reaches names the shared end node of its value, so there is no
+//!   "ended in dir" test and no select (the compiler had turned that select back into a
+//!   branch, mispredicted on real tables). The common step reads the arena without bounds
+//!   checks, made safe by checking every top node once when it is laid out. The position
+//!   below `dir` is never computed (shift counts are taken modulo 64), and the deep walk
+//!   is out of line. Measured against the previous code alternately, same table, same
+//!   hour: 218-228 against 188-197.
 //!
-//! Where the time goes now: `bench fib` also reads an array of the structure's size at
-//! random places (`memory_probe`): about 540 million chains of two dependent loads per
-//! second, against 203 million lookups. The lookup is bound by its own instructions (about
-//! 25 per address, plus the pipeline's), not by the memory system; with all of it in the
-//! L1 cache (`one`) the batch does 305 M/s.
+//! Tried and dropped, alternating with the kept code in one process: prefetch distances
+//! from 16/4 to 96/32 (32/8 stays; longer ones lose up to 20%); without the prefetch of
+//! the node's second cache line (no difference); a four-stage pipeline that prefetches
+//! the exact leaf line (0.95 times). Of the top nodes of `ipv4-bgp-2023`, 21% lie in one
+//! cache line with their leaves, 48% in two and 31% in more; 35% of leaf positions are in
+//! their node's first line.
+//!
+//! Where the time goes now: with 10 prefixes (all in L1) the batch does 420 M/s, so about
+//! 6 cycles of instructions per address; on the full table 250-260, so about 4 more
+//! cycles come from the memory system (the structure and its `dir` are 7.5 MB, in the L3
+//! shared with the host's other tenants). `bench fib` reports a `memory_probe` of the
+//! machine at the structure's size in the same run.
 //!
 //! Against the goal of 1.5 times rte_lpm (about 337 M/s batched, random-prefix): not met,
-//! 0.9 times rte_lpm's 225. The goal of not slowing as the table grows, batched random-
-//! prefix lookups on real tables: 222 M/s at 112,986 prefixes (2002), 214 at 318,457
-//! (2010), 202 at 512,621 (2014), 195 at 886,117 (2021), 204 at 901,899 (2023), so flat
-//! from a tenth of a full table to a full one; but 305 M/s at 10 prefixes and 251 at
-//! 10,000 (synthetic), where everything fits the L1 and L2 caches.
+//! 1.1-1.2 times rte_lpm's 225 (and 1.6 times our DIR-24-8 in the same run). Growth,
+//! batched random-prefix, one `bench fib` per table, one hour: 420 M/s at 10 prefixes, 381
+//! at 1,000, 300 at 10,000, 300 at 167,000 (synthetic), 308 at 112,986 (2002), 224 at
+//! 270,849 (2008), 283 at 318,457 (2010), 270 at 512,621 (2014), 247 at 886,117 (2021),
+//! 262 at 901,899 (2023). Flat within the noise from 10,000 prefixes up, but 0.6 times
+//! the 10-prefix rate, where everything fits the L1 cache. The forwarder's whole path
+//! (`tessera bench pipeline`) no longer slows with the table: it hints each frame's lookup
+//! a few frames ahead (`Poptrie::prefetch_dir`, `Poptrie::prefetch_node`).
 #![deny(unsafe_code)]
 
 use std::net::Ipv4Addr;

@@ -409,10 +409,9 @@ impl Poptrie {
     /// branches on where an address ends, which on real tables is as good as random;
     /// only prefixes longer than /24 take a branch, which is rare and so well predicted.
     ///
-    /// Distances measured on `ipv4-bgp-2023` (random-prefix addresses): 32/8 gave 204
-    /// million lookups/s, 16/8 and 24/8 about 200, 24/12 and 32/12 196; a staged variant
-    /// (32 addresses per stage, one load per address and stage) 200, and the same on
-    /// smaller tables 0.8 times this one.
+    /// Distances measured on `ipv4-bgp-2023` (random-prefix addresses), each against
+    /// 32/8 in one process: 16/4 to 32/12 within the noise, 48/16 to 96/32 up to 20%
+    /// slower; see the crate docs.
     pub fn lookup_batch_raw(&self, addrs: &[u32], out: &mut [u32]) {
         assert_eq!(addrs.len(), out.len(), "one output per address");
         /// How far ahead `dir` entries and nodes are prefetched.
@@ -459,9 +458,10 @@ impl Poptrie {
         }
     }
 
-    /// Bytes of the direct-pointing array and the arena of nodes and leaves.
+    /// Bytes of the direct-pointing array, the arena of nodes and leaves, and the map of
+    /// end nodes (two words per slot; one entry per distinct value a slot ends with).
     pub fn memory_bytes(&self) -> usize {
-        self.dir.len() * 4 + self.mem.capacity() * 4
+        self.dir.len() * 4 + self.mem.capacity() * 4 + self.ends.capacity() * 8
     }
 
     /// Words in the arena, garbage included (updates measure garbage with it).
