@@ -44,10 +44,10 @@ pub fn forward(f: &mut Forwarder, now: Instant, data: &[u8]) {
         return;
     };
     let mut p = Pkt::from_bytes(frame);
-    p.meta.rx_port = (ctl & 1) as u16;
     p.meta.csum_partial = ctl & 2 != 0;
     let mut tx = TxQueues::new(f.ifaces.len());
-    f.process(p, now, &mut tx);
+    // As the run loop does, so that the lookup hints read the frame too.
+    crate::element::process_batch(f, &mut vec![p], (ctl & 1) as u16, now, &mut tx);
     if ctl & 4 != 0 {
         f.poll(now + Duration::from_secs(5), &mut tx);
     }
