@@ -19,14 +19,24 @@ pub struct Table {
 pub fn read(path: &Path) -> Result<(Table, usize), String> {
     let mut t = Table::default();
     let mut ids = std::collections::HashMap::new();
+    let mut too_many = false;
     let st = control::tables::read(path, |p, hop| {
         let hop = hop.unwrap_or_else(|| synthetic_hop(p));
         let id = *ids.entry(hop).or_insert_with(|| {
             t.next_hops.push(hop);
             t.next_hops.len() as u32 - 1
         });
+        too_many |= id >= fib::poptrie::NO_ROUTE;
         t.routes.push((p, id));
     })?;
+    if too_many {
+        return Err(format!(
+            "{}: {} distinct next hops; the forwarding table's leaves hold at most {}",
+            path.display(),
+            t.next_hops.len(),
+            fib::poptrie::NO_ROUTE
+        ));
+    }
     Ok((t, st.skipped))
 }
 

@@ -14,21 +14,23 @@
 //!
 //! | structure | build | memory | random-prefix single / batched | uniform single / batched |
 //! |---|---|---|---|---|
-//! | **Poptrie18, every slot a node, leaves beside it** | **29 ms** | **6.5 MB (7.3 B/prefix)** | **156 / 255** | **200 / 316** |
-//! | DIR-24-8 (same run) | 70-100 ms | 67.6 MB (75 B/prefix) | 126 / 158 | 87 / 112 |
-//! | `ip_network_table-deps-treebitmap` 0.5 (same run) | 77 ms | - | 14.3 / - | 15.0 / - |
-//! | reference binary trie (same run) | 77 ms | 25 MB | 2.9 / - | 6.5 / - |
+//! | **Poptrie18, 16-bit leaves, every slot a node, leaves beside it** | **31 ms** | **4.7 MB (5.2 B/prefix)** | **172 / 272** | **198 / 319** |
+//! | DIR-24-8 (same run) | 70-100 ms | 67.6 MB (75 B/prefix) | 129 / 144 | 76 / 94 |
+//! | `ip_network_table-deps-treebitmap` 0.5 (same run) | 77 ms | - | 7.4 / - | 12.6 / - |
+//! | reference binary trie (same run) | 77 ms | 25 MB | 1.7 / - | 4.6 / - |
+//! | Poptrie18, 32-bit leaves, every slot a node (earlier run, quieter machine) | 29 ms | 6.5 MB (7.3 B/prefix) | 156 / 255 | 200 / 316 |
 //! | Poptrie18, leaves beside their node (earlier runs) | 28 ms | 6.5 MB | 136 / 203 | 189 / 187 |
 //! | Poptrie18 as in the paper, staged batch (earlier runs) | 29 ms | 6.5 MB | 63 / 77 | 116 / 121 |
 //! | Poptrie16 as in the paper (earlier runs) | 56 ms | 11.0 MB (12.1 B/prefix) | 25 / 37 | 64 / 60 |
 //!
-//! The machine is shared and noisy: the same command gave 249-262 M/s batched random-
-//! prefix in other runs the same hour, and half of that when a neighbour was busy. Compare
-//! rows of one run: batched random-prefix Poptrie is 1.6 times DIR-24-8 and 18 times the
-//! treebitmap crate.
+//! The machine is shared and noisy: the run above was made while a neighbour was busy
+//! (the reference trie did 1.7 M/s against 2.9 in quiet runs), and the same command gave
+//! 251-269 M/s batched random-prefix in other runs the same hour. Compare rows of one
+//! run: batched random-prefix Poptrie is 1.9 times DIR-24-8 (1.6 in quiet runs) and 37
+//! times the treebitmap crate.
 //!
-//! Poptrie18 meets the memory and build goals (7.3 bytes per prefix, 29 ms), updates a slot
-//! at a time (about 180,000 single updates/s and 700,000-840,000/s in batches of 1,000,
+//! Poptrie18 meets the memory and build goals (5.2 bytes per prefix, 31 ms), updates a slot
+//! at a time (about 250,000 single updates/s and 640,000-760,000/s in batches of 1,000,
 //! each published atomically). DIR-24-8 needs one load for most addresses, but its 64 MiB
 //! first table misses in every cache and in the TLB, and is ten times the memory goal.
 //! With transparent huge pages forced on for the whole machine (an experiment, `echo
@@ -53,6 +55,10 @@
 //!   below `dir` is never computed (shift counts are taken modulo 64), and the deep walk
 //!   is out of line. Measured against the previous code alternately, same table, same
 //!   hour: 218-228 against 188-197.
+//! - 16-bit leaves, two to a word, as in the paper (values are next-hop groups, far fewer
+//!   than 65,535): 7.3 -> 5.2 bytes per prefix, and twice as many leaves in a node's
+//!   cache lines. Alternating with the 32-bit build: 251 and 269 against 236 and 242 M/s
+//!   batched, 169-173 against 128-151 single.
 //!
 //! Tried and dropped, alternating with the kept code in one process: prefetch distances
 //! from 16/4 to 96/32 (32/8 stays; longer ones lose up to 20%); without the prefetch of
@@ -62,14 +68,15 @@
 //! their node's first line.
 //!
 //! Where the time goes now: with 10 prefixes (all in L1) the batch does 420 M/s, so about
-//! 6 cycles of instructions per address; on the full table 250-260, so about 4 more
-//! cycles come from the memory system (the structure and its `dir` are 7.5 MB, in the L3
-//! shared with the host's other tenants). `bench fib` reports a `memory_probe` of the
+//! 6 cycles of instructions per address; on the full table 250-270, so about 3-4 more
+//! cycles come from the memory system (the structure is 4.7 MB, `dir` included, in the
+//! L3 shared with the host's other tenants). `bench fib` reports a `memory_probe` of the
 //! machine at the structure's size in the same run.
 //!
 //! Against the goal of 1.5 times rte_lpm (about 337 M/s batched, random-prefix): not met,
-//! 1.1-1.2 times rte_lpm's 225 (and 1.6 times our DIR-24-8 in the same run). Growth,
-//! batched random-prefix, one `bench fib` per table, one hour: 420 M/s at 10 prefixes, 381
+//! 1.1-1.2 times rte_lpm's 225 (and 1.6-1.9 times our DIR-24-8 in the same run). Growth,
+//! batched random-prefix, one `bench fib` per table, one quiet hour, 32-bit leaves (the
+//! runs repeated with 16-bit leaves met a busy neighbour and are not comparable): 420 M/s at 10 prefixes, 381
 //! at 1,000, 300 at 10,000, 300 at 167,000 (synthetic), 308 at 112,986 (2002), 224 at
 //! 270,849 (2008), 283 at 318,457 (2010), 270 at 512,621 (2014), 247 at 886,117 (2021),
 //! 262 at 901,899 (2023). Flat within the noise from 10,000 prefixes up, but 0.6 times

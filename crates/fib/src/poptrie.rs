@@ -8,7 +8,8 @@
 //! padded with zeros). A node is six 32-bit words: two 64-bit vectors, then `base1` and
 //! `base0`. `vector` marks the positions that are internal children, stored contiguously
 //! from `base1` (six words each), and `leafvec` marks where a run of equal leaves starts
-//! (leaf compression), the runs stored contiguously from `base0`. A child's or a leaf's
+//! (leaf compression), the runs stored contiguously from `base0`, as 16-bit leaves two
+//! to a word (`base0` counts half-words), as in the paper. A child's or a leaf's
 //! place is a population count of the vector below its position, so a lookup is at most
 //! four dependent loads (dir, then up to three nodes) plus one leaf load.
 //!
@@ -30,8 +31,10 @@ use crate::{BinaryTrie, Lpm};
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
-/// The value of "no route" in leaves; values must be below it.
-pub const NO_ROUTE: u32 = (1 << 31) - 1;
+/// The value of "no route" in leaves; values must be below it. Leaves are 16 bits wide,
+/// as in the paper: a value names a next hop (or a group of them), and a router has far
+/// fewer than 65,535 of those.
+pub const NO_ROUTE: u32 = 0xffff;
 
 const STRIDE: u32 = 6;
 /// Bits resolved by the direct-pointing array (Poptrie18 of the paper).
@@ -83,6 +86,27 @@ fn prefetch_at(mem: &[u32], o: u32) {
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (mem, o);
+}
+
+/// Leaf `h` of the arena, which holds leaves two to a word (half-word `h` is bytes
+/// `2h..2h + 2` of the arena in memory order).
+#[inline(always)]
+fn leaf_at(mem: &[u32], h: u32) -> u32 {
+    let b = mem[(h / 2) as usize].to_ne_bytes();
+    let i = (h as usize & 1) * 2;
+    u16::from_ne_bytes([b[i], b[i + 1]]) as u32
+}
+
+/// Appends `leaves` two to a word, in the order [`leaf_at`] reads them (a zero pad after
+/// an odd count); returns the half-word index of the first.
+fn push_leaves(mem: &mut Vec<u32>, leaves: &[u16]) -> u32 {
+    let at = mem.len() as u32 * 2;
+    for pair in leaves.chunks(2) {
+        let lo = pair[0].to_ne_bytes();
+        let hi = pair.get(1).copied().unwrap_or(0).to_ne_bytes();
+        mem.push(u32::from_ne_bytes([lo[0], lo[1], hi[0], hi[1]]));
+    }
+    at
 }
 
 /// Bits `0..=v` set.
@@ -137,7 +161,7 @@ impl Node {
         }
     }
 
-    /// The arena offset of the leaf for position `v`, for a position that is not an
+    /// The half-word index of the leaf for position `v`, for a position that is not an
     /// internal child (garbage, but computed without a branch, for one that is).
     #[inline(always)]
     fn leaf(&self, v: u32) -> u32 {
@@ -198,8 +222,10 @@ impl Poptrie {
         }
         let o = self.mem.len() as u32;
         // vector 0, leafvec 1 (one run from position 0), base1 unused, base0 right behind.
+        assert!(v <= NO_ROUTE, "value {v} does not fit a 16-bit leaf");
         self.mem
-            .extend_from_slice(&[0, 0, 1, 0, 0, o + NODE as u32, v]);
+            .extend_from_slice(&[0, 0, 1, 0, 0, 2 * (o + NODE as u32)]);
+        push_leaves(&mut self.mem, &[v as u16]);
         self.check_top(o);
         self.ends.insert(v, o);
         o
@@ -207,8 +233,8 @@ impl Poptrie {
 
     /// Checks what the unchecked common step relies on for a node that `dir` names: its
     /// words are inside the arena, and for every position that is not an internal child
-    /// the selected leaf (`base0` plus the count of `leafvec` bits up to the position,
-    /// minus one) is too. The count is at least one because the first position that is
+    /// the selected leaf (half-word `base0` plus the count of `leafvec` bits up to the
+    /// position, minus one) is too. The count is at least one because the first position that is
     /// not a child always starts a run of leaves, and at most the number of runs.
     fn check_top(&self, o: u32) {
         let len = self.mem.len();
@@ -220,7 +246,7 @@ impl Poptrie {
                 "node {o}: the first leaf position starts no run"
             );
             assert!(
-                n.base0 as usize + n.leafvec.count_ones() as usize <= len,
+                n.base0 as usize + n.leafvec.count_ones() as usize <= 2 * len,
                 "node {o}: leaves outside the arena"
             );
         }
@@ -276,20 +302,24 @@ impl Poptrie {
             at,
             vector: 0,
             leafvec: 0,
-            base0: self.mem.len() as u32,
+            base0: 0,
             kids: Vec::new(),
         };
+        let (mut leaves, mut n_leaves) = ([0u16; 64], 0);
         let mut last = None;
         for (v, &(k, val)) in pos.iter().enumerate() {
             if k != crate::NONE {
                 p.vector |= 1 << v;
                 p.kids.push((k as usize, val));
             } else if last != Some(val) {
+                assert!(val <= NO_ROUTE, "value {val} does not fit a 16-bit leaf");
                 p.leafvec |= 1 << v;
-                self.mem.push(val);
+                leaves[n_leaves] = val as u16;
+                n_leaves += 1;
                 last = Some(val);
             }
         }
+        p.base0 = push_leaves(&mut self.mem, &leaves[..n_leaves]);
         p
     }
 
@@ -369,8 +399,12 @@ impl Poptrie {
         // Bits 0..=v of leafvec, counted after shifting the others out (by 63 - v).
         let runs = node.leafvec.wrapping_shl(!(a >> 8)).count_ones() as usize;
         // SAFETY: `v` is not an internal child, so `check_top` guarantees that
-        // `1 <= runs` and `base0 + runs - 1 < mem.len()`.
-        unsafe { *mem.get_unchecked((node.base0 as usize + runs).wrapping_sub(1)) }
+        // `1 <= runs` and `base0 + runs - 1 < 2 * mem.len()`: the half-word is inside the
+        // arena, and a `u16` needs no more than the `u32` arena's alignment. `leaf_at`
+        // reads the same half-word.
+        unsafe {
+            *(mem.as_ptr() as *const u16).add((node.base0 as usize + runs).wrapping_sub(1)) as u32
+        }
     }
 
     /// The value for `a` below the node at `o`, for an address that a prefix longer than
@@ -378,7 +412,7 @@ impl Poptrie {
     #[cold]
     #[inline(never)]
     fn deep(&self, a: u32, o: u32) -> u32 {
-        self.mem[self.walk(a, o) as usize]
+        leaf_at(&self.mem, self.walk(a, o))
     }
 
     /// Starts loading the `dir` entry for `a`: the first of two hints for a caller that
@@ -444,7 +478,7 @@ impl Poptrie {
         }
     }
 
-    /// The arena offset of the leaf for `a`, from the node at `o` (at depth [`DIR_BITS`]).
+    /// The half-word index of the leaf for `a`, from the node at `o` (at depth [`DIR_BITS`]).
     #[inline(always)]
     fn walk(&self, a: u32, mut o: u32) -> u32 {
         let mut shift = DIR_BITS;
