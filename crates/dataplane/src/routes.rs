@@ -46,7 +46,11 @@ impl core::fmt::Display for RouteError {
                 write!(f, "gateway {a} is not on any interface's network")
             }
             RouteError::NoNextHop => f.write_str("a route needs at least one next hop"),
-            RouteError::TooManyGroups => f.write_str("too many distinct next-hop groups"),
+            RouteError::TooManyGroups => write!(
+                f,
+                "too many distinct next-hop groups (at most {})",
+                fib::poptrie::NO_ROUTE
+            ),
         }
     }
 }

@@ -9,7 +9,8 @@ use std::net::Ipv4Addr;
 
 const EXT: u32 = 1 << 31;
 
-/// A compiled, read-only DIR-24-8 table. Values must be below `2^31 - 1`.
+/// A compiled, read-only DIR-24-8 table. Values must be below [`crate::poptrie::NO_ROUTE`]
+/// (the table could hold more, but `lookup_raw` answers as Poptrie does).
 #[derive(Debug, Clone)]
 pub struct Dir24 {
     tbl24: Vec<u32>,
