@@ -74,13 +74,15 @@
 //! machine at the structure's size in the same run.
 //!
 //! Against the goal of 1.5 times rte_lpm (about 337 M/s batched, random-prefix): not met,
-//! 1.1-1.2 times rte_lpm's 225 (and 1.6-1.9 times our DIR-24-8 in the same run). Growth,
-//! batched random-prefix, one `bench fib` per table, one quiet hour, 32-bit leaves (the
-//! runs repeated with 16-bit leaves met a busy neighbour and are not comparable): 420 M/s at 10 prefixes, 381
-//! at 1,000, 300 at 10,000, 300 at 167,000 (synthetic), 308 at 112,986 (2002), 224 at
-//! 270,849 (2008), 283 at 318,457 (2010), 270 at 512,621 (2014), 247 at 886,117 (2021),
-//! 262 at 901,899 (2023). Flat within the noise from 10,000 prefixes up, but 0.6 times
-//! the 10-prefix rate, where everything fits the L1 cache. The forwarder's whole path
+//! 1.2 times rte_lpm's 225 (and 1.6-1.9 times our DIR-24-8 in the same run). Growth,
+//! batched random-prefix, one `bench fib` per table in one quiet spell (the reference trie
+//! at 3.5 M/s on the full table), 16-bit leaves: 417 M/s at 10 prefixes, 373 at 1,000,
+//! 328 at 10,000, 300 at 167,000 (synthetic); 333 at 112,986 (2002), 227 at 270,849
+//! (2008, low in every run), 300 at 318,457 (2010), 285 at 512,621 (2014), 267 at 886,117
+//! (2021), 275 at 901,899 (2023; DIR-24-8 161 in that run). Within 0.8-1.1 times of each
+//! other from 10,000 prefixes up (2008 aside, not investigated), but the full table runs
+//! at 0.66 times the 10-prefix rate, where everything fits the L1 cache. The forwarder's
+//! whole path
 //! (`tessera bench pipeline`) no longer slows with the table: it hints each frame's lookup
 //! a few frames ahead (`Poptrie::prefetch_dir`, `Poptrie::prefetch_node`).
 #![deny(unsafe_code)]
