@@ -234,8 +234,8 @@ impl Poptrie {
     /// Checks what the unchecked common step relies on for a node that `dir` names: its
     /// words are inside the arena, and for every position that is not an internal child
     /// the selected leaf (half-word `base0` plus the count of `leafvec` bits up to the
-    /// position, minus one) is too. The count is at least one because the first position that is
-    /// not a child always starts a run of leaves, and at most the number of runs.
+    /// position, minus one) is too. The count is at least one because the first position
+    /// that is not a child always starts a run of leaves, and at most the number of runs.
     fn check_top(&self, o: u32) {
         let len = self.mem.len();
         assert!(o as usize + NODE <= len, "node {o} outside the arena");
@@ -457,8 +457,8 @@ impl Poptrie {
         for &x in addrs.iter().take(D2) {
             self.prefetch_node(x);
         }
-        // While there are addresses D1 ahead (`i + D1 < n` follows from the range, so
-        // there are no bounds checks) ...
+        // While there are addresses D1 ahead (every slice here has `steady` elements, so
+        // the loop has no bounds checks) ...
         let far = addrs.get(D1..).unwrap_or(&[]);
         let steady = far.len();
         let near = &addrs.get(D2..).unwrap_or(&[])[..steady];

@@ -572,7 +572,9 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Bench::Balancer { seconds, no_lab } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
-                stop_lab_benches_on_signals()?;
+                if !no_lab {
+                    stop_lab_benches_on_signals()?;
+                }
                 let secs = seconds.clamp(0.05, 60.0);
                 let opts = bench::balancer_bench::LabOpts {
                     repo: bench::balancer_bench::repo_root(&exe),
@@ -915,9 +917,11 @@ fn inject(iface: &str, hex: &str, count: usize) -> Result<i32> {
 }
 
 /// Ctrl-C or SIGTERM during a lab benchmark: the point under way fails ("interrupted")
-/// and the benchmark takes its lab down before it exits.
+/// and the benchmark takes its lab down before it exits. A second Ctrl-C ends the process
+/// at once (the lab then stays up: `tessera lab down` removes it).
 fn stop_lab_benches_on_signals() -> Result<()> {
     let stop = bench::stop_flag();
+    signal_hook::flag::register_conditional_shutdown(signal_hook::consts::SIGINT, 1, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop)?;
     Ok(())
