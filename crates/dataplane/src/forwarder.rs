@@ -926,12 +926,13 @@ impl Forwarder {
 /// place in the frame (a hint only; [`Forwarder::process`] validates).
 #[inline]
 fn ipv4_dst(d: &[u8]) -> Option<u32> {
-    let at = match d.get(12..14)? {
-        [0x08, 0x00] => ETH + 16,
-        [0x81, 0x00] if d.get(16..18)? == [0x08, 0x00] => ETH + 20,
-        _ => return None,
-    };
-    Some(u32::from_be_bytes(d.get(at..at + 4)?.try_into().ok()?))
+    let eth = ethernet::Frame::new_checked(d).ok()?;
+    if eth.ethertype() != ethertype::IPV4 {
+        return None;
+    }
+    Some(u32::from_be_bytes(
+        eth.payload().get(16..20)?.try_into().ok()?,
+    ))
 }
 
 /// Fills `out` with a reserved Ethernet header, an IPv4 header and the ICMP message.

@@ -374,17 +374,12 @@ impl Poptrie {
         self.dir[slot as usize] = self.top(t, n, inh);
     }
 
-    /// The raw value for `a`: [`NO_ROUTE`] when no prefix matches.
-    #[inline(always)]
-    pub fn lookup_raw(&self, a: u32) -> u32 {
-        self.step(a)
-    }
-
-    /// The lookup: `dir`, the node it names, one leaf; deeper nodes only for addresses
-    /// that a prefix longer than /24 may cover.
+    /// The raw value for `a`: [`NO_ROUTE`] when no prefix matches. `dir`, the node it
+    /// names, one leaf; deeper nodes only for addresses that a prefix longer than /24 may
+    /// cover.
     #[inline(always)]
     #[allow(unsafe_code)]
-    fn step(&self, a: u32) -> u32 {
+    pub fn lookup_raw(&self, a: u32) -> u32 {
         let mem = &self.mem[..];
         let o = self.dir[(a >> (32 - DIR_BITS)) as usize];
         // SAFETY: `o` comes from `dir`, and `check_top` accepted every node `dir` names
@@ -467,14 +462,14 @@ impl Poptrie {
         for i in 0..steady {
             self.prefetch_dir(far[i]);
             self.prefetch_node(near[i]);
-            early[i] = self.step(now[i]);
+            early[i] = self.lookup_raw(now[i]);
         }
         // ... then the last ones.
         for i in steady..addrs.len() {
             if let Some(&x) = addrs.get(i + D2) {
                 self.prefetch_node(x);
             }
-            out[i] = self.step(addrs[i]);
+            out[i] = self.lookup_raw(addrs[i]);
         }
     }
 
