@@ -26,7 +26,7 @@ pub fn read(path: &Path) -> Result<(Table, usize), String> {
             t.next_hops.push(hop);
             t.next_hops.len() as u32 - 1
         });
-        too_many |= id >= fib::poptrie::NO_ROUTE;
+        too_many |= id > fib::poptrie::MAX_VALUE;
         t.routes.push((p, id));
     })?;
     if too_many {
@@ -34,7 +34,7 @@ pub fn read(path: &Path) -> Result<(Table, usize), String> {
             "{}: {} distinct next hops; the forwarding table's leaves hold at most {}",
             path.display(),
             t.next_hops.len(),
-            fib::poptrie::NO_ROUTE
+            fib::poptrie::MAX_VALUE + 1
         ));
     }
     Ok((t, st.skipped))

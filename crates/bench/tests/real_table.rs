@@ -29,7 +29,7 @@ fn full_table_matches_the_reference() {
     for (i, (p, _)) in t.routes.iter().enumerate() {
         // Values as distinct as 16-bit leaves allow: neighbouring prefixes never share
         // one, the hardest case for leaf compression, and a wrong match shows.
-        rib.insert(*p, i as u32 % fib::poptrie::NO_ROUTE);
+        rib.insert(*p, i as u32 % (fib::poptrie::MAX_VALUE + 1));
     }
     let pop = Poptrie::build(&rib);
     let d24 = fib::Dir24::build(&rib);

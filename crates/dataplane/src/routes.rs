@@ -49,7 +49,7 @@ impl core::fmt::Display for RouteError {
             RouteError::TooManyGroups => write!(
                 f,
                 "too many distinct next-hop groups (at most {})",
-                fib::poptrie::NO_ROUTE
+                fib::poptrie::MAX_VALUE + 1
             ),
         }
     }
@@ -145,7 +145,7 @@ impl RouteTable {
             return Ok(id);
         }
         let id = self.groups.len() as u32;
-        if id >= fib::poptrie::NO_ROUTE {
+        if id > fib::poptrie::MAX_VALUE {
             return Err(RouteError::TooManyGroups);
         }
         self.groups.push(key.clone());

@@ -1,28 +1,29 @@
 //! Poptrie (Asai and Ohara, SIGCOMM 2015): a compressed multiway trie for IPv4 LPM.
 //!
 //! The top 18 bits index a direct-pointing array `dir` (1 MiB): each entry is the offset
-//! of a node in the arena `mem`. A slot that no prefix longer than /18 reaches points to
-//! the shared *end node* of its value (no children, one leaf), so that every lookup takes
-//! the same steps: `dir`, a node, a leaf.
-//! Internal nodes consume 6 bits each (18 + 6 + 6 + 6 covers 32; the last stride is
-//! padded with zeros). A node is six 32-bit words: two 64-bit vectors, then `base1` and
-//! `base0`. `vector` marks the positions that are internal children, stored contiguously
-//! from `base1` (six words each), and `leafvec` marks where a run of equal leaves starts
-//! (leaf compression), the runs stored contiguously from `base0`, as 16-bit leaves two
-//! to a word (`base0` counts half-words), as in the paper. A child's or a leaf's
-//! place is a population count of the vector below its position, so a lookup is at most
-//! four dependent loads (dir, then up to three nodes) plus one leaf load.
+//! of a *top node* in the arena `mem`, which resolves the next 6 bits (/19 to /24). A slot
+//! that no prefix longer than /18 reaches names the shared *end node* of its value (one
+//! leaf), so that every lookup takes the same steps: `dir`, a top node, one of its leaves.
 //!
-//! The common step (`dir`, the node it names, one of its leaves) reads the arena without
-//! bounds checks: every node that `dir` names is checked once when it is laid out (its
-//! words and all the leaves its vectors can select lie inside the arena), and the arena
-//! never changes afterwards. Deeper steps are bounds-checked.
+//! A top node is its `leafvec` (two 32-bit words), which marks the positions where a run
+//! of equal leaves starts (leaf compression, as in the paper), then the leaves, 16 bits
+//! each, two to a word. A position with prefixes longer than /24 below it has the leaf
+//! [`CHILD`]; a node with such positions keeps, behind its leaves, its `vector` (which
+//! marks them) and `base1` (where its children are). The common lookup reads `dir`, the
+//! leafvec and one leaf: three dependent loads, with the leaf usually in the cache line of
+//! the leafvec or the next one, and no test of `vector` (unlike the paper, which tests it
+//! first and keeps `base0` and `base1` in every node).
 //!
-//! Unlike the paper, nodes and leaves share one arena, and a node's leaves are laid out
-//! right behind it (behind its block of siblings, below the top level). The common lookup
-//! of a table full of /19 to /24 prefixes (dir, one node, one leaf) then finds the leaf in
-//! the cache line it just loaded for the node, or in the next one: two cache misses in a
-//! row instead of three. Measured on `ipv4-bgp-2023` (see the crate docs).
+//! Below the top, nodes are as in the paper: six 32-bit words, two 64-bit vectors, then
+//! `base1` and `base0`. `vector` marks the positions that are internal children, stored
+//! contiguously from `base1` (six words each), and `leafvec` marks where a run of leaves
+//! starts, the runs stored from `base0` (in half-words). A child's or a leaf's place is a
+//! population count of the vector below its position. 18 + 6 + 6 + 6 covers 32 bits; the
+//! last stride is padded with zeros.
+//!
+//! The common step reads the arena without bounds checks: every top node that `dir` names
+//! is checked once when it is laid out (its header and all its leaves lie inside the
+//! arena), and the arena never changes afterwards. Deeper steps are bounds-checked.
 //!
 //! The structure is compiled from a [`BinaryTrie`] (the control side's table) and never
 //! changed in place; see [`crate::table`] for updates.
@@ -31,25 +32,32 @@ use crate::{BinaryTrie, Lpm};
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
-/// The value of "no route" in leaves; values must be below it. Leaves are 16 bits wide,
-/// as in the paper: a value names a next hop (or a group of them), and a router has far
-/// fewer than 65,535 of those.
+/// The value of "no route" in leaves.
 pub const NO_ROUTE: u32 = 0xffff;
+/// The leaf of a top node's position that has prefixes longer than /24 below it.
+pub const CHILD: u32 = 0xfffe;
+/// The largest value a leaf holds. Leaves are 16 bits wide, as in the paper: a value
+/// names a next hop (or a group of them), and a router has far fewer than 65,534 of those.
+pub const MAX_VALUE: u32 = 0xfffd;
 
 const STRIDE: u32 = 6;
 /// Bits resolved by the direct-pointing array (Poptrie18 of the paper).
 pub const DIR_BITS: u32 = 18;
-/// Words per node: vector (2), leafvec (2), base1, base0.
+/// Words per node below the top: vector (2), leafvec (2), base1, base0.
 const NODE: usize = 6;
+/// Words of a top node's header (its leafvec); its leaves follow.
+const TOP: usize = 2;
+/// Words of a top node's tail, behind its leaves, when it has children: vector (2), base1.
+const TAIL: usize = 3;
 
 /// A compiled, read-only LPM table.
 #[derive(Debug, Clone)]
 pub struct Poptrie {
     /// A fixed-size array, so that indexing it by the top bits needs no bounds check.
-    /// Every entry is a node offset that [`Poptrie::check_top`] accepted.
+    /// Every entry is the offset of a top node that [`Poptrie::check_top`] accepted.
     dir: Box<[u32; 1 << DIR_BITS]>,
     mem: Vec<u32>,
-    /// The end node of each value that some `dir` slot ends with: no children, one leaf.
+    /// The end node of each value that some `dir` slot ends with: one leaf.
     ends: HashMap<u32, u32>,
     count: usize,
 }
@@ -97,18 +105,6 @@ fn leaf_at(mem: &[u32], h: u32) -> u32 {
     u16::from_ne_bytes([b[i], b[i + 1]]) as u32
 }
 
-/// Appends `leaves` two to a word, in the order [`leaf_at`] reads them (a zero pad after
-/// an odd count); returns the half-word index of the first.
-fn push_leaves(mem: &mut Vec<u32>, leaves: &[u16]) -> u32 {
-    let at = mem.len() as u32 * 2;
-    for pair in leaves.chunks(2) {
-        let lo = pair[0].to_ne_bytes();
-        let hi = pair.get(1).copied().unwrap_or(0).to_ne_bytes();
-        mem.push(u32::from_ne_bytes([lo[0], lo[1], hi[0], hi[1]]));
-    }
-    at
-}
-
 /// Bits `0..=v` set.
 #[inline(always)]
 fn upto(v: u32) -> u64 {
@@ -135,24 +131,6 @@ impl Node {
     fn at(mem: &[u32], o: u32) -> Node {
         let o = o as usize;
         let w: &[u32; NODE] = mem[o..o + NODE].try_into().expect("six words");
-        Node {
-            vector: w[0] as u64 | (w[1] as u64) << 32,
-            leafvec: w[2] as u64 | (w[3] as u64) << 32,
-            base1: w[4],
-            base0: w[5],
-        }
-    }
-
-    /// Reads the node at `o` without a bounds check.
-    ///
-    /// # Safety
-    /// `o + NODE <= mem.len()`.
-    #[inline(always)]
-    #[allow(unsafe_code)]
-    unsafe fn at_unchecked(mem: &[u32], o: u32) -> Node {
-        // SAFETY: the caller guarantees the six words are inside `mem`; `[u32; NODE]` has
-        // the alignment of `u32`.
-        let w = unsafe { (mem.as_ptr().add(o as usize) as *const [u32; NODE]).read() };
         Node {
             vector: w[0] as u64 | (w[1] as u64) << 32,
             leafvec: w[2] as u64 | (w[3] as u64) << 32,
@@ -195,8 +173,82 @@ struct Pending {
     kids: Vec<(usize, u32)>,
 }
 
+
+/// A top node (or an end node) before it is laid out.
+struct Top {
+    leafvec: u64,
+    /// One per run of equal positions; [`CHILD`] for positions with deeper prefixes.
+    leaves: Vec<u16>,
+    /// The positions with deeper prefixes, and each one's trie node and inherited value.
+    vector: u64,
+    kids: Vec<(usize, u32)>,
+}
+
+impl Top {
+    /// The end node of `v`: one leaf.
+    fn end(v: u32) -> Top {
+        Top {
+            leafvec: 1,
+            leaves: vec![leaf(v)],
+            vector: 0,
+            kids: Vec::new(),
+        }
+    }
+
+    /// The top node of trie node `n` at depth [`DIR_BITS`] (its value folded into `inh`).
+    fn of(t: &BinaryTrie, n: usize, inh: u32) -> Top {
+        // The 64 positions: the trie node there (if it has deeper prefixes) and the value
+        // of the longest prefix covering the position.
+        let mut pos = [(crate::NONE, NO_ROUTE); 64];
+        expand(t, n, 0, 0, inh, &mut pos);
+        let mut top = Top {
+            leafvec: 0,
+            leaves: Vec::new(),
+            vector: 0,
+            kids: Vec::new(),
+        };
+        let mut last = None;
+        for (v, &(k, val)) in pos.iter().enumerate() {
+            let l = if k != crate::NONE {
+                top.vector |= 1 << v;
+                top.kids.push((k as usize, val));
+                CHILD as u16
+            } else {
+                leaf(val)
+            };
+            if last != Some(l) {
+                top.leafvec |= 1 << v;
+                top.leaves.push(l);
+                last = Some(l);
+            }
+        }
+        top
+    }
+}
+
+/// `v` as a leaf; it must be a value or [`NO_ROUTE`].
+fn leaf(v: u32) -> u16 {
+    assert!(
+        v <= MAX_VALUE || v == NO_ROUTE,
+        "value {v} does not fit a leaf (at most {MAX_VALUE})"
+    );
+    v as u16
+}
+
+/// Appends `leaves` two to a word, in the order [`leaf_at`] reads them (a zero pad after
+/// an odd count); returns the half-word index of the first.
+fn push_leaves(mem: &mut Vec<u32>, leaves: &[u16]) -> u32 {
+    let at = mem.len() as u32 * 2;
+    for pair in leaves.chunks(2) {
+        let lo = pair[0].to_ne_bytes();
+        let hi = pair.get(1).copied().unwrap_or(0).to_ne_bytes();
+        mem.push(u32::from_ne_bytes([lo[0], lo[1], hi[0], hi[1]]));
+    }
+    at
+}
+
 impl Poptrie {
-    /// Compiles the table from a binary trie. Values must be below [`NO_ROUTE`].
+    /// Compiles the table from a binary trie. Values must be at most [`MAX_VALUE`].
     pub fn build(t: &BinaryTrie) -> Poptrie {
         let mut p = Poptrie {
             dir: vec![0; 1 << DIR_BITS]
@@ -214,42 +266,44 @@ impl Poptrie {
         p
     }
 
-    /// The end node of value `v` (a node without children whose one leaf is `v`),
-    /// appended the first time it is asked for.
+    /// The end node of value `v`, appended the first time it is asked for.
     fn end(&mut self, v: u32) -> u32 {
         if let Some(&o) = self.ends.get(&v) {
             return o;
         }
-        let o = self.mem.len() as u32;
-        // vector 0, leafvec 1 (one run from position 0), base1 unused, base0 right behind.
-        assert!(v <= NO_ROUTE, "value {v} does not fit a 16-bit leaf");
-        self.mem
-            .extend_from_slice(&[0, 0, 1, 0, 0, 2 * (o + NODE as u32)]);
-        push_leaves(&mut self.mem, &[v as u16]);
-        self.check_top(o);
+        let o = self.put(&Top::end(v));
         self.ends.insert(v, o);
         o
     }
 
-    /// Checks what the unchecked common step relies on for a node that `dir` names: its
-    /// words are inside the arena, and for every position that is not an internal child
-    /// the selected leaf (half-word `base0` plus the count of `leafvec` bits up to the
-    /// position, minus one) is too. The count is at least one because the first position
-    /// that is not a child always starts a run of leaves, and at most the number of runs.
+    /// Appends top node `top` (its tail's `base1` left for the caller) and checks it;
+    /// returns its offset.
+    fn put(&mut self, top: &Top) -> u32 {
+        let o = self.mem.len();
+        self.mem
+            .extend_from_slice(&[top.leafvec as u32, (top.leafvec >> 32) as u32]);
+        push_leaves(&mut self.mem, &top.leaves);
+        if !top.kids.is_empty() {
+            self.mem
+                .extend_from_slice(&[top.vector as u32, (top.vector >> 32) as u32, 0]);
+        }
+        self.check_top(o as u32);
+        o as u32
+    }
+
+    /// Checks what the unchecked common step relies on for a top node that `dir` names:
+    /// its header is inside the arena, position 0 starts a run (so that every position
+    /// counts at least one run up to it), and all its leaves are inside the arena.
     fn check_top(&self, o: u32) {
         let len = self.mem.len();
-        assert!(o as usize + NODE <= len, "node {o} outside the arena");
-        let n = Node::at(&self.mem, o);
-        if n.vector != u64::MAX {
-            assert!(
-                n.leafvec >> n.vector.trailing_ones() & 1 == 1,
-                "node {o}: the first leaf position starts no run"
-            );
-            assert!(
-                n.base0 as usize + n.leafvec.count_ones() as usize <= 2 * len,
-                "node {o}: leaves outside the arena"
-            );
-        }
+        let o = o as usize;
+        assert!(o + TOP <= len, "node {o} outside the arena");
+        let leafvec = self.mem[o] as u64 | (self.mem[o + 1] as u64) << 32;
+        assert!(leafvec & 1 == 1, "node {o}: position 0 starts no run");
+        assert!(
+            2 * (o + TOP) + leafvec.count_ones() as usize <= 2 * len,
+            "node {o}: leaves outside the arena"
+        );
     }
 
     fn fill_dir(&mut self, t: &BinaryTrie, n: usize, depth: u32, bits: u32, inh: u32) {
@@ -278,24 +332,22 @@ impl Poptrie {
     }
 
     /// The `dir` entry for trie node `n` at depth [`DIR_BITS`] (its value already folded
-    /// into `inh`): the end node of its value, or a node appended with its leaves right
-    /// behind it.
+    /// into `inh`): the end node of its value, or a top node appended for it.
     fn top(&mut self, t: &BinaryTrie, n: usize, inh: u32) -> u32 {
         if !t.has_children(n) {
             return self.end(inh);
         }
-        let at = self.mem.len();
-        self.mem.resize(at + NODE, 0);
-        let p = self.leaves(t, at, n, inh);
-        self.finish(t, p);
-        self.check_top(at as u32);
-        at as u32
+        let top = Top::of(t, n, inh);
+        let o = self.put(&top);
+        if !top.kids.is_empty() {
+            let base1 = self.block(t, &top.kids);
+            self.mem[o as usize + TOP + top.leaves.len().div_ceil(2) + TAIL - 1] = base1;
+        }
+        o
     }
 
-    /// Expands trie node `n` over one stride and appends its leaves.
+    /// Expands trie node `n` below the top over one stride and appends its leaves.
     fn leaves(&mut self, t: &BinaryTrie, at: usize, n: usize, inh: u32) -> Pending {
-        // The 64 positions: the trie node there (if it has deeper prefixes) and the value
-        // of the longest prefix covering the position.
         let mut pos = [(crate::NONE, NO_ROUTE); 64];
         expand(t, n, 0, 0, inh, &mut pos);
         let mut p = Pending {
@@ -312,9 +364,8 @@ impl Poptrie {
                 p.vector |= 1 << v;
                 p.kids.push((k as usize, val));
             } else if last != Some(val) {
-                assert!(val <= NO_ROUTE, "value {val} does not fit a 16-bit leaf");
                 p.leafvec |= 1 << v;
-                leaves[n_leaves] = val as u16;
+                leaves[n_leaves] = leaf(val);
                 n_leaves += 1;
                 last = Some(val);
             }
@@ -323,28 +374,32 @@ impl Poptrie {
         p
     }
 
-    /// Allocates `p`'s children as one block, lays out their leaves behind the block, and
-    /// writes `p`'s header; then does the same below each child.
-    fn finish(&mut self, t: &BinaryTrie, p: Pending) {
+    /// Allocates the nodes of `kids` as one block, lays out their leaves behind it and
+    /// then what lies below each; returns the block's offset.
+    fn block(&mut self, t: &BinaryTrie, kids: &[(usize, u32)]) -> u32 {
         let base1 = self.mem.len();
-        self.mem.resize(base1 + NODE * p.kids.len(), 0);
-        self.mem[p.at..p.at + NODE].copy_from_slice(&[
-            p.vector as u32,
-            (p.vector >> 32) as u32,
-            p.leafvec as u32,
-            (p.leafvec >> 32) as u32,
-            base1 as u32,
-            p.base0,
-        ]);
-        let below: Vec<Pending> = p
-            .kids
+        self.mem.resize(base1 + NODE * kids.len(), 0);
+        let below: Vec<Pending> = kids
             .iter()
             .enumerate()
             .map(|(i, &(k, val))| self.leaves(t, base1 + NODE * i, k, val))
             .collect();
         for q in below {
-            self.finish(t, q);
+            let b = if q.kids.is_empty() {
+                0
+            } else {
+                self.block(t, &q.kids)
+            };
+            self.mem[q.at..q.at + NODE].copy_from_slice(&[
+                q.vector as u32,
+                (q.vector >> 32) as u32,
+                q.leafvec as u32,
+                (q.leafvec >> 32) as u32,
+                b,
+                q.base0,
+            ]);
         }
+        base1 as u32
     }
 
     /// Recompiles the subtree of one direct-pointing slot (a /18) from `t`, appending its
@@ -374,40 +429,50 @@ impl Poptrie {
         self.dir[slot as usize] = self.top(t, n, inh);
     }
 
-    /// The raw value for `a`: [`NO_ROUTE`] when no prefix matches. `dir`, the node it
-    /// names, one leaf; deeper nodes only for addresses that a prefix longer than /24 may
-    /// cover.
+    /// The raw value for `a`: [`NO_ROUTE`] when no prefix matches. `dir`, the top node it
+    /// names, one of its leaves; deeper nodes only where a prefix longer than /24 may
+    /// cover the address.
     #[inline(always)]
     #[allow(unsafe_code)]
     pub fn lookup_raw(&self, a: u32) -> u32 {
         let mem = &self.mem[..];
-        let o = self.dir[(a >> (32 - DIR_BITS)) as usize];
+        let o = self.dir[(a >> (32 - DIR_BITS)) as usize] as usize;
         // SAFETY: `o` comes from `dir`, and `check_top` accepted every node `dir` names
-        // when it was laid out: its six words are inside `mem`, which is never changed
-        // or shrunk afterwards (updates only append).
-        let node = unsafe { Node::at_unchecked(mem, o) };
-        // The position below `dir` is `v = (a >> 8) & 63`; shifts by a u32 count take it
-        // modulo 64, as the instructions do, so `v` itself is never computed.
-        if node.vector.wrapping_shr(a >> 8) & 1 != 0 {
+        // when it was laid out: its header is inside `mem`, which is never changed or
+        // shrunk afterwards (updates only append). `[u32; TOP]` has the alignment of `u32`.
+        let w = unsafe { (mem.as_ptr().add(o) as *const [u32; TOP]).read() };
+        let leafvec = w[0] as u64 | (w[1] as u64) << 32;
+        // The runs that start at positions 0..=v, counted after shifting the others out
+        // (by 63 - v). `v = (a >> 8) & 63`; shifts take their count modulo 64, as the
+        // instructions do, so `v` itself is never computed.
+        let runs = leafvec.wrapping_shl(!(a >> 8)).count_ones() as usize;
+        // SAFETY: `check_top` guarantees that position 0 starts a run, so `1 <= runs`, and
+        // that all the node's leaves (`leafvec.count_ones()`, at least `runs`, from
+        // half-word `2 * (o + TOP)`) are inside `mem`. A `u16` needs no more than the
+        // `u32` arena's alignment. `leaf_at` reads the same half-word.
+        let leaf = unsafe { *(mem.as_ptr() as *const u16).add(2 * (o + TOP) + runs - 1) };
+        if leaf as u32 == CHILD {
             return self.deep(a, o);
         }
-        // Bits 0..=v of leafvec, counted after shifting the others out (by 63 - v).
-        let runs = node.leafvec.wrapping_shl(!(a >> 8)).count_ones() as usize;
-        // SAFETY: `v` is not an internal child, so `check_top` guarantees that
-        // `1 <= runs` and `base0 + runs - 1 < 2 * mem.len()`: the half-word is inside the
-        // arena, and a `u16` needs no more than the `u32` arena's alignment. `leaf_at`
-        // reads the same half-word.
-        unsafe {
-            *(mem.as_ptr() as *const u16).add((node.base0 as usize + runs).wrapping_sub(1)) as u32
-        }
+        leaf as u32
     }
 
-    /// The value for `a` below the node at `o`, for an address that a prefix longer than
-    /// /24 may cover: rare, and kept out of the common path's code.
+    /// The value for `a` below the top node at `o`, for an address that a prefix longer
+    /// than /24 may cover: rare, and kept out of the common path's code.
     #[cold]
     #[inline(never)]
-    fn deep(&self, a: u32, o: u32) -> u32 {
-        leaf_at(&self.mem, self.walk(a, o))
+    fn deep(&self, a: u32, o: usize) -> u32 {
+        let m = &self.mem[..];
+        let leafvec = m[o] as u64 | (m[o + 1] as u64) << 32;
+        let tail = o + TOP + (leafvec.count_ones() as usize).div_ceil(2);
+        let vector = m[tail] as u64 | (m[tail + 1] as u64) << 32;
+        let child = m[tail + 2].wrapping_add(
+            (vector & upto((a >> 8) & 63))
+                .count_ones()
+                .wrapping_sub(1)
+                .wrapping_mul(NODE as u32),
+        );
+        leaf_at(m, self.walk(a, child))
     }
 
     /// Starts loading the `dir` entry for `a`: the first of two hints for a caller that
@@ -417,16 +482,15 @@ impl Poptrie {
         prefetch(&self.dir[(a >> (32 - DIR_BITS)) as usize]);
     }
 
-    /// Starts loading the node that `dir` names for `a` (and the cache line after it,
-    /// where its leaves often are). It reads the `dir` entry, so it works best a few
-    /// addresses after [`Poptrie::prefetch_dir`] for the same address.
+    /// Starts loading the top node that `dir` names for `a`, and the cache line after it,
+    /// where the rest of its leaves often are. It reads the `dir` entry, so it works best
+    /// a few addresses after [`Poptrie::prefetch_dir`] for the same address.
     #[inline(always)]
     pub fn prefetch_node(&self, a: u32) {
         let o = self.dir[(a >> (32 - DIR_BITS)) as usize];
         prefetch_at(&self.mem, o);
         prefetch_at(&self.mem, o.wrapping_add(16));
     }
-
     /// Looks up `addrs` into `out` (same length).
     ///
     /// A software pipeline over the addresses: while it looks up address `i`, it
@@ -473,10 +537,9 @@ impl Poptrie {
         }
     }
 
-    /// The half-word index of the leaf for `a`, from the node at `o` (at depth [`DIR_BITS`]).
-    #[inline(always)]
+    /// The half-word index of the leaf for `a`, from the node at `o` (below a top node).
     fn walk(&self, a: u32, mut o: u32) -> u32 {
-        let mut shift = DIR_BITS;
+        let mut shift = DIR_BITS + STRIDE;
         loop {
             let (inner, next) = Node::at(&self.mem, o).step(chunk(a, shift));
             if !inner {
@@ -591,6 +654,22 @@ mod tests {
         }
         let (_, empty) = build(&[]);
         assert_eq!(empty.lookup(Ipv4Addr::new(1, 2, 3, 4)), None);
+    }
+
+    #[test]
+    fn the_largest_value_is_a_value_and_child_is_not() {
+        // A /24 beside a /25 puts a CHILD leaf next to MAX_VALUE in one top node.
+        let (_, p) = build(&[
+            (0x0a01_0100, 24, MAX_VALUE),
+            (0x0a01_0200, 25, 7),
+            (0x0a01_0300, 24, 0),
+        ]);
+        assert_eq!(p.lookup(Ipv4Addr::new(10, 1, 1, 9)), Some(MAX_VALUE));
+        assert_eq!(p.lookup(Ipv4Addr::new(10, 1, 2, 9)), Some(7));
+        assert_eq!(p.lookup(Ipv4Addr::new(10, 1, 2, 200)), None);
+        assert_eq!(p.lookup(Ipv4Addr::new(10, 1, 3, 9)), Some(0));
+        let r = std::panic::catch_unwind(|| build(&[(0x0a01_0100, 24, CHILD)]));
+        assert!(r.is_err(), "CHILD is not a value");
     }
 
     proptest! {
