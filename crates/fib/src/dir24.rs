@@ -20,10 +20,19 @@ pub struct Dir24 {
 impl Dir24 {
     /// Compiles from a binary trie: shorter prefixes first, so longer ones overwrite them.
     pub fn build(t: &BinaryTrie) -> Dir24 {
+        Dir24::build_in(t, Vec::new())
+    }
+
+    /// As [`Dir24::build`], with the first table in `tbl24`, an empty vector whose capacity
+    /// is used if it suffices: a caller can prepare that memory (ask the kernel for huge
+    /// pages, as DPDK's rte_lpm has them) before the table first touches it.
+    pub fn build_in(t: &BinaryTrie, mut tbl24: Vec<u32>) -> Dir24 {
         let mut routes = t.iter();
         routes.sort_by_key(|(p, _)| p.len());
+        tbl24.clear();
+        tbl24.resize(1 << 24, 0);
         let mut d = Dir24 {
-            tbl24: vec![0; 1 << 24],
+            tbl24,
             tbl8: Vec::new(),
         };
         for (p, v) in routes {

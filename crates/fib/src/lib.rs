@@ -9,34 +9,37 @@
 //! # Why Poptrie
 //!
 //! Measured with `tessera bench fib` on this machine kind (2 vCPUs of an AMD EPYC in a
-//! VM, 512 KiB L2 per core, 32 MB L3), on `ipv4-bgp-2023` (901,899 prefixes, 16 next hops),
-//! one run, 4 Mi lookups per workload, batches of 256 (millions of lookups per second):
+//! VM, 512 KiB L2 per core, 32 MB L3 shared with the host's other tenants), on
+//! `ipv4-bgp-2023` (901,899 prefixes, 16 next hops), 4 Mi lookups per workload, batches
+//! of 256 (millions of lookups per second). Rows marked "same run" come from one run;
+//! the others from earlier runs, as noted:
 //!
 //! | structure | build | memory | random-prefix single / batched | uniform single / batched |
 //! |---|---|---|---|---|
-//! | **Poptrie18, 16-bit leaves, every slot a node, leaves beside it** | **31 ms** | **4.7 MB (5.2 B/prefix)** | **172 / 272** | **198 / 319** |
-//! | DIR-24-8 (same run) | 70-100 ms | 67.6 MB (75 B/prefix) | 129 / 144 | 76 / 94 |
-//! | `ip_network_table-deps-treebitmap` 0.5 (same run) | 77 ms | - | 7.4 / - | 12.6 / - |
-//! | reference binary trie (same run) | 77 ms | 25 MB | 1.7 / - | 4.6 / - |
-//! | Poptrie18, 32-bit leaves, every slot a node (earlier run, quieter machine) | 29 ms | 6.5 MB (7.3 B/prefix) | 156 / 255 | 200 / 316 |
+//! | **Poptrie18, top nodes of leafvec and 16-bit leaves only** | **35 ms** | **3.6 MB (4.0 B/prefix)** | **TODO** | **TODO** |
+//! | DIR-24-8 (same run) | 70-100 ms | 67.6 MB (75 B/prefix) | TODO | TODO |
+//! | `ip_network_table-deps-treebitmap` 0.5 (same run) | 64-77 ms | - | TODO | TODO |
+//! | reference binary trie (same run) | 77 ms | 25 MB | TODO | TODO |
+//! | Poptrie18, 24-byte nodes, 16-bit leaves, every slot a node (earlier runs) | 31 ms | 4.7 MB (5.2 B/prefix) | 172 / 272 | 198 / 319 |
+//! | Poptrie18, 32-bit leaves, every slot a node (earlier run) | 29 ms | 6.5 MB (7.3 B/prefix) | 156 / 255 | 200 / 316 |
 //! | Poptrie18, leaves beside their node (earlier runs) | 28 ms | 6.5 MB | 136 / 203 | 189 / 187 |
 //! | Poptrie18 as in the paper, staged batch (earlier runs) | 29 ms | 6.5 MB | 63 / 77 | 116 / 121 |
 //! | Poptrie16 as in the paper (earlier runs) | 56 ms | 11.0 MB (12.1 B/prefix) | 25 / 37 | 64 / 60 |
 //!
-//! The machine is shared and noisy: the run above was made while a neighbour was busy
-//! (the reference trie did 1.7 M/s against 2.9 in quiet runs), and the same command gave
-//! 251-269 M/s batched random-prefix in other runs the same hour. Compare rows of one
-//! run: batched random-prefix Poptrie is 1.9 times DIR-24-8 (1.6 in quiet runs) and 37
-//! times the treebitmap crate.
+//! The machine is shared and noisy: the reference trie, which does little but wait for
+//! memory, runs at 1.1 to 3.5 M/s on the full table depending on the neighbours, and
+//! everything else moves with it. Compare rows of one run, or variants alternated in one
+//! process.
 //!
-//! Poptrie18 meets the memory and build goals (5.2 bytes per prefix, 31 ms), updates a slot
-//! at a time (about 250,000 single updates/s and 640,000-760,000/s in batches of 1,000,
+//! Poptrie18 meets the memory and build goals (4.0 bytes per prefix, 35 ms), updates a slot
+//! at a time (200,000-320,000 single updates/s and 490,000-750,000/s in batches of 1,000,
 //! each published atomically). DIR-24-8 needs one load for most addresses, but its 64 MiB
 //! first table misses in every cache and in the TLB, and is ten times the memory goal.
 //! With transparent huge pages forced on for the whole machine (an experiment, `echo
 //! always > /sys/kernel/mm/transparent_hugepage/enabled`), DIR-24-8 did 224 M/s batched,
 //! which is the figure given for DPDK's rte_lpm on this machine kind; Poptrie gained
-//! nothing from huge pages.
+//! nothing from huge pages (tried again with the arena and `dir` of the 24-byte-node form
+//! in huge pages advised by `madvise`: 1.01 times in a quiet run, within the noise).
 //!
 //! What made the difference, in the order found (random-prefix batched, M/s):
 //! - 77 -> 125: nodes and leaves in one arena, each node's leaves right behind it, so that
@@ -56,35 +59,39 @@
 //!   is out of line. Measured against the previous code alternately, same table, same
 //!   hour: 218-228 against 188-197.
 //! - 16-bit leaves, two to a word, as in the paper (values are next-hop groups, far fewer
-//!   than 65,535): 7.3 -> 5.2 bytes per prefix, and twice as many leaves in a node's
+//!   than 65,534): 7.3 -> 5.2 bytes per prefix, and twice as many leaves in a node's
 //!   cache lines. Alternating with the 32-bit build: 251 and 269 against 236 and 242 M/s
 //!   batched, 169-173 against 128-151 single.
+//! - Top nodes that are only their leafvec and leaves: a position with longer prefixes
+//!   below it holds the leaf [`poptrie::CHILD`] instead of being tested in `vector`, and
+//!   `vector` and `base1` move behind the leaves, where only the rare deep lookup reads
+//!   them; `base0` is implicit (the leaves follow the header). The common lookup is then
+//!   three dependent loads (`dir`, leafvec, leaf) and 28 instructions per address in the
+//!   batch's steady loop (32 before, read in the same build), and the table shrinks from
+//!   5.2 to 4.0 bytes per prefix. Against
+//!   the previous code in one process, warm, medians of 11 alternating passes: TODO.
 //!
 //! Tried and dropped, alternating with the kept code in one process: prefetch distances
-//! from 16/4 to 96/32 (32/8 stays; longer ones lose up to 20%); without the prefetch of
-//! the node's second cache line (no difference); a four-stage pipeline that prefetches
-//! the exact leaf line (0.95 times). Of the top nodes of `ipv4-bgp-2023`, 21% lie in one
-//! cache line with their leaves, 48% in two and 31% in more; 35% of leaf positions are in
-//! their node's first line.
+//! from 16/4 to 96/32 (32/8 stays; longer ones lose up to 20%, and with the smaller top
+//! nodes 24/6 to 48/16 are within the noise); without the prefetch of the node's second
+//! cache line (0.97 times on random-prefix, 1.1 times where the table is hot); a
+//! four-stage pipeline that prefetches the exact leaf line (0.95 times); prefetching a
+//! third line (0.8 times). Packing top nodes into cache lines so that half of all lookups
+//! need one node line, not two, with the second prefetch landing in the node's own line
+//! for those (a node placed in the first 16 bytes of a line fits it): 5.1 MB against 3.6
+//! for the same nodes laid out end to end, and 0.92-0.96 times their rate. The fully
+//! expanded form (64 leaves per top node, DIR-18-6, no popcount): 1.4 times faster where
+//! the table is hot, but 7.8 MB, and 0.6-0.8 times as fast on the full table (0.9 with
+//! huge pages).
 //!
-//! Where the time goes now: with 10 prefixes (all in L1) the batch does 420 M/s, so about
-//! 6 cycles of instructions per address; on the full table 250-270, so about 3-4 more
-//! cycles come from the memory system (the structure is 4.7 MB, `dir` included, in the
-//! L3 shared with the host's other tenants). `bench fib` reports a `memory_probe` of the
-//! machine at the structure's size in the same run.
+//! Where the time goes now: the memory system. Random loads over a buffer of the
+//! structure's size run at about 640-850 million per second on this machine kind from 1
+//! to 6 MB, 580-650 at 8 MB and 130-300 from 12 MB up (the share of the L3 this VM gets); `bench fib` reports
+//! this as `memory_probe`. A lookup reads two or three cache lines (`dir` and one or two of
+//! its node's), so 250-300 M/s on the full table is near what the memory gives, while
+//! tables that stay in the L2 cache run at 380-500.
 //!
-//! Against the goal of 1.5 times rte_lpm (about 337 M/s batched, random-prefix): not met,
-//! 1.2 times rte_lpm's 225 (and 1.6-1.9 times our DIR-24-8 in the same run). Growth,
-//! batched random-prefix, one `bench fib` per table in one quiet spell (the reference trie
-//! at 3.5 M/s on the full table), 16-bit leaves: 417 M/s at 10 prefixes, 373 at 1,000,
-//! 328 at 10,000, 300 at 167,000 (synthetic); 333 at 112,986 (2002), 227 at 270,849
-//! (2008, low in every run), 300 at 318,457 (2010), 285 at 512,621 (2014), 267 at 886,117
-//! (2021), 275 at 901,899 (2023; DIR-24-8 161 in that run). Within 0.8-1.1 times of each
-//! other from 10,000 prefixes up (2008 aside, not investigated), but the full table runs
-//! at 0.66 times the 10-prefix rate, where everything fits the L1 cache. The forwarder's
-//! whole path
-//! (`tessera bench pipeline`) no longer slows with the table: it hints each frame's lookup
-//! a few frames ahead (`Poptrie::prefetch_dir`, `Poptrie::prefetch_node`).
+//! Against the goal of 1.5 times rte_lpm (about 337 M/s batched, random-prefix): TODO.
 #![deny(unsafe_code)]
 
 use std::net::Ipv4Addr;

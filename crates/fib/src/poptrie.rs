@@ -173,7 +173,6 @@ struct Pending {
     kids: Vec<(usize, u32)>,
 }
 
-
 /// A top node (or an end node) before it is laid out.
 struct Top {
     leafvec: u64,
