@@ -205,6 +205,106 @@ pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
     })
 }
 
+/// Table sizes of the growth run (the paper's, before the full table).
+pub const GROWTH_SIZES: [usize; 4] = [10, 1_000, 10_000, 167_000];
+
+/// `tessera bench fib --growth`: Poptrie's random-prefix lookups on several tables,
+/// measured in one process in alternating rounds (each pass after an untimed warm-up
+/// pass on the same table), so that a neighbour's load falls on every table alike.
+/// Reports each table's median, lowest and highest rate over the rounds, and its median
+/// as a ratio of the first table's.
+pub fn growth(tables: &[(String, Table)], rounds: usize, progress: &mut dyn FnMut(&str)) -> Value {
+    struct Entry {
+        name: String,
+        prefixes: usize,
+        pop: Poptrie,
+        addrs: Vec<u32>,
+        batch: Vec<f64>,
+        single: Vec<f64>,
+    }
+    let mut entries: Vec<Entry> = Vec::new();
+    for (name, t) in tables {
+        progress(&format!("building {name}"));
+        let mut rib = BinaryTrie::new();
+        for &(p, v) in &t.routes {
+            rib.insert(p, v);
+        }
+        let pop = Poptrie::build(&rib);
+        let addrs = workloads(t, LOOKUPS, 1).swap_remove(0).1;
+        for &a in addrs.iter().step_by(64) {
+            assert_eq!(
+                pop.lookup(a.into()),
+                rib.lookup(a.into()),
+                "poptrie disagrees at {} in {name}",
+                Ipv4Addr::from(a)
+            );
+        }
+        entries.push(Entry {
+            name: name.clone(),
+            prefixes: t.routes.len(),
+            pop,
+            addrs,
+            batch: Vec::new(),
+            single: Vec::new(),
+        });
+    }
+    let mut out = vec![0u32; BATCH];
+    for r in 0..rounds {
+        progress(&format!("round {} of {rounds}", r + 1));
+        for e in &mut entries {
+            let pass = |out: &mut Vec<u32>| -> u64 {
+                e.addrs
+                    .chunks(BATCH)
+                    .map(|c| {
+                        e.pop.lookup_batch_raw(c, &mut out[..c.len()]);
+                        out[..c.len()].iter().map(|&v| v as u64).sum::<u64>()
+                    })
+                    .sum()
+            };
+            black_box(pass(&mut out));
+            let t = Instant::now();
+            black_box(pass(&mut out));
+            let batch = e.addrs.len() as f64 / t.elapsed().as_secs_f64();
+            black_box(single(&e.addrs, |x| e.pop.lookup_raw(x)));
+            let t = Instant::now();
+            black_box(single(&e.addrs, |x| e.pop.lookup_raw(x)));
+            let one = e.addrs.len() as f64 / t.elapsed().as_secs_f64();
+            e.batch.push(batch);
+            e.single.push(one);
+        }
+    }
+    let stats = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    let first = entries.first().map(|e| stats(&e.batch).0).unwrap_or(1.0);
+    let first_single = entries.first().map(|e| stats(&e.single).0).unwrap_or(1.0);
+    let rows: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            let (bm, bl, bh) = stats(&e.batch);
+            let (sm, sl, sh) = stats(&e.single);
+            json!({
+                "table": e.name,
+                "prefixes": e.prefixes,
+                "memory_bytes": e.pop.memory_bytes(),
+                "batch": {"median": bm.round(), "lowest": bl.round(), "highest": bh.round()},
+                "single": {"median": sm.round(), "lowest": sl.round(), "highest": sh.round()},
+                "batch_ratio_to_first": (bm / first * 100.0).round() / 100.0,
+                "single_ratio_to_first": (sm / first_single * 100.0).round() / 100.0,
+            })
+        })
+        .collect();
+    json!({
+        "workload": "random-prefix",
+        "structure": "poptrie",
+        "rounds": rounds,
+        "lookups_per_pass": LOOKUPS,
+        "growth": rows,
+    })
+}
+
 /// An empty vector with room for `n` words, whose memory the kernel is asked to back with
 /// transparent huge pages before anything touches it (DPDK backs rte_lpm with huge pages).
 /// Advice only: where THP is off, the memory is ordinary pages, which `anon_huge_kib`
@@ -298,4 +398,33 @@ fn update_rate(t: &Table) -> Value {
     }
     let batched = (batches * 1000) as f64 / t1.elapsed().as_secs_f64();
     json!({"single": single.round(), "batched_1000": batched.round(), "full_builds": w.full_builds})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growth_measures_every_table_against_the_first() {
+        let tables: Vec<(String, Table)> = [10, 1_000]
+            .iter()
+            .map(|&n| (format!("synthetic-{n}"), crate::table::synthetic(n, 1)))
+            .collect();
+        let v = growth(&tables, 1, &mut |_| {});
+        let rows = v["growth"].as_array().expect("rows");
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0]["batch_ratio_to_first"], 1.0);
+        assert_eq!(rows[1]["prefixes"], 1_000);
+        for r in rows {
+            for mode in ["batch", "single"] {
+                let m = &r[mode];
+                let (lo, med, hi) = (
+                    m["lowest"].as_f64().unwrap(),
+                    m["median"].as_f64().unwrap(),
+                    m["highest"].as_f64().unwrap(),
+                );
+                assert!(0.0 < lo && lo <= med && med <= hi, "{r}");
+            }
+        }
+    }
 }

@@ -16,10 +16,11 @@
 //!
 //! | structure | build | memory | random-prefix single / batched | uniform single / batched |
 //! |---|---|---|---|---|
-//! | **Poptrie18, top nodes of leafvec and 16-bit leaves only** | **35 ms** | **3.6 MB (4.0 B/prefix)** | **TODO** | **TODO** |
-//! | DIR-24-8 (same run) | 70-100 ms | 67.6 MB (75 B/prefix) | TODO | TODO |
-//! | `ip_network_table-deps-treebitmap` 0.5 (same run) | 64-77 ms | - | TODO | TODO |
-//! | reference binary trie (same run) | 77 ms | 25 MB | TODO | TODO |
+//! | **Poptrie18, top nodes of leafvec and 16-bit leaves only** | **40 ms** | **3.6 MB (4.0 B/prefix)** | **203 / 244** | **242 / 369** |
+//! | DIR-24-8 (same run) | 114 ms | 67.6 MB (75 B/prefix) | 72 / 114 | 62 / 79 |
+//! | DIR-24-8, first table in huge pages (same run) | - | 67.6 MB | 90 / 149 | 65 / 75 |
+//! | `ip_network_table-deps-treebitmap` 0.5 (same run) | 68 ms | - | 5.4 / - | 11.6 / - |
+//! | reference binary trie (same run) | - | 25 MB | 1.3 / - | 3.2 / - |
 //! | Poptrie18, 24-byte nodes, 16-bit leaves, every slot a node (earlier runs) | 31 ms | 4.7 MB (5.2 B/prefix) | 172 / 272 | 198 / 319 |
 //! | Poptrie18, 32-bit leaves, every slot a node (earlier run) | 29 ms | 6.5 MB (7.3 B/prefix) | 156 / 255 | 200 / 316 |
 //! | Poptrie18, leaves beside their node (earlier runs) | 28 ms | 6.5 MB | 136 / 203 | 189 / 187 |
@@ -27,12 +28,15 @@
 //! | Poptrie16 as in the paper (earlier runs) | 56 ms | 11.0 MB (12.1 B/prefix) | 25 / 37 | 64 / 60 |
 //!
 //! The machine is shared and noisy: the reference trie, which does little but wait for
-//! memory, runs at 1.1 to 3.5 M/s on the full table depending on the neighbours, and
-//! everything else moves with it. Compare rows of one run, or variants alternated in one
+//! memory, runs at 1.0 to 3.5 M/s on the full table depending on the neighbours, and
+//! everything else moves with it. The run above was one of three made within four
+//! minutes, which gave 301, 244 and 177 M/s batched random-prefix for Poptrie and 140,
+//! 114 and 94 for DIR-24-8: 1.9 to 2.2 times DIR-24-8 in each run, 1.5 to 2.05 times
+//! DIR-24-8 with huge pages. Compare rows of one run, or variants alternated in one
 //! process.
 //!
-//! Poptrie18 meets the memory and build goals (4.0 bytes per prefix, 35 ms), updates a slot
-//! at a time (200,000-320,000 single updates/s and 490,000-750,000/s in batches of 1,000,
+//! Poptrie18 meets the memory and build goals (4.0 bytes per prefix, 35-60 ms), updates a
+//! slot at a time (200,000-320,000 single updates/s and 400,000-750,000/s in batches of 1,000,
 //! each published atomically). DIR-24-8 needs one load for most addresses, but its 64 MiB
 //! first table misses in every cache and in the TLB, and is ten times the memory goal.
 //! With transparent huge pages forced on for the whole machine (an experiment, `echo
@@ -68,8 +72,11 @@
 //!   them; `base0` is implicit (the leaves follow the header). The common lookup is then
 //!   three dependent loads (`dir`, leafvec, leaf) and 28 instructions per address in the
 //!   batch's steady loop (32 before, read in the same build), and the table shrinks from
-//!   5.2 to 4.0 bytes per prefix. Against
-//!   the previous code in one process, warm, medians of 11 alternating passes: TODO.
+//!   5.2 to 4.0 bytes per prefix. Against the previous code in one process (a
+//!   throwaway harness holding both, each pass after a warm-up pass, medians of 11
+//!   alternating passes, two runs): batched random-prefix 1.14 and 1.18 times, single
+//!   1.23 and 1.28, uniform 1.16, one address 1.25 and 1.28; 1.2-1.26 times at 10,
+//!   1,000 and 10,000 synthetic prefixes.
 //!
 //! Tried and dropped, alternating with the kept code in one process: prefetch distances
 //! from 16/4 to 96/32 (32/8 stays; longer ones lose up to 20%, and with the smaller top

@@ -243,11 +243,19 @@ enum Bench {
     /// reference trie and an existing Rust LPM crate.
     Fib {
         /// A table: gzip or plain text, one prefix per line, optional next hop.
-        #[arg(long, required_unless_present = "synthetic")]
+        #[arg(long, required_unless_present_any = ["synthetic", "growth"])]
         table: Option<PathBuf>,
         /// Use a seeded synthetic table of N prefixes (real prefix-length mix) instead.
-        #[arg(long, conflicts_with = "table")]
+        #[arg(long, conflicts_with_all = ["table", "growth"])]
         synthetic: Option<usize>,
+        /// Lookup rates as the table grows: synthetic tables of 10, 1,000, 10,000 and
+        /// 167,000 prefixes and the --table (a synthetic 901,899 without one), measured in
+        /// alternating rounds in one process.
+        #[arg(long)]
+        growth: bool,
+        /// Rounds of the growth run.
+        #[arg(long, default_value_t = 11, requires = "growth")]
+        rounds: usize,
     },
     /// Forwarded versus offered load through a lab router, our forwarder against the Linux
     /// kernel: steps of offered load, zero-loss search, CSV, JSON and PNG plots in --out.
@@ -509,7 +517,50 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Inject { iface, hex, count } => inject(&iface, &hex, count),
         Cmd::Bench { what } => match what {
-            Bench::Fib { table, synthetic } => {
+            Bench::Fib {
+                table,
+                growth: true,
+                rounds,
+                ..
+            } => {
+                if rounds == 0 {
+                    bail!("--rounds must be at least 1");
+                }
+                let mut tables: Vec<(String, bench::table::Table)> = bench::fib_bench::GROWTH_SIZES
+                    .iter()
+                    .map(|&n| (format!("synthetic-{n}"), bench::table::synthetic(n, 1)))
+                    .collect();
+                tables.push(match table {
+                    Some(path) => {
+                        let (t, _) = bench::table::read(&path).map_err(anyhow::Error::msg)?;
+                        (path.display().to_string(), t)
+                    }
+                    None => (
+                        "synthetic-901899".into(),
+                        bench::table::synthetic(901_899, 1),
+                    ),
+                });
+                let v = bench::fib_bench::growth(&tables, rounds, &mut |stage| {
+                    eprintln!("bench fib --growth: {stage}")
+                });
+                eprintln!(
+                    "{:<42} {:>9} {:>12} {:>7}",
+                    "table", "prefixes", "batch M/s", "ratio"
+                );
+                for r in v["growth"].as_array().into_iter().flatten() {
+                    eprintln!(
+                        "{:<42} {:>9} {:>12.1} {:>7.2}",
+                        r["table"].as_str().unwrap_or(""),
+                        r["prefixes"].as_u64().unwrap_or(0),
+                        r["batch"]["median"].as_f64().unwrap_or(0.0) / 1e6,
+                        r["batch_ratio_to_first"].as_f64().unwrap_or(0.0)
+                    );
+                }
+                print(&v)
+            }
+            Bench::Fib {
+                table, synthetic, ..
+            } => {
                 let (t, name) = match (table, synthetic) {
                     (Some(path), _) => {
                         let (t, skipped) = bench::table::read(&path).map_err(anyhow::Error::msg)?;
