@@ -99,9 +99,9 @@
 //! what the memory gives, while tables that stay in the L1 and L2 caches run at 400-490.
 //!
 //! Growth, `tessera bench fib --growth --table FILE` (all tables in one process, 11
-//! alternating rounds, medians, batched random-prefix): with `ipv4-bgp-2023`, three runs,
-//! 475-490 M/s at 10 prefixes, 406-423 at 1,000 (0.86 times), 305-316 at 10,000 (0.62-0.67),
-//! 234-269 at 167,000 (0.49-0.57) and 248-255 on the full table (0.52-0.53). With the
+//! alternating rounds, medians, batched random-prefix): with `ipv4-bgp-2023`, three
+//! runs, 475-490 M/s at 10 prefixes, 406-423 at 1,000 (0.86 times), 305-316 at 10,000
+//! (0.62-0.67), 234-269 at 167,000 (0.49-0.57) and 248-255 on the full table (0.52-0.53). With the
 //! other real tables, one run each, as a ratio of the 10-prefix table in the same run:
 //! 2002 (112,986 prefixes) 0.92, 2008 (270,849) 0.39, 2010 (318,457) 0.58, 2014
 //! (512,621) 0.61, 2021 (886,117) 0.49. From 10,000 prefixes to the full table the rate
@@ -113,8 +113,9 @@
 //! random-prefix lookups on the full table reach 177-301 M/s in `bench fib` runs of this
 //! session, against 337 M/s (1.5 times rte_lpm's 225 given for this machine kind); in the
 //! same runs that is 1.9-2.2 times our DIR-24-8, and 1.5-2.05 times DIR-24-8 with its
-//! first table in huge pages, which here was no faster than without. Nor is the rate
-//! flat as the table grows (0.52 times the 10-prefix rate on the full table).
+//! first table in huge pages (which ran at 0.84-1.31 times DIR-24-8 without them, four
+//! runs). Nor is the rate flat as the table grows (0.52 times the 10-prefix rate on the
+//! full table).
 #![deny(unsafe_code)]
 
 use std::net::Ipv4Addr;
