@@ -50,6 +50,18 @@ fn rate(addrs: &[u32], mut f: impl FnMut(&[u32]) -> u64) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// Looks `addrs` up in batches of [`BATCH`] through `look` (addresses, outputs), summing
+/// the values so that no lookup can be skipped.
+fn batched(addrs: &[u32], out: &mut [u32], look: impl Fn(&[u32], &mut [u32])) -> u64 {
+    addrs
+        .chunks(BATCH)
+        .map(|c| {
+            look(c, &mut out[..c.len()]);
+            out[..c.len()].iter().map(|&v| v as u64).sum::<u64>()
+        })
+        .sum()
+}
+
 fn single(addrs: &[u32], look: impl Fn(u32) -> u32) -> u64 {
     addrs.iter().map(|&a| look(a) as u64).sum()
 }
@@ -104,30 +116,15 @@ pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
         let mut out = vec![0u32; BATCH];
         let pop_single = rate(&addrs, |a| single(a, |x| pop.lookup_raw(x)));
         let pop_batch = rate(&addrs, |a| {
-            a.chunks(BATCH)
-                .map(|c| {
-                    pop.lookup_batch_raw(c, &mut out[..c.len()]);
-                    out[..c.len()].iter().map(|&v| v as u64).sum::<u64>()
-                })
-                .sum()
+            batched(a, &mut out, |c, o| pop.lookup_batch_raw(c, o))
         });
         let d24_single = rate(&addrs, |a| single(a, |x| dir24.lookup_raw(x)));
         let d24_batch = rate(&addrs, |a| {
-            a.chunks(BATCH)
-                .map(|c| {
-                    dir24.lookup_batch_raw(c, &mut out[..c.len()]);
-                    out[..c.len()].iter().map(|&v| v as u64).sum::<u64>()
-                })
-                .sum()
+            batched(a, &mut out, |c, o| dir24.lookup_batch_raw(c, o))
         });
         let d24h_single = rate(&addrs, |a| single(a, |x| dir24_huge.lookup_raw(x)));
         let d24h_batch = rate(&addrs, |a| {
-            a.chunks(BATCH)
-                .map(|c| {
-                    dir24_huge.lookup_batch_raw(c, &mut out[..c.len()]);
-                    out[..c.len()].iter().map(|&v| v as u64).sum::<u64>()
-                })
-                .sum()
+            batched(a, &mut out, |c, o| dir24_huge.lookup_batch_raw(c, o))
         });
         let trie_single = rate(&addrs, |a| single(a, |x| rib.lookup(x.into()).unwrap_or(0)));
         let tbm_single = rate(&addrs, |a| {
@@ -252,18 +249,11 @@ pub fn growth(tables: &[(String, Table)], rounds: usize, progress: &mut dyn FnMu
     for r in 0..rounds {
         progress(&format!("round {} of {rounds}", r + 1));
         for e in &mut entries {
-            let pass = |out: &mut Vec<u32>| -> u64 {
-                e.addrs
-                    .chunks(BATCH)
-                    .map(|c| {
-                        e.pop.lookup_batch_raw(c, &mut out[..c.len()]);
-                        out[..c.len()].iter().map(|&v| v as u64).sum::<u64>()
-                    })
-                    .sum()
-            };
-            black_box(pass(&mut out));
+            let pop = &e.pop;
+            let mut pass = || batched(&e.addrs, &mut out, |c, o| pop.lookup_batch_raw(c, o));
+            black_box(pass());
             let t = Instant::now();
-            black_box(pass(&mut out));
+            black_box(pass());
             let batch = e.addrs.len() as f64 / t.elapsed().as_secs_f64();
             black_box(single(&e.addrs, |x| e.pop.lookup_raw(x)));
             let t = Instant::now();
