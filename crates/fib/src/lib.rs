@@ -32,7 +32,7 @@
 //! everything else moves with it. The run above was one of three made within four
 //! minutes, which gave 301, 244 and 177 M/s batched random-prefix for Poptrie and 140,
 //! 114 and 94 for DIR-24-8: 1.9 to 2.2 times DIR-24-8 in each run, 1.5 to 2.05 times
-//! DIR-24-8 with huge pages. Compare rows of one run, or variants alternated in one
+//! DIR-24-8 with huge pages (a fourth run later: 253 M/s, 2.48 and 2.03 times). Compare rows of one run, or variants alternated in one
 //! process.
 //!
 //! Poptrie18 meets the memory and build goals (4.0 bytes per prefix, 35-60 ms), updates a
@@ -116,7 +116,7 @@
 //! time (35-60 ms of at most one second) are met. The lookup rate is not: batched
 //! random-prefix lookups on the full table reach 177-301 M/s in `bench fib` runs of this
 //! session, against 337 M/s (1.5 times rte_lpm's 225 given for this machine kind); in the
-//! same runs that is 1.9-2.2 times our DIR-24-8, and 1.5-2.05 times DIR-24-8 with its
+//! same runs that is 1.9-2.5 times our DIR-24-8, and 1.5-2.05 times DIR-24-8 with its
 //! first table in huge pages (which ran at 0.84-1.31 times DIR-24-8 without them, four
 //! runs). Nor is the rate flat as the table grows (0.52 times the 10-prefix rate on the
 //! full table).
