@@ -163,20 +163,18 @@ impl Node {
     }
 }
 
-/// A node being laid out: its header is written once its leaves are placed.
+/// A node below the top being laid out: its header is written once its leaves are placed.
 struct Pending {
     at: usize,
-    vector: u64,
-    leafvec: u64,
+    node: Top,
     base0: u32,
-    /// Trie node and inherited value of each internal child, in position order.
-    kids: Vec<(usize, u32)>,
 }
 
-/// A top node (or an end node) before it is laid out.
+/// A node before it is laid out: a top node, an end node or a node below the top.
 struct Top {
     leafvec: u64,
-    /// One per run of equal positions; [`CHILD`] for positions with deeper prefixes.
+    /// One per run of equal positions; in a top node, [`CHILD`] for positions with deeper
+    /// prefixes.
     leaves: Vec<u16>,
     /// The positions with deeper prefixes, and each one's trie node and inherited value.
     vector: u64,
@@ -194,8 +192,10 @@ impl Top {
         }
     }
 
-    /// The top node of trie node `n` at depth [`DIR_BITS`] (its value folded into `inh`).
-    fn of(t: &BinaryTrie, n: usize, inh: u32) -> Top {
+    /// Trie node `n` expanded over one stride (its value folded into `inh`). A position
+    /// with deeper prefixes is marked in `vector` and, with `child` (top nodes), takes
+    /// that leaf; without (the nodes below), it takes none and runs continue across it.
+    fn of(t: &BinaryTrie, n: usize, inh: u32, child: Option<u16>) -> Top {
         // The 64 positions: the trie node there (if it has deeper prefixes) and the value
         // of the longest prefix covering the position.
         let mut pos = [(crate::NONE, NO_ROUTE); 64];
@@ -211,7 +211,10 @@ impl Top {
             let l = if k != crate::NONE {
                 top.vector |= 1 << v;
                 top.kids.push((k as usize, val));
-                CHILD as u16
+                match child {
+                    Some(c) => c,
+                    None => continue,
+                }
             } else {
                 leaf(val)
             };
@@ -336,7 +339,7 @@ impl Poptrie {
         if !t.has_children(n) {
             return self.end(inh);
         }
-        let top = Top::of(t, n, inh);
+        let top = Top::of(t, n, inh, Some(CHILD as u16));
         let o = self.put(&top);
         if !top.kids.is_empty() {
             let base1 = self.block(t, &top.kids);
@@ -347,30 +350,9 @@ impl Poptrie {
 
     /// Expands trie node `n` below the top over one stride and appends its leaves.
     fn leaves(&mut self, t: &BinaryTrie, at: usize, n: usize, inh: u32) -> Pending {
-        let mut pos = [(crate::NONE, NO_ROUTE); 64];
-        expand(t, n, 0, 0, inh, &mut pos);
-        let mut p = Pending {
-            at,
-            vector: 0,
-            leafvec: 0,
-            base0: 0,
-            kids: Vec::new(),
-        };
-        let (mut leaves, mut n_leaves) = ([0u16; 64], 0);
-        let mut last = None;
-        for (v, &(k, val)) in pos.iter().enumerate() {
-            if k != crate::NONE {
-                p.vector |= 1 << v;
-                p.kids.push((k as usize, val));
-            } else if last != Some(val) {
-                p.leafvec |= 1 << v;
-                leaves[n_leaves] = leaf(val);
-                n_leaves += 1;
-                last = Some(val);
-            }
-        }
-        p.base0 = push_leaves(&mut self.mem, &leaves[..n_leaves]);
-        p
+        let node = Top::of(t, n, inh, None);
+        let base0 = push_leaves(&mut self.mem, &node.leaves);
+        Pending { at, node, base0 }
     }
 
     /// Allocates the nodes of `kids` as one block, lays out their leaves behind it and
@@ -384,16 +366,17 @@ impl Poptrie {
             .map(|(i, &(k, val))| self.leaves(t, base1 + NODE * i, k, val))
             .collect();
         for q in below {
-            let b = if q.kids.is_empty() {
+            let n = &q.node;
+            let b = if n.kids.is_empty() {
                 0
             } else {
-                self.block(t, &q.kids)
+                self.block(t, &n.kids)
             };
             self.mem[q.at..q.at + NODE].copy_from_slice(&[
-                q.vector as u32,
-                (q.vector >> 32) as u32,
-                q.leafvec as u32,
-                (q.leafvec >> 32) as u32,
+                n.vector as u32,
+                (n.vector >> 32) as u32,
+                n.leafvec as u32,
+                (n.leafvec >> 32) as u32,
                 b,
                 q.base0,
             ]);
