@@ -66,7 +66,27 @@ fn single(addrs: &[u32], look: impl Fn(u32) -> u32) -> u64 {
     addrs.iter().map(|&a| look(a) as u64).sum()
 }
 
-pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
+/// `dpdk`: also measure DPDK's rte_lpm and rte_fib (needs the `dpdk` feature).
+pub fn run(
+    t: &Table,
+    name: &str,
+    dpdk: bool,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Value, String> {
+    #[cfg(feature = "dpdk")]
+    let dpdk = if dpdk {
+        Some(crate::dpdk::contenders(t, progress)?)
+    } else {
+        None
+    };
+    #[cfg(not(feature = "dpdk"))]
+    if dpdk {
+        return Err(
+            "this tessera was built without DPDK: run `bash scripts/setup --dpdk`, \
+                    then build with `cargo build --release --features dpdk`"
+                .into(),
+        );
+    }
     progress("building");
     let t0 = Instant::now();
     let mut rib = BinaryTrie::new();
@@ -107,6 +127,21 @@ pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
                 "treebitmap disagrees at {}",
                 Ipv4Addr::from(a)
             );
+            #[cfg(feature = "dpdk")]
+            if let Some(d) = &dpdk {
+                assert_eq!(
+                    d.lpm.lookup(a),
+                    want,
+                    "rte_lpm disagrees at {}",
+                    Ipv4Addr::from(a)
+                );
+                assert_eq!(
+                    d.fib.lookup(a),
+                    want,
+                    "rte_fib disagrees at {}",
+                    Ipv4Addr::from(a)
+                );
+            }
         }
     }
 
@@ -148,6 +183,22 @@ pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
                 json!({"structure": s, "workload": wl, "mode": mode, "lookups_per_sec": r.round()}),
             );
         }
+        #[cfg(feature = "dpdk")]
+        if let Some(d) = &dpdk {
+            for (s, mode, r) in [
+                ("rte_lpm", "single", rate(&addrs, |a| d.lpm.pass_single(a))),
+                ("rte_lpm", "batch", rate(&addrs, |a| d.lpm.pass_bulk(a))),
+                (
+                    "rte_lpm-lookupx4",
+                    "batch",
+                    rate(&addrs, |a| d.lpm.pass_x4(a)),
+                ),
+                ("rte_fib", "single", rate(&addrs, |a| d.fib.pass_single(a))),
+                ("rte_fib", "batch", rate(&addrs, |a| d.fib.pass_bulk(a))),
+            ] {
+                results.push(json!({"structure": s, "workload": wl, "mode": mode, "lookups_per_sec": r.round()}));
+            }
+        }
     }
     progress("updates");
     let updates = update_rate(t);
@@ -166,10 +217,16 @@ pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
         "dir-24-8-huge-pages",
         "binary-trie",
         "ip_network_table-deps-treebitmap",
+        "rte_lpm",
+        "rte_lpm-lookupx4",
+        "rte_fib",
     ] {
         let mut m = serde_json::Map::new();
         for wl in ["random-prefix", "uniform", "one"] {
             for mode in ["single", "batch"] {
+                if get(other, wl, mode) == 0.0 {
+                    continue; // not measured in this run
+                }
                 m.insert(
                     format!("{wl}/{mode}"),
                     json!(
@@ -178,9 +235,12 @@ pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
                 );
             }
         }
-        ratios.insert(format!("poptrie/{other}"), Value::Object(m));
+        if !m.is_empty() {
+            ratios.insert(format!("poptrie/{other}"), Value::Object(m));
+        }
     }
-    json!({
+    #[allow(unused_mut)]
+    let mut v = json!({
         "table": name,
         "prefixes": t.routes.len(),
         "next_hops": t.next_hops.len(),
@@ -199,7 +259,17 @@ pub fn run(t: &Table, name: &str, progress: &mut dyn FnMut(&str)) -> Value {
         "lookups_per_workload": LOOKUPS,
         "results": results,
         "ratios": Value::Object(ratios),
-    })
+    });
+    #[cfg(feature = "dpdk")]
+    if let Some(d) = &dpdk {
+        v["dpdk"] = json!({
+            "huge_pages": d.huge_pages,
+            "rte_lpm_build_ms": d.lpm_build_ms.round(),
+            "rte_lpm_memory_bytes": d.lpm.memory_bytes(),
+            "rte_fib_build_ms": d.fib_build_ms.round(),
+        });
+    }
+    Ok(v)
 }
 
 /// Table sizes of the growth run (the paper's, before the full table).

@@ -4,6 +4,8 @@
 //! (the machine is shared and noisy; absolute numbers move between runs).
 
 pub mod balancer_bench;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod fib_bench;
 pub mod forward_bench;
 pub mod pipeline_bench;

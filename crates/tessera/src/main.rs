@@ -256,6 +256,10 @@ enum Bench {
         /// Rounds of the growth run.
         #[arg(long, default_value_t = 11, requires = "growth")]
         rounds: usize,
+        /// Also measure DPDK's rte_lpm and rte_fib in the same run (a build with
+        /// `--features dpdk`; huge pages if the pool has 512 free, else ordinary pages).
+        #[arg(long, conflicts_with = "growth")]
+        dpdk: bool,
     },
     /// Forwarded versus offered load through a lab router, our forwarder against the Linux
     /// kernel: steps of offered load, zero-loss search, CSV, JSON and PNG plots in --out.
@@ -559,7 +563,10 @@ fn run(cli: Cli) -> Result<i32> {
                 print(&v)
             }
             Bench::Fib {
-                table, synthetic, ..
+                table,
+                synthetic,
+                dpdk,
+                ..
             } => {
                 let (t, name) = match (table, synthetic) {
                     (Some(path), _) => {
@@ -575,8 +582,10 @@ fn run(cli: Cli) -> Result<i32> {
                     (None, Some(n)) => (bench::table::synthetic(n, 1), format!("synthetic-{n}")),
                     (None, None) => bail!("give --table FILE or --synthetic N"),
                 };
-                let v =
-                    bench::fib_bench::run(&t, &name, &mut |stage| eprintln!("bench fib: {stage}"));
+                let v = bench::fib_bench::run(&t, &name, dpdk, &mut |stage| {
+                    eprintln!("bench fib: {stage}")
+                })
+                .map_err(anyhow::Error::msg)?;
                 print(&v)
             }
             Bench::Forward {
