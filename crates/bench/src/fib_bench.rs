@@ -19,6 +19,9 @@ use treebitmap::IpLookupTable;
 extern crate ip_network_table_deps_treebitmap as treebitmap;
 
 pub const LOOKUPS: usize = 1 << 22;
+#[cfg(not(feature = "dpdk"))]
+const NO_DPDK: &str = "this tessera was built without DPDK: run `bash scripts/setup --dpdk`, \
+                       then build with `cargo build --release --features dpdk`";
 const BATCH: usize = 256;
 
 pub fn workloads(t: &Table, n: usize, seed: u64) -> Vec<(&'static str, Vec<u32>)> {
@@ -280,7 +283,16 @@ pub const GROWTH_SIZES: [usize; 4] = [10, 1_000, 10_000, 167_000];
 /// pass on the same table), so that a neighbour's load falls on every table alike.
 /// Reports each table's median, lowest and highest rate over the rounds, and its median
 /// as a ratio of the first table's.
-pub fn growth(tables: &[(String, Table)], rounds: usize, progress: &mut dyn FnMut(&str)) -> Value {
+pub fn growth(
+    tables: &[(String, Table)],
+    rounds: usize,
+    dpdk: bool,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Value, String> {
+    #[cfg(not(feature = "dpdk"))]
+    if dpdk {
+        return Err(NO_DPDK.into());
+    }
     struct Entry {
         name: String,
         prefixes: usize,
@@ -288,6 +300,8 @@ pub fn growth(tables: &[(String, Table)], rounds: usize, progress: &mut dyn FnMu
         addrs: Vec<u32>,
         batch: Vec<f64>,
         single: Vec<f64>,
+        #[cfg(feature = "dpdk")]
+        dpdk: Option<(crate::dpdk::Contenders, Vec<f64>, Vec<f64>)>,
     }
     let mut entries: Vec<Entry> = Vec::new();
     for (name, t) in tables {
@@ -298,13 +312,39 @@ pub fn growth(tables: &[(String, Table)], rounds: usize, progress: &mut dyn FnMu
         }
         let pop = Poptrie::build(&rib);
         let addrs = workloads(t, LOOKUPS, 1).swap_remove(0).1;
+        #[cfg(feature = "dpdk")]
+        let dpdk = if dpdk {
+            Some((
+                crate::dpdk::contenders(t, progress)?,
+                Vec::new(),
+                Vec::new(),
+            ))
+        } else {
+            None
+        };
         for &a in addrs.iter().step_by(64) {
+            let want = rib.lookup(a.into());
             assert_eq!(
                 pop.lookup(a.into()),
-                rib.lookup(a.into()),
+                want,
                 "poptrie disagrees at {} in {name}",
                 Ipv4Addr::from(a)
             );
+            #[cfg(feature = "dpdk")]
+            if let Some((d, ..)) = &dpdk {
+                assert_eq!(
+                    d.lpm.lookup(a),
+                    want,
+                    "rte_lpm disagrees at {}",
+                    Ipv4Addr::from(a)
+                );
+                assert_eq!(
+                    d.fib.lookup(a),
+                    want,
+                    "rte_fib disagrees at {}",
+                    Ipv4Addr::from(a)
+                );
+            }
         }
         entries.push(Entry {
             name: name.clone(),
@@ -313,24 +353,32 @@ pub fn growth(tables: &[(String, Table)], rounds: usize, progress: &mut dyn FnMu
             addrs,
             batch: Vec::new(),
             single: Vec::new(),
+            #[cfg(feature = "dpdk")]
+            dpdk,
         });
     }
+    // One timed pass after an untimed one.
+    let timed = |addrs: &[u32], pass: &mut dyn FnMut() -> u64| {
+        black_box(pass());
+        let t = Instant::now();
+        black_box(pass());
+        addrs.len() as f64 / t.elapsed().as_secs_f64()
+    };
     let mut out = vec![0u32; BATCH];
     for r in 0..rounds {
         progress(&format!("round {} of {rounds}", r + 1));
         for e in &mut entries {
-            let pop = &e.pop;
-            let mut pass = || batched(&e.addrs, &mut out, |c, o| pop.lookup_batch_raw(c, o));
-            black_box(pass());
-            let t = Instant::now();
-            black_box(pass());
-            let batch = e.addrs.len() as f64 / t.elapsed().as_secs_f64();
-            black_box(single(&e.addrs, |x| e.pop.lookup_raw(x)));
-            let t = Instant::now();
-            black_box(single(&e.addrs, |x| e.pop.lookup_raw(x)));
-            let one = e.addrs.len() as f64 / t.elapsed().as_secs_f64();
-            e.batch.push(batch);
-            e.single.push(one);
+            let (pop, addrs) = (&e.pop, &e.addrs);
+            e.batch.push(timed(addrs, &mut || {
+                batched(addrs, &mut out, |c, o| pop.lookup_batch_raw(c, o))
+            }));
+            e.single
+                .push(timed(addrs, &mut || single(addrs, |x| pop.lookup_raw(x))));
+            #[cfg(feature = "dpdk")]
+            if let Some((d, lpm, fib)) = &mut e.dpdk {
+                lpm.push(timed(addrs, &mut || d.lpm.pass_bulk(addrs)));
+                fib.push(timed(addrs, &mut || d.fib.pass_bulk(addrs)));
+            }
         }
     }
     let stats = |v: &[f64]| {
@@ -338,31 +386,61 @@ pub fn growth(tables: &[(String, Table)], rounds: usize, progress: &mut dyn FnMu
         v.sort_by(f64::total_cmp);
         (v[v.len() / 2], v[0], v[v.len() - 1])
     };
+    let summary = |v: &[f64]| {
+        let (m, l, h) = stats(v);
+        json!({"median": m.round(), "lowest": l.round(), "highest": h.round()})
+    };
+    let ratio = |a: f64, b: f64| (a / b * 100.0).round() / 100.0;
     let first = entries.first().map(|e| stats(&e.batch).0).unwrap_or(1.0);
     let first_single = entries.first().map(|e| stats(&e.single).0).unwrap_or(1.0);
     let rows: Vec<Value> = entries
         .iter()
         .map(|e| {
-            let (bm, bl, bh) = stats(&e.batch);
-            let (sm, sl, sh) = stats(&e.single);
             json!({
                 "table": e.name,
                 "prefixes": e.prefixes,
                 "memory_bytes": e.pop.memory_bytes(),
-                "batch": {"median": bm.round(), "lowest": bl.round(), "highest": bh.round()},
-                "single": {"median": sm.round(), "lowest": sl.round(), "highest": sh.round()},
-                "batch_ratio_to_first": (bm / first * 100.0).round() / 100.0,
-                "single_ratio_to_first": (sm / first_single * 100.0).round() / 100.0,
+                "batch": summary(&e.batch),
+                "single": summary(&e.single),
+                "batch_ratio_to_first": ratio(stats(&e.batch).0, first),
+                "single_ratio_to_first": ratio(stats(&e.single).0, first_single),
             })
         })
         .collect();
-    json!({
+    #[allow(unused_mut)]
+    let mut v = json!({
         "workload": "random-prefix",
         "structure": "poptrie",
         "rounds": rounds,
         "lookups_per_pass": LOOKUPS,
         "growth": rows,
-    })
+    });
+    #[cfg(feature = "dpdk")]
+    if dpdk {
+        let firsts = entries
+            .first()
+            .and_then(|e| e.dpdk.as_ref())
+            .map(|(_, l, f)| (stats(l).0, stats(f).0))
+            .unwrap_or((1.0, 1.0));
+        let rows: Vec<Value> = entries
+            .iter()
+            .filter_map(|e| {
+                let (_, l, f) = e.dpdk.as_ref()?;
+                Some(json!({
+                    "table": e.name,
+                    "prefixes": e.prefixes,
+                    "rte_lpm_batch": summary(l),
+                    "rte_fib_batch": summary(f),
+                    "rte_lpm_ratio_to_first": ratio(stats(l).0, firsts.0),
+                    "rte_fib_ratio_to_first": ratio(stats(f).0, firsts.1),
+                    "poptrie_batch_to_rte_lpm": ratio(stats(&e.batch).0, stats(l).0),
+                    "poptrie_batch_to_rte_fib": ratio(stats(&e.batch).0, stats(f).0),
+                }))
+            })
+            .collect();
+        v["dpdk_growth"] = Value::Array(rows);
+    }
+    Ok(v)
 }
 
 /// An empty vector with room for `n` words, whose memory the kernel is asked to back with
@@ -470,7 +548,7 @@ mod tests {
             .iter()
             .map(|&n| (format!("synthetic-{n}"), crate::table::synthetic(n, 1)))
             .collect();
-        let v = growth(&tables, 1, &mut |_| {});
+        let v = growth(&tables, 1, false, &mut |_| {}).expect("runs");
         let rows = v["growth"].as_array().expect("rows");
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0]["batch_ratio_to_first"], 1.0);

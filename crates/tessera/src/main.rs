@@ -256,9 +256,10 @@ enum Bench {
         /// Rounds of the growth run.
         #[arg(long, default_value_t = 11, requires = "growth")]
         rounds: usize,
-        /// Also measure DPDK's rte_lpm and rte_fib in the same run (a build with
-        /// `--features dpdk`; huge pages if the pool has 512 free, else ordinary pages).
-        #[arg(long, conflicts_with = "growth")]
+        /// Also measure DPDK's rte_lpm and rte_fib in the same run, with --growth too (a
+        /// build with `--features dpdk`; huge pages if the pool has 1,024 free, else
+        /// ordinary pages).
+        #[arg(long)]
         dpdk: bool,
     },
     /// Forwarded versus offered load through a lab router, our forwarder against the Linux
@@ -525,6 +526,7 @@ fn run(cli: Cli) -> Result<i32> {
                 table,
                 growth: true,
                 rounds,
+                dpdk,
                 ..
             } => {
                 if rounds == 0 {
@@ -544,9 +546,10 @@ fn run(cli: Cli) -> Result<i32> {
                         bench::table::synthetic(901_899, 1),
                     ),
                 });
-                let v = bench::fib_bench::growth(&tables, rounds, &mut |stage| {
+                let v = bench::fib_bench::growth(&tables, rounds, dpdk, &mut |stage| {
                     eprintln!("bench fib --growth: {stage}")
-                });
+                })
+                .map_err(anyhow::Error::msg)?;
                 eprintln!(
                     "{:<42} {:>9} {:>12} {:>7}",
                     "table", "prefixes", "batch M/s", "ratio"
@@ -558,6 +561,17 @@ fn run(cli: Cli) -> Result<i32> {
                         r["prefixes"].as_u64().unwrap_or(0),
                         r["batch"]["median"].as_f64().unwrap_or(0.0) / 1e6,
                         r["batch_ratio_to_first"].as_f64().unwrap_or(0.0)
+                    );
+                }
+                for r in v["dpdk_growth"].as_array().into_iter().flatten() {
+                    eprintln!(
+                        "{:<42} {:>9} rte_lpm {:>7.1} M/s {:>5.2}, rte_fib {:>7.1} M/s {:>5.2}",
+                        r["table"].as_str().unwrap_or(""),
+                        r["prefixes"].as_u64().unwrap_or(0),
+                        r["rte_lpm_batch"]["median"].as_f64().unwrap_or(0.0) / 1e6,
+                        r["rte_lpm_ratio_to_first"].as_f64().unwrap_or(0.0),
+                        r["rte_fib_batch"]["median"].as_f64().unwrap_or(0.0) / 1e6,
+                        r["rte_fib_ratio_to_first"].as_f64().unwrap_or(0.0)
                     );
                 }
                 print(&v)
