@@ -228,6 +228,15 @@ pub struct Contenders {
     pub fib_build_ms: f64,
 }
 
+impl Contenders {
+    /// Panics unless both give `want` for `a`: a fast wrong answer is no result.
+    pub fn check(&self, a: u32, want: Option<u32>) {
+        let at = std::net::Ipv4Addr::from(a);
+        assert_eq!(self.lpm.lookup(a), want, "rte_lpm disagrees at {at}");
+        assert_eq!(self.fib.lookup(a), want, "rte_fib disagrees at {at}");
+    }
+}
+
 /// Starts DPDK if it is not running yet (on huge pages if the pool has [`MEMORY_MIB`]
 /// free, else on ordinary pages, saying so) and builds both contenders.
 pub fn contenders(t: &Table, progress: &mut dyn FnMut(&str)) -> Result<Contenders, String> {

@@ -1,5 +1,6 @@
-//! `tessera bench fib`: lookup rates of our LPM structure against the reference trie and an
-//! existing Rust crate, on one table, in one run.
+//! `tessera bench fib`: lookup rates of our LPM structure against the reference trie, an
+//! existing Rust crate and our DIR-24-8 (and with `--dpdk`, DPDK's rte_lpm and rte_fib,
+//! see [`crate::dpdk`]), on one table, in one run.
 //!
 //! Workloads (4 Mi addresses each, seeded): `random-prefix` (a random prefix of the table,
 //! a random address in it), `uniform` (uniformly random addresses), `one` (one address,
@@ -84,11 +85,7 @@ pub fn run(
     };
     #[cfg(not(feature = "dpdk"))]
     if dpdk {
-        return Err(
-            "this tessera was built without DPDK: run `bash scripts/setup --dpdk`, \
-                    then build with `cargo build --release --features dpdk`"
-                .into(),
-        );
+        return Err(NO_DPDK.into());
     }
     progress("building");
     let t0 = Instant::now();
@@ -132,18 +129,7 @@ pub fn run(
             );
             #[cfg(feature = "dpdk")]
             if let Some(d) = &dpdk {
-                assert_eq!(
-                    d.lpm.lookup(a),
-                    want,
-                    "rte_lpm disagrees at {}",
-                    Ipv4Addr::from(a)
-                );
-                assert_eq!(
-                    d.fib.lookup(a),
-                    want,
-                    "rte_fib disagrees at {}",
-                    Ipv4Addr::from(a)
-                );
+                d.check(a, want);
             }
         }
     }
@@ -332,18 +318,7 @@ pub fn growth(
             );
             #[cfg(feature = "dpdk")]
             if let Some((d, ..)) = &dpdk {
-                assert_eq!(
-                    d.lpm.lookup(a),
-                    want,
-                    "rte_lpm disagrees at {}",
-                    Ipv4Addr::from(a)
-                );
-                assert_eq!(
-                    d.fib.lookup(a),
-                    want,
-                    "rte_fib disagrees at {}",
-                    Ipv4Addr::from(a)
-                );
+                d.check(a, want);
             }
         }
         entries.push(Entry {
@@ -541,6 +516,16 @@ fn update_rate(t: &Table) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(not(feature = "dpdk"))]
+    #[test]
+    fn dpdk_contenders_without_the_feature_are_a_clear_error() {
+        let t = crate::table::synthetic(10, 1);
+        let e = run(&t, "t", true, &mut |_| {}).expect_err("no DPDK in this build");
+        assert!(e.contains("--features dpdk"), "{e}");
+        let e = growth(&[("t".into(), t)], 1, true, &mut |_| {}).expect_err("no DPDK");
+        assert!(e.contains("--features dpdk"), "{e}");
+    }
 
     #[test]
     fn growth_measures_every_table_against_the_first() {
