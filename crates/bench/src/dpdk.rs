@@ -61,14 +61,7 @@ pub fn init(huge: bool) -> Result<bool, String> {
 
 /// 2 MiB huge pages free in the system's pool, from /proc/meminfo (0 if unknown).
 pub fn free_huge_pages() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("HugePages_Free:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0)
+    crate::proc_field("/proc/meminfo", "HugePages_Free").unwrap_or(0)
 }
 
 fn last_error() -> String {
@@ -102,6 +95,22 @@ fn tbl8_groups(t: &Table) -> u32 {
     v.len() as u32 + 256
 }
 
+/// Adds every route of `t` through `add` (rte_lpm_add or rte_fib_add, named `what` in
+/// the error).
+fn add_all(
+    t: &Table,
+    what: &str,
+    mut add: impl FnMut(u32, u8, u32) -> c_int,
+) -> Result<(), String> {
+    for &(p, v) in &t.routes {
+        let r = add(p.bits(), p.len(), v);
+        if r < 0 {
+            return Err(format!("{what} {p}: error {r}"));
+        }
+    }
+    Ok(())
+}
+
 /// rte_lpm holding a table.
 pub struct RteLpm {
     lpm: NonNull<c_void>,
@@ -120,13 +129,10 @@ impl RteLpm {
         let lpm = NonNull::new(unsafe { tessera_lpm_create(name.as_ptr(), rules, tbl8s) })
             .ok_or_else(|| format!("rte_lpm_create: {}", last_error()))?;
         let me = RteLpm { lpm, tbl8s, rules };
-        for &(p, v) in &t.routes {
-            // SAFETY: `lpm` is a live rte_lpm this value owns.
-            let r = unsafe { tessera_lpm_add(me.lpm.as_ptr(), p.bits(), p.len(), v) };
-            if r < 0 {
-                return Err(format!("rte_lpm_add {p}: error {r}"));
-            }
-        }
+        // SAFETY: `lpm` is a live rte_lpm this value owns.
+        add_all(t, "rte_lpm_add", |ip, len, v| unsafe {
+            tessera_lpm_add(me.lpm.as_ptr(), ip, len, v)
+        })?;
         Ok(me)
     }
 
@@ -182,13 +188,10 @@ impl RteFib {
         let fib = NonNull::new(unsafe { tessera_fib_create(name.as_ptr(), max, tbl8_groups(t)) })
             .ok_or_else(|| format!("rte_fib_create: {}", last_error()))?;
         let me = RteFib { fib };
-        for &(p, v) in &t.routes {
-            // SAFETY: `fib` is a live rte_fib this value owns.
-            let r = unsafe { tessera_fib_add(me.fib.as_ptr(), p.bits(), p.len(), v) };
-            if r < 0 {
-                return Err(format!("rte_fib_add {p}: error {r}"));
-            }
-        }
+        // SAFETY: `fib` is a live rte_fib this value owns.
+        add_all(t, "rte_fib_add", |ip, len, v| unsafe {
+            tessera_fib_add(me.fib.as_ptr(), ip, len, v)
+        })?;
         Ok(me)
     }
 

@@ -438,14 +438,7 @@ fn huge_vec(n: usize) -> Vec<u32> {
 
 /// KiB of this process's anonymous memory in transparent huge pages (0 if unknown).
 fn anon_huge_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/smaps_rollup")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("AnonHugePages:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
+    crate::proc_field("/proc/self/smaps_rollup", "AnonHugePages").unwrap_or(0)
 }
 
 /// What this machine's memory allows at the structure's size, measured in the same run: an

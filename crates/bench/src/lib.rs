@@ -29,6 +29,16 @@ pub fn interrupted() -> bool {
     stop_flag().load(Ordering::Relaxed)
 }
 
+/// The number after `key:` in a /proc file of `Key: value [unit]` lines, such as
+/// /proc/meminfo (None if the file or the key is missing).
+pub fn proc_field(path: &str, key: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(path).ok()?;
+    s.lines().find_map(|l| {
+        let v = l.strip_prefix(key)?.strip_prefix(':')?;
+        v.split_whitespace().next()?.parse().ok()
+    })
+}
+
 /// A seeded xorshift generator: benchmarks are repeatable.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
