@@ -1,11 +1,16 @@
-//! AF_PACKET with memory-mapped TPACKET_V3 rings.
+//! AF_PACKET with memory-mapped rings, TPACKET_V2 or TPACKET_V3.
 //!
-//! Receive: the kernel fills blocks of variable-size frames and hands a whole block over
-//! when it is full or `block_timeout_ms` has passed; [`AfPacket::recv`] walks every block
-//! the kernel has handed over, copies each frame into a pool buffer, and gives the block
-//! back. Transmit: fixed-size frame slots; [`AfPacket::send`] fills free slots, marks them
-//! for sending, and kicks the kernel once per batch with a zero-length `sendto`. A full
-//! ring is a counted drop, never a wait.
+//! Receive, [`RxRing::Frames`] (TPACKET_V2, what elements use): a ring of fixed-size
+//! frame slots; the kernel hands each frame over as it arrives and wakes a sleeping
+//! `poll` for it, so a frame waits no longer than the work on it. [`RxRing::Blocks`]
+//! (TPACKET_V3, what the sink uses): the kernel fills blocks of variable-size frames and
+//! hands a whole block over when it is full or `block_timeout_ms` has passed; a reader in
+//! `poll` wakes per block, which costs fewer wake-ups at high rates and up to the block
+//! timeout (rounded up to the kernel's timer tick, 4 ms at 250 Hz) of latency at low
+//! rates. [`AfPacket::recv`] copies each frame into a pool buffer and gives the slot or
+//! block back. Transmit: fixed-size frame slots; [`AfPacket::send`] fills free slots, marks
+//! them for sending, and kicks the kernel once per batch with a zero-length `sendto`. A
+//! full ring is a counted drop, never a wait.
 //!
 //! The socket ignores outgoing frames (`PACKET_IGNORE_OUTGOING`), so it never receives
 //! what it or the kernel sent, and bypasses the qdisc layer (`PACKET_QDISC_BYPASS`).
@@ -19,16 +24,30 @@ use std::io;
 use std::ptr;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 
+/// How the kernel hands received frames over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxRing {
+    /// TPACKET_V2: frame by frame, a wake-up per frame when the reader sleeps. No added
+    /// latency; the elements' choice.
+    Frames,
+    /// TPACKET_V3: block by block, a wake-up per block (full, or after `block_timeout_ms`).
+    /// Fewer wake-ups at high rates; up to a timer tick of latency at low rates.
+    Blocks,
+}
+
 /// Ring geometry.
 #[derive(Debug, Clone, Copy)]
 pub struct RingConfig {
     /// Receive block size in bytes (a power of two, at least one page, larger than a frame).
     pub rx_block_size: u32,
+    /// Receive blocks; the receive ring is `rx_block_size * rx_blocks` bytes either way.
     pub rx_blocks: u32,
-    /// Milliseconds after which the kernel hands over a partly filled receive block.
+    /// Milliseconds after which the kernel hands over a partly filled receive block
+    /// ([`RxRing::Blocks`] only).
     pub block_timeout_ms: u32,
     /// Transmit slots.
     pub tx_frames: u32,
+    pub rx_ring: RxRing,
 }
 
 impl Default for RingConfig {
@@ -38,12 +57,24 @@ impl Default for RingConfig {
             rx_blocks: 64,
             block_timeout_ms: 1,
             tx_frames: 1024,
+            rx_ring: RxRing::Frames,
         }
     }
 }
 
-/// Offset of the frame data in a transmit slot: TPACKET_ALIGN(sizeof(tpacket3_hdr)).
-const TX_DATA_OFF: usize = tpacket_align(std::mem::size_of::<libc::tpacket3_hdr>());
+/// Offset of the frame data in a transmit slot: TPACKET_ALIGN(sizeof(tpacket3_hdr)) for
+/// TPACKET_V3, TPACKET_ALIGN(sizeof(tpacket2_hdr)) for TPACKET_V2.
+fn tx_data_off(v: RxRing) -> usize {
+    match v {
+        RxRing::Blocks => tpacket_align(std::mem::size_of::<libc::tpacket3_hdr>()),
+        RxRing::Frames => tpacket_align(std::mem::size_of::<libc::tpacket2_hdr>()),
+    }
+}
+
+/// Room before the MAC header in a TPACKET_V2 receive slot: the header with its
+/// `sockaddr_ll` (52 bytes), padded so that the network header after at least 16 bytes of
+/// link header is 16-byte aligned.
+const RX2_MAC_ROOM: usize = 96;
 
 const fn tpacket_align(x: usize) -> usize {
     (x + libc::TPACKET_ALIGNMENT - 1) & !(libc::TPACKET_ALIGNMENT - 1)
@@ -55,9 +86,14 @@ pub struct AfPacket {
     fd: i32,
     map: *mut u8,
     map_len: usize,
+    version: RxRing,
     rx_block_size: usize,
     rx_blocks: usize,
+    /// TPACKET_V2: the receive slot size and count.
+    rx_frame_size: usize,
+    rx_frames: usize,
     rx_next: usize,
+    tx_data_off: usize,
     tx_base: *mut u8,
     tx_frame_size: usize,
     tx_frames: usize,
@@ -116,11 +152,17 @@ impl AfPacket {
             fd,
             map: ptr::null_mut(),
             map_len: 0,
+            version: cfg.rx_ring,
             rx_block_size: cfg.rx_block_size as usize,
             rx_blocks: cfg.rx_blocks as usize,
+            rx_frame_size: 0,
+            rx_frames: 0,
             rx_next: 0,
+            tx_data_off: tx_data_off(cfg.rx_ring),
             tx_base: ptr::null_mut(),
-            tx_frame_size: (max_frame + TX_DATA_OFF).next_power_of_two().max(2048),
+            tx_frame_size: (max_frame + tx_data_off(cfg.rx_ring))
+                .next_power_of_two()
+                .max(2048),
             tx_frames: 0,
             tx_next: 0,
         };
@@ -129,7 +171,10 @@ impl AfPacket {
                 fd,
                 libc::SOL_PACKET,
                 libc::PACKET_VERSION,
-                &(libc::tpacket_versions::TPACKET_V3 as libc::c_int),
+                &(match cfg.rx_ring {
+                    RxRing::Frames => libc::tpacket_versions::TPACKET_V2,
+                    RxRing::Blocks => libc::tpacket_versions::TPACKET_V3,
+                } as libc::c_int),
             ),
             "PACKET_VERSION",
             name,
@@ -140,23 +185,50 @@ impl AfPacket {
             "PACKET_LOSS",
             name,
         )?;
-        let rx = libc::tpacket_req3 {
-            tp_block_size: cfg.rx_block_size,
-            tp_block_nr: cfg.rx_blocks,
-            tp_frame_size: 2048,
-            tp_frame_nr: cfg.rx_block_size / 2048 * cfg.rx_blocks,
-            tp_retire_blk_tov: cfg.block_timeout_ms,
-            tp_sizeof_priv: 0,
-            tp_feature_req_word: 0,
+        let rc = match cfg.rx_ring {
+            RxRing::Blocks => setsockopt(
+                fd,
+                libc::SOL_PACKET,
+                libc::PACKET_RX_RING,
+                &libc::tpacket_req3 {
+                    tp_block_size: cfg.rx_block_size,
+                    tp_block_nr: cfg.rx_blocks,
+                    tp_frame_size: 2048,
+                    tp_frame_nr: cfg.rx_block_size / 2048 * cfg.rx_blocks,
+                    tp_retire_blk_tov: cfg.block_timeout_ms,
+                    tp_sizeof_priv: 0,
+                    tp_feature_req_word: 0,
+                },
+            ),
+            RxRing::Frames => {
+                // A slot holds the header, the kernel's alignment pad before the MAC header
+                // (at most 16 bytes plus alignment) and the largest frame.
+                let fs = (max_frame + RX2_MAC_ROOM).next_power_of_two().max(2048);
+                let block = (cfg.rx_block_size as usize).max(fs);
+                let blocks = (cfg.rx_block_size as usize * cfg.rx_blocks as usize / block).max(1);
+                me.rx_block_size = block;
+                me.rx_blocks = blocks;
+                me.rx_frame_size = fs;
+                me.rx_frames = block / fs * blocks;
+                setsockopt(
+                    fd,
+                    libc::SOL_PACKET,
+                    libc::PACKET_RX_RING,
+                    &libc::tpacket_req {
+                        tp_block_size: block as u32,
+                        tp_block_nr: blocks as u32,
+                        tp_frame_size: fs as u32,
+                        tp_frame_nr: me.rx_frames as u32,
+                    },
+                )
+            }
         };
-        check(
-            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &rx),
-            "PACKET_RX_RING",
-            name,
-        )?;
+        check(rc, "PACKET_RX_RING", name)?;
         let tx_block = (me.tx_frame_size as u32).max(1 << 16);
         let per_block = tx_block / me.tx_frame_size as u32;
         let tx_blocks = cfg.tx_frames.div_ceil(per_block).max(1);
+        // The V2 request is the first four fields of the V3 one; the kernel reads the
+        // version's own size.
         let tx = libc::tpacket_req3 {
             tp_block_size: tx_block,
             tp_block_nr: tx_blocks,
@@ -166,11 +238,21 @@ impl AfPacket {
             tp_sizeof_priv: 0,
             tp_feature_req_word: 0,
         };
-        check(
-            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx),
-            "PACKET_TX_RING",
-            name,
-        )?;
+        let rc = match cfg.rx_ring {
+            RxRing::Blocks => setsockopt(fd, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx),
+            RxRing::Frames => setsockopt(
+                fd,
+                libc::SOL_PACKET,
+                libc::PACKET_TX_RING,
+                &libc::tpacket_req {
+                    tp_block_size: tx.tp_block_size,
+                    tp_block_nr: tx.tp_block_nr,
+                    tp_frame_size: tx.tp_frame_size,
+                    tp_frame_nr: tx.tp_frame_nr,
+                },
+            ),
+        };
+        check(rc, "PACKET_TX_RING", name)?;
         me.tx_frames = (per_block * tx_blocks) as usize;
         let rx_len = me.rx_block_size * me.rx_blocks;
         let tx_len = (tx_block * tx_blocks) as usize;
@@ -233,11 +315,139 @@ impl AfPacket {
     }
 
     fn tx_status(&self, i: usize) -> &AtomicU32 {
-        // SAFETY: i < tx_frames; tp_status is an aligned u32 at the start of the slot header.
+        // SAFETY: i < tx_frames; tp_status is an aligned u32 in the slot header of the
+        // ring's version.
         unsafe {
-            let h = self.tx_base.add(i * self.tx_frame_size) as *mut libc::tpacket3_hdr;
-            AtomicU32::from_ptr(ptr::addr_of_mut!((*h).tp_status))
+            let slot = self.tx_base.add(i * self.tx_frame_size);
+            match self.version {
+                RxRing::Blocks => AtomicU32::from_ptr(ptr::addr_of_mut!(
+                    (*(slot as *mut libc::tpacket3_hdr)).tp_status
+                )),
+                RxRing::Frames => AtomicU32::from_ptr(ptr::addr_of_mut!(
+                    (*(slot as *mut libc::tpacket2_hdr)).tp_status
+                )),
+            }
         }
+    }
+
+    /// Writes a frame length into transmit slot `i`'s header.
+    ///
+    /// # Safety
+    /// `i < tx_frames` and the slot is ours (not marked for sending).
+    unsafe fn tx_set_len(&self, i: usize, len: usize) {
+        // SAFETY: the caller's promise; the header fields are within the slot.
+        unsafe {
+            let slot = self.tx_base.add(i * self.tx_frame_size);
+            match self.version {
+                RxRing::Blocks => {
+                    let h = slot as *mut libc::tpacket3_hdr;
+                    ptr::addr_of_mut!((*h).tp_len).write(len as u32);
+                    ptr::addr_of_mut!((*h).tp_snaplen).write(len as u32);
+                }
+                RxRing::Frames => {
+                    let h = slot as *mut libc::tpacket2_hdr;
+                    ptr::addr_of_mut!((*h).tp_len).write(len as u32);
+                    ptr::addr_of_mut!((*h).tp_snaplen).write(len as u32);
+                }
+            }
+        }
+    }
+
+    /// A received frame as the kernel described it, copied into a pool buffer with its VLAN
+    /// tag put back; `None` (an oversize drop) when it does not fit or was truncated.
+    ///
+    /// # Safety
+    /// `data` points to `snap` readable bytes.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn take_frame(
+        pool: &mut Pool,
+        data: *const u8,
+        snap: usize,
+        len: usize,
+        status: u32,
+        tci: u16,
+        tpid: u16,
+        ns: u64,
+    ) -> Option<Pkt> {
+        let vlan = status & libc::TP_STATUS_VLAN_VALID != 0;
+        let extra = if vlan { 4 } else { 0 };
+        if snap < len || snap + extra > BUF_CAP || snap < 12 {
+            return None;
+        }
+        // SAFETY: the caller's promise.
+        let data = unsafe { std::slice::from_raw_parts(data, snap) };
+        let mut p = pool.get();
+        if vlan {
+            let tpid = if status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                tpid
+            } else {
+                0x8100
+            };
+            p.data.extend_from_slice(&data[..12]);
+            p.data.extend_from_slice(&tpid.to_be_bytes());
+            p.data.extend_from_slice(&tci.to_be_bytes());
+            p.data.extend_from_slice(&data[12..]);
+        } else {
+            p.data.extend_from_slice(data);
+        }
+        p.meta.csum_partial = status & libc::TP_STATUS_CSUMNOTREADY != 0;
+        p.meta.rx_ns = ns;
+        Some(p)
+    }
+
+    /// TPACKET_V2 receive: frame by frame, each slot given back as soon as it is copied.
+    fn recv_frames(
+        &mut self,
+        pool: &mut Pool,
+        out: &mut Vec<Pkt>,
+        max: usize,
+        oversize: &mut u64,
+    ) -> usize {
+        let mut n = 0;
+        while n < max {
+            // SAFETY: rx_next < rx_frames, and slots are laid out back to back (the block
+            // size is a multiple of the slot size), so the slot is within the receive ring.
+            let slot = unsafe { self.map.add(self.rx_next * self.rx_frame_size) };
+            let h = slot as *mut libc::tpacket2_hdr;
+            // SAFETY: tp_status is an aligned u32 in the shared mapping, written by the
+            // kernel and by us; reading it through an atomic is the ring protocol.
+            let status = unsafe { AtomicU32::from_ptr(ptr::addr_of_mut!((*h).tp_status)) };
+            let st = status.load(Ordering::Acquire);
+            if st & libc::TP_STATUS_USER == 0 {
+                break;
+            }
+            // SAFETY: the slot is ours until we store TP_STATUS_KERNEL; the MAC offset and
+            // length are checked against the slot size before the frame is read.
+            unsafe {
+                let hdr = h.read();
+                let mac = hdr.tp_mac as usize;
+                let snap = hdr.tp_snaplen as usize;
+                let taken = if mac + snap > self.rx_frame_size {
+                    None
+                } else {
+                    Self::take_frame(
+                        pool,
+                        slot.add(mac),
+                        snap,
+                        hdr.tp_len as usize,
+                        st,
+                        hdr.tp_vlan_tci,
+                        hdr.tp_vlan_tpid,
+                        hdr.tp_sec as u64 * 1_000_000_000 + hdr.tp_nsec as u64,
+                    )
+                };
+                match taken {
+                    Some(p) => {
+                        out.push(p);
+                        n += 1;
+                    }
+                    None => *oversize += 1,
+                }
+            }
+            status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            self.rx_next = (self.rx_next + 1) % self.rx_frames;
+        }
+        n
     }
 }
 
@@ -251,7 +461,7 @@ impl AfPacket {
         n: usize,
         mut fill: impl FnMut(usize, &mut [u8]) -> usize,
     ) -> io::Result<usize> {
-        let room = self.tx_frame_size - TX_DATA_OFF;
+        let room = self.tx_frame_size - self.tx_data_off;
         let mut queued = 0;
         for i in 0..n {
             let slot_i = self.tx_next;
@@ -263,11 +473,9 @@ impl AfPacket {
             // ring; `room` bytes follow its header.
             let len = unsafe {
                 let slot = self.tx_base.add(slot_i * self.tx_frame_size);
-                let data = std::slice::from_raw_parts_mut(slot.add(TX_DATA_OFF), room);
+                let data = std::slice::from_raw_parts_mut(slot.add(self.tx_data_off), room);
                 let len = fill(i, data).min(room);
-                let h = slot as *mut libc::tpacket3_hdr;
-                ptr::addr_of_mut!((*h).tp_len).write(len as u32);
-                ptr::addr_of_mut!((*h).tp_snaplen).write(len as u32);
+                self.tx_set_len(slot_i, len);
                 len
             };
             if len == 0 {
@@ -318,6 +526,9 @@ impl Port for AfPacket {
         max: usize,
         oversize: &mut u64,
     ) -> io::Result<usize> {
+        if self.version == RxRing::Frames {
+            return Ok(self.recv_frames(pool, out, max, oversize));
+        }
         let mut n = 0;
         // Whole blocks only: a block is given back to the kernel in one piece, so `max` is
         // reached at a block boundary and may be exceeded by up to one block's frames.
@@ -341,35 +552,26 @@ impl Port for AfPacket {
                     let hdr = (base.add(off) as *const libc::tpacket3_hdr).read();
                     let mac = off + hdr.tp_mac as usize;
                     let snap = hdr.tp_snaplen as usize;
-                    let vlan = hdr.tp_status & libc::TP_STATUS_VLAN_VALID != 0;
-                    let extra = if vlan { 4 } else { 0 };
-                    if mac + snap > self.rx_block_size
-                        || snap < hdr.tp_len as usize
-                        || snap + extra > BUF_CAP
-                        || snap < 12
-                    {
-                        *oversize += 1;
+                    let taken = if mac + snap > self.rx_block_size {
+                        None
                     } else {
-                        let data = std::slice::from_raw_parts(base.add(mac), snap);
-                        let mut p = pool.get();
-                        if vlan {
-                            let tpid = if hdr.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
-                                hdr.hv1.tp_vlan_tpid
-                            } else {
-                                0x8100
-                            };
-                            p.data.extend_from_slice(&data[..12]);
-                            p.data.extend_from_slice(&tpid.to_be_bytes());
-                            p.data
-                                .extend_from_slice(&(hdr.hv1.tp_vlan_tci as u16).to_be_bytes());
-                            p.data.extend_from_slice(&data[12..]);
-                        } else {
-                            p.data.extend_from_slice(data);
+                        Self::take_frame(
+                            pool,
+                            base.add(mac),
+                            snap,
+                            hdr.tp_len as usize,
+                            hdr.tp_status,
+                            hdr.hv1.tp_vlan_tci as u16,
+                            hdr.hv1.tp_vlan_tpid,
+                            hdr.tp_sec as u64 * 1_000_000_000 + hdr.tp_nsec as u64,
+                        )
+                    };
+                    match taken {
+                        Some(p) => {
+                            out.push(p);
+                            n += 1;
                         }
-                        p.meta.csum_partial = hdr.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0;
-                        p.meta.rx_ns = hdr.tp_sec as u64 * 1_000_000_000 + hdr.tp_nsec as u64;
-                        out.push(p);
-                        n += 1;
+                        None => *oversize += 1,
                     }
                     if hdr.tp_next_offset == 0 {
                         break;
@@ -386,7 +588,7 @@ impl Port for AfPacket {
 
     fn send(&mut self, frames: &mut Vec<Pkt>, pool: &mut Pool) -> io::Result<TxResult> {
         let mut r = TxResult::default();
-        let room = self.tx_frame_size - TX_DATA_OFF;
+        let room = self.tx_frame_size - self.tx_data_off;
         for p in frames.drain(..) {
             let i = self.tx_next;
             let st = self.tx_status(i).load(Ordering::Acquire);
@@ -401,10 +603,8 @@ impl Port for AfPacket {
             // ring; the frame fits the slot after its header.
             unsafe {
                 let slot = self.tx_base.add(i * self.tx_frame_size);
-                ptr::copy_nonoverlapping(p.data.as_ptr(), slot.add(TX_DATA_OFF), p.data.len());
-                let h = slot as *mut libc::tpacket3_hdr;
-                ptr::addr_of_mut!((*h).tp_len).write(p.data.len() as u32);
-                ptr::addr_of_mut!((*h).tp_snaplen).write(p.data.len() as u32);
+                ptr::copy_nonoverlapping(p.data.as_ptr(), slot.add(self.tx_data_off), p.data.len());
+                self.tx_set_len(i, p.data.len());
             }
             self.tx_status(i)
                 .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);

@@ -10,4 +10,4 @@ pub mod afpacket;
 pub mod netdev;
 pub mod xdp;
 
-pub use afpacket::{AfPacket, RingConfig};
+pub use afpacket::{AfPacket, RingConfig, RxRing};
