@@ -38,6 +38,9 @@
 //! to_router = true             # only to the router's own address (or 224.0.0.0/24)
 //! action = "virtual-cp"        # external-arp, internal-arp, virtual-cp, balance, dist,
 //!                              # int-to-ext or drop
+//!
+//! [io]                         # optional, as for the forwarder
+//! backend = "auto"             # "auto", "xdp" or "packet"
 //! ```
 
 use crate::config::{check_ifname, cidr, from_toml, line_of, read, ConfigError};
@@ -70,6 +73,7 @@ struct Raw {
     backend: Vec<RawBackend>,
     #[serde(default)]
     rule: Vec<Spanned<Rule>>,
+    io: Option<crate::config::RawIo>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -133,6 +137,7 @@ pub struct BalancerFile {
     pub cfg: BalancerConfig,
     /// (MAC, port index, weight) of the initial balancing table.
     pub backends: Vec<(MacAddr, u16, u16)>,
+    pub io: crate::config::IoConfig,
 }
 
 impl BalancerFile {
@@ -339,6 +344,7 @@ impl BalancerFile {
                 rules,
             },
             backends,
+            io: crate::config::IoConfig::from_raw(path, src, raw.io.as_ref())?,
         })
     }
 }

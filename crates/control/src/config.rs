@@ -25,6 +25,10 @@
 //! # internal = "r1-int"        # the interconnection port: hellos out, DIST accepted here
 //! # hello_interval_ms = 100
 //!
+//! [io]                         # optional
+//! backend = "auto"             # "auto" (AF_XDP, else AF_PACKET with a log line saying why),
+//!                              # "xdp" (AF_XDP or an error) or "packet" (AF_PACKET)
+//!
 //! [tuning]                     # optional
 //! icmp_errors_per_sec = 100
 //! icmp_burst = 50
@@ -72,6 +76,41 @@ struct Raw {
     #[serde(default)]
     tuning: ForwarderConfig,
     backend: Option<RawBackend>,
+    io: Option<RawIo>,
+}
+
+/// The `[io]` table, common to every element.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawIo {
+    backend: Option<Spanned<String>>,
+}
+
+/// How an element does packet I/O (`[io]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IoConfig {
+    /// `backend = "auto" | "xdp" | "packet"`; `auto` by default.
+    pub backend: io::Backend,
+}
+
+impl IoConfig {
+    /// Validates an `[io]` table of the file `path` whose text is `src`.
+    pub(crate) fn from_raw(
+        path: &Path,
+        src: &str,
+        raw: Option<&RawIo>,
+    ) -> Result<IoConfig, ConfigError> {
+        let mut c = IoConfig::default();
+        if let Some(b) = raw.and_then(|r| r.backend.as_ref()) {
+            c.backend = io::Backend::parse(b.get_ref()).ok_or_else(|| ConfigError {
+                file: path.into(),
+                line: line_of(src, b.span().start),
+                key: "io.backend".into(),
+                message: format!("{:?} is not \"auto\", \"xdp\" or \"packet\"", b.get_ref()),
+            })?;
+        }
+        Ok(c)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -147,6 +186,7 @@ pub struct ForwarderFile {
     pub routes_file_via: Vec<Ipv4Addr>,
     pub tuning: ForwarderConfig,
     pub backend: Option<BackendConfig>,
+    pub io: IoConfig,
 }
 
 /// Line number (1-based) of byte offset `at` in `src`.
@@ -437,6 +477,7 @@ impl ForwarderFile {
             routes_file_via,
             tuning: raw.tuning,
             backend,
+            io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
         })
     }
 }

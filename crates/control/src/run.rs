@@ -282,9 +282,13 @@ pub fn run_element<E: Element, P: Port>(
     let counters = e.counters().clone();
     let mut tx = TxQueues::new(ports.len());
     let mut batch = Vec::with_capacity(BATCH * 2);
+    let infos: Vec<(String, dataplane::port::PortInfo)> = ports
+        .iter()
+        .map(|p| (p.name().to_string(), p.info()))
+        .collect();
     let mut pfds: Vec<libc::pollfd> = ports
         .iter()
-        .filter_map(|p| p.poll_fd())
+        .flat_map(|p| p.poll_fds())
         .map(|fd| libc::pollfd {
             fd,
             events: libc::POLLIN,
@@ -294,6 +298,7 @@ pub fn run_element<E: Element, P: Port>(
     let interval = e.poll_interval();
     let wait_ms = interval.as_millis().clamp(1, 10) as i32;
     let mut last_poll = Instant::now();
+    let mut last_stats = last_poll;
     while !stop.load(Ordering::Relaxed) {
         let mut got = 0;
         for (i, port) in ports.iter_mut().enumerate() {
@@ -319,7 +324,17 @@ pub fn run_element<E: Element, P: Port>(
             e.poll(now, &mut tx);
             tick(&mut e);
             while let Ok((cmd, req, reply)) = queries.try_recv() {
-                let _ = reply.send(answer(&mut e, &cmd, &req));
+                let mut v = answer(&mut e, &cmd, &req);
+                if cmd == "interfaces" {
+                    with_port_info(&mut v, &infos);
+                }
+                let _ = reply.send(v);
+            }
+            if now.duration_since(last_stats) >= STATS_INTERVAL {
+                last_stats = now;
+                for p in ports.iter_mut() {
+                    p.take_backend_drops(&mut |d, n| counters.count_n(d, n));
+                }
             }
         }
         flush(&mut ports, &mut tx, &mut e)?;
@@ -331,7 +346,30 @@ pub fn run_element<E: Element, P: Port>(
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+    for p in ports.iter_mut() {
+        p.take_backend_drops(&mut |d, n| counters.count_n(d, n));
+    }
     Ok(())
+}
+
+/// How often the worker reads the kernel's drop statistics of its ports.
+const STATS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Adds each port's backend and mode to the `interfaces` answer (`infos`: by port name;
+/// a VLAN sub-interface shows its parent's).
+fn with_port_info(v: &mut Value, infos: &[(String, dataplane::port::PortInfo)]) {
+    let Value::Array(list) = v else { return };
+    for i in list.iter_mut() {
+        let name = i["parent"]
+            .as_str()
+            .or_else(|| i["name"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        if let Some((_, info)) = infos.iter().find(|(n, _)| *n == name) {
+            i["backend"] = json!(info.backend);
+            i["io_mode"] = json!(info.mode);
+        }
+    }
 }
 
 fn flush<P: Port, E: Element>(ports: &mut [P], tx: &mut TxQueues, e: &mut E) -> Result<(), String> {

@@ -17,6 +17,11 @@ pub struct Meta {
     /// The sender left the TCP/UDP checksum to offload: only the pseudo-header sum is in
     /// the checksum field. Written by the port; ip4-forward fills the checksum in.
     pub csum_partial: bool,
+    /// The port cannot tell whether the sender left the TCP/UDP checksum to offload (an
+    /// AF_XDP port: no socket-buffer flags reach it). Written by the port; ip4-forward and
+    /// the LB then fill in the checksum of a frame whose field holds just the
+    /// pseudo-header sum (`transport_checksum_looks_partial`).
+    pub csum_unknown: bool,
     /// Receive time in nanoseconds of CLOCK_REALTIME, from the kernel when the port has it
     /// (AF_PACKET), else 0. Written by the port; read by the sink.
     pub rx_ns: u64,

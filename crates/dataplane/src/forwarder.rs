@@ -9,7 +9,7 @@
 //! | ip4-input | frame | frame (link padding trimmed) | `ip4_truncated` ... `ip4_bad_options`, martians, broadcasts |
 //! | ip4-local | frame | - | `local_*` (echo requests are answered) |
 //! | ip4-lookup | dst address | next hop | `ip4_ttl_expired`, `ip4_no_route` |
-//! | ip4-rewrite | `csum_partial` | L4 checksum, TTL, IP checksum, MACs | `ip4_frag_needed`, `ip4_frag_failed` |
+//! | ip4-rewrite | `csum_partial`, `csum_unknown` | L4 checksum, TTL, IP checksum, MACs | `ip4_frag_needed`, `ip4_frag_failed` |
 //! | neighbour-output | next hop | MACs | `arp_queue_full`, `arp_resolution_failed` |
 //!
 //! ICMP errors (time exceeded, net/host unreachable, fragmentation needed, parameter
@@ -600,7 +600,9 @@ impl Forwarder {
         let Ok(mut ipm) = ipv4::Packet::new_checked(&mut p.data[ETH..]) else {
             return self.drop_pkt(p, Drop::Ip4Truncated);
         };
-        if p.meta.csum_partial && ipm.fill_transport_checksum() {
+        if (p.meta.csum_partial || (p.meta.csum_unknown && ipm.transport_checksum_looks_partial()))
+            && ipm.fill_transport_checksum()
+        {
             self.counters.event(Event::ChecksumFilled);
         }
         ipm.decrement_ttl();

@@ -36,6 +36,32 @@ pub trait Port {
     fn poll_fd(&self) -> Option<i32> {
         None
     }
+
+    /// Every file descriptor to `poll` for this port (one per receive queue it serves).
+    fn poll_fds(&self) -> Vec<i32> {
+        self.poll_fd().into_iter().collect()
+    }
+
+    /// The backend and the mode it runs in, as `show interfaces` reports them.
+    fn info(&self) -> PortInfo {
+        PortInfo {
+            backend: "memory",
+            mode: String::new(),
+        }
+    }
+
+    /// Drops the backend counted itself (the kernel's ring statistics) since the last
+    /// call, by reason: `count(reason, n)`.
+    fn take_backend_drops(&mut self, _count: &mut dyn FnMut(crate::Drop, u64)) {}
+}
+
+/// What a port runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortInfo {
+    /// `xdp`, `packet` or `memory`.
+    pub backend: &'static str,
+    /// How: ring kind, zero-copy or copy, XDP hook, queues.
+    pub mode: String,
 }
 
 /// Both ends of an in-memory port: what the element will receive, and what it sent.

@@ -19,7 +19,7 @@
 //! took out of the frame (`TP_STATUS_VLAN_VALID`) is put back in.
 
 use dataplane::buf::{Pkt, Pool, BUF_CAP};
-use dataplane::port::{Port, TxResult};
+use dataplane::port::{Port, PortInfo, TxResult};
 use std::io;
 use std::ptr;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
@@ -621,6 +621,40 @@ impl Port for AfPacket {
 
     fn poll_fd(&self) -> Option<i32> {
         Some(self.fd)
+    }
+
+    fn info(&self) -> PortInfo {
+        PortInfo {
+            backend: "packet",
+            mode: match self.version {
+                RxRing::Frames => "TPACKET_V2 frame ring".into(),
+                RxRing::Blocks => "TPACKET_V3 block ring".into(),
+            },
+        }
+    }
+
+    fn take_backend_drops(&mut self, count: &mut dyn FnMut(dataplane::Drop, u64)) {
+        // PACKET_STATISTICS: frames received and dropped since the last call (the kernel
+        // resets them on reading). Both versions' structures start with these two.
+        let mut st = libc::tpacket_stats_v3 {
+            tp_packets: 0,
+            tp_drops: 0,
+            tp_freeze_q_cnt: 0,
+        };
+        let mut len = std::mem::size_of_val(&st) as u32;
+        // SAFETY: st is a live tpacket_stats_v3 of len bytes.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd,
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                &mut st as *mut _ as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        if r == 0 && st.tp_drops > 0 {
+            count(dataplane::Drop::RxRingFull, st.tp_drops as u64);
+        }
     }
 }
 

@@ -19,16 +19,16 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-const BPF_MAP_CREATE: i32 = 0;
+pub(crate) const BPF_MAP_CREATE: i32 = 0;
 const BPF_MAP_LOOKUP_ELEM: i32 = 1;
-const BPF_MAP_UPDATE_ELEM: i32 = 2;
-const BPF_PROG_LOAD: i32 = 5;
+pub(crate) const BPF_MAP_UPDATE_ELEM: i32 = 2;
+pub(crate) const BPF_PROG_LOAD: i32 = 5;
 const BPF_PROG_TEST_RUN: i32 = 10;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
-const BPF_PROG_TYPE_XDP: u32 = 6;
-const BPF_XDP: u32 = 37;
+pub(crate) const BPF_PROG_TYPE_XDP: u32 = 6;
+pub(crate) const BPF_XDP: u32 = 37;
 const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
-const BPF_PSEUDO_MAP_FD: u8 = 1;
+pub(crate) const BPF_PSEUDO_MAP_FD: u8 = 1;
 
 /// Where the fields the program writes sit in the frame (see `wire::probe`).
 pub struct Offsets {
@@ -58,7 +58,7 @@ pub struct Dests {
 pub const SLACK_FRAMES: u64 = 192;
 
 /// One eBPF instruction.
-fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> [u8; 8] {
+pub(crate) fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> [u8; 8] {
     let mut b = [0u8; 8];
     b[0] = code;
     b[1] = (src << 4) | (dst & 0x0f);
@@ -245,7 +245,7 @@ fn program(
         .collect()
 }
 
-fn bpf(cmd: i32, attr: &mut [u64; 16]) -> io::Result<i32> {
+pub(crate) fn bpf(cmd: i32, attr: &mut [u64; 16]) -> io::Result<i32> {
     // SAFETY: attr is a zero-padded 128-byte bpf_attr whose pointers (if any) point to
     // buffers the caller keeps alive for the duration of the call.
     let r = unsafe {
@@ -263,7 +263,7 @@ fn bpf(cmd: i32, attr: &mut [u64; 16]) -> io::Result<i32> {
     }
 }
 
-fn u32s(a: u32, b: u32) -> u64 {
+pub(crate) fn u32s(a: u32, b: u32) -> u64 {
     a as u64 | (b as u64) << 32
 }
 

@@ -767,7 +767,7 @@ fn forwarder(config: &Path, control: Option<&Path>) -> Result<i32> {
     let mut links = Vec::new();
     // Sub-interfaces ride on their parent's port.
     for i in cfg.interfaces.iter().filter(|i| i.vlan.is_none()) {
-        let (port, link) = open_port(&i.name)?;
+        let (port, link) = open_port(&i.name, cfg.io.backend)?;
         ports.push(port);
         links.push(link);
     }
@@ -791,15 +791,18 @@ fn forwarder(config: &Path, control: Option<&Path>) -> Result<i32> {
     Ok(0)
 }
 
-/// Takes an interface from the kernel's IP stack and opens its AF_PACKET port.
-fn open_port(name: &str) -> Result<(io::AfPacket, control::run::Link)> {
+/// Takes an interface from the kernel's IP stack and opens its port on `backend`.
+fn open_port(name: &str, backend: io::Backend) -> Result<(io::AnyPort, control::run::Link)> {
     io::netdev::take_over(name)?;
     let link = control::run::Link {
         mac: wire::MacAddr(io::netdev::mac(name)?),
         mtu: io::netdev::mtu(name)?,
         speed_mbps: io::netdev::speed_mbps(name),
     };
-    Ok((io::AfPacket::open(name, io::RingConfig::default())?, link))
+    let port = io::open(name, backend)?;
+    let info = dataplane::port::Port::info(&port);
+    tracing::info!(interface = name, backend = info.backend, mode = %info.mode, "port open");
+    Ok((port, link))
 }
 
 fn balancer(config: &Path, control: Option<&Path>) -> Result<i32> {
@@ -810,7 +813,7 @@ fn balancer(config: &Path, control: Option<&Path>) -> Result<i32> {
     let mut ports = Vec::new();
     let mut links = Vec::new();
     for i in &cfg.interfaces {
-        let (port, link) = open_port(&i.name)?;
+        let (port, link) = open_port(&i.name, cfg.io.backend)?;
         ports.push(port);
         links.push(link);
     }

@@ -327,6 +327,35 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         &mut self.buf.as_mut()[h..t]
     }
 
+    /// Whether the TCP or UDP checksum field holds just the pseudo-header sum, as a sender
+    /// that left the checksum to offload writes it (Linux's CHECKSUM_PARTIAL). A complete
+    /// checksum equals it only by chance (about 1 in 65,536), and then
+    /// [`Packet::fill_transport_checksum`] writes the same value back, so a receiver that
+    /// cannot be told which frames are partial may fill in every frame this says yes to.
+    pub fn transport_checksum_looks_partial(&self) -> bool {
+        if self.is_fragment() {
+            return false;
+        }
+        let proto = self.protocol();
+        let at = match proto {
+            protocol::TCP => crate::tcp::CHECKSUM_AT,
+            protocol::UDP => crate::udp::CHECKSUM_AT,
+            _ => return false,
+        };
+        let p = self.payload();
+        if p.len() < at + 2 || p.len() > u16::MAX as usize {
+            return false;
+        }
+        let field = u16::from_be_bytes([p[at], p[at + 1]]);
+        let pseudo = checksum::fold(checksum::pseudo_header(
+            self.src(),
+            self.dst(),
+            proto,
+            p.len() as u16,
+        ));
+        field == pseudo
+    }
+
     /// Computes the TCP or UDP checksum of an unfragmented packet from scratch. Used for
     /// packets whose sender left the checksum to offload (only the pseudo-header sum is
     /// there). Returns false (and changes nothing) for other protocols, fragments, or a

@@ -1,0 +1,894 @@
+//! AF_XDP ports: an XDP program on the interface hands every received frame to an AF_XDP
+//! socket of its receive queue, and frames leave through the same sockets.
+//!
+//! Per interface: one program (assembled below, five instructions) that redirects each
+//! frame to the socket of its receive queue through an XSKMAP (a frame of a queue without
+//! a socket goes on to the kernel, `XDP_PASS`), attached through a BPF link, so that it
+//! leaves with the process however the process ends. Per receive queue: one socket with
+//! its own UMEM (frames of [`FRAME`] bytes), fill, completion, RX and TX rings, bound with
+//! `XDP_USE_NEED_WAKEUP`. The rings are written here, not taken from a crate: they are a
+//! few loads and stores on shared memory, and the hot path is ours to see.
+//!
+//! Zero-copy is asked for first and copy mode taken when the driver refuses it (veth has
+//! no zero-copy). In copy mode the kernel copies each received frame into the UMEM and
+//! builds a socket buffer for each transmitted one inside `sendto`; the transmit path
+//! kicks the kernel once per batch and again while it reports more to send.
+//!
+//! Frames are copied between the UMEM and the element's packet buffers ([`Pkt`]): 64 to
+//! 1,518 bytes of `memcpy`, against the system call and socket buffer the kernel spends on
+//! each frame in copy mode. Forwarding UMEM frames in place from port to port (one UMEM
+//! shared by the ports) would save that copy on zero-copy NICs; it is not done yet.
+
+use crate::xdp::{bpf, insn, u32s};
+use dataplane::buf::{Pkt, Pool};
+use dataplane::port::{Port, PortInfo, TxResult};
+use dataplane::Drop as Reason;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+const AF_XDP: i32 = 44;
+const SOL_XDP: i32 = 283;
+const XDP_MMAP_OFFSETS: i32 = 1;
+const XDP_RX_RING: i32 = 2;
+const XDP_TX_RING: i32 = 3;
+const XDP_UMEM_REG: i32 = 4;
+const XDP_UMEM_FILL_RING: i32 = 5;
+const XDP_UMEM_COMPLETION_RING: i32 = 6;
+const XDP_STATISTICS: i32 = 7;
+const XDP_OPTIONS: i32 = 8;
+const XDP_OPTIONS_ZEROCOPY: u32 = 1;
+const XDP_COPY: u16 = 1 << 1;
+const XDP_ZEROCOPY: u16 = 1 << 2;
+const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
+const XDP_RING_NEED_WAKEUP: u32 = 1;
+const XDP_PGOFF_RX_RING: i64 = 0;
+const XDP_PGOFF_TX_RING: i64 = 0x8000_0000;
+const XDP_UMEM_PGOFF_FILL_RING: i64 = 0x1_0000_0000;
+const XDP_UMEM_PGOFF_COMPLETION_RING: i64 = 0x1_8000_0000;
+/// Frames the kernel may build socket buffers for in one `sendto` (copy mode; kernels
+/// from 6.17). Older kernels send 32 a call; the transmit path kicks again while the
+/// kernel reports more.
+const XDP_MAX_TX_SKB_BUDGET: i32 = 9;
+const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+const BPF_LINK_CREATE: i32 = 28;
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+const XDP_PASS: i32 = 2;
+
+/// Bytes of UMEM per frame. The kernel puts a received frame 256 bytes in (its XDP
+/// headroom), so frames up to 3,840 bytes fit; larger MTUs use AF_PACKET.
+pub const FRAME: usize = 4096;
+/// The largest frame an AF_XDP port takes.
+pub const MAX_FRAME: usize = FRAME - 256;
+
+/// Ring sizes of one socket (each a power of two). The UMEM holds twice `rx` frames for
+/// receiving (the fill ring full while the RX ring is full) and `tx` for sending.
+#[derive(Debug, Clone, Copy)]
+pub struct XskConfig {
+    pub rx: u32,
+    pub tx: u32,
+    /// Take copy mode even where the driver offers zero-copy.
+    pub force_copy: bool,
+}
+
+impl Default for XskConfig {
+    fn default() -> Self {
+        XskConfig {
+            rx: 2048,
+            tx: 2048,
+            force_copy: false,
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+struct RingOffset {
+    producer: u64,
+    consumer: u64,
+    desc: u64,
+    flags: u64,
+}
+
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+struct MmapOffsets {
+    rx: RingOffset,
+    tx: RingOffset,
+    fr: RingOffset,
+    cr: RingOffset,
+}
+
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Statistics {
+    rx_dropped: u64,
+    rx_invalid_descs: u64,
+    tx_invalid_descs: u64,
+    rx_ring_full: u64,
+    rx_fill_ring_empty_descs: u64,
+    tx_ring_empty_descs: u64,
+}
+
+/// One of the four rings: a producer index, a consumer index, flags and `size` entries
+/// of `T`, shared with the kernel.
+struct Ring<T> {
+    map: *mut u8,
+    map_len: usize,
+    producer: *const AtomicU32,
+    consumer: *const AtomicU32,
+    flags: *const AtomicU32,
+    desc: *mut T,
+    mask: u32,
+    /// Our copy of the index we own (producer of a ring we fill, consumer of one we drain).
+    head: u32,
+}
+
+impl<T> Ring<T> {
+    /// Maps a ring of `size` entries at page offset `pgoff` of socket `fd`.
+    fn map(fd: i32, off: &RingOffset, size: u32, pgoff: i64, what: &str) -> io::Result<Ring<T>> {
+        let len = off.desc as usize + size as usize * std::mem::size_of::<T>();
+        // SAFETY: maps the ring the kernel set up on fd; checked for MAP_FAILED.
+        let map = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                pgoff,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("mmap {what} ring: {e}")));
+        }
+        let m = map as *mut u8;
+        // SAFETY: the offsets the kernel gave lie within the mapping.
+        unsafe {
+            let producer = m.add(off.producer as usize) as *const AtomicU32;
+            let consumer = m.add(off.consumer as usize) as *const AtomicU32;
+            Ok(Ring {
+                map: m,
+                map_len: len,
+                producer,
+                consumer,
+                flags: m.add(off.flags as usize) as *const AtomicU32,
+                desc: m.add(off.desc as usize) as *mut T,
+                mask: size - 1,
+                head: 0,
+            })
+        }
+    }
+
+    fn producer(&self) -> &AtomicU32 {
+        // SAFETY: an aligned u32 in the live mapping, shared with the kernel.
+        unsafe { &*self.producer }
+    }
+
+    fn consumer(&self) -> &AtomicU32 {
+        // SAFETY: as above.
+        unsafe { &*self.consumer }
+    }
+
+    fn needs_wakeup(&self) -> bool {
+        // SAFETY: as above.
+        unsafe { &*self.flags }.load(Ordering::Relaxed) & XDP_RING_NEED_WAKEUP != 0
+    }
+
+    /// Entries ready to consume (a ring the kernel fills).
+    fn ready(&self) -> u32 {
+        self.producer()
+            .load(Ordering::Acquire)
+            .wrapping_sub(self.head)
+    }
+
+    /// Free entries (a ring we fill).
+    fn free(&self) -> u32 {
+        (self.mask + 1).wrapping_sub(
+            self.head
+                .wrapping_sub(self.consumer().load(Ordering::Acquire)),
+        )
+    }
+
+    /// Entry `i` places past our index.
+    fn at(&self, i: u32) -> *mut T {
+        // SAFETY: the index is masked into the ring.
+        unsafe {
+            self.desc
+                .add((self.head.wrapping_add(i) & self.mask) as usize)
+        }
+    }
+
+    /// Publishes `n` entries we produced.
+    fn produce(&mut self, n: u32) {
+        self.head = self.head.wrapping_add(n);
+        self.producer().store(self.head, Ordering::Release);
+    }
+
+    /// Gives back `n` entries we consumed.
+    fn consume(&mut self, n: u32) {
+        self.head = self.head.wrapping_add(n);
+        self.consumer().store(self.head, Ordering::Release);
+    }
+}
+
+impl<T> Drop for Ring<T> {
+    fn drop(&mut self) {
+        // SAFETY: map/map_len came from mmap and are released once.
+        unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
+    }
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct Desc {
+    addr: u64,
+    len: u32,
+    options: u32,
+}
+
+/// One AF_XDP socket on one receive queue, with its UMEM and rings.
+struct Socket {
+    // Rings before the socket and the UMEM: unmapped first when dropped.
+    fill: Ring<u64>,
+    comp: Ring<u64>,
+    rx: Ring<Desc>,
+    tx: Ring<Desc>,
+    fd: OwnedFd,
+    umem: *mut u8,
+    umem_len: usize,
+    /// UMEM frames free for transmit.
+    tx_free: Vec<u64>,
+    zero_copy: bool,
+    /// The kernel's statistics when last read.
+    stats: Statistics,
+}
+
+fn sockopt<T>(fd: i32, opt: i32, v: &T, what: &str) -> io::Result<()> {
+    // SAFETY: v points to a live T of the given size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            SOL_XDP,
+            opt,
+            v as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as u32,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        Err(io::Error::new(e.kind(), format!("{what}: {e}")))
+    } else {
+        Ok(())
+    }
+}
+
+fn getsockopt<T: Default>(fd: i32, opt: i32) -> io::Result<T> {
+    let mut v = T::default();
+    let mut len = std::mem::size_of::<T>() as u32;
+    // SAFETY: v is a live T of len bytes to write into.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            SOL_XDP,
+            opt,
+            &mut v as *mut T as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(v)
+    }
+}
+
+impl Socket {
+    fn open(ifindex: u32, queue: u32, cfg: XskConfig) -> io::Result<Socket> {
+        if !cfg.rx.is_power_of_two() || !cfg.tx.is_power_of_two() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "AF_XDP ring sizes must be powers of two",
+            ));
+        }
+        // SAFETY: plain socket(2).
+        let raw = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("AF_XDP socket: {e}")));
+        }
+        // SAFETY: the kernel just returned this descriptor to us.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let frames = 2 * cfg.rx as usize + cfg.tx as usize;
+        let umem_len = frames * FRAME;
+        // SAFETY: an anonymous private mapping; checked for MAP_FAILED.
+        let umem = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                umem_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if umem == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("mmap UMEM: {e}")));
+        }
+        let umem = umem as *mut u8;
+        let unmap = |e: io::Error| {
+            // SAFETY: umem/umem_len came from mmap above and are not used after this.
+            unsafe { libc::munmap(umem as *mut libc::c_void, umem_len) };
+            e
+        };
+        // struct xdp_umem_reg: addr, len, chunk_size, headroom, flags (24 bytes, which
+        // every kernel with AF_XDP takes).
+        #[repr(C)]
+        struct UmemReg {
+            addr: u64,
+            len: u64,
+            chunk_size: u32,
+            headroom: u32,
+            flags: u32,
+            pad: u32,
+        }
+        let reg = UmemReg {
+            addr: umem as u64,
+            len: umem_len as u64,
+            chunk_size: FRAME as u32,
+            headroom: 0,
+            flags: 0,
+            pad: 0,
+        };
+        let s = fd.as_raw_fd();
+        sockopt(s, XDP_UMEM_REG, &reg, "XDP_UMEM_REG").map_err(unmap)?;
+        sockopt(s, XDP_UMEM_FILL_RING, &cfg.rx, "XDP_UMEM_FILL_RING").map_err(unmap)?;
+        sockopt(
+            s,
+            XDP_UMEM_COMPLETION_RING,
+            &cfg.tx,
+            "XDP_UMEM_COMPLETION_RING",
+        )
+        .map_err(unmap)?;
+        sockopt(s, XDP_RX_RING, &cfg.rx, "XDP_RX_RING").map_err(unmap)?;
+        sockopt(s, XDP_TX_RING, &cfg.tx, "XDP_TX_RING").map_err(unmap)?;
+        let off: MmapOffsets = getsockopt(s, XDP_MMAP_OFFSETS)
+            .map_err(|e| io::Error::new(e.kind(), format!("XDP_MMAP_OFFSETS: {e}")))
+            .map_err(unmap)?;
+        let rings = (|| -> io::Result<_> {
+            Ok((
+                Ring::<u64>::map(s, &off.fr, cfg.rx, XDP_UMEM_PGOFF_FILL_RING, "fill")?,
+                Ring::<u64>::map(
+                    s,
+                    &off.cr,
+                    cfg.tx,
+                    XDP_UMEM_PGOFF_COMPLETION_RING,
+                    "completion",
+                )?,
+                Ring::<Desc>::map(s, &off.rx, cfg.rx, XDP_PGOFF_RX_RING, "RX")?,
+                Ring::<Desc>::map(s, &off.tx, cfg.tx, XDP_PGOFF_TX_RING, "TX")?,
+            ))
+        })();
+        let (fill, comp, rx, tx) = rings.map_err(unmap)?;
+        let mut me = Socket {
+            fill,
+            comp,
+            rx,
+            tx,
+            fd,
+            umem,
+            umem_len,
+            tx_free: (2 * cfg.rx as u64..frames as u64)
+                .map(|i| i * FRAME as u64)
+                .collect(),
+            zero_copy: false,
+            stats: Statistics::default(),
+        };
+        // Every receive frame goes to the kernel before the socket is bound.
+        for i in 0..cfg.rx {
+            // SAFETY: i < ring size; the entry is ours to write before produce().
+            unsafe { *me.fill.at(i) = i as u64 * FRAME as u64 };
+        }
+        me.fill.produce(cfg.rx);
+        // A bigger copy-mode transmit budget where the kernel has it; harmless otherwise.
+        let _ = sockopt(s, XDP_MAX_TX_SKB_BUDGET, &(cfg.tx as i32), "budget");
+        let bind = |flags: u16| -> io::Result<()> {
+            #[repr(C)]
+            struct SockaddrXdp {
+                family: u16,
+                flags: u16,
+                ifindex: u32,
+                queue_id: u32,
+                shared_umem_fd: u32,
+            }
+            let a = SockaddrXdp {
+                family: AF_XDP as u16,
+                flags,
+                ifindex,
+                queue_id: queue,
+                shared_umem_fd: 0,
+            };
+            // SAFETY: a is a valid sockaddr_xdp of the size given.
+            let r = unsafe {
+                libc::bind(
+                    s,
+                    &a as *const SockaddrXdp as *const libc::sockaddr,
+                    std::mem::size_of::<SockaddrXdp>() as u32,
+                )
+            };
+            if r < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        };
+        let zc = if cfg.force_copy {
+            Err(io::Error::from(io::ErrorKind::Unsupported))
+        } else {
+            bind(XDP_USE_NEED_WAKEUP | XDP_ZEROCOPY)
+        };
+        if zc.is_err() {
+            bind(XDP_USE_NEED_WAKEUP | XDP_COPY)
+                .map_err(|e| io::Error::new(e.kind(), format!("bind queue {queue}: {e}")))?;
+        }
+        me.zero_copy = getsockopt::<u32>(s, XDP_OPTIONS)
+            .map(|o| o & XDP_OPTIONS_ZEROCOPY != 0)
+            .unwrap_or(false);
+        Ok(me)
+    }
+
+    /// Returns the frames the kernel has finished sending to the transmit free list.
+    fn reap(&mut self) {
+        let n = self.comp.ready();
+        for i in 0..n {
+            // SAFETY: i < ready entries, written by the kernel.
+            self.tx_free
+                .push(unsafe { *self.comp.at(i) } & !(FRAME as u64 - 1));
+        }
+        if n > 0 {
+            self.comp.consume(n);
+        }
+    }
+
+    fn kick(&self) -> io::Result<()> {
+        // SAFETY: zero-length send on our socket: asks the kernel to transmit the TX ring.
+        let r = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                ptr::null(),
+                0,
+                libc::MSG_DONTWAIT,
+                ptr::null(),
+                0,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                // More to send (copy mode sends a budget per call), or busy: the frames
+                // stay on the ring and go with the next kick.
+                Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::ENOBUFS)
+                | Some(libc::ENETDOWN) => {}
+                _ => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn recv(&mut self, pool: &mut Pool, out: &mut Vec<Pkt>, max: u32, oversize: &mut u64) -> u32 {
+        let n = self.rx.ready().min(max);
+        if n == 0 {
+            if self.fill.needs_wakeup() {
+                // SAFETY: a non-blocking zero-length receive: wakes the driver to refill.
+                unsafe {
+                    libc::recvfrom(
+                        self.fd.as_raw_fd(),
+                        ptr::null_mut(),
+                        0,
+                        libc::MSG_DONTWAIT,
+                        ptr::null_mut(),
+                        ptr::null_mut(),
+                    )
+                };
+            }
+            return 0;
+        }
+        // Every frame taken from the RX ring goes back on the fill ring, which has room:
+        // the UMEM's receive frames are on one of the two rings or here.
+        let room = self.fill.free();
+        let mut got = 0;
+        for i in 0..n {
+            // SAFETY: i < ready entries, written by the kernel.
+            let d = unsafe { *self.rx.at(i) };
+            let len = d.len as usize;
+            let base = d.addr & !(FRAME as u64 - 1);
+            if d.addr as usize + len <= self.umem_len && len >= 14 && len <= MAX_FRAME {
+                let mut p = pool.get();
+                // SAFETY: the frame lies within the UMEM (checked above) and is ours until
+                // its address goes back on the fill ring.
+                p.data.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(self.umem.add(d.addr as usize), len)
+                });
+                // No socket-buffer flags reach an AF_XDP socket: a frame from a local
+                // sender on a virtual link may carry a partial checksum.
+                p.meta.csum_unknown = true;
+                out.push(p);
+                got += 1;
+            } else {
+                *oversize += 1;
+            }
+            if i < room {
+                // SAFETY: i < free entries of the fill ring.
+                unsafe { *self.fill.at(i) = base };
+            }
+        }
+        self.rx.consume(n);
+        self.fill.produce(n.min(room));
+        got
+    }
+
+    fn send(
+        &mut self,
+        frames: &mut std::vec::Drain<'_, Pkt>,
+        pool: &mut Pool,
+        r: &mut TxResult,
+    ) -> io::Result<()> {
+        self.reap();
+        let room = self.tx.free().min(self.tx_free.len() as u32);
+        let mut n = 0;
+        for p in frames.by_ref() {
+            if n == room || p.data.len() > MAX_FRAME {
+                r.ring_full += 1;
+                pool.put(p);
+                continue;
+            }
+            let Some(addr) = self.tx_free.pop() else {
+                r.ring_full += 1;
+                pool.put(p);
+                continue;
+            };
+            // SAFETY: addr is a free transmit frame of the UMEM, FRAME bytes long, and the
+            // frame is at most MAX_FRAME bytes; the TX entry is ours before produce().
+            unsafe {
+                ptr::copy_nonoverlapping(
+                    p.data.as_ptr(),
+                    self.umem.add(addr as usize),
+                    p.data.len(),
+                );
+                *self.tx.at(n) = Desc {
+                    addr,
+                    len: p.data.len() as u32,
+                    options: 0,
+                };
+            }
+            n += 1;
+            r.sent += 1;
+            r.sent_bytes += p.data.len();
+            pool.put(p);
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        self.tx.produce(n);
+        // Copy mode sends a budget of frames per call: kick until the kernel has taken
+        // them all (a bounded number of times; what is left goes with the next batch).
+        for _ in 0..16 {
+            if !self.zero_copy || self.tx.needs_wakeup() {
+                self.kick()?;
+            }
+            if self.tx.free() == self.tx.mask + 1 || self.zero_copy {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn statistics(&self) -> Statistics {
+        getsockopt(self.fd.as_raw_fd(), XDP_STATISTICS).unwrap_or_default()
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        // SAFETY: umem/umem_len came from mmap and are released once; the rings (fields)
+        // are unmapped after this, and the socket that uses the UMEM is closed with them.
+        unsafe { libc::munmap(self.umem as *mut libc::c_void, self.umem_len) };
+    }
+}
+
+// SAFETY: the mappings are owned by this value and used only through &mut self.
+unsafe impl Send for Socket {}
+
+/// The redirect program: the frame's receive queue indexes the XSKMAP; no socket there
+/// means `XDP_PASS`.
+fn redirect_program(map_fd: i32) -> Vec<u8> {
+    const LDX_W: u8 = 0x61;
+    const LD_IMM64: u8 = 0x18;
+    const MOV_K: u8 = 0xb7;
+    const CALL: u8 = 0x85;
+    const EXIT: u8 = 0x95;
+    const REDIRECT_MAP: i32 = 51;
+    [
+        insn(LDX_W, 2, 1, 16, 0), // r2 = ctx->rx_queue_index
+        insn(LD_IMM64, 1, crate::xdp::BPF_PSEUDO_MAP_FD, 0, map_fd),
+        insn(0, 0, 0, 0, 0),
+        insn(MOV_K, 3, 0, 0, XDP_PASS), // default action
+        insn(CALL, 0, 0, 0, REDIRECT_MAP),
+        insn(EXIT, 0, 0, 0, 0),
+    ]
+    .concat()
+}
+
+/// The redirect program attached to one interface, and its XSKMAP.
+struct Attached {
+    map: OwnedFd,
+    /// The BPF link: the program leaves the interface when it closes.
+    _link: OwnedFd,
+    _prog: OwnedFd,
+    native: bool,
+}
+
+/// How the XDP program is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachMode {
+    /// The driver's own XDP hook, falling back to the generic one when it has none.
+    Auto,
+    /// The generic (socket-buffer) hook only.
+    Generic,
+}
+
+fn attach(ifindex: u32, queues: u32, mode: AttachMode) -> io::Result<Attached> {
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(BPF_MAP_TYPE_XSKMAP, 4);
+    attr[1] = u32s(4, queues.max(1));
+    let map = bpf(crate::xdp::BPF_MAP_CREATE, &mut attr)
+        .map_err(|e| io::Error::new(e.kind(), format!("bpf map create (XSKMAP): {e}")))?;
+    // SAFETY: the kernel just returned this descriptor to us.
+    let map = unsafe { OwnedFd::from_raw_fd(map) };
+    let code = redirect_program(map.as_raw_fd());
+    let license = b"GPL\0";
+    let mut log = vec![0u8; 1 << 14];
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(crate::xdp::BPF_PROG_TYPE_XDP, (code.len() / 8) as u32);
+    attr[1] = code.as_ptr() as u64;
+    attr[2] = license.as_ptr() as u64;
+    attr[3] = u32s(1, log.len() as u32);
+    attr[4] = log.as_mut_ptr() as u64;
+    let mut name = [0u8; 16];
+    name[..11].copy_from_slice(b"tessera_xsk");
+    attr[6] = u64::from_le_bytes(name[..8].try_into().unwrap_or_default());
+    attr[7] = u64::from_le_bytes(name[8..].try_into().unwrap_or_default());
+    attr[8] = u32s(0, crate::xdp::BPF_XDP);
+    let prog = bpf(crate::xdp::BPF_PROG_LOAD, &mut attr).map_err(|e| {
+        let text = String::from_utf8_lossy(&log);
+        io::Error::new(
+            e.kind(),
+            format!("bpf prog load: {e}: {}", text.trim_end_matches('\0').trim()),
+        )
+    })?;
+    // SAFETY: as above.
+    let prog = unsafe { OwnedFd::from_raw_fd(prog) };
+    let link = |flags: u32| {
+        let mut attr = [0u64; 16];
+        attr[0] = u32s(prog.as_raw_fd() as u32, ifindex);
+        attr[1] = u32s(crate::xdp::BPF_XDP, flags);
+        bpf(BPF_LINK_CREATE, &mut attr)
+    };
+    let (fd, native) = match mode {
+        AttachMode::Auto => match link(XDP_FLAGS_DRV_MODE) {
+            Ok(fd) => (fd, true),
+            Err(_) => (link(XDP_FLAGS_SKB_MODE)?, false),
+        },
+        AttachMode::Generic => (link(XDP_FLAGS_SKB_MODE)?, false),
+    };
+    // SAFETY: as above.
+    let link = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(Attached {
+        map,
+        _link: link,
+        _prog: prog,
+        native,
+    })
+}
+
+/// The receive queues an interface has (sysfs), at least one.
+pub fn rx_queues(name: &str) -> u32 {
+    std::fs::read_dir(format!("/sys/class/net/{name}/queues"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+                .count() as u32
+        })
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// An AF_XDP port: the redirect program on an interface and a socket on each of the
+/// receive queues it serves.
+pub struct XdpPort {
+    name: String,
+    sockets: Vec<Socket>,
+    attached: std::sync::Arc<AttachedShared>,
+    /// The socket the next receive starts at (round robin over queues).
+    next: usize,
+}
+
+/// The attachment, shared by the ports (one per worker) of one interface.
+pub struct AttachedShared(Attached);
+
+impl XdpPort {
+    /// Attaches the redirect program to `name` and opens a socket on every receive queue.
+    pub fn open(name: &str, cfg: XskConfig, mode: AttachMode) -> io::Result<XdpPort> {
+        let queues = rx_queues(name);
+        let shared = std::sync::Arc::new(Self::attach(name, queues, mode)?);
+        Self::open_queues(name, cfg, shared, &(0..queues).collect::<Vec<_>>())
+    }
+
+    /// The program on `name`, for ports that then open sockets on its queues
+    /// ([`XdpPort::open_queues`]).
+    pub fn attach(name: &str, queues: u32, mode: AttachMode) -> io::Result<AttachedShared> {
+        let mtu = crate::netdev::mtu(name)?;
+        if mtu + 18 > MAX_FRAME {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{name}: MTU {mtu} is above what an AF_XDP frame holds ({})",
+                    MAX_FRAME - 18
+                ),
+            ));
+        }
+        let ifindex = crate::netdev::ifindex(name)? as u32;
+        attach(ifindex, queues, mode)
+            .map(AttachedShared)
+            .map_err(|e| io::Error::new(e.kind(), format!("{name}: XDP attach: {e}")))
+    }
+
+    /// Opens sockets on `queues` of `name`, whose program `shared` is.
+    pub fn open_queues(
+        name: &str,
+        cfg: XskConfig,
+        shared: std::sync::Arc<AttachedShared>,
+        queues: &[u32],
+    ) -> io::Result<XdpPort> {
+        let ifindex = crate::netdev::ifindex(name)? as u32;
+        let mut sockets = Vec::with_capacity(queues.len());
+        for &q in queues {
+            let s = Socket::open(ifindex, q, cfg)
+                .map_err(|e| io::Error::new(e.kind(), format!("{name}: AF_XDP queue {q}: {e}")))?;
+            let fd = s.fd.as_raw_fd() as u32;
+            let mut attr = [0u64; 16];
+            attr[0] = u32s(shared.0.map.as_raw_fd() as u32, 0);
+            attr[1] = &q as *const u32 as u64;
+            attr[2] = &fd as *const u32 as u64;
+            bpf(crate::xdp::BPF_MAP_UPDATE_ELEM, &mut attr)
+                .map_err(|e| io::Error::new(e.kind(), format!("{name}: XSKMAP queue {q}: {e}")))?;
+            sockets.push(s);
+        }
+        Ok(XdpPort {
+            name: name.to_string(),
+            sockets,
+            attached: shared,
+            next: 0,
+        })
+    }
+
+    /// Whether every socket runs zero-copy.
+    pub fn zero_copy(&self) -> bool {
+        self.sockets.iter().all(|s| s.zero_copy)
+    }
+
+    /// Whether the program runs in the driver's XDP hook (else the generic one).
+    pub fn native(&self) -> bool {
+        self.attached.0.native
+    }
+}
+
+impl Port for XdpPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recv(
+        &mut self,
+        pool: &mut Pool,
+        out: &mut Vec<Pkt>,
+        max: usize,
+        oversize: &mut u64,
+    ) -> io::Result<usize> {
+        let k = self.sockets.len();
+        let mut got = 0;
+        for i in 0..k {
+            if got >= max {
+                break;
+            }
+            let s = &mut self.sockets[(self.next + i) % k];
+            got += s.recv(pool, out, (max - got) as u32, oversize) as usize;
+        }
+        self.next = (self.next + 1) % k.max(1);
+        Ok(got)
+    }
+
+    fn send(&mut self, frames: &mut Vec<Pkt>, pool: &mut Pool) -> io::Result<TxResult> {
+        let mut r = TxResult::default();
+        // Frames leave by the first socket: one transmit queue keeps their order.
+        match self.sockets.first_mut() {
+            Some(s) => s.send(&mut frames.drain(..), pool, &mut r)?,
+            None => {
+                r.ring_full = frames.len();
+                for p in frames.drain(..) {
+                    pool.put(p);
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    fn poll_fd(&self) -> Option<i32> {
+        self.sockets.first().map(|s| s.fd.as_raw_fd())
+    }
+
+    fn poll_fds(&self) -> Vec<i32> {
+        self.sockets.iter().map(|s| s.fd.as_raw_fd()).collect()
+    }
+
+    fn info(&self) -> PortInfo {
+        PortInfo {
+            backend: "xdp",
+            mode: format!(
+                "{}, {} XDP, {} queue{}",
+                if self.zero_copy() {
+                    "zero-copy"
+                } else {
+                    "copy"
+                },
+                if self.native() { "native" } else { "generic" },
+                self.sockets.len(),
+                if self.sockets.len() == 1 { "" } else { "s" }
+            ),
+        }
+    }
+
+    fn take_backend_drops(&mut self, count: &mut dyn FnMut(Reason, u64)) {
+        for s in &mut self.sockets {
+            let now = s.statistics();
+            let was = std::mem::replace(&mut s.stats, now);
+            for (d, a, b) in [
+                (Reason::XskRxDropped, now.rx_dropped, was.rx_dropped),
+                (Reason::RxRingFull, now.rx_ring_full, was.rx_ring_full),
+                (
+                    Reason::XskFillRingEmpty,
+                    now.rx_fill_ring_empty_descs,
+                    was.rx_fill_ring_empty_descs,
+                ),
+                (
+                    Reason::XskInvalidDescs,
+                    now.rx_invalid_descs + now.tx_invalid_descs,
+                    was.rx_invalid_descs + was.tx_invalid_descs,
+                ),
+            ] {
+                if a > b {
+                    count(d, a - b);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirect_program_is_six_slots() {
+        let p = redirect_program(7);
+        assert_eq!(p.len(), 6 * 8);
+        // The map reference carries the pseudo-map-fd source register and the fd.
+        assert_eq!(p[8], 0x18);
+        assert_eq!(p[9] >> 4, crate::xdp::BPF_PSEUDO_MAP_FD);
+        assert_eq!(i32::from_le_bytes(p[12..16].try_into().unwrap()), 7);
+    }
+}
