@@ -29,6 +29,15 @@ pub struct ForwardOpts {
     pub contenders: Vec<(String, Option<String>)>,
     /// Send with `gen --xdp` (the XDP generator) instead of the AF_PACKET ring.
     pub xdp: bool,
+    /// Our forwarder's backends: none (its config's), one, or several (then contenders
+    /// `forwarder-BACKEND`).
+    pub io: Vec<String>,
+    /// Tables (synthetic sizes or files); empty: the default set.
+    pub tables: Vec<String>,
+    /// Traffic cases (one, two, many); empty: all.
+    pub flows: Vec<String>,
+    /// Frame sizes; empty: 64, 576, 1470.
+    pub sizes: Vec<usize>,
 }
 
 /// Lets `node:ifname` (a veth) take frames from the XDP generator: GRO on, so that the veth
@@ -114,6 +123,8 @@ pub(crate) struct Point {
     pub sent: u64,
     pub received: u64,
     pub lost: u64,
+    /// One-way latency percentiles, nanoseconds (the worst of the sinks): p50, p99, max.
+    pub latency_ns: [u64; 3],
 }
 
 struct Bench<'a> {
@@ -266,6 +277,10 @@ pub(crate) fn lab_point(
         let o = s.wait_with_output().map_err(|e| e.to_string())?;
         let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("sink: {e}"))?;
         p.received += v["received"].as_u64().unwrap_or(0);
+        let l = &v["latency_ns_percentiles"];
+        for (k, q) in ["p50", "p99", "max"].into_iter().enumerate() {
+            p.latency_ns[k] = p.latency_ns[k].max(l[q].as_u64().unwrap_or(0));
+        }
     }
     p.lost = p.sent.saturating_sub(p.received);
     // Forwarded rate: the offered rate scaled by the share that arrived.
@@ -276,6 +291,9 @@ pub(crate) fn lab_point(
     };
     Ok(p)
 }
+
+/// Loads, as shares of the zero-loss rate, at which latency is measured.
+const LATENCY_LOADS: [f64; 3] = [0.1, 0.5, 0.9];
 
 const SOURCES: [(&str, &str, &str, &str, &str); 2] = [
     // source, its router port, sink, its address, its router port
@@ -328,20 +346,37 @@ fn ceiling(opts: &ForwardOpts, size: usize, name: &str) -> Result<f64, String> {
 
 pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
     std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
-    let sizes: Vec<usize> = if opts.quick {
+    let sizes: Vec<usize> = if !opts.sizes.is_empty() {
+        if let Some(b) = opts.sizes.iter().find(|b| !(64..=1518).contains(*b)) {
+            return Err(format!("--sizes {b}: frames are 64 to 1518 bytes"));
+        }
+        opts.sizes.clone()
+    } else if opts.quick {
         vec![64]
     } else {
         vec![64, 576, 1470]
     };
-    let flows: Vec<Flows> = if opts.quick {
+    let flows: Vec<Flows> = if !opts.flows.is_empty() {
+        opts.flows
+            .iter()
+            .map(|f| match f.as_str() {
+                "one" => Ok(Flows::One),
+                "two" => Ok(Flows::Two),
+                "many" => Ok(Flows::Many),
+                o => Err(format!("--flows {o:?}: use one, two or many")),
+            })
+            .collect::<Result<_, _>>()?
+    } else if opts.quick {
         vec![Flows::One]
     } else {
         vec![Flows::One, Flows::Two, Flows::Many]
     };
-    let tables: Vec<usize> = if opts.quick {
-        vec![10]
+    let tables: Vec<String> = if !opts.tables.is_empty() {
+        opts.tables.clone()
+    } else if opts.quick {
+        vec!["10".into()]
     } else {
-        vec![10, 1_000, 167_000]
+        vec!["10".into(), "1000".into(), "167000".into()]
     };
     let steps: Vec<f64> = if opts.quick {
         vec![0.25, 0.5, 0.75, 1.0]
@@ -359,12 +394,21 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
         eprintln!("bench forward: generator ceiling at {size} bytes: {c:.0} packets/s");
         ceilings.insert(size.to_string(), json!(c.round()));
     }
-    let total =
-        contenders.len() * tables.len() * sizes.len() * flows.len() * (steps.len() + searches);
+    let total = contenders.len()
+        * tables.len()
+        * sizes.len()
+        * flows.len()
+        * (steps.len() + searches + LATENCY_LOADS.len());
     let mut rows = Vec::new();
     let mut done = 0;
-    for &tsize in &tables {
-        let t = table::synthetic(tsize, tsize as u64);
+    for tname in &tables {
+        // A synthetic table of that many prefixes, or a table file.
+        let t = match tname.parse::<usize>() {
+            Ok(n) => table::synthetic(n, n as u64),
+            Err(_) => table::read(Path::new(tname))?.0,
+        };
+        let tsize = t.routes.len();
+        eprintln!("bench forward: table {tname}: {tsize} prefixes");
         let tfile = opts.out.join(format!("table-{tsize}.txt"));
         write(
             &tfile,
@@ -390,10 +434,18 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             let mut l = lab::Lab::load(&topo, Some(&labname), opts.exe.clone())?;
             let role = if command.is_some() {
                 "external"
+            } else if contender.starts_with("forwarder") {
+                "forwarder"
             } else {
                 contender
             };
             l.roles.insert("r".into(), role.into());
+            if role == "forwarder" {
+                l.io = match (contender.strip_prefix("forwarder-"), opts.io.first()) {
+                    (Some(b), _) => Some(b.to_string()),
+                    (None, b) => b.cloned(),
+                };
+            }
             l.up()?;
             let mut bench = Bench {
                 opts,
@@ -521,6 +573,27 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                             "contender": contender, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
                             "kind": "zero_loss_pps", "zero_loss_pps": best.round(), "generator_ceiling_pps": ceil.round(),
                         }));
+                        // One-way latency through the router (the sink's receive time less
+                        // the generator's send time) at 10%, 50% and 90% of the zero-loss
+                        // rate.
+                        if best > 0.0 {
+                            for f in LATENCY_LOADS {
+                                let p = bench.point(size, &gens_at(best * f), &sinks)?;
+                                rows.push(json!({
+                                    "contender": contender, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
+                                    "kind": "latency", "load_of_zero_loss": f, "offered_pps": p.offered_pps.round(),
+                                    "sent": p.sent, "received": p.received, "lost": p.lost,
+                                    "latency_p50_ns": p.latency_ns[0], "latency_p99_ns": p.latency_ns[1], "latency_max_ns": p.latency_ns[2],
+                                    "generator_ceiling_pps": ceil.round(),
+                                }));
+                                bench.progress(&format!(
+                                    "{case}: latency at {:.0}% of zero-loss: p50 {} us, p99 {} us",
+                                    f * 100.0,
+                                    p.latency_ns[0] / 1000,
+                                    p.latency_ns[1] / 1000
+                                ));
+                            }
+                        }
                     }
                 }
                 Ok(())
@@ -531,7 +604,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             r?;
         }
     }
-    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "points": rows});
+    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "points": rows});
     write(
         &opts.out.join("results.json"),
         &serde_json::to_string_pretty(&v).unwrap_or_default(),
@@ -568,6 +641,10 @@ fn write_csv(path: &Path, rows: &[Value]) -> Result<(), String> {
         "received",
         "lost",
         "zero_loss_pps",
+        "load_of_zero_loss",
+        "latency_p50_ns",
+        "latency_p99_ns",
+        "latency_max_ns",
         "generator_ceiling_pps",
     ];
     let mut s = cols.join(",") + "\n";

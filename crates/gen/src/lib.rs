@@ -62,8 +62,108 @@ impl Stats {
     }
 }
 
+/// Sub-buckets per power of two in a [`Histogram`]: values are kept to within 1/16
+/// (6%) of themselves.
+const SUB: u64 = 16;
+
+/// A log-linear histogram of non-negative integers (nanoseconds) for quantiles: 16
+/// buckets per power of two, from 0 to 2^48. A quantile is reported as the upper bound of
+/// its bucket, so it is never below the true value and at most 1/16 above it.
+#[derive(Debug, Clone)]
+pub struct Histogram {
+    counts: Vec<u64>,
+    pub n: u64,
+    pub max: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            counts: vec![0; (48 * SUB) as usize],
+            n: 0,
+            max: 0,
+        }
+    }
+}
+
+impl Histogram {
+    fn bucket(v: u64) -> usize {
+        if v < SUB {
+            return v as usize;
+        }
+        let e = 63 - v.leading_zeros() as u64; // v in [2^e, 2^(e+1))
+        let m = (v >> (e - 4)) & (SUB - 1); // the four bits below the leading one
+        (((e - 3) * SUB + m) as usize).min((48 * SUB) as usize - 1)
+    }
+
+    /// The largest value of bucket `b`.
+    fn upper(b: usize) -> u64 {
+        let b = b as u64;
+        if b < SUB {
+            return b;
+        }
+        let e = b / SUB + 3;
+        let m = b % SUB;
+        ((SUB + m + 1) << (e - 4)) - 1
+    }
+
+    pub fn add(&mut self, v: u64) {
+        self.counts[Self::bucket(v)] += 1;
+        self.n += 1;
+        self.max = self.max.max(v);
+    }
+
+    /// The value below which a share `q` (0 to 1) of the values lie; 0 when empty.
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.n == 0 {
+            return 0;
+        }
+        let rank = ((q * self.n as f64).ceil() as u64).clamp(1, self.n);
+        let mut seen = 0;
+        for (b, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Self::upper(b).min(self.max);
+            }
+        }
+        self.max
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "n": self.n, "p50": self.quantile(0.5), "p90": self.quantile(0.9),
+            "p99": self.quantile(0.99), "p999": self.quantile(0.999), "max": self.max,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn histogram_quantiles_are_within_a_sixteenth_above() {
+        let mut h = super::Histogram::default();
+        assert_eq!(h.quantile(0.5), 0);
+        for v in 1..=100_000u64 {
+            h.add(v * 7);
+        }
+        for (q, exact) in [(0.5, 350_000u64), (0.99, 693_000), (1.0, 700_000)] {
+            let got = h.quantile(q);
+            assert!(
+                got >= exact && got <= exact + exact / 16,
+                "q{q}: {got} vs {exact}"
+            );
+        }
+        assert_eq!(h.max, 700_000);
+        for v in 0..40u64 {
+            let x = 1u64 << v;
+            let b = super::Histogram::bucket(x);
+            assert!(super::Histogram::upper(b) >= x, "{x}");
+            if b > 0 {
+                assert!(super::Histogram::upper(b - 1) < x, "{x}");
+            }
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -168,6 +168,8 @@ fn interval_stats(counts: &[u64], interval_s: f64) -> Stats {
 pub struct Sink {
     pub flows: BTreeMap<u16, Flow>,
     pub other: u64,
+    /// One-way latency of every probe of every flow, for percentiles.
+    pub latency: crate::Histogram,
     t0: Option<u64>,
     interval_ns: u64,
     port: u16,
@@ -195,6 +197,7 @@ impl Sink {
         }
         flow.data(p.seq, f.len() + 4);
         flow.latency.add(rx_ns.saturating_sub(p.sent_ns) as f64);
+        self.latency.add(rx_ns.saturating_sub(p.sent_ns));
         let t0 = *self.t0.get_or_insert(rx_ns);
         let i = (rx_ns.saturating_sub(t0) / self.interval_ns) as usize;
         if flow.intervals.len() <= i {
@@ -247,6 +250,7 @@ impl Sink {
             "reordered": sum(|f| f.reordered),
             "duplicates": sum(|f| f.duplicates),
             "other_frames": self.other,
+            "latency_ns_percentiles": self.latency.json(),
             "duration_s": duration_s,
             "interval_ms": iv * 1e3,
             "rate_pps": interval_stats(&total_intervals, iv).json(),

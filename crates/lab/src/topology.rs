@@ -97,6 +97,9 @@ struct State {
     /// Roles given with `--role` at `up`, so later commands see them too.
     #[serde(default)]
     roles: BTreeMap<String, String>,
+    /// The packet I/O backend given with `--io` at `up`.
+    #[serde(default)]
+    io: Option<String>,
 }
 
 /// A topology bound to a lab name and to the directory its relative paths start from.
@@ -109,6 +112,8 @@ pub struct Lab {
     pub exe: PathBuf,
     /// Per-element role overrides (`--role NODE=ROLE`).
     pub roles: BTreeMap<String, String>,
+    /// The packet I/O backend every element runs on (`--io`), overriding their configs.
+    pub io: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +171,7 @@ impl Lab {
             dir: path.parent().unwrap_or(Path::new(".")).to_path_buf(),
             exe,
             roles: BTreeMap::new(),
+            io: None,
         };
         lab.validate()
             .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -342,6 +348,7 @@ impl Lab {
     fn build(&self) -> Result<(), String> {
         let mut st = State {
             roles: self.roles.clone(),
+            io: self.io.clone(),
             ..Default::default()
         };
         for (node, _) in self.nodes() {
@@ -391,11 +398,18 @@ impl Lab {
                 let ns = self.ns(node);
                 let mac = fixed.clone().unwrap_or_else(|| self.mac(node, ifn));
                 ip_n(&ns, &["link", "set", ifn, "address", &mac, "mtu", &mtu])?;
-                // Wire-like links: no segmentation or receive aggregation.
+                // Wire-like links: no segmentation or receive aggregation, and an 802.1Q
+                // tag travels in the frame (a tag the kernel took out of the frame into
+                // socket-buffer metadata would be invisible to an XDP program on the far
+                // end: a bridge untags what it receives and, with transmit VLAN offload
+                // on, hands the tag to the veth beside the frame).
                 in_ns(
                     &ns,
                     "ethtool",
-                    &["-K", ifn, "tso", "off", "gso", "off", "gro", "off"],
+                    &[
+                        "-K", ifn, "tso", "off", "gso", "off", "gro", "off", "txvlan", "off",
+                        "rxvlan", "off",
+                    ],
                 )?;
                 if *is_switch {
                     ip_n(&ns, &["link", "set", ifn, "master", "br0"])?;
@@ -512,6 +526,7 @@ impl Lab {
         let log =
             std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let io = self.io.clone().or_else(|| self.load_state().io);
         let child = std::process::Command::new("ip")
             .args(["netns", "exec", &ns])
             .arg(&self.exe)
@@ -520,6 +535,7 @@ impl Lab {
             .arg(self.config_path(e))
             .arg("--control")
             .arg(&sock)
+            .args(io.iter().flat_map(|b| ["--io", b.as_str()]))
             .stdin(std::process::Stdio::null())
             .stdout(log)
             .stderr(log2)

@@ -27,6 +27,9 @@ enum Cmd {
         /// Serve counters and state on this Unix socket (JSON lines).
         #[arg(long)]
         control: Option<PathBuf>,
+        /// Packet I/O backend, overriding the config's `[io] backend`: auto, xdp or packet.
+        #[arg(long, value_name = "BACKEND")]
+        io: Option<String>,
     },
     /// Run a layer-2 load balancer (LB) of a multistage router, in the foreground.
     Balancer {
@@ -35,6 +38,9 @@ enum Cmd {
         /// Serve counters and state on this Unix socket (JSON lines).
         #[arg(long)]
         control: Option<PathBuf>,
+        /// Packet I/O backend, overriding the config's `[io] backend`: auto, xdp or packet.
+        #[arg(long, value_name = "BACKEND")]
+        io: Option<String>,
     },
     /// Send and receive DIST messages (the protocol between the elements of a multistage
     /// router), for tests and operations.
@@ -289,6 +295,22 @@ enum Bench {
         /// `afpacket` (gen on the AF_PACKET ring, about 0.4 Mpps).
         #[arg(long, default_value = "xdp", value_parser = ["xdp", "afpacket"])]
         generator: String,
+        /// Our forwarder's packet I/O backends (comma-separated: auto, xdp, packet). With
+        /// more than one, each is a contender of its own (`forwarder-xdp`,
+        /// `forwarder-packet`) in the same run.
+        #[arg(long, value_delimiter = ',', value_name = "BACKEND")]
+        io: Vec<String>,
+        /// Tables to measure on instead of the synthetic 10, 1,000 and 167,000 prefixes:
+        /// sizes of synthetic tables or files (text or MRT, plain, gzip or bzip2),
+        /// comma-separated, e.g. `--tables 167000,../shared/data/ipv4-bgp-2023.txt.gz`.
+        #[arg(long, value_delimiter = ',', value_name = "N|FILE")]
+        tables: Vec<String>,
+        /// Traffic cases to measure (comma-separated: one, two, many); default all.
+        #[arg(long, value_delimiter = ',', value_name = "CASE")]
+        flows: Vec<String>,
+        /// Frame sizes to measure (comma-separated bytes); default 64, 576, 1470.
+        #[arg(long, value_delimiter = ',', value_name = "BYTES")]
+        sizes: Vec<usize>,
     },
     /// The LB's packets per second per core beside the forwarder's: over in-memory ports
     /// (64-byte frames, every balancing mode, one and 65,536 flows) and through the lab
@@ -334,6 +356,10 @@ enum LabCmd {
         /// Run an element in another role, e.g. `--role r=linux` for the kernel contender.
         #[arg(long, value_name = "NODE=ROLE")]
         role: Vec<String>,
+        /// Run every element on this packet I/O backend (auto, xdp or packet), whatever
+        /// its config says; kept for `lab start`.
+        #[arg(long, value_name = "BACKEND")]
+        io: Option<String>,
     },
     /// Stop the elements and remove every namespace, link and bridge of the lab.
     Down {
@@ -416,7 +442,11 @@ fn load_lab(a: &LabArgs) -> Result<lab::Lab> {
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
-        Cmd::Forwarder { config, control } => forwarder(&config, control.as_deref()),
+        Cmd::Forwarder {
+            config,
+            control,
+            io,
+        } => forwarder(&config, control.as_deref(), backend_arg(io.as_deref())?),
         Cmd::Show { what } => match what {
             Show::Counters { control, describe } => {
                 ask(&control, if describe { "describe" } else { "counters" })
@@ -427,7 +457,11 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Balance { control } => ask(&control, "balance"),
             Show::Rules { control } => ask(&control, "rules"),
         },
-        Cmd::Balancer { config, control } => balancer(&config, control.as_deref()),
+        Cmd::Balancer {
+            config,
+            control,
+            io,
+        } => balancer(&config, control.as_deref(), backend_arg(io.as_deref())?),
         Cmd::Dist { cmd } => dist_cmd(cmd),
         Cmd::Lab { cmd } => lab_cmd(cmd),
         Cmd::Gen {
@@ -616,11 +650,24 @@ fn run(cli: Cli) -> Result<i32> {
                 only,
                 replot: false,
                 generator,
+                io,
+                tables,
+                flows,
+                sizes,
             } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
                 stop_lab_benches_on_signals()?;
-                let mut contenders: Vec<(String, Option<String>)> =
-                    vec![("forwarder".into(), None), ("linux".into(), None)];
+                for b in &io {
+                    backend_arg(Some(b))?;
+                }
+                let mut contenders: Vec<(String, Option<String>)> = match io.len() {
+                    0 | 1 => vec![("forwarder".into(), None)],
+                    _ => io
+                        .iter()
+                        .map(|b| (format!("forwarder-{b}"), None))
+                        .collect(),
+                };
+                contenders.push(("linux".into(), None));
                 for c in contender {
                     let (name, cmd) = c
                         .split_once('=')
@@ -640,6 +687,10 @@ fn run(cli: Cli) -> Result<i32> {
                     seconds: seconds.clamp(0.2, 60.0),
                     contenders,
                     xdp: generator == "xdp",
+                    io,
+                    tables,
+                    flows,
+                    sizes,
                 };
                 let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
                 print(&v)
@@ -694,8 +745,10 @@ fn run(cli: Cli) -> Result<i32> {
 
 fn lab_cmd(cmd: LabCmd) -> Result<i32> {
     match cmd {
-        LabCmd::Up { lab, role } => {
+        LabCmd::Up { lab, role, io } => {
             let mut l = load_lab(&lab)?;
+            backend_arg(io.as_deref())?;
+            l.io = io;
             for r in role {
                 let (node, role) = r
                     .split_once('=')
@@ -757,9 +810,20 @@ fn lab_cmd(cmd: LabCmd) -> Result<i32> {
     }
 }
 
-fn forwarder(config: &Path, control: Option<&Path>) -> Result<i32> {
+/// `--io BACKEND`, if given.
+fn backend_arg(io: Option<&str>) -> Result<Option<io::Backend>> {
+    io.map(|b| {
+        io::Backend::parse(b).with_context(|| format!("--io {b:?}: use auto, xdp or packet"))
+    })
+    .transpose()
+}
+
+fn forwarder(config: &Path, control: Option<&Path>, io: Option<io::Backend>) -> Result<i32> {
     use dataplane::port::Port;
-    let cfg = control::ForwarderFile::load(config)?;
+    let mut cfg = control::ForwarderFile::load(config)?;
+    if let Some(b) = io {
+        cfg.io.backend = b;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
@@ -805,8 +869,11 @@ fn open_port(name: &str, backend: io::Backend) -> Result<(io::AnyPort, control::
     Ok((port, link))
 }
 
-fn balancer(config: &Path, control: Option<&Path>) -> Result<i32> {
-    let cfg = control::balancer::BalancerFile::load(config)?;
+fn balancer(config: &Path, control: Option<&Path>, io: Option<io::Backend>) -> Result<i32> {
+    let mut cfg = control::balancer::BalancerFile::load(config)?;
+    if let Some(b) = io {
+        cfg.io.backend = b;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;

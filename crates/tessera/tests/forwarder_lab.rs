@@ -447,3 +447,42 @@ fn reload_and_route_changes_while_forwarding() {
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Every port runs on the backend the tests asked for, says so in `show interfaces`, and
+/// the kernel's ring drop counters are named in `show counters`.
+#[test]
+fn ports_report_their_backend() {
+    let lab = single();
+    let o = lab.tessera(&[
+        "show",
+        "interfaces",
+        "--control",
+        lab.control("r").to_str().unwrap(),
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let list = v.as_array().unwrap();
+    assert_eq!(list.len(), 4, "{v}");
+    let want = match io_backend() {
+        "packet" => "packet",
+        // auto takes AF_XDP on this kernel: a fallback here is a failure to see.
+        _ => "xdp",
+    };
+    for i in list {
+        assert_eq!(i["backend"], want, "{v}");
+        let mode = i["io_mode"].as_str().unwrap();
+        match want {
+            // veth has no zero-copy; the program attaches to its own XDP hook.
+            "xdp" => assert!(mode.starts_with("copy, native XDP"), "{v}"),
+            _ => assert_eq!(mode, "TPACKET_V2 frame ring", "{v}"),
+        }
+    }
+    let c = lab.counters("r");
+    for d in [
+        "rx_ring_full",
+        "xsk_rx_dropped",
+        "xsk_fill_ring_empty",
+        "xsk_invalid_descs",
+    ] {
+        assert_eq!(drop_count(&c, d), 0, "{c}");
+    }
+}

@@ -29,6 +29,17 @@ pub fn test_path(rel: &str) -> PathBuf {
         .join(rel)
 }
 
+/// The packet I/O backend the lab tests run every element on: `TESSERA_TEST_IO` (auto,
+/// xdp or packet), `xdp` by default. `scripts/test` runs the lab tests once per backend.
+pub fn io_backend() -> &'static str {
+    match std::env::var("TESSERA_TEST_IO").as_deref() {
+        Ok("packet") => "packet",
+        Ok("auto") => "auto",
+        Ok("xdp") | Err(_) => "xdp",
+        Ok(other) => panic!("TESSERA_TEST_IO={other:?}: use auto, xdp or packet"),
+    }
+}
+
 static LIVE: Mutex<Vec<(PathBuf, String)>> = Mutex::new(Vec::new());
 static SETUP: Once = Once::new();
 static SEQ: AtomicUsize = AtomicUsize::new(0);
@@ -95,6 +106,7 @@ impl TestLab {
             .args(["lab", "up"])
             .arg(&lab.file)
             .args(["--name", &lab.name])
+            .args(["--io", io_backend()])
             .args(extra)
             .output()
             .unwrap();
