@@ -105,6 +105,8 @@ pub struct LabOpts {
     pub exe: PathBuf,
     pub repo: PathBuf,
     pub seconds: f64,
+    /// Packet I/O backends the elements run on, one pass each (empty: their configs').
+    pub io: Vec<String>,
 }
 
 #[derive(Clone, Copy)]
@@ -133,7 +135,13 @@ const SINGLE: LabPath = LabPath {
     sink: "sink1",
 };
 
-fn through_lab(opts: &LabOpts, path: &LabPath, name: &str, flows: u16) -> Result<Value, String> {
+fn through_lab(
+    opts: &LabOpts,
+    path: &LabPath,
+    name: &str,
+    flows: u16,
+    io: Option<&String>,
+) -> Result<Value, String> {
     let LabPath {
         topo,
         src,
@@ -141,7 +149,8 @@ fn through_lab(opts: &LabOpts, path: &LabPath, name: &str, flows: u16) -> Result
         dst,
         sink,
     } = *path;
-    let l = lab::Lab::load(&opts.repo.join(topo), Some(name), opts.exe.clone())?;
+    let mut l = lab::Lab::load(&opts.repo.join(topo), Some(name), opts.exe.clone())?;
+    l.io = io.cloned();
     let _ = l.down();
     l.up()?;
     let r = (|| {
@@ -252,13 +261,25 @@ fn element_load(l: &lab::Lab) -> Vec<(String, u64, f64)> {
 pub fn in_lab(opts: &LabOpts, progress: &mut dyn FnMut(&str)) -> Result<Vec<Value>, String> {
     let name = format!("bl{}", std::process::id());
     let mut rows = Vec::new();
-    for flows in [1u16, 64] {
-        progress(&format!("lab: multistage router, {flows} flow(s)"));
-        rows.push(through_lab(opts, &MULTISTAGE, &name, flows)?);
-        progress(&format!(
-            "lab: single router (our forwarder), {flows} flow(s)"
-        ));
-        rows.push(through_lab(opts, &SINGLE, &name, flows)?);
+    let ios: Vec<Option<&String>> = if opts.io.is_empty() {
+        vec![None]
+    } else {
+        opts.io.iter().map(Some).collect()
+    };
+    for io in ios {
+        let on = io.map(|b| format!(", io {b}")).unwrap_or_default();
+        for flows in [1u16, 64] {
+            progress(&format!("lab: multistage router, {flows} flow(s){on}"));
+            let mut r = through_lab(opts, &MULTISTAGE, &name, flows, io)?;
+            r["io"] = json!(io);
+            rows.push(r);
+            progress(&format!(
+                "lab: single router (our forwarder), {flows} flow(s){on}"
+            ));
+            let mut r = through_lab(opts, &SINGLE, &name, flows, io)?;
+            r["io"] = json!(io);
+            rows.push(r);
+        }
     }
     Ok(rows)
 }

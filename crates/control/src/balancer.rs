@@ -41,6 +41,7 @@
 //!
 //! [io]                         # optional, as for the forwarder
 //! backend = "auto"             # "auto", "xdp" or "packet"
+//! busy_poll = false
 //! ```
 
 use crate::config::{check_ifname, cidr, from_toml, line_of, read, ConfigError};
@@ -431,6 +432,7 @@ pub fn run<P: Port>(
     ports: Vec<P>,
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
+    io: crate::config::IoConfig,
 ) -> Result<(), String> {
     let counters = b.counters.clone();
     let (qtx, qrx) = mpsc::channel::<Query>();
@@ -451,7 +453,7 @@ pub fn run<P: Port>(
         }
         None => None,
     };
-    run_element(b, ports, stop, qrx, answer, log_events)
+    run_element(b, ports, stop, qrx, answer, log_events, io.busy_poll)
 }
 
 #[cfg(test)]

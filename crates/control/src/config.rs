@@ -28,6 +28,7 @@
 //! [io]                         # optional
 //! backend = "auto"             # "auto" (AF_XDP, else AF_PACKET with a log line saying why),
 //!                              # "xdp" (AF_XDP or an error) or "packet" (AF_PACKET)
+//! busy_poll = false            # true: never sleep when idle (a dedicated core at 100%)
 //!
 //! [tuning]                     # optional
 //! icmp_errors_per_sec = 100
@@ -84,6 +85,7 @@ struct Raw {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawIo {
     backend: Option<Spanned<String>>,
+    busy_poll: Option<bool>,
 }
 
 /// How an element does packet I/O (`[io]`).
@@ -91,6 +93,10 @@ pub(crate) struct RawIo {
 pub struct IoConfig {
     /// `backend = "auto" | "xdp" | "packet"`; `auto` by default.
     pub backend: io::Backend,
+    /// `busy_poll = true`: the worker never sleeps in `poll(2)` when its rings are empty;
+    /// it checks them again at once. A frame then waits for no wake-up, at the cost of a
+    /// whole core at 100% even when idle (for dedicated cores).
+    pub busy_poll: bool,
 }
 
 impl IoConfig {
@@ -100,7 +106,10 @@ impl IoConfig {
         src: &str,
         raw: Option<&RawIo>,
     ) -> Result<IoConfig, ConfigError> {
-        let mut c = IoConfig::default();
+        let mut c = IoConfig {
+            busy_poll: raw.and_then(|r| r.busy_poll).unwrap_or(false),
+            ..Default::default()
+        };
         if let Some(b) = raw.and_then(|r| r.backend.as_ref()) {
             c.backend = io::Backend::parse(b.get_ref()).ok_or_else(|| ConfigError {
                 file: path.into(),
@@ -517,6 +526,13 @@ via = "10.2.0.2"
         assert_eq!(ecmp.routes[0].via.len(), 2);
         assert_eq!(c.routes[0].line, 11);
         assert_eq!(c.tuning, ForwarderConfig::default());
+        assert_eq!(c.io, IoConfig::default());
+        let io = parse(&format!(
+            "{EXAMPLE}\n[io]\nbackend = \"packet\"\nbusy_poll = true\n"
+        ))
+        .unwrap()
+        .io;
+        assert_eq!((io.backend, io.busy_poll), (io::Backend::Packet, true));
     }
 
     /// Each bad file gives an error with the right line and key.
@@ -570,6 +586,24 @@ via = "10.2.0.2"
                 15,
                 "icmp_burst",
                 "invalid type",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\nbackend = \"dpdk\"\n"),
+                15,
+                "io.backend",
+                "is not \"auto\", \"xdp\" or \"packet\"",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\nbusy_poll = 1\n"),
+                15,
+                "busy_poll",
+                "invalid type",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\nworkers = 2\n"),
+                15,
+                "workers",
+                "unknown field",
             ),
         ];
         for (src, line, key, msg) in cases {

@@ -245,6 +245,7 @@ pub fn run<P: Port>(
         f.take_routes()
             .ok_or("the forwarder's routes are already taken")?,
     ));
+    let busy = cfg.is_some_and(|c| c.io.busy_poll);
     let cfg = cfg.cloned();
     let _server = match control {
         Some(path) => {
@@ -265,12 +266,12 @@ pub fn run<P: Port>(
         }
         None => None,
     };
-    run_element(f, ports, stop, qrx, answer, |_| {})
+    run_element(f, ports, stop, qrx, answer, |_| {}, busy)
 }
 
 /// The worker loop: runs `e` over `ports` until `stop` is set. Questions from the control
 /// thread arrive on `queries` and are answered by `answer` between passes; `tick` runs after
-/// every [`Element::poll`].
+/// every [`Element::poll`]. With `busy_poll` the loop never sleeps in `poll(2)`.
 pub fn run_element<E: Element, P: Port>(
     mut e: E,
     mut ports: Vec<P>,
@@ -278,6 +279,7 @@ pub fn run_element<E: Element, P: Port>(
     queries: mpsc::Receiver<Query>,
     mut answer: impl FnMut(&mut E, &str, &Value) -> Value,
     mut tick: impl FnMut(&mut E),
+    busy_poll: bool,
 ) -> Result<(), String> {
     let counters = e.counters().clone();
     let mut tx = TxQueues::new(ports.len());
@@ -339,7 +341,9 @@ pub fn run_element<E: Element, P: Port>(
         }
         flush(&mut ports, &mut tx, &mut e)?;
         e.end_batch();
-        if got == 0 && !pfds.is_empty() {
+        if got == 0 && busy_poll {
+            std::hint::spin_loop();
+        } else if got == 0 && !pfds.is_empty() {
             // SAFETY: pfds is a valid array of pollfd for the duration of the call.
             unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, wait_ms) };
         } else if got == 0 {

@@ -242,6 +242,8 @@ struct Socket {
     umem_len: usize,
     /// UMEM frames free for transmit.
     tx_free: Vec<u64>,
+    /// Receive frames taken from the RX ring and not yet back on the fill ring.
+    rx_spare: Vec<u64>,
     zero_copy: bool,
     /// The kernel's statistics when last read.
     stats: Statistics,
@@ -385,15 +387,15 @@ impl Socket {
             tx_free: (2 * cfg.rx as u64..frames as u64)
                 .map(|i| i * FRAME as u64)
                 .collect(),
+            rx_spare: Vec::with_capacity(2 * cfg.rx as usize),
             zero_copy: false,
             stats: Statistics::default(),
         };
-        // Every receive frame goes to the kernel before the socket is bound.
-        for i in 0..cfg.rx {
-            // SAFETY: i < ring size; the entry is ours to write before produce().
-            unsafe { *me.fill.at(i) = i as u64 * FRAME as u64 };
-        }
-        me.fill.produce(cfg.rx);
+        // The receive frames go to the kernel (as many as the fill ring takes) before the
+        // socket is bound; the others wait in `rx_spare`.
+        me.rx_spare
+            .extend((0..2 * cfg.rx as u64).rev().map(|i| i * FRAME as u64));
+        me.refill();
         // A bigger copy-mode transmit budget where the kernel has it; harmless otherwise.
         let _ = sockopt(s, XDP_MAX_TX_SKB_BUDGET, &(cfg.tx as i32), "budget");
         let bind = |flags: u16| -> io::Result<()> {
@@ -482,6 +484,9 @@ impl Socket {
     fn recv(&mut self, pool: &mut Pool, out: &mut Vec<Pkt>, max: u32, oversize: &mut u64) -> u32 {
         let n = self.rx.ready().min(max);
         if n == 0 {
+            if !self.rx_spare.is_empty() {
+                self.refill();
+            }
             if self.fill.needs_wakeup() {
                 // SAFETY: a non-blocking zero-length receive: wakes the driver to refill.
                 unsafe {
@@ -497,16 +502,12 @@ impl Socket {
             }
             return 0;
         }
-        // Every frame taken from the RX ring goes back on the fill ring, which has room:
-        // the UMEM's receive frames are on one of the two rings or here.
-        let room = self.fill.free();
         let mut got = 0;
         for i in 0..n {
             // SAFETY: i < ready entries, written by the kernel.
             let d = unsafe { *self.rx.at(i) };
             let len = d.len as usize;
-            let base = d.addr & !(FRAME as u64 - 1);
-            if d.addr as usize + len <= self.umem_len && len >= 14 && len <= MAX_FRAME {
+            if d.addr as usize + len <= self.umem_len && (14..=MAX_FRAME).contains(&len) {
                 let mut p = pool.get();
                 // SAFETY: the frame lies within the UMEM (checked above) and is ours until
                 // its address goes back on the fill ring.
@@ -521,14 +522,26 @@ impl Socket {
             } else {
                 *oversize += 1;
             }
-            if i < room {
-                // SAFETY: i < free entries of the fill ring.
-                unsafe { *self.fill.at(i) = base };
-            }
+            self.rx_spare.push(d.addr & !(FRAME as u64 - 1));
         }
         self.rx.consume(n);
-        self.fill.produce(n.min(room));
+        self.refill();
         got
+    }
+
+    /// Gives the receive frames we hold back to the kernel, as far as the fill ring has
+    /// room (the rest wait for the next call: none is ever lost).
+    fn refill(&mut self) {
+        let k = self.fill.free().min(self.rx_spare.len() as u32);
+        for i in 0..k {
+            // SAFETY: i < free entries of the fill ring; the entry is ours before produce().
+            unsafe { *self.fill.at(i) = self.rx_spare[self.rx_spare.len() - 1 - i as usize] };
+        }
+        if k > 0 {
+            let keep = self.rx_spare.len() - k as usize;
+            self.rx_spare.truncate(keep);
+            self.fill.produce(k);
+        }
     }
 
     fn send(
@@ -856,14 +869,11 @@ impl Port for XdpPort {
         for s in &mut self.sockets {
             let now = s.statistics();
             let was = std::mem::replace(&mut s.stats, now);
+            // rx_fill_ring_empty_descs is not added: the kernel counts those frames in
+            // rx_dropped too.
             for (d, a, b) in [
                 (Reason::XskRxDropped, now.rx_dropped, was.rx_dropped),
                 (Reason::RxRingFull, now.rx_ring_full, was.rx_ring_full),
-                (
-                    Reason::XskFillRingEmpty,
-                    now.rx_fill_ring_empty_descs,
-                    was.rx_fill_ring_empty_descs,
-                ),
                 (
                     Reason::XskInvalidDescs,
                     now.rx_invalid_descs + now.tx_invalid_descs,

@@ -322,6 +322,10 @@ enum Bench {
         /// In-memory only: no lab.
         #[arg(long)]
         no_lab: bool,
+        /// The elements' packet I/O backends in the lab (comma-separated: auto, xdp,
+        /// packet), one pass each; default: their configs'.
+        #[arg(long, value_delimiter = ',', value_name = "BACKEND")]
+        io: Vec<String>,
     },
     /// The forwarder's per-packet path over in-memory ports: 64-byte frames, tables of 10 to
     /// 167,000 prefixes (and --table, the full real one), one, two and many flows.
@@ -695,8 +699,15 @@ fn run(cli: Cli) -> Result<i32> {
                 let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
                 print(&v)
             }
-            Bench::Balancer { seconds, no_lab } => {
+            Bench::Balancer {
+                seconds,
+                no_lab,
+                io,
+            } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+                for b in &io {
+                    backend_arg(Some(b))?;
+                }
                 if !no_lab {
                     stop_lab_benches_on_signals()?;
                 }
@@ -705,6 +716,7 @@ fn run(cli: Cli) -> Result<i32> {
                     repo: bench::balancer_bench::repo_root(&exe),
                     exe,
                     seconds: secs,
+                    io,
                 };
                 let v = bench::balancer_bench::run(
                     std::time::Duration::from_secs_f64(secs),
@@ -892,7 +904,7 @@ fn balancer(config: &Path, control: Option<&Path>, io: Option<io::Backend>) -> R
         "balancer running"
     );
     let counters = b.counters.clone();
-    control::balancer::run(b, ports, control, stop).map_err(anyhow::Error::msg)?;
+    control::balancer::run(b, ports, control, stop, cfg.io).map_err(anyhow::Error::msg)?;
     let s = counters.snapshot();
     tracing::info!(
         balanced = s.events["balance_packets"],
