@@ -292,6 +292,9 @@ pub(crate) fn lab_point(
     Ok(p)
 }
 
+/// The contender that runs our forwarder with `[io] fast_path = true` (`--fast-path`).
+pub const FAST: &str = "forwarder-fast";
+
 /// Loads, as shares of the zero-loss rate, at which latency is measured.
 const LATENCY_LOADS: [f64; 3] = [0.1, 0.5, 0.9];
 
@@ -429,9 +432,25 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             &include_str!("../../../labs/single-router.toml")
                 .replace("single-router/r.toml", &format!("r-{tsize}.toml")),
         )?;
+        // The fast-path contender: the same router with `[io] fast_path = true`.
+        let topo_fast = opts.out.join(format!("lab-fast-{tsize}.toml"));
+        write(
+            &opts.out.join(format!("r-fast-{tsize}.toml")),
+            &format!("{base}\n[io]\nfast_path = true\n"),
+        )?;
+        write(
+            &topo_fast,
+            &include_str!("../../../labs/single-router.toml")
+                .replace("single-router/r.toml", &format!("r-fast-{tsize}.toml")),
+        )?;
         for (contender, command) in contenders {
             let contender = contender.as_str();
-            let mut l = lab::Lab::load(&topo, Some(&labname), opts.exe.clone())?;
+            let fast = contender == FAST;
+            let mut l = lab::Lab::load(
+                if fast { &topo_fast } else { &topo },
+                Some(&labname),
+                opts.exe.clone(),
+            )?;
             let role = if command.is_some() {
                 "external"
             } else if contender.starts_with("forwarder") {
@@ -440,7 +459,9 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 contender
             };
             l.roles.insert("r".into(), role.into());
-            if role == "forwarder" {
+            if fast {
+                l.io = Some("xdp".into());
+            } else if role == "forwarder" {
                 l.io = match (contender.strip_prefix("forwarder-"), opts.io.first()) {
                     (Some(b), _) => Some(b.to_string()),
                     (None, b) => b.cloned(),
@@ -462,6 +483,23 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                     for (_, rport, _, _, _) in SOURCES {
                         xdp_receiver(&l, "r", rport)?;
                     }
+                }
+                // Sinks take frames a router redirects in XDP (the fast path's): their
+                // veths run NAPI, with GRO on. The same for every contender.
+                for (_, _, sink, _, _) in SOURCES {
+                    sh(
+                        "ip",
+                        &[
+                            "netns",
+                            "exec",
+                            &l.ns(sink),
+                            "ethtool",
+                            "-K",
+                            "eth0",
+                            "gro",
+                            "on",
+                        ],
+                    )?;
                 }
                 // Resolve every neighbour before measuring (ARP has its own tests); an
                 // external router gets a few seconds to come up.

@@ -29,6 +29,7 @@
 //! backend = "auto"             # "auto" (AF_XDP, else AF_PACKET with a log line saying why),
 //!                              # "xdp" (AF_XDP or an error) or "packet" (AF_PACKET)
 //! busy_poll = false            # true: never sleep when idle (a dedicated core at 100%)
+//! fast_path = false            # true: forward the common case in the ports' XDP programs
 //!
 //! [tuning]                     # optional
 //! icmp_errors_per_sec = 100
@@ -86,6 +87,7 @@ struct Raw {
 pub(crate) struct RawIo {
     backend: Option<Spanned<String>>,
     busy_poll: Option<bool>,
+    fast_path: Option<bool>,
 }
 
 /// How an element does packet I/O (`[io]`).
@@ -97,6 +99,9 @@ pub struct IoConfig {
     /// it checks them again at once. A frame then waits for no wake-up, at the cost of a
     /// whole core at 100% even when idle (for dedicated cores).
     pub busy_poll: bool,
+    /// `fast_path = true`: the forwarder's common case runs in each port's XDP program
+    /// (AF_XDP ports only; docs/forwarder.md). Default false.
+    pub fast_path: bool,
 }
 
 impl IoConfig {
@@ -108,6 +113,7 @@ impl IoConfig {
     ) -> Result<IoConfig, ConfigError> {
         let mut c = IoConfig {
             busy_poll: raw.and_then(|r| r.busy_poll).unwrap_or(false),
+            fast_path: raw.and_then(|r| r.fast_path).unwrap_or(false),
             ..Default::default()
         };
         if let Some(b) = raw.and_then(|r| r.backend.as_ref()) {

@@ -4,6 +4,7 @@
 pub mod balancer;
 pub mod config;
 pub mod ctlsock;
+pub mod fast;
 pub mod fuzzing;
 pub mod routes;
 pub mod run;

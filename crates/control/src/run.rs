@@ -184,6 +184,21 @@ fn answer(f: &mut Forwarder, cmd: &str, _req: &Value) -> Value {
 fn route_command(
     routes: &Mutex<RouteTable>,
     cfg: Option<&ForwarderFile>,
+    fast: Option<&crate::fast::FastLink>,
+    cmd: &str,
+    req: &Value,
+) -> Result<Value, String> {
+    let r = route_change(routes, cfg, cmd, req)?;
+    if let (Some(fl), false) = (fast, cmd == "routes") {
+        let t = routes.lock().map_err(|_| "route table poisoned")?;
+        fl.publish(&t)?;
+    }
+    Ok(r)
+}
+
+fn route_change(
+    routes: &Mutex<RouteTable>,
+    cfg: Option<&ForwarderFile>,
     cmd: &str,
     req: &Value,
 ) -> Result<Value, String> {
@@ -238,6 +253,7 @@ pub fn run<P: Port>(
     cfg: Option<&ForwarderFile>,
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
+    fast: Option<crate::fast::FastLink>,
 ) -> Result<(), String> {
     let counters = f.counters.clone();
     let (qtx, qrx) = mpsc::channel::<Query>();
@@ -247,16 +263,27 @@ pub fn run<P: Port>(
     ));
     let busy = cfg.is_some_and(|c| c.io.busy_poll);
     let cfg = cfg.cloned();
+    if let Some(fl) = &fast {
+        let t = routes.lock().map_err(|_| "route table poisoned")?;
+        fl.publish(&t)?;
+    }
+    let fast_ctl = fast.clone();
     let _server = match control {
         Some(path) => {
             let asker: Asker = Mutex::new(qtx);
             let c = counters.clone();
             let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
                 match cmd {
-                "counters" => serde_json::to_value(c.snapshot()).map_err(|e| e.to_string()),
+                "counters" => {
+                    let mut v = serde_json::to_value(c.snapshot()).map_err(|e| e.to_string())?;
+                    if let Some(fl) = &fast_ctl {
+                        v["fast_path"] = fl.counters();
+                    }
+                    Ok(v)
+                }
                 "describe" => serde_json::to_value(dataplane::counters::descriptions_for(c.role)).map_err(|e| e.to_string()),
                 "neighbours" | "interfaces" => ask_worker(&asker, cmd, req),
-                "routes" | "route-add" | "route-del" | "reload-routes" => route_command(&routes, cfg.as_ref(), cmd, req),
+                "routes" | "route-add" | "route-del" | "reload-routes" => route_command(&routes, cfg.as_ref(), fast_ctl.as_ref(), cmd, req),
                 other => Err(format!(
                     "unknown command {other:?}; try counters, describe, interfaces, neighbours, routes, route-add, route-del, reload-routes"
                 )),
@@ -266,7 +293,17 @@ pub fn run<P: Port>(
         }
         None => None,
     };
-    run_element(f, ports, stop, qrx, answer, |_| {}, busy)
+    // The worker keeps the fast path's neighbours in step with its own, every 100 ms.
+    let mut synced = Instant::now();
+    let tick = move |f: &mut Forwarder| {
+        if let Some(fl) = &fast {
+            if synced.elapsed() >= STATS_INTERVAL {
+                synced = Instant::now();
+                fl.sync_neighbours(f);
+            }
+        }
+    };
+    run_element(f, ports, stop, qrx, answer, tick, busy)
 }
 
 /// The worker loop: runs `e` over `ports` until `stop` is set. Questions from the control

@@ -78,7 +78,7 @@ impl Iface {
     }
 
     /// The directed broadcast address of the subnet (none for /31 and /32).
-    fn broadcast(&self) -> Option<Ipv4Addr> {
+    pub fn broadcast(&self) -> Option<Ipv4Addr> {
         (self.prefix_len < 31)
             .then(|| Ipv4Addr::from(u32::from(self.addr) | !fib::mask(self.prefix_len)))
     }

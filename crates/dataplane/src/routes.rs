@@ -117,6 +117,12 @@ impl RouteTable {
     }
 
     /// The port whose connected network holds `gw` (the longest, if several).
+    /// Every route (connected ones included) as a trie of next-hop group ids, and the
+    /// groups: what a compiler of the table into another layout needs.
+    pub fn snapshot(&self) -> (&BinaryTrie, &[Box<[NextHop]>]) {
+        (self.fib.rib(), &self.groups)
+    }
+
     pub fn port_for_gateway(&self, gw: Ipv4Addr) -> Option<u16> {
         port_for_gateway(&self.connected, gw)
     }

@@ -95,6 +95,13 @@ impl Dir24 {
         }
     }
 
+    /// The first table (2^24 entries) and the groups of 256 entries for longer prefixes,
+    /// as laid out: 0 is no route, `v + 1` is value `v`, and bit 31 set names a group (the
+    /// other bits its index). For compilers into other layouts (the XDP fast path's).
+    pub fn tables(&self) -> (&[u32], &[u32]) {
+        (&self.tbl24, &self.tbl8)
+    }
+
     pub fn memory_bytes(&self) -> usize {
         (self.tbl24.capacity() + self.tbl8.capacity()) * 4
     }

@@ -10,6 +10,7 @@
 //! This crate and `lab` are the only ones with `unsafe` and system calls.
 
 pub mod afpacket;
+pub mod fastpath;
 pub mod netdev;
 pub mod xdp;
 pub mod xsk;
@@ -61,28 +62,29 @@ pub enum AnyPort {
 /// Opens `name` on `backend`. With [`Backend::Auto`], an AF_XDP failure falls back to
 /// AF_PACKET and is logged with its reason.
 pub fn open(name: &str, backend: Backend) -> std::io::Result<AnyPort> {
+    open_with(name, backend, None)
+}
+
+/// As [`open`], with the AF_XDP port's program made by `program` (given the port's socket
+/// map) instead of the plain redirect: the fast path's. AF_PACKET ports have none.
+pub fn open_with(
+    name: &str,
+    backend: Backend,
+    program: Option<xsk::ProgramFor>,
+) -> std::io::Result<AnyPort> {
+    let cfg = xsk::XskConfig::default();
+    let mode = xsk::AttachMode::Auto;
+    let packet = || AfPacket::open(name, RingConfig::default()).map(AnyPort::Packet);
     match backend {
-        Backend::Packet => Ok(AnyPort::Packet(AfPacket::open(
-            name,
-            RingConfig::default(),
-        )?)),
-        Backend::Xdp => Ok(AnyPort::Xdp(XdpPort::open(
-            name,
-            xsk::XskConfig::default(),
-            xsk::AttachMode::Auto,
-        )?)),
-        Backend::Auto => {
-            match XdpPort::open(name, xsk::XskConfig::default(), xsk::AttachMode::Auto) {
-                Ok(p) => Ok(AnyPort::Xdp(p)),
-                Err(e) => {
-                    tracing::warn!(interface = name, reason = %e, "AF_XDP unavailable; using AF_PACKET");
-                    Ok(AnyPort::Packet(AfPacket::open(
-                        name,
-                        RingConfig::default(),
-                    )?))
-                }
+        Backend::Packet => packet(),
+        Backend::Xdp => XdpPort::open_with(name, cfg, mode, program).map(AnyPort::Xdp),
+        Backend::Auto => match XdpPort::open_with(name, cfg, mode, program) {
+            Ok(p) => Ok(AnyPort::Xdp(p)),
+            Err(e) => {
+                tracing::warn!(interface = name, reason = %e, "AF_XDP unavailable; using AF_PACKET");
+                packet()
             }
-        }
+        },
     }
 }
 

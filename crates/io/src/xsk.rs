@@ -643,6 +643,7 @@ struct Attached {
     _link: OwnedFd,
     _prog: OwnedFd,
     native: bool,
+    fast: bool,
 }
 
 /// How the XDP program is attached.
@@ -654,7 +655,15 @@ pub enum AttachMode {
     Generic,
 }
 
-fn attach(ifindex: u32, queues: u32, mode: AttachMode) -> io::Result<Attached> {
+/// A program other than the plain redirect: given the XSKMAP's descriptor, its code.
+pub type ProgramFor<'a> = &'a dyn Fn(i32) -> Vec<u8>;
+
+fn attach(
+    ifindex: u32,
+    queues: u32,
+    mode: AttachMode,
+    program: Option<ProgramFor>,
+) -> io::Result<Attached> {
     let mut attr = [0u64; 16];
     attr[0] = u32s(BPF_MAP_TYPE_XSKMAP, 4);
     attr[1] = u32s(4, queues.max(1));
@@ -662,29 +671,18 @@ fn attach(ifindex: u32, queues: u32, mode: AttachMode) -> io::Result<Attached> {
         .map_err(|e| io::Error::new(e.kind(), format!("bpf map create (XSKMAP): {e}")))?;
     // SAFETY: the kernel just returned this descriptor to us.
     let map = unsafe { OwnedFd::from_raw_fd(map) };
-    let code = redirect_program(map.as_raw_fd());
-    let license = b"GPL\0";
-    let mut log = vec![0u8; 1 << 14];
-    let mut attr = [0u64; 16];
-    attr[0] = u32s(crate::xdp::BPF_PROG_TYPE_XDP, (code.len() / 8) as u32);
-    attr[1] = code.as_ptr() as u64;
-    attr[2] = license.as_ptr() as u64;
-    attr[3] = u32s(1, log.len() as u32);
-    attr[4] = log.as_mut_ptr() as u64;
-    let mut name = [0u8; 16];
-    name[..11].copy_from_slice(b"tessera_xsk");
-    attr[6] = u64::from_le_bytes(name[..8].try_into().unwrap_or_default());
-    attr[7] = u64::from_le_bytes(name[8..].try_into().unwrap_or_default());
-    attr[8] = u32s(0, crate::xdp::BPF_XDP);
-    let prog = bpf(crate::xdp::BPF_PROG_LOAD, &mut attr).map_err(|e| {
-        let text = String::from_utf8_lossy(&log);
-        io::Error::new(
-            e.kind(),
-            format!("bpf prog load: {e}: {}", text.trim_end_matches('\0').trim()),
-        )
-    })?;
-    // SAFETY: as above.
-    let prog = unsafe { OwnedFd::from_raw_fd(prog) };
+    let code = match program {
+        Some(p) => p(map.as_raw_fd()),
+        None => redirect_program(map.as_raw_fd()),
+    };
+    let prog = load_xdp(
+        &code,
+        if program.is_some() {
+            "tessera_fast"
+        } else {
+            "tessera_xsk"
+        },
+    )?;
     let link = |flags: u32| {
         let mut attr = [0u64; 16];
         attr[0] = u32s(prog.as_raw_fd() as u32, ifindex);
@@ -705,7 +703,43 @@ fn attach(ifindex: u32, queues: u32, mode: AttachMode) -> io::Result<Attached> {
         _link: link,
         _prog: prog,
         native,
+        fast: program.is_some(),
     })
+}
+
+/// Loads an XDP program (attach type BPF_XDP); a verifier error comes with its log.
+pub(crate) fn load_xdp(code: &[u8], name: &str) -> io::Result<OwnedFd> {
+    let license = b"GPL\0";
+    let mut log = vec![0u8; 1 << 20];
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(crate::xdp::BPF_PROG_TYPE_XDP, (code.len() / 8) as u32);
+    attr[1] = code.as_ptr() as u64;
+    attr[2] = license.as_ptr() as u64;
+    attr[3] = u32s(1, log.len() as u32);
+    attr[4] = log.as_mut_ptr() as u64;
+    let mut n = [0u8; 16];
+    let b = name.as_bytes();
+    n[..b.len().min(15)].copy_from_slice(&b[..b.len().min(15)]);
+    attr[6] = u64::from_le_bytes(n[..8].try_into().unwrap_or_default());
+    attr[7] = u64::from_le_bytes(n[8..].try_into().unwrap_or_default());
+    attr[8] = u32s(0, crate::xdp::BPF_XDP);
+    let prog = bpf(crate::xdp::BPF_PROG_LOAD, &mut attr).map_err(|e| {
+        let text = String::from_utf8_lossy(&log);
+        let text = text.trim_end_matches('\0').trim();
+        // The end of the log says what the verifier refused.
+        let tail: String = text
+            .lines()
+            .rev()
+            .take(12)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n");
+        io::Error::new(e.kind(), format!("bpf prog load ({name}): {e}: {tail}"))
+    })?;
+    // SAFETY: the kernel just returned this descriptor to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(prog) })
 }
 
 /// The receive queues an interface has (sysfs), at least one.
@@ -736,14 +770,30 @@ pub struct AttachedShared(Attached);
 impl XdpPort {
     /// Attaches the redirect program to `name` and opens a socket on every receive queue.
     pub fn open(name: &str, cfg: XskConfig, mode: AttachMode) -> io::Result<XdpPort> {
+        Self::open_with(name, cfg, mode, None)
+    }
+
+    /// As [`XdpPort::open`], with `program` (given the XSKMAP) instead of the plain
+    /// redirect: the fast path's.
+    pub fn open_with(
+        name: &str,
+        cfg: XskConfig,
+        mode: AttachMode,
+        program: Option<ProgramFor>,
+    ) -> io::Result<XdpPort> {
         let queues = rx_queues(name);
-        let shared = std::sync::Arc::new(Self::attach(name, queues, mode)?);
+        let shared = std::sync::Arc::new(Self::attach(name, queues, mode, program)?);
         Self::open_queues(name, cfg, shared, &(0..queues).collect::<Vec<_>>())
     }
 
     /// The program on `name`, for ports that then open sockets on its queues
     /// ([`XdpPort::open_queues`]).
-    pub fn attach(name: &str, queues: u32, mode: AttachMode) -> io::Result<AttachedShared> {
+    pub fn attach(
+        name: &str,
+        queues: u32,
+        mode: AttachMode,
+        program: Option<ProgramFor>,
+    ) -> io::Result<AttachedShared> {
         let mtu = crate::netdev::mtu(name)?;
         if mtu + 18 > MAX_FRAME {
             return Err(io::Error::new(
@@ -755,7 +805,7 @@ impl XdpPort {
             ));
         }
         let ifindex = crate::netdev::ifindex(name)? as u32;
-        attach(ifindex, queues, mode)
+        attach(ifindex, queues, mode, program)
             .map(AttachedShared)
             .map_err(|e| io::Error::new(e.kind(), format!("{name}: XDP attach: {e}")))
     }
@@ -852,7 +902,7 @@ impl Port for XdpPort {
         PortInfo {
             backend: "xdp",
             mode: format!(
-                "{}, {} XDP, {} queue{}",
+                "{}, {} XDP, {} queue{}{}",
                 if self.zero_copy() {
                     "zero-copy"
                 } else {
@@ -860,7 +910,12 @@ impl Port for XdpPort {
                 },
                 if self.native() { "native" } else { "generic" },
                 self.sockets.len(),
-                if self.sockets.len() == 1 { "" } else { "s" }
+                if self.sockets.len() == 1 { "" } else { "s" },
+                if self.attached.0.fast {
+                    ", fast path"
+                } else {
+                    ""
+                }
             ),
         }
     }

@@ -311,6 +311,10 @@ enum Bench {
         /// Frame sizes to measure (comma-separated bytes); default 64, 576, 1470.
         #[arg(long, value_delimiter = ',', value_name = "BYTES")]
         sizes: Vec<usize>,
+        /// Also measure our forwarder with its XDP fast path (`[io] fast_path = true`), as
+        /// contender `forwarder-fast`.
+        #[arg(long)]
+        fast_path: bool,
     },
     /// The LB's packets per second per core beside the forwarder's: over in-memory ports
     /// (64-byte frames, every balancing mode, one and 65,536 flows) and through the lab
@@ -658,6 +662,7 @@ fn run(cli: Cli) -> Result<i32> {
                 tables,
                 flows,
                 sizes,
+                fast_path,
             } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
                 stop_lab_benches_on_signals()?;
@@ -671,6 +676,9 @@ fn run(cli: Cli) -> Result<i32> {
                         .map(|b| (format!("forwarder-{b}"), None))
                         .collect(),
                 };
+                if fast_path {
+                    contenders.push((bench::forward_bench::FAST.into(), None));
+                }
                 contenders.push(("linux".into(), None));
                 for c in contender {
                     let (name, cmd) = c
@@ -839,24 +847,57 @@ fn forwarder(config: &Path, control: Option<&Path>, io: Option<io::Backend>) -> 
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
-    let mut ports = Vec::new();
     let mut links = Vec::new();
     // Sub-interfaces ride on their parent's port.
-    for i in cfg.interfaces.iter().filter(|i| i.vlan.is_none()) {
-        let (port, link) = open_port(&i.name, cfg.io.backend)?;
-        ports.push(port);
-        links.push(link);
+    let names: Vec<&str> = cfg
+        .interfaces
+        .iter()
+        .filter(|i| i.vlan.is_none())
+        .map(|i| i.name.as_str())
+        .collect();
+    for name in &names {
+        links.push(take_port(name)?);
     }
     let t = std::time::Instant::now();
     let mut f = control::run::build(&cfg, &links).map_err(anyhow::Error::msg)?;
+    let build_ms = t.elapsed().as_millis() as u64;
+    let fast = if cfg.io.fast_path {
+        if cfg.io.backend == io::Backend::Packet {
+            bail!(
+                "{}: [io] fast_path needs AF_XDP ports: backend \"xdp\" or \"auto\", not \"packet\"",
+                config.display()
+            );
+        }
+        Some(control::fast::FastLink::new(&f.ifaces).map_err(anyhow::Error::msg)?)
+    } else {
+        None
+    };
+    let mut ports = Vec::new();
+    for (k, (name, link)) in names.iter().zip(&links).enumerate() {
+        let port = match &fast {
+            Some(fl) => {
+                let facts = control::fast::FastLink::facts(&f.ifaces, k as u32, link.mac.0);
+                let program = |xsk: i32| match fl.fp.lock() {
+                    Ok(fp) => fp.program(&facts, xsk),
+                    Err(_) => Vec::new(),
+                };
+                io::open_with(name, cfg.io.backend, Some(&program))?
+            }
+            None => io::open(name, cfg.io.backend)?,
+        };
+        let info = port.info();
+        tracing::info!(interface = name, backend = info.backend, mode = %info.mode, "port open");
+        ports.push(port);
+    }
     tracing::info!(
         interfaces = %ports.iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
         routes = f.route_count(),
-        build_ms = t.elapsed().as_millis() as u64,
+        build_ms,
+        fast_path = fast.is_some(),
         "forwarder running"
     );
     let counters = f.counters.clone();
-    control::run::run(f, ports, Some(&cfg), control, stop).map_err(anyhow::Error::msg)?;
+    control::run::run(f, ports, Some(&cfg), control, stop, fast).map_err(anyhow::Error::msg)?;
     let s = counters.snapshot();
     let dropped: u64 = s.drops.values().sum();
     tracing::info!(
@@ -867,14 +908,19 @@ fn forwarder(config: &Path, control: Option<&Path>, io: Option<io::Backend>) -> 
     Ok(0)
 }
 
-/// Takes an interface from the kernel's IP stack and opens its port on `backend`.
-fn open_port(name: &str, backend: io::Backend) -> Result<(io::AnyPort, control::run::Link)> {
+/// Takes an interface from the kernel's IP stack; what the system says of it.
+fn take_port(name: &str) -> Result<control::run::Link> {
     io::netdev::take_over(name)?;
-    let link = control::run::Link {
+    Ok(control::run::Link {
         mac: wire::MacAddr(io::netdev::mac(name)?),
         mtu: io::netdev::mtu(name)?,
         speed_mbps: io::netdev::speed_mbps(name),
-    };
+    })
+}
+
+/// Takes an interface from the kernel's IP stack and opens its port on `backend`.
+fn open_port(name: &str, backend: io::Backend) -> Result<(io::AnyPort, control::run::Link)> {
+    let link = take_port(name)?;
     let port = io::open(name, backend)?;
     let info = dataplane::port::Port::info(&port);
     tracing::info!(interface = name, backend = info.backend, mode = %info.mode, "port open");
@@ -885,6 +931,12 @@ fn balancer(config: &Path, control: Option<&Path>, io: Option<io::Backend>) -> R
     let mut cfg = control::balancer::BalancerFile::load(config)?;
     if let Some(b) = io {
         cfg.io.backend = b;
+    }
+    if cfg.io.fast_path {
+        bail!(
+            "{}: [io] fast_path is not built for the LB yet (the forwarder has it)",
+            config.display()
+        );
     }
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;

@@ -1,0 +1,800 @@
+//! The XDP fast path: the forwarder's common case run inside the kernel, in the XDP
+//! program of each port, before any socket sees the frame.
+//!
+//! A frame takes the fast path when it is an unfragmented IPv4 packet without options, to
+//! the port's own MAC, of exactly the frame's length, with a valid header checksum, a TTL
+//! above 1, a source and a destination that are neither martian nor the router's own (nor
+//! a connected network's broadcast address), a TCP or UDP checksum that is not left to
+//! offload, and a route whose next-hop group is a single next hop on an untagged port whose
+//! MTU it fits, whose neighbour is resolved. The program then rewrites the MACs, decrements
+//! the TTL with the RFC 1624 checksum update the user-space path uses, counts it and
+//! redirects it out of the egress port through a device map. Every other frame goes to the
+//! port's AF_XDP socket, to the user-space element, which stays the one source of truth:
+//! ARP, ICMP errors, options, fragments, ECMP, unresolved next hops, everything.
+//!
+//! Maps (one set per element, shared by its ports' programs):
+//!
+//! - `fib`: an array of maps with one entry, the current table: an array of u64 (`BPF_F_MMAPABLE`,
+//!   written through a memory mapping) laid out as [`NH_BASE`] DIR-24-8 first-level words
+//!   (four 16-bit entries each), then [`NH_SLOTS`] next-hop words, then the 256-entry groups
+//!   of longer prefixes (64 words each). A 16-bit entry is a next-hop index, or `0x8000 |
+//!   group`. A next-hop word is `port << 32 | gateway` (gateway 0: the destination is on the
+//!   connected network), or [`NH_SLOW`]. The control thread compiles a new table after each
+//!   route change and publishes it by replacing the one entry; the kernel waits for every
+//!   program that may still read the old table before the update returns, so no frame sees
+//!   half a table.
+//! - `neigh`: a hash of `port << 32 | address` to the neighbour's MAC, kept by the worker
+//!   from its neighbour table.
+//! - `ports`: per port, its MAC (low 48 bits) and IP MTU (high 16 bits).
+//! - `tx`: a device map of the ports' interfaces.
+//! - `stats`: per CPU and port, frames forwarded in (received), sent to user space, and
+//!   forwarded out (sent).
+
+use crate::xdp::{bpf, insn, u32s, BPF_PSEUDO_MAP_FD};
+use std::collections::HashMap;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+const BPF_MAP_TYPE_HASH: u32 = 1;
+const BPF_MAP_TYPE_ARRAY: u32 = 2;
+const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+const BPF_MAP_TYPE_ARRAY_OF_MAPS: u32 = 12;
+const BPF_MAP_TYPE_DEVMAP: u32 = 14;
+const BPF_MAP_DELETE_ELEM: i32 = 3;
+const BPF_MAP_LOOKUP_ELEM: i32 = 1;
+const BPF_F_MMAPABLE: u32 = 1 << 10;
+const BPF_F_INNER_MAP: u32 = 1 << 12;
+const XDP_PASS: i32 = 2;
+
+/// First-level words of the table (2^24 entries, four to a word).
+pub const NH_BASE: u32 = 1 << 22;
+/// Next-hop words (indices 0 to 0x7fff).
+pub const NH_SLOTS: u32 = 1 << 15;
+/// Where the groups of longer prefixes start.
+pub const TBL8_BASE: u32 = NH_BASE + NH_SLOTS;
+/// A next-hop word that sends the frame to user space.
+pub const NH_SLOW: u64 = 1 << 63;
+/// The next-hop index of destinations without a route (a slow word).
+const NO_ROUTE: u16 = 0x7ffe;
+/// The next-hop index of anything the fast path does not take (a slow word).
+const SLOW: u16 = 0x7fff;
+
+/// Per port and CPU: frames the fast path forwarded in, sent to user space, forwarded out.
+pub const STATS: usize = 3;
+
+/// Where a next-hop group sends frames, as the fast path sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hop {
+    /// One next hop on an untagged port: `gateway` (`None`: the destination itself).
+    Port {
+        port: u16,
+        gateway: Option<Ipv4Addr>,
+    },
+    /// Anything else (ECMP, a VLAN sub-interface): user space decides.
+    Slow,
+}
+
+fn map_create(
+    kind: u32,
+    key: u32,
+    value: u32,
+    entries: u32,
+    flags: u32,
+    inner: i32,
+    what: &str,
+) -> io::Result<OwnedFd> {
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(kind, key);
+    attr[1] = u32s(value, entries);
+    attr[2] = u32s(flags, inner as u32);
+    let fd = bpf(crate::xdp::BPF_MAP_CREATE, &mut attr)
+        .map_err(|e| io::Error::new(e.kind(), format!("bpf map create ({what}): {e}")))?;
+    // SAFETY: the kernel just returned this descriptor to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn map_update<K, V>(map: &OwnedFd, key: &K, value: &V) -> io::Result<()> {
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(map.as_raw_fd() as u32, 0);
+    attr[1] = key as *const K as u64;
+    attr[2] = value as *const V as u64;
+    bpf(crate::xdp::BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
+}
+
+fn map_delete<K>(map: &OwnedFd, key: &K) -> io::Result<()> {
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(map.as_raw_fd() as u32, 0);
+    attr[1] = key as *const K as u64;
+    bpf(BPF_MAP_DELETE_ELEM, &mut attr).map(|_| ())
+}
+
+/// The maps of one element's fast path.
+pub struct FastPath {
+    fib: OwnedFd,
+    neigh: OwnedFd,
+    ports: OwnedFd,
+    tx: OwnedFd,
+    stats: OwnedFd,
+    nports: u32,
+    /// Neighbours as last written to `neigh`.
+    neigh_written: HashMap<u64, u64>,
+    /// Frames the fast path forwarded, per port, as last read (for counters).
+    pub last: Vec<[u64; STATS]>,
+}
+
+/// A port of the fast path: its interface, MAC and IP MTU.
+#[derive(Debug, Clone)]
+pub struct FastPort {
+    pub ifname: String,
+    pub mac: [u8; 6],
+    pub mtu: u16,
+}
+
+/// What the program of one port must know besides the maps.
+#[derive(Debug, Clone)]
+pub struct ProgramFacts {
+    /// The port's index among the element's ports.
+    pub port: u32,
+    pub mac: [u8; 6],
+    /// Addresses the fast path never forwards from or to: the router's own and the
+    /// connected networks' broadcast addresses.
+    pub special: Vec<Ipv4Addr>,
+}
+
+fn mac_u64(m: &[u8; 6]) -> u64 {
+    let mut b = [0u8; 8];
+    b[..6].copy_from_slice(m);
+    u64::from_le_bytes(b)
+}
+
+impl FastPath {
+    /// Creates the maps for `ports` (an empty table: everything goes to user space until
+    /// [`FastPath::publish`]).
+    pub fn new(ports: &[FastPort]) -> io::Result<FastPath> {
+        let n = ports.len() as u32;
+        let template = map_create(
+            BPF_MAP_TYPE_ARRAY,
+            4,
+            8,
+            TBL8_BASE,
+            BPF_F_MMAPABLE | BPF_F_INNER_MAP,
+            0,
+            "fib template",
+        )?;
+        let fib = map_create(
+            BPF_MAP_TYPE_ARRAY_OF_MAPS,
+            4,
+            4,
+            1,
+            0,
+            template.as_raw_fd(),
+            "fib",
+        )?;
+        drop(template);
+        let neigh = map_create(BPF_MAP_TYPE_HASH, 8, 8, 65536, 0, 0, "neighbours")?;
+        let pmap = map_create(BPF_MAP_TYPE_ARRAY, 4, 8, n.max(1), 0, 0, "ports")?;
+        let tx = map_create(BPF_MAP_TYPE_DEVMAP, 4, 4, n.max(1), 0, 0, "tx ports")?;
+        let stats = map_create(
+            BPF_MAP_TYPE_PERCPU_ARRAY,
+            4,
+            (8 * STATS) as u32,
+            n.max(1),
+            0,
+            0,
+            "stats",
+        )?;
+        for (i, p) in ports.iter().enumerate() {
+            let k = i as u32;
+            let v = mac_u64(&p.mac) | (p.mtu as u64) << 48;
+            map_update(&pmap, &k, &v)?;
+            let ifindex = crate::netdev::ifindex(&p.ifname)? as u32;
+            map_update(&tx, &k, &ifindex)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: device map: {e}", p.ifname)))?;
+        }
+        let mut me = FastPath {
+            fib,
+            neigh,
+            ports: pmap,
+            tx,
+            stats,
+            nports: n,
+            neigh_written: HashMap::new(),
+            last: vec![[0; STATS]; ports.len()],
+        };
+        me.publish(&[0u32; 0], &[], &[])?;
+        Ok(me)
+    }
+
+    /// Compiles and publishes a table: `tbl24` and `tbl8` in the encoding of
+    /// `fib::Dir24::tables` (0: no route; `v + 1`: value `v`; bit 31: a group), and `hops`,
+    /// where each value (a next-hop group) sends frames. An empty `tbl24` publishes a table
+    /// that sends everything to user space.
+    pub fn publish(&mut self, tbl24: &[u32], tbl8: &[u32], hops: &[Hop]) -> io::Result<()> {
+        let groups = (tbl8.len() / 256).min(0x7fff) as u32;
+        let entries = TBL8_BASE + groups * 64;
+        let inner = map_create(
+            BPF_MAP_TYPE_ARRAY,
+            4,
+            8,
+            entries,
+            BPF_F_MMAPABLE | BPF_F_INNER_MAP,
+            0,
+            "fib table",
+        )?;
+        let len = (entries as usize * 8).next_multiple_of(4096);
+        // SAFETY: maps the array we just created (BPF_F_MMAPABLE), read-write, shared.
+        let m = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                inner.as_raw_fd(),
+                0,
+            )
+        };
+        if m == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("mmap fib table: {e}")));
+        }
+        // SAFETY: the mapping holds `entries` u64 words and is ours until munmap below.
+        let words = unsafe { std::slice::from_raw_parts_mut(m as *mut u64, entries as usize) };
+        let entry = |e: u32| -> u16 {
+            if e & (1 << 31) != 0 {
+                let g = e & !(1 << 31);
+                if g < groups {
+                    0x8000 | g as u16
+                } else {
+                    SLOW
+                }
+            } else if e == 0 {
+                NO_ROUTE
+            } else if e - 1 < SLOW as u32 - 1 {
+                (e - 1) as u16
+            } else {
+                SLOW
+            }
+        };
+        if tbl24.len() == 1 << 24 {
+            for (w, c) in words[..NH_BASE as usize]
+                .iter_mut()
+                .zip(tbl24.chunks_exact(4))
+            {
+                *w = entry(c[0]) as u64
+                    | (entry(c[1]) as u64) << 16
+                    | (entry(c[2]) as u64) << 32
+                    | (entry(c[3]) as u64) << 48;
+            }
+        } else {
+            let w = NO_ROUTE as u64;
+            words[..NH_BASE as usize].fill(w | w << 16 | w << 32 | w << 48);
+        }
+        for (i, w) in words[NH_BASE as usize..TBL8_BASE as usize]
+            .iter_mut()
+            .enumerate()
+        {
+            *w = match hops.get(i) {
+                Some(Hop::Port { port, gateway }) if (*port as u32) < self.nports => {
+                    (*port as u64) << 32 | gateway.map(u32::from).unwrap_or(0) as u64
+                }
+                _ => NH_SLOW,
+            };
+        }
+        for (w, c) in words[TBL8_BASE as usize..]
+            .iter_mut()
+            .zip(tbl8.chunks_exact(4))
+        {
+            *w = entry(c[0]) as u64
+                | (entry(c[1]) as u64) << 16
+                | (entry(c[2]) as u64) << 32
+                | (entry(c[3]) as u64) << 48;
+        }
+        // SAFETY: m/len came from mmap above; `words` is not used after this.
+        unsafe { libc::munmap(m, len) };
+        let key = 0u32;
+        let fd = inner.as_raw_fd() as u32;
+        // Replacing the entry of an array of maps returns after every program that may
+        // still hold the old table has finished.
+        map_update(&self.fib, &key, &fd)
+            .map_err(|e| io::Error::new(e.kind(), format!("publish fib table: {e}")))
+    }
+
+    /// Makes `neigh` the neighbour map's content: (port, address, MAC) of resolved
+    /// neighbours on fast-path ports. Writes only what changed.
+    pub fn set_neighbours(
+        &mut self,
+        resolved: impl IntoIterator<Item = (u16, Ipv4Addr, [u8; 6])>,
+    ) -> io::Result<()> {
+        let now: HashMap<u64, u64> = resolved
+            .into_iter()
+            .filter(|(p, _, _)| (*p as u32) < self.nports)
+            .map(|(p, a, m)| ((p as u64) << 32 | u32::from(a) as u64, mac_u64(&m)))
+            .collect();
+        for k in self.neigh_written.keys() {
+            if !now.contains_key(k) {
+                let _ = map_delete(&self.neigh, k);
+            }
+        }
+        for (k, v) in &now {
+            if self.neigh_written.get(k) != Some(v) {
+                map_update(&self.neigh, k, v)?;
+            }
+        }
+        self.neigh_written = now;
+        Ok(())
+    }
+
+    /// Per port, the counters summed over CPUs: forwarded in, sent to user space,
+    /// forwarded out.
+    pub fn stats(&self) -> Vec<[u64; STATS]> {
+        let cpus = possible_cpus();
+        (0..self.nports)
+            .map(|p| {
+                let mut v = vec![0u64; STATS * cpus];
+                let mut attr = [0u64; 16];
+                attr[0] = u32s(self.stats.as_raw_fd() as u32, 0);
+                attr[1] = &p as *const u32 as u64;
+                attr[2] = v.as_mut_ptr() as u64;
+                let mut s = [0u64; STATS];
+                if bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).is_ok() {
+                    for c in v.chunks_exact(STATS) {
+                        for (a, b) in s.iter_mut().zip(c) {
+                            *a += b;
+                        }
+                    }
+                }
+                s
+            })
+            .collect()
+    }
+
+    /// The program of one port: the fast path, and every other frame to `xsk` (the port's
+    /// socket map, by receive queue).
+    pub fn program(&self, f: &ProgramFacts, xsk: i32) -> Vec<u8> {
+        program(
+            f,
+            [
+                self.fib.as_raw_fd(),
+                self.neigh.as_raw_fd(),
+                self.ports.as_raw_fd(),
+                self.tx.as_raw_fd(),
+                self.stats.as_raw_fd(),
+                xsk,
+            ],
+        )
+    }
+}
+
+/// A fast-path program loaded but attached nowhere, with an empty socket map: for checking
+/// its verdicts with `BPF_PROG_TEST_RUN` ([`Detached::run`]).
+pub struct Detached {
+    prog: OwnedFd,
+    _xsk: OwnedFd,
+}
+
+/// [`Detached::run`]'s verdict when the fast path forwards the frame.
+pub const XDP_REDIRECT: u32 = 4;
+/// ... and when it leaves the frame to user space (no socket in the map: the default).
+pub const TO_USER_SPACE: u32 = XDP_PASS as u32;
+
+impl FastPath {
+    /// The program of a port, loaded and not attached.
+    pub fn detached(&self, f: &ProgramFacts) -> io::Result<Detached> {
+        let xsk = map_create(17, 4, 4, 1, 0, 0, "XSKMAP")?;
+        let code = self.program(f, xsk.as_raw_fd());
+        Ok(Detached {
+            prog: crate::xsk::load_xdp(&code, "tessera_fast")?,
+            _xsk: xsk,
+        })
+    }
+}
+
+impl Detached {
+    /// Runs the program once on `frame`: its verdict ([`XDP_REDIRECT`] or
+    /// [`TO_USER_SPACE`]) and the frame as the program left it.
+    pub fn run(&self, frame: &[u8]) -> io::Result<(u32, Vec<u8>)> {
+        let mut out = vec![0u8; frame.len() + 256];
+        let mut attr = [0u64; 16];
+        attr[0] = u32s(self.prog.as_raw_fd() as u32, 0);
+        attr[1] = u32s(frame.len() as u32, out.len() as u32);
+        attr[2] = frame.as_ptr() as u64;
+        attr[3] = out.as_mut_ptr() as u64;
+        attr[4] = u32s(1, 0); // repeat
+                              // bpf_attr.test: prog_fd, retval; data_size_in, data_size_out; data_in; data_out;
+                              // repeat, duration.
+        bpf(10, &mut attr).map_err(|e| io::Error::new(e.kind(), format!("bpf test run: {e}")))?;
+        let retval = (attr[0] >> 32) as u32;
+        let size = (attr[1] >> 32) as usize;
+        out.truncate(size.min(out.len()));
+        Ok((retval, out))
+    }
+}
+
+/// CPUs the kernel sizes per-CPU maps for.
+fn possible_cpus() -> usize {
+    // "0-1", "0", "0-3,5"
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| {
+            s.trim()
+                .split(',')
+                .map(|r| match r.split_once('-') {
+                    Some((a, b)) => b
+                        .parse::<usize>()
+                        .ok()
+                        .map(|b| b + 1)
+                        .filter(|_| a.parse::<usize>().is_ok()),
+                    None => r.parse::<usize>().ok().map(|x| x + 1),
+                })
+                .try_fold(0usize, |m, x| x.map(|x| m.max(x)))
+        })
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// A small assembler with labels for the program below.
+struct Asm {
+    code: Vec<[u8; 8]>,
+    /// (instruction index, label) of jumps to patch.
+    fixups: Vec<(usize, &'static str)>,
+    labels: HashMap<&'static str, usize>,
+}
+
+// Opcodes.
+const LDX_B: u8 = 0x71;
+const LDX_H: u8 = 0x69;
+const LDX_W: u8 = 0x61;
+const LDX_DW: u8 = 0x79;
+const STX_B: u8 = 0x73;
+const STX_H: u8 = 0x6b;
+const STX_W: u8 = 0x63;
+const STX_DW: u8 = 0x7b;
+const ST_W: u8 = 0x62;
+const MOV_X: u8 = 0xbf;
+const MOV_K: u8 = 0xb7;
+const ADD_X: u8 = 0x0f;
+const ADD_K: u8 = 0x07;
+const SUB_X: u8 = 0x1f;
+const SUB_K: u8 = 0x17;
+const AND_K: u8 = 0x57;
+const OR_X: u8 = 0x4f;
+const XOR_K: u8 = 0xa7;
+const LSH_K: u8 = 0x67;
+const RSH_K: u8 = 0x77;
+const RSH_X: u8 = 0x7f;
+const MUL_K: u8 = 0x27;
+const TO_BE: u8 = 0xdc;
+const JA: u8 = 0x05;
+const JEQ_K: u8 = 0x15;
+const JNE_K: u8 = 0x55;
+const JNE_X: u8 = 0x5d;
+const JGT_X: u8 = 0x2d;
+const JGE_K: u8 = 0x35;
+const JLT_K: u8 = 0xa5;
+const JSET_K: u8 = 0x45;
+const JEQ32_K: u8 = 0x16;
+const JNE32_K: u8 = 0x56;
+const LD_IMM64: u8 = 0x18;
+const CALL: u8 = 0x85;
+const EXIT: u8 = 0x95;
+const MAP_LOOKUP: i32 = 1;
+const REDIRECT_MAP: i32 = 51;
+
+impl Asm {
+    fn new() -> Asm {
+        Asm {
+            code: Vec::new(),
+            fixups: Vec::new(),
+            labels: HashMap::new(),
+        }
+    }
+    fn i(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) -> &mut Self {
+        self.code.push(insn(code, dst, src, off, imm));
+        self
+    }
+    /// A conditional (or, with JA, unconditional) jump to `label`.
+    fn j(&mut self, code: u8, dst: u8, src: u8, imm: i32, label: &'static str) -> &mut Self {
+        self.fixups.push((self.code.len(), label));
+        self.i(code, dst, src, 0, imm)
+    }
+    fn map(&mut self, dst: u8, fd: i32) -> &mut Self {
+        self.i(LD_IMM64, dst, BPF_PSEUDO_MAP_FD, 0, fd)
+            .i(0, 0, 0, 0, 0)
+    }
+    fn label(&mut self, l: &'static str) -> &mut Self {
+        self.labels.insert(l, self.code.len());
+        self
+    }
+    /// Folds the 32-bit one's-complement sum in `r` to 16 bits (`t`: scratch).
+    fn fold(&mut self, r: u8, t: u8) -> &mut Self {
+        for _ in 0..2 {
+            self.i(MOV_X, t, r, 0, 0)
+                .i(RSH_K, t, 0, 0, 16)
+                .i(AND_K, r, 0, 0, 0xffff)
+                .i(ADD_X, r, t, 0, 0);
+        }
+        self
+    }
+    fn finish(mut self) -> Vec<u8> {
+        for (at, l) in std::mem::take(&mut self.fixups) {
+            let to = self.labels[l] as i64;
+            let off = (to - at as i64 - 1) as i16;
+            self.code[at][2..4].copy_from_slice(&off.to_le_bytes());
+        }
+        self.code.concat()
+    }
+}
+
+/// The fast-path program. Registers: r6 the context, then the table; r7 the frame's start,
+/// r8 its end; r9 the destination (host order). Stack: -8 a 32-bit key, -16 a 64-bit key,
+/// -24 the total length, -32 the receive queue, -40 the egress port, -48 the egress port's
+/// MAC and MTU.
+fn program(f: &ProgramFacts, [fib, neigh, ports, tx, stats, xsk]: [i32; 6]) -> Vec<u8> {
+    let mut a = Asm::new();
+    let mac = mac_u64(&f.mac);
+    a.i(MOV_X, 6, 1, 0, 0)
+        .i(LDX_W, 1, 6, 16, 0) // rx_queue_index
+        .i(STX_DW, 10, 1, -32, 0)
+        .i(LDX_W, 7, 6, 0, 0) // data
+        .i(LDX_W, 8, 6, 4, 0) // data_end
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, 34)
+        .j(JGT_X, 1, 8, 0, "slow") // shorter than Ethernet + IPv4 headers
+        .i(LDX_W, 1, 7, 0, 0)
+        .j(JNE32_K, 1, 0, mac as u32 as i32, "slow") // not to our MAC
+        .i(LDX_H, 1, 7, 4, 0)
+        .j(JNE32_K, 1, 0, (mac >> 32) as u16 as i32, "slow")
+        .i(LDX_H, 1, 7, 12, 0)
+        .j(JNE_K, 1, 0, 0x0008, "slow") // not IPv4 (0x0800, read little-endian)
+        .i(LDX_B, 1, 7, 14, 0)
+        .j(JNE_K, 1, 0, 0x45, "slow") // version 4, no options
+        .i(LDX_H, 1, 7, 20, 0)
+        .i(AND_K, 1, 0, 0, 0xff3f) // MF and offset (0x3fff, read little-endian)
+        .j(JNE_K, 1, 0, 0, "slow") // a fragment
+        .i(LDX_B, 1, 7, 22, 0)
+        .j(JLT_K, 1, 0, 2, "slow") // TTL would expire
+        .i(LDX_H, 9, 7, 16, 0)
+        .i(TO_BE, 9, 0, 0, 16) // total length
+        .i(MOV_X, 1, 8, 0, 0)
+        .i(SUB_X, 1, 7, 0, 0)
+        .i(SUB_K, 1, 0, 0, 14)
+        .j(JNE_X, 1, 9, 0, "slow") // link padding or truncated: user space trims or drops
+        .i(STX_DW, 10, 9, -24, 0)
+        .i(MOV_K, 1, 0, 0, 0);
+    for off in (14..34).step_by(2) {
+        a.i(LDX_H, 2, 7, off, 0).i(ADD_X, 1, 2, 0, 0);
+    }
+    a.fold(1, 2).j(JNE_K, 1, 0, 0xffff, "slow"); // bad header checksum
+    for off in [26i16, 30] {
+        // 0/8, 127/8, multicast, class E, broadcast
+        a.i(LDX_B, 1, 7, off, 0)
+            .j(JEQ_K, 1, 0, 0, "slow")
+            .j(JEQ_K, 1, 0, 127, "slow")
+            .j(JGE_K, 1, 0, 224, "slow");
+        a.i(LDX_W, 1, 7, off, 0);
+        for s in &f.special {
+            let le = u32::from_le_bytes(s.octets());
+            a.j(JEQ32_K, 1, 0, le as i32, "slow");
+        }
+    }
+    // A TCP or UDP checksum left to offload (the field holds the pseudo-header sum).
+    a.i(LDX_B, 3, 7, 23, 0)
+        .i(MOV_K, 4, 0, 0, 0)
+        .j(JEQ_K, 3, 0, 6, "tcp")
+        .j(JEQ_K, 3, 0, 17, "udp")
+        .j(JA, 0, 0, 0, "lookup")
+        .label("tcp")
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, 52)
+        .j(JGT_X, 1, 8, 0, "slow")
+        .i(LDX_H, 4, 7, 50, 0)
+        .j(JA, 0, 0, 0, "pseudo")
+        .label("udp")
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, 42)
+        .j(JGT_X, 1, 8, 0, "slow")
+        .i(LDX_H, 4, 7, 40, 0)
+        .label("pseudo")
+        // In the little-endian reading of the words: addresses, protocol << 8, and the
+        // byte-swapped transport length.
+        .i(MOV_X, 1, 3, 0, 0)
+        .i(LSH_K, 1, 0, 0, 8);
+    for off in [26i16, 28, 30, 32] {
+        a.i(LDX_H, 2, 7, off, 0).i(ADD_X, 1, 2, 0, 0);
+    }
+    a.i(MOV_X, 2, 9, 0, 0)
+        .i(SUB_K, 2, 0, 0, 20)
+        .i(TO_BE, 2, 0, 0, 16)
+        .i(ADD_X, 1, 2, 0, 0)
+        .fold(1, 2)
+        .j(JNE_X, 1, 4, 0, "lookup")
+        .j(JA, 0, 0, 0, "slow");
+    // The table.
+    a.label("lookup")
+        .i(LDX_W, 9, 7, 30, 0)
+        .i(TO_BE, 9, 0, 0, 32) // destination, host order
+        .i(ST_W, 10, 0, -8, 0)
+        .i(MOV_X, 2, 10, 0, 0)
+        .i(ADD_K, 2, 0, 0, -8)
+        .map(1, fib)
+        .i(CALL, 0, 0, 0, MAP_LOOKUP)
+        .j(JEQ_K, 0, 0, 0, "slow")
+        .i(MOV_X, 6, 0, 0, 0) // r6 = the table
+        .i(MOV_X, 1, 9, 0, 0)
+        .i(RSH_K, 1, 0, 0, 10)
+        .i(STX_W, 10, 1, -8, 0) // first-level word
+        .i(MOV_X, 2, 10, 0, 0)
+        .i(ADD_K, 2, 0, 0, -8)
+        .i(MOV_X, 1, 6, 0, 0)
+        .i(CALL, 0, 0, 0, MAP_LOOKUP)
+        .j(JEQ_K, 0, 0, 0, "slow")
+        .i(LDX_DW, 1, 0, 0, 0)
+        .i(MOV_X, 2, 9, 0, 0)
+        .i(RSH_K, 2, 0, 0, 8)
+        .i(AND_K, 2, 0, 0, 3)
+        .i(LSH_K, 2, 0, 0, 4)
+        .i(RSH_X, 1, 2, 0, 0)
+        .i(AND_K, 1, 0, 0, 0xffff)
+        .j(JSET_K, 1, 0, 0x8000, "group")
+        .j(JA, 0, 0, 0, "hop")
+        .label("group")
+        .i(AND_K, 1, 0, 0, 0x7fff)
+        .i(MUL_K, 1, 0, 0, 64)
+        .i(ADD_K, 1, 0, 0, TBL8_BASE as i32)
+        .i(MOV_X, 2, 9, 0, 0)
+        .i(AND_K, 2, 0, 0, 0xff)
+        .i(RSH_K, 2, 0, 0, 2)
+        .i(ADD_X, 1, 2, 0, 0)
+        .i(STX_W, 10, 1, -8, 0)
+        .i(MOV_X, 2, 10, 0, 0)
+        .i(ADD_K, 2, 0, 0, -8)
+        .i(MOV_X, 1, 6, 0, 0)
+        .i(CALL, 0, 0, 0, MAP_LOOKUP)
+        .j(JEQ_K, 0, 0, 0, "slow")
+        .i(LDX_DW, 1, 0, 0, 0)
+        .i(MOV_X, 2, 9, 0, 0)
+        .i(AND_K, 2, 0, 0, 3)
+        .i(LSH_K, 2, 0, 0, 4)
+        .i(RSH_X, 1, 2, 0, 0)
+        .i(AND_K, 1, 0, 0, 0xffff)
+        .j(JSET_K, 1, 0, 0x8000, "slow") // cannot happen (groups do not nest)
+        .label("hop")
+        .i(ADD_K, 1, 0, 0, NH_BASE as i32)
+        .i(STX_W, 10, 1, -8, 0)
+        .i(MOV_X, 2, 10, 0, 0)
+        .i(ADD_K, 2, 0, 0, -8)
+        .i(MOV_X, 1, 6, 0, 0)
+        .i(CALL, 0, 0, 0, MAP_LOOKUP)
+        .j(JEQ_K, 0, 0, 0, "slow")
+        .i(LDX_DW, 1, 0, 0, 0) // port << 32 | gateway, or slow
+        .i(MOV_X, 2, 1, 0, 0)
+        .i(RSH_K, 2, 0, 0, 63)
+        .j(JNE_K, 2, 0, 0, "slow")
+        .i(MOV_X, 2, 1, 0, 0)
+        .i(RSH_K, 2, 0, 0, 32)
+        .i(STX_DW, 10, 2, -40, 0) // egress port
+        .i(LSH_K, 1, 0, 0, 32)
+        .i(RSH_K, 1, 0, 0, 32) // gateway
+        .j(JNE_K, 1, 0, 0, "gw")
+        .i(MOV_X, 1, 9, 0, 0) // connected: the destination
+        .label("gw")
+        .i(LSH_K, 2, 0, 0, 32)
+        .i(OR_X, 2, 1, 0, 0)
+        .i(STX_DW, 10, 2, -16, 0) // neighbour key
+        // The egress port: MAC and MTU.
+        .i(LDX_DW, 1, 10, -40, 0)
+        .i(STX_W, 10, 1, -8, 0)
+        .i(MOV_X, 2, 10, 0, 0)
+        .i(ADD_K, 2, 0, 0, -8)
+        .map(1, ports)
+        .i(CALL, 0, 0, 0, MAP_LOOKUP)
+        .j(JEQ_K, 0, 0, 0, "slow")
+        .i(LDX_DW, 1, 0, 0, 0)
+        .i(STX_DW, 10, 1, -48, 0)
+        .i(RSH_K, 1, 0, 0, 48) // MTU
+        .i(LDX_DW, 2, 10, -24, 0)
+        .j(JGT_X, 2, 1, 0, "slow") // larger than the egress MTU
+        // The neighbour.
+        .i(MOV_X, 2, 10, 0, 0)
+        .i(ADD_K, 2, 0, 0, -16)
+        .map(1, neigh)
+        .i(CALL, 0, 0, 0, MAP_LOOKUP)
+        .j(JEQ_K, 0, 0, 0, "slow") // not resolved
+        // Rewrite: MACs, TTL and checksum.
+        .i(LDX_DW, 1, 0, 0, 0)
+        .i(STX_W, 7, 1, 0, 0)
+        .i(RSH_K, 1, 0, 0, 32)
+        .i(STX_H, 7, 1, 4, 0)
+        .i(LDX_DW, 1, 10, -48, 0)
+        .i(STX_W, 7, 1, 6, 0)
+        .i(RSH_K, 1, 0, 0, 32)
+        .i(STX_H, 7, 1, 10, 0)
+        .i(LDX_B, 1, 7, 22, 0)
+        .i(SUB_K, 1, 0, 0, 1)
+        .i(STX_B, 7, 1, 22, 0)
+        // RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'); with m' = m - 0x100, ~m + m' = 0xfeff.
+        .i(LDX_H, 1, 7, 24, 0)
+        .i(TO_BE, 1, 0, 0, 16)
+        .i(XOR_K, 1, 0, 0, 0xffff)
+        .i(ADD_K, 1, 0, 0, 0xfeff)
+        .fold(1, 2)
+        .i(XOR_K, 1, 0, 0, 0xffff)
+        .i(TO_BE, 1, 0, 0, 16)
+        .i(STX_H, 7, 1, 24, 0)
+        // Count: forwarded in here, out there.
+        .i(ST_W, 10, 0, -8, f.port as i32)
+        .i(MOV_X, 2, 10, 0, 0)
+        .i(ADD_K, 2, 0, 0, -8)
+        .map(1, stats)
+        .i(CALL, 0, 0, 0, MAP_LOOKUP)
+        .j(JEQ_K, 0, 0, 0, "out")
+        .i(LDX_DW, 1, 0, 0, 0)
+        .i(ADD_K, 1, 0, 0, 1)
+        .i(STX_DW, 0, 1, 0, 0)
+        .label("out")
+        .i(LDX_DW, 1, 10, -40, 0)
+        .i(STX_W, 10, 1, -8, 0)
+        .i(MOV_X, 2, 10, 0, 0)
+        .i(ADD_K, 2, 0, 0, -8)
+        .map(1, stats)
+        .i(CALL, 0, 0, 0, MAP_LOOKUP)
+        .j(JEQ_K, 0, 0, 0, "send")
+        .i(LDX_DW, 1, 0, 16, 0)
+        .i(ADD_K, 1, 0, 0, 1)
+        .i(STX_DW, 0, 1, 16, 0)
+        .label("send")
+        .i(LDX_DW, 2, 10, -40, 0)
+        .map(1, tx)
+        .i(MOV_K, 3, 0, 0, 0)
+        .i(CALL, 0, 0, 0, REDIRECT_MAP)
+        .i(EXIT, 0, 0, 0, 0)
+        // Everything else: to the port's socket.
+        .label("slow")
+        .i(ST_W, 10, 0, -8, f.port as i32)
+        .i(MOV_X, 2, 10, 0, 0)
+        .i(ADD_K, 2, 0, 0, -8)
+        .map(1, stats)
+        .i(CALL, 0, 0, 0, MAP_LOOKUP)
+        .j(JEQ_K, 0, 0, 0, "xsk")
+        .i(LDX_DW, 1, 0, 8, 0)
+        .i(ADD_K, 1, 0, 0, 1)
+        .i(STX_DW, 0, 1, 8, 0)
+        .label("xsk")
+        .i(LDX_DW, 2, 10, -32, 0)
+        .map(1, xsk)
+        .i(MOV_K, 3, 0, 0, XDP_PASS)
+        .i(CALL, 0, 0, 0, REDIRECT_MAP)
+        .i(EXIT, 0, 0, 0, 0);
+    a.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The program passes the verifier, and a frame the fast path cannot take (an ARP
+    /// request) goes to user space. Needs root (BPF).
+    #[test]
+    fn program_loads_and_leaves_arp_to_user_space() {
+        let fp = FastPath::new(&[FastPort {
+            ifname: "lo".into(),
+            mac: [2, 0, 0, 0, 0, 1],
+            mtu: 1500,
+        }])
+        .unwrap();
+        let facts = ProgramFacts {
+            port: 0,
+            mac: [2, 0, 0, 0, 0, 1],
+            special: vec![Ipv4Addr::new(10, 0, 0, 1)],
+        };
+        let d = fp.detached(&facts).unwrap();
+        let mut arp = vec![0xffu8; 6];
+        arp.extend([2, 0, 0, 0, 0, 2, 0x08, 0x06]);
+        arp.resize(60, 0);
+        let (v, out) = d.run(&arp).unwrap();
+        assert_eq!(v, TO_USER_SPACE);
+        assert_eq!(out, arp);
+        assert_eq!(possible_cpus() >= 1, true);
+    }
+}
