@@ -356,7 +356,18 @@ fn lab_show_lists_every_node() {
 /// three times and takes single route changes: not one echo is lost.
 #[test]
 fn reload_and_route_changes_while_forwarding() {
-    let dir = std::env::temp_dir().join(format!("tessera-reload-{}", std::process::id()));
+    reload_while_forwarding(false);
+}
+
+/// The same with the XDP fast path forwarding the echoes: each reload compiles and
+/// publishes the fast path's table too, and not one echo is lost.
+#[test]
+fn reload_and_route_changes_while_the_fast_path_forwards() {
+    reload_while_forwarding(true);
+}
+
+fn reload_while_forwarding(fast: bool) {
+    let dir = std::env::temp_dir().join(format!("tessera-reload-{}-{}", std::process::id(), fast));
     std::fs::create_dir_all(&dir).unwrap();
     let table = bench::table::synthetic(200_000, 11);
     let text: String = table.routes.iter().map(|(p, _)| format!("{p}\n")).collect();
@@ -366,12 +377,26 @@ fn reload_and_route_changes_while_forwarding() {
         "routes_file = \"routes.txt\"",
         "routes_file = \"table.txt\"\nroutes_file_via = \"10.4.0.10\"",
     );
+    let r = if fast {
+        format!("{r}\n[io]\nfast_path = true\n")
+    } else {
+        r
+    };
     std::fs::write(dir.join("r.toml"), r).unwrap();
     let topo = std::fs::read_to_string(repo_path("labs/single-router.toml"))
         .unwrap()
         .replace("single-router/r.toml", "r.toml");
     std::fs::write(dir.join("lab.toml"), topo).unwrap();
-    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let lab = TestLab::up(
+        dir.join("lab.toml"),
+        if fast { &["--io", "xdp"] } else { &[] },
+    );
+    if fast {
+        // The hosts' veths take frames the router redirects in XDP.
+        for h in ["src1", "sink1"] {
+            lab.sh(h, &["ethtool", "-K", "eth0", "gro", "on"]);
+        }
+    }
     let sock = lab.control("r");
     let sock = sock.to_str().unwrap();
     let routes = |lab: &TestLab| -> serde_json::Value {
@@ -428,6 +453,12 @@ fn reload_and_route_changes_while_forwarding() {
         p.lines().rev().nth(1).unwrap_or("")
     );
     assert!(p.contains("300 received"), "{p}");
+    if fast {
+        // The echoes and their replies took the fast path (the first ones resolved the
+        // neighbours in user space).
+        let fp = &lab.counters("r")["fast_path"];
+        assert!(fp["forwarded"].as_u64().unwrap() >= 500, "{fp}");
+    }
     // A bad gateway is refused with a clear error, and nothing changes.
     let o = lab.tessera(&[
         "route",
@@ -542,4 +573,75 @@ fn forwards_after_overload() {
         &["ping", "-c", "5", "-i", "0.2", "-W", "2", "10.3.0.10"],
     );
     assert!(p.contains("5 received"), "{p}");
+}
+
+/// With the fast path on, a route deleted while frames flow is no longer followed by the
+/// fast path: the router answers net unreachable, as the user-space path says.
+#[test]
+fn the_fast_path_follows_route_changes() {
+    let dir = std::env::temp_dir().join(format!("tessera-fast-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["r.toml", "routes.txt"] {
+        let mut t = std::fs::read_to_string(repo_path(&format!("labs/single-router/{f}"))).unwrap();
+        if f == "r.toml" {
+            t.push_str("\n[io]\nfast_path = true\n");
+        }
+        std::fs::write(dir.join(f), t).unwrap();
+    }
+    let topo = std::fs::read_to_string(repo_path("labs/single-router.toml"))
+        .unwrap()
+        .replace("single-router/r.toml", "r.toml");
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &["--io", "xdp"]);
+    for h in ["src1", "sink1"] {
+        lab.sh(h, &["ethtool", "-K", "eth0", "gro", "on"]);
+    }
+    let sock = lab.control("r");
+    let sock = sock.to_str().unwrap();
+    let o = lab.tessera(&["show", "interfaces", "--control", sock]);
+    assert!(out(&o).contains("fast path"), "{}", out(&o));
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "5", "-i", "0.2", "-W", "2", "10.3.0.10"],
+    );
+    assert!(
+        p.contains("5 received") && p.matches("ttl=63").count() == 5,
+        "{p}"
+    );
+    std::thread::sleep(Duration::from_millis(300)); // neighbours reach the fast path
+    let fwd = |lab: &TestLab| {
+        lab.counters("r")["fast_path"]["forwarded"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = fwd(&lab);
+    lab.sh(
+        "src1",
+        &["ping", "-c", "5", "-i", "0.1", "-W", "2", "10.3.0.10"],
+    );
+    // Five echoes and five replies, none through user space.
+    assert_eq!(fwd(&lab) - before, 10, "{}", lab.counters("r"));
+    // 198.51.100.0/24 goes to sink1 (which does not answer for it): the fast path sends it.
+    let tx2 = |lab: &TestLab| {
+        lab.counters("r")["fast_path"]["interfaces"]["r-eth2"]["tx_forwarded"]
+            .as_u64()
+            .unwrap()
+    };
+    let t0 = tx2(&lab);
+    lab.exec(
+        "src1",
+        &["ping", "-c", "3", "-i", "0.1", "-W", "1", "198.51.100.7"],
+    );
+    assert_eq!(tx2(&lab) - t0, 3, "{}", lab.counters("r"));
+    let o = lab.tessera(&["route", "del", "198.51.100.0/24", "--control", sock]);
+    assert!(out(&o).contains("\"removed\": true"), "{}", out(&o));
+    let p = lab.exec(
+        "src1",
+        &["ping", "-c", "3", "-i", "0.1", "-W", "1", "198.51.100.7"],
+    );
+    let p = String::from_utf8_lossy(&p.stdout).into_owned();
+    assert!(p.contains("Destination Net Unreachable"), "{p}");
+    assert_eq!(tx2(&lab) - t0, 3, "{}", lab.counters("r"));
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -106,7 +106,12 @@ impl TestLab {
             .args(["lab", "up"])
             .arg(&lab.file)
             .args(["--name", &lab.name])
-            .args(["--io", io_backend()])
+            // A test that names its backend keeps it.
+            .args(if extra.contains(&"--io") {
+                vec![]
+            } else {
+                vec!["--io", io_backend()]
+            })
             .args(extra)
             .output()
             .unwrap();
