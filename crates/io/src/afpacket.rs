@@ -353,13 +353,43 @@ impl AfPacket {
         }
     }
 
-    /// A received frame as the kernel described it, copied into a pool buffer with its VLAN
-    /// tag put back; `None` (an oversize drop) when it does not fit or was truncated.
+    /// Copies a received frame as the kernel described it (`data`: `snap` bytes of it, or
+    /// `None` when it does not lie within its slot) into a pool buffer with its VLAN tag
+    /// put back, and appends it to `out`; counts it in `oversize` instead when it does not
+    /// fit or was truncated. Returns whether it was appended.
     ///
     /// # Safety
-    /// `data` points to `snap` readable bytes.
+    /// `data`, if given, points to `snap` readable bytes.
     #[allow(clippy::too_many_arguments)]
     unsafe fn take_frame(
+        pool: &mut Pool,
+        out: &mut Vec<Pkt>,
+        oversize: &mut u64,
+        data: Option<*const u8>,
+        snap: usize,
+        len: usize,
+        status: u32,
+        (tci, tpid): (u16, u16),
+        ns: u64,
+    ) -> bool {
+        // SAFETY: the caller's promise.
+        match data.and_then(|d| unsafe { Self::frame_copy(pool, d, snap, len, status, tci, tpid) })
+        {
+            Some(mut p) => {
+                p.meta.rx_ns = ns;
+                out.push(p);
+                true
+            }
+            None => {
+                *oversize += 1;
+                false
+            }
+        }
+    }
+
+    /// # Safety
+    /// `data` points to `snap` readable bytes.
+    unsafe fn frame_copy(
         pool: &mut Pool,
         data: *const u8,
         snap: usize,
@@ -367,7 +397,6 @@ impl AfPacket {
         status: u32,
         tci: u16,
         tpid: u16,
-        ns: u64,
     ) -> Option<Pkt> {
         let vlan = status & libc::TP_STATUS_VLAN_VALID != 0;
         let extra = if vlan { 4 } else { 0 };
@@ -391,7 +420,6 @@ impl AfPacket {
             p.data.extend_from_slice(data);
         }
         p.meta.csum_partial = status & libc::TP_STATUS_CSUMNOTREADY != 0;
-        p.meta.rx_ns = ns;
         Some(p)
     }
 
@@ -422,26 +450,19 @@ impl AfPacket {
                 let hdr = h.read();
                 let mac = hdr.tp_mac as usize;
                 let snap = hdr.tp_snaplen as usize;
-                let taken = if mac + snap > self.rx_frame_size {
-                    None
-                } else {
-                    Self::take_frame(
-                        pool,
-                        slot.add(mac),
-                        snap,
-                        hdr.tp_len as usize,
-                        st,
-                        hdr.tp_vlan_tci,
-                        hdr.tp_vlan_tpid,
-                        hdr.tp_sec as u64 * 1_000_000_000 + hdr.tp_nsec as u64,
-                    )
-                };
-                match taken {
-                    Some(p) => {
-                        out.push(p);
-                        n += 1;
-                    }
-                    None => *oversize += 1,
+                let fits = mac + snap <= self.rx_frame_size;
+                if Self::take_frame(
+                    pool,
+                    out,
+                    oversize,
+                    fits.then(|| slot.add(mac) as *const u8),
+                    snap,
+                    hdr.tp_len as usize,
+                    st,
+                    (hdr.tp_vlan_tci, hdr.tp_vlan_tpid),
+                    hdr.tp_sec as u64 * 1_000_000_000 + hdr.tp_nsec as u64,
+                ) {
+                    n += 1;
                 }
             }
             status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
@@ -552,26 +573,19 @@ impl Port for AfPacket {
                     let hdr = (base.add(off) as *const libc::tpacket3_hdr).read();
                     let mac = off + hdr.tp_mac as usize;
                     let snap = hdr.tp_snaplen as usize;
-                    let taken = if mac + snap > self.rx_block_size {
-                        None
-                    } else {
-                        Self::take_frame(
-                            pool,
-                            base.add(mac),
-                            snap,
-                            hdr.tp_len as usize,
-                            hdr.tp_status,
-                            hdr.hv1.tp_vlan_tci as u16,
-                            hdr.hv1.tp_vlan_tpid,
-                            hdr.tp_sec as u64 * 1_000_000_000 + hdr.tp_nsec as u64,
-                        )
-                    };
-                    match taken {
-                        Some(p) => {
-                            out.push(p);
-                            n += 1;
-                        }
-                        None => *oversize += 1,
+                    let fits = mac + snap <= self.rx_block_size;
+                    if Self::take_frame(
+                        pool,
+                        out,
+                        oversize,
+                        fits.then(|| base.add(mac)),
+                        snap,
+                        hdr.tp_len as usize,
+                        hdr.tp_status,
+                        (hdr.hv1.tp_vlan_tci as u16, hdr.hv1.tp_vlan_tpid),
+                        hdr.tp_sec as u64 * 1_000_000_000 + hdr.tp_nsec as u64,
+                    ) {
+                        n += 1;
                     }
                     if hdr.tp_next_offset == 0 {
                         break;

@@ -256,16 +256,17 @@ impl FastPath {
                 SLOW
             }
         };
-        if tbl24.len() == 1 << 24 {
-            for (w, c) in words[..NH_BASE as usize]
-                .iter_mut()
-                .zip(tbl24.chunks_exact(4))
-            {
-                *w = entry(c[0]) as u64
-                    | (entry(c[1]) as u64) << 16
-                    | (entry(c[2]) as u64) << 32
-                    | (entry(c[3]) as u64) << 48;
+        // Four 16-bit entries to a word, the first in the low bits.
+        let pack = |words: &mut [u64], entries: &[u32]| {
+            for (w, c) in words.iter_mut().zip(entries.chunks_exact(4)) {
+                *w = c
+                    .iter()
+                    .rev()
+                    .fold(0u64, |acc, &e| acc << 16 | entry(e) as u64);
             }
+        };
+        if tbl24.len() == 1 << 24 {
+            pack(&mut words[..NH_BASE as usize], tbl24);
         } else {
             let w = NO_ROUTE as u64;
             words[..NH_BASE as usize].fill(w | w << 16 | w << 32 | w << 48);
@@ -281,15 +282,7 @@ impl FastPath {
                 _ => NH_SLOW,
             };
         }
-        for (w, c) in words[TBL8_BASE as usize..]
-            .iter_mut()
-            .zip(tbl8.chunks_exact(4))
-        {
-            *w = entry(c[0]) as u64
-                | (entry(c[1]) as u64) << 16
-                | (entry(c[2]) as u64) << 32
-                | (entry(c[3]) as u64) << 48;
-        }
+        pack(&mut words[TBL8_BASE as usize..], tbl8);
         // SAFETY: m/len came from mmap above; `words` is not used after this.
         unsafe { libc::munmap(m, len) };
         let key = 0u32;
@@ -450,7 +443,6 @@ const STX_B: u8 = 0x73;
 const STX_H: u8 = 0x6b;
 const STX_W: u8 = 0x63;
 const STX_DW: u8 = 0x7b;
-const ST_W: u8 = 0x62;
 const MOV_X: u8 = 0xbf;
 const MOV_K: u8 = 0xb7;
 const ADD_X: u8 = 0x0f;
@@ -505,6 +497,46 @@ impl Asm {
     fn label(&mut self, l: &'static str) -> &mut Self {
         self.labels.insert(l, self.code.len());
         self
+    }
+    /// `r0 = lookup(map, key)` with the 32-bit key in register `key` (written to the
+    /// stack at -8); the map is register `map` (a table) or, with `map` 0, the map `fd`.
+    /// A miss goes to `slow`.
+    fn lookup(&mut self, map: u8, fd: i32, key: u8) -> &mut Self {
+        self.i(STX_W, 10, key, -8, 0)
+            .i(MOV_X, 2, 10, 0, 0)
+            .i(ADD_K, 2, 0, 0, -8);
+        if map == 0 {
+            self.map(1, fd);
+        } else {
+            self.i(MOV_X, 1, map, 0, 0);
+        }
+        self.i(CALL, 0, 0, 0, MAP_LOOKUP).j(JEQ_K, 0, 0, 0, "slow")
+    }
+    /// `r1` = the 16-bit entry of the word at `r0` that the bits of the destination (r9)
+    /// from `shift` name (two bits: which of the word's four entries).
+    fn entry(&mut self, shift: i32) -> &mut Self {
+        self.i(LDX_DW, 1, 0, 0, 0).i(MOV_X, 2, 9, 0, 0);
+        if shift > 0 {
+            self.i(RSH_K, 2, 0, 0, shift);
+        }
+        self.i(AND_K, 2, 0, 0, 3)
+            .i(LSH_K, 2, 0, 0, 4)
+            .i(RSH_X, 1, 2, 0, 0)
+            .i(AND_K, 1, 0, 0, 0xffff)
+    }
+    /// Adds one to the counter at byte `off` of the stats entry of the port in register
+    /// `port` (written to the stack at -8), then goes on at `next`.
+    fn count(&mut self, stats: i32, port: u8, off: i16, next: &'static str) -> &mut Self {
+        self.i(STX_W, 10, port, -8, 0)
+            .i(MOV_X, 2, 10, 0, 0)
+            .i(ADD_K, 2, 0, 0, -8)
+            .map(1, stats)
+            .i(CALL, 0, 0, 0, MAP_LOOKUP)
+            .j(JEQ_K, 0, 0, 0, next)
+            .i(LDX_DW, 1, 0, off, 0)
+            .i(ADD_K, 1, 0, 0, 1)
+            .i(STX_DW, 0, 1, off, 0)
+            .label(next)
     }
     /// Folds the 32-bit one's-complement sum in `r` to 16 bits (`t`: scratch).
     fn fold(&mut self, r: u8, t: u8) -> &mut Self {
@@ -614,28 +646,13 @@ fn program(f: &ProgramFacts, [fib, neigh, ports, tx, stats, xsk]: [i32; 6]) -> V
     a.label("lookup")
         .i(LDX_W, 9, 7, 30, 0)
         .i(TO_BE, 9, 0, 0, 32) // destination, host order
-        .i(ST_W, 10, 0, -8, 0)
-        .i(MOV_X, 2, 10, 0, 0)
-        .i(ADD_K, 2, 0, 0, -8)
-        .map(1, fib)
-        .i(CALL, 0, 0, 0, MAP_LOOKUP)
-        .j(JEQ_K, 0, 0, 0, "slow")
+        .i(MOV_K, 1, 0, 0, 0)
+        .lookup(0, fib, 1)
         .i(MOV_X, 6, 0, 0, 0) // r6 = the table
         .i(MOV_X, 1, 9, 0, 0)
-        .i(RSH_K, 1, 0, 0, 10)
-        .i(STX_W, 10, 1, -8, 0) // first-level word
-        .i(MOV_X, 2, 10, 0, 0)
-        .i(ADD_K, 2, 0, 0, -8)
-        .i(MOV_X, 1, 6, 0, 0)
-        .i(CALL, 0, 0, 0, MAP_LOOKUP)
-        .j(JEQ_K, 0, 0, 0, "slow")
-        .i(LDX_DW, 1, 0, 0, 0)
-        .i(MOV_X, 2, 9, 0, 0)
-        .i(RSH_K, 2, 0, 0, 8)
-        .i(AND_K, 2, 0, 0, 3)
-        .i(LSH_K, 2, 0, 0, 4)
-        .i(RSH_X, 1, 2, 0, 0)
-        .i(AND_K, 1, 0, 0, 0xffff)
+        .i(RSH_K, 1, 0, 0, 10) // first-level word
+        .lookup(6, 0, 1)
+        .entry(8)
         .j(JSET_K, 1, 0, 0x8000, "group")
         .j(JA, 0, 0, 0, "hop")
         .label("group")
@@ -646,27 +663,12 @@ fn program(f: &ProgramFacts, [fib, neigh, ports, tx, stats, xsk]: [i32; 6]) -> V
         .i(AND_K, 2, 0, 0, 0xff)
         .i(RSH_K, 2, 0, 0, 2)
         .i(ADD_X, 1, 2, 0, 0)
-        .i(STX_W, 10, 1, -8, 0)
-        .i(MOV_X, 2, 10, 0, 0)
-        .i(ADD_K, 2, 0, 0, -8)
-        .i(MOV_X, 1, 6, 0, 0)
-        .i(CALL, 0, 0, 0, MAP_LOOKUP)
-        .j(JEQ_K, 0, 0, 0, "slow")
-        .i(LDX_DW, 1, 0, 0, 0)
-        .i(MOV_X, 2, 9, 0, 0)
-        .i(AND_K, 2, 0, 0, 3)
-        .i(LSH_K, 2, 0, 0, 4)
-        .i(RSH_X, 1, 2, 0, 0)
-        .i(AND_K, 1, 0, 0, 0xffff)
+        .lookup(6, 0, 1)
+        .entry(0)
         .j(JSET_K, 1, 0, 0x8000, "slow") // cannot happen (groups do not nest)
         .label("hop")
         .i(ADD_K, 1, 0, 0, NH_BASE as i32)
-        .i(STX_W, 10, 1, -8, 0)
-        .i(MOV_X, 2, 10, 0, 0)
-        .i(ADD_K, 2, 0, 0, -8)
-        .i(MOV_X, 1, 6, 0, 0)
-        .i(CALL, 0, 0, 0, MAP_LOOKUP)
-        .j(JEQ_K, 0, 0, 0, "slow")
+        .lookup(6, 0, 1)
         .i(LDX_DW, 1, 0, 0, 0) // port << 32 | gateway, or slow
         .i(MOV_X, 2, 1, 0, 0)
         .i(RSH_K, 2, 0, 0, 63)
@@ -684,12 +686,7 @@ fn program(f: &ProgramFacts, [fib, neigh, ports, tx, stats, xsk]: [i32; 6]) -> V
         .i(STX_DW, 10, 2, -16, 0) // neighbour key
         // The egress port: MAC and MTU.
         .i(LDX_DW, 1, 10, -40, 0)
-        .i(STX_W, 10, 1, -8, 0)
-        .i(MOV_X, 2, 10, 0, 0)
-        .i(ADD_K, 2, 0, 0, -8)
-        .map(1, ports)
-        .i(CALL, 0, 0, 0, MAP_LOOKUP)
-        .j(JEQ_K, 0, 0, 0, "slow")
+        .lookup(0, ports, 1)
         .i(LDX_DW, 1, 0, 0, 0)
         .i(STX_DW, 10, 1, -48, 0)
         .i(RSH_K, 1, 0, 0, 48) // MTU
@@ -723,27 +720,10 @@ fn program(f: &ProgramFacts, [fib, neigh, ports, tx, stats, xsk]: [i32; 6]) -> V
         .i(TO_BE, 1, 0, 0, 16)
         .i(STX_H, 7, 1, 24, 0)
         // Count: forwarded in here, out there.
-        .i(ST_W, 10, 0, -8, f.port as i32)
-        .i(MOV_X, 2, 10, 0, 0)
-        .i(ADD_K, 2, 0, 0, -8)
-        .map(1, stats)
-        .i(CALL, 0, 0, 0, MAP_LOOKUP)
-        .j(JEQ_K, 0, 0, 0, "out")
-        .i(LDX_DW, 1, 0, 0, 0)
-        .i(ADD_K, 1, 0, 0, 1)
-        .i(STX_DW, 0, 1, 0, 0)
-        .label("out")
+        .i(MOV_K, 1, 0, 0, f.port as i32)
+        .count(stats, 1, 0, "out")
         .i(LDX_DW, 1, 10, -40, 0)
-        .i(STX_W, 10, 1, -8, 0)
-        .i(MOV_X, 2, 10, 0, 0)
-        .i(ADD_K, 2, 0, 0, -8)
-        .map(1, stats)
-        .i(CALL, 0, 0, 0, MAP_LOOKUP)
-        .j(JEQ_K, 0, 0, 0, "send")
-        .i(LDX_DW, 1, 0, 16, 0)
-        .i(ADD_K, 1, 0, 0, 1)
-        .i(STX_DW, 0, 1, 16, 0)
-        .label("send")
+        .count(stats, 1, 16, "counted")
         .i(LDX_DW, 2, 10, -40, 0)
         .map(1, tx)
         .i(MOV_K, 3, 0, 0, 0)
@@ -751,16 +731,8 @@ fn program(f: &ProgramFacts, [fib, neigh, ports, tx, stats, xsk]: [i32; 6]) -> V
         .i(EXIT, 0, 0, 0, 0)
         // Everything else: to the port's socket.
         .label("slow")
-        .i(ST_W, 10, 0, -8, f.port as i32)
-        .i(MOV_X, 2, 10, 0, 0)
-        .i(ADD_K, 2, 0, 0, -8)
-        .map(1, stats)
-        .i(CALL, 0, 0, 0, MAP_LOOKUP)
-        .j(JEQ_K, 0, 0, 0, "xsk")
-        .i(LDX_DW, 1, 0, 8, 0)
-        .i(ADD_K, 1, 0, 0, 1)
-        .i(STX_DW, 0, 1, 8, 0)
-        .label("xsk")
+        .i(MOV_K, 1, 0, 0, f.port as i32)
+        .count(stats, 1, 8, "xsk")
         .i(LDX_DW, 2, 10, -32, 0)
         .map(1, xsk)
         .i(MOV_K, 3, 0, 0, XDP_PASS)

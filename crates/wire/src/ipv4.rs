@@ -333,27 +333,33 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// [`Packet::fill_transport_checksum`] writes the same value back, so a receiver that
     /// cannot be told which frames are partial may fill in every frame this says yes to.
     pub fn transport_checksum_looks_partial(&self) -> bool {
-        if self.is_fragment() {
+        let Some(at) = self.transport_checksum_at() else {
             return false;
-        }
-        let proto = self.protocol();
-        let at = match proto {
-            protocol::TCP => crate::tcp::CHECKSUM_AT,
-            protocol::UDP => crate::udp::CHECKSUM_AT,
-            _ => return false,
         };
         let p = self.payload();
-        if p.len() < at + 2 || p.len() > u16::MAX as usize {
-            return false;
-        }
         let field = u16::from_be_bytes([p[at], p[at + 1]]);
         let pseudo = checksum::fold(checksum::pseudo_header(
             self.src(),
             self.dst(),
-            proto,
+            self.protocol(),
             p.len() as u16,
         ));
         field == pseudo
+    }
+
+    /// Where the TCP or UDP checksum field sits in the payload of an unfragmented packet
+    /// whose transport header fits; `None` for other protocols, fragments or short ones.
+    fn transport_checksum_at(&self) -> Option<usize> {
+        if self.is_fragment() {
+            return None;
+        }
+        let at = match self.protocol() {
+            protocol::TCP => crate::tcp::CHECKSUM_AT,
+            protocol::UDP => crate::udp::CHECKSUM_AT,
+            _ => return None,
+        };
+        let n = self.payload().len();
+        (n >= at + 2 && n <= u16::MAX as usize).then_some(at)
     }
 
     /// Computes the TCP or UDP checksum of an unfragmented packet from scratch. Used for
@@ -361,19 +367,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// there). Returns false (and changes nothing) for other protocols, fragments, or a
     /// transport header that does not fit.
     pub fn fill_transport_checksum(&mut self) -> bool {
-        if self.is_fragment() {
+        let Some(at) = self.transport_checksum_at() else {
             return false;
-        }
-        let (src, dst, proto) = (self.src(), self.dst(), self.protocol());
-        let at = match proto {
-            protocol::TCP => crate::tcp::CHECKSUM_AT,
-            protocol::UDP => crate::udp::CHECKSUM_AT,
-            _ => return false,
         };
+        let (src, dst, proto) = (self.src(), self.dst(), self.protocol());
         let p = self.payload_mut();
-        if p.len() < at + 2 || p.len() > u16::MAX as usize {
-            return false;
-        }
         p[at] = 0;
         p[at + 1] = 0;
         let s = checksum::pseudo_header(src, dst, proto, p.len() as u16) + checksum::sum(p);
@@ -552,6 +550,51 @@ mod tests {
         let p = Packet::new_checked(&v[..]).unwrap();
         assert_eq!(p.payload().len(), 4);
         assert_eq!(p.packet().len(), 28);
+    }
+
+    /// A UDP datagram's checksum field: complete, or only the pseudo-header sum (as a
+    /// sender that left it to offload writes it); filling in recovers the complete one, and
+    /// filling in a complete one changes nothing.
+    #[test]
+    fn partial_transport_checksums_are_recognised_and_filled() {
+        let mut v = vec![
+            0x45,
+            0,
+            0,
+            32,
+            0,
+            1,
+            0,
+            0,
+            64,
+            protocol::UDP,
+            0,
+            0,
+            10,
+            1,
+            0,
+            10,
+            10,
+            3,
+            0,
+            10,
+        ];
+        v.extend([0x30, 0x39, 0x04, 0xd2, 0, 12, 0, 0, b'p', b'i', b'n', b'g']);
+        let mut p = Packet::new_checked(&mut v[..]).unwrap();
+        p.fill_checksum();
+        assert!(p.fill_transport_checksum());
+        let complete = p.payload()[6..8].to_vec();
+        assert!(!p.transport_checksum_looks_partial());
+        let pseudo = checksum::fold(checksum::pseudo_header(p.src(), p.dst(), protocol::UDP, 12));
+        p.payload_mut()[6..8].copy_from_slice(&pseudo.to_be_bytes());
+        assert!(p.transport_checksum_looks_partial());
+        assert!(p.fill_transport_checksum());
+        assert_eq!(p.payload()[6..8], complete[..]);
+        assert!(p.fill_transport_checksum());
+        assert_eq!(p.payload()[6..8], complete[..]);
+        // Not for fragments or other protocols.
+        p.set_frag(false, true, 0);
+        assert!(!p.transport_checksum_looks_partial());
     }
 
     proptest! {
