@@ -69,6 +69,10 @@ pub struct Link {
     /// MTU of both ends (default 1500).
     #[serde(default)]
     pub mtu: Option<u32>,
+    /// Receive and transmit queues of both ends (default 1, at most 64): a multi-queue
+    /// link, as a NIC with RSS has, for elements that serve every queue.
+    #[serde(default)]
+    pub queues: Option<u32>,
     /// MAC of end `a` (default: derived from the lab, node and interface names). Fixed MACs
     /// let element configs name each other (an LB's back-ends, its Virtual-CP).
     #[serde(default)]
@@ -215,6 +219,9 @@ impl Lab {
             }
         }
         for (i, l) in self.topo.link.iter().enumerate() {
+            if let Some(q) = l.queues.filter(|q| !(1..=64).contains(q)) {
+                return Err(format!("link {i}: queues = {q}: use 1 to 64"));
+            }
             for m in [&l.a_mac, &l.b_mac].into_iter().flatten() {
                 match m.parse::<wire::MacAddr>() {
                     Ok(x) if !x.is_multicast() && !x.is_zero() => {}
@@ -386,11 +393,30 @@ impl Lab {
             let (na, ia, _) = &ends[0];
             let (nb, ib, _) = &ends[1];
             let (nsa, nsb) = (self.ns(na), self.ns(nb));
+            let q = l.queues.unwrap_or(1).to_string();
             cmd::run(
                 "ip",
                 &[
-                    "link", "add", ia, "netns", &nsa, "type", "veth", "peer", "name", ib, "netns",
+                    "link",
+                    "add",
+                    ia,
+                    "netns",
+                    &nsa,
+                    "numtxqueues",
+                    &q,
+                    "numrxqueues",
+                    &q,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    ib,
+                    "netns",
                     &nsb,
+                    "numtxqueues",
+                    &q,
+                    "numrxqueues",
+                    &q,
                 ],
             )?;
             let mtu = l.mtu.unwrap_or(1500).to_string();
@@ -763,6 +789,11 @@ b = "sw"
             lab(&OK.replace("b = \"sw\"\n[[link]]", "b = \"nope\"\n[[link]]"))
                 .unwrap_err()
                 .contains("no node named \"nope\"")
+        );
+        assert!(
+            lab(&OK.replace("a = \"h1:eth0\"", "a = \"h1:eth0\"\nqueues = 0"))
+                .unwrap_err()
+                .contains("queues = 0: use 1 to 64")
         );
         assert!(lab(&OK.replace("a = \"h1:eth0\"", "a = \"h1\""))
             .unwrap_err()

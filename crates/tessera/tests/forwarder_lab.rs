@@ -645,3 +645,74 @@ fn the_fast_path_follows_route_changes() {
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `backend = "auto"` takes AF_XDP where it can and falls back per port, saying why: a
+/// two-queue link gets a socket on each queue; a link whose MTU is above what an AF_XDP
+/// frame holds gets AF_PACKET and a log line. Frames cross between the two kinds.
+#[test]
+fn auto_backend_serves_every_queue_and_falls_back_per_port() {
+    let dir = std::env::temp_dir().join(format!("tessera-auto-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["r.toml", "routes.txt"] {
+        let t = std::fs::read_to_string(repo_path(&format!("labs/single-router/{f}"))).unwrap();
+        std::fs::write(dir.join(f), t).unwrap();
+    }
+    let topo = std::fs::read_to_string(repo_path("labs/single-router.toml"))
+        .unwrap()
+        .replace("single-router/r.toml", "r.toml")
+        .replace("b = \"r:r-eth0\"", "b = \"r:r-eth0\"\nqueues = 2")
+        .replace("b = \"r:r-eth2\"", "b = \"r:r-eth2\"\nmtu = 4000");
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &["--io", "auto"]);
+    let o = lab.tessera(&[
+        "show",
+        "interfaces",
+        "--control",
+        lab.control("r").to_str().unwrap(),
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let port = |n: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["name"] == n)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(port("r-eth0")["backend"], "xdp", "{v}");
+    assert!(
+        port("r-eth0")["io_mode"]
+            .as_str()
+            .unwrap()
+            .ends_with("2 queues"),
+        "{v}"
+    );
+    assert_eq!(port("r-eth1")["backend"], "xdp", "{v}");
+    assert_eq!(port("r-eth2")["backend"], "packet", "{v}");
+    let log = std::fs::read_to_string(
+        std::path::Path::new(lab::topology::RUN_DIR)
+            .join(&lab.name)
+            .join("r.log"),
+    )
+    .unwrap();
+    assert!(
+        log.contains("AF_XDP unavailable") && log.contains("r-eth2") && log.contains("MTU 4000"),
+        "{log}"
+    );
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.3.0.10"],
+    );
+    assert!(p.contains("3 received"), "{p}");
+    // TCP both ways across an AF_XDP port and an AF_PACKET one.
+    lab.sh("sink1", &["iperf3", "-s", "-1", "-D"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let t = lab.sh("src1", &["iperf3", "-c", "10.3.0.10", "-t", "1", "-J"]);
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    assert!(
+        v["end"]["sum_received"]["bytes"].as_u64().unwrap() > 1_000_000,
+        "{t}"
+    );
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
