@@ -62,19 +62,30 @@ pub enum AnyPort {
 /// Opens `name` on `backend`. With [`Backend::Auto`], an AF_XDP failure falls back to
 /// AF_PACKET and is logged with its reason.
 pub fn open(name: &str, backend: Backend) -> std::io::Result<AnyPort> {
-    open_with(name, backend, None)
+    open_with(name, backend, RxRing::Frames, None)
 }
 
-/// As [`open`], with the AF_XDP port's program made by `program` (given the port's socket
-/// map) instead of the plain redirect: the fast path's. AF_PACKET ports have none.
+/// As [`open`], with the AF_PACKET receive ring `ring`, and the AF_XDP port's program made
+/// by `program` (given the port's socket map) instead of the plain redirect: the fast
+/// path's. AF_PACKET ports have none.
 pub fn open_with(
     name: &str,
     backend: Backend,
+    ring: RxRing,
     program: Option<xsk::ProgramFor>,
 ) -> std::io::Result<AnyPort> {
     let cfg = xsk::XskConfig::default();
     let mode = xsk::AttachMode::Auto;
-    let packet = || AfPacket::open(name, RingConfig::default()).map(AnyPort::Packet);
+    let packet = || {
+        AfPacket::open(
+            name,
+            RingConfig {
+                rx_ring: ring,
+                ..Default::default()
+            },
+        )
+        .map(AnyPort::Packet)
+    };
     match backend {
         Backend::Packet => packet(),
         Backend::Xdp => XdpPort::open_with(name, cfg, mode, program).map(AnyPort::Xdp),

@@ -881,9 +881,9 @@ fn forwarder(config: &Path, control: Option<&Path>, io: Option<io::Backend>) -> 
                     Ok(fp) => fp.program(&facts, xsk),
                     Err(_) => Vec::new(),
                 };
-                io::open_with(name, cfg.io.backend, Some(&program))?
+                io::open_with(name, cfg.io.backend, cfg.io.packet_ring, Some(&program))?
             }
-            None => io::open(name, cfg.io.backend)?,
+            None => io::open_with(name, cfg.io.backend, cfg.io.packet_ring, None)?,
         };
         let info = port.info();
         tracing::info!(interface = name, backend = info.backend, mode = %info.mode, "port open");
@@ -918,10 +918,13 @@ fn take_port(name: &str) -> Result<control::run::Link> {
     })
 }
 
-/// Takes an interface from the kernel's IP stack and opens its port on `backend`.
-fn open_port(name: &str, backend: io::Backend) -> Result<(io::AnyPort, control::run::Link)> {
+/// Takes an interface from the kernel's IP stack and opens its port as `io` says.
+fn open_port(
+    name: &str,
+    io: &control::config::IoConfig,
+) -> Result<(io::AnyPort, control::run::Link)> {
     let link = take_port(name)?;
-    let port = io::open(name, backend)?;
+    let port = io::open_with(name, io.backend, io.packet_ring, None)?;
     let info = dataplane::port::Port::info(&port);
     tracing::info!(interface = name, backend = info.backend, mode = %info.mode, "port open");
     Ok((port, link))
@@ -944,7 +947,7 @@ fn balancer(config: &Path, control: Option<&Path>, io: Option<io::Backend>) -> R
     let mut ports = Vec::new();
     let mut links = Vec::new();
     for i in &cfg.interfaces {
-        let (port, link) = open_port(&i.name, cfg.io.backend)?;
+        let (port, link) = open_port(&i.name, &cfg.io)?;
         ports.push(port);
         links.push(link);
     }
