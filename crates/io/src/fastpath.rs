@@ -30,11 +30,11 @@
 //! - `stats`: per CPU and port, frames forwarded in (received), sent to user space, and
 //!   forwarded out (sent).
 
-use crate::xdp::{bpf, insn, u32s, BPF_PSEUDO_MAP_FD};
+use crate::xdp::{bpf, insn, map_create, map_update, u32s, BPF_PSEUDO_MAP_FD};
 use std::collections::HashMap;
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
@@ -73,33 +73,6 @@ pub enum Hop {
     },
     /// Anything else (ECMP, a VLAN sub-interface): user space decides.
     Slow,
-}
-
-fn map_create(
-    kind: u32,
-    key: u32,
-    value: u32,
-    entries: u32,
-    flags: u32,
-    inner: i32,
-    what: &str,
-) -> io::Result<OwnedFd> {
-    let mut attr = [0u64; 16];
-    attr[0] = u32s(kind, key);
-    attr[1] = u32s(value, entries);
-    attr[2] = u32s(flags, inner as u32);
-    let fd = bpf(crate::xdp::BPF_MAP_CREATE, &mut attr)
-        .map_err(|e| io::Error::new(e.kind(), format!("bpf map create ({what}): {e}")))?;
-    // SAFETY: the kernel just returned this descriptor to us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn map_update<K, V>(map: &OwnedFd, key: &K, value: &V) -> io::Result<()> {
-    let mut attr = [0u64; 16];
-    attr[0] = u32s(map.as_raw_fd() as u32, 0);
-    attr[1] = key as *const K as u64;
-    attr[2] = value as *const V as u64;
-    bpf(crate::xdp::BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
 }
 
 fn map_delete<K>(map: &OwnedFd, key: &K) -> io::Result<()> {
@@ -374,7 +347,7 @@ pub const TO_USER_SPACE: u32 = XDP_PASS as u32;
 impl FastPath {
     /// The program of a port, loaded and not attached.
     pub fn detached(&self, f: &ProgramFacts) -> io::Result<Detached> {
-        let xsk = map_create(17, 4, 4, 1, 0, 0, "XSKMAP")?;
+        let xsk = map_create(crate::xsk::BPF_MAP_TYPE_XSKMAP, 4, 4, 1, 0, 0, "XSKMAP")?;
         let code = self.program(f, xsk.as_raw_fd());
         Ok(Detached {
             prog: crate::xsk::load_xdp(&code, "tessera_fast")?,

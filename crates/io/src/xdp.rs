@@ -298,6 +298,35 @@ fn dest_map(d: &Dests) -> io::Result<OwnedFd> {
     Ok(map)
 }
 
+/// Creates a BPF map; an error names it (`what`).
+pub(crate) fn map_create(
+    kind: u32,
+    key: u32,
+    value: u32,
+    entries: u32,
+    flags: u32,
+    inner: i32,
+    what: &str,
+) -> io::Result<OwnedFd> {
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(kind, key);
+    attr[1] = u32s(value, entries);
+    attr[2] = u32s(flags, inner as u32);
+    let fd = bpf(BPF_MAP_CREATE, &mut attr)
+        .map_err(|e| io::Error::new(e.kind(), format!("bpf map create ({what}): {e}")))?;
+    // SAFETY: the kernel just returned this descriptor to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sets `key` to `value` in `map`.
+pub(crate) fn map_update<K, V>(map: &OwnedFd, key: &K, value: &V) -> io::Result<()> {
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(map.as_raw_fd() as u32, 0);
+    attr[1] = key as *const K as u64;
+    attr[2] = value as *const V as u64;
+    bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
+}
+
 /// A loaded generator program and its frame.
 pub struct XdpGen {
     prog: OwnedFd,

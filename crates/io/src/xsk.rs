@@ -51,7 +51,7 @@ const XDP_UMEM_PGOFF_COMPLETION_RING: i64 = 0x1_8000_0000;
 /// from 6.17). Older kernels send 32 a call; the transmit path kicks again while the
 /// kernel reports more.
 const XDP_MAX_TX_SKB_BUDGET: i32 = 9;
-const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+pub(crate) const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_LINK_CREATE: i32 = 28;
 const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
@@ -664,13 +664,7 @@ fn attach(
     mode: AttachMode,
     program: Option<ProgramFor>,
 ) -> io::Result<Attached> {
-    let mut attr = [0u64; 16];
-    attr[0] = u32s(BPF_MAP_TYPE_XSKMAP, 4);
-    attr[1] = u32s(4, queues.max(1));
-    let map = bpf(crate::xdp::BPF_MAP_CREATE, &mut attr)
-        .map_err(|e| io::Error::new(e.kind(), format!("bpf map create (XSKMAP): {e}")))?;
-    // SAFETY: the kernel just returned this descriptor to us.
-    let map = unsafe { OwnedFd::from_raw_fd(map) };
+    let map = crate::xdp::map_create(BPF_MAP_TYPE_XSKMAP, 4, 4, queues.max(1), 0, 0, "XSKMAP")?;
     let code = match program {
         Some(p) => p(map.as_raw_fd()),
         None => redirect_program(map.as_raw_fd()),
@@ -823,11 +817,7 @@ impl XdpPort {
             let s = Socket::open(ifindex, q, cfg)
                 .map_err(|e| io::Error::new(e.kind(), format!("{name}: AF_XDP queue {q}: {e}")))?;
             let fd = s.fd.as_raw_fd() as u32;
-            let mut attr = [0u64; 16];
-            attr[0] = u32s(shared.0.map.as_raw_fd() as u32, 0);
-            attr[1] = &q as *const u32 as u64;
-            attr[2] = &fd as *const u32 as u64;
-            bpf(crate::xdp::BPF_MAP_UPDATE_ELEM, &mut attr)
+            crate::xdp::map_update(&shared.0.map, &q, &fd)
                 .map_err(|e| io::Error::new(e.kind(), format!("{name}: XSKMAP queue {q}: {e}")))?;
             sockets.push(s);
         }
