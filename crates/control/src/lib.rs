@@ -4,6 +4,7 @@
 pub mod balancer;
 pub mod config;
 pub mod ctlsock;
+pub mod distrib;
 pub mod fast;
 pub mod fuzzing;
 pub mod routes;

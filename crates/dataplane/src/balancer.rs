@@ -649,6 +649,9 @@ impl Balancer {
                 self.counters.event(Event::DistVcpApplied);
                 Ok(())
             }
+            // Routes and their acknowledgements are between the controller and the
+            // back-ends; an LB sees them only when the interconnection floods them.
+            dist::Message::Routes(_) | dist::Message::FibAck(_) => Ok(()),
         }
     }
 

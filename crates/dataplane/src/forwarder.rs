@@ -114,6 +114,17 @@ enum IcmpError {
     ParamProblem(u8),
 }
 
+/// How a back-end's worker hands the controller's route messages to the thread that owns
+/// the route writer, and sends what that thread answers. Route changes are applied off the
+/// worker, so a full table never stalls forwarding; a full queue is a counted drop
+/// (`dist_queue_full`), which the controller's retransmission repairs.
+pub struct FibLink {
+    /// Route messages and the MAC of the controller that sent them.
+    pub to_writer: std::sync::mpsc::SyncSender<(MacAddr, wire::dist::RouteBatch)>,
+    /// Whole Ethernet frames (acknowledgements) to send out of the internal port.
+    pub from_writer: std::sync::mpsc::Receiver<Vec<u8>>,
+}
+
 /// The back-end role: hellos out of the internal port.
 #[derive(Debug, Clone)]
 struct Backend {
@@ -141,6 +152,8 @@ pub struct Forwarder {
     /// (port, VLAN id, interface) of each sub-interface.
     subifs: Vec<(u16, u16, u16)>,
     backend: Option<Backend>,
+    /// The back-end's link to its route writer (see [`FibLink`]).
+    fib_link: Option<FibLink>,
     /// The route writer, while this forwarder owns it (see [`Forwarder::take_routes`]).
     routes: Option<RouteTable>,
     readers: RouteReaders,
@@ -192,6 +205,7 @@ impl Forwarder {
             untagged,
             subifs,
             backend: None,
+            fib_link: None,
             routes: Some(table),
             readers,
             snap: None,
@@ -217,12 +231,23 @@ impl Forwarder {
         });
     }
 
+    /// Connects a back-end to its route writer (see [`FibLink`]).
+    pub fn set_fib_link(&mut self, link: FibLink) {
+        self.fib_link = Some(link);
+    }
+
     /// How long the run loop may wait between [`Forwarder::poll`] calls: [`POLL_INTERVAL`],
-    /// or less for a back-end whose hellos are due more often.
+    /// or less for a back-end whose hellos are due more often, and at most
+    /// [`WRITER_POLL_INTERVAL`] for one with a route writer, whose acknowledgements pace
+    /// the controller.
     pub fn poll_interval(&self) -> Duration {
-        match &self.backend {
+        let d = match &self.backend {
             Some(b) => POLL_INTERVAL.min(b.interval / 4),
             None => POLL_INTERVAL,
+        };
+        match &self.fib_link {
+            Some(_) => d.min(WRITER_POLL_INTERVAL),
+            None => d,
         }
     }
 
@@ -406,6 +431,23 @@ impl Forwarder {
             return self.drop_pkt(p, Drop::DistNotInternal);
         }
         match wire::dist::Repr::parse(&p.data[ETH..]) {
+            Ok(wire::dist::Repr {
+                msg: wire::dist::Message::Routes(b),
+                ..
+            }) => {
+                let src = MacAddr::from_slice(&p.data[6..12]);
+                self.pool.put(p);
+                let Some(link) = &self.fib_link else {
+                    return self.counters.count(Drop::DistNoRouteWriter);
+                };
+                match link.to_writer.try_send((src, b)) {
+                    Ok(()) => {
+                        self.counters.event(Event::DistReceived);
+                        self.counters.event(Event::DistRoutesReceived);
+                    }
+                    Err(_) => self.counters.count(Drop::DistQueueFull),
+                }
+            }
             Ok(_) => {
                 self.counters.event(Event::DistReceived);
                 self.pool.put(p);
@@ -474,9 +516,23 @@ impl Forwarder {
         }
     }
 
+    /// Sends what the route writer answered (acknowledgements) out of the internal port.
+    fn send_writer_frames(&mut self, tx: &mut TxQueues) {
+        let (Some(link), Some(b)) = (&self.fib_link, &self.backend) else {
+            return;
+        };
+        let internal = b.internal;
+        while let Ok(frame) = link.from_writer.try_recv() {
+            let mut p = self.pool.get();
+            p.data.extend_from_slice(&frame);
+            self.output(internal, p, tx);
+        }
+    }
+
     /// Timers: ARP retries, probes and failures. Call every few tens of milliseconds.
     pub fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
         self.send_hello(now, tx);
+        self.send_writer_frames(tx);
         let mut ex = std::mem::take(&mut self.expired);
         self.neighbours.expire(now, &mut ex);
         for (port, ip) in ex.requests.drain(..) {
@@ -978,6 +1034,9 @@ pub fn martian_destination(a: Ipv4Addr) -> bool {
     let o = a.octets()[0];
     o == 0 || o == 127 || (o >= 240 && !a.is_broadcast())
 }
+
+/// How long a back-end's acknowledgement waits at most for the worker to send it.
+pub const WRITER_POLL_INTERVAL: Duration = Duration::from_millis(2);
 
 /// How long between [`Forwarder::poll`] calls the run loop should wait at most.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);

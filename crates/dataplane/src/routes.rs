@@ -123,6 +123,11 @@ impl RouteTable {
         (self.fib.rib(), &self.groups)
     }
 
+    /// True if `prefix` is the network of one of the interfaces.
+    pub fn is_connected(&self, prefix: Prefix) -> bool {
+        self.connected.iter().any(|c| c.0 == prefix)
+    }
+
     pub fn port_for_gateway(&self, gw: Ipv4Addr) -> Option<u16> {
         port_for_gateway(&self.connected, gw)
     }

@@ -30,6 +30,8 @@ pub mod kind {
     pub const PORTS: u8 = 2;
     pub const BALANCE: u8 = 3;
     pub const VIRTUAL_CP: u8 = 4;
+    pub const ROUTES: u8 = 5;
+    pub const FIB_ACK: u8 = 6;
 }
 
 /// Bytes of one port in a hello.
@@ -47,6 +49,18 @@ pub const VIRTUAL_CP_LEN: usize = 8;
 
 /// Flag of a balance message: empty the table before adding the entries.
 pub const BALANCE_FLUSH: u8 = 0x01;
+/// Bytes of a routes message before its entries.
+pub const ROUTES_FIXED_LEN: usize = 16;
+/// Bytes of a route entry before its gateways.
+pub const ROUTE_ENTRY_FIXED_LEN: usize = 6;
+/// Most gateways one route entry carries (an ECMP group).
+pub const MAX_GATEWAYS: usize = 16;
+/// Flag of a routes message: a part of a snapshot (the whole table), not a delta.
+pub const ROUTES_SNAPSHOT: u8 = 0x01;
+/// Flag of a routes message: the last part of a snapshot.
+pub const ROUTES_LAST: u8 = 0x02;
+/// Bytes of a fib-ack message.
+pub const FIB_ACK_LEN: usize = 28;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Error {
@@ -126,6 +140,18 @@ impl PortRole {
 pub enum ElementKind {
     Balancer,
     Forwarder,
+    /// The Virtual-CP (`tessera controller`).
+    Controller,
+}
+
+impl ElementKind {
+    fn code(self) -> u8 {
+        match self {
+            ElementKind::Balancer => 1,
+            ElementKind::Forwarder => 2,
+            ElementKind::Controller => 3,
+        }
+    }
 }
 
 /// One port as a hello advertises it.
@@ -210,6 +236,99 @@ pub struct BalanceEntry {
     pub weight: u16,
 }
 
+/// One route of a routes message: a prefix and its gateways; no gateway withdraws it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct RouteEntry {
+    pub prefix: Ipv4Addr,
+    pub len: u8,
+    /// The gateways (ECMP when several, at most [`MAX_GATEWAYS`]); empty withdraws.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub via: Vec<Ipv4Addr>,
+}
+
+/// Route changes from the controller to one back-end: a delta that takes the back-end's
+/// table from version `base` to `version`, or one part of a snapshot of `version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct RouteBatch {
+    /// The controller's epoch: a new controller (or a restart) opens a new one.
+    pub epoch: u32,
+    /// The table's version once this message is applied (the controller's change count).
+    pub version: u32,
+    /// A delta: the version it applies to. A snapshot part: its index, from 0.
+    pub base: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub snapshot: bool,
+    /// The last part of a snapshot.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub last: bool,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub routes: Vec<RouteEntry>,
+}
+
+/// A back-end's state of its distributed table, sent to the controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct FibAck {
+    pub epoch: u32,
+    /// The highest version applied.
+    pub version: u32,
+    /// Parts of the snapshot in progress received so far (0 when none is).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub parts: u32,
+    /// Distributed routes held (the table the digest covers).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub routes: u32,
+    /// Of those, routes the back-end could not install: a gateway on none of its networks.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub unresolved: u32,
+    /// [`table_digest`] of the routes held.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub digest: u64,
+}
+
+/// The digest of one route: a 64-bit mix of its prefix (host bits cleared), length and
+/// gateways (in ascending order, without duplicates).
+pub fn route_digest(prefix: Ipv4Addr, len: u8, via: &[Ipv4Addr]) -> u64 {
+    fn mix(mut z: u64) -> u64 {
+        // splitmix64's finaliser
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    let mask = if len == 0 {
+        0
+    } else {
+        u32::MAX << (32 - len.min(32))
+    };
+    let mut h = mix(((u32::from(prefix) & mask) as u64) << 8 | len as u64);
+    for g in via {
+        h = mix(h ^ u32::from(*g) as u64);
+    }
+    h
+}
+
+/// The digest of a table: the XOR of its routes' [`route_digest`]s, so that it does not
+/// depend on order and follows each change in O(1) (XOR out the old, XOR in the new).
+pub fn table_digest<'a>(routes: impl IntoIterator<Item = (Ipv4Addr, u8, &'a [Ipv4Addr])>) -> u64 {
+    routes
+        .into_iter()
+        .fold(0, |d, (p, l, v)| d ^ route_digest(p, l, v))
+}
+
 /// The body of a DIST message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(
@@ -235,6 +354,10 @@ pub enum Message {
         mac: MacAddr,
         port: u8,
     },
+    /// Route changes for one back-end, from the controller.
+    Routes(RouteBatch),
+    /// A back-end's acknowledgement of routes, and the digest of its table.
+    FibAck(FibAck),
 }
 
 /// A whole DIST message.
@@ -283,6 +406,8 @@ impl Message {
             Message::Ports { .. } => kind::PORTS,
             Message::Balance { .. } => kind::BALANCE,
             Message::VirtualCp { .. } => kind::VIRTUAL_CP,
+            Message::Routes(_) => kind::ROUTES,
+            Message::FibAck(_) => kind::FIB_ACK,
         }
     }
 
@@ -293,6 +418,8 @@ impl Message {
             Message::Ports { .. } => "ports",
             Message::Balance { .. } => "balance",
             Message::VirtualCp { .. } => "virtual-cp",
+            Message::Routes(_) => "routes",
+            Message::FibAck(_) => "fib-ack",
         }
     }
 
@@ -304,6 +431,14 @@ impl Message {
                 BALANCE_FIXED_LEN + entries.len() * BALANCE_ENTRY_LEN
             }
             Message::VirtualCp { .. } => VIRTUAL_CP_LEN,
+            Message::Routes(b) => {
+                ROUTES_FIXED_LEN
+                    + b.routes
+                        .iter()
+                        .map(|r| ROUTE_ENTRY_FIXED_LEN + 4 * r.via.len())
+                        .sum::<usize>()
+            }
+            Message::FibAck(_) => FIB_ACK_LEN,
         }
     }
 }
@@ -327,6 +462,7 @@ impl Repr {
                 let element = match body[0] {
                     1 => ElementKind::Balancer,
                     2 => ElementKind::Forwarder,
+                    3 => ElementKind::Controller,
                     v => {
                         return Err(Error::BadField {
                             field: "element",
@@ -409,6 +545,58 @@ impl Repr {
                     port: body[6],
                 }
             }
+            kind::ROUTES => {
+                if length < ROUTES_FIXED_LEN {
+                    return Err(bad);
+                }
+                let count = be16(body, 14) as usize;
+                let mut routes = Vec::with_capacity(count.min(length / ROUTE_ENTRY_FIXED_LEN));
+                let mut at = ROUTES_FIXED_LEN;
+                for _ in 0..count {
+                    if at + ROUTE_ENTRY_FIXED_LEN > length {
+                        return Err(bad);
+                    }
+                    let (len, n) = (prefix_len(body[at])?, body[at + 1] as usize);
+                    if n > MAX_GATEWAYS {
+                        return Err(Error::BadField {
+                            field: "gateways",
+                            value: n as u32,
+                        });
+                    }
+                    let prefix = ip(body, at + 2);
+                    at += ROUTE_ENTRY_FIXED_LEN;
+                    if at + 4 * n > length {
+                        return Err(bad);
+                    }
+                    let via = (0..n).map(|i| ip(body, at + 4 * i)).collect();
+                    at += 4 * n;
+                    routes.push(RouteEntry { prefix, len, via });
+                }
+                if at != length {
+                    return Err(bad);
+                }
+                Message::Routes(RouteBatch {
+                    epoch: be32(body, 0),
+                    version: be32(body, 4),
+                    base: be32(body, 8),
+                    snapshot: body[12] & ROUTES_SNAPSHOT != 0,
+                    last: body[12] & ROUTES_LAST != 0,
+                    routes,
+                })
+            }
+            kind::FIB_ACK => {
+                if length != FIB_ACK_LEN {
+                    return Err(bad);
+                }
+                Message::FibAck(FibAck {
+                    epoch: be32(body, 0),
+                    version: be32(body, 4),
+                    parts: be32(body, 8),
+                    routes: be32(body, 12),
+                    unresolved: be32(body, 16),
+                    digest: be64(body, 20),
+                })
+            }
             t => return Err(Error::UnknownType(t)),
         };
         Ok(Repr { seq, msg })
@@ -450,7 +638,15 @@ impl Repr {
             Message::Balance { entries, .. } => {
                 too_many("entries", entries.len(), (u16::MAX as usize - 4) / 10)?
             }
-            Message::VirtualCp { .. } => {}
+            Message::VirtualCp { .. } | Message::FibAck(_) => {}
+            Message::Routes(b) => {
+                too_many("routes", b.routes.len(), u16::MAX as usize)?;
+                for r in &b.routes {
+                    prefix_len(r.len)?;
+                    too_many("gateways", r.via.len(), MAX_GATEWAYS)?;
+                }
+                too_many("length", self.msg.body_len(), u16::MAX as usize)?;
+            }
         }
         Ok(())
     }
@@ -468,10 +664,7 @@ impl Repr {
         body.fill(0);
         match &self.msg {
             Message::Hello(h) => {
-                body[0] = match h.element {
-                    ElementKind::Balancer => 1,
-                    ElementKind::Forwarder => 2,
-                };
+                body[0] = h.element.code();
                 body[1] = h.ports.len() as u8;
                 put16(body, 2, h.interval_ms);
                 body[8..16].copy_from_slice(&h.rx_packets.to_be_bytes());
@@ -511,6 +704,33 @@ impl Repr {
             Message::VirtualCp { mac, port } => {
                 body[0..6].copy_from_slice(&mac.0);
                 body[6] = *port;
+            }
+            Message::Routes(b) => {
+                body[0..4].copy_from_slice(&b.epoch.to_be_bytes());
+                body[4..8].copy_from_slice(&b.version.to_be_bytes());
+                body[8..12].copy_from_slice(&b.base.to_be_bytes());
+                body[12] = if b.snapshot { ROUTES_SNAPSHOT } else { 0 }
+                    | if b.last { ROUTES_LAST } else { 0 };
+                put16(body, 14, b.routes.len() as u16);
+                let mut at = ROUTES_FIXED_LEN;
+                for r in &b.routes {
+                    body[at] = r.len;
+                    body[at + 1] = r.via.len() as u8;
+                    body[at + 2..at + 6].copy_from_slice(&r.prefix.octets());
+                    at += ROUTE_ENTRY_FIXED_LEN;
+                    for g in &r.via {
+                        body[at..at + 4].copy_from_slice(&g.octets());
+                        at += 4;
+                    }
+                }
+            }
+            Message::FibAck(a) => {
+                body[0..4].copy_from_slice(&a.epoch.to_be_bytes());
+                body[4..8].copy_from_slice(&a.version.to_be_bytes());
+                body[8..12].copy_from_slice(&a.parts.to_be_bytes());
+                body[12..16].copy_from_slice(&a.routes.to_be_bytes());
+                body[16..20].copy_from_slice(&a.unresolved.to_be_bytes());
+                body[20..28].copy_from_slice(&a.digest.to_be_bytes());
             }
         }
         Ok(())
@@ -599,6 +819,50 @@ mod tests {
                     port: 1,
                 },
             },
+            Repr {
+                seq: 2,
+                msg: Message::Routes(RouteBatch {
+                    epoch: 3,
+                    version: 12,
+                    base: 10,
+                    snapshot: false,
+                    last: false,
+                    routes: vec![
+                        RouteEntry {
+                            prefix: Ipv4Addr::new(198, 51, 100, 0),
+                            len: 24,
+                            via: vec![Ipv4Addr::new(10, 1, 0, 2), Ipv4Addr::new(10, 2, 0, 2)],
+                        },
+                        RouteEntry {
+                            prefix: Ipv4Addr::new(192, 0, 2, 0),
+                            len: 24,
+                            via: vec![],
+                        },
+                    ],
+                }),
+            },
+            Repr {
+                seq: 3,
+                msg: Message::FibAck(FibAck {
+                    epoch: 3,
+                    version: 12,
+                    parts: 0,
+                    routes: 1,
+                    unresolved: 0,
+                    digest: 0x0123_4567_89ab_cdef,
+                }),
+            },
+            Repr {
+                seq: 4,
+                msg: Message::Hello(Hello {
+                    element: ElementKind::Controller,
+                    interval_ms: 100,
+                    rx_packets: 0,
+                    tx_packets: 0,
+                    dropped: 0,
+                    ports: vec![],
+                }),
+            },
         ]
     }
 
@@ -657,6 +921,27 @@ mod tests {
         let mut b = good;
         b[HEADER_LEN + HELLO_FIXED_LEN + 10] = 33; // prefix length
         assert!(matches!(Repr::parse(&b), Err(Error::BadField { .. })));
+        // Routes: an entry that claims more gateways than the body holds, too many
+        // gateways, and bytes left over after the last entry.
+        let r = &samples()[4];
+        let mut good = vec![0; r.buffer_len()];
+        r.emit(&mut good).unwrap();
+        let first = HEADER_LEN + ROUTES_FIXED_LEN;
+        let mut b = good.clone();
+        b[first + 1 + ROUTE_ENTRY_FIXED_LEN + 8] = 1; // second entry: 1 gateway, none there
+        assert!(matches!(Repr::parse(&b), Err(Error::BadLength { .. })));
+        let mut b = good.clone();
+        b[first + 1] = 17;
+        assert!(matches!(
+            Repr::parse(&b),
+            Err(Error::BadField {
+                field: "gateways",
+                ..
+            })
+        ));
+        let mut b = good.clone();
+        b[HEADER_LEN + 15] = 1; // one entry announced, two present
+        assert!(matches!(Repr::parse(&b), Err(Error::BadLength { .. })));
     }
 
     proptest! {

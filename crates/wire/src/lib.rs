@@ -13,6 +13,7 @@ pub mod arp;
 pub mod checksum;
 pub mod dist;
 pub mod ethernet;
+pub mod fpm;
 pub mod frame;
 pub mod fuzzing;
 pub mod icmp;

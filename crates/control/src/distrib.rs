@@ -1,0 +1,869 @@
+//! Route distribution from the controller to the back-ends (DIST types 5 and 6).
+//!
+//! - [`Fib`]: the controller's authoritative table and its change log. Every change gets
+//!   the next *version*; a version names one state of the table within an *epoch* (a
+//!   controller's lifetime).
+//! - [`Distributor`]: the controller's side of the channel. For each back-end it sends
+//!   ordered deltas (`base` -> `version`) from the log, or a snapshot of the whole table in
+//!   parts when the back-end is new, in another epoch, behind the log, or holds a table whose
+//!   digest differs from the controller's at the same version. At most [`WINDOW`] messages
+//!   are unacknowledged; when no acknowledgement advances for [`RTO`], it goes back to the
+//!   last acknowledged point and sends again (go-back-N).
+//! - [`Writer`]: the back-end's side. It applies each delta atomically through the route
+//!   writer (one publication), only in order; collects snapshot parts in order and applies
+//!   the whole snapshot as one publication (the difference to what it holds); and
+//!   acknowledges its version, route count and digest.
+//!
+//! The protocol is specified in `docs/dist.md`.
+
+use dataplane::routes::RouteTable;
+use fib::Prefix;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wire::dist::{self, FibAck, RouteBatch, RouteEntry};
+use wire::MacAddr;
+
+/// Gateways of a route: sorted, without duplicates, at most [`dist::MAX_GATEWAYS`].
+pub type Gateways = Box<[Ipv4Addr]>;
+
+/// Unacknowledged routes messages per back-end.
+pub const WINDOW: usize = 128;
+/// Time without progress after which unacknowledged messages are sent again.
+pub const RTO: Duration = Duration::from_millis(200);
+/// Bytes of route entries per message: a frame of 1500 bytes, less the DIST headers.
+pub const BODY_BUDGET: usize = 1500 - dist::HEADER_LEN - dist::ROUTES_FIXED_LEN;
+/// Shortest time between two digest repairs of one back-end.
+pub const REPAIR_HOLDOFF: Duration = Duration::from_secs(5);
+
+/// Normalises gateways: sorted, deduplicated, capped.
+pub fn gateways(mut v: Vec<Ipv4Addr>) -> Gateways {
+    v.sort();
+    v.dedup();
+    v.truncate(dist::MAX_GATEWAYS);
+    v.into_boxed_slice()
+}
+
+fn digest_of(p: Prefix, g: &[Ipv4Addr]) -> u64 {
+    dist::route_digest(p.addr(), p.len(), g)
+}
+
+/// The controller's authoritative table.
+pub struct Fib {
+    epoch: u32,
+    version: u32,
+    routes: HashMap<Prefix, Gateways>,
+    digest: u64,
+    /// Changes; `log[i]` made version `log_first + i`.
+    log: VecDeque<(Prefix, Option<Gateways>)>,
+    log_first: u32,
+    log_cap: usize,
+    /// The latest snapshot taken, while it is current.
+    snapshot: Option<(u32, Arc<Vec<(Prefix, Gateways)>>)>,
+}
+
+impl Fib {
+    /// An empty table in `epoch`, keeping the last `log_cap` changes.
+    pub fn new(epoch: u32, log_cap: usize) -> Fib {
+        Fib {
+            epoch,
+            version: 0,
+            routes: HashMap::new(),
+            digest: 0,
+            log: VecDeque::new(),
+            log_first: 1,
+            log_cap: log_cap.max(1),
+            snapshot: None,
+        }
+    }
+
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    pub fn digest(&self) -> u64 {
+        self.digest
+    }
+
+    pub fn len(&self) -> usize {
+        self.routes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+
+    pub fn get(&self, p: Prefix) -> Option<&Gateways> {
+        self.routes.get(&p)
+    }
+
+    pub fn prefixes(&self) -> impl Iterator<Item = &Prefix> {
+        self.routes.keys()
+    }
+
+    /// Sets (`Some`) or withdraws (`None`) a route. True if the table changed, which
+    /// makes a new version.
+    pub fn set(&mut self, p: Prefix, via: Option<Gateways>) -> bool {
+        let via = via.filter(|g| !g.is_empty());
+        let old = match &via {
+            Some(g) => {
+                if self.routes.get(&p) == Some(g) {
+                    return false;
+                }
+                self.routes.insert(p, g.clone())
+            }
+            None => match self.routes.remove(&p) {
+                Some(o) => Some(o),
+                None => return false,
+            },
+        };
+        if let Some(o) = &old {
+            self.digest ^= digest_of(p, o);
+        }
+        if let Some(g) = &via {
+            self.digest ^= digest_of(p, g);
+        }
+        self.version = self.version.wrapping_add(1);
+        if self.log.len() == self.log_cap {
+            self.log.pop_front();
+            self.log_first = self.log_first.wrapping_add(1);
+        }
+        self.log.push_back((p, via));
+        true
+    }
+
+    /// The changes after version `v`, with the version each makes; `None` if the log no
+    /// longer reaches back to `v` (or `v` is ahead of the table).
+    fn changes_after(
+        &self,
+        v: u32,
+    ) -> Option<impl Iterator<Item = (u32, &(Prefix, Option<Gateways>))>> {
+        if v > self.version || v.wrapping_add(1) < self.log_first {
+            return None;
+        }
+        let skip = (v + 1 - self.log_first) as usize;
+        Some(
+            self.log
+                .iter()
+                .enumerate()
+                .skip(skip)
+                .map(move |(i, c)| (self.log_first + i as u32, c)),
+        )
+    }
+
+    /// The whole table at the current version, sorted (shared while it stays current).
+    pub fn snapshot(&mut self) -> (u32, Arc<Vec<(Prefix, Gateways)>>) {
+        if let Some((v, s)) = &self.snapshot {
+            if *v == self.version {
+                return (*v, s.clone());
+            }
+        }
+        let mut all: Vec<(Prefix, Gateways)> =
+            self.routes.iter().map(|(p, g)| (*p, g.clone())).collect();
+        all.sort_unstable_by_key(|(p, _)| (u32::from(p.addr()), p.len()));
+        let s = Arc::new(all);
+        self.snapshot = Some((self.version, s.clone()));
+        (self.version, s)
+    }
+}
+
+fn entry(p: Prefix, via: Option<&Gateways>) -> RouteEntry {
+    RouteEntry {
+        prefix: p.addr(),
+        len: p.len(),
+        via: via.map(|g| g.to_vec()).unwrap_or_default(),
+    }
+}
+
+fn entry_len(via: Option<&Gateways>) -> usize {
+    dist::ROUTE_ENTRY_FIXED_LEN + 4 * via.map_or(0, |g| g.len())
+}
+
+/// A snapshot on its way to one back-end.
+struct Snap {
+    version: u32,
+    routes: Arc<Vec<(Prefix, Gateways)>>,
+    /// The first route of each part; a last element of `routes.len()`.
+    starts: Vec<usize>,
+    acked: u32,
+    sent: u32,
+}
+
+impl Snap {
+    fn new(version: u32, routes: Arc<Vec<(Prefix, Gateways)>>) -> Snap {
+        let mut starts = vec![0];
+        let mut bytes = 0;
+        for (i, (_, g)) in routes.iter().enumerate() {
+            let n = entry_len(Some(g));
+            if bytes + n > BODY_BUDGET {
+                starts.push(i);
+                bytes = 0;
+            }
+            bytes += n;
+        }
+        starts.push(routes.len());
+        Snap {
+            version,
+            routes,
+            starts,
+            acked: 0,
+            sent: 0,
+        }
+    }
+
+    fn parts(&self) -> u32 {
+        (self.starts.len() - 1) as u32
+    }
+}
+
+/// What the controller knows of one back-end's table.
+pub struct Peer {
+    /// The last acknowledgement (None before the first).
+    pub ack: Option<FibAck>,
+    pub last_ack: Option<Instant>,
+    /// Highest version sent as a delta (deltas mode).
+    sent: u32,
+    /// Versions that end the unacknowledged deltas, oldest first.
+    inflight: VecDeque<u32>,
+    snap: Option<Snap>,
+    last_progress: Instant,
+    last_repair: Option<Instant>,
+    pub messages_sent: u64,
+    pub resends: u64,
+    pub snapshots: u64,
+    pub repairs: u64,
+    /// When the back-end first acknowledged the current version (None while behind).
+    pub synced_at: Option<Instant>,
+}
+
+impl Peer {
+    fn new(now: Instant) -> Peer {
+        Peer {
+            ack: None,
+            last_ack: None,
+            sent: 0,
+            inflight: VecDeque::new(),
+            snap: None,
+            last_progress: now,
+            last_repair: None,
+            messages_sent: 0,
+            resends: 0,
+            snapshots: 0,
+            repairs: 0,
+            synced_at: None,
+        }
+    }
+
+    /// True when the back-end acknowledged version `v` of `epoch` with no snapshot under way.
+    pub fn at(&self, epoch: u32, v: u32) -> bool {
+        self.snap.is_none()
+            && self
+                .ack
+                .is_some_and(|a| a.epoch == epoch && a.version == v && a.parts == 0)
+    }
+
+    /// "deltas", "snapshot" or "waiting" (no acknowledgement yet).
+    pub fn mode(&self) -> &'static str {
+        match (&self.ack, &self.snap) {
+            (_, Some(_)) => "snapshot",
+            (None, None) => "waiting",
+            _ => "deltas",
+        }
+    }
+}
+
+/// The controller's side of route distribution: one [`Peer`] per back-end.
+#[derive(Default)]
+pub struct Distributor {
+    pub peers: BTreeMap<MacAddr, Peer>,
+}
+
+impl Distributor {
+    /// Starts tracking a back-end (a no-op if it is known). It gets a snapshot once it
+    /// acknowledges (every back-end acknowledges periodically, even with nothing to say).
+    pub fn add(&mut self, mac: MacAddr, now: Instant) {
+        self.peers.entry(mac).or_insert_with(|| Peer::new(now));
+    }
+
+    pub fn remove(&mut self, mac: MacAddr) {
+        self.peers.remove(&mac);
+    }
+
+    /// Takes an acknowledgement from `mac`.
+    pub fn on_ack(&mut self, mac: MacAddr, a: FibAck, fib: &mut Fib, now: Instant) {
+        let Some(p) = self.peers.get_mut(&mac) else {
+            return;
+        };
+        let progressed = p
+            .ack
+            .is_none_or(|o| (o.epoch, o.version, o.parts) != (a.epoch, a.version, a.parts));
+        p.ack = Some(a);
+        p.last_ack = Some(now);
+        if progressed {
+            p.last_progress = now;
+        }
+        let current = a.epoch == fib.epoch() && a.version == fib.version() && a.parts == 0;
+        match &mut p.snap {
+            Some(s) => {
+                if a.epoch == fib.epoch() && a.version == s.version && a.parts == 0 {
+                    // Snapshot applied: deltas from its version on.
+                    p.snap = None;
+                    p.sent = a.version;
+                    p.inflight.clear();
+                } else if a.parts > s.acked && a.parts <= s.parts() {
+                    s.acked = a.parts;
+                    s.sent = s.sent.max(s.acked);
+                }
+            }
+            None => {
+                let in_epoch = a.epoch == fib.epoch();
+                if !in_epoch || fib.changes_after(a.version).is_none() {
+                    Self::start_snapshot(p, fib, now);
+                } else if a.parts == 0 {
+                    while p.inflight.front().is_some_and(|&v| v <= a.version) {
+                        p.inflight.pop_front();
+                    }
+                    if a.version > p.sent {
+                        p.sent = a.version;
+                    }
+                    if current && (a.digest != fib.digest() || a.routes as usize != fib.len()) {
+                        let due = p
+                            .last_repair
+                            .is_none_or(|t| now.duration_since(t) >= REPAIR_HOLDOFF);
+                        if due {
+                            tracing::warn!(backend = %mac, routes = a.routes, want = fib.len(), "back-end's table differs from the controller's at the same version: sending a snapshot");
+                            p.last_repair = Some(now);
+                            p.repairs += 1;
+                            Self::start_snapshot(p, fib, now);
+                        }
+                    }
+                }
+            }
+        }
+        if p.at(fib.epoch(), fib.version()) && p.ack.is_some_and(|a| a.digest == fib.digest()) {
+            p.synced_at.get_or_insert(now);
+        } else {
+            p.synced_at = None;
+        }
+    }
+
+    fn start_snapshot(p: &mut Peer, fib: &mut Fib, now: Instant) {
+        let (v, routes) = fib.snapshot();
+        p.snap = Some(Snap::new(v, routes));
+        p.inflight.clear();
+        p.snapshots += 1;
+        p.last_progress = now;
+    }
+
+    /// Builds the messages due now, to `out` as (back-end, message).
+    pub fn tick(&mut self, fib: &Fib, now: Instant, out: &mut Vec<(MacAddr, RouteBatch)>) {
+        for (mac, p) in self.peers.iter_mut() {
+            if p.ack.is_none() {
+                continue;
+            }
+            let stalled = now.duration_since(p.last_progress) >= RTO;
+            match &mut p.snap {
+                Some(s) => {
+                    if stalled && s.sent > s.acked {
+                        s.sent = s.acked;
+                        p.resends += 1;
+                        p.last_progress = now;
+                    } else if stalled && s.acked == s.parts() {
+                        // Every part acknowledged but the last's effect not seen: resend it.
+                        s.sent = s.parts() - 1;
+                        p.resends += 1;
+                        p.last_progress = now;
+                    }
+                    while s.sent < s.parts() && s.sent - s.acked < WINDOW as u32 {
+                        let i = s.sent as usize;
+                        let part = &s.routes[s.starts[i]..s.starts[i + 1]];
+                        out.push((
+                            *mac,
+                            RouteBatch {
+                                epoch: fib.epoch(),
+                                version: s.version,
+                                base: s.sent,
+                                snapshot: true,
+                                last: s.sent + 1 == s.parts(),
+                                routes: part.iter().map(|(p, g)| entry(*p, Some(g))).collect(),
+                            },
+                        ));
+                        s.sent += 1;
+                        p.messages_sent += 1;
+                    }
+                }
+                None => {
+                    let acked = p.ack.map_or(0, |a| a.version);
+                    if stalled && !p.inflight.is_empty() {
+                        p.sent = acked;
+                        p.inflight.clear();
+                        p.resends += 1;
+                        p.last_progress = now;
+                    }
+                    if p.inflight.is_empty() && p.sent < acked {
+                        p.sent = acked;
+                    }
+                    while p.sent < fib.version() && p.inflight.len() < WINDOW {
+                        let Some(changes) = fib.changes_after(p.sent) else {
+                            break;
+                        };
+                        let mut routes = Vec::new();
+                        let mut bytes = 0;
+                        let mut end = p.sent;
+                        for (v, (pfx, via)) in changes {
+                            let n = entry_len(via.as_ref());
+                            if bytes + n > BODY_BUDGET {
+                                break;
+                            }
+                            bytes += n;
+                            routes.push(entry(*pfx, via.as_ref()));
+                            end = v;
+                        }
+                        out.push((
+                            *mac,
+                            RouteBatch {
+                                epoch: fib.epoch(),
+                                version: end,
+                                base: p.sent,
+                                snapshot: false,
+                                last: false,
+                                routes,
+                            },
+                        ));
+                        p.inflight.push_back(end);
+                        p.sent = end;
+                        p.messages_sent += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What a back-end's writer has done, for `show fib` on the back-end.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct WriterStats {
+    pub deltas_applied: u64,
+    pub snapshots_applied: u64,
+    /// Messages that were not the next in order (duplicates, gaps): acknowledged, not applied.
+    pub out_of_order: u64,
+    /// Messages of another epoch than the one in force, outside a snapshot.
+    pub other_epoch: u64,
+    pub routes_changed: u64,
+    /// Routes whose gateway is on none of the back-end's networks (held, not installed).
+    pub unresolved: u64,
+    /// Distributed routes for a connected network of the back-end (held, not installed).
+    pub connected_skipped: u64,
+}
+
+/// The back-end's side: applies the controller's messages to its route table.
+pub struct Writer {
+    pub epoch: u32,
+    pub version: u32,
+    /// The distributed routes held (what the digest covers).
+    held: HashMap<Prefix, Gateways>,
+    digest: u64,
+    /// Routes held but not installed (gateway on none of our networks).
+    unresolved: std::collections::HashSet<Prefix>,
+    /// A snapshot being collected: epoch, version, routes so far, parts so far.
+    staging: Option<(u32, u32, Vec<RouteEntry>, u32)>,
+    pub controller: Option<MacAddr>,
+    pub stats: WriterStats,
+}
+
+impl Default for Writer {
+    fn default() -> Self {
+        Writer::new()
+    }
+}
+
+impl Writer {
+    pub fn new() -> Writer {
+        Writer {
+            epoch: 0,
+            version: 0,
+            held: HashMap::new(),
+            digest: 0,
+            unresolved: Default::default(),
+            staging: None,
+            controller: None,
+            stats: WriterStats::default(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    pub fn digest(&self) -> u64 {
+        self.digest
+    }
+
+    /// What to acknowledge now.
+    pub fn ack(&self) -> FibAck {
+        FibAck {
+            epoch: self.epoch,
+            version: self.version,
+            parts: self.staging.as_ref().map_or(0, |s| s.3),
+            routes: self.held.len() as u32,
+            unresolved: self.unresolved.len() as u32,
+            digest: self.digest,
+        }
+    }
+
+    /// Takes one message from `from`; true if `table` changed.
+    pub fn handle(&mut self, from: MacAddr, b: &RouteBatch, table: &mut RouteTable) -> bool {
+        self.controller = Some(from);
+        if b.snapshot {
+            let fresh = b.base == 0;
+            let next = self
+                .staging
+                .as_ref()
+                .is_some_and(|s| (s.0, s.1, s.3) == (b.epoch, b.version, b.base));
+            if fresh {
+                self.staging = Some((b.epoch, b.version, Vec::new(), 0));
+            } else if !next {
+                self.stats.out_of_order += 1;
+                return false;
+            }
+            let Some(s) = self.staging.as_mut() else {
+                return false;
+            };
+            s.2.extend(b.routes.iter().cloned());
+            s.3 += 1;
+            if !b.last {
+                return false;
+            }
+            let Some((epoch, version, routes, _)) = self.staging.take() else {
+                return false;
+            };
+            let mut want: HashMap<Prefix, Gateways> = HashMap::with_capacity(routes.len());
+            for r in routes {
+                if !r.via.is_empty() {
+                    want.insert(Prefix::new(r.prefix, r.len), gateways(r.via));
+                }
+            }
+            let mut changes: Vec<(Prefix, Option<Gateways>)> = Vec::new();
+            for (p, g) in &want {
+                if self.held.get(p) != Some(g) {
+                    changes.push((*p, Some(g.clone())));
+                }
+            }
+            for p in self.held.keys() {
+                if !want.contains_key(p) {
+                    changes.push((*p, None));
+                }
+            }
+            let changed = self.install(changes, table);
+            self.epoch = epoch;
+            self.version = version;
+            self.stats.snapshots_applied += 1;
+            return changed;
+        }
+        if b.epoch != self.epoch {
+            self.stats.other_epoch += 1;
+            return false;
+        }
+        if b.base != self.version || b.version <= b.base {
+            self.stats.out_of_order += 1;
+            return false;
+        }
+        let changes = b
+            .routes
+            .iter()
+            .map(|r| {
+                let p = Prefix::new(r.prefix, r.len);
+                (p, (!r.via.is_empty()).then(|| gateways(r.via.clone())))
+            })
+            .collect();
+        let changed = self.install(changes, table);
+        self.version = b.version;
+        self.stats.deltas_applied += 1;
+        changed
+    }
+
+    /// Applies changes (in order; a later change of a prefix wins) to what is held and,
+    /// in one publication, to the route table.
+    fn install(
+        &mut self,
+        changes: Vec<(Prefix, Option<Gateways>)>,
+        table: &mut RouteTable,
+    ) -> bool {
+        let mut last: HashMap<Prefix, Option<Gateways>> = HashMap::with_capacity(changes.len());
+        for (p, g) in changes {
+            last.insert(p, g);
+        }
+        let mut to_table: Vec<(Prefix, Option<Vec<Ipv4Addr>>)> = Vec::with_capacity(last.len());
+        for (p, g) in last {
+            if let Some(o) = self.held.remove(&p) {
+                self.digest ^= digest_of(p, &o);
+            }
+            let was_unresolved = self.unresolved.remove(&p);
+            let connected = table.is_connected(p);
+            match g {
+                Some(g) => {
+                    self.digest ^= digest_of(p, &g);
+                    if connected {
+                        self.stats.connected_skipped += 1;
+                    } else if g.iter().all(|v| table.port_for_gateway(*v).is_some()) {
+                        to_table.push((p, Some(g.to_vec())));
+                    } else {
+                        self.stats.unresolved += 1;
+                        self.unresolved.insert(p);
+                        if !was_unresolved {
+                            to_table.push((p, None));
+                        }
+                    }
+                    self.held.insert(p, g);
+                }
+                None if !connected => to_table.push((p, None)),
+                None => {}
+            }
+        }
+        if to_table.is_empty() {
+            return false;
+        }
+        self.stats.routes_changed += to_table.len() as u64;
+        match table.apply(to_table) {
+            Ok(_) => true,
+            Err(e) => {
+                // Cannot happen: every gateway was resolved above.
+                tracing::error!(error = %e, "distributed routes not applied");
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dataplane::forwarder::Iface;
+
+    fn pfx(s: &str) -> Prefix {
+        s.parse().unwrap()
+    }
+
+    fn gw(d: u8) -> Gateways {
+        gateways(vec![Ipv4Addr::new(10, 1, 0, d)])
+    }
+
+    fn table() -> RouteTable {
+        let ifs = [
+            Iface::new(
+                "a",
+                MacAddr([2, 0, 0, 0, 0, 1]),
+                "10.1.0.1".parse().unwrap(),
+                24,
+            ),
+            Iface::new(
+                "b",
+                MacAddr([2, 0, 0, 0, 0, 2]),
+                "10.2.0.1".parse().unwrap(),
+                24,
+            ),
+        ];
+        RouteTable::new(&ifs).0
+    }
+
+    /// Runs a controller and `n` back-ends over a channel that drops, duplicates and
+    /// reorders messages (a seeded pseudo-random choice), until every back-end holds the
+    /// controller's table; returns the rounds it took.
+    fn converge(
+        fib: &mut Fib,
+        d: &mut Distributor,
+        ws: &mut [(MacAddr, Writer, RouteTable)],
+        seed: u64,
+        lossy: bool,
+    ) -> usize {
+        let mut rng = seed;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let t0 = Instant::now();
+        for round in 0..100_000 {
+            let now = t0 + Duration::from_millis(round as u64 * 10);
+            for (mac, w, _) in ws.iter() {
+                d.add(*mac, now);
+                if next() % 4 == 0 || !lossy {
+                    d.on_ack(*mac, w.ack(), fib, now);
+                }
+            }
+            if ws.iter().all(|(mac, w, _)| {
+                d.peers[mac].at(fib.epoch(), fib.version()) && w.digest() == fib.digest()
+            }) {
+                return round;
+            }
+            let mut out = Vec::new();
+            d.tick(fib, now, &mut out);
+            if lossy && out.len() > 1 {
+                let i = next() as usize % out.len();
+                let j = next() as usize % out.len();
+                out.swap(i, j);
+            }
+            for (mac, b) in out {
+                if lossy && next() % 10 == 0 {
+                    continue; // lost
+                }
+                let copies = if lossy && next() % 10 == 0 { 2 } else { 1 };
+                for _ in 0..copies {
+                    let (_, w, t) = ws.iter_mut().find(|(m, _, _)| *m == mac).unwrap();
+                    w.handle(MacAddr([2, 0, 0, 0, 0, 0xcc]), &b, t);
+                    // The back-end acknowledges after what it received.
+                    if !lossy || next() % 3 != 0 {
+                        d.on_ack(mac, w.ack(), fib, now);
+                    }
+                }
+            }
+        }
+        panic!("no convergence");
+    }
+
+    #[test]
+    fn back_ends_converge_over_a_lossy_channel() {
+        let mut fib = Fib::new(7, 1000);
+        let mut d = Distributor::default();
+        let mut ws: Vec<_> = (1..=3)
+            .map(|i| (MacAddr([2, 0, 0, 0, 1, i]), Writer::new(), table()))
+            .collect();
+        for i in 0..3000u32 {
+            let p = Prefix::new(Ipv4Addr::from(0xc000_0000 | (i << 8)), 24);
+            fib.set(p, Some(gw(2 + (i % 3) as u8)));
+        }
+        converge(&mut fib, &mut d, &mut ws, 1, true);
+        for (_, w, t) in &ws {
+            assert_eq!(w.len(), 3000);
+            assert_eq!(t.len(), 3000 + 2);
+            assert_eq!(w.version, fib.version());
+        }
+        // Changes after the snapshot go as deltas, withdrawals and replacements included.
+        let snaps: Vec<u64> = ws.iter().map(|(m, _, _)| d.peers[m].snapshots).collect();
+        for i in 0..500u32 {
+            let p = Prefix::new(Ipv4Addr::from(0xc000_0000 | (i << 8)), 24);
+            if i % 2 == 0 {
+                fib.set(p, None);
+            } else {
+                fib.set(
+                    p,
+                    Some(gateways(vec![
+                        Ipv4Addr::new(10, 2, 0, 9),
+                        Ipv4Addr::new(10, 1, 0, 9),
+                    ])),
+                );
+            }
+        }
+        converge(&mut fib, &mut d, &mut ws, 2, true);
+        for (m, w, t) in &ws {
+            assert_eq!(w.len(), 2750);
+            assert_eq!(t.len(), 2750 + 2);
+            assert!(d.peers[m].snapshots >= 1);
+            // Replaced: ECMP over two gateways; withdrawn: gone.
+            let trie = t.snapshot().0;
+            let g = fib::Lpm::get(trie, pfx("192.0.1.0/24")).unwrap();
+            assert_eq!(t.snapshot().1[g as usize].len(), 2);
+            assert_eq!(fib::Lpm::get(trie, pfx("192.0.0.0/24")), None);
+        }
+        // Deltas carried the changes: no new snapshot was needed.
+        let after: Vec<u64> = ws.iter().map(|(m, _, _)| d.peers[m].snapshots).collect();
+        assert_eq!(snaps, after);
+    }
+
+    #[test]
+    fn a_new_epoch_a_gap_and_drift_each_bring_a_snapshot() {
+        let mut fib = Fib::new(1, 10);
+        let mut d = Distributor::default();
+        let mut ws = vec![(MacAddr([2, 0, 0, 0, 1, 1]), Writer::new(), table())];
+        fib.set(pfx("192.0.2.0/24"), Some(gw(2)));
+        converge(&mut fib, &mut d, &mut ws, 3, false);
+        let mac = ws[0].0;
+        assert_eq!(d.peers[&mac].snapshots, 1);
+        // More changes than the log holds while the back-end is away: a snapshot again.
+        d.remove(mac);
+        for i in 0..20u32 {
+            fib.set(
+                Prefix::new(Ipv4Addr::from(0xc633_6400 + (i << 8)), 24),
+                Some(gw(3)),
+            );
+        }
+        converge(&mut fib, &mut d, &mut ws, 4, false);
+        assert_eq!(
+            d.peers[&mac].snapshots, 1,
+            "a new peer record: its first snapshot"
+        );
+        assert_eq!(ws[0].1.len(), 21);
+        // Drift: the back-end loses a route behind the protocol's back.
+        let p = pfx("192.0.2.0/24");
+        let (_, w, t) = &mut ws[0];
+        w.install(vec![(p, None)], t);
+        assert_eq!(ws[0].1.len(), 20);
+        converge(&mut fib, &mut d, &mut ws, 5, false);
+        assert_eq!(d.peers[&mac].repairs, 1);
+        assert_eq!(ws[0].1.len(), 21);
+        // A new controller (epoch 2) with a different table: the back-end follows it.
+        let mut fib2 = Fib::new(2, 10);
+        fib2.set(pfx("203.0.113.0/24"), Some(gw(4)));
+        let mut d2 = Distributor::default();
+        converge(&mut fib2, &mut d2, &mut ws, 6, false);
+        assert_eq!(ws[0].1.len(), 1);
+        assert_eq!(ws[0].1.epoch, 2);
+        assert_eq!(ws[0].2.len(), 3);
+    }
+
+    #[test]
+    fn unresolved_and_connected_routes_are_held_not_installed() {
+        let mut w = Writer::new();
+        let mut t = table();
+        let b = RouteBatch {
+            epoch: 1,
+            version: 3,
+            base: 0,
+            snapshot: true,
+            last: true,
+            routes: vec![
+                entry(pfx("192.0.2.0/24"), Some(&gw(2))),
+                entry(
+                    pfx("198.51.100.0/24"),
+                    Some(&gateways(vec![Ipv4Addr::new(10, 9, 0, 1)])),
+                ),
+                entry(pfx("10.2.0.0/24"), Some(&gw(3))),
+            ],
+        };
+        assert!(w.handle(MacAddr::BROADCAST, &b, &mut t));
+        let a = w.ack();
+        assert_eq!((a.routes, a.unresolved, a.version, a.epoch), (3, 1, 3, 1));
+        assert_eq!(t.len(), 3, "two connected routes and 192.0.2.0/24");
+        assert_eq!(w.stats.connected_skipped, 1);
+        // The same three in the controller's table give the same digest.
+        let mut fib = Fib::new(1, 10);
+        fib.set(pfx("192.0.2.0/24"), Some(gw(2)));
+        fib.set(
+            pfx("198.51.100.0/24"),
+            Some(gateways(vec![Ipv4Addr::new(10, 9, 0, 1)])),
+        );
+        fib.set(pfx("10.2.0.0/24"), Some(gw(3)));
+        assert_eq!(fib.digest(), a.digest);
+        // A delta out of order is not applied.
+        let late = RouteBatch {
+            epoch: 1,
+            version: 9,
+            base: 5,
+            snapshot: false,
+            last: false,
+            routes: vec![entry(pfx("192.0.2.0/24"), None)],
+        };
+        assert!(!w.handle(MacAddr::BROADCAST, &late, &mut t));
+        assert_eq!((w.version, w.stats.out_of_order, t.len()), (3, 1, 3));
+    }
+}
