@@ -189,9 +189,32 @@ struct RawRoute {
 /// One gateway, or a list of them (ECMP).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-enum Via {
+pub(crate) enum Via {
     One(String),
     Many(Vec<String>),
+}
+
+/// `via` as the controller's routes take it.
+pub(crate) type ViaList = Via;
+
+impl Via {
+    /// The gateways, each checked; at least one.
+    pub(crate) fn addresses(&self) -> Result<Vec<Ipv4Addr>, String> {
+        let texts: Vec<&String> = match self {
+            Via::One(v) => vec![v],
+            Via::Many(v) => v.iter().collect(),
+        };
+        if texts.is_empty() {
+            return Err("no gateway given".into());
+        }
+        texts
+            .into_iter()
+            .map(|t| {
+                t.parse()
+                    .map_err(|_| format!("{t:?} is not an IPv4 address"))
+            })
+            .collect()
+    }
 }
 
 /// One interface of the forwarder.

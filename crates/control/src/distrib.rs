@@ -315,7 +315,12 @@ impl Distributor {
                     p.snap = None;
                     p.sent = a.version;
                     p.inflight.clear();
-                } else if a.parts > s.acked && a.parts <= s.parts() {
+                } else if a.parts > 0
+                    && (a.snap_epoch, a.snap_version) == (fib.epoch(), s.version)
+                    && a.parts <= s.parts()
+                {
+                    // Progress through this snapshot (possibly less than believed, if
+                    // the back-end restarted it): continue from what it holds.
                     s.acked = a.parts;
                     s.sent = s.sent.max(s.acked);
                 }
@@ -361,10 +366,11 @@ impl Distributor {
     }
 
     /// Builds the messages due now, to `out` as (back-end, message).
-    pub fn tick(&mut self, fib: &Fib, now: Instant, out: &mut Vec<(MacAddr, RouteBatch)>) {
+    pub fn tick(&mut self, fib: &mut Fib, now: Instant, out: &mut Vec<(MacAddr, RouteBatch)>) {
         for (mac, p) in self.peers.iter_mut() {
-            if p.ack.is_none() {
-                continue;
+            if p.ack.is_none() && p.snap.is_none() {
+                // A new back-end: it gets the whole table, and learns our MAC from it.
+                Self::start_snapshot(p, fib, now);
             }
             let stalled = now.duration_since(p.last_progress) >= RTO;
             match &mut p.snap {
@@ -513,6 +519,8 @@ impl Writer {
         FibAck {
             epoch: self.epoch,
             version: self.version,
+            snap_epoch: self.staging.as_ref().map_or(0, |s| s.0),
+            snap_version: self.staging.as_ref().map_or(0, |s| s.1),
             parts: self.staging.as_ref().map_or(0, |s| s.3),
             routes: self.held.len() as u32,
             unresolved: self.unresolved.len() as u32,
@@ -529,7 +537,11 @@ impl Writer {
                 .staging
                 .as_ref()
                 .is_some_and(|s| (s.0, s.1, s.3) == (b.epoch, b.version, b.base));
-            if fresh {
+            let same = self
+                .staging
+                .as_ref()
+                .is_some_and(|s| (s.0, s.1) == (b.epoch, b.version) && s.3 > 0);
+            if fresh && !same {
                 self.staging = Some((b.epoch, b.version, Vec::new(), 0));
             } else if !next {
                 self.stats.out_of_order += 1;
@@ -587,6 +599,7 @@ impl Writer {
             .collect();
         let changed = self.install(changes, table);
         self.version = b.version;
+        self.staging = None;
         self.stats.deltas_applied += 1;
         changed
     }
@@ -696,6 +709,9 @@ mod tests {
         for round in 0..100_000 {
             let now = t0 + Duration::from_millis(round as u64 * 10);
             for (mac, w, _) in ws.iter() {
+                if lossy && next() % 300 == 0 {
+                    d.remove(*mac); // a back-end missed its hellos, and is back
+                }
                 d.add(*mac, now);
                 if next() % 4 == 0 || !lossy {
                     d.on_ack(*mac, w.ack(), fib, now);
@@ -748,8 +764,7 @@ mod tests {
             assert_eq!(t.len(), 3000 + 2);
             assert_eq!(w.version, fib.version());
         }
-        // Changes after the snapshot go as deltas, withdrawals and replacements included.
-        let snaps: Vec<u64> = ws.iter().map(|(m, _, _)| d.peers[m].snapshots).collect();
+        // Changes after that go as deltas, withdrawals and replacements included.
         for i in 0..500u32 {
             let p = Prefix::new(Ipv4Addr::from(0xc000_0000 | (i << 8)), 24);
             if i % 2 == 0 {
@@ -765,19 +780,19 @@ mod tests {
             }
         }
         converge(&mut fib, &mut d, &mut ws, 2, true);
-        for (m, w, t) in &ws {
+        for (_, w, t) in &ws {
             assert_eq!(w.len(), 2750);
             assert_eq!(t.len(), 2750 + 2);
-            assert!(d.peers[m].snapshots >= 1);
             // Replaced: ECMP over two gateways; withdrawn: gone.
             let trie = t.snapshot().0;
             let g = fib::Lpm::get(trie, pfx("192.0.1.0/24")).unwrap();
             assert_eq!(t.snapshot().1[g as usize].len(), 2);
             assert_eq!(fib::Lpm::get(trie, pfx("192.0.0.0/24")), None);
         }
-        // Deltas carried the changes: no new snapshot was needed.
-        let after: Vec<u64> = ws.iter().map(|(m, _, _)| d.peers[m].snapshots).collect();
-        assert_eq!(snaps, after);
+        assert!(
+            d.peers.values().any(|p| p.resends > 0),
+            "the channel lost messages"
+        );
     }
 
     #[test]

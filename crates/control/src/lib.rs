@@ -10,5 +10,6 @@ pub mod fuzzing;
 pub mod routes;
 pub mod run;
 pub mod tables;
+pub mod vcp;
 
 pub use config::{ConfigError, ForwarderFile};

@@ -180,6 +180,24 @@ fn answer(f: &mut Forwarder, cmd: &str, _req: &Value) -> Value {
     }
 }
 
+/// The gateways of a `route-add` request: `"via"`, an address or a list.
+pub(crate) fn vias_of(req: &Value) -> Result<Vec<Ipv4Addr>, String> {
+    match &req["via"] {
+        Value::String(s) => Ok(vec![s
+            .parse()
+            .map_err(|_| format!("via {s:?} is not an IPv4 address"))?]),
+        Value::Array(a) => a
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or(format!("via {v} is not an IPv4 address"))
+            })
+            .collect(),
+        _ => Err("missing \"via\" (an address or a list)".into()),
+    }
+}
+
 /// Route commands, run on the control thread against the route writer.
 fn route_command(
     routes: &Mutex<RouteTable>,
@@ -210,20 +228,7 @@ fn route_change(
     match cmd {
         "routes" => Ok(json!({"count": t.len()})),
         "route-add" => {
-            let vias: Vec<Ipv4Addr> = match &req["via"] {
-                Value::String(s) => vec![s
-                    .parse()
-                    .map_err(|_| format!("via {s:?} is not an IPv4 address"))?],
-                Value::Array(a) => a
-                    .iter()
-                    .map(|v| {
-                        v.as_str()
-                            .and_then(|s| s.parse().ok())
-                            .ok_or(format!("via {v} is not an IPv4 address"))
-                    })
-                    .collect::<Result<_, _>>()?,
-                _ => return Err("missing \"via\" (an address or a list)".into()),
-            };
+            let vias = vias_of(req)?;
             t.add(prefix()?, &vias).map_err(|e| e.to_string())?;
             Ok(json!({"count": t.len()}))
         }
@@ -268,6 +273,26 @@ pub fn run<P: Port>(
         fl.publish(&t)?;
     }
     let fast_ctl = fast.clone();
+    // A back-end takes routes from the controller on a thread of its own (see distrib).
+    let writer = match f.backend_internal() {
+        Some(internal) => {
+            let (to_writer, rx) = mpsc::sync_channel(WRITER_QUEUE);
+            let (tx, from_writer) = mpsc::channel();
+            f.set_fib_link(dataplane::forwarder::FibLink {
+                to_writer,
+                from_writer,
+            });
+            let w = Arc::new(Mutex::new(crate::distrib::Writer::new()));
+            let mac = f.ifaces[internal as usize].mac;
+            let (w2, r2, fl, st) = (w.clone(), routes.clone(), fast.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("route-writer".into())
+                .spawn(move || route_writer(rx, tx, w2, r2, fl, mac, st))
+                .map_err(|e| e.to_string())?;
+            Some(w)
+        }
+        None => None,
+    };
     let _server = match control {
         Some(path) => {
             let asker: Asker = Mutex::new(qtx);
@@ -283,9 +308,24 @@ pub fn run<P: Port>(
                 }
                 "describe" => serde_json::to_value(dataplane::counters::descriptions_for(c.role)).map_err(|e| e.to_string()),
                 "neighbours" | "interfaces" => ask_worker(&asker, cmd, req),
+                "fib" => match &writer {
+                    Some(w) => {
+                        let w = w.lock().map_err(|_| "writer poisoned")?;
+                        Ok(json!({
+                            "role": "backend",
+                            "epoch": w.epoch,
+                            "version": w.version,
+                            "routes": w.len(),
+                            "digest": format!("{:016x}", w.digest()),
+                            "controller": w.controller.map(|m| m.to_string()),
+                            "writer": w.stats,
+                        }))
+                    }
+                    None => Err("this forwarder is not a back-end: it takes no routes from a controller".into()),
+                },
                 "routes" | "route-add" | "route-del" | "reload-routes" => route_command(&routes, cfg.as_ref(), fast_ctl.as_ref(), cmd, req),
                 other => Err(format!(
-                    "unknown command {other:?}; try counters, describe, interfaces, neighbours, routes, route-add, route-del, reload-routes"
+                    "unknown command {other:?}; try counters, describe, interfaces, neighbours, fib, routes, route-add, route-del, reload-routes"
                 )),
             }
             });
@@ -304,6 +344,66 @@ pub fn run<P: Port>(
         }
     };
     run_element(f, ports, stop, qrx, answer, tick, busy)
+}
+
+/// Routes messages a back-end's worker may hold for its writer.
+const WRITER_QUEUE: usize = 4096;
+/// How often a back-end acknowledges with nothing new (its digest, for the controller's check).
+const ACK_INTERVAL: Duration = Duration::from_millis(500);
+
+/// A back-end's route writer: applies the controller's messages (in order, each in one
+/// publication), republishes the fast path's table, and acknowledges through the worker.
+fn route_writer(
+    rx: mpsc::Receiver<(MacAddr, wire::dist::RouteBatch)>,
+    to_worker: mpsc::Sender<Vec<u8>>,
+    writer: Arc<Mutex<crate::distrib::Writer>>,
+    routes: Arc<Mutex<RouteTable>>,
+    fast: Option<crate::fast::FastLink>,
+    mac: MacAddr,
+    stop: Arc<AtomicBool>,
+) {
+    let mut seq = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        let first = match rx.recv_timeout(ACK_INTERVAL) {
+            Ok(m) => Some(m),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        let (Ok(mut w), Ok(mut t)) = (writer.lock(), routes.lock()) else {
+            return;
+        };
+        let mut changed = false;
+        if let Some((from, b)) = first {
+            changed |= w.handle(from, &b, &mut t);
+            // Take what else is queued before acknowledging: one acknowledgement covers it.
+            for _ in 0..256 {
+                match rx.try_recv() {
+                    Ok((from, b)) => changed |= w.handle(from, &b, &mut t),
+                    Err(_) => break,
+                }
+            }
+        }
+        if changed {
+            if let Some(fl) = &fast {
+                if let Err(e) = fl.publish(&t) {
+                    tracing::warn!(error = %e, "fast path not republished");
+                }
+            }
+        }
+        drop(t);
+        let Some(ctl) = w.controller else { continue };
+        seq = seq.wrapping_add(1);
+        let ack = wire::dist::Repr {
+            seq,
+            msg: wire::dist::Message::FibAck(w.ack()),
+        };
+        drop(w);
+        if let Ok(frame) = ack.to_frame(mac, ctl) {
+            if to_worker.send(frame).is_err() {
+                return;
+            }
+        }
+    }
 }
 
 /// The worker loop: runs `e` over `ports` until `stop` is set. Questions from the control

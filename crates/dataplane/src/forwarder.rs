@@ -231,6 +231,11 @@ impl Forwarder {
         });
     }
 
+    /// The internal port of a back-end (None if this forwarder is not one).
+    pub fn backend_internal(&self) -> Option<u16> {
+        self.backend.as_ref().map(|b| b.internal)
+    }
+
     /// Connects a back-end to its route writer (see [`FibLink`]).
     pub fn set_fib_link(&mut self, link: FibLink) {
         self.fib_link = Some(link);

@@ -94,6 +94,31 @@ pub fn speed_mbps(name: &str) -> u32 {
         .unwrap_or(0)
 }
 
+/// An `ifreq` naming `name` (for the TAP module).
+pub(crate) fn ifreq_pub(name: &str) -> io::Result<libc::ifreq> {
+    ifreq(name)
+}
+
+/// Sets the interface's MAC address.
+pub fn set_mac(name: &str, mac: [u8; 6]) -> io::Result<()> {
+    let mut r = ifreq(name)?;
+    // SAFETY: writing the sockaddr member of a zeroed ifreq.
+    unsafe {
+        r.ifr_ifru.ifru_hwaddr.sa_family = libc::ARPHRD_ETHER;
+        for (d, s) in r.ifr_ifru.ifru_hwaddr.sa_data.iter_mut().zip(mac) {
+            *d = s as libc::c_char;
+        }
+    }
+    with_socket(|fd| ioctl(fd, libc::SIOCSIFHWADDR, &mut r)).map_err(|e| named(name, e))
+}
+
+/// Sets the interface's MTU.
+pub fn set_mtu(name: &str, mtu: u32) -> io::Result<()> {
+    let mut r = ifreq(name)?;
+    r.ifr_ifru.ifru_mtu = mtu as libc::c_int;
+    with_socket(|fd| ioctl(fd, libc::SIOCSIFMTU, &mut r)).map_err(|e| named(name, e))
+}
+
 /// Sets the interface administratively up.
 pub fn set_up(name: &str) -> io::Result<()> {
     let mut r = ifreq(name)?;

@@ -52,6 +52,12 @@ pub struct Element {
     pub role: String,
     /// The element's config file, relative to the topology file.
     pub config: String,
+    /// FRR daemons to run in the element's namespace (a controller's routing suite):
+    /// daemon name (`zebra`, `staticd`, `bgpd`, `ospfd`) -> its config file, relative to
+    /// the topology file. zebra loads `dplane_fpm_nl`, so its config can point FPM at the
+    /// controller. Needs Debian's `frr` package.
+    #[serde(default)]
+    pub frr: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -84,11 +90,14 @@ pub struct Link {
 /// Element roles: our forwarder; our LB (`balancer`); the Linux kernel's forwarding with a
 /// forwarder's config; `external`, a namespace with its links and nothing else, for a
 /// router that someone else starts in it (`tessera bench forward --contender`).
-pub const ROLES: [&str; 4] = ["forwarder", "balancer", "linux", "external"];
+pub const ROLES: [&str; 5] = ["forwarder", "balancer", "controller", "linux", "external"];
+
+/// The FRR daemons a lab element may run.
+pub const FRR_DAEMONS: [&str; 4] = ["zebra", "staticd", "bgpd", "ospfd"];
 
 /// Roles whose element is a `tessera` process with a control socket.
 fn runs_process(role: &str) -> bool {
-    role == "forwarder" || role == "balancer"
+    role == "forwarder" || role == "balancer" || role == "controller"
 }
 
 /// Where the lab records what it started.
@@ -216,6 +225,16 @@ impl Lab {
                     e.role,
                     ROLES.join(", ")
                 ));
+            }
+            if let Some(d) = e.frr.keys().find(|d| !FRR_DAEMONS.contains(&d.as_str())) {
+                return Err(format!(
+                    "element {}: frr daemon {d:?} is not one of {}",
+                    e.name,
+                    FRR_DAEMONS.join(", ")
+                ));
+            }
+            if !e.frr.is_empty() && !e.frr.contains_key("zebra") {
+                return Err(format!("element {}: frr needs zebra", e.name));
             }
         }
         for (i, l) in self.topo.link.iter().enumerate() {
@@ -468,6 +487,7 @@ impl Lab {
                     let pid = self.start_element(e)?;
                     st.pids.insert(e.name.clone(), pid);
                     self.save(&st)?;
+                    self.start_frr(e)?;
                 }
             }
         }
@@ -540,6 +560,64 @@ impl Lab {
             let p = self.run_dir().join(format!("{}.routes", e.name));
             std::fs::write(&p, batch).map_err(|e| e.to_string())?;
             cmd::run("ip", &["-n", &ns, "-batch", &p.to_string_lossy()])?;
+        }
+        Ok(())
+    }
+
+    /// Starts the element's FRR daemons in its namespace, zebra first; their pid files,
+    /// sockets and logs live in the lab's run directory (`frr-<node>/`).
+    fn start_frr(&self, e: &Element) -> Result<(), String> {
+        if e.frr.is_empty() {
+            return Ok(());
+        }
+        let bin = Path::new("/usr/lib/frr");
+        if !bin.join("zebra").exists() {
+            return Err(format!(
+                "element {}: FRR is not installed (apt-get install frr)",
+                e.name
+            ));
+        }
+        let run = self.run_dir().join(format!("frr-{}", e.name));
+        std::fs::create_dir_all(&run).map_err(|err| format!("{}: {err}", run.display()))?;
+        cmd::run("chown", &["frr:frr", &run.to_string_lossy()])?;
+        let ns = self.ns(&e.name);
+        let zserv = run.join("zserv.api");
+        let order = FRR_DAEMONS.iter().filter(|d| e.frr.contains_key(**d));
+        for d in order {
+            let cfg = self.dir.join(&e.frr[*d]);
+            let exe = bin.join(d);
+            let mut args: Vec<String> = vec![
+                "netns".into(),
+                "exec".into(),
+                ns.clone(),
+                exe.to_string_lossy().into(),
+                "-d".into(),
+                "-f".into(),
+                cfg.to_string_lossy().into(),
+                "-i".into(),
+                run.join(format!("{d}.pid")).to_string_lossy().into(),
+                "-z".into(),
+                zserv.to_string_lossy().into(),
+                "--vty_socket".into(),
+                run.to_string_lossy().into(),
+                "-u".into(),
+                "frr".into(),
+                "-g".into(),
+                "frr".into(),
+                "--log".into(),
+                format!("file:{}", run.join(format!("{d}.log")).display()),
+            ];
+            if *d == "zebra" {
+                args.extend(["-M".into(), "dplane_fpm_nl".into()]);
+            }
+            let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+            cmd::run("ip", &refs)?;
+            if *d == "zebra" {
+                let t = Instant::now();
+                while !zserv.exists() && t.elapsed() < Duration::from_secs(10) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
         }
         Ok(())
     }

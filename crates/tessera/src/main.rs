@@ -42,6 +42,18 @@ enum Cmd {
         #[arg(long, value_name = "BACKEND")]
         io: Option<String>,
     },
+    /// Run the Virtual-CP of a multistage router (element discovery, LB tables, the
+    /// authoritative FIB from FPM and its distribution to the back-ends), in the foreground.
+    Controller {
+        #[arg(long)]
+        config: PathBuf,
+        /// Serve state on this Unix socket (JSON lines): fib, elements, counters, route-add.
+        #[arg(long)]
+        control: Option<PathBuf>,
+        /// Packet I/O backend, overriding the config's `[io] backend`: auto, xdp or packet.
+        #[arg(long, value_name = "BACKEND")]
+        io: Option<String>,
+    },
     /// Send and receive DIST messages (the protocol between the elements of a multistage
     /// router), for tests and operations.
     Dist {
@@ -175,6 +187,17 @@ enum Show {
     },
     /// An LB's classifier rules, most specific first.
     Rules {
+        #[arg(long)]
+        control: PathBuf,
+    },
+    /// The distributed FIB. On the controller: its epoch, version, route count and digest,
+    /// and each back-end's (consistent when all four match). On a back-end: its own.
+    Fib {
+        #[arg(long)]
+        control: PathBuf,
+    },
+    /// The elements a controller has discovered from their hellos.
+    Elements {
         #[arg(long)]
         control: PathBuf,
     },
@@ -464,12 +487,19 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Routes { control } => ask(&control, "routes"),
             Show::Balance { control } => ask(&control, "balance"),
             Show::Rules { control } => ask(&control, "rules"),
+            Show::Fib { control } => ask(&control, "fib"),
+            Show::Elements { control } => ask(&control, "elements"),
         },
         Cmd::Balancer {
             config,
             control,
             io,
         } => balancer(&config, control.as_deref(), backend_arg(io.as_deref())?),
+        Cmd::Controller {
+            config,
+            control,
+            io,
+        } => controller(&config, control.as_deref(), backend_arg(io.as_deref())?),
         Cmd::Dist { cmd } => dist_cmd(cmd),
         Cmd::Lab { cmd } => lab_cmd(cmd),
         Cmd::Gen {
@@ -966,6 +996,24 @@ fn balancer(config: &Path, control: Option<&Path>, io: Option<io::Backend>) -> R
         dropped = s.drops.values().sum::<u64>(),
         "balancer stopped"
     );
+    Ok(0)
+}
+
+fn controller(config: &Path, control: Option<&Path>, io: Option<io::Backend>) -> Result<i32> {
+    let mut cfg = control::vcp::ControllerFile::load(config)?;
+    if let Some(b) = io {
+        cfg.io.backend = b;
+    }
+    if cfg.io.fast_path {
+        bail!("{}: [io] fast_path is for forwarders", config.display());
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let (port, link) = open_port(&cfg.interface, &cfg.io)?;
+    tracing::info!(interface = %cfg.interface, mac = %link.mac, "controller running");
+    control::vcp::run(&cfg, port, link.mac, control, stop).map_err(anyhow::Error::msg)?;
+    tracing::info!("controller stopped");
     Ok(0)
 }
 

@@ -60,7 +60,7 @@ pub const ROUTES_SNAPSHOT: u8 = 0x01;
 /// Flag of a routes message: the last part of a snapshot.
 pub const ROUTES_LAST: u8 = 0x02;
 /// Bytes of a fib-ack message.
-pub const FIB_ACK_LEN: usize = 28;
+pub const FIB_ACK_LEN: usize = 36;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Error {
@@ -286,7 +286,12 @@ pub struct FibAck {
     pub epoch: u32,
     /// The highest version applied.
     pub version: u32,
-    /// Parts of the snapshot in progress received so far (0 when none is).
+    /// The epoch and version of the snapshot being received, if one is.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub snap_epoch: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub snap_version: u32,
+    /// Parts of that snapshot received so far (0 when none is under way).
     #[cfg_attr(feature = "serde", serde(default))]
     pub parts: u32,
     /// Distributed routes held (the table the digest covers).
@@ -591,10 +596,12 @@ impl Repr {
                 Message::FibAck(FibAck {
                     epoch: be32(body, 0),
                     version: be32(body, 4),
-                    parts: be32(body, 8),
-                    routes: be32(body, 12),
-                    unresolved: be32(body, 16),
-                    digest: be64(body, 20),
+                    snap_epoch: be32(body, 8),
+                    snap_version: be32(body, 12),
+                    parts: be32(body, 16),
+                    routes: be32(body, 20),
+                    unresolved: be32(body, 24),
+                    digest: be64(body, 28),
                 })
             }
             t => return Err(Error::UnknownType(t)),
@@ -727,10 +734,12 @@ impl Repr {
             Message::FibAck(a) => {
                 body[0..4].copy_from_slice(&a.epoch.to_be_bytes());
                 body[4..8].copy_from_slice(&a.version.to_be_bytes());
-                body[8..12].copy_from_slice(&a.parts.to_be_bytes());
-                body[12..16].copy_from_slice(&a.routes.to_be_bytes());
-                body[16..20].copy_from_slice(&a.unresolved.to_be_bytes());
-                body[20..28].copy_from_slice(&a.digest.to_be_bytes());
+                body[8..12].copy_from_slice(&a.snap_epoch.to_be_bytes());
+                body[12..16].copy_from_slice(&a.snap_version.to_be_bytes());
+                body[16..20].copy_from_slice(&a.parts.to_be_bytes());
+                body[20..24].copy_from_slice(&a.routes.to_be_bytes());
+                body[24..28].copy_from_slice(&a.unresolved.to_be_bytes());
+                body[28..36].copy_from_slice(&a.digest.to_be_bytes());
             }
         }
         Ok(())
@@ -846,7 +855,9 @@ mod tests {
                 msg: Message::FibAck(FibAck {
                     epoch: 3,
                     version: 12,
-                    parts: 0,
+                    snap_epoch: 4,
+                    snap_version: 30,
+                    parts: 2,
                     routes: 1,
                     unresolved: 0,
                     digest: 0x0123_4567_89ab_cdef,

@@ -1,0 +1,1174 @@
+//! The Virtual-CP: `tessera controller`, the control plane of a multistage router.
+//!
+//! It owns one port on the interconnection and does four things there:
+//! - **discovers** the elements from their DIST hellos (kind, ports, link speeds) and
+//!   forgets one whose hellos stop for three of its intervals;
+//! - **configures the LBs**: each live back-end with a weight proportional to its
+//!   interconnection link's speed (its capacity), and itself as the Virtual-CP;
+//! - **holds the authoritative FIB** ([`Fib`]): routes from the routing suite over FPM
+//!   ([`FpmState`], fed by zebra's `dplane_fpm_nl`), from its config file, and from the
+//!   control socket (`route-add`, `route-del`);
+//! - **distributes** it to every back-end ([`Distributor`], docs/dist.md), and shows each
+//!   back-end's version and digest (`tessera show fib`).
+//!
+//! The FPM reader runs on its own thread and only writes the table, so it never waits for
+//! a back-end; the port's thread sends what the back-ends are missing.
+//!
+//! ```toml
+//! [controller]
+//! interface = "vcp-int"        # the interconnection port
+//! hello_interval_ms = 100      # this controller's hellos; element timeouts use theirs
+//! configure_lbs = true         # send balance and virtual-cp messages to the LBs
+//! terminate = true             # a TAP per external network (from the LBs' hellos), with
+//!                              # its VLAN's address and LB MAC, for the routing suite
+//!
+//! [fpm]                        # optional: take routes from a routing suite
+//! listen = "127.0.0.1:2620"    # where zebra's dplane_fpm_nl connects
+//! settle_ms = 1000             # after a (re)connection: quiet time that ends the resend
+//!
+//! [[route]]                    # optional static routes, like a forwarder's
+//! prefix = "198.51.100.0/24"
+//! via = "10.2.0.2"
+//!
+//! [io]                         # as for every element
+//! backend = "auto"
+//! ```
+
+use crate::config::{from_toml, line_of, read, ConfigError, IoConfig, RawIo};
+use crate::distrib::{gateways, Distributor, Fib, Gateways};
+use dataplane::buf::{Pkt, Pool};
+use dataplane::port::Port;
+use fib::Prefix;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use toml::Spanned;
+use wire::dist::{self, ElementKind};
+use wire::fpm::{self, RouteVia};
+use wire::MacAddr;
+
+/// Changes the controller keeps in its log (older back-ends get a snapshot).
+pub const LOG_CAP: usize = 2_000_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    controller: RawController,
+    fpm: Option<RawFpm>,
+    #[serde(default)]
+    route: Vec<RawRoute>,
+    io: Option<RawIo>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawController {
+    interface: Spanned<String>,
+    hello_interval_ms: Option<Spanned<u64>>,
+    configure_lbs: Option<bool>,
+    terminate: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFpm {
+    listen: Spanned<String>,
+    settle_ms: Option<Spanned<u64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    prefix: Spanned<String>,
+    via: Spanned<crate::config::ViaList>,
+}
+
+/// The controller's configuration.
+#[derive(Debug, Clone)]
+pub struct ControllerFile {
+    pub path: PathBuf,
+    pub interface: String,
+    pub hello_interval: Duration,
+    pub configure_lbs: bool,
+    /// Present each external network as a TAP (protocol termination).
+    pub terminate: bool,
+    pub fpm_listen: Option<SocketAddr>,
+    pub fpm_settle: Duration,
+    pub routes: Vec<(Prefix, Gateways)>,
+    pub io: IoConfig,
+}
+
+impl ControllerFile {
+    pub fn load(path: &Path) -> Result<ControllerFile, ConfigError> {
+        Self::parse(path, &read(path)?)
+    }
+
+    pub fn parse(path: &Path, src: &str) -> Result<ControllerFile, ConfigError> {
+        let err = |at: usize, key: &str, message: String| ConfigError {
+            file: path.into(),
+            line: line_of(src, at),
+            key: key.into(),
+            message,
+        };
+        let raw: Raw = from_toml(path, src)?;
+        let c = &raw.controller;
+        crate::config::check_ifname(c.interface.get_ref())
+            .map_err(|m| err(c.interface.span().start, "controller.interface", m))?;
+        let hello_interval = match &c.hello_interval_ms {
+            Some(h) if !(10..=60_000).contains(h.get_ref()) => {
+                return Err(err(
+                    h.span().start,
+                    "controller.hello_interval_ms",
+                    "must be 10 to 60000".into(),
+                ))
+            }
+            Some(h) => Duration::from_millis(*h.get_ref()),
+            None => Duration::from_millis(100),
+        };
+        let (mut fpm_listen, mut fpm_settle) = (None, Duration::from_millis(1000));
+        if let Some(f) = &raw.fpm {
+            fpm_listen = Some(f.listen.get_ref().parse().map_err(|_| {
+                err(
+                    f.listen.span().start,
+                    "fpm.listen",
+                    format!("{:?} is not ADDRESS:PORT", f.listen.get_ref()),
+                )
+            })?);
+            if let Some(s) = &f.settle_ms {
+                if !(10..=600_000).contains(s.get_ref()) {
+                    return Err(err(
+                        s.span().start,
+                        "fpm.settle_ms",
+                        "must be 10 to 600000".into(),
+                    ));
+                }
+                fpm_settle = Duration::from_millis(*s.get_ref());
+            }
+        }
+        let mut routes = Vec::new();
+        for (i, r) in raw.route.iter().enumerate() {
+            let prefix = Prefix::parse_strict(r.prefix.get_ref()).map_err(|e| {
+                err(
+                    r.prefix.span().start,
+                    &format!("route[{i}].prefix"),
+                    e.to_string(),
+                )
+            })?;
+            let via = r
+                .via
+                .get_ref()
+                .addresses()
+                .map_err(|m| err(r.via.span().start, &format!("route[{i}].via"), m))?;
+            routes.push((prefix, gateways(via)));
+        }
+        Ok(ControllerFile {
+            path: path.into(),
+            interface: c.interface.get_ref().clone(),
+            hello_interval,
+            configure_lbs: c.configure_lbs.unwrap_or(true),
+            terminate: c.terminate.unwrap_or(true),
+            fpm_listen,
+            fpm_settle,
+            routes,
+            io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
+        })
+    }
+}
+
+/// What the FPM reader has counted.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct FpmStats {
+    pub connected: bool,
+    pub connections: u64,
+    pub frames: u64,
+    pub messages: u64,
+    pub route_adds: u64,
+    pub route_deletes: u64,
+    pub nexthops: u64,
+    /// Frames or messages that did not parse (skipped; the stream goes on).
+    pub malformed: u64,
+    /// Routes not taken, by reason.
+    pub skipped_ipv6: u64,
+    pub skipped_other_table: u64,
+    pub skipped_not_unicast: u64,
+    /// Routes with no gateway (connected networks: the back-ends have their own).
+    pub skipped_no_gateway: u64,
+    /// Routes through a next-hop object zebra has not sent (held until it comes).
+    pub unknown_nexthop: u64,
+    /// Routes removed by the sweep after a reconnection (zebra no longer has them).
+    pub swept: u64,
+    /// Routes from zebra held now.
+    pub routes: u64,
+    /// Routes marked stale by the last reconnection and not yet resent.
+    pub stale: u64,
+    /// Milliseconds from the first message of the current connection to the last.
+    pub last_burst_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Nh {
+    gateway: Option<Ipv4Addr>,
+    group: Vec<u32>,
+}
+
+/// zebra's view, as its FPM stream tells it, and what it makes of the [`Fib`].
+#[derive(Default)]
+pub struct FpmState {
+    nexthops: HashMap<u32, Nh>,
+    routes: HashMap<Prefix, RouteVia>,
+    stale: HashSet<Prefix>,
+    pub stats: FpmStats,
+}
+
+impl FpmState {
+    /// The gateways of a route (none for a connected or unknown next hop).
+    fn resolve(&self, via: &RouteVia) -> Option<Gateways> {
+        let g = match via {
+            RouteVia::Inline { gateways, .. } => gateways.clone(),
+            RouteVia::Object(id) => {
+                let nh = self.nexthops.get(id)?;
+                if nh.group.is_empty() {
+                    nh.gateway.into_iter().collect()
+                } else {
+                    nh.group
+                        .iter()
+                        .filter_map(|m| self.nexthops.get(m).and_then(|n| n.gateway))
+                        .collect()
+                }
+            }
+        };
+        (!g.is_empty()).then(|| gateways(g))
+    }
+
+    /// A new connection: zebra will send its whole table again. What it held is kept
+    /// (the back-ends go on forwarding) but marked stale until resent.
+    pub fn connection(&mut self) {
+        self.stale = self.routes.keys().copied().collect();
+        self.nexthops.clear();
+        self.stats.connections += 1;
+        self.stats.stale = self.stale.len() as u64;
+    }
+
+    /// The resend has settled: routes still stale are gone from zebra.
+    pub fn sweep(&mut self, fib: &mut Fib) {
+        for p in std::mem::take(&mut self.stale) {
+            self.routes.remove(&p);
+            fib.set(p, None);
+            self.stats.swept += 1;
+        }
+        self.stats.stale = 0;
+        self.stats.routes = self.routes.len() as u64;
+    }
+
+    /// Applies the messages of one FPM frame. Changes of one prefix within a frame (a
+    /// delete then a new route: zebra's replace) reach the table as one change.
+    pub fn frame(&mut self, msgs: Vec<fpm::Message>, fib: &mut Fib) {
+        self.stats.frames += 1;
+        let mut touched: Vec<Prefix> = Vec::new();
+        let mut nh_changed: HashSet<u32> = HashSet::new();
+        for m in msgs {
+            self.stats.messages += 1;
+            match m {
+                fpm::Message::Nexthop(n) => {
+                    self.stats.nexthops += 1;
+                    nh_changed.insert(n.id);
+                    if n.add && !n.blackhole {
+                        self.nexthops.insert(
+                            n.id,
+                            Nh {
+                                gateway: n.gateway,
+                                group: n.group,
+                            },
+                        );
+                    } else {
+                        self.nexthops.remove(&n.id);
+                    }
+                }
+                fpm::Message::Route(r) => {
+                    if r.family != fpm::Family::Ipv4 {
+                        self.stats.skipped_ipv6 += 1;
+                        continue;
+                    }
+                    if r.table != 254 {
+                        self.stats.skipped_other_table += 1;
+                        continue;
+                    }
+                    let p = Prefix::new(r.dst, r.dst_len);
+                    if r.add && r.rtype != fpm::nl::RTN_UNICAST {
+                        self.stats.skipped_not_unicast += 1;
+                        continue;
+                    }
+                    self.stale.remove(&p);
+                    if r.add {
+                        self.stats.route_adds += 1;
+                        self.routes.insert(p, r.via);
+                    } else {
+                        self.stats.route_deletes += 1;
+                        self.routes.remove(&p);
+                    }
+                    touched.push(p);
+                }
+                fpm::Message::Other(_) => {}
+            }
+        }
+        if !nh_changed.is_empty() {
+            let uses = |v: &RouteVia| match v {
+                RouteVia::Object(id) => {
+                    nh_changed.contains(id)
+                        || self
+                            .nexthops
+                            .get(id)
+                            .is_some_and(|n| n.group.iter().any(|m| nh_changed.contains(m)))
+                }
+                RouteVia::Inline { .. } => false,
+            };
+            touched.extend(self.routes.iter().filter(|(_, v)| uses(v)).map(|(p, _)| *p));
+        }
+        touched.sort_unstable_by_key(|p| (u32::from(p.addr()), p.len()));
+        touched.dedup();
+        for p in touched {
+            let want = match self.routes.get(&p) {
+                None => None,
+                Some(v) => {
+                    let g = self.resolve(v);
+                    if g.is_none() {
+                        match v {
+                            RouteVia::Object(_) if !self.has_object(v) => {
+                                self.stats.unknown_nexthop += 1
+                            }
+                            _ => self.stats.skipped_no_gateway += 1,
+                        }
+                    }
+                    g
+                }
+            };
+            fib.set(p, want);
+        }
+        self.stats.routes = self.routes.len() as u64;
+        self.stats.stale = self.stale.len() as u64;
+    }
+
+    fn has_object(&self, v: &RouteVia) -> bool {
+        match v {
+            RouteVia::Object(id) => self.nexthops.contains_key(id),
+            RouteVia::Inline { .. } => true,
+        }
+    }
+}
+
+/// The shared state of a running controller.
+pub struct Shared {
+    pub fib: Mutex<Fib>,
+    pub fpm: Mutex<FpmState>,
+}
+
+/// Serves one FPM connection at a time on `listener`; a new connection replaces the old.
+/// Returns when `stop` is set.
+pub fn serve_fpm(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    settle: Duration,
+    stop: Arc<AtomicBool>,
+) {
+    listener.set_nonblocking(true).ok();
+    let mut conn: Option<std::net::TcpStream> = None;
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut last_msg = Instant::now();
+    let mut first_msg: Option<Instant> = None;
+    let mut swept = true;
+    while !stop.load(Ordering::Relaxed) {
+        if let Ok((s, peer)) = listener.accept() {
+            tracing::info!(%peer, "FPM connection: marking routes stale until zebra resends them");
+            s.set_nonblocking(false).ok();
+            s.set_read_timeout(Some(Duration::from_millis(50))).ok();
+            conn = Some(s);
+            buf.clear();
+            if let Ok(mut f) = shared.fpm.lock() {
+                f.connection();
+                f.stats.connected = true;
+            }
+            last_msg = Instant::now();
+            first_msg = None;
+            swept = false;
+        }
+        let Some(s) = conn.as_mut() else {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        match s.read(&mut chunk) {
+            Ok(0) => {
+                tracing::warn!(
+                    "FPM connection closed; routes kept until zebra reconnects and resends"
+                );
+                conn = None;
+                if let Ok(mut f) = shared.fpm.lock() {
+                    f.stats.connected = false;
+                }
+                continue;
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "FPM connection failed");
+                conn = None;
+                continue;
+            }
+        }
+        let mut at = 0;
+        let mut frames = Vec::new();
+        let mut broken = false;
+        loop {
+            match fpm::split_frame(&buf[at..]) {
+                Ok(Some((len, payload))) => {
+                    frames.push(fpm::messages(payload));
+                    at += len;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!(error = %e, "FPM stream cannot be resynchronised: closing the connection");
+                    broken = true;
+                    break;
+                }
+            }
+        }
+        buf.drain(..at);
+        if !frames.is_empty() {
+            let now = Instant::now();
+            last_msg = now;
+            let first = *first_msg.get_or_insert(now);
+            if let (Ok(mut f), Ok(mut fib)) = (shared.fpm.lock(), shared.fib.lock()) {
+                for fr in frames {
+                    match fr {
+                        Ok(msgs) => f.frame(msgs, &mut fib),
+                        Err(e) => {
+                            f.stats.malformed += 1;
+                            tracing::warn!(error = %e, "FPM frame skipped");
+                        }
+                    }
+                }
+                f.stats.last_burst_ms = now.duration_since(first).as_millis() as u64;
+            }
+        }
+        if broken {
+            conn = None;
+            if let Ok(mut f) = shared.fpm.lock() {
+                f.stats.malformed += 1;
+                f.stats.connected = false;
+            }
+            continue;
+        }
+        if !swept && last_msg.elapsed() >= settle {
+            swept = true;
+            if let (Ok(mut f), Ok(mut fib)) = (shared.fpm.lock(), shared.fib.lock()) {
+                let n = f.stale.len();
+                f.sweep(&mut fib);
+                tracing::info!(swept = n, routes = fib.len(), "FPM resend settled");
+            }
+        }
+    }
+}
+
+/// An element the controller has heard from.
+#[derive(Debug, Clone)]
+pub struct ElementInfo {
+    pub kind: ElementKind,
+    pub ports: Vec<dist::HelloPort>,
+    pub interval: Duration,
+    pub last_seen: Instant,
+    pub since: Instant,
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    pub dropped: u64,
+}
+
+impl ElementInfo {
+    /// The capacity a back-end advertises: the speed of its internal port (Mbit/s; 0 unknown).
+    fn capacity_mbps(&self) -> u32 {
+        self.ports
+            .iter()
+            .find(|p| p.role == dist::PortRole::Internal)
+            .map_or(0, |p| p.speed_mbps)
+    }
+}
+
+/// Weight of a back-end in the LBs' tables: its capacity in units of 100 Mbit/s (1 when
+/// unknown), so back-ends of unequal capacity get proportional shares.
+pub fn weight_for(capacity_mbps: u32) -> u16 {
+    (capacity_mbps / 100).clamp(1, u16::MAX as u32) as u16
+}
+
+/// The controller's counters (one writer: its thread).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ControllerStats {
+    pub dist_received: u64,
+    pub dist_malformed: u64,
+    pub hellos_received: u64,
+    pub acks_received: u64,
+    /// Acknowledgements from a MAC that is no known back-end.
+    pub acks_unknown: u64,
+    pub routes_messages_sent: u64,
+    pub balance_messages_sent: u64,
+    pub hellos_sent: u64,
+    /// Frames from the LBs (tagged with an external network's VLAN) written to its TAP.
+    pub tap_in: u64,
+    /// Frames the routing suite sent on a TAP, sent tagged to the LBs.
+    pub tap_out: u64,
+    /// TAP writes that failed, and TAPs that could not be created.
+    pub tap_errors: u64,
+    /// Frames for none of the above (untagged non-DIST, another station's unicast, or a
+    /// VLAN with no TAP): ignored.
+    pub other_frames: u64,
+    pub tx_errors: u64,
+    pub elements_up: u64,
+    pub elements_down: u64,
+}
+
+/// The TAP that stands for one external network of the router.
+pub struct TapPort {
+    pub tap: Arc<io::tap::Tap>,
+    pub mac: MacAddr,
+    pub addr: Ipv4Addr,
+    pub prefix_len: u8,
+}
+
+/// The controller's thread: owns the port, the elements and the distributor.
+pub struct Controller {
+    /// Protocol termination: a TAP per external network (by VLAN id), made from the LBs'
+    /// hellos when `terminate` is set.
+    pub terminate: bool,
+    pub taps: BTreeMap<u16, TapPort>,
+    tap_failed: std::collections::BTreeSet<u16>,
+    tap_tx: std::sync::mpsc::Sender<(u16, Vec<u8>)>,
+    tap_rx: std::sync::mpsc::Receiver<(u16, Vec<u8>)>,
+    pub mac: MacAddr,
+    pub hello_interval: Duration,
+    pub configure_lbs: bool,
+    pub elements: BTreeMap<MacAddr, ElementInfo>,
+    pub dist: Distributor,
+    pub stats: ControllerStats,
+    seq: u32,
+    next_hello: Instant,
+    next_balance: Instant,
+    balance_sent: Vec<(MacAddr, u16)>,
+}
+
+impl Controller {
+    pub fn new(
+        mac: MacAddr,
+        hello_interval: Duration,
+        configure_lbs: bool,
+        now: Instant,
+    ) -> Controller {
+        let (tap_tx, tap_rx) = std::sync::mpsc::channel();
+        Controller {
+            terminate: false,
+            taps: BTreeMap::new(),
+            tap_failed: Default::default(),
+            tap_tx,
+            tap_rx,
+            mac,
+            hello_interval,
+            configure_lbs,
+            elements: BTreeMap::new(),
+            dist: Distributor::default(),
+            stats: ControllerStats::default(),
+            seq: 0,
+            next_hello: now,
+            next_balance: now,
+            balance_sent: Vec::new(),
+        }
+    }
+
+    fn frame(&mut self, msg: dist::Message, dst: MacAddr) -> Option<Vec<u8>> {
+        self.seq = self.seq.wrapping_add(1);
+        let r = dist::Repr { seq: self.seq, msg };
+        match r.to_frame(self.mac, dst) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                tracing::error!(error = %e, "DIST message not built");
+                None
+            }
+        }
+    }
+
+    /// Takes one received frame.
+    pub fn receive(&mut self, frame: &[u8], fib: &mut Fib, now: Instant) {
+        let Ok(eth) = wire::ethernet::Frame::new_checked(frame) else {
+            self.stats.dist_malformed += 1;
+            return;
+        };
+        if let Some(v) = eth.vlan() {
+            return self.to_tap(v, frame);
+        }
+        if eth.ethertype() != dist::ETHERTYPE {
+            self.stats.other_frames += 1;
+            return;
+        }
+        let src = eth.src();
+        let r = match dist::Repr::parse(eth.payload()) {
+            Ok(r) => r,
+            Err(_) => {
+                self.stats.dist_malformed += 1;
+                return;
+            }
+        };
+        self.stats.dist_received += 1;
+        match r.msg {
+            dist::Message::Hello(h) => {
+                self.stats.hellos_received += 1;
+                let e = self.elements.entry(src).or_insert_with(|| {
+                    tracing::info!(element = %src, kind = ?h.element, ports = h.ports.len(), "element up");
+                    ElementInfo {
+                        kind: h.element,
+                        ports: Vec::new(),
+                        interval: Duration::ZERO,
+                        last_seen: now,
+                        since: now,
+                        rx_packets: 0,
+                        tx_packets: 0,
+                        dropped: 0,
+                    }
+                });
+                if e.since == now {
+                    self.stats.elements_up += 1;
+                }
+                e.kind = h.element;
+                e.ports = h.ports;
+                e.interval = Duration::from_millis(h.interval_ms.max(1) as u64);
+                e.last_seen = now;
+                (e.rx_packets, e.tx_packets, e.dropped) = (h.rx_packets, h.tx_packets, h.dropped);
+                if h.element == ElementKind::Forwarder {
+                    self.dist.add(src, now);
+                }
+                if h.element == ElementKind::Balancer && self.terminate {
+                    let ports = e.ports.clone();
+                    self.make_taps(&ports);
+                }
+            }
+            dist::Message::FibAck(a) => {
+                self.stats.acks_received += 1;
+                if self.dist.peers.contains_key(&src) {
+                    self.dist.on_ack(src, a, fib, now);
+                } else {
+                    self.stats.acks_unknown += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A TAP for each external port of an LB that has none yet: that port's VLAN, MAC
+    /// and address, named `vlan<ID>`.
+    fn make_taps(&mut self, ports: &[dist::HelloPort]) {
+        for p in ports {
+            if p.role != dist::PortRole::External || p.vlan == 0 || self.taps.contains_key(&p.vlan)
+            {
+                continue;
+            }
+            let name = format!("vlan{}", p.vlan);
+            let addr = (!p.addr.is_unspecified()).then_some((p.addr, p.prefix_len));
+            match io::tap::Tap::create(&name, p.mac.0, addr, 1500) {
+                Ok(tap) => {
+                    tracing::info!(tap = %name, mac = %p.mac, address = %format!("{}/{}", p.addr, p.prefix_len), "external network presented");
+                    let tap = Arc::new(tap);
+                    let (t, tx, vlan) = (tap.clone(), self.tap_tx.clone(), p.vlan);
+                    let spawned = std::thread::Builder::new()
+                        .name(name.clone())
+                        .spawn(move || {
+                            let mut buf = vec![0u8; 65536];
+                            while let Ok(n) = t.read(&mut buf) {
+                                if tx.send((vlan, buf[..n].to_vec())).is_err() {
+                                    return;
+                                }
+                            }
+                        });
+                    if spawned.is_err() {
+                        self.stats.tap_errors += 1;
+                        continue;
+                    }
+                    self.taps.insert(
+                        p.vlan,
+                        TapPort {
+                            tap,
+                            mac: p.mac,
+                            addr: p.addr,
+                            prefix_len: p.prefix_len,
+                        },
+                    );
+                }
+                Err(e) => {
+                    if self.tap_failed.insert(p.vlan) {
+                        self.stats.tap_errors += 1;
+                        tracing::error!(tap = %name, error = %e, "cannot present the external network; the routing suite will not see it");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A frame from the interconnection tagged with `vlan`: to that network's TAP if it is
+    /// for the router's control plane (to our MAC: the LBs' redirect; or broadcast and
+    /// multicast, such as ARP replies the LBs share), untagged.
+    fn to_tap(&mut self, vlan: u16, frame: &[u8]) {
+        let Some(t) = self.taps.get(&vlan) else {
+            self.stats.other_frames += 1;
+            return;
+        };
+        let dst = MacAddr::from_slice(&frame[0..6]);
+        let group = dst.0[0] & 1 == 1;
+        if dst != self.mac && !group && dst != t.mac {
+            self.stats.other_frames += 1;
+            return;
+        }
+        let mut f = frame.to_vec();
+        wire::ethernet::pop_vlan(&mut f);
+        if dst == self.mac {
+            f[0..6].copy_from_slice(&t.mac.0);
+        }
+        match t.tap.write(&f) {
+            Ok(_) => self.stats.tap_in += 1,
+            Err(_) => self.stats.tap_errors += 1,
+        }
+    }
+
+    /// Timers: element timeouts, hellos, LB tables, route messages. Frames to send go to `out`.
+    pub fn poll(&mut self, fib: &mut Fib, now: Instant, out: &mut Vec<Vec<u8>>) {
+        // What the routing suite sent: tagged with its network's VLAN, from our MAC, to the
+        // LBs, which send it out of that network's port with their external MAC.
+        while let Ok((vlan, mut f)) = self.tap_rx.try_recv() {
+            if f.len() < 14 {
+                continue;
+            }
+            f[6..12].copy_from_slice(&self.mac.0);
+            wire::ethernet::push_vlan(&mut f, vlan);
+            self.stats.tap_out += 1;
+            out.push(f);
+        }
+        let gone: Vec<MacAddr> = self
+            .elements
+            .iter()
+            .filter(|(_, e)| now.duration_since(e.last_seen) > e.interval * 3)
+            .map(|(m, _)| *m)
+            .collect();
+        for m in gone {
+            tracing::warn!(element = %m, "element down: no hello for three of its intervals");
+            self.elements.remove(&m);
+            self.dist.remove(m);
+            self.stats.elements_down += 1;
+            self.next_balance = now;
+        }
+        if now >= self.next_hello {
+            self.next_hello = now + self.hello_interval;
+            let hello = dist::Message::Hello(dist::Hello {
+                element: ElementKind::Controller,
+                interval_ms: self.hello_interval.as_millis().min(u16::MAX as u128) as u16,
+                rx_packets: self.stats.dist_received,
+                tx_packets: self.stats.routes_messages_sent + self.stats.hellos_sent,
+                dropped: self.stats.dist_malformed,
+                ports: Vec::new(),
+            });
+            if let Some(f) = self.frame(hello, MacAddr::BROADCAST) {
+                self.stats.hellos_sent += 1;
+                out.push(f);
+            }
+        }
+        if self.configure_lbs {
+            self.configure_balancers(now, out);
+        }
+        let mut msgs = Vec::new();
+        self.dist.tick(fib, now, &mut msgs);
+        for (mac, b) in msgs {
+            if let Some(f) = self.frame(dist::Message::Routes(b), mac) {
+                self.stats.routes_messages_sent += 1;
+                out.push(f);
+            }
+        }
+    }
+
+    /// The back-ends and weights the LBs should have.
+    fn wanted_balance(&self) -> Vec<(MacAddr, u16)> {
+        self.elements
+            .iter()
+            .filter(|(_, e)| e.kind == ElementKind::Forwarder)
+            .map(|(m, e)| (*m, weight_for(e.capacity_mbps())))
+            .collect()
+    }
+
+    /// Sends each LB its balancing table and the Virtual-CP's MAC when the back-ends
+    /// change, and again every second (the messages are idempotent).
+    fn configure_balancers(&mut self, now: Instant, out: &mut Vec<Vec<u8>>) {
+        let want = self.wanted_balance();
+        if want == self.balance_sent && now < self.next_balance {
+            return;
+        }
+        self.next_balance = now + Duration::from_secs(1);
+        if want != self.balance_sent {
+            tracing::info!(backends = want.len(), "LB tables: {:?}", want);
+        }
+        self.balance_sent = want.clone();
+        let lbs: Vec<(MacAddr, u8)> = self
+            .elements
+            .iter()
+            .filter(|(_, e)| e.kind == ElementKind::Balancer)
+            .filter_map(|(m, e)| {
+                let i = e
+                    .ports
+                    .iter()
+                    .position(|p| p.role == dist::PortRole::Internal)?;
+                Some((*m, i as u8))
+            })
+            .collect();
+        for (lb, port) in lbs {
+            let entries = want
+                .iter()
+                .map(|(mac, weight)| dist::BalanceEntry {
+                    mac: *mac,
+                    port,
+                    weight: *weight,
+                })
+                .collect();
+            let msgs = [
+                dist::Message::Balance {
+                    flush: true,
+                    entries,
+                },
+                dist::Message::VirtualCp {
+                    mac: self.mac,
+                    port,
+                },
+            ];
+            for m in msgs {
+                if let Some(f) = self.frame(m, lb) {
+                    self.stats.balance_messages_sent += 1;
+                    out.push(f);
+                }
+            }
+        }
+    }
+
+    /// The `fib` answer: the controller's table and every back-end's.
+    pub fn show_fib(&self, fib: &Fib, now: Instant) -> Value {
+        let backends: Vec<Value> = self
+            .dist
+            .peers
+            .iter()
+            .map(|(mac, p)| {
+                let a = p.ack;
+                let consistent = p.at(fib.epoch(), fib.version())
+                    && a.is_some_and(|a| {
+                        a.digest == fib.digest() && a.routes as usize == fib.len()
+                    });
+                json!({
+                    "mac": mac.to_string(),
+                    "mode": p.mode(),
+                    "epoch": a.map(|a| a.epoch),
+                    "version": a.map(|a| a.version),
+                    "routes": a.map(|a| a.routes),
+                    "unresolved": a.map(|a| a.unresolved),
+                    "digest": a.map(|a| format!("{:016x}", a.digest)),
+                    "consistent": consistent,
+                    "last_ack_ms": p.last_ack.map(|t| now.duration_since(t).as_millis() as u64),
+                    "messages_sent": p.messages_sent,
+                    "resends": p.resends,
+                    "snapshots": p.snapshots,
+                    "repairs": p.repairs,
+                })
+            })
+            .collect();
+        json!({
+            "role": "controller",
+            "epoch": fib.epoch(),
+            "version": fib.version(),
+            "routes": fib.len(),
+            "digest": format!("{:016x}", fib.digest()),
+            "backends": backends,
+        })
+    }
+
+    /// The `elements` answer.
+    pub fn show_elements(&self, now: Instant) -> Value {
+        Value::Array(
+            self.elements
+                .iter()
+                .map(|(m, e)| {
+                    json!({
+                        "mac": m.to_string(),
+                        "kind": format!("{:?}", e.kind).to_lowercase(),
+                        "interval_ms": e.interval.as_millis() as u64,
+                        "last_seen_ms": now.duration_since(e.last_seen).as_millis() as u64,
+                        "up_secs": now.duration_since(e.since).as_secs(),
+                        "capacity_mbps": e.capacity_mbps(),
+                        "rx_packets": e.rx_packets,
+                        "tx_packets": e.tx_packets,
+                        "dropped": e.dropped,
+                        "ports": e.ports.iter().map(|p| json!({
+                            "mac": p.mac.to_string(), "address": format!("{}/{}", p.addr, p.prefix_len),
+                            "role": format!("{:?}", p.role).to_lowercase(), "vlan": p.vlan, "speed_mbps": p.speed_mbps,
+                        })).collect::<Vec<_>>(),
+                    })
+                })
+                .collect(),
+        )
+    }
+}
+
+/// A route command on the controller's table (`route-add`, `route-del`).
+fn route_command(fib: &Mutex<Fib>, cmd: &str, req: &Value) -> Result<Value, String> {
+    let p = req["prefix"].as_str().ok_or("missing \"prefix\"")?;
+    let prefix = Prefix::parse_strict(p).map_err(|e| format!("prefix {p:?}: {e}"))?;
+    let mut fib = fib.lock().map_err(|_| "table poisoned")?;
+    let changed = match cmd {
+        "route-add" => {
+            let via = crate::run::vias_of(req)?;
+            fib.set(prefix, Some(gateways(via)))
+        }
+        _ => fib.set(prefix, None),
+    };
+    Ok(json!({"changed": changed, "version": fib.version(), "count": fib.len()}))
+}
+
+/// Runs the controller on `port` until `stop` is set.
+pub fn run<P: Port>(
+    cfg: &ControllerFile,
+    mut port: P,
+    mac: MacAddr,
+    control: Option<&Path>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), String> {
+    let epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(1)
+        .max(1);
+    let mut fib = Fib::new(epoch, LOG_CAP);
+    for (p, g) in &cfg.routes {
+        fib.set(*p, Some(g.clone()));
+    }
+    tracing::info!(epoch, routes = fib.len(), "controller table ready");
+    let shared = Arc::new(Shared {
+        fib: Mutex::new(fib),
+        fpm: Mutex::new(FpmState::default()),
+    });
+    let mut c = Controller::new(mac, cfg.hello_interval, cfg.configure_lbs, Instant::now());
+    c.terminate = cfg.terminate;
+    let ctl = Arc::new(Mutex::new(c));
+    let _fpm = match cfg.fpm_listen {
+        Some(addr) => {
+            let l = TcpListener::bind(addr).map_err(|e| format!("FPM listen on {addr}: {e}"))?;
+            tracing::info!(%addr, "listening for FPM");
+            let (sh, st, settle) = (shared.clone(), stop.clone(), cfg.fpm_settle);
+            Some(std::thread::spawn(move || serve_fpm(l, sh, settle, st)))
+        }
+        None => None,
+    };
+    let _server = match control {
+        Some(path) => {
+            let (sh, c) = (shared.clone(), ctl.clone());
+            let handler: crate::ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
+                let now = Instant::now();
+                match cmd {
+                    "fib" => {
+                        let fib = sh.fib.lock().map_err(|_| "poisoned")?;
+                        let c = c.lock().map_err(|_| "poisoned")?;
+                        let mut v = c.show_fib(&fib, now);
+                        if let Ok(f) = sh.fpm.lock() {
+                            v["fpm"] = serde_json::to_value(&f.stats).map_err(|e| e.to_string())?;
+                        }
+                        Ok(v)
+                    }
+                    "elements" => Ok(c.lock().map_err(|_| "poisoned")?.show_elements(now)),
+                    "counters" => serde_json::to_value(&c.lock().map_err(|_| "poisoned")?.stats).map_err(|e| e.to_string()),
+                    "routes" => Ok(json!({"count": sh.fib.lock().map_err(|_| "poisoned")?.len()})),
+                    "route-add" | "route-del" => route_command(&sh.fib, cmd, req),
+                    other => Err(format!("unknown command {other:?}; try fib, elements, counters, routes, route-add, route-del")),
+                }
+            });
+            Some(crate::ctlsock::serve(path, handler).map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
+    let mut pool = Pool::new();
+    let mut batch: Vec<Pkt> = Vec::with_capacity(256);
+    let mut txq: Vec<Pkt> = Vec::new();
+    let mut frames = Vec::new();
+    let mut pfds: Vec<libc::pollfd> = port
+        .poll_fds()
+        .into_iter()
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    while !stop.load(Ordering::Relaxed) {
+        let mut oversize = 0;
+        let n = port
+            .recv(&mut pool, &mut batch, 256, &mut oversize)
+            .map_err(|e| e.to_string())?;
+        let now = Instant::now();
+        {
+            let mut fib = shared.fib.lock().map_err(|_| "table poisoned")?;
+            let mut c = ctl.lock().map_err(|_| "poisoned")?;
+            for p in batch.drain(..) {
+                c.receive(&p.data, &mut fib, now);
+                pool.put(p);
+            }
+            c.poll(&mut fib, now, &mut frames);
+        }
+        for f in frames.drain(..) {
+            let mut p = pool.get();
+            p.data.extend_from_slice(&f);
+            txq.push(p);
+            if txq.len() >= 64 {
+                send(&mut port, &mut txq, &mut pool, &ctl);
+            }
+        }
+        send(&mut port, &mut txq, &mut pool, &ctl);
+        if n == 0 && !pfds.is_empty() {
+            // SAFETY: pfds is a valid array of pollfd for the duration of the call.
+            unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 1) };
+        } else if n == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    Ok(())
+}
+
+fn send<P: Port>(port: &mut P, q: &mut Vec<Pkt>, pool: &mut Pool, ctl: &Mutex<Controller>) {
+    if q.is_empty() {
+        return;
+    }
+    let n = q.len();
+    let failed = match port.send(q, pool) {
+        Ok(r) => n.saturating_sub(r.sent),
+        Err(e) => {
+            tracing::warn!(error = %e, "controller: transmit failed");
+            n
+        }
+    };
+    for p in q.drain(..) {
+        pool.put(p);
+    }
+    if failed > 0 {
+        if let Ok(mut c) = ctl.lock() {
+            c.stats.tx_errors += failed as u64;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wire::fpm::build;
+
+    fn ip(s: &str) -> Ipv4Addr {
+        s.parse().unwrap()
+    }
+
+    fn frame(fpm: &mut FpmState, fib: &mut Fib, msgs: &[Vec<u8>]) {
+        let f = build::frame(msgs);
+        let (_, payload) = fpm::split_frame(&f).unwrap().unwrap();
+        fpm.frame(fpm::messages(payload).unwrap(), fib);
+    }
+
+    #[test]
+    fn fpm_routes_reach_the_table() {
+        let (mut s, mut fib) = (FpmState::default(), Fib::new(1, 100));
+        let p = |x: &str| -> Prefix { x.parse().unwrap() };
+        // Next-hop objects, a group, and routes by id; a route inline; a connected one.
+        frame(
+            &mut s,
+            &mut fib,
+            &[
+                build::nexthop(true, 6, Some(ip("10.1.0.2")), &[]),
+                build::nexthop(true, 8, Some(ip("10.2.0.2")), &[]),
+                build::nexthop(true, 7, None, &[6, 8]),
+                build::route(true, ip("192.0.2.0"), 24, &[], Some(6)),
+                build::route(true, ip("198.51.100.0"), 24, &[], Some(7)),
+                build::route(true, ip("203.0.113.0"), 24, &[ip("10.2.0.3")], None),
+                build::route(true, ip("10.1.0.0"), 24, &[], None),
+            ],
+        );
+        assert_eq!(fib.len(), 3);
+        assert_eq!(s.stats.skipped_no_gateway, 1);
+        assert_eq!(fib.get(p("198.51.100.0/24")).unwrap().len(), 2);
+        // A delete and a new route in one frame: one change, never a withdrawal.
+        let v = fib.version();
+        frame(
+            &mut s,
+            &mut fib,
+            &[
+                build::route(false, ip("192.0.2.0"), 24, &[], None),
+                build::route(true, ip("192.0.2.0"), 24, &[ip("10.2.0.9")], None),
+            ],
+        );
+        assert_eq!(fib.version(), v + 1);
+        assert_eq!(&**fib.get(p("192.0.2.0/24")).unwrap(), &[ip("10.2.0.9")]);
+        // A next-hop object changes: every route through it follows.
+        frame(
+            &mut s,
+            &mut fib,
+            &[build::nexthop(true, 8, Some(ip("10.2.0.7")), &[])],
+        );
+        assert_eq!(
+            &**fib.get(p("198.51.100.0/24")).unwrap(),
+            &[ip("10.1.0.2"), ip("10.2.0.7")]
+        );
+        // Deletes are keyed by prefix.
+        frame(
+            &mut s,
+            &mut fib,
+            &[build::route(false, ip("203.0.113.0"), 24, &[], None)],
+        );
+        assert!(fib.get(p("203.0.113.0/24")).is_none());
+        // Reconnection: zebra resends one route only; the sweep removes the other.
+        s.connection();
+        assert_eq!(fib.len(), 2, "nothing is withdrawn on reconnection");
+        frame(
+            &mut s,
+            &mut fib,
+            &[
+                build::nexthop(true, 6, Some(ip("10.1.0.2")), &[]),
+                build::route(true, ip("192.0.2.0"), 24, &[ip("10.2.0.9")], None),
+            ],
+        );
+        s.sweep(&mut fib);
+        assert_eq!(fib.len(), 1);
+        // 198.51.100.0/24 and the connected 10.1.0.0/24 (never in the table) were not resent.
+        assert_eq!(s.stats.swept, 2);
+    }
+
+    #[test]
+    fn config_errors_name_line_and_key() {
+        let path = Path::new("c.toml");
+        let good = "[controller]\ninterface = \"vcp-int\"\n\n[fpm]\nlisten = \"127.0.0.1:2620\"\n\n[[route]]\nprefix = \"198.51.100.0/24\"\nvia = [\"10.2.0.2\", \"10.1.0.2\"]\n";
+        let c = ControllerFile::parse(path, good).unwrap();
+        assert_eq!(c.routes.len(), 1);
+        assert_eq!(c.fpm_listen, Some("127.0.0.1:2620".parse().unwrap()));
+        let e =
+            ControllerFile::parse(path, &good.replace("127.0.0.1:2620", "nowhere")).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (5, "fpm.listen"));
+        let e = ControllerFile::parse(path, &good.replace("10.2.0.2", "10.2.0")).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (9, "route[0].via"));
+        let e = ControllerFile::parse(path, &good.replace("[fpm]", "[fpm]\nport = 1")).unwrap_err();
+        assert_eq!(e.line, 5, "{e}");
+    }
+
+    #[test]
+    fn lb_weights_follow_capacity() {
+        assert_eq!(weight_for(10_000), 100);
+        assert_eq!(weight_for(1_000), 10);
+        assert_eq!(weight_for(0), 1);
+    }
+}
