@@ -28,6 +28,9 @@ use wire::MacAddr;
 /// Gateways of a route: sorted, without duplicates, at most [`dist::MAX_GATEWAYS`].
 pub type Gateways = Box<[Ipv4Addr]>;
 
+/// A whole table, sorted by prefix, shared between the back-ends that receive it.
+pub type Snapshot = Arc<Vec<(Prefix, Gateways)>>;
+
 /// Unacknowledged routes messages per back-end.
 pub const WINDOW: usize = 128;
 /// Time without progress after which unacknowledged messages are sent again.
@@ -60,7 +63,7 @@ pub struct Fib {
     log_first: u32,
     log_cap: usize,
     /// The latest snapshot taken, while it is current.
-    snapshot: Option<(u32, Arc<Vec<(Prefix, Gateways)>>)>,
+    snapshot: Option<(u32, Snapshot)>,
 }
 
 impl Fib {
@@ -157,7 +160,7 @@ impl Fib {
     }
 
     /// The whole table at the current version, sorted (shared while it stays current).
-    pub fn snapshot(&mut self) -> (u32, Arc<Vec<(Prefix, Gateways)>>) {
+    pub fn snapshot(&mut self) -> (u32, Snapshot) {
         if let Some((v, s)) = &self.snapshot {
             if *v == self.version {
                 return (*v, s.clone());
@@ -187,7 +190,7 @@ fn entry_len(via: Option<&Gateways>) -> usize {
 /// A snapshot on its way to one back-end.
 struct Snap {
     version: u32,
-    routes: Arc<Vec<(Prefix, Gateways)>>,
+    routes: Snapshot,
     /// The first route of each part; a last element of `routes.len()`.
     starts: Vec<usize>,
     acked: u32,
@@ -195,7 +198,7 @@ struct Snap {
 }
 
 impl Snap {
-    fn new(version: u32, routes: Arc<Vec<(Prefix, Gateways)>>) -> Snap {
+    fn new(version: u32, routes: Snapshot) -> Snap {
         let mut starts = vec![0];
         let mut bytes = 0;
         for (i, (_, g)) in routes.iter().enumerate() {

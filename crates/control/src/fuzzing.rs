@@ -10,6 +10,7 @@ pub fn config(data: &[u8]) {
     let errors = [
         crate::config::ForwarderFile::parse(path, &text).err(),
         crate::balancer::BalancerFile::parse(path, &text).err(),
+        crate::vcp::ControllerFile::parse(path, &text).err(),
     ];
     for e in errors.into_iter().flatten() {
         assert!(
@@ -48,4 +49,28 @@ pub fn mrt(data: &[u8]) {
     for (ty, sub) in [(13, 2), (13, 8), (12, 1)] {
         let _ = crate::tables::mrt::parse_record(ty, sub, data);
     }
+}
+
+/// Feeds arbitrary bytes to the controller as an FPM stream: frames are split, their netlink
+/// messages parsed and applied to a table; nothing panics, and the table's digest is always
+/// the digest of what it holds.
+pub fn fpm(data: &[u8]) {
+    let mut state = crate::vcp::FpmState::default();
+    let mut fib = crate::distrib::Fib::new(1, 64);
+    let mut at = 0;
+    while let Ok(Some((len, payload))) = wire::fpm::split_frame(&data[at..]) {
+        if let Ok(msgs) = wire::fpm::messages(payload) {
+            state.frame(msgs, &mut fib);
+        }
+        at += len;
+    }
+    if at > 0 {
+        state.connection();
+        state.sweep(&mut fib);
+        assert!(
+            fib.is_empty(),
+            "a sweep with nothing resent empties the table"
+        );
+    }
+    let _ = fib.version();
 }

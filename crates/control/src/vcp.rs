@@ -609,7 +609,7 @@ impl Controller {
             return;
         };
         if let Some(v) = eth.vlan() {
-            return self.to_tap(v, frame);
+            return self.deliver_to_tap(v, frame);
         }
         if eth.ethertype() != dist::ETHERTYPE {
             self.stats.other_frames += 1;
@@ -720,7 +720,7 @@ impl Controller {
     /// A frame from the interconnection tagged with `vlan`: to that network's TAP if it is
     /// for the router's control plane (to our MAC: the LBs' redirect; or broadcast and
     /// multicast, such as ARP replies the LBs share), untagged.
-    fn to_tap(&mut self, vlan: u16, frame: &[u8]) {
+    fn deliver_to_tap(&mut self, vlan: u16, frame: &[u8]) {
         let Some(t) = self.taps.get(&vlan) else {
             self.stats.other_frames += 1;
             return;
@@ -1163,6 +1163,20 @@ mod tests {
         assert_eq!((e.line, e.key.as_str()), (9, "route[0].via"));
         let e = ControllerFile::parse(path, &good.replace("[fpm]", "[fpm]\nport = 1")).unwrap_err();
         assert_eq!(e.line, 5, "{e}");
+    }
+
+    proptest::proptest! {
+        /// Arbitrary netlink bytes inside well-formed FPM frames: never a panic.
+        #[test]
+        fn fpm_reader_takes_any_payload(payloads in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200), 1..4)) {
+            let mut stream = Vec::new();
+            for p in &payloads {
+                stream.extend_from_slice(&[1, 1]);
+                stream.extend_from_slice(&((p.len() + 4) as u16).to_be_bytes());
+                stream.extend_from_slice(p);
+            }
+            crate::fuzzing::fpm(&stream);
+        }
     }
 
     #[test]

@@ -36,10 +36,10 @@ impl Tap {
         r.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short;
         // SAFETY: r is a valid ifreq for the duration of the call.
         if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF as _, &mut r as *mut libc::ifreq) } < 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::Other,
-                format!("TAP {name}: {}", io::Error::last_os_error()),
-            ));
+            return Err(io::Error::other(format!(
+                "TAP {name}: {}",
+                io::Error::last_os_error()
+            )));
         }
         crate::netdev::set_mac(name, mac)?;
         crate::netdev::set_mtu(name, mtu)?;
@@ -49,10 +49,7 @@ impl Tap {
                 .args(["addr", "replace", &format!("{a}/{l}"), "dev", name])
                 .status()?;
             if !st.success() {
-                return Err(io::Error::new(
-                    io::ErrorKind::Other,
-                    format!("ip addr on {name} failed"),
-                ));
+                return Err(io::Error::other(format!("ip addr on {name} failed")));
             }
         }
         Ok(Tap {

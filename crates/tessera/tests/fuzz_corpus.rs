@@ -70,6 +70,16 @@ fn dist_corpus() {
 }
 
 #[test]
+fn fpm_corpus() {
+    let mut frames = 0;
+    for d in corpus("fpm") {
+        control::fuzzing::fpm(&d);
+        frames += wire::fpm::split_frame(&d).is_ok_and(|f| f.is_some()) as usize;
+    }
+    assert!(frames >= 2, "the seeds include zebra's own frames");
+}
+
+#[test]
 fn balance_corpus() {
     let (mut b, now) = dataplane::fuzzing::balancer();
     for d in corpus("balance") {
