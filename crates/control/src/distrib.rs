@@ -464,6 +464,8 @@ pub struct WriterStats {
     /// Messages of another epoch than the one in force, outside a snapshot.
     pub other_epoch: u64,
     pub routes_changed: u64,
+    /// Route table publications (messages taken together share one).
+    pub publications: u64,
     /// Routes whose gateway is on none of the back-end's networks (held, not installed).
     pub unresolved: u64,
     /// Distributed routes for a connected network of the back-end (held, not installed).
@@ -483,6 +485,8 @@ pub struct Writer {
     staging: Option<(u32, u32, Vec<RouteEntry>, u32)>,
     pub controller: Option<MacAddr>,
     pub stats: WriterStats,
+    /// Changes accepted, not yet published.
+    pending: Vec<(Prefix, Option<Vec<Ipv4Addr>>)>,
 }
 
 impl Default for Writer {
@@ -502,6 +506,7 @@ impl Writer {
             staging: None,
             controller: None,
             stats: WriterStats::default(),
+            pending: Vec::new(),
         }
     }
 
@@ -531,8 +536,16 @@ impl Writer {
         }
     }
 
-    /// Takes one message from `from`; true if `table` changed.
+    /// Takes one message from `from` and applies it; true if `table` changed.
     pub fn handle(&mut self, from: MacAddr, b: &RouteBatch, table: &mut RouteTable) -> bool {
+        self.accept(from, b, table);
+        self.flush(table)
+    }
+
+    /// Takes one message from `from`: what it holds and its version change now; the route
+    /// table changes at the next [`Writer::flush`]. Several messages accepted before one
+    /// flush reach the table in one publication, each still whole.
+    pub fn accept(&mut self, from: MacAddr, b: &RouteBatch, table: &RouteTable) -> bool {
         self.controller = Some(from);
         if b.snapshot {
             let fresh = b.base == 0;
@@ -612,7 +625,7 @@ impl Writer {
     fn install(
         &mut self,
         changes: Vec<(Prefix, Option<Gateways>)>,
-        table: &mut RouteTable,
+        table: &RouteTable,
     ) -> bool {
         let mut last: HashMap<Prefix, Option<Gateways>> = HashMap::with_capacity(changes.len());
         for (p, g) in changes {
@@ -645,11 +658,20 @@ impl Writer {
                 None => {}
             }
         }
-        if to_table.is_empty() {
+        let any = !to_table.is_empty();
+        self.pending.extend(to_table);
+        any
+    }
+
+    /// Publishes what [`Writer::accept`] took, in one publication; true if the table changed.
+    pub fn flush(&mut self, table: &mut RouteTable) -> bool {
+        if self.pending.is_empty() {
             return false;
         }
-        self.stats.routes_changed += to_table.len() as u64;
-        match table.apply(to_table) {
+        let changes = std::mem::take(&mut self.pending);
+        self.stats.routes_changed += changes.len() as u64;
+        self.stats.publications += 1;
+        match table.apply(changes) {
             Ok(_) => true,
             Err(e) => {
                 // Cannot happen: every gateway was resolved above.
@@ -825,6 +847,7 @@ mod tests {
         let p = pfx("192.0.2.0/24");
         let (_, w, t) = &mut ws[0];
         w.install(vec![(p, None)], t);
+        w.flush(t);
         assert_eq!(ws[0].1.len(), 20);
         converge(&mut fib, &mut d, &mut ws, 5, false);
         assert_eq!(d.peers[&mac].repairs, 1);

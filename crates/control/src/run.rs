@@ -372,17 +372,19 @@ fn route_writer(
         let (Ok(mut w), Ok(mut t)) = (writer.lock(), routes.lock()) else {
             return;
         };
-        let mut changed = false;
         if let Some((from, b)) = first {
-            changed |= w.handle(from, &b, &mut t);
-            // Take what else is queued before acknowledging: one acknowledgement covers it.
-            for _ in 0..256 {
+            w.accept(from, &b, &t);
+            // Take what else is queued: one publication and one acknowledgement cover it.
+            for _ in 0..1024 {
                 match rx.try_recv() {
-                    Ok((from, b)) => changed |= w.handle(from, &b, &mut t),
+                    Ok((from, b)) => {
+                        w.accept(from, &b, &t);
+                    }
                     Err(_) => break,
                 }
             }
         }
+        let changed = w.flush(&mut t);
         if changed {
             if let Some(fl) = &fast {
                 if let Err(e) = fl.publish(&t) {

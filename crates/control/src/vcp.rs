@@ -15,6 +15,9 @@
 //! a back-end; the port's thread sends what the back-ends are missing.
 //!
 //! ```toml
+//! # routes_file = "table.mrt.gz"  # optional: a table loaded at start (see ControllerFile)
+//! # routes_file_via = "10.2.0.2"   # every route of it through this gateway (or list)
+//!
 //! [controller]
 //! interface = "vcp-int"        # the interconnection port
 //! hello_interval_ms = 100      # this controller's hellos; element timeouts use theirs
@@ -59,6 +62,8 @@ pub const LOG_CAP: usize = 2_000_000;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Raw {
+    routes_file: Option<Spanned<String>>,
+    routes_file_via: Option<Spanned<crate::config::ViaList>>,
     controller: RawController,
     fpm: Option<RawFpm>,
     #[serde(default)]
@@ -101,6 +106,11 @@ pub struct ControllerFile {
     pub fpm_listen: Option<SocketAddr>,
     pub fpm_settle: Duration,
     pub routes: Vec<(Prefix, Gateways)>,
+    /// A table loaded at start: text ("PREFIX GATEWAY..." per line), or with
+    /// `routes_file_via` any table the forwarder reads (text, MRT, gzip, bzip2), every route
+    /// through those gateways.
+    pub routes_file: Option<PathBuf>,
+    pub routes_file_via: Vec<Ipv4Addr>,
     pub io: IoConfig,
 }
 
@@ -167,7 +177,32 @@ impl ControllerFile {
                 .map_err(|m| err(r.via.span().start, &format!("route[{i}].via"), m))?;
             routes.push((prefix, gateways(via)));
         }
+        let routes_file = raw.routes_file.as_ref().map(|f| {
+            let p = Path::new(f.get_ref());
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                path.parent().unwrap_or(Path::new(".")).join(p)
+            }
+        });
+        if let (Some(f), Some(raw_f)) = (&routes_file, &raw.routes_file) {
+            if !f.exists() {
+                return Err(err(raw_f.span().start, "routes_file", format!("{} does not exist", f.display())));
+            }
+        }
+        let routes_file_via = match &raw.routes_file_via {
+            Some(v) if raw.routes_file.is_none() => {
+                return Err(err(v.span().start, "routes_file_via", "set without routes_file".into()))
+            }
+            Some(v) => v
+                .get_ref()
+                .addresses()
+                .map_err(|m| err(v.span().start, "routes_file_via", m))?,
+            None => Vec::new(),
+        };
         Ok(ControllerFile {
+            routes_file,
+            routes_file_via,
             path: path.into(),
             interface: c.interface.get_ref().clone(),
             hello_interval,
@@ -544,6 +579,8 @@ pub struct TapPort {
 
 /// The controller's thread: owns the port, the elements and the distributor.
 pub struct Controller {
+    /// When the controller started (`synced_after_ms` counts from here).
+    pub started: Instant,
     /// Protocol termination: a TAP per external network (by VLAN id), made from the LBs'
     /// hellos when `terminate` is set.
     pub terminate: bool,
@@ -572,6 +609,7 @@ impl Controller {
     ) -> Controller {
         let (tap_tx, tap_rx) = std::sync::mpsc::channel();
         Controller {
+            started: now,
             terminate: false,
             taps: BTreeMap::new(),
             tap_failed: Default::default(),
@@ -883,6 +921,7 @@ impl Controller {
                     "resends": p.resends,
                     "snapshots": p.snapshots,
                     "repairs": p.repairs,
+                    "synced_after_ms": p.synced_at.map(|t| t.duration_since(self.started).as_millis() as u64),
                 })
             })
             .collect();
@@ -955,6 +994,22 @@ pub fn run<P: Port>(
     for (p, g) in &cfg.routes {
         fib.set(*p, Some(g.clone()));
     }
+    if let Some(file) = &cfg.routes_file {
+        let t = Instant::now();
+        if cfg.routes_file_via.is_empty() {
+            crate::routes::load(file, |p, vias, _| {
+                fib.set(p, Some(gateways(vias.to_vec())));
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+        } else {
+            let via = gateways(cfg.routes_file_via.clone());
+            crate::tables::read(file, |p, _| {
+                fib.set(p, Some(via.clone()));
+            })?;
+        }
+        tracing::info!(file = %file.display(), routes = fib.len(), ms = t.elapsed().as_millis() as u64, "routes file read");
+    }
     tracing::info!(epoch, routes = fib.len(), "controller table ready");
     let shared = Arc::new(Shared {
         fib: Mutex::new(fib),
@@ -979,12 +1034,12 @@ pub fn run<P: Port>(
                 let now = Instant::now();
                 match cmd {
                     "fib" => {
+                        // Lock order everywhere: fpm, then fib, then the controller.
+                        let fpm = sh.fpm.lock().map_err(|_| "poisoned")?.stats.clone();
                         let fib = sh.fib.lock().map_err(|_| "poisoned")?;
                         let c = c.lock().map_err(|_| "poisoned")?;
                         let mut v = c.show_fib(&fib, now);
-                        if let Ok(f) = sh.fpm.lock() {
-                            v["fpm"] = serde_json::to_value(&f.stats).map_err(|e| e.to_string())?;
-                        }
+                        v["fpm"] = serde_json::to_value(&fpm).map_err(|e| e.to_string())?;
                         Ok(v)
                     }
                     "elements" => Ok(c.lock().map_err(|_| "poisoned")?.show_elements(now)),
