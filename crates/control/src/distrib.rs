@@ -622,11 +622,7 @@ impl Writer {
 
     /// Applies changes (in order; a later change of a prefix wins) to what is held and,
     /// in one publication, to the route table.
-    fn install(
-        &mut self,
-        changes: Vec<(Prefix, Option<Gateways>)>,
-        table: &RouteTable,
-    ) -> bool {
+    fn install(&mut self, changes: Vec<(Prefix, Option<Gateways>)>, table: &RouteTable) -> bool {
         let mut last: HashMap<Prefix, Option<Gateways>> = HashMap::with_capacity(changes.len());
         for (p, g) in changes {
             last.insert(p, g);

@@ -187,12 +187,20 @@ impl ControllerFile {
         });
         if let (Some(f), Some(raw_f)) = (&routes_file, &raw.routes_file) {
             if !f.exists() {
-                return Err(err(raw_f.span().start, "routes_file", format!("{} does not exist", f.display())));
+                return Err(err(
+                    raw_f.span().start,
+                    "routes_file",
+                    format!("{} does not exist", f.display()),
+                ));
             }
         }
         let routes_file_via = match &raw.routes_file_via {
             Some(v) if raw.routes_file.is_none() => {
-                return Err(err(v.span().start, "routes_file_via", "set without routes_file".into()))
+                return Err(err(
+                    v.span().start,
+                    "routes_file_via",
+                    "set without routes_file".into(),
+                ))
             }
             Some(v) => v
                 .get_ref()
