@@ -306,6 +306,31 @@ pub(crate) fn from_toml<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// The `routes_file` key: a path relative to the config file `path` (text `src`), which
+/// must exist.
+pub(crate) fn routes_file_path(
+    path: &Path,
+    src: &str,
+    raw: Option<&Spanned<String>>,
+) -> Result<Option<PathBuf>, ConfigError> {
+    let Some(f) = raw else { return Ok(None) };
+    let p = Path::new(f.get_ref());
+    let p = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        path.parent().unwrap_or(Path::new(".")).join(p)
+    };
+    if !p.exists() {
+        return Err(ConfigError {
+            file: path.into(),
+            line: line_of(src, f.span().start),
+            key: "routes_file".into(),
+            message: format!("{} does not exist", p.display()),
+        });
+    }
+    Ok(Some(p))
+}
+
 /// Checks a Linux interface name.
 pub(crate) fn check_ifname(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 15 || name.contains(['/', ' ']) {
@@ -480,23 +505,7 @@ impl ForwarderFile {
                 line: line_of(src, r.prefix.span().start),
             });
         }
-        let routes_file = raw.routes_file.as_ref().map(|f| {
-            let p = Path::new(f.get_ref());
-            if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                path.parent().unwrap_or(Path::new(".")).join(p)
-            }
-        });
-        if let (Some(f), Some(raw_f)) = (&routes_file, &raw.routes_file) {
-            if !f.exists() {
-                return Err(err(
-                    raw_f.span().start,
-                    "routes_file".into(),
-                    format!("{} does not exist", f.display()),
-                ));
-            }
-        }
+        let routes_file = routes_file_path(path, src, raw.routes_file.as_ref())?;
         let routes_file_via = match &raw.routes_file_via {
             Some(v) if raw.routes_file.is_none() => {
                 return Err(err(

@@ -177,23 +177,7 @@ impl ControllerFile {
                 .map_err(|m| err(r.via.span().start, &format!("route[{i}].via"), m))?;
             routes.push((prefix, gateways(via)));
         }
-        let routes_file = raw.routes_file.as_ref().map(|f| {
-            let p = Path::new(f.get_ref());
-            if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                path.parent().unwrap_or(Path::new(".")).join(p)
-            }
-        });
-        if let (Some(f), Some(raw_f)) = (&routes_file, &raw.routes_file) {
-            if !f.exists() {
-                return Err(err(
-                    raw_f.span().start,
-                    "routes_file",
-                    format!("{} does not exist", f.display()),
-                ));
-            }
-        }
+        let routes_file = crate::config::routes_file_path(path, src, raw.routes_file.as_ref())?;
         let routes_file_via = match &raw.routes_file_via {
             Some(v) if raw.routes_file.is_none() => {
                 return Err(err(

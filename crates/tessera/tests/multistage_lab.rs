@@ -21,13 +21,7 @@ fn lab() -> TestLab {
 }
 
 fn ask(lab: &TestLab, element: &str, what: &str) -> Value {
-    let o = std::process::Command::new(exe())
-        .args(["show", what, "--control"])
-        .arg(lab.control(element))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).unwrap()
+    lab.show_json(what, element)
 }
 
 fn hex(b: &[u8]) -> String {

@@ -13,13 +13,7 @@ const LAB: &str = "labs/virtual-cp.toml";
 const BACKENDS: [&str; 3] = ["r1", "r2", "r3"];
 
 fn show(lab: &TestLab, what: &str, element: &str) -> Value {
-    let o = std::process::Command::new(exe())
-        .args(["show", what, "--control"])
-        .arg(lab.control(element))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).unwrap()
+    lab.show_json(what, element)
 }
 
 /// True when the controller holds `routes` routes and every back-end acknowledged its

@@ -188,6 +188,17 @@ impl TestLab {
             .join(format!("{element}.sock"))
     }
 
+    /// What `tessera show WHAT --control` prints for an element, as JSON.
+    pub fn show_json(&self, what: &str, element: &str) -> Value {
+        let o = Command::new(exe())
+            .args(["show", what, "--control"])
+            .arg(self.control(element))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
     /// The element's counters, as `tessera show counters` prints them.
     pub fn counters(&self, element: &str) -> Value {
         let o = Command::new(exe())
