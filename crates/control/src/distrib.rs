@@ -7,7 +7,9 @@
 //!   ordered deltas (`base` -> `version`) from the log, or a snapshot of the whole table in
 //!   parts when the back-end is new, in another epoch, behind the log, or holds a table whose
 //!   digest differs from the controller's at the same version. At most [`WINDOW`] messages
-//!   are unacknowledged; when no acknowledgement advances for [`RTO`], it goes back to the
+//!   are unacknowledged; when no acknowledgement advances for the back-end's timeout
+//!   ([`RTO`] at first, doubled after each timeout up to [`MAX_RTO`], and brought back down
+//!   by a tenth at each acknowledgement that advances), it goes back to the
 //!   last acknowledged point and sends again (go-back-N).
 //! - [`Writer`]: the back-end's side. It applies each delta atomically through the route
 //!   writer (one publication), only in order; collects snapshot parts in order and applies
@@ -35,6 +37,8 @@ pub type Snapshot = Arc<Vec<(Prefix, Gateways)>>;
 pub const WINDOW: usize = 128;
 /// Time without progress after which unacknowledged messages are sent again.
 pub const RTO: Duration = Duration::from_millis(200);
+/// The longest the timeout grows to after repeated timeouts (a slow back-end).
+pub const MAX_RTO: Duration = Duration::from_millis(3200);
 /// Bytes of route entries per message: a frame of 1500 bytes, less the DIST headers.
 pub const BODY_BUDGET: usize = 1500 - dist::HEADER_LEN - dist::ROUTES_FIXED_LEN;
 /// Shortest time between two digest repairs of one back-end.
@@ -233,6 +237,8 @@ pub struct Peer {
     sent: u32,
     /// Versions that end the unacknowledged deltas, oldest first.
     inflight: VecDeque<u32>,
+    /// The current timeout (see the module's documentation).
+    pub rto: Duration,
     snap: Option<Snap>,
     last_progress: Instant,
     last_repair: Option<Instant>,
@@ -251,6 +257,7 @@ impl Peer {
             last_ack: None,
             sent: 0,
             inflight: VecDeque::new(),
+            rto: RTO,
             snap: None,
             last_progress: now,
             last_repair: None,
@@ -309,6 +316,7 @@ impl Distributor {
         p.last_ack = Some(now);
         if progressed {
             p.last_progress = now;
+            p.rto = p.rto.mul_f64(0.9).max(RTO);
         }
         let current = a.epoch == fib.epoch() && a.version == fib.version() && a.parts == 0;
         match &mut p.snap {
@@ -375,17 +383,19 @@ impl Distributor {
                 // A new back-end: it gets the whole table, and learns our MAC from it.
                 Self::start_snapshot(p, fib, now);
             }
-            let stalled = now.duration_since(p.last_progress) >= RTO;
+            let stalled = now.duration_since(p.last_progress) >= p.rto;
             match &mut p.snap {
                 Some(s) => {
                     if stalled && s.sent > s.acked {
                         s.sent = s.acked;
                         p.resends += 1;
+                        p.rto = (p.rto * 2).min(MAX_RTO);
                         p.last_progress = now;
                     } else if stalled && s.acked == s.parts() {
                         // Every part acknowledged but the last's effect not seen: resend it.
                         s.sent = s.parts() - 1;
                         p.resends += 1;
+                        p.rto = (p.rto * 2).min(MAX_RTO);
                         p.last_progress = now;
                     }
                     while s.sent < s.parts() && s.sent - s.acked < WINDOW as u32 {
@@ -412,6 +422,7 @@ impl Distributor {
                         p.sent = acked;
                         p.inflight.clear();
                         p.resends += 1;
+                        p.rto = (p.rto * 2).min(MAX_RTO);
                         p.last_progress = now;
                     }
                     if p.inflight.is_empty() && p.sent < acked {

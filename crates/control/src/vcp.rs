@@ -913,6 +913,7 @@ impl Controller {
                     "resends": p.resends,
                     "snapshots": p.snapshots,
                     "repairs": p.repairs,
+                    "rto_ms": p.rto.as_millis() as u64,
                     "synced_after_ms": p.synced_at.map(|t| t.duration_since(self.started).as_millis() as u64),
                 })
             })
