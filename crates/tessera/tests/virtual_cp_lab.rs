@@ -154,6 +154,44 @@ fn routes_from_frr_and_an_outside_bird_reach_every_back_end() {
         || consistent(&fib(), 3),
     );
 
+    // zebra restarts: it reconnects to FPM and resends; the controller keeps every route
+    // meanwhile (the back-ends go on forwarding) and the table never changes.
+    let before = fib();
+    let pid_file = run.join("frr-vcp/zebra.pid");
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let argv: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    // SAFETY: kill(2) on the zebra this lab started (its pid file).
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(500));
+    let argv: Vec<&str> = argv.iter().map(|a| a.as_str()).collect();
+    lab.sh("vcp", &argv);
+    let mut versions = std::collections::BTreeSet::new();
+    wait_until(
+        "zebra's resend after its restart",
+        Duration::from_secs(40),
+        || {
+            let f = fib();
+            versions.insert(f["version"].as_u64().unwrap());
+            f["fpm"]["connections"] == 2 && f["fpm"]["connected"] == true && f["fpm"]["stale"] == 0
+        },
+    );
+    let after = fib();
+    assert_eq!(
+        versions.into_iter().collect::<Vec<_>>(),
+        vec![before["version"].as_u64().unwrap()],
+        "the table changed while zebra restarted: {before} -> {after}"
+    );
+    assert!(consistent(&after, 3), "{after}");
+
     // Nothing was malformed or lost for good on the way.
     let c = show(&lab, "counters", "vcp");
     assert_eq!(c["dist_malformed"], 0, "{c}");
