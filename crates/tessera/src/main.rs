@@ -21,39 +21,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run an IPv4 forwarder (RFC 1812) on the interfaces named in its config, in the foreground.
-    Forwarder {
-        #[arg(long)]
-        config: PathBuf,
-        /// Serve counters and state on this Unix socket (JSON lines).
-        #[arg(long)]
-        control: Option<PathBuf>,
-        /// Packet I/O backend, overriding the config's `[io] backend`: auto, xdp or packet.
-        #[arg(long, value_name = "BACKEND")]
-        io: Option<String>,
-    },
+    Forwarder(ElementArgs),
     /// Run a layer-2 load balancer (LB) of a multistage router, in the foreground.
-    Balancer {
-        #[arg(long)]
-        config: PathBuf,
-        /// Serve counters and state on this Unix socket (JSON lines).
-        #[arg(long)]
-        control: Option<PathBuf>,
-        /// Packet I/O backend, overriding the config's `[io] backend`: auto, xdp or packet.
-        #[arg(long, value_name = "BACKEND")]
-        io: Option<String>,
-    },
+    Balancer(ElementArgs),
     /// Run the Virtual-CP of a multistage router (element discovery, LB tables, the
     /// authoritative FIB from FPM and its distribution to the back-ends), in the foreground.
-    Controller {
-        #[arg(long)]
-        config: PathBuf,
-        /// Serve state on this Unix socket (JSON lines): fib, elements, counters, route-add.
-        #[arg(long)]
-        control: Option<PathBuf>,
-        /// Packet I/O backend, overriding the config's `[io] backend`: auto, xdp or packet.
-        #[arg(long, value_name = "BACKEND")]
-        io: Option<String>,
-    },
+    Controller(ElementArgs),
     /// Send and receive DIST messages (the protocol between the elements of a multistage
     /// router), for tests and operations.
     Dist {
@@ -153,6 +126,19 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         count: usize,
     },
+}
+
+/// What every element takes on the command line.
+#[derive(clap::Args)]
+struct ElementArgs {
+    #[arg(long)]
+    config: PathBuf,
+    /// Serve counters and state on this Unix socket (JSON lines).
+    #[arg(long)]
+    control: Option<PathBuf>,
+    /// Packet I/O backend, overriding the config's `[io] backend`: auto, xdp or packet.
+    #[arg(long, value_name = "BACKEND")]
+    io: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -473,11 +459,11 @@ fn load_lab(a: &LabArgs) -> Result<lab::Lab> {
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
-        Cmd::Forwarder {
-            config,
-            control,
-            io,
-        } => forwarder(&config, control.as_deref(), backend_arg(io.as_deref())?),
+        Cmd::Forwarder(a) => forwarder(
+            &a.config,
+            a.control.as_deref(),
+            backend_arg(a.io.as_deref())?,
+        ),
         Cmd::Show { what } => match what {
             Show::Counters { control, describe } => {
                 ask(&control, if describe { "describe" } else { "counters" })
@@ -490,16 +476,16 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Fib { control } => ask(&control, "fib"),
             Show::Elements { control } => ask(&control, "elements"),
         },
-        Cmd::Balancer {
-            config,
-            control,
-            io,
-        } => balancer(&config, control.as_deref(), backend_arg(io.as_deref())?),
-        Cmd::Controller {
-            config,
-            control,
-            io,
-        } => controller(&config, control.as_deref(), backend_arg(io.as_deref())?),
+        Cmd::Balancer(a) => balancer(
+            &a.config,
+            a.control.as_deref(),
+            backend_arg(a.io.as_deref())?,
+        ),
+        Cmd::Controller(a) => controller(
+            &a.config,
+            a.control.as_deref(),
+            backend_arg(a.io.as_deref())?,
+        ),
         Cmd::Dist { cmd } => dist_cmd(cmd),
         Cmd::Lab { cmd } => lab_cmd(cmd),
         Cmd::Gen {
