@@ -194,9 +194,6 @@ pub(crate) enum Via {
     Many(Vec<String>),
 }
 
-/// `via` as the controller's routes take it.
-pub(crate) type ViaList = Via;
-
 impl Via {
     /// The gateways, each checked; at least one.
     pub(crate) fn addresses(&self) -> Result<Vec<Ipv4Addr>, String> {

@@ -69,7 +69,7 @@ pub const LOG_CAP: usize = 2_000_000;
 #[serde(deny_unknown_fields)]
 struct Raw {
     routes_file: Option<Spanned<String>>,
-    routes_file_via: Option<Spanned<crate::config::ViaList>>,
+    routes_file_via: Option<Spanned<crate::config::Via>>,
     controller: RawController,
     fpm: Option<RawFpm>,
     #[serde(default)]
@@ -97,7 +97,7 @@ struct RawFpm {
 #[serde(deny_unknown_fields)]
 struct RawRoute {
     prefix: Spanned<String>,
-    via: Spanned<crate::config::ViaList>,
+    via: Spanned<crate::config::Via>,
 }
 
 /// The controller's configuration.
@@ -681,7 +681,9 @@ impl Controller {
         match r.msg {
             dist::Message::Hello(h) => {
                 self.stats.hellos_received += 1;
+                let stats = &mut self.stats;
                 let e = self.elements.entry(src).or_insert_with(|| {
+                    stats.elements_up += 1;
                     tracing::info!(element = %src, kind = ?h.element, ports = h.ports.len(), "element up");
                     ElementInfo {
                         kind: h.element,
@@ -694,9 +696,6 @@ impl Controller {
                         dropped: 0,
                     }
                 });
-                if e.since == now {
-                    self.stats.elements_up += 1;
-                }
                 e.kind = h.element;
                 e.ports = h.ports;
                 e.interval = Duration::from_millis(h.interval_ms.max(1) as u64);

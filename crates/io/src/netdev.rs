@@ -4,7 +4,7 @@ use std::ffi::CString;
 use std::io;
 use std::net::Ipv4Addr;
 
-fn ifreq(name: &str) -> io::Result<libc::ifreq> {
+pub(crate) fn ifreq(name: &str) -> io::Result<libc::ifreq> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -92,11 +92,6 @@ pub fn speed_mbps(name: &str) -> u32 {
         .filter(|s| *s > 0)
         .map(|s| s.min(u32::MAX as i64) as u32)
         .unwrap_or(0)
-}
-
-/// An `ifreq` naming `name` (for the TAP module).
-pub(crate) fn ifreq_pub(name: &str) -> io::Result<libc::ifreq> {
-    ifreq(name)
 }
 
 /// Sets the interface's MAC address.

@@ -32,7 +32,7 @@ impl Tap {
         }
         // SAFETY: fd was just opened and is ours.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut r = crate::netdev::ifreq_pub(name)?;
+        let mut r = crate::netdev::ifreq(name)?;
         r.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short;
         // SAFETY: r is a valid ifreq for the duration of the call.
         if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF as _, &mut r as *mut libc::ifreq) } < 0 {
