@@ -75,6 +75,7 @@ struct Raw {
     #[serde(default)]
     rule: Vec<Spanned<Rule>>,
     io: Option<crate::config::RawIo>,
+    dist: Option<crate::config::RawDist>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,6 +140,7 @@ pub struct BalancerFile {
     /// (MAC, port index, weight) of the initial balancing table.
     pub backends: Vec<(MacAddr, u16, u16)>,
     pub io: crate::config::IoConfig,
+    pub dist: crate::config::DistConfig,
 }
 
 impl BalancerFile {
@@ -346,6 +348,7 @@ impl BalancerFile {
             },
             backends,
             io: crate::config::IoConfig::from_raw(path, src, raw.io.as_ref())?,
+            dist: crate::config::DistConfig::from_raw(path, src, raw.dist.as_ref())?,
         })
     }
 }
@@ -375,6 +378,10 @@ pub fn build(cfg: &BalancerFile, links: &[Link]) -> Result<Balancer, String> {
         .collect();
     let now = Instant::now();
     let mut b = Balancer::new(ports, cfg.cfg.clone(), now);
+    b.dist_auth = dataplane::element::DistAuth {
+        guard: cfg.dist.guard(),
+        signer: Arc::new(cfg.dist.signer()),
+    };
     b.set_backends(&cfg.backends, true, now);
     Ok(b)
 }

@@ -81,6 +81,7 @@ struct Raw {
     tuning: ForwarderConfig,
     backend: Option<RawBackend>,
     io: Option<RawIo>,
+    dist: Option<RawDist>,
 }
 
 /// The `[io]` table, common to every element.
@@ -91,6 +92,162 @@ pub(crate) struct RawIo {
     busy_poll: Option<bool>,
     fast_path: Option<bool>,
     packet_ring: Option<Spanned<String>>,
+}
+
+/// The `[dist]` table, common to every element that speaks DIST.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDist {
+    key_file: Option<Spanned<String>>,
+    max_age_s: Option<Spanned<u64>>,
+}
+
+/// How an element authenticates DIST (`[dist]`; docs/dist.md, "Authentication").
+#[derive(Clone, PartialEq, Eq)]
+pub struct DistConfig {
+    /// `key_file`: a file holding the shared key as hex digits (at least 32), relative to
+    /// the config file. Without it DIST goes unauthenticated, and the element says so.
+    pub key_file: Option<PathBuf>,
+    /// The key's bytes, read from `key_file`.
+    secret: Option<Vec<u8>>,
+    /// `max_age_s` (default 60; 0 = no limit): a message whose counter is older than this
+    /// by the receiver's clock is stale and dropped.
+    pub max_age: std::time::Duration,
+}
+
+impl std::fmt::Debug for DistConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DistConfig")
+            .field("key_file", &self.key_file)
+            .field("max_age", &self.max_age)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Writes a new random DIST key (32 bytes from the kernel's generator, as 64 hex digits)
+/// to `path`, readable by its owner only.
+pub fn write_new_dist_key(path: &Path) -> Result<(), String> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut key = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .map_err(|e| format!("/dev/urandom: {e}"))?;
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    let _ = std::fs::remove_file(path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(format!("{hex}\n").as_bytes()))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The default of `[dist] max_age_s`.
+pub const DEFAULT_DIST_MAX_AGE_S: u64 = 60;
+
+impl Default for DistConfig {
+    fn default() -> Self {
+        DistConfig {
+            key_file: None,
+            secret: None,
+            max_age: std::time::Duration::from_secs(DEFAULT_DIST_MAX_AGE_S),
+        }
+    }
+}
+
+impl DistConfig {
+    /// Validates a `[dist]` table of the file `path` whose text is `src`, reading the key.
+    pub(crate) fn from_raw(
+        path: &Path,
+        src: &str,
+        raw: Option<&RawDist>,
+    ) -> Result<DistConfig, ConfigError> {
+        let mut c = DistConfig::default();
+        if let Some(m) = raw.and_then(|r| r.max_age_s.as_ref()) {
+            c.max_age = std::time::Duration::from_secs(*m.get_ref());
+        }
+        if let Some(k) = raw.and_then(|r| r.key_file.as_ref()) {
+            let p = Path::new(k.get_ref());
+            let p = if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                path.parent().unwrap_or(Path::new(".")).join(p)
+            };
+            c.set_key_file(&p).map_err(|message| ConfigError {
+                file: path.into(),
+                line: line_of(src, k.span().start),
+                key: "dist.key_file".into(),
+                message,
+            })?;
+        }
+        Ok(c)
+    }
+
+    /// Reads the key from `p` (hex digits), replacing any key the config named.
+    pub fn set_key_file(&mut self, p: &Path) -> Result<(), String> {
+        let text =
+            std::fs::read_to_string(p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
+        wire::dist::auth::Key::from_hex(1, &text).map_err(|e| format!("{}: {e}", p.display()))?;
+        let t = text.trim();
+        self.secret = Some(
+            (0..t.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&t[i..i + 2], 16).expect("checked by from_hex"))
+                .collect(),
+        );
+        self.key_file = Some(p.into());
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(m) = std::fs::metadata(p) {
+            if m.permissions().mode() & 0o077 != 0 {
+                tracing::warn!(
+                    file = %p.display(),
+                    "the DIST key file can be read by other users than its owner (chmod 600)"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The key, if one is configured.
+    pub fn key(&self) -> Option<wire::dist::auth::Key> {
+        self.secret
+            .as_ref()
+            .map(|s| wire::dist::auth::Key::new(1, s).expect("checked when read"))
+    }
+
+    /// The receiving side of authentication.
+    pub fn guard(&self) -> wire::dist::auth::Guard {
+        wire::dist::auth::Guard::new(self.key(), self.max_age.as_nanos() as u64)
+    }
+
+    /// The sending side of authentication.
+    pub fn signer(&self) -> wire::dist::auth::Signer {
+        wire::dist::auth::Signer::new(self.key())
+    }
+
+    /// Says loudly, once at start, that DIST is unauthenticated when there is no key.
+    pub fn warn_if_open(&self, element: &str) {
+        if self.secret.is_none() {
+            tracing::warn!(
+                element,
+                "DIST IS NOT AUTHENTICATED: no [dist] key_file. Anyone on the interconnection \
+                 can configure this element and change its routes. Give every element the \
+                 same key (docs/dist.md, \"Authentication\")."
+            );
+            eprintln!(
+                "WARNING: {element}: DIST is not authenticated (no [dist] key_file); anyone on \
+                 the interconnection can steer this element"
+            );
+        } else {
+            tracing::info!(
+                element,
+                max_age_s = self.max_age.as_secs(),
+                "DIST authenticated (HMAC-SHA-256)"
+            );
+        }
+    }
 }
 
 /// How an element does packet I/O (`[io]`).
@@ -256,6 +413,7 @@ pub struct ForwarderFile {
     pub tuning: ForwarderConfig,
     pub backend: Option<BackendConfig>,
     pub io: IoConfig,
+    pub dist: DistConfig,
 }
 
 /// Line number (1-based) of byte offset `at` in `src`.
@@ -556,6 +714,7 @@ impl ForwarderFile {
             tuning: raw.tuning,
             backend,
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
+            dist: DistConfig::from_raw(path, src, raw.dist.as_ref())?,
         })
     }
 }
@@ -714,6 +873,37 @@ address = "10.1.0.1/24"
 internal = "r1-int"
 hello_interval_ms = 200
 "#;
+
+    /// `[dist]`: a key file relative to the config file; errors name the line and key.
+    #[test]
+    fn dist_key_file() {
+        let dir = std::env::temp_dir().join(format!("tessera-dist-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("r.toml");
+        std::fs::write(dir.join("good.key"), format!("{}\n", "a1".repeat(32))).unwrap();
+        std::fs::write(dir.join("short.key"), "a1a1a1").unwrap();
+        let at = |tail: &str| ForwarderFile::parse(&cfg, &format!("{EXAMPLE}\n[dist]\n{tail}"));
+        let c = at("key_file = \"good.key\"\nmax_age_s = 5\n").unwrap();
+        assert!(c.dist.key().is_some());
+        assert_eq!(c.dist.max_age, std::time::Duration::from_secs(5));
+        assert!(
+            !format!("{:?}", c.dist).contains("a1a1"),
+            "Debug hides the key"
+        );
+        assert!(parse(EXAMPLE).unwrap().dist.key().is_none());
+        let line = EXAMPLE.lines().count() + 3;
+        for (tail, want) in [
+            ("key_file = \"nope.key\"", "cannot read"),
+            ("key_file = \"short.key\"", "at least 16 bytes"),
+        ] {
+            let e = at(tail).unwrap_err();
+            assert_eq!((e.line, e.key.as_str()), (line, "dist.key_file"), "{e}");
+            assert!(e.message.contains(want), "{e}");
+        }
+        let e = at("key = \"00\"").unwrap_err();
+        assert!(e.message.contains("unknown field"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn backend_sub_interfaces() {

@@ -146,6 +146,12 @@ pub fn build(cfg: &ForwarderFile, links: &[Link]) -> Result<Forwarder, String> {
             now,
         );
     }
+    if cfg.backend.is_some() {
+        f.dist_auth = dataplane::element::DistAuth {
+            guard: cfg.dist.guard(),
+            signer: Arc::new(cfg.dist.signer()),
+        };
+    }
     let routes = config_routes(cfg, |gw| f.port_for_gateway(gw))?;
     f.replace_routes(routes).map_err(|e| e.to_string())?;
     Ok(f)
@@ -285,9 +291,10 @@ pub fn run<P: Port>(
             let w = Arc::new(Mutex::new(crate::distrib::Writer::new()));
             let mac = f.ifaces[internal as usize].mac;
             let (w2, r2, fl, st) = (w.clone(), routes.clone(), fast.clone(), stop.clone());
+            let signer = f.dist_auth.signer.clone();
             std::thread::Builder::new()
                 .name("route-writer".into())
-                .spawn(move || route_writer(rx, tx, w2, r2, fl, mac, st))
+                .spawn(move || route_writer(rx, tx, w2, r2, fl, mac, signer, st))
                 .map_err(|e| e.to_string())?;
             Some(w)
         }
@@ -353,6 +360,7 @@ const ACK_INTERVAL: Duration = Duration::from_millis(500);
 
 /// A back-end's route writer: applies the controller's messages (in order, each in one
 /// publication), republishes the fast path's table, and acknowledges through the worker.
+#[allow(clippy::too_many_arguments)]
 fn route_writer(
     rx: mpsc::Receiver<(MacAddr, wire::dist::RouteBatch)>,
     to_worker: mpsc::Sender<Vec<u8>>,
@@ -360,6 +368,7 @@ fn route_writer(
     routes: Arc<Mutex<RouteTable>>,
     fast: Option<crate::fast::FastLink>,
     mac: MacAddr,
+    signer: Arc<wire::dist::auth::Signer>,
     stop: Arc<AtomicBool>,
 ) {
     let mut seq = 0u32;
@@ -400,7 +409,8 @@ fn route_writer(
             msg: wire::dist::Message::FibAck(w.ack()),
         };
         drop(w);
-        if let Ok(frame) = ack.to_frame(mac, ctl) {
+        if let Ok(mut frame) = ack.to_frame(mac, ctl) {
+            let _ = signer.seal(&mut frame, wire::dist::auth::now_ns());
             if to_worker.send(frame).is_err() {
                 return;
             }

@@ -75,6 +75,7 @@ struct Raw {
     #[serde(default)]
     route: Vec<RawRoute>,
     io: Option<RawIo>,
+    dist: Option<crate::config::RawDist>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -118,6 +119,7 @@ pub struct ControllerFile {
     pub routes_file: Option<PathBuf>,
     pub routes_file_via: Vec<Ipv4Addr>,
     pub io: IoConfig,
+    pub dist: crate::config::DistConfig,
 }
 
 impl ControllerFile {
@@ -210,6 +212,7 @@ impl ControllerFile {
             fpm_settle,
             routes,
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
+            dist: crate::config::DistConfig::from_raw(path, src, raw.dist.as_ref())?,
         })
     }
 }
@@ -564,6 +567,12 @@ pub fn weight_for(capacity_mbps: u32) -> u16 {
 pub struct ControllerStats {
     pub dist_received: u64,
     pub dist_malformed: u64,
+    /// DIST frames dropped by authentication ([dist] key_file): without a valid seal under
+    /// this key id, with a wrong tag, replayed, or older than max_age_s.
+    pub dist_unauthenticated: u64,
+    pub dist_forged: u64,
+    pub dist_replayed: u64,
+    pub dist_stale: u64,
     pub hellos_received: u64,
     pub acks_received: u64,
     /// Acknowledgements from a MAC that is no known back-end.
@@ -610,6 +619,9 @@ pub struct Controller {
     pub elements: BTreeMap<MacAddr, ElementInfo>,
     pub dist: Distributor,
     pub stats: ControllerStats,
+    /// DIST authentication (off without a key).
+    pub guard: wire::dist::auth::Guard,
+    pub signer: wire::dist::auth::Signer,
     seq: u32,
     next_hello: Instant,
     next_balance: Instant,
@@ -637,6 +649,8 @@ impl Controller {
             elements: BTreeMap::new(),
             dist: Distributor::default(),
             stats: ControllerStats::default(),
+            guard: wire::dist::auth::Guard::new(None, 0),
+            signer: wire::dist::auth::Signer::new(None),
             seq: 0,
             next_hello: now,
             next_balance: now,
@@ -648,7 +662,10 @@ impl Controller {
         self.seq = self.seq.wrapping_add(1);
         let r = dist::Repr { seq: self.seq, msg };
         match r.to_frame(self.mac, dst) {
-            Ok(f) => Some(f),
+            Ok(mut f) => {
+                let _ = self.signer.seal(&mut f, wire::dist::auth::now_ns());
+                Some(f)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "DIST message not built");
                 None
@@ -670,6 +687,18 @@ impl Controller {
             return;
         }
         let src = eth.src();
+        if let Err(why) = self.guard.check(frame, wire::dist::auth::now_ns()) {
+            use wire::dist::auth::Reject;
+            let n = match why {
+                Reject::Unauthenticated => &mut self.stats.dist_unauthenticated,
+                Reject::Forged => &mut self.stats.dist_forged,
+                Reject::Replayed => &mut self.stats.dist_replayed,
+                Reject::Stale => &mut self.stats.dist_stale,
+                Reject::Malformed => &mut self.stats.dist_malformed,
+            };
+            *n += 1;
+            return;
+        }
         let r = match dist::Repr::parse(eth.payload()) {
             Ok(r) => r,
             Err(_) => {
@@ -1033,6 +1062,8 @@ pub fn run<P: Port>(
     });
     let mut c = Controller::new(mac, cfg.hello_interval, cfg.configure_lbs, Instant::now());
     c.terminate = cfg.terminate;
+    c.guard = cfg.dist.guard();
+    c.signer = cfg.dist.signer();
     let ctl = Arc::new(Mutex::new(c));
     let _fpm = match cfg.fpm_listen {
         Some(addr) => {
@@ -1260,6 +1291,87 @@ mod tests {
             }
             crate::fuzzing::fpm(&stream);
         }
+    }
+
+    /// With a key, the controller takes only sealed, fresh DIST: an unsealed or forged
+    /// hello adds no element and a replayed acknowledgement is not acted on.
+    #[test]
+    fn controller_drops_forged_and_replayed_dist() {
+        use wire::dist::auth::{now_ns, seal, Guard, Key, Signer};
+        let key = Key::new(1, &[3; 32]).unwrap();
+        let now = Instant::now();
+        let mut fib = Fib::new(1, 100);
+        let mut c = Controller::new(
+            MacAddr([2, 0, 0, 0, 0xc, 1]),
+            Duration::from_millis(100),
+            false,
+            now,
+        );
+        c.guard = Guard::new(Some(key.clone()), 60_000_000_000);
+        let r1 = MacAddr([2, 0, 0, 0, 1, 1]);
+        let hello = |seq| {
+            dist::Repr {
+                seq,
+                msg: dist::Message::Hello(dist::Hello {
+                    element: ElementKind::Forwarder,
+                    interval_ms: 100,
+                    rx_packets: 0,
+                    tx_packets: 0,
+                    dropped: 0,
+                    ports: Vec::new(),
+                }),
+            }
+            .to_frame(r1, MacAddr::BROADCAST)
+            .unwrap()
+        };
+        c.receive(&hello(1), &mut fib, now);
+        let mut forged = hello(2);
+        seal(&mut forged, &Key::new(1, &[4; 32]).unwrap(), now_ns()).unwrap();
+        c.receive(&forged, &mut fib, now);
+        assert!(c.elements.is_empty(), "nothing taken from a forger");
+        assert_eq!((c.stats.dist_unauthenticated, c.stats.dist_forged), (1, 1));
+        let signer = Signer::new(Some(key));
+        let mut good = hello(3);
+        signer.seal(&mut good, now_ns()).unwrap();
+        c.receive(&good, &mut fib, now);
+        assert!(c.elements.contains_key(&r1) && c.dist.peers.contains_key(&r1));
+        let ack = |signer: &Signer| {
+            let mut f = dist::Repr {
+                seq: 4,
+                msg: dist::Message::FibAck(dist::FibAck {
+                    epoch: 1,
+                    version: 0,
+                    snap_epoch: 0,
+                    snap_version: 0,
+                    parts: 0,
+                    routes: 0,
+                    unresolved: 0,
+                    digest: 0,
+                }),
+            }
+            .to_frame(r1, c.mac)
+            .unwrap();
+            signer.seal(&mut f, now_ns()).unwrap();
+            f
+        };
+        let a = ack(&signer);
+        c.receive(&a, &mut fib, now);
+        c.receive(&a, &mut fib, now);
+        c.receive(&good, &mut fib, now);
+        assert_eq!(c.stats.acks_received, 1);
+        assert_eq!(c.stats.hellos_received, 1);
+        assert_eq!(c.stats.dist_replayed, 2);
+        // An old capture from before a restart of this controller: stale.
+        let mut old = hello(5);
+        seal(
+            &mut old,
+            &Key::new(1, &[3; 32]).unwrap(),
+            now_ns() - 120_000_000_000,
+        )
+        .unwrap();
+        c.guard = Guard::new(Some(Key::new(1, &[3; 32]).unwrap()), 60_000_000_000);
+        c.receive(&old, &mut fib, now);
+        assert_eq!(c.stats.dist_stale, 1);
     }
 
     #[test]

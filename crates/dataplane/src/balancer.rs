@@ -262,6 +262,8 @@ pub struct Balancer {
     pub pool: Pool,
     next_hello: Instant,
     seq: u32,
+    /// DIST authentication.
+    pub dist_auth: crate::element::DistAuth,
     /// What happened since the caller last took these (bounded: the oldest are dropped).
     pub log: Vec<(Instant, LogEvent)>,
 }
@@ -282,6 +284,7 @@ impl Balancer {
             pool: Pool::new(),
             next_hello: now,
             seq: 0,
+            dist_auth: Default::default(),
             log: Vec::new(),
         };
         b.index_vlans();
@@ -549,6 +552,9 @@ impl Balancer {
     }
 
     fn dist_input(&mut self, p: Pkt, now: Instant) {
+        if let Err(d) = self.dist_auth.check(&p.data) {
+            return self.drop_pkt(p, d);
+        }
         let r = match dist::Repr::parse(&p.data[ETH..]) {
             Ok(r) => r,
             Err(dist::Error::BadVersion(_)) => return self.drop_pkt(p, Drop::DistBadVersion),
@@ -728,7 +734,8 @@ impl Balancer {
     fn send_hellos(&mut self, tx: &mut TxQueues) {
         let h = self.hello();
         for i in self.internal_ports().collect::<Vec<_>>() {
-            if let Ok(f) = h.to_frame(self.ports[i as usize].mac, MacAddr::BROADCAST) {
+            if let Ok(mut f) = h.to_frame(self.ports[i as usize].mac, MacAddr::BROADCAST) {
+                self.dist_auth.seal(&mut f);
                 let mut p = self.pool.get();
                 p.data.extend_from_slice(&f);
                 self.counters.event(Event::DistHellosSent);

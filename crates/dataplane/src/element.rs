@@ -24,6 +24,51 @@ pub(crate) fn hello(
     })
 }
 
+/// An element's DIST authentication: the receiving guard (its own) and the sending signer
+/// (shared with the element's other threads that send DIST). Without a key both let
+/// everything through (docs/dist.md, "Authentication").
+#[derive(Debug)]
+pub struct DistAuth {
+    pub guard: wire::dist::auth::Guard,
+    pub signer: Arc<wire::dist::auth::Signer>,
+}
+
+impl Default for DistAuth {
+    fn default() -> Self {
+        DistAuth {
+            guard: wire::dist::auth::Guard::new(None, 0),
+            signer: Arc::new(wire::dist::auth::Signer::new(None)),
+        }
+    }
+}
+
+impl DistAuth {
+    /// Checks a received DIST frame (untagged, whole); the drop reason if it fails.
+    pub fn check(&mut self, frame: &[u8]) -> Result<(), crate::counters::Drop> {
+        use crate::counters::Drop;
+        use wire::dist::auth::Reject;
+        self.guard
+            .check(frame, wire::dist::auth::now_ns())
+            .map_err(|r| match r {
+                Reject::Unauthenticated => Drop::DistUnauthenticated,
+                Reject::Forged => Drop::DistForged,
+                Reject::Replayed => Drop::DistReplayed,
+                Reject::Stale => Drop::DistStale,
+                Reject::Malformed => Drop::DistMalformed,
+            })
+    }
+
+    /// Seals a DIST frame built by `to_frame` (a no-op without a key).
+    pub fn seal(&self, frame: &mut Vec<u8>) {
+        // A frame from `to_frame` always holds a whole message: sealing cannot fail.
+        let _ = self.signer.seal(frame, wire::dist::auth::now_ns());
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.guard.enabled()
+    }
+}
+
 pub trait Element {
     /// Runs one received frame (`meta.rx_port` set) through the element.
     fn process(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues);

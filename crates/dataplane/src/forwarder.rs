@@ -154,6 +154,8 @@ pub struct Forwarder {
     backend: Option<Backend>,
     /// The back-end's link to its route writer (see [`FibLink`]).
     fib_link: Option<FibLink>,
+    /// DIST authentication of a back-end.
+    pub dist_auth: crate::element::DistAuth,
     /// The route writer, while this forwarder owns it (see [`Forwarder::take_routes`]).
     routes: Option<RouteTable>,
     readers: RouteReaders,
@@ -206,6 +208,7 @@ impl Forwarder {
             subifs,
             backend: None,
             fib_link: None,
+            dist_auth: Default::default(),
             routes: Some(table),
             readers,
             snap: None,
@@ -435,6 +438,9 @@ impl Forwarder {
         if !untagged || internal != Some(p.meta.iface) {
             return self.drop_pkt(p, Drop::DistNotInternal);
         }
+        if let Err(d) = self.dist_auth.check(&p.data) {
+            return self.drop_pkt(p, d);
+        }
         match wire::dist::Repr::parse(&p.data[ETH..]) {
             Ok(wire::dist::Repr {
                 msg: wire::dist::Message::Routes(b),
@@ -513,7 +519,8 @@ impl Forwarder {
         let Some(ifc) = self.ifaces.get(internal as usize) else {
             return;
         };
-        if let Ok(frame) = hello.to_frame(ifc.mac, MacAddr::BROADCAST) {
+        if let Ok(mut frame) = hello.to_frame(ifc.mac, MacAddr::BROADCAST) {
+            self.dist_auth.seal(&mut frame);
             let mut p = self.pool.get();
             p.data.extend_from_slice(&frame);
             self.counters.event(Event::DistHellosSent);

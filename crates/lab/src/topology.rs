@@ -14,6 +14,10 @@ pub struct Topology {
     pub name: String,
     #[serde(default)]
     pub description: String,
+    /// `true`: DIST between the lab's elements is authenticated under a key made at `up`
+    /// (`dist.key` in the run directory, given to every element with `--dist-key-file`).
+    #[serde(default)]
+    pub dist_key: bool,
     #[serde(default)]
     pub host: Vec<Host>,
     #[serde(default)]
@@ -298,6 +302,11 @@ impl Lab {
         format!("ts-{}-{}", self.name, node)
     }
 
+    /// The lab's DIST key (when the topology has `dist_key = true`).
+    pub fn dist_key_path(&self) -> PathBuf {
+        self.run_dir().join("dist.key")
+    }
+
     pub fn run_dir(&self) -> PathBuf {
         Path::new(RUN_DIR).join(&self.name)
     }
@@ -351,6 +360,9 @@ impl Lab {
         }
         std::fs::create_dir_all(self.run_dir())
             .map_err(|e| format!("{}: {e}", self.run_dir().display()))?;
+        if self.topo.dist_key {
+            control::config::write_new_dist_key(&self.dist_key_path())?;
+        }
         let r = self.build();
         if r.is_err() {
             let _ = self.down();
@@ -640,6 +652,13 @@ impl Lab {
             .arg("--control")
             .arg(&sock)
             .args(io.iter().flat_map(|b| ["--io", b.as_str()]))
+            .args(
+                self.topo
+                    .dist_key
+                    .then(|| self.dist_key_path())
+                    .iter()
+                    .flat_map(|k| [std::ffi::OsStr::new("--dist-key-file"), k.as_os_str()]),
+            )
             .stdin(std::process::Stdio::null())
             .stdout(log)
             .stderr(log2)

@@ -139,6 +139,21 @@ struct ElementArgs {
     /// Packet I/O backend, overriding the config's `[io] backend`: auto, xdp or packet.
     #[arg(long, value_name = "BACKEND")]
     io: Option<String>,
+    /// The DIST key (hex digits in a file), overriding the config's `[dist] key_file`.
+    #[arg(long, value_name = "FILE")]
+    dist_key_file: Option<PathBuf>,
+}
+
+impl ElementArgs {
+    /// Applies `--dist-key-file` to `dist` and says loudly if DIST stays unauthenticated.
+    fn dist(&self, dist: &mut control::config::DistConfig, element: &str) -> Result<()> {
+        if let Some(f) = &self.dist_key_file {
+            dist.set_key_file(f)
+                .map_err(|e| anyhow::anyhow!("--dist-key-file: {e}"))?;
+        }
+        dist.warn_if_open(element);
+        Ok(())
+    }
 }
 
 #[derive(Subcommand)]
@@ -197,8 +212,16 @@ enum DistCmd {
         iface: String,
         /// The message, e.g. '{"type": "balance", "flush": true, "entries": [{"mac":
         /// "02:00:00:00:01:01", "port": 1, "weight": 1}]}'; `-` reads it from stdin.
+        #[arg(long, required_unless_present = "frame", conflicts_with = "frame")]
+        json: Option<String>,
+        /// A whole Ethernet frame in hex, sent as it is (e.g. one `dist listen --frames`
+        /// printed: a replay); --dst, --src and --key-file do not apply.
         #[arg(long)]
-        json: String,
+        frame: Option<String>,
+        /// Seal the message under the key in this file (hex digits), as elements with
+        /// `[dist] key_file` do.
+        #[arg(long, value_name = "FILE")]
+        key_file: Option<PathBuf>,
         /// Destination MAC (default broadcast).
         #[arg(long, default_value = "ff:ff:ff:ff:ff:ff")]
         dst: String,
@@ -221,6 +244,19 @@ enum DistCmd {
         /// Stop after this many seconds.
         #[arg(long, default_value_t = 10.0)]
         duration: f64,
+        /// Check each sealed message's tag against the key in this file ("auth": "ok" or
+        /// "forged"; "unsealed" for a message without a seal).
+        #[arg(long, value_name = "FILE")]
+        key_file: Option<PathBuf>,
+        /// Also print each whole frame in hex ("frame"), as `dist send --frame` takes it.
+        #[arg(long)]
+        frames: bool,
+    },
+    /// Write a new random DIST key (hex digits, mode 600) for `[dist] key_file`.
+    Keygen {
+        /// The file to write (replaced if it exists).
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Decode a DIST message given in hex (the Ethernet payload, or a whole frame).
     Decode {
@@ -459,11 +495,7 @@ fn load_lab(a: &LabArgs) -> Result<lab::Lab> {
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
-        Cmd::Forwarder(a) => forwarder(
-            &a.config,
-            a.control.as_deref(),
-            backend_arg(a.io.as_deref())?,
-        ),
+        Cmd::Forwarder(a) => forwarder(&a),
         Cmd::Show { what } => match what {
             Show::Counters { control, describe } => {
                 ask(&control, if describe { "describe" } else { "counters" })
@@ -476,16 +508,8 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Fib { control } => ask(&control, "fib"),
             Show::Elements { control } => ask(&control, "elements"),
         },
-        Cmd::Balancer(a) => balancer(
-            &a.config,
-            a.control.as_deref(),
-            backend_arg(a.io.as_deref())?,
-        ),
-        Cmd::Controller(a) => controller(
-            &a.config,
-            a.control.as_deref(),
-            backend_arg(a.io.as_deref())?,
-        ),
+        Cmd::Balancer(a) => balancer(&a),
+        Cmd::Controller(a) => controller(&a),
         Cmd::Dist { cmd } => dist_cmd(cmd),
         Cmd::Lab { cmd } => lab_cmd(cmd),
         Cmd::Gen {
@@ -854,11 +878,15 @@ fn backend_arg(io: Option<&str>) -> Result<Option<io::Backend>> {
     .transpose()
 }
 
-fn forwarder(config: &Path, control: Option<&Path>, io: Option<io::Backend>) -> Result<i32> {
+fn forwarder(a: &ElementArgs) -> Result<i32> {
     use dataplane::port::Port;
+    let (config, control) = (a.config.as_path(), a.control.as_deref());
     let mut cfg = control::ForwarderFile::load(config)?;
-    if let Some(b) = io {
+    if let Some(b) = backend_arg(a.io.as_deref())? {
         cfg.io.backend = b;
+    }
+    if cfg.backend.is_some() {
+        a.dist(&mut cfg.dist, "back-end")?;
     }
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
@@ -946,11 +974,13 @@ fn open_port(
     Ok((port, link))
 }
 
-fn balancer(config: &Path, control: Option<&Path>, io: Option<io::Backend>) -> Result<i32> {
+fn balancer(a: &ElementArgs) -> Result<i32> {
+    let (config, control) = (a.config.as_path(), a.control.as_deref());
     let mut cfg = control::balancer::BalancerFile::load(config)?;
-    if let Some(b) = io {
+    if let Some(b) = backend_arg(a.io.as_deref())? {
         cfg.io.backend = b;
     }
+    a.dist(&mut cfg.dist, "balancer")?;
     if cfg.io.fast_path {
         bail!(
             "{}: [io] fast_path is not built for the LB yet (the forwarder has it)",
@@ -985,11 +1015,13 @@ fn balancer(config: &Path, control: Option<&Path>, io: Option<io::Backend>) -> R
     Ok(0)
 }
 
-fn controller(config: &Path, control: Option<&Path>, io: Option<io::Backend>) -> Result<i32> {
+fn controller(a: &ElementArgs) -> Result<i32> {
+    let (config, control) = (a.config.as_path(), a.control.as_deref());
     let mut cfg = control::vcp::ControllerFile::load(config)?;
-    if let Some(b) = io {
+    if let Some(b) = backend_arg(a.io.as_deref())? {
         cfg.io.backend = b;
     }
+    a.dist(&mut cfg.dist, "controller")?;
     if cfg.io.fast_path {
         bail!("{}: [io] fast_path is for forwarders", config.display());
     }
@@ -1001,6 +1033,14 @@ fn controller(config: &Path, control: Option<&Path>, io: Option<io::Backend>) ->
     control::vcp::run(&cfg, port, link.mac, control, stop).map_err(anyhow::Error::msg)?;
     tracing::info!("controller stopped");
     Ok(0)
+}
+
+/// A DIST key from a file of hex digits.
+fn read_dist_key(path: &Path) -> Result<wire::dist::auth::Key> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("--key-file {}", path.display()))?;
+    wire::dist::auth::Key::from_hex(1, &text)
+        .map_err(|e| anyhow::anyhow!("--key-file {}: {e}", path.display()))
 }
 
 fn parse_hex(hex: &str) -> Result<Vec<u8>> {
@@ -1025,11 +1065,41 @@ fn dist_cmd(cmd: DistCmd) -> Result<i32> {
         DistCmd::Send {
             iface,
             json,
+            frame: Some(hex),
+            vlan,
+            count,
+            ..
+        } => {
+            let mut frame = parse_hex(&hex)?;
+            if frame.len() < 14 {
+                bail!(
+                    "--frame: {} bytes is shorter than an Ethernet header",
+                    frame.len()
+                );
+            }
+            if let Some(v) = vlan {
+                if !(1..=4094).contains(&v) {
+                    bail!("--vlan {v}: not 1 to 4094");
+                }
+                wire::ethernet::push_vlan(&mut frame, v);
+            }
+            let _ = json;
+            let r = send_frames(&iface, &frame, count)?;
+            print(
+                &serde_json::json!({"sent": r.sent, "ring_full": r.ring_full, "bytes": frame.len()}),
+            )
+        }
+        DistCmd::Send {
+            iface,
+            json,
+            frame: None,
+            key_file,
             dst,
             src,
             vlan,
             count,
         } => {
+            let json = json.context("--json or --frame is needed")?;
             let text = if json == "-" {
                 std::io::read_to_string(std::io::stdin())?
             } else {
@@ -1047,6 +1117,11 @@ fn dist_cmd(cmd: DistCmd) -> Result<i32> {
                 None => wire::MacAddr(io::netdev::mac(&iface)?),
             };
             let mut frame = msg.to_frame(src, dst).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if let Some(f) = &key_file {
+                let key = read_dist_key(f)?;
+                dist::auth::seal(&mut frame, &key, dist::auth::now_ns())
+                    .map_err(|e| anyhow::anyhow!("sealing: {e:?}"))?;
+            }
             if let Some(v) = vlan {
                 if !(1..=4094).contains(&v) {
                     bail!("--vlan {v}: not 1 to 4094");
@@ -1054,15 +1129,19 @@ fn dist_cmd(cmd: DistCmd) -> Result<i32> {
                 wire::ethernet::push_vlan(&mut frame, v);
             }
             let r = send_frames(&iface, &frame, count)?;
+            let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
             print(
-                &serde_json::json!({"sent": r.sent, "ring_full": r.ring_full, "bytes": frame.len()}),
+                &serde_json::json!({"sent": r.sent, "ring_full": r.ring_full, "bytes": frame.len(), "frame": hex}),
             )
         }
         DistCmd::Listen {
             iface,
             count,
             duration,
+            key_file,
+            frames,
         } => {
+            let key = key_file.as_deref().map(read_dist_key).transpose()?;
             let stop = Arc::new(AtomicBool::new(false));
             signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
             signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
@@ -1097,6 +1176,25 @@ fn dist_cmd(cmd: DistCmd) -> Result<i32> {
                     };
                     v["src"] = serde_json::json!(f.src().to_string());
                     v["dst"] = serde_json::json!(f.dst().to_string());
+                    if let Some((id, counter)) = dist::auth::trailer(&p.data) {
+                        v["key_id"] = serde_json::json!(id);
+                        v["counter"] = serde_json::json!(counter);
+                    }
+                    if let Some(k) = &key {
+                        v["auth"] = serde_json::json!(match dist::auth::verify(&p.data, k) {
+                            Ok(_) => "ok",
+                            Err(dist::auth::Reject::Unauthenticated) => "unsealed",
+                            Err(dist::auth::Reject::Malformed) => "malformed",
+                            Err(_) => "forged",
+                        });
+                    }
+                    if frames {
+                        v["frame"] = serde_json::json!(p
+                            .data
+                            .iter()
+                            .map(|b| format!("{b:02x}"))
+                            .collect::<String>());
+                    }
                     if let Some(vid) = f.vlan() {
                         v["vlan"] = serde_json::json!(vid);
                     }
@@ -1114,6 +1212,14 @@ fn dist_cmd(cmd: DistCmd) -> Result<i32> {
             } else {
                 0
             })
+        }
+        DistCmd::Keygen { out } => {
+            control::config::write_new_dist_key(&out).map_err(anyhow::Error::msg)?;
+            eprintln!(
+                "DIST key written to {} (give every element the same key)",
+                out.display()
+            );
+            Ok(0)
         }
         DistCmd::Decode { hex } => {
             let b = parse_hex(&hex)?;

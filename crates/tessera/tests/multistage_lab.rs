@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use wire::ethernet::{self, ethertype};
 use wire::ipv4;
@@ -57,20 +58,30 @@ fn ip_frame(dst_mac: &str, src_mac: &str, dst: &str, proto: u8, payload: &[u8]) 
     f
 }
 
+/// Sends a DIST message from `node`'s eth0, unsealed.
 fn dist_send(lab: &TestLab, node: &str, msg: &Value) -> Value {
-    let out = lab.sh(
-        node,
-        &[
-            exe(),
-            "dist",
-            "send",
-            "--iface",
-            "eth0",
-            "--json",
-            &msg.to_string(),
-        ],
-    );
+    dist_send_sealed(lab, node, msg, None)
+}
+
+/// Sends a DIST message from `node`'s eth0, sealed under the key in `key` if given. The
+/// answer holds the frame sent, in hex ("frame").
+fn dist_send_sealed(lab: &TestLab, node: &str, msg: &Value, key: Option<&Path>) -> Value {
+    let msg = msg.to_string();
+    let mut argv = vec![exe(), "dist", "send", "--iface", "eth0", "--json", &msg];
+    let key = key.map(|k| k.to_string_lossy().into_owned());
+    if let Some(k) = &key {
+        argv.extend(["--key-file", k]);
+    }
+    let out = lab.sh(node, &argv);
     serde_json::from_str(&out).unwrap()
+}
+
+/// Sends a whole frame (hex) from `node`'s eth0, as it is.
+fn frame_send(lab: &TestLab, node: &str, frame: &str) {
+    lab.sh(
+        node,
+        &[exe(), "dist", "send", "--iface", "eth0", "--frame", frame],
+    );
 }
 
 #[test]
@@ -349,10 +360,11 @@ fn weights_and_failover() {
         .zip([1, 2, 1])
         .map(|(m, w)| json!({"mac": m, "port": 1, "weight": w}))
         .collect();
-    dist_send(
+    dist_send_sealed(
         &lab,
         "vcp",
         &json!({"type": "balance", "flush": true, "entries": entries}),
+        Some(&lab.dist_key()),
     );
     std::thread::sleep(Duration::from_millis(200));
     let t0 = packets_per_backend(&ask(&lab, "lba", "balance"));
@@ -452,4 +464,127 @@ fn weights_and_failover() {
         &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.2.0.10"],
     );
     assert!(out.contains("2 received"), "{out}");
+}
+
+/// DIST is authenticated in this lab (`dist_key = true`): what is unsealed, sealed under
+/// another key, or a replay of a genuine message is dropped and counted, from outside and
+/// from the interconnection, and changes nothing; a genuine message still applies.
+#[test]
+fn forged_and_replayed_dist_is_dropped() {
+    let lab = lab();
+    let key = lab.dist_key();
+    let other = std::env::temp_dir().join(format!("{}-other.key", lab.name));
+    let o = lab.tessera(&["dist", "keygen", "--out", &other.to_string_lossy()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let entries = |w: [u16; 3]| -> Value {
+        let e: Vec<Value> = BACKENDS
+            .iter()
+            .zip(w)
+            .map(|(m, w)| json!({"mac": m, "port": 1, "weight": w}))
+            .collect();
+        json!({"type": "balance", "flush": true, "entries": e})
+    };
+    let weights = |lab: &TestLab| -> Vec<u64> {
+        ask(lab, "lba", "balance")["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["weight"].as_u64().unwrap())
+            .collect()
+    };
+    let drops = |lab: &TestLab, el: &str| -> [u64; 4] {
+        let c = lab.counters(el);
+        [
+            "dist_unauthenticated",
+            "dist_forged",
+            "dist_replayed",
+            "dist_not_internal",
+        ]
+        .map(|r| drop_count(&c, r))
+    };
+    let settle = || std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(weights(&lab), [1, 1, 1]);
+    // Every element's hellos are sealed and accepted: nothing dropped so far.
+    assert_eq!(drops(&lab, "lba"), [0; 4]);
+    assert_eq!(drops(&lab, "lbb"), [0; 4]);
+
+    // A genuine message (the lab's key) applies: weights 1:2:1. Keep its frame.
+    let a = dist_send_sealed(&lab, "vcp", &entries([1, 2, 1]), Some(&key));
+    settle();
+    assert_eq!(weights(&lab), [1, 2, 1]);
+    let a_frame = a["frame"].as_str().unwrap().to_string();
+    // From the interconnection: unsealed, then sealed under another key. Dropped.
+    dist_send(&lab, "vcp", &entries([3, 3, 3]));
+    dist_send_sealed(&lab, "vcp", &entries([4, 4, 4]), Some(&other));
+    settle();
+    assert_eq!(weights(&lab), [1, 2, 1], "table unchanged");
+    assert_eq!(drops(&lab, "lba"), [1, 1, 0, 0]);
+    // The genuine frame altered in one byte of its body (a weight): forged.
+    let mut altered = a_frame.clone();
+    let at = 2 * (14 + 8 + 4 + 9);
+    altered.replace_range(at..at + 2, "07");
+    frame_send(&lab, "vcp", &altered);
+    // The genuine frame again, after a newer genuine one: a replay, dropped.
+    dist_send_sealed(&lab, "vcp", &entries([2, 1, 1]), Some(&key));
+    settle();
+    assert_eq!(weights(&lab), [2, 1, 1]);
+    frame_send(&lab, "vcp", &a_frame);
+    settle();
+    assert_eq!(weights(&lab), [2, 1, 1], "the replay changed nothing");
+    assert_eq!(drops(&lab, "lba"), [1, 2, 1, 0]);
+    assert_eq!(
+        drops(&lab, "lbb"),
+        [1, 2, 1, 0],
+        "lbb saw the same broadcasts"
+    );
+    // From outside: the genuine frame replayed by a host on net A is refused at the port.
+    frame_send(&lab, "a1", &a_frame);
+    settle();
+    assert_eq!(drops(&lab, "lba")[3], 1);
+    assert_eq!(weights(&lab), [2, 1, 1]);
+
+    // A back-end: routes from a forger (unsealed, or under another key) never reach its
+    // route writer, and its table stays as it was.
+    let r1 = BACKENDS[0];
+    let routes = json!({"type": "routes", "epoch": 9, "version": 1, "base": 0,
+        "snapshot": true, "last": true,
+        "routes": [{"prefix": "0.0.0.0", "len": 0, "via": ["10.1.0.66"]}]});
+    let before = ask(&lab, "r1", "routes");
+    // r1 saw the broadcasts above as well.
+    let c0 = lab.counters("r1");
+    assert_eq!(drop_count(&c0, "dist_unauthenticated"), 1);
+    assert_eq!(drop_count(&c0, "dist_forged"), 2);
+    assert_eq!(drop_count(&c0, "dist_replayed"), 1);
+    for k in [None, Some(other.as_path())] {
+        let o = lab.sh(
+            "vcp",
+            &[
+                exe(),
+                "dist",
+                "send",
+                "--iface",
+                "eth0",
+                "--dst",
+                r1,
+                "--json",
+                &routes.to_string(),
+            ]
+            .into_iter()
+            .chain(
+                k.map(|k| ["--key-file", k.to_str().unwrap()])
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect::<Vec<_>>(),
+        );
+        assert_eq!(serde_json::from_str::<Value>(&o).unwrap()["sent"], 1, "{o}");
+    }
+    settle();
+    let c = lab.counters("r1");
+    assert_eq!(drop_count(&c, "dist_unauthenticated"), 2);
+    assert_eq!(drop_count(&c, "dist_forged"), 3);
+    assert_eq!(event_count(&c, "dist_routes_received"), 0);
+    assert_eq!(ask(&lab, "r1", "routes"), before, "r1's table unchanged");
+    assert_eq!(ask(&lab, "r1", "fib")["version"], 0);
+    let _ = std::fs::remove_file(&other);
 }

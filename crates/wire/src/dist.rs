@@ -12,8 +12,12 @@
 //!  |  body: `length` bytes, laid out by `type` (hello, ports, balance, virtual-cp)   ...
 //! ```
 //!
-//! Bytes after the body (Ethernet padding) are ignored. A parser error says what was wrong
+//! The top bit of `type` ([`auth::FLAG`]) marks a sealed message: an authentication trailer
+//! follows the body ([`auth`]). Bytes after the body and trailer (Ethernet padding) are
+//! ignored. A parser error says what was wrong
 //! and never panics, whatever the bytes.
+
+pub mod auth;
 
 use crate::{be16, be32, need, put16, MacAddr, Truncated};
 use std::net::Ipv4Addr;
@@ -455,8 +459,13 @@ impl Repr {
         if b[0] != VERSION {
             return Err(Error::BadVersion(b[0]));
         }
-        let (kind, length, seq) = (b[1], be16(b, 2) as usize, be32(b, 4));
-        need(b, HEADER_LEN + length).map_err(Error::Truncated)?;
+        let (kind, length, seq) = (b[1] & !auth::FLAG, be16(b, 2) as usize, be32(b, 4));
+        let trailer = if b[1] & auth::FLAG != 0 {
+            auth::TRAILER_LEN
+        } else {
+            0
+        };
+        need(b, HEADER_LEN + length + trailer).map_err(Error::Truncated)?;
         let body = &b[HEADER_LEN..HEADER_LEN + length];
         let bad = Error::BadLength { kind, length };
         let msg = match kind {

@@ -182,6 +182,13 @@ impl TestLab {
             .to_string()
     }
 
+    /// The lab's DIST key (a topology with `dist_key = true`).
+    pub fn dist_key(&self) -> PathBuf {
+        Path::new(lab::topology::RUN_DIR)
+            .join(&self.name)
+            .join("dist.key")
+    }
+
     pub fn control(&self, element: &str) -> PathBuf {
         Path::new(lab::topology::RUN_DIR)
             .join(&self.name)
