@@ -42,6 +42,9 @@
 //! [io]                         # optional, as for the forwarder
 //! backend = "auto"             # "auto", "xdp" or "packet"
 //! busy_poll = false
+//!
+//! # [dist]                     # optional, as for the forwarder: DIST authentication
+//! # key_file = "dist.key"      # the router's shared key (docs/dist.md)
 //! ```
 
 use crate::config::{check_ifname, cidr, from_toml, line_of, read, ConfigError};

@@ -33,6 +33,11 @@
 //! packet_ring = "frames"       # AF_PACKET: "frames" (a wake-up per frame) or "blocks"
 //!                              # (per block or timer tick: throughput over latency)
 //!
+//! [dist]                       # optional; a back-end's DIST authentication (docs/dist.md)
+//! key_file = "dist.key"        # the router's shared key (hex digits), relative to this file;
+//!                              # without it DIST is unauthenticated and the back-end warns
+//! max_age_s = 60               # messages sealed longer ago than this are dropped (0: no limit)
+//!
 //! [tuning]                     # optional
 //! icmp_errors_per_sec = 100
 //! icmp_burst = 50

@@ -689,6 +689,7 @@ impl Controller {
         let src = eth.src();
         if let Err(why) = self.guard.check(frame, wire::dist::auth::now_ns()) {
             use wire::dist::auth::Reject;
+            tracing::debug!(from = %src, ?why, trailer = ?wire::dist::auth::trailer(frame), kind = frame.get(15).copied().unwrap_or(0), "DIST frame refused");
             let n = match why {
                 Reject::Unauthenticated => &mut self.stats.dist_unauthenticated,
                 Reject::Forged => &mut self.stats.dist_forged,

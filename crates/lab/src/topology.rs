@@ -37,6 +37,14 @@ pub struct Host {
     /// Arguments of `ip route add`, like `"default via 10.1.0.1"`.
     #[serde(default)]
     pub routes: Vec<String>,
+    /// FRR daemons to run in the host's namespace (an outside router): daemon name ->
+    /// config file, relative to the topology file, as for an element but without FPM.
+    #[serde(default)]
+    pub frr: BTreeMap<String, String>,
+    /// A BIRD 2 config file to run in the host's namespace (an outside router), relative
+    /// to the topology file; `birdc -s /run/tessera/<lab>/bird-<node>.ctl` talks to it.
+    #[serde(default)]
+    pub bird: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -230,15 +238,22 @@ impl Lab {
                     ROLES.join(", ")
                 ));
             }
-            if let Some(d) = e.frr.keys().find(|d| !FRR_DAEMONS.contains(&d.as_str())) {
+        }
+        let frrs = self
+            .topo
+            .element
+            .iter()
+            .map(|e| ("element", &e.name, &e.frr));
+        let frrs = frrs.chain(self.topo.host.iter().map(|h| ("host", &h.name, &h.frr)));
+        for (kind, name, frr) in frrs {
+            if let Some(d) = frr.keys().find(|d| !FRR_DAEMONS.contains(&d.as_str())) {
                 return Err(format!(
-                    "element {}: frr daemon {d:?} is not one of {}",
-                    e.name,
+                    "{kind} {name}: frr daemon {d:?} is not one of {}",
                     FRR_DAEMONS.join(", ")
                 ));
             }
-            if !e.frr.is_empty() && !e.frr.contains_key("zebra") {
-                return Err(format!("element {}: frr needs zebra", e.name));
+            if !frr.is_empty() && !frr.contains_key("zebra") {
+                return Err(format!("{kind} {name}: frr needs zebra"));
             }
         }
         for (i, l) in self.topo.link.iter().enumerate() {
@@ -499,11 +514,48 @@ impl Lab {
                     let pid = self.start_element(e)?;
                     st.pids.insert(e.name.clone(), pid);
                     self.save(&st)?;
-                    self.start_frr(e)?;
+                    self.start_frr(&e.name, &e.frr, true)?;
                 }
             }
         }
+        // Outside routers, once the router is there to peer with.
+        for h in &self.topo.host {
+            self.start_frr(&h.name, &h.frr, false)?;
+            if let Some(conf) = &h.bird {
+                self.start_bird(&h.name, conf)?;
+            }
+        }
         Ok(())
+    }
+
+    /// Where a host's BIRD listens for birdc.
+    pub fn bird_socket(&self, node: &str) -> PathBuf {
+        self.run_dir().join(format!("bird-{node}.ctl"))
+    }
+
+    /// Starts BIRD 2 in a host's namespace with `conf` (relative to the topology file).
+    fn start_bird(&self, node: &str, conf: &str) -> Result<(), String> {
+        let cfg = self.dir.join(conf);
+        let ctl = self.bird_socket(node);
+        let pid = self.run_dir().join(format!("bird-{node}.pid"));
+        let ns = self.ns(node);
+        cmd::run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &ns,
+                "bird",
+                "-c",
+                &cfg.to_string_lossy(),
+                "-s",
+                &ctl.to_string_lossy(),
+                "-P",
+                &pid.to_string_lossy(),
+            ],
+        )
+        .map(|_| ())
+        .map_err(|e| format!("host {node}: BIRD did not start (apt-get install bird2): {e}"))
     }
 
     /// Waits until every link of the lab is operationally up. The kernel activates a
@@ -576,27 +628,32 @@ impl Lab {
         Ok(())
     }
 
-    /// Starts the element's FRR daemons in its namespace, zebra first; their pid files,
-    /// sockets and logs live in the lab's run directory (`frr-<node>/`).
-    fn start_frr(&self, e: &Element) -> Result<(), String> {
-        if e.frr.is_empty() {
+    /// Starts a node's FRR daemons in its namespace, zebra first (with the FPM module for
+    /// a controller, `fpm`); their pid files, sockets and logs live in the lab's run
+    /// directory (`frr-<node>/`).
+    fn start_frr(
+        &self,
+        node: &str,
+        frr: &BTreeMap<String, String>,
+        fpm: bool,
+    ) -> Result<(), String> {
+        if frr.is_empty() {
             return Ok(());
         }
         let bin = Path::new("/usr/lib/frr");
         if !bin.join("zebra").exists() {
             return Err(format!(
-                "element {}: FRR is not installed (apt-get install frr)",
-                e.name
+                "{node}: FRR is not installed (apt-get install frr)"
             ));
         }
-        let run = self.run_dir().join(format!("frr-{}", e.name));
+        let run = self.run_dir().join(format!("frr-{node}"));
         std::fs::create_dir_all(&run).map_err(|err| format!("{}: {err}", run.display()))?;
         cmd::run("chown", &["frr:frr", &run.to_string_lossy()])?;
-        let ns = self.ns(&e.name);
+        let ns = self.ns(node);
         let zserv = run.join("zserv.api");
-        let order = FRR_DAEMONS.iter().filter(|d| e.frr.contains_key(**d));
+        let order = FRR_DAEMONS.iter().filter(|d| frr.contains_key(**d));
         for d in order {
-            let cfg = self.dir.join(&e.frr[*d]);
+            let cfg = self.dir.join(&frr[*d]);
             let exe = bin.join(d);
             let mut args: Vec<String> = vec![
                 "netns".into(),
@@ -619,7 +676,7 @@ impl Lab {
                 "--log".into(),
                 format!("file:{}", run.join(format!("{d}.log")).display()),
             ];
-            if *d == "zebra" {
+            if *d == "zebra" && fpm {
                 args.extend(["-M".into(), "dplane_fpm_nl".into()]);
             }
             let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();

@@ -1,6 +1,6 @@
 //! The Virtual-CP of labs/virtual-cp.toml: `tessera controller` with FRR (zebra, staticd,
-//! bgpd) in its namespace, an outside router running BIRD 2, and three back-ends that must
-//! all hold the controller's table.
+//! bgpd, ospfd) in its namespace, two outside routers (BIRD 2 on a1, FRR on b1) peering
+//! over eBGP and OSPF, and three back-ends that must all hold the controller's table.
 
 mod common;
 
@@ -45,17 +45,19 @@ fn need_routing_suites() {
 }
 
 #[test]
-fn routes_from_frr_and_an_outside_bird_reach_every_back_end() {
+fn routes_from_two_outside_routers_reach_every_back_end() {
     need_routing_suites();
     let lab = TestLab::up(repo_path(LAB), &[]);
-    // staticd's two routes, resolved over the TAPs the controller presents, reach zebra,
-    // the controller (FPM) and every back-end.
+    // staticd's two routes, resolved over the TAPs the controller presents, and the four
+    // networks of the two outside routers the lab started (below) reach zebra, the
+    // controller (FPM) and every back-end.
     let fib = || show(&lab, "fib", "vcp");
-    wait_until(
-        "static routes on every back-end",
-        Duration::from_secs(30),
-        || consistent(&fib(), 2),
+    let took = wait_until(
+        "static and outside routes on every back-end",
+        Duration::from_secs(90),
+        || consistent(&fib(), 6),
     );
+    eprintln!("staticd's 2 routes and 4 outside routes (BGP and OSPF) on every back-end {took:?} after the lab came up");
     let f = fib();
     assert_eq!(f["fpm"]["connected"], true, "{f}");
     assert!(
@@ -79,30 +81,13 @@ fn routes_from_frr_and_an_outside_bird_reach_every_back_end() {
     assert_eq!(entries.len(), 3, "{bal}");
     assert!(entries.iter().all(|e| e["live"] == true), "{bal}");
 
-    // An outside router: BIRD 2 on a1 (AS 65001) peers with the router (AS 65000) through
-    // LB A's Virtual-CP redirect and the controller's TAP, and announces 192.0.2.0/24.
-    lab.sh("a1", &["ip", "addr", "add", "192.0.2.1/32", "dev", "lo"]);
+    // Two outside routers, started by the lab: BIRD 2 on a1 (AS 65001) and FRR on b1
+    // (AS 65002). Each peers over eBGP and forms an OSPF adjacency with the router (AS
+    // 65000, router ID 10.255.0.1) through its LB's Virtual-CP redirect and the
+    // controller's TAP. Their four networks (two over BGP, two over OSPF) join staticd's
+    // two routes on every back-end.
     let run = Path::new(lab::topology::RUN_DIR).join(&lab.name);
     let ctl = run.join("bird-a1.ctl").to_string_lossy().into_owned();
-    let conf = repo_path("labs/virtual-cp/bird-a1.conf");
-    lab.sh(
-        "a1",
-        &[
-            "bird",
-            "-c",
-            &conf.to_string_lossy(),
-            "-s",
-            &ctl,
-            "-P",
-            &run.join("bird-a1.pid").to_string_lossy(),
-        ],
-    );
-    let took = wait_until(
-        "BIRD's route on every back-end",
-        Duration::from_secs(60),
-        || consistent(&fib(), 3),
-    );
-    eprintln!("BGP session up and 192.0.2.0/24 on every back-end {took:?} after BIRD started");
     let birdc = |args: &[&str]| {
         let o = std::process::Command::new("birdc")
             .args(["-s", &ctl])
@@ -111,30 +96,77 @@ fn routes_from_frr_and_an_outside_bird_reach_every_back_end() {
             .unwrap();
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
+    let b1_vty = run.join("frr-b1").to_string_lossy().into_owned();
+    let vtysh =
+        |node: &str, cmd: &str| lab.sh(node, &["vtysh", "--vty_socket", &b1_vty, "-c", cmd]);
     assert!(birdc(&["show", "protocols"]).contains("Established"));
-    // The outside router sees one neighbour, and learns the router's routes from it.
+    // Each outside router sees one neighbour: the router's ID, at the router's address.
+    let n = birdc(&["show", "ospf", "neighbors"]);
+    assert!(
+        n.contains("10.255.0.1") && n.contains("Full") && n.contains("10.1.0.1"),
+        "{n}"
+    );
+    let n = vtysh("b1", "show ip ospf neighbor");
+    assert!(
+        n.contains("10.255.0.1") && n.contains("Full") && n.contains("10.2.0.1"),
+        "{n}"
+    );
+    assert_eq!(n.matches("Full").count(), 1, "one OSPF neighbour: {n}");
+    let bgp = vtysh("b1", "show bgp ipv4 unicast summary");
+    assert!(bgp.contains("10.2.0.1") && bgp.contains("65000"), "{bgp}");
+    // Each learns, from that one neighbour, what the other announced.
     let routes = birdc(&["show", "route"]);
     assert!(
-        routes.contains("198.51.100.0/24") && routes.contains("via 10.1.0.1"),
+        routes.contains("198.51.100.0/24")
+            && routes.contains("198.18.0.0/24")
+            && routes.contains("via 10.1.0.1"),
         "{routes}"
     );
-
-    // A host behind the other network reaches it through the router: one TTL decrement.
-    let out = lab.sh(
-        "b1",
-        &["ping", "-c", "3", "-i", "0.2", "-W", "2", "192.0.2.1"],
+    let r = vtysh("b1", "show ip route");
+    for p in ["192.0.2.0/24", "172.16.1.0/24"] {
+        assert!(
+            r.lines()
+                .any(|l| l.contains(p) && l.contains("via 10.2.0.1")),
+            "{p}: {r}"
+        );
+    }
+    assert!(
+        r.lines()
+            .any(|l| l.starts_with("O>") && l.contains("172.16.1.0/24")),
+        "over OSPF: {r}"
     );
-    assert!(out.contains("ttl=63"), "{out}");
+
+    // Hosts behind one outside router reach hosts behind the other through the router,
+    // over the BGP routes and over the OSPF ones: one TTL decrement by the router.
+    for (src, dst) in [("192.0.2.1", "198.18.0.1"), ("172.16.1.1", "198.19.0.1")] {
+        let out = lab.sh(
+            "a1",
+            &["ping", "-c", "3", "-i", "0.2", "-W", "2", "-I", src, dst],
+        );
+        assert!(out.contains("ttl=63"), "{src} -> {dst}: {out}");
+    }
 
     // Withdrawn by the peer: gone from every back-end.
     birdc(&["disable", "static1"]);
     let took = wait_until(
         "the withdrawal on every back-end",
         Duration::from_secs(10),
-        || consistent(&fib(), 2) && BACKENDS.iter().all(|r| show(&lab, "fib", r)["routes"] == 2),
+        || consistent(&fib(), 5) && BACKENDS.iter().all(|r| show(&lab, "fib", r)["routes"] == 5),
     );
     eprintln!("withdrawal: gone from every back-end {took:?} after `birdc disable`");
-    let out = lab.exec("b1", &["ping", "-c", "1", "-W", "1", "192.0.2.1"]);
+    let out = lab.exec(
+        "b1",
+        &[
+            "ping",
+            "-c",
+            "1",
+            "-W",
+            "1",
+            "-I",
+            "198.18.0.1",
+            "192.0.2.1",
+        ],
+    );
     assert!(!out.status.success(), "no route any more");
 
     // A route added on the controller itself goes the same way.
@@ -151,7 +183,7 @@ fn routes_from_frr_and_an_outside_bird_reach_every_back_end() {
     wait_until(
         "a controller route on every back-end",
         Duration::from_secs(10),
-        || consistent(&fib(), 3),
+        || consistent(&fib(), 6),
     );
 
     // zebra restarts: it reconnects to FPM and resends; the controller keeps every route
@@ -190,11 +222,20 @@ fn routes_from_frr_and_an_outside_bird_reach_every_back_end() {
         vec![before["version"].as_u64().unwrap()],
         "the table changed while zebra restarted: {before} -> {after}"
     );
-    assert!(consistent(&after, 3), "{after}");
+    assert!(consistent(&after, 6), "{after}");
 
     // Nothing was malformed or lost for good on the way.
     let c = show(&lab, "counters", "vcp");
     assert_eq!(c["dist_malformed"], 0, "{c}");
+    // DIST is authenticated in this lab: nothing genuine was refused.
+    for k in [
+        "dist_unauthenticated",
+        "dist_forged",
+        "dist_replayed",
+        "dist_stale",
+    ] {
+        assert_eq!(c[k], 0, "{k}: {c}");
+    }
     assert!(
         c["tap_in"].as_u64().unwrap() > 0 && c["tap_out"].as_u64().unwrap() > 0,
         "{c}"
@@ -203,5 +244,13 @@ fn routes_from_frr_and_an_outside_bird_reach_every_back_end() {
         let k = lab.counters(r);
         assert_eq!(drop_count(&k, "dist_malformed"), 0, "{r}");
         assert_eq!(drop_count(&k, "dist_queue_full"), 0, "{r}");
+        for d in [
+            "dist_unauthenticated",
+            "dist_forged",
+            "dist_replayed",
+            "dist_stale",
+        ] {
+            assert_eq!(drop_count(&k, d), 0, "{r}: {d}");
+        }
     }
 }

@@ -16,9 +16,10 @@
 //!
 //! The counter is the sender's clock in nanoseconds since the Unix epoch, raised by one
 //! where two messages would share a value ([`Signer`]), so it grows across restarts without
-//! any state on disk. A receiver ([`Guard`]) keeps, per sender MAC, the highest counter
-//! accepted and a 64-message window below it (as IPsec does, RFC 4303 3.4.3): a counter
-//! already seen or below the window is a replay. A counter older than `max_age` of the
+//! any state on disk. A receiver ([`Guard`]) keeps, per sender MAC, the 64 highest
+//! counters accepted (an anti-replay window as IPsec's, RFC 4303 3.4.3, counted in
+//! messages because counters are sparse): a counter among them, or below the lowest of
+//! them, is a replay. The window absorbs reordering between an element's threads. A counter older than `max_age` of the
 //! receiver's own clock is stale, which bounds what a receiver that restarted (and so forgot
 //! its windows) can be fed again; elements' clocks must then agree within `max_age` (NTP).
 
@@ -196,38 +197,33 @@ pub fn verify(frame: &[u8], key: &Key) -> Result<u64, Reject> {
     ))
 }
 
-/// The highest counter accepted from one sender and which of the [`WINDOW`] below it were.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// The [`WINDOW`] highest counters accepted from one sender. Counters are clock readings,
+/// so they are sparse: the window is counted in messages, not in counter values (a
+/// bitmap over values, as IPsec keeps, would call a message overtaken by one sent a
+/// millisecond later a replay).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Window {
-    top: u64,
-    /// Bit i: counter `top - i` was accepted.
-    seen: u64,
+    /// Ascending, at most [`WINDOW`] long.
+    recent: Vec<u64>,
 }
 
 impl Window {
-    /// Whether `c` would be new.
+    /// Whether `c` would be new: not among the counters kept, and above the lowest of
+    /// them once the window is full.
     pub fn fresh(&self, c: u64) -> bool {
-        if self.seen == 0 || c > self.top {
-            return true;
+        if self.recent.len() == WINDOW as usize && c < self.recent[0] {
+            return false;
         }
-        let back = self.top - c;
-        back < WINDOW && self.seen & (1 << back) == 0
+        self.recent.binary_search(&c).is_err()
     }
 
     /// Records `c` (which must be [`Window::fresh`]).
     pub fn accept(&mut self, c: u64) {
-        if self.seen == 0 {
-            (self.top, self.seen) = (c, 1);
-        } else if c > self.top {
-            let shift = c - self.top;
-            self.seen = if shift >= WINDOW {
-                0
-            } else {
-                self.seen << shift
-            } | 1;
-            self.top = c;
-        } else {
-            self.seen |= 1 << (self.top - c);
+        if let Err(at) = self.recent.binary_search(&c) {
+            self.recent.insert(at, c);
+            if self.recent.len() > WINDOW as usize {
+                self.recent.remove(0);
+            }
         }
     }
 }
@@ -433,17 +429,25 @@ mod tests {
         assert!(w.fresh(100));
         w.accept(100);
         assert!(!w.fresh(100));
+        // Sparse counters (clock readings): one overtaken by a later one is still new.
+        w.accept(5_000_000);
+        assert!(w.fresh(2_000_000) && w.fresh(99));
+        w.accept(2_000_000);
+        assert!(!w.fresh(2_000_000));
+        // Once 64 are kept, what lies below the lowest of them is old.
+        for i in 0..WINDOW {
+            w.accept(10_000_000 + i * 1_000_000);
+        }
         assert!(
-            w.fresh(99) && w.fresh(37) && !w.fresh(36),
-            "64 below the top"
+            !w.fresh(5_000_000) && !w.fresh(100),
+            "fell out of the window"
         );
-        w.accept(99);
-        assert!(!w.fresh(99));
-        w.accept(100 + WINDOW + 5);
-        assert!(!w.fresh(100) && !w.fresh(99), "fell below the window");
-        assert!(w.fresh(100 + WINDOW + 4));
-        w.accept(100 + WINDOW + 6);
-        assert!(!w.fresh(100 + WINDOW + 5));
+        assert!(!w.fresh(10_000_000 + 3_000_000), "kept, so a replay");
+        assert!(
+            w.fresh(10_000_000 + 3_500_000),
+            "never seen, inside the window"
+        );
+        assert!(w.fresh(u64::MAX));
     }
 
     #[test]
