@@ -186,29 +186,40 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
         || consistent(&fib(), 6),
     );
 
-    // zebra restarts: it reconnects to FPM and resends; the controller keeps every route
+    // The routing suite restarts: zebra and the daemons that feed it, as watchfrr restarts
+    // them together when zebra dies (bgpd and ospfd do not hand their routes to a new
+    // zebra on their own). zebra reconnects to FPM and resends; bgpd re-learns the
+    // peers' routes and ospfd re-forms its adjacencies. The controller keeps every route
     // meanwhile (the back-ends go on forwarding) and the table never changes.
     let before = fib();
-    let pid_file = run.join("frr-vcp/zebra.pid");
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-    let argv: Vec<String> = cmdline
-        .split(|b| *b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    // SAFETY: kill(2) on the zebra this lab started (its pid file).
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    std::thread::sleep(Duration::from_millis(500));
-    let argv: Vec<&str> = argv.iter().map(|a| a.as_str()).collect();
-    lab.sh("vcp", &argv);
+    let mut restarts = Vec::new();
+    for d in ["zebra", "staticd", "bgpd", "ospfd"] {
+        let pid_file = run.join(format!("frr-vcp/{d}.pid"));
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        let argv: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        restarts.push((pid, argv));
+    }
+    for (pid, _) in restarts.iter().rev() {
+        // SAFETY: kill(2) on a daemon this lab started (its pid file).
+        unsafe { libc::kill(*pid, libc::SIGTERM) };
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    for (_, argv) in &restarts {
+        let argv: Vec<&str> = argv.iter().map(|a| a.as_str()).collect();
+        lab.sh("vcp", &argv);
+    }
     let mut versions = std::collections::BTreeSet::new();
     wait_until(
-        "zebra's resend after its restart",
+        "zebra's resend after the restart",
         Duration::from_secs(40),
         || {
             let f = fib();
@@ -220,7 +231,7 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
     assert_eq!(
         versions.into_iter().collect::<Vec<_>>(),
         vec![before["version"].as_u64().unwrap()],
-        "the table changed while zebra restarted: {before} -> {after}"
+        "the table changed while the routing suite restarted: {before} -> {after}"
     );
     assert!(consistent(&after, 6), "{after}");
 
