@@ -39,8 +39,10 @@ pub const WINDOW: usize = 128;
 pub const RTO: Duration = Duration::from_millis(200);
 /// The longest the timeout grows to after repeated timeouts (a slow back-end).
 pub const MAX_RTO: Duration = Duration::from_millis(3200);
-/// Bytes of route entries per message: a frame of 1500 bytes, less the DIST headers.
-pub const BODY_BUDGET: usize = 1500 - dist::HEADER_LEN - dist::ROUTES_FIXED_LEN;
+/// Bytes of route entries per message: a frame of 1500 bytes, less the DIST headers and
+/// room for the authentication trailer (docs/dist.md).
+pub const BODY_BUDGET: usize =
+    1500 - dist::HEADER_LEN - dist::ROUTES_FIXED_LEN - dist::auth::TRAILER_LEN;
 /// Shortest time between two digest repairs of one back-end.
 pub const REPAIR_HOLDOFF: Duration = Duration::from_secs(5);
 
@@ -762,6 +764,16 @@ mod tests {
                 out.swap(i, j);
             }
             for (mac, b) in out {
+                // Every message, sealed, fits a 1500-byte MTU.
+                let mut f = wire::dist::Repr {
+                    seq: 0,
+                    msg: wire::dist::Message::Routes(b.clone()),
+                }
+                .to_frame(mac, mac)
+                .unwrap();
+                let key = wire::dist::auth::Key::new(1, &[1; 16]).unwrap();
+                wire::dist::auth::seal(&mut f, &key, 1).unwrap();
+                assert!(f.len() <= 14 + 1500, "a sealed frame of {} bytes", f.len());
                 if lossy && next() % 10 == 0 {
                     continue; // lost
                 }

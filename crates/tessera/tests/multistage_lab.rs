@@ -403,15 +403,7 @@ fn weights_and_failover() {
         || {
             std::thread::sleep(Duration::from_millis(1000));
             let t = Instant::now();
-            let o = lab.tessera(&[
-                "lab",
-                "stop",
-                &repo_path(LAB).to_string_lossy(),
-                "r2",
-                "--name",
-                &lab.name,
-            ]);
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            lab.element("stop", "r2");
             stopped.set(Some(t.elapsed()));
         },
     );
@@ -445,15 +437,7 @@ fn weights_and_failover() {
     let t = ask(&lab, "lba", "balance");
     assert_eq!(t["live"], 2, "{t}");
     // r2 returns with its hellos.
-    let o = lab.tessera(&[
-        "lab",
-        "start",
-        &repo_path(LAB).to_string_lossy(),
-        "r2",
-        "--name",
-        &lab.name,
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    lab.element("start", "r2");
     let until = Instant::now() + Duration::from_secs(3);
     while ask(&lab, "lba", "balance")["live"] != 3 && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(50));

@@ -240,17 +240,11 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
     // three hello intervals, the BGP sessions (which do not cross the back-ends) stay
     // up, and the remaining back-ends keep the controller's table. r2 returns and is
     // brought back to the same version and digest.
-    let server = std::process::Command::new("ip")
-        .args(["netns", "exec", &format!("ts-{}-b1", lab.name)])
-        .args(["iperf3", "-s", "-1", "-B", "10.2.0.10"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut server = lab.spawn("b1", &["iperf3", "-s", "-1", "-B", "10.2.0.10"]);
     std::thread::sleep(Duration::from_millis(500));
-    let client = std::process::Command::new("ip")
-        .args(["netns", "exec", &format!("ts-{}-a1", lab.name)])
-        .args([
+    let client = lab.spawn(
+        "a1",
+        &[
             "iperf3",
             "-c",
             "10.2.0.10",
@@ -264,23 +258,11 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
             "-t",
             "4",
             "-J",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     std::thread::sleep(Duration::from_millis(1500));
-    let o = lab.tessera(&[
-        "lab",
-        "stop",
-        &repo_path(LAB).to_string_lossy(),
-        "r2",
-        "--name",
-        &lab.name,
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    lab.element("stop", "r2");
     let out = client.wait_with_output().unwrap();
-    let mut server = server;
     let _ = server.wait();
     let j: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("iperf3: {e}: {}", String::from_utf8_lossy(&out.stderr)));
@@ -314,21 +296,15 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
                 .all(|b| b["consistent"] == true && b["digest"] == f["digest"]),
         "{f}"
     );
-    let o = lab.tessera(&[
-        "lab",
-        "start",
-        &repo_path(LAB).to_string_lossy(),
-        "r2",
-        "--name",
-        &lab.name,
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    lab.element("start", "r2");
     let took = wait_until(
         "r2 back with the controller's table",
         Duration::from_secs(10),
         || consistent(&fib(), 6),
     );
-    eprintln!("r2 restarted: same version and digest as the others {took:?} after `lab start` returned");
+    eprintln!(
+        "r2 restarted: same version and digest as the others {took:?} after `lab start` returned"
+    );
 
     // Nothing was malformed or lost for good on the way.
     let c = show(&lab, "counters", "vcp");

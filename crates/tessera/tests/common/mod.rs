@@ -144,6 +144,34 @@ impl TestLab {
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
+    /// Starts a command in a node with its output piped; the caller waits for it.
+    pub fn spawn(&self, node: &str, argv: &[&str]) -> std::process::Child {
+        Command::new("ip")
+            .args(["netns", "exec", &format!("ts-{}-{node}", self.name)])
+            .args(argv)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// `tessera lab stop|start FILE NODE` on this lab; panics if it fails.
+    pub fn element(&self, verb: &str, node: &str) {
+        let o = self.tessera(&[
+            "lab",
+            verb,
+            &self.file.to_string_lossy(),
+            node,
+            "--name",
+            &self.name,
+        ]);
+        assert!(
+            o.status.success(),
+            "lab {verb} {node}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
     pub fn tessera(&self, args: &[&str]) -> Output {
         Command::new(exe()).args(args).output().unwrap()
     }
