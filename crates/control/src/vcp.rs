@@ -420,7 +420,12 @@ impl FpmState {
 pub struct Shared {
     pub fib: Mutex<Fib>,
     pub fpm: Mutex<FpmState>,
+    /// Set once zebra's first resend has arrived (see [`Controller::hold`]).
+    pub fpm_synced: Arc<AtomicBool>,
 }
+
+/// Quiet on the first FPM connection after which zebra's initial resend is taken as whole.
+pub const FPM_INITIAL_QUIET: Duration = Duration::from_secs(1);
 
 /// Serves one FPM connection at a time on `listener`; a new connection replaces the old.
 /// Returns when `stop` is set.
@@ -522,6 +527,12 @@ pub fn serve_fpm(
             }
             continue;
         }
+        if first_msg.is_some()
+            && last_msg.elapsed() >= FPM_INITIAL_QUIET
+            && !shared.fpm_synced.swap(true, Ordering::Relaxed)
+        {
+            tracing::info!("zebra's first resend is in: distribution may start");
+        }
         if !swept && last_msg.elapsed() >= settle {
             swept = true;
             if let (Ok(mut f), Ok(mut fib)) = (shared.fpm.lock(), shared.fib.lock()) {
@@ -619,6 +630,11 @@ pub struct Controller {
     pub elements: BTreeMap<MacAddr, ElementInfo>,
     pub dist: Distributor,
     pub stats: ControllerStats,
+    /// Distribution waits, after a start, until this flag is set (zebra's first resend is
+    /// in) or the instant passes: a controller that starts, or restarts, with a table
+    /// still empty must not hand the back-ends a snapshot that would empty theirs. None:
+    /// not holding.
+    pub hold: Option<(Arc<AtomicBool>, Instant)>,
     /// DIST authentication (off without a key).
     pub guard: wire::dist::auth::Guard,
     pub signer: wire::dist::auth::Signer,
@@ -649,6 +665,7 @@ impl Controller {
             elements: BTreeMap::new(),
             dist: Distributor::default(),
             stats: ControllerStats::default(),
+            hold: None,
             guard: wire::dist::auth::Guard::new(None, 0),
             signer: wire::dist::auth::Signer::new(None),
             seq: 0,
@@ -869,6 +886,23 @@ impl Controller {
         if self.configure_lbs {
             self.configure_balancers(now, out);
         }
+        if let Some((synced, until)) = &self.hold {
+            let synced = synced.load(Ordering::Relaxed);
+            if !synced && now < *until {
+                return;
+            }
+            tracing::info!(
+                routes = fib.len(),
+                after_ms = now.duration_since(self.started).as_millis() as u64,
+                reason = if synced {
+                    "zebra's first resend is in"
+                } else {
+                    "settle_ms passed without it"
+                },
+                "distribution starts"
+            );
+            self.hold = None;
+        }
         let mut msgs = Vec::new();
         self.dist.tick(fib, now, &mut msgs);
         for (mac, b) in msgs {
@@ -977,6 +1011,7 @@ impl Controller {
             "version": fib.version(),
             "routes": fib.len(),
             "digest": format!("{:016x}", fib.digest()),
+            "distributing": self.hold.is_none(),
             "backends": backends,
         })
     }
@@ -1060,9 +1095,14 @@ pub fn run<P: Port>(
     let shared = Arc::new(Shared {
         fib: Mutex::new(fib),
         fpm: Mutex::new(FpmState::default()),
+        fpm_synced: Arc::new(AtomicBool::new(false)),
     });
     let mut c = Controller::new(mac, cfg.hello_interval, cfg.configure_lbs, Instant::now());
     c.terminate = cfg.terminate;
+    if cfg.fpm_listen.is_some() {
+        // Hold distribution until zebra has resent its table (at most settle_ms).
+        c.hold = Some((shared.fpm_synced.clone(), c.started + cfg.fpm_settle));
+    }
     c.guard = cfg.dist.guard();
     c.signer = cfg.dist.signer();
     let ctl = Arc::new(Mutex::new(c));

@@ -7,15 +7,19 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const TUNSETPERSIST: libc::c_ulong = 0x4004_54cb;
 
-/// An open TAP interface; it disappears when dropped (it is not persistent).
+/// An open TAP interface. It is persistent: it stays (without carrier) when this process
+/// exits, so the routing suite keeps its interface, address and sessions across a restart
+/// of the element, which attaches to it again by name. `ip link del NAME` removes it.
 pub struct Tap {
     fd: OwnedFd,
     name: String,
 }
 
 impl Tap {
-    /// Creates TAP `name` with `mac`, brings it up with `addr/len` (if given) and `mtu`.
+    /// Creates TAP `name`, or attaches to it if it exists, with `mac`; brings it up with
+    /// `addr/len` (if given) and `mtu`.
     pub fn create(
         name: &str,
         mac: [u8; 6],
@@ -41,7 +45,16 @@ impl Tap {
                 io::Error::last_os_error()
             )));
         }
-        crate::netdev::set_mac(name, mac)?;
+        // SAFETY: an integer argument on our TAP's fd.
+        if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETPERSIST as _, 1 as libc::c_ulong) } < 0 {
+            return Err(io::Error::other(format!(
+                "TAP {name}: TUNSETPERSIST: {}",
+                io::Error::last_os_error()
+            )));
+        }
+        if crate::netdev::mac(name)? != mac {
+            crate::netdev::set_mac(name, mac)?;
+        }
         crate::netdev::set_mtu(name, mtu)?;
         crate::netdev::set_up(name)?;
         if let Some((a, l)) = addr {
