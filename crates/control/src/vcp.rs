@@ -1415,6 +1415,50 @@ mod tests {
         assert_eq!(c.stats.dist_stale, 1);
     }
 
+    /// A (re)started controller sends no routes until zebra's first resend is in, or
+    /// until its deadline passes.
+    #[test]
+    fn distribution_waits_for_zebra() {
+        let now = Instant::now();
+        let mut fib = Fib::new(1, 100);
+        fib.set(
+            "10.9.0.0/16".parse().unwrap(),
+            Some(gateways(vec![ip("10.2.0.10")])),
+        );
+        let routes_sent = |c: &mut Controller, fib: &mut Fib, at: Instant| {
+            let mut out = Vec::new();
+            c.poll(fib, at, &mut out);
+            out.iter()
+                .filter(|f| f.len() > 15 && f[15] & 0x7f == dist::kind::ROUTES)
+                .count()
+        };
+        for by_flag in [true, false] {
+            let mut c = Controller::new(
+                MacAddr([2, 0, 0, 0, 0xc, 1]),
+                Duration::from_millis(100),
+                false,
+                now,
+            );
+            let synced = Arc::new(AtomicBool::new(false));
+            c.hold = Some((synced.clone(), now + Duration::from_secs(15)));
+            c.dist.add(MacAddr([2, 0, 0, 0, 1, 1]), now);
+            assert_eq!(routes_sent(&mut c, &mut fib, now), 0);
+            assert_eq!(
+                routes_sent(&mut c, &mut fib, now + Duration::from_secs(5)),
+                0
+            );
+            assert_eq!(c.show_fib(&fib, now)["distributing"], false);
+            let at = if by_flag {
+                synced.store(true, Ordering::Relaxed);
+                now + Duration::from_secs(6)
+            } else {
+                now + Duration::from_secs(15)
+            };
+            assert!(routes_sent(&mut c, &mut fib, at) > 0, "by flag: {by_flag}");
+            assert!(c.hold.is_none());
+        }
+    }
+
     #[test]
     fn lb_weights_follow_capacity() {
         assert_eq!(weight_for(10_000), 100);
