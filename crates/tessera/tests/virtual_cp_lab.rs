@@ -36,6 +36,40 @@ fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Dur
     t.elapsed()
 }
 
+/// Runs `streams` UDP streams of iperf3 (500-byte datagrams at 4 Mbit/s: one per
+/// millisecond each) from a1 (bound to `src` if given) to b1's `dst` for `secs` seconds,
+/// calling `during` while they run; the packets each stream lost.
+fn udp_load(
+    lab: &TestLab,
+    src: Option<&str>,
+    dst: &str,
+    streams: u32,
+    secs: u32,
+    during: impl FnOnce(),
+) -> Vec<u64> {
+    let mut server = lab.spawn("b1", &["iperf3", "-s", "-1", "-B", dst]);
+    std::thread::sleep(Duration::from_millis(500));
+    let (p, t) = (streams.to_string(), secs.to_string());
+    let mut argv = vec![
+        "iperf3", "-c", dst, "-u", "-b", "4M", "-l", "500", "-P", &p, "-t", &t, "-J",
+    ];
+    if let Some(s) = src {
+        argv.extend(["-B", s]);
+    }
+    let client = lab.spawn("a1", &argv);
+    during();
+    let out = client.wait_with_output().unwrap();
+    let _ = server.wait();
+    let j: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("iperf3: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    j["end"]["streams"]
+        .as_array()
+        .expect("iperf3 streams")
+        .iter()
+        .map(|s| s["udp"]["lost_packets"].as_u64().unwrap_or(0))
+        .collect()
+}
+
 fn need_routing_suites() {
     let bird = std::process::Command::new("bird").arg("--version").output();
     assert!(
@@ -240,37 +274,10 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
     // three hello intervals, the BGP sessions (which do not cross the back-ends) stay
     // up, and the remaining back-ends keep the controller's table. r2 returns and is
     // brought back to the same version and digest.
-    let mut server = lab.spawn("b1", &["iperf3", "-s", "-1", "-B", "10.2.0.10"]);
-    std::thread::sleep(Duration::from_millis(500));
-    let client = lab.spawn(
-        "a1",
-        &[
-            "iperf3",
-            "-c",
-            "10.2.0.10",
-            "-u",
-            "-b",
-            "4M",
-            "-l",
-            "500",
-            "-P",
-            "24",
-            "-t",
-            "4",
-            "-J",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(1500));
-    lab.element("stop", "r2");
-    let out = client.wait_with_output().unwrap();
-    let _ = server.wait();
-    let j: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("iperf3: {e}: {}", String::from_utf8_lossy(&out.stderr)));
-    let streams = j["end"]["streams"].as_array().expect("iperf3 streams");
-    let lost: Vec<u64> = streams
-        .iter()
-        .map(|s| s["udp"]["lost_packets"].as_u64().unwrap_or(0))
-        .collect();
+    let lost = udp_load(&lab, None, "10.2.0.10", 24, 4, || {
+        std::thread::sleep(Duration::from_millis(1500));
+        lab.element("stop", "r2");
+    });
     // 500-byte datagrams at 4 Mbit/s: one per millisecond per stream.
     let worst_ms = lost.iter().max().copied().unwrap_or(0);
     let hit = lost.iter().filter(|&&l| l > 0).count();
@@ -319,45 +326,17 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
             .map(|l| l.split_whitespace().take(5).collect::<Vec<_>>().join(" "))
     };
     let bgp_before = bgp_since(&birdc(&["show", "protocols"]));
-    let mut server = lab.spawn("b1", &["iperf3", "-s", "-1", "-B", "198.19.0.1"]);
-    std::thread::sleep(Duration::from_millis(500));
-    let client = lab.spawn(
-        "a1",
-        &[
-            "iperf3",
-            "-c",
-            "198.19.0.1",
-            "-B",
-            "172.16.1.1",
-            "-u",
-            "-b",
-            "4M",
-            "-l",
-            "500",
-            "-P",
-            "8",
-            "-t",
-            "5",
-            "-J",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(1000));
-    let t = Instant::now();
-    lab.element("stop", "vcp");
-    std::thread::sleep(Duration::from_millis(1000));
-    lab.element("start", "vcp");
-    let down = t.elapsed();
-    let restarted = Instant::now();
-    let out = client.wait_with_output().unwrap();
-    let _ = server.wait();
-    let j: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("iperf3: {e}: {}", String::from_utf8_lossy(&out.stderr)));
-    let lost: Vec<u64> = j["end"]["streams"]
-        .as_array()
-        .expect("iperf3 streams")
-        .iter()
-        .map(|s| s["udp"]["lost_packets"].as_u64().unwrap_or(0))
-        .collect();
+    let mut down = Duration::ZERO;
+    let mut restarted = Instant::now();
+    let lost = udp_load(&lab, Some("172.16.1.1"), "198.19.0.1", 8, 5, || {
+        std::thread::sleep(Duration::from_millis(1000));
+        let t = Instant::now();
+        lab.element("stop", "vcp");
+        std::thread::sleep(Duration::from_millis(1000));
+        lab.element("start", "vcp");
+        down = t.elapsed();
+        restarted = Instant::now();
+    });
     wait_until(
         "every back-end in the new controller's epoch",
         Duration::from_secs(30),
