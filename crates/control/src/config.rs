@@ -108,17 +108,27 @@ pub(crate) struct RawDist {
 }
 
 /// How an element authenticates DIST (`[dist]`; docs/dist.md, "Authentication").
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct DistConfig {
     /// `key_file`: a file holding the shared key as hex digits (at least 32), relative to
     /// the config file. Without it DIST goes unauthenticated, and the element says so.
     pub key_file: Option<PathBuf>,
-    /// The key's bytes, read from `key_file`.
-    secret: Option<Vec<u8>>,
+    /// The key read from `key_file`.
+    key: Option<wire::dist::auth::Key>,
     /// `max_age_s` (default 60; 0 = no limit): a message whose counter is older than this
     /// by the receiver's clock is stale and dropped.
     pub max_age: std::time::Duration,
 }
+
+/// Equal when they name the same key file and age (the key is what the file holds).
+impl PartialEq for DistConfig {
+    fn eq(&self, o: &Self) -> bool {
+        (&self.key_file, self.max_age, self.key.is_some())
+            == (&o.key_file, o.max_age, o.key.is_some())
+    }
+}
+
+impl Eq for DistConfig {}
 
 impl std::fmt::Debug for DistConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -149,6 +159,13 @@ pub fn write_new_dist_key(path: &Path) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// A DIST key from a file of hex digits (key id 1); the error names the file.
+pub fn read_dist_key(p: &Path) -> Result<wire::dist::auth::Key, String> {
+    let text =
+        std::fs::read_to_string(p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
+    wire::dist::auth::Key::from_hex(1, &text).map_err(|e| format!("{}: {e}", p.display()))
+}
+
 /// The default of `[dist] max_age_s`.
 pub const DEFAULT_DIST_MAX_AGE_S: u64 = 60;
 
@@ -156,7 +173,7 @@ impl Default for DistConfig {
     fn default() -> Self {
         DistConfig {
             key_file: None,
-            secret: None,
+            key: None,
             max_age: std::time::Duration::from_secs(DEFAULT_DIST_MAX_AGE_S),
         }
     }
@@ -192,16 +209,7 @@ impl DistConfig {
 
     /// Reads the key from `p` (hex digits), replacing any key the config named.
     pub fn set_key_file(&mut self, p: &Path) -> Result<(), String> {
-        let text =
-            std::fs::read_to_string(p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
-        wire::dist::auth::Key::from_hex(1, &text).map_err(|e| format!("{}: {e}", p.display()))?;
-        let t = text.trim();
-        self.secret = Some(
-            (0..t.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&t[i..i + 2], 16).expect("checked by from_hex"))
-                .collect(),
-        );
+        self.key = Some(read_dist_key(p)?);
         self.key_file = Some(p.into());
         use std::os::unix::fs::PermissionsExt;
         if let Ok(m) = std::fs::metadata(p) {
@@ -217,9 +225,7 @@ impl DistConfig {
 
     /// The key, if one is configured.
     pub fn key(&self) -> Option<wire::dist::auth::Key> {
-        self.secret
-            .as_ref()
-            .map(|s| wire::dist::auth::Key::new(1, s).expect("checked when read"))
+        self.key.clone()
     }
 
     /// The receiving side of authentication.
@@ -234,7 +240,7 @@ impl DistConfig {
 
     /// Says loudly, once at start, that DIST is unauthenticated when there is no key.
     pub fn warn_if_open(&self, element: &str) {
-        if self.secret.is_none() {
+        if self.key.is_none() {
             tracing::warn!(
                 element,
                 "DIST IS NOT AUTHENTICATED: no [dist] key_file. Anyone on the interconnection \

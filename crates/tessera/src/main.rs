@@ -1037,10 +1037,7 @@ fn controller(a: &ElementArgs) -> Result<i32> {
 
 /// A DIST key from a file of hex digits.
 fn read_dist_key(path: &Path) -> Result<wire::dist::auth::Key> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("--key-file {}", path.display()))?;
-    wire::dist::auth::Key::from_hex(1, &text)
-        .map_err(|e| anyhow::anyhow!("--key-file {}: {e}", path.display()))
+    control::config::read_dist_key(path).map_err(|e| anyhow::anyhow!("--key-file {e}"))
 }
 
 fn parse_hex(hex: &str) -> Result<Vec<u8>> {
