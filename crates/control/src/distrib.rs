@@ -559,6 +559,22 @@ impl Writer {
     /// table changes at the next [`Writer::flush`]. Several messages accepted before one
     /// flush reach the table in one publication, each still whole.
     pub fn accept(&mut self, from: MacAddr, b: &RouteBatch, table: &RouteTable) -> bool {
+        self.take(from, b, Some(table))
+    }
+
+    /// Takes one message without a route table: a standby controller's mirror of the
+    /// active one's table (what it holds, its version and digest, nothing installed).
+    /// True if it changed what is held.
+    pub fn mirror(&mut self, from: MacAddr, b: &RouteBatch) -> bool {
+        self.take(from, b, None)
+    }
+
+    /// The routes held.
+    pub fn routes(&self) -> impl Iterator<Item = (&Prefix, &Gateways)> {
+        self.held.iter()
+    }
+
+    fn take(&mut self, from: MacAddr, b: &RouteBatch, table: Option<&RouteTable>) -> bool {
         self.controller = Some(from);
         if b.snapshot {
             let fresh = b.base == 0;
@@ -635,16 +651,30 @@ impl Writer {
 
     /// Applies changes (in order; a later change of a prefix wins) to what is held and,
     /// in one publication, to the route table.
-    fn install(&mut self, changes: Vec<(Prefix, Option<Gateways>)>, table: &RouteTable) -> bool {
+    fn install(
+        &mut self,
+        changes: Vec<(Prefix, Option<Gateways>)>,
+        table: Option<&RouteTable>,
+    ) -> bool {
         let mut last: HashMap<Prefix, Option<Gateways>> = HashMap::with_capacity(changes.len());
         for (p, g) in changes {
             last.insert(p, g);
         }
         let mut to_table: Vec<(Prefix, Option<Vec<Ipv4Addr>>)> = Vec::with_capacity(last.len());
+        let mut any_mirror = false;
         for (p, g) in last {
             if let Some(o) = self.held.remove(&p) {
                 self.digest ^= digest_of(p, &o);
             }
+            let Some(table) = table else {
+                // A mirror: held only.
+                if let Some(g) = g {
+                    self.digest ^= digest_of(p, &g);
+                    self.held.insert(p, g);
+                }
+                any_mirror = true;
+                continue;
+            };
             let was_unresolved = self.unresolved.remove(&p);
             let connected = table.is_connected(p);
             match g {
@@ -667,7 +697,7 @@ impl Writer {
                 None => {}
             }
         }
-        let any = !to_table.is_empty();
+        let any = !to_table.is_empty() || any_mirror;
         self.pending.extend(to_table);
         any
     }

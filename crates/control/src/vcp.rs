@@ -21,6 +21,8 @@
 //! [controller]
 //! interface = "vcp-int"        # the interconnection port
 //! hello_interval_ms = 100      # this controller's hellos; element timeouts use theirs
+//! priority = 100               # election: the highest of those starting together is
+//!                              # active, the others stand by (docs/dist.md)
 //! configure_lbs = true         # send balance and virtual-cp messages to the LBs
 //! terminate = true             # a TAP per external network (from the LBs' hellos), with
 //!                              # its VLAN's address and LB MAC, for the routing suite
@@ -28,6 +30,12 @@
 //! [fpm]                        # optional: take routes from a routing suite
 //! listen = "127.0.0.1:2620"    # where zebra's dplane_fpm_nl connects
 //! settle_ms = 15000            # after a (re)connection: quiet time that ends the resend
+//!
+//! [takeover]                   # optional: what a standby does when it takes over
+//! ospf_router_id = "10.255.0.1"  # send a Grace-LSA (RFC 3623) as this OSPF router on
+//!                              # every external network: neighbours keep their routes
+//! ospf_area = "0.0.0.0"        # the area of those networks
+//! ospf_grace_period_s = 120    # how long they help
 //!
 //! [[route]]                    # optional static routes, like a forwarder's
 //! prefix = "198.51.100.0/24"
@@ -62,6 +70,9 @@ use wire::MacAddr;
 /// time swept them in between, and the back-ends lost them for seconds.
 pub const DEFAULT_SETTLE_MS: u64 = 15_000;
 
+/// Default `[controller] priority`.
+pub const DEFAULT_PRIORITY: u8 = 100;
+
 /// Changes the controller keeps in its log (older back-ends get a snapshot).
 pub const LOG_CAP: usize = 2_000_000;
 
@@ -76,6 +87,23 @@ struct Raw {
     route: Vec<RawRoute>,
     io: Option<RawIo>,
     dist: Option<crate::config::RawDist>,
+    takeover: Option<RawTakeover>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTakeover {
+    ospf_router_id: Option<Spanned<String>>,
+    ospf_area: Option<Spanned<String>>,
+    ospf_grace_period_s: Option<Spanned<i64>>,
+}
+
+/// What a standby that takes over announces for the routing suite (`[takeover]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OspfGrace {
+    pub router_id: Ipv4Addr,
+    pub area: Ipv4Addr,
+    pub grace_period_s: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -85,6 +113,7 @@ struct RawController {
     hello_interval_ms: Option<Spanned<u64>>,
     configure_lbs: Option<bool>,
     terminate: Option<bool>,
+    priority: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -107,6 +136,9 @@ pub struct ControllerFile {
     pub path: PathBuf,
     pub interface: String,
     pub hello_interval: Duration,
+    /// Election priority (`[controller] priority`, 0 to 255): of the controllers that
+    /// start together, the highest becomes active (docs/dist.md, "Controller election").
+    pub priority: u8,
     pub configure_lbs: bool,
     /// Present each external network as a TAP (protocol termination).
     pub terminate: bool,
@@ -120,6 +152,9 @@ pub struct ControllerFile {
     pub routes_file_via: Vec<Ipv4Addr>,
     pub io: IoConfig,
     pub dist: crate::config::DistConfig,
+    /// `[takeover] ospf_router_id`: on taking over, send a Grace-LSA as this router on
+    /// every external network, so that its OSPF neighbours help it restart.
+    pub ospf_grace: Option<OspfGrace>,
 }
 
 impl ControllerFile {
@@ -149,6 +184,52 @@ impl ControllerFile {
             Some(h) => Duration::from_millis(*h.get_ref()),
             None => Duration::from_millis(100),
         };
+        let priority = match &c.priority {
+            Some(p) => u8::try_from(*p.get_ref()).map_err(|_| {
+                err(
+                    p.span().start,
+                    "controller.priority",
+                    "must be 0 to 255".into(),
+                )
+            })?,
+            None => DEFAULT_PRIORITY,
+        };
+        let mut ospf_grace = None;
+        if let Some(t) = &raw.takeover {
+            let addr =
+                |v: &Option<Spanned<String>>, key: &str| -> Result<Option<Ipv4Addr>, ConfigError> {
+                    v.as_ref()
+                        .map(|s| {
+                            s.get_ref().parse().map_err(|_| {
+                                err(
+                                    s.span().start,
+                                    key,
+                                    format!("{:?} is not a dotted IPv4 address", s.get_ref()),
+                                )
+                            })
+                        })
+                        .transpose()
+                };
+            let area = addr(&t.ospf_area, "takeover.ospf_area")?.unwrap_or(Ipv4Addr::UNSPECIFIED);
+            let grace_period_s = match &t.ospf_grace_period_s {
+                Some(g) if !(1..=1800).contains(g.get_ref()) => {
+                    return Err(err(
+                        g.span().start,
+                        "takeover.ospf_grace_period_s",
+                        "must be 1 to 1800".into(),
+                    ))
+                }
+                Some(g) => *g.get_ref() as u32,
+                None => 120,
+            };
+            if let Some(router_id) = addr(&t.ospf_router_id, "takeover.ospf_router_id")? {
+                ospf_grace = Some(OspfGrace {
+                    router_id,
+                    area,
+                    grace_period_s,
+                });
+            }
+        }
         let (mut fpm_listen, mut fpm_settle) = (None, Duration::from_millis(DEFAULT_SETTLE_MS));
         if let Some(f) = &raw.fpm {
             fpm_listen = Some(f.listen.get_ref().parse().map_err(|_| {
@@ -206,6 +287,7 @@ impl ControllerFile {
             path: path.into(),
             interface: c.interface.get_ref().clone(),
             hello_interval,
+            priority,
             configure_lbs: c.configure_lbs.unwrap_or(true),
             terminate: c.terminate.unwrap_or(true),
             fpm_listen,
@@ -213,6 +295,7 @@ impl ControllerFile {
             routes,
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
             dist: crate::config::DistConfig::from_raw(path, src, raw.dist.as_ref())?,
+            ospf_grace,
         })
     }
 }
@@ -306,6 +389,25 @@ impl FpmState {
         self.routes.extend(frozen);
         self.nexthops.clear();
         self.stats.connections += 1;
+        self.stats.stale = self.stale.len() as u64;
+    }
+
+    /// A takeover: `fib` holds the mirrored table. zebra's routes go over it; mirrored
+    /// routes zebra does not have are stale until the stream settles.
+    pub fn adopt(&mut self, fib: &mut Fib) {
+        self.stale = fib
+            .prefixes()
+            .filter(|p| !self.routes.contains_key(p))
+            .copied()
+            .collect();
+        let mine: Vec<(Prefix, Gateways)> = self
+            .routes
+            .iter()
+            .filter_map(|(p, v)| self.resolve(v).map(|g| (*p, g)))
+            .collect();
+        for (p, g) in mine {
+            fib.set(p, Some(g));
+        }
         self.stats.stale = self.stale.len() as u64;
     }
 
@@ -416,12 +518,53 @@ impl FpmState {
     }
 }
 
+/// A standby that has just become active: the table of its new epoch is its mirror of
+/// the old active controller's (what the back-ends hold, so they go on forwarding the same
+/// routes), with zebra's routes over it. Mirrored routes zebra has not sent are stale until
+/// its stream settles and then swept, as after a zebra reconnection.
+pub fn take_over(c: &mut Controller, fpm: &mut FpmState, fib: &mut Fib, resettle: &AtomicBool) {
+    let t = Instant::now();
+    let epoch = unix_secs()
+        .max(c.mirror.epoch.saturating_add(1))
+        .max(fib.epoch().saturating_add(1));
+    let mut new = Fib::new(epoch, LOG_CAP);
+    for (p, g) in c.mirror.routes() {
+        new.set(*p, Some(g.clone()));
+    }
+    let mirrored = new.len();
+    fpm.adopt(&mut new);
+    tracing::warn!(
+        epoch,
+        mirrored,
+        routes = new.len(),
+        stale = fpm.stats.stale,
+        ms = t.elapsed().as_millis() as u64,
+        "took over: new epoch from the mirrored table"
+    );
+    *fib = new;
+    c.hold = None;
+    c.takeover_pending = false;
+    resettle.store(true, Ordering::Relaxed);
+}
+
+/// Seconds since the Unix epoch (a new controller epoch), at least 1.
+fn unix_secs() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(1)
+        .max(1)
+}
+
 /// The shared state of a running controller.
 pub struct Shared {
     pub fib: Mutex<Fib>,
     pub fpm: Mutex<FpmState>,
     /// Set once zebra's first resend has arrived (see [`Controller::hold`]).
     pub fpm_synced: Arc<AtomicBool>,
+    /// Set by a takeover ([`take_over`]): the FPM reader starts its settle time again and
+    /// then sweeps the routes zebra has not sent.
+    pub resettle: AtomicBool,
 }
 
 /// Quiet on the first FPM connection after which zebra's initial resend is taken as whole.
@@ -443,6 +586,10 @@ pub fn serve_fpm(
     let mut first_msg: Option<Instant> = None;
     let mut swept = true;
     while !stop.load(Ordering::Relaxed) {
+        if shared.resettle.swap(false, Ordering::Relaxed) {
+            swept = false;
+            last_msg = Instant::now();
+        }
         if let Ok((s, peer)) = listener.accept() {
             tracing::info!(%peer, "FPM connection: marking routes stale until zebra resends them");
             s.set_nonblocking(false).ok();
@@ -555,6 +702,9 @@ pub struct ElementInfo {
     pub rx_packets: u64,
     pub tx_packets: u64,
     pub dropped: u64,
+    /// A controller's election priority and whether it says it is active.
+    pub priority: u8,
+    pub active: bool,
 }
 
 impl ElementInfo {
@@ -603,6 +753,36 @@ pub struct ControllerStats {
     pub tx_errors: u64,
     pub elements_up: u64,
     pub elements_down: u64,
+    /// Routes messages received by a standby from the active controller (its mirror).
+    pub mirror_messages: u64,
+    /// Routes messages not from the active controller, or received while not standby.
+    pub routes_ignored: u64,
+    /// Frames the routing suite sent on a TAP while this controller stood by (dropped:
+    /// only the active controller speaks for the router).
+    pub tap_out_standby: u64,
+    /// Times this controller became active, and stood down for a better active one.
+    pub takeovers: u64,
+    pub stepdowns: u64,
+    /// Grace-LSAs sent on taking over ([takeover] ospf_router_id), one per network.
+    pub grace_lsas_sent: u64,
+}
+
+/// A controller's part in the election (docs/dist.md, "Controller election").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Just started: listens for three hello intervals before it may become active.
+    Listening,
+    /// Mirrors the active controller's table, ready to take over.
+    Standby,
+    /// Speaks for the router: configures the LBs, terminates the routing protocols,
+    /// distributes the table.
+    Active,
+}
+
+/// Election rank: higher priority wins, then the lower MAC.
+fn outranks(a: (u8, MacAddr), b: (u8, MacAddr)) -> bool {
+    a.0 > b.0 || (a.0 == b.0 && a.1 < b.1)
 }
 
 /// The TAP that stands for one external network of the router.
@@ -638,6 +818,26 @@ pub struct Controller {
     /// DIST authentication (off without a key).
     pub guard: wire::dist::auth::Guard,
     pub signer: wire::dist::auth::Signer,
+    /// Election ([controller] priority; docs/dist.md, "Controller election").
+    pub priority: u8,
+    pub role: Role,
+    /// When the role last changed, and why.
+    pub role_since: Instant,
+    pub role_reason: &'static str,
+    /// A standby's copy of the active controller's table (from its distribution).
+    pub mirror: crate::distrib::Writer,
+    /// Set when this controller has just become active from standby: the run loop
+    /// builds the new epoch's table from the mirror ([`take_over`]), then clears it.
+    pub takeover_pending: bool,
+    /// Frames made while receiving (a standby's acknowledgements), sent at the next poll.
+    out_pending: Vec<Vec<u8>>,
+    /// `[fpm] settle_ms` when routes come from a routing suite: how long a controller that
+    /// takes over with nothing mirrored holds distribution.
+    pub settle: Option<Duration>,
+    /// `[takeover]`: the Grace-LSA to send on every external network on taking over, and
+    /// when to send it again (once, in case the first was lost).
+    pub ospf_grace: Option<OspfGrace>,
+    grace_again: Option<Instant>,
     seq: u32,
     next_hello: Instant,
     next_balance: Instant,
@@ -668,10 +868,146 @@ impl Controller {
             hold: None,
             guard: wire::dist::auth::Guard::new(None, 0),
             signer: wire::dist::auth::Signer::new(None),
+            priority: DEFAULT_PRIORITY,
+            role: Role::Listening,
+            role_since: now,
+            role_reason: "started",
+            mirror: crate::distrib::Writer::new(),
+            takeover_pending: false,
+            out_pending: Vec::new(),
+            settle: None,
+            ospf_grace: None,
+            grace_again: None,
             seq: 0,
             next_hello: now,
             next_balance: now,
             balance_sent: Vec::new(),
+        }
+    }
+
+    /// Changes role.
+    fn step(&mut self, to: Role, now: Instant, why: &'static str) {
+        if self.role == to {
+            return;
+        }
+        tracing::warn!(from = ?self.role, to = ?to, reason = why, "controller role changes");
+        match to {
+            Role::Active => {
+                if self.role == Role::Standby {
+                    self.stats.takeovers += 1;
+                    if self.ospf_grace.is_some() {
+                        self.send_grace();
+                        self.grace_again = Some(now + Duration::from_millis(500));
+                    }
+                    self.takeover_pending = self.mirror.epoch != 0;
+                    if !self.takeover_pending {
+                        // Nothing mirrored: the table must come from the routing suite
+                        // first, as after a start (the back-ends keep theirs meanwhile).
+                        if let Some(settle) = self.settle {
+                            self.hold = Some((Arc::new(AtomicBool::new(false)), now + settle));
+                        }
+                    }
+                }
+                // Every back-end, and every standby, gets this controller's table.
+                let peers: Vec<MacAddr> = self
+                    .elements
+                    .iter()
+                    .filter(|(_, e)| {
+                        e.kind == ElementKind::Forwarder
+                            || (e.kind == ElementKind::Controller && !e.active)
+                    })
+                    .map(|(m, _)| *m)
+                    .collect();
+                for m in peers {
+                    self.dist.add(m, now);
+                }
+                // The LBs learn the new Virtual-CP at once.
+                self.balance_sent.clear();
+                self.next_balance = now;
+                self.next_hello = now;
+            }
+            Role::Standby | Role::Listening => {
+                if self.role == Role::Active {
+                    self.stats.stepdowns += 1;
+                }
+                self.dist = Distributor::default();
+                self.mirror = crate::distrib::Writer::new();
+            }
+        }
+        self.role = to;
+        self.role_since = now;
+        self.role_reason = why;
+    }
+
+    /// Queues a Grace-LSA (RFC 3623, reason "switch to redundant control processor") as
+    /// the router's OSPF process would send it on each external network: its neighbours
+    /// keep the adjacency and their routes through the router while the routing suite of
+    /// this controller takes the sessions over.
+    fn send_grace(&mut self) {
+        let Some(g) = self.ospf_grace else { return };
+        // Above any Grace-LSA an earlier takeover left with the neighbours.
+        let sequence = wire::ospf::INITIAL_SEQUENCE.wrapping_add(unix_secs() & 0x3fff_ffff);
+        for (vlan, t) in &self.taps {
+            let lsa = wire::ospf::Grace {
+                router_id: g.router_id,
+                area: g.area,
+                interface_addr: t.addr,
+                grace_period: g.grace_period_s,
+                reason: wire::ospf::RestartReason::SwitchToRedundant,
+                sequence,
+            };
+            // As the TAP's output goes: from our MAC, tagged, to the LBs.
+            let mut f = lsa.frame(self.mac);
+            wire::ethernet::push_vlan(&mut f, *vlan);
+            self.out_pending.push(f);
+            self.stats.grace_lsas_sent += 1;
+        }
+    }
+
+    /// The election (docs/dist.md, "Controller election"): a listening controller
+    /// stands by if an active one is there, and becomes active after three of its hello
+    /// intervals if it outranks every other controller it hears; a standby takes over when
+    /// the active one has been silent for 2.5 of its intervals and it outranks the other
+    /// standbys; an active controller that hears a higher-ranked active one stands down.
+    fn elect(&mut self, now: Instant) {
+        let me = (self.priority, self.mac);
+        let live: Vec<(MacAddr, u8, bool)> = self
+            .elements
+            .iter()
+            .filter(|(_, e)| {
+                e.kind == ElementKind::Controller
+                    && now.duration_since(e.last_seen) <= e.interval * 5 / 2
+            })
+            .map(|(m, e)| (*m, e.priority, e.active))
+            .collect();
+        let active_other = live.iter().find(|c| c.2);
+        let best = live.iter().all(|c| !outranks((c.1, c.0), me));
+        match self.role {
+            Role::Listening => {
+                if active_other.is_some() {
+                    self.step(Role::Standby, now, "an active controller is there");
+                } else if now.duration_since(self.started) >= self.hello_interval * 3 {
+                    if best {
+                        self.step(
+                            Role::Active,
+                            now,
+                            "no active controller; this one ranks first",
+                        );
+                    } else {
+                        self.step(Role::Standby, now, "another controller ranks first");
+                    }
+                }
+            }
+            Role::Standby => {
+                if active_other.is_none() && best {
+                    self.step(Role::Active, now, "the active controller fell silent");
+                }
+            }
+            Role::Active => {
+                if live.iter().any(|c| c.2 && outranks((c.1, c.0), me)) {
+                    self.step(Role::Standby, now, "a higher-ranked controller is active");
+                }
+            }
         }
     }
 
@@ -741,6 +1077,8 @@ impl Controller {
                         rx_packets: 0,
                         tx_packets: 0,
                         dropped: 0,
+                        priority: 0,
+                        active: false,
                     }
                 });
                 e.kind = h.element;
@@ -748,12 +1086,38 @@ impl Controller {
                 e.interval = Duration::from_millis(h.interval_ms.max(1) as u64);
                 e.last_seen = now;
                 (e.rx_packets, e.tx_packets, e.dropped) = (h.rx_packets, h.tx_packets, h.dropped);
-                if h.element == ElementKind::Forwarder {
+                (e.priority, e.active) = (h.priority, h.active);
+                let kind = h.element;
+                let ports = e.ports.clone();
+                // The active controller distributes to the back-ends, and to the standby
+                // controllers, which mirror the table (docs/dist.md, "Controller election").
+                if self.role == Role::Active
+                    && (kind == ElementKind::Forwarder
+                        || (kind == ElementKind::Controller && !h.active))
+                {
                     self.dist.add(src, now);
+                } else if kind == ElementKind::Controller && h.active {
+                    self.dist.remove(src);
                 }
                 if h.element == ElementKind::Balancer && self.terminate {
-                    let ports = e.ports.clone();
                     self.make_taps(&ports);
+                }
+            }
+            dist::Message::Routes(b) => {
+                // The active controller's table, mirrored by a standby.
+                let from_active = self
+                    .elements
+                    .get(&src)
+                    .is_some_and(|e| e.kind == ElementKind::Controller && e.active);
+                if self.role != Role::Standby || !from_active {
+                    self.stats.routes_ignored += 1;
+                    return;
+                }
+                self.stats.mirror_messages += 1;
+                self.mirror.mirror(src, &b);
+                let ack = self.mirror.ack();
+                if let Some(f) = self.frame(dist::Message::FibAck(ack), src) {
+                    self.out_pending.push(f);
                 }
             }
             dist::Message::FibAck(a) => {
@@ -821,6 +1185,10 @@ impl Controller {
     /// for the router's control plane (to our MAC: the LBs' redirect; or broadcast and
     /// multicast, such as ARP replies the LBs share), untagged.
     fn deliver_to_tap(&mut self, vlan: u16, frame: &[u8]) {
+        if self.role != Role::Active {
+            self.stats.other_frames += 1;
+            return;
+        }
         let Some(t) = self.taps.get(&vlan) else {
             self.stats.other_frames += 1;
             return;
@@ -845,9 +1213,14 @@ impl Controller {
     /// Timers: element timeouts, hellos, LB tables, route messages. Frames to send go to `out`.
     pub fn poll(&mut self, fib: &mut Fib, now: Instant, out: &mut Vec<Vec<u8>>) {
         // What the routing suite sent: tagged with its network's VLAN, from our MAC, to the
-        // LBs, which send it out of that network's port with their external MAC.
+        // LBs, which send it out of that network's port with their external MAC. A
+        // standby's routing suite is not heard.
         while let Ok((vlan, mut f)) = self.tap_rx.try_recv() {
             if f.len() < 14 {
+                continue;
+            }
+            if self.role != Role::Active {
+                self.stats.tap_out_standby += 1;
                 continue;
             }
             f[6..12].copy_from_slice(&self.mac.0);
@@ -855,6 +1228,14 @@ impl Controller {
             self.stats.tap_out += 1;
             out.push(f);
         }
+        // After the drain: what a standby's routing suite wrote before a takeover is gone
+        // before the Grace-LSAs go out.
+        self.elect(now);
+        if self.grace_again.is_some_and(|t| now >= t) && self.role == Role::Active {
+            self.grace_again = None;
+            self.send_grace();
+        }
+        out.append(&mut self.out_pending);
         let gone: Vec<MacAddr> = self
             .elements
             .iter()
@@ -876,6 +1257,8 @@ impl Controller {
                 rx_packets: self.stats.dist_received,
                 tx_packets: self.stats.routes_messages_sent + self.stats.hellos_sent,
                 dropped: self.stats.dist_malformed,
+                priority: self.priority,
+                active: self.role == Role::Active,
                 ports: Vec::new(),
             });
             if let Some(f) = self.frame(hello, MacAddr::BROADCAST) {
@@ -883,8 +1266,14 @@ impl Controller {
                 out.push(f);
             }
         }
+        if self.role != Role::Active {
+            return;
+        }
         if self.configure_lbs {
             self.configure_balancers(now, out);
+        }
+        if self.takeover_pending {
+            return;
         }
         if let Some((synced, until)) = &self.hold {
             let synced = synced.load(Ordering::Relaxed);
@@ -981,6 +1370,13 @@ impl Controller {
             .peers
             .iter()
             .map(|(mac, p)| {
+                let kind = self
+                    .elements
+                    .get(mac)
+                    .map_or("forwarder", |e| match e.kind {
+                        ElementKind::Controller => "controller",
+                        _ => "forwarder",
+                    });
                 let a = p.ack;
                 let consistent = p.at(fib.epoch(), fib.version())
                     && a.is_some_and(|a| {
@@ -988,6 +1384,7 @@ impl Controller {
                     });
                 json!({
                     "mac": mac.to_string(),
+                    "kind": kind,
                     "mode": p.mode(),
                     "epoch": a.map(|a| a.epoch),
                     "version": a.map(|a| a.version),
@@ -1005,15 +1402,35 @@ impl Controller {
                 })
             })
             .collect();
-        json!({
+        let active = self.role == Role::Active;
+        let mut v = json!({
             "role": "controller",
+            "election": {
+                "role": self.role,
+                "priority": self.priority,
+                "since_ms": now.duration_since(self.role_since).as_millis() as u64,
+                "reason": self.role_reason,
+                "takeovers": self.stats.takeovers,
+                "stepdowns": self.stats.stepdowns,
+            },
             "epoch": fib.epoch(),
             "version": fib.version(),
             "routes": fib.len(),
             "digest": format!("{:016x}", fib.digest()),
-            "distributing": self.hold.is_none(),
+            "distributing": active && self.hold.is_none() && !self.takeover_pending,
             "backends": backends,
-        })
+        });
+        if !active {
+            // A standby's table is its mirror of the active controller's; what its own
+            // routing suite sent is not distributed.
+            let m = &self.mirror;
+            v["epoch"] = json!(m.epoch);
+            v["version"] = json!(m.version);
+            v["routes"] = json!(m.len());
+            v["digest"] = json!(format!("{:016x}", m.digest()));
+            v["mirror_of"] = json!(m.controller.map(|c| c.to_string()));
+        }
+        v
     }
 
     /// The `elements` answer.
@@ -1032,6 +1449,8 @@ impl Controller {
                         "rx_packets": e.rx_packets,
                         "tx_packets": e.tx_packets,
                         "dropped": e.dropped,
+                        "priority": e.priority,
+                        "active": e.active,
                         "ports": e.ports.iter().map(|p| json!({
                             "mac": p.mac.to_string(), "address": format!("{}/{}", p.addr, p.prefix_len),
                             "role": format!("{:?}", p.role).to_lowercase(), "vlan": p.vlan, "speed_mbps": p.speed_mbps,
@@ -1066,11 +1485,7 @@ pub fn run<P: Port>(
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
 ) -> Result<(), String> {
-    let epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as u32)
-        .unwrap_or(1)
-        .max(1);
+    let epoch = unix_secs();
     let mut fib = Fib::new(epoch, LOG_CAP);
     for (p, g) in &cfg.routes {
         fib.set(*p, Some(g.clone()));
@@ -1096,10 +1511,14 @@ pub fn run<P: Port>(
         fib: Mutex::new(fib),
         fpm: Mutex::new(FpmState::default()),
         fpm_synced: Arc::new(AtomicBool::new(false)),
+        resettle: AtomicBool::new(false),
     });
     let mut c = Controller::new(mac, cfg.hello_interval, cfg.configure_lbs, Instant::now());
     c.terminate = cfg.terminate;
+    c.priority = cfg.priority;
+    c.ospf_grace = cfg.ospf_grace;
     if cfg.fpm_listen.is_some() {
+        c.settle = Some(cfg.fpm_settle);
         // Hold distribution until zebra has resent its table (at most settle_ms).
         c.hold = Some((shared.fpm_synced.clone(), c.started + cfg.fpm_settle));
     }
@@ -1160,6 +1579,7 @@ pub fn run<P: Port>(
             .recv(&mut pool, &mut batch, 256, &mut oversize)
             .map_err(|e| e.to_string())?;
         let now = Instant::now();
+        let takeover;
         {
             let mut fib = shared.fib.lock().map_err(|_| "table poisoned")?;
             let mut c = ctl.lock().map_err(|_| "poisoned")?;
@@ -1168,6 +1588,14 @@ pub fn run<P: Port>(
                 pool.put(p);
             }
             c.poll(&mut fib, now, &mut frames);
+            takeover = c.takeover_pending;
+        }
+        if takeover {
+            // Lock order: fpm, then fib, then the controller.
+            let mut f = shared.fpm.lock().map_err(|_| "poisoned")?;
+            let mut fib = shared.fib.lock().map_err(|_| "table poisoned")?;
+            let mut c = ctl.lock().map_err(|_| "poisoned")?;
+            take_over(&mut c, &mut f, &mut fib, &shared.resettle);
         }
         for f in frames.drain(..) {
             let mut p = pool.get();
@@ -1359,6 +1787,8 @@ mod tests {
                     rx_packets: 0,
                     tx_packets: 0,
                     dropped: 0,
+                    priority: 0,
+                    active: false,
                     ports: Vec::new(),
                 }),
             }

@@ -20,6 +20,8 @@ pub(crate) fn hello(
         rx_packets,
         tx_packets,
         dropped,
+        priority: 0,
+        active: false,
         ports,
     })
 }

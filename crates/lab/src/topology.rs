@@ -809,7 +809,42 @@ impl Lab {
         let pid = self.start_element(e)?;
         let mut st = self.load_state();
         st.pids.insert(node.to_string(), pid);
-        self.save(&st)
+        self.save(&st)?;
+        if !e.frr.is_empty() && !self.frr_running(node) {
+            self.start_frr(&e.name, &e.frr, true)?;
+        }
+        Ok(())
+    }
+
+    /// The pids of a node's running FRR daemons (from their pid files).
+    fn frr_pids(&self, node: &str) -> Vec<i32> {
+        let run = self.run_dir().join(format!("frr-{node}"));
+        let ns = cmd::ns_pids(&self.ns(node));
+        FRR_DAEMONS
+            .iter()
+            .filter_map(|d| std::fs::read_to_string(run.join(format!("{d}.pid"))).ok())
+            .filter_map(|s| s.trim().parse().ok())
+            .filter(|p| ns.contains(p) && cmd::alive(*p))
+            .collect()
+    }
+
+    fn frr_running(&self, node: &str) -> bool {
+        !self.frr_pids(node).is_empty()
+    }
+
+    /// Kills a node's FRR daemons at once (SIGKILL: no goodbye to the peers, as when the
+    /// machine fails).
+    pub fn stop_frr(&self, node: &str) -> Result<(), String> {
+        self.element(node)?;
+        for pid in self.frr_pids(node) {
+            // SAFETY: kill(2) on a pid of this lab's namespace, read from its pid file.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let t = Instant::now();
+        while self.frr_running(node) && t.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
     }
 
     /// Runs a command in a node's namespace with inherited stdio; returns its exit code.

@@ -439,8 +439,12 @@ enum LabCmd {
         #[command(flatten)]
         lab: LabArgs,
         node: String,
+        /// Also kill (SIGKILL) the element's routing suite (its FRR daemons), as when
+        /// the machine fails. `lab start` starts both again.
+        #[arg(long)]
+        routing_suite: bool,
     },
-    /// Start one element of a running lab again.
+    /// Start one element of a running lab again (and its routing suite, if stopped).
     Start {
         #[command(flatten)]
         lab: LabArgs,
@@ -859,8 +863,18 @@ fn lab_cmd(cmd: LabCmd) -> Result<i32> {
         LabCmd::Exec { lab, node, argv } => load_lab(&lab)?
             .exec(&node, &argv)
             .map_err(anyhow::Error::msg),
-        LabCmd::Stop { lab, node } => {
-            load_lab(&lab)?.stop(&node).map_err(anyhow::Error::msg)?;
+        LabCmd::Stop {
+            lab,
+            node,
+            routing_suite,
+        } => {
+            let l = load_lab(&lab)?;
+            // The element first: with it gone, nothing the dying routing suite sends
+            // (a TCP reset, an OSPF goodbye) leaves the machine.
+            l.stop(&node).map_err(anyhow::Error::msg)?;
+            if routing_suite {
+                l.stop_frr(&node).map_err(anyhow::Error::msg)?;
+            }
             Ok(0)
         }
         LabCmd::Start { lab, node } => {

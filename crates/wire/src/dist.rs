@@ -42,6 +42,8 @@ pub mod kind {
 pub const HELLO_PORT_LEN: usize = 18;
 /// Bytes of a hello before its ports.
 pub const HELLO_FIXED_LEN: usize = 32;
+/// Hello flag (byte 5 of the body): the sending controller is the active one.
+pub const HELLO_ACTIVE: u8 = 0x01;
 /// Bytes of one entry of a ports message.
 pub const PORT_CONFIG_LEN: usize = 10;
 /// Bytes of one entry of a balance message.
@@ -195,6 +197,12 @@ pub struct Hello {
     pub tx_packets: u64,
     #[cfg_attr(feature = "serde", serde(default))]
     pub dropped: u64,
+    /// A controller's election priority (higher wins; 0 from other elements).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub priority: u8,
+    /// A controller that is the active one (docs/dist.md, "Controller election").
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub active: bool,
     #[cfg_attr(feature = "serde", serde(default))]
     pub ports: Vec<HelloPort>,
 }
@@ -506,6 +514,8 @@ impl Repr {
                     rx_packets: be64(body, 8),
                     tx_packets: be64(body, 16),
                     dropped: be64(body, 24),
+                    priority: body[4],
+                    active: body[5] & HELLO_ACTIVE != 0,
                     ports,
                 })
             }
@@ -683,6 +693,8 @@ impl Repr {
                 body[0] = h.element.code();
                 body[1] = h.ports.len() as u8;
                 put16(body, 2, h.interval_ms);
+                body[4] = h.priority;
+                body[5] = if h.active { HELLO_ACTIVE } else { 0 };
                 body[8..16].copy_from_slice(&h.rx_packets.to_be_bytes());
                 body[16..24].copy_from_slice(&h.tx_packets.to_be_bytes());
                 body[24..32].copy_from_slice(&h.dropped.to_be_bytes());
@@ -790,6 +802,8 @@ mod tests {
                     rx_packets: 1 << 40,
                     tx_packets: 3,
                     dropped: 4,
+                    priority: 0,
+                    active: false,
                     ports: vec![HelloPort {
                         mac: mac(1),
                         addr: Ipv4Addr::new(10, 1, 0, 1),
@@ -880,6 +894,8 @@ mod tests {
                     rx_packets: 0,
                     tx_packets: 0,
                     dropped: 0,
+                    priority: 0,
+                    active: false,
                     ports: vec![],
                 }),
             },

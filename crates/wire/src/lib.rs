@@ -19,6 +19,7 @@ pub mod fuzzing;
 pub mod icmp;
 pub mod ipv4;
 pub mod mac;
+pub mod ospf;
 pub mod probe;
 pub mod tcp;
 pub mod udp;

@@ -312,6 +312,8 @@ fn hello_from(mac: MacAddr) -> Vec<u8> {
             rx_packets: 0,
             tx_packets: 0,
             dropped: 0,
+            priority: 0,
+            active: false,
             ports: vec![],
         }),
         mac,
