@@ -895,7 +895,7 @@ mod tests {
         // Drift: the back-end loses a route behind the protocol's back.
         let p = pfx("192.0.2.0/24");
         let (_, w, t) = &mut ws[0];
-        w.install(vec![(p, None)], t);
+        w.install(vec![(p, None)], Some(t));
         w.flush(t);
         assert_eq!(ws[0].1.len(), 20);
         converge(&mut fib, &mut d, &mut ws, 5, false);

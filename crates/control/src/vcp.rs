@@ -36,6 +36,9 @@
 //!                              # every external network: neighbours keep their routes
 //! ospf_area = "0.0.0.0"        # the area of those networks
 //! ospf_grace_period_s = 120    # how long they help
+//! on_active = ["/usr/local/bin/start-protocols"]  # run on becoming active (with
+//!                              # TESSERA_TAKEOVER=1 on a takeover): starts the
+//!                              # routing protocols of a controller that stood by
 //!
 //! [[route]]                    # optional static routes, like a forwarder's
 //! prefix = "198.51.100.0/24"
@@ -96,6 +99,7 @@ struct RawTakeover {
     ospf_router_id: Option<Spanned<String>>,
     ospf_area: Option<Spanned<String>>,
     ospf_grace_period_s: Option<Spanned<i64>>,
+    on_active: Option<Spanned<Vec<String>>>,
 }
 
 /// What a standby that takes over announces for the routing suite (`[takeover]`).
@@ -155,6 +159,11 @@ pub struct ControllerFile {
     /// `[takeover] ospf_router_id`: on taking over, send a Grace-LSA as this router on
     /// every external network, so that its OSPF neighbours help it restart.
     pub ospf_grace: Option<OspfGrace>,
+    /// `[takeover] on_active`: a command (argv) run each time this controller becomes
+    /// active, as keepalived's notify scripts are: it starts the routing protocols of a
+    /// controller that may stand by. `TESSERA_TAKEOVER=1` is set in its environment when
+    /// the controller takes over from another.
+    pub on_active: Vec<String>,
 }
 
 impl ControllerFile {
@@ -195,7 +204,18 @@ impl ControllerFile {
             None => DEFAULT_PRIORITY,
         };
         let mut ospf_grace = None;
+        let mut on_active = Vec::new();
         if let Some(t) = &raw.takeover {
+            if let Some(a) = &t.on_active {
+                if a.get_ref().is_empty() || a.get_ref()[0].is_empty() {
+                    return Err(err(
+                        a.span().start,
+                        "takeover.on_active",
+                        "needs a program and its arguments, like [\"/usr/local/bin/start-protocols\"]".into(),
+                    ));
+                }
+                on_active = a.get_ref().clone();
+            }
             let addr =
                 |v: &Option<Spanned<String>>, key: &str| -> Result<Option<Ipv4Addr>, ConfigError> {
                     v.as_ref()
@@ -296,6 +316,7 @@ impl ControllerFile {
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
             dist: crate::config::DistConfig::from_raw(path, src, raw.dist.as_ref())?,
             ospf_grace,
+            on_active,
         })
     }
 }
@@ -392,20 +413,17 @@ impl FpmState {
         self.stats.stale = self.stale.len() as u64;
     }
 
-    /// A takeover: `fib` holds the mirrored table. zebra's routes go over it; mirrored
-    /// routes zebra does not have are stale until the stream settles.
-    pub fn adopt(&mut self, fib: &mut Fib) {
+    /// A takeover: `fib` holds the mirrored table, `own` the new controller's routes
+    /// (config and zebra), which go over it; mirrored routes not among them are stale
+    /// until the stream settles.
+    pub fn adopt(&mut self, fib: &mut Fib, own: Vec<(Prefix, Gateways)>) {
+        let mine: HashSet<Prefix> = own.iter().map(|(p, _)| *p).collect();
         self.stale = fib
             .prefixes()
-            .filter(|p| !self.routes.contains_key(p))
+            .filter(|p| !mine.contains(p))
             .copied()
             .collect();
-        let mine: Vec<(Prefix, Gateways)> = self
-            .routes
-            .iter()
-            .filter_map(|(p, v)| self.resolve(v).map(|g| (*p, g)))
-            .collect();
-        for (p, g) in mine {
+        for (p, g) in own {
             fib.set(p, Some(g));
         }
         self.stats.stale = self.stale.len() as u64;
@@ -520,8 +538,9 @@ impl FpmState {
 
 /// A standby that has just become active: the table of its new epoch is its mirror of
 /// the old active controller's (what the back-ends hold, so they go on forwarding the same
-/// routes), with zebra's routes over it. Mirrored routes zebra has not sent are stale until
-/// its stream settles and then swept, as after a zebra reconnection.
+/// routes), with its own table over it (`fib`: its config's routes and what its zebra has
+/// sent). Mirrored routes it does not have are stale until zebra's stream settles and then
+/// swept, as after a zebra reconnection: its routing suite re-learns them meanwhile.
 pub fn take_over(c: &mut Controller, fpm: &mut FpmState, fib: &mut Fib, resettle: &AtomicBool) {
     let t = Instant::now();
     let epoch = unix_secs()
@@ -532,7 +551,11 @@ pub fn take_over(c: &mut Controller, fpm: &mut FpmState, fib: &mut Fib, resettle
         new.set(*p, Some(g.clone()));
     }
     let mirrored = new.len();
-    fpm.adopt(&mut new);
+    let own: Vec<(Prefix, Gateways)> = fib
+        .prefixes()
+        .filter_map(|p| fib.get(*p).map(|g| (*p, g.clone())))
+        .collect();
+    fpm.adopt(&mut new, own);
     tracing::warn!(
         epoch,
         mirrored,
@@ -765,6 +788,9 @@ pub struct ControllerStats {
     pub stepdowns: u64,
     /// Grace-LSAs sent on taking over ([takeover] ospf_router_id), one per network.
     pub grace_lsas_sent: u64,
+    /// `[takeover] on_active` commands started, and those that could not start.
+    pub on_active_runs: u64,
+    pub on_active_failures: u64,
 }
 
 /// A controller's part in the election (docs/dist.md, "Controller election").
@@ -838,6 +864,8 @@ pub struct Controller {
     /// when to send it again (once, in case the first was lost).
     pub ospf_grace: Option<OspfGrace>,
     grace_again: Option<Instant>,
+    /// `[takeover] on_active`.
+    pub on_active: Vec<String>,
     seq: u32,
     next_hello: Instant,
     next_balance: Instant,
@@ -878,6 +906,7 @@ impl Controller {
             settle: None,
             ospf_grace: None,
             grace_again: None,
+            on_active: Vec::new(),
             seq: 0,
             next_hello: now,
             next_balance: now,
@@ -921,6 +950,7 @@ impl Controller {
                 for m in peers {
                     self.dist.add(m, now);
                 }
+                self.run_on_active(self.role == Role::Standby);
                 // The LBs learn the new Virtual-CP at once.
                 self.balance_sent.clear();
                 self.next_balance = now;
@@ -937,6 +967,35 @@ impl Controller {
         self.role = to;
         self.role_since = now;
         self.role_reason = why;
+    }
+
+    /// Runs `[takeover] on_active` (not waiting for it; its exit is logged).
+    fn run_on_active(&mut self, takeover: bool) {
+        let Some((prog, args)) = self.on_active.split_first() else {
+            return;
+        };
+        let mut cmd = std::process::Command::new(prog);
+        cmd.args(args).stdin(std::process::Stdio::null());
+        if takeover {
+            cmd.env("TESSERA_TAKEOVER", "1");
+        }
+        self.stats.on_active_runs += 1;
+        match cmd.spawn() {
+            Ok(mut child) => {
+                let prog = prog.clone();
+                let _ = std::thread::Builder::new()
+                    .name("on-active".into())
+                    .spawn(move || match child.wait() {
+                        Ok(st) if st.success() => tracing::info!(%prog, "on_active command done"),
+                        Ok(st) => tracing::error!(%prog, status = %st, "on_active command failed"),
+                        Err(e) => tracing::error!(%prog, error = %e, "on_active command lost"),
+                    });
+            }
+            Err(e) => {
+                self.stats.on_active_failures += 1;
+                tracing::error!(%prog, error = %e, "on_active command did not start");
+            }
+        }
     }
 
     /// Queues a Grace-LSA (RFC 3623, reason "switch to redundant control processor") as
@@ -1517,6 +1576,7 @@ pub fn run<P: Port>(
     c.terminate = cfg.terminate;
     c.priority = cfg.priority;
     c.ospf_grace = cfg.ospf_grace;
+    c.on_active = cfg.on_active.clone();
     if cfg.fpm_listen.is_some() {
         c.settle = Some(cfg.fpm_settle);
         // Hold distribution until zebra has resent its table (at most settle_ms).
@@ -1746,6 +1806,30 @@ mod tests {
         assert_eq!((e.line, e.key.as_str()), (9, "route[0].via"));
         let e = ControllerFile::parse(path, &good.replace("[fpm]", "[fpm]\nport = 1")).unwrap_err();
         assert_eq!(e.line, 5, "{e}");
+        // Election and takeover keys.
+        let ha = good.replace(
+            "interface = \"vcp-int\"\n",
+            "interface = \"vcp-int\"\npriority = 50\n\n[takeover]\nospf_router_id = \"10.255.0.1\"\non_active = [\"/bin/true\"]\n",
+        );
+        let c = ControllerFile::parse(path, &ha).unwrap();
+        assert_eq!(c.priority, 50);
+        assert_eq!(
+            c.ospf_grace.map(|g| (g.router_id, g.grace_period_s)),
+            Some((ip("10.255.0.1"), 120))
+        );
+        assert_eq!(c.on_active, vec!["/bin/true".to_string()]);
+        assert_eq!(
+            ControllerFile::parse(path, good).unwrap().priority,
+            DEFAULT_PRIORITY
+        );
+        let e = ControllerFile::parse(path, &ha.replace("priority = 50", "priority = 300"))
+            .unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (3, "controller.priority"));
+        let e =
+            ControllerFile::parse(path, &ha.replace("\"10.255.0.1\"", "\"router\"")).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (6, "takeover.ospf_router_id"));
+        let e = ControllerFile::parse(path, &ha.replace("[\"/bin/true\"]", "[]")).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (7, "takeover.on_active"));
     }
 
     proptest::proptest! {
@@ -1777,6 +1861,7 @@ mod tests {
             now,
         );
         c.guard = Guard::new(Some(key.clone()), 60_000_000_000);
+        c.step(Role::Active, now, "the only controller");
         let r1 = MacAddr([2, 0, 0, 0, 1, 1]);
         let hello = |seq| {
             dist::Repr {
@@ -1843,6 +1928,147 @@ mod tests {
         c.guard = Guard::new(Some(Key::new(1, &[3; 32]).unwrap()), 60_000_000_000);
         c.receive(&old, &mut fib, now);
         assert_eq!(c.stats.dist_stale, 1);
+    }
+
+    fn controller_hello(mac: MacAddr, priority: u8, active: bool) -> Vec<u8> {
+        dist::Repr {
+            seq: 1,
+            msg: dist::Message::Hello(dist::Hello {
+                element: ElementKind::Controller,
+                interval_ms: 100,
+                rx_packets: 0,
+                tx_packets: 0,
+                dropped: 0,
+                priority,
+                active,
+                ports: Vec::new(),
+            }),
+        }
+        .to_frame(mac, MacAddr::BROADCAST)
+        .unwrap()
+    }
+
+    /// Frames of `out` addressed to `to` (or broadcast), for a controller to receive.
+    fn deliver(out: &[Vec<u8>], to: MacAddr, c: &mut Controller, fib: &mut Fib, now: Instant) {
+        for f in out {
+            let dst = MacAddr::from_slice(&f[0..6]);
+            if dst == to || dst == MacAddr::BROADCAST {
+                c.receive(f, fib, now);
+            }
+        }
+    }
+
+    /// The election of docs/dist.md: the higher priority is active after the listening
+    /// time, the other stands by and mirrors its table, takes over when it falls silent
+    /// (within three hello intervals) with a new epoch holding the same routes, and a
+    /// returning controller stands by rather than preempt.
+    #[test]
+    fn standby_mirrors_and_takes_over() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let (ma, mb) = (MacAddr([2, 0, 0, 0, 0xc, 1]), MacAddr([2, 0, 0, 0, 0xc, 2]));
+        let mut a = Controller::new(ma, Duration::from_millis(100), false, t0);
+        let mut b = Controller::new(mb, Duration::from_millis(100), false, t0);
+        (a.priority, b.priority) = (200, 50);
+        let mut fa = Fib::new(7, 1000);
+        let mut fb = Fib::new(8, 1000);
+        for i in 0..50u8 {
+            fa.set(
+                Prefix::new(Ipv4Addr::new(198, 18, i, 0), 24),
+                Some(gateways(vec![ip("10.2.0.10")])),
+            );
+        }
+        // Both listen, hearing each other; after three intervals the higher priority is
+        // active and the other stands by.
+        let mut t = 0;
+        while t <= 2000 {
+            let (mut oa, mut ob) = (Vec::new(), Vec::new());
+            a.poll(&mut fa, ms(t), &mut oa);
+            b.poll(&mut fb, ms(t), &mut ob);
+            deliver(&oa, mb, &mut b, &mut fb, ms(t));
+            deliver(&ob, ma, &mut a, &mut fa, ms(t));
+            t += 10;
+        }
+        assert_eq!((a.role, b.role), (Role::Active, Role::Standby));
+        assert!(a.role_since.duration_since(t0) >= Duration::from_millis(300));
+        // The standby holds the active's table (its mirror), acknowledged as consistent.
+        assert_eq!(b.mirror.len(), 50);
+        assert_eq!(
+            (b.mirror.epoch, b.mirror.version, b.mirror.digest()),
+            (7, fa.version(), fa.digest())
+        );
+        let shown = a.show_fib(&fa, ms(t));
+        let peer = &shown["backends"][0];
+        assert_eq!(
+            (peer["kind"].as_str(), peer["consistent"].as_bool()),
+            (Some("controller"), Some(true)),
+            "{shown}"
+        );
+        assert_eq!(
+            b.stats.tap_out + b.stats.balance_messages_sent + b.stats.routes_messages_sent,
+            0
+        );
+        // The active falls silent: the standby takes over within three hello intervals.
+        let silent = t;
+        let mut took = None;
+        while t <= silent + 1000 {
+            let mut ob = Vec::new();
+            b.poll(&mut fb, ms(t), &mut ob);
+            if b.role == Role::Active && took.is_none() {
+                took = Some(t - silent);
+            }
+            t += 10;
+            if b.takeover_pending {
+                let mut fpm = FpmState::default();
+                let resettle = AtomicBool::new(false);
+                take_over(&mut b, &mut fpm, &mut fb, &resettle);
+                assert!(resettle.load(Ordering::Relaxed));
+                // Every mirrored route is stale until the routing suite resends it.
+                assert_eq!(fpm.stats.stale, 50);
+            }
+        }
+        let took = took.expect("no takeover");
+        assert!(took <= 300, "took over after {took} ms");
+        assert_eq!(b.stats.takeovers, 1);
+        assert!(fb.epoch() > 7);
+        assert_eq!((fb.len(), fb.digest()), (50, fa.digest()));
+        // A returns: it hears an active controller and stands by (no preemption).
+        let mut a2 = Controller::new(ma, Duration::from_millis(100), false, ms(t));
+        a2.priority = 200;
+        let start = t;
+        while t <= start + 1000 {
+            let (mut oa, mut ob) = (Vec::new(), Vec::new());
+            a2.poll(&mut fa, ms(t), &mut oa);
+            b.poll(&mut fb, ms(t), &mut ob);
+            deliver(&oa, mb, &mut b, &mut fb, ms(t));
+            deliver(&ob, ma, &mut a2, &mut fa, ms(t));
+            t += 10;
+        }
+        assert_eq!((a2.role, b.role), (Role::Standby, Role::Active));
+        assert_eq!(a2.mirror.digest(), fb.digest());
+    }
+
+    /// Two active controllers (a partition healed): the lower-ranked one stands down.
+    #[test]
+    fn lower_ranked_active_stands_down() {
+        let now = Instant::now();
+        let mut fib = Fib::new(1, 10);
+        let (ma, mb) = (MacAddr([2, 0, 0, 0, 0xc, 1]), MacAddr([2, 0, 0, 0, 0xc, 2]));
+        let mut b = Controller::new(mb, Duration::from_millis(100), false, now);
+        b.step(Role::Active, now, "alone");
+        // Same priority: the lower MAC ranks first.
+        b.receive(&controller_hello(ma, DEFAULT_PRIORITY, true), &mut fib, now);
+        b.poll(&mut fib, now, &mut Vec::new());
+        assert_eq!((b.role, b.stats.stepdowns), (Role::Standby, 1));
+        let mut a = Controller::new(ma, Duration::from_millis(100), false, now);
+        a.step(Role::Active, now, "alone");
+        a.receive(&controller_hello(mb, DEFAULT_PRIORITY, true), &mut fib, now);
+        a.poll(&mut fib, now, &mut Vec::new());
+        assert_eq!(a.role, Role::Active);
+        // A standby with a higher priority does not preempt an active one.
+        a.receive(&controller_hello(mb, 255, false), &mut fib, now);
+        a.poll(&mut fib, now, &mut Vec::new());
+        assert_eq!(a.role, Role::Active);
     }
 
     /// A (re)started controller sends no routes until zebra's first resend is in, or

@@ -70,6 +70,11 @@ pub struct Element {
     /// controller. Needs Debian's `frr` package.
     #[serde(default)]
     pub frr: BTreeMap<String, String>,
+    /// Daemons of `frr` that run only while the controller is active (the routing
+    /// protocols of a controller that may stand by): `lab up` does not start them; the
+    /// controller's `[takeover] on_active` command does, with `tessera lab frr-start`.
+    #[serde(default)]
+    pub frr_active: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -130,6 +135,8 @@ struct State {
 /// A topology bound to a lab name and to the directory its relative paths start from.
 #[derive(Debug, Clone)]
 pub struct Lab {
+    /// The topology file (absolute where it can be).
+    pub file: PathBuf,
     pub topo: Topology,
     pub name: String,
     pub dir: PathBuf,
@@ -179,6 +186,7 @@ fn fnv(s: &str) -> u64 {
 impl Lab {
     /// Reads a topology file. Errors name the file and line.
     pub fn load(path: &Path, name: Option<&str>, exe: PathBuf) -> Result<Lab, String> {
+        let file = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         let src = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let topo: Topology = toml::from_str(&src).map_err(|e| {
             let line = e
@@ -191,6 +199,7 @@ impl Lab {
             .map(str::to_string)
             .unwrap_or_else(|| topo.name.clone());
         let lab = Lab {
+            file,
             topo,
             name,
             dir: path.parent().unwrap_or(Path::new(".")).to_path_buf(),
@@ -254,6 +263,18 @@ impl Lab {
             }
             if !frr.is_empty() && !frr.contains_key("zebra") {
                 return Err(format!("{kind} {name}: frr needs zebra"));
+            }
+        }
+        for e in &self.topo.element {
+            if let Some(d) = e
+                .frr_active
+                .iter()
+                .find(|d| !e.frr.contains_key(*d) || *d == "zebra")
+            {
+                return Err(format!(
+                    "element {}: frr_active names {d:?}, which is not one of its frr daemons (zebra always runs)",
+                    e.name
+                ));
             }
         }
         for (i, l) in self.topo.link.iter().enumerate() {
@@ -514,7 +535,7 @@ impl Lab {
                     let pid = self.start_element(e)?;
                     st.pids.insert(e.name.clone(), pid);
                     self.save(&st)?;
-                    self.start_frr(&e.name, &e.frr, true)?;
+                    self.start_frr(&e.name, &self.frr_always(e), true)?;
                 }
             }
         }
@@ -716,6 +737,11 @@ impl Lab {
                     .iter()
                     .flat_map(|k| [std::ffi::OsStr::new("--dist-key-file"), k.as_os_str()]),
             )
+            // Where the element runs, for its hooks (a controller's [takeover] on_active).
+            .env("TESSERA_EXE", &self.exe)
+            .env("TESSERA_LAB_FILE", &self.file)
+            .env("TESSERA_LAB_NAME", &self.name)
+            .env("TESSERA_LAB_NODE", &e.name)
             .stdin(std::process::Stdio::null())
             .stdout(log)
             .stderr(log2)
@@ -811,9 +837,63 @@ impl Lab {
         st.pids.insert(node.to_string(), pid);
         self.save(&st)?;
         if !e.frr.is_empty() && !self.frr_running(node) {
-            self.start_frr(&e.name, &e.frr, true)?;
+            self.start_frr(&e.name, &self.frr_always(e), true)?;
         }
         Ok(())
+    }
+
+    /// The FRR daemons of an element that run whatever its role (all but `frr_active`).
+    fn frr_always(&self, e: &Element) -> BTreeMap<String, String> {
+        e.frr
+            .iter()
+            .filter(|(d, _)| !e.frr_active.contains(d))
+            .map(|(d, f)| (d.clone(), f.clone()))
+            .collect()
+    }
+
+    /// Starts an element's `frr_active` daemons that are not running (`tessera lab frr-start`: a
+    /// controller's `[takeover] on_active` command). With `graceful_restart`, ospfd
+    /// starts in graceful-restart mode (RFC 3623; its state file says a restart is under
+    /// way for `grace_s` seconds): it keeps what its neighbours, which the controller's
+    /// Grace-LSA made helpers, still hold, and re-originates only once its adjacencies are
+    /// back. bgpd restarts gracefully by itself when its config enables it.
+    pub fn frr_start(
+        &self,
+        node: &str,
+        graceful_restart: Option<u32>,
+    ) -> Result<Vec<String>, String> {
+        let e = self.element(node)?;
+        let run = self.run_dir().join(format!("frr-{node}"));
+        let ns = cmd::ns_pids(&self.ns(node));
+        let running = |d: &str| {
+            std::fs::read_to_string(run.join(format!("{d}.pid")))
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+                .is_some_and(|p| ns.contains(&p) && cmd::alive(p))
+        };
+        let todo: BTreeMap<String, String> = e
+            .frr
+            .iter()
+            .filter(|(d, _)| e.frr_active.contains(d) && !running(d))
+            .map(|(d, f)| (d.clone(), f.clone()))
+            .collect();
+        if let (Some(grace), true) = (graceful_restart, todo.contains_key("ospfd")) {
+            // ospfd's state file (FRR 8.4: /var/run/frr/ospfd-gr.json), read and cleared
+            // by ospfd when it starts.
+            let until = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0)
+                + grace as u64;
+            let state = serde_json::json!({"instances": {"default": {"gracePeriod": grace, "timestamp": until}}});
+            let path = Path::new("/var/run/frr/ospfd-gr.json");
+            std::fs::create_dir_all("/var/run/frr").map_err(|e| e.to_string())?;
+            std::fs::write(path, state.to_string())
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            cmd::run("chown", &["frr:frr", &path.to_string_lossy()])?;
+        }
+        self.start_frr(node, &todo, true)?;
+        Ok(todo.into_keys().collect())
     }
 
     /// The pids of a node's running FRR daemons (from their pid files).

@@ -444,6 +444,17 @@ enum LabCmd {
         #[arg(long)]
         routing_suite: bool,
     },
+    /// Start the `frr_active` daemons of an element that are not running: what a
+    /// controller's `[takeover] on_active` command runs.
+    FrrStart {
+        #[command(flatten)]
+        lab: LabArgs,
+        node: String,
+        /// Start ospfd in graceful-restart mode for this many seconds (RFC 3623): on a
+        /// takeover, after the controller's Grace-LSA.
+        #[arg(long, value_name = "SECONDS")]
+        graceful_restart: Option<u32>,
+    },
     /// Start one element of a running lab again (and its routing suite, if stopped).
     Start {
         #[command(flatten)]
@@ -875,6 +886,24 @@ fn lab_cmd(cmd: LabCmd) -> Result<i32> {
             if routing_suite {
                 l.stop_frr(&node).map_err(anyhow::Error::msg)?;
             }
+            Ok(0)
+        }
+        LabCmd::FrrStart {
+            lab,
+            node,
+            graceful_restart,
+        } => {
+            let started = load_lab(&lab)?
+                .frr_start(&node, graceful_restart)
+                .map_err(anyhow::Error::msg)?;
+            println!(
+                "{node}: started {}",
+                if started.is_empty() {
+                    "nothing (all running)".to_string()
+                } else {
+                    started.join(", ")
+                }
+            );
             Ok(0)
         }
         LabCmd::Start { lab, node } => {
