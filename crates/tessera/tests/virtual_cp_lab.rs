@@ -1,6 +1,7 @@
 //! The Virtual-CP of labs/virtual-cp.toml: `tessera controller` with FRR (zebra, staticd,
-//! bgpd, ospfd) in its namespace, two outside routers (BIRD 2 on a1, FRR on b1) peering
-//! over eBGP and OSPF, and three back-ends that must all hold the controller's table.
+//! bgpd, ospfd) in its namespace, a standby controller (vcp2) with its own, two outside
+//! routers (BIRD 2 on a1, FRR on b1) peering over eBGP and OSPF, and three back-ends that
+//! must all hold the active controller's table.
 
 mod common;
 
@@ -16,12 +17,13 @@ fn show(lab: &TestLab, what: &str, element: &str) -> Value {
     lab.show_json(what, element)
 }
 
-/// True when the controller holds `routes` routes and every back-end acknowledged its
-/// version with the same route count and digest.
+/// True when the controller holds `routes` routes and every back-end (and every standby
+/// controller, which mirrors the table) acknowledged its version with the same route
+/// count and digest.
 fn consistent(fib: &Value, routes: u64) -> bool {
     let b = fib["backends"].as_array().unwrap();
     fib["routes"] == routes
-        && b.len() == BACKENDS.len()
+        && b.iter().filter(|x| x["kind"] == "forwarder").count() == BACKENDS.len()
         && b.iter().all(|x| {
             x["consistent"] == true && x["routes"] == routes && x["digest"] == fib["digest"]
         })
@@ -109,7 +111,25 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
     // The controller found every element and set the LBs' tables: three live back-ends,
     // weighted by their link speed.
     let elements = show(&lab, "elements", "vcp");
-    assert_eq!(elements.as_array().unwrap().len(), 5, "{elements}");
+    assert_eq!(elements.as_array().unwrap().len(), 6, "{elements}");
+    // vcp (priority 200) is active, vcp2 (50) stands by with a mirror of the table.
+    let f = fib();
+    assert_eq!(f["election"]["role"], "active", "{f}");
+    let standby = show(&lab, "fib", "vcp2");
+    assert_eq!(standby["election"]["role"], "standby", "{standby}");
+    assert_eq!(
+        (standby["epoch"].clone(), standby["digest"].clone()),
+        (f["epoch"].clone(), f["digest"].clone()),
+        "{standby}"
+    );
+    assert!(
+        f["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["kind"] == "controller" && b["consistent"] == true),
+        "{f}"
+    );
     let bal = show(&lab, "balance", "lba");
     let entries = bal["entries"].as_array().unwrap();
     assert_eq!(entries.len(), 3, "{bal}");
@@ -297,7 +317,7 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
     let f = fib();
     let left = f["backends"].as_array().unwrap();
     assert!(
-        left.len() == 2
+        left.iter().filter(|b| b["kind"] == "forwarder").count() == 2
             && left
                 .iter()
                 .all(|b| b["consistent"] == true && b["digest"] == f["digest"]),
@@ -313,56 +333,138 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
         "r2 restarted: same version and digest as the others {took:?} after `lab start` returned"
     );
 
-    // The controller restarts under load (8 UDP streams of iperf3 from a1's 172.16.1.1 to
-    // b1's 198.19.0.1, over the OSPF routes). The back-ends forward on with their table
-    // meanwhile; the TAPs persist, so FRR keeps its interfaces and sessions; the new
-    // controller holds distribution until zebra has resent its table over FPM, then opens a
-    // new epoch and brings every back-end to it with the same routes. (The route added
-    // with `tessera route add` on the old controller is not kept: it was runtime state.)
-    let epoch = fib()["epoch"].clone();
-    let bgp_since = |p: &str| {
-        p.lines()
-            .find(|l| l.starts_with("tessera"))
-            .map(|l| l.split_whitespace().take(5).collect::<Vec<_>>().join(" "))
+    // The active controller fails under load (8 UDP streams of iperf3 from a1's
+    // 172.16.1.1 to b1's 198.19.0.1, over the OSPF routes): vcp and its routing suite are
+    // killed at once, as when the machine dies. The back-ends forward on with their table;
+    // vcp2 takes over within three hello intervals: it tells the LBs, sends the OSPF
+    // neighbours a Grace-LSA, starts bgpd and ospfd (graceful restart, so the peers keep
+    // the router's routes meanwhile) and opens a new epoch from its mirror of the table.
+    //
+    // FRR marks a bgpd's OPENs "restarting" for 120 s after it starts, and a restarting
+    // peer's End-of-RIB is not waited for: b1's bgpd must be older than that, as any
+    // router's in service is, or vcp2's bgpd announces to a1 before b1's routes are in.
+    let b1_bgpd_up = || {
+        let pid = std::fs::read_to_string(run.join("frr-b1/bgpd.pid")).unwrap();
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap();
+        let start: u64 = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .nth(19)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let up: f64 = std::fs::read_to_string("/proc/uptime")
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        Duration::from_secs_f64((up - start as f64 / hz).max(0.0))
     };
-    let bgp_before = bgp_since(&birdc(&["show", "protocols"]));
-    let mut down = Duration::ZERO;
-    let mut restarted = Instant::now();
-    let lost = udp_load(&lab, Some("172.16.1.1"), "198.19.0.1", 8, 5, || {
+    let wait = Duration::from_secs(125).saturating_sub(b1_bgpd_up());
+    eprintln!("waiting {wait:?} for b1's bgpd to leave its restart window");
+    std::thread::sleep(wait);
+    let epoch = fib()["epoch"].clone();
+    let fib2 = || show(&lab, "fib", "vcp2");
+    // What the peers hold through the router, sampled through the switch-over.
+    let a1_has = || {
+        let r = birdc(&["show", "route"]);
+        ["198.51.100.0/24", "198.18.0.0/24"]
+            .iter()
+            .filter(|p| r.contains(*p))
+            .count()
+    };
+    let b1_has = || {
+        let r = vtysh("b1", "show ip route");
+        ["192.0.2.0/24", "172.16.1.0/24", "203.0.113.0/24"]
+            .iter()
+            .filter(|p| {
+                r.lines()
+                    .any(|l| l.contains(*p) && l.contains("via 10.2.0.1"))
+            })
+            .count()
+    };
+    // (192.0.2.0/24 was withdrawn above: bring it back first.)
+    birdc(&["enable", "static1"]);
+    wait_until("192.0.2.0/24 back at b1", Duration::from_secs(20), || {
+        b1_has() == 3
+    });
+    assert_eq!(a1_has(), 2);
+    let mut samples: Vec<(Duration, usize, usize)> = Vec::new();
+    let mut took = Duration::ZERO;
+    let killed = std::cell::Cell::new(Instant::now());
+    let lost = udp_load(&lab, Some("172.16.1.1"), "198.19.0.1", 8, 12, || {
         std::thread::sleep(Duration::from_millis(1000));
         let t = Instant::now();
-        lab.element("stop", "vcp");
-        std::thread::sleep(Duration::from_millis(1000));
-        lab.element("start", "vcp");
-        down = t.elapsed();
-        restarted = Instant::now();
+        let o = lab.tessera(&[
+            "lab",
+            "stop",
+            &lab.file.to_string_lossy(),
+            "vcp",
+            "--name",
+            &lab.name,
+            "--routing-suite",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        killed.set(t);
+        wait_until("vcp2 active", Duration::from_secs(5), || {
+            fib2()["election"]["role"] == "active"
+        });
+        took = t.elapsed();
+        let end = Instant::now() + Duration::from_secs(9);
+        while Instant::now() < end {
+            samples.push((killed.get().elapsed(), a1_has(), b1_has()));
+            std::thread::sleep(Duration::from_millis(200));
+        }
     });
-    wait_until(
-        "every back-end in the new controller's epoch",
-        Duration::from_secs(30),
-        || {
-            let f = fib();
-            f["epoch"] != epoch && consistent(&f, 5)
-        },
-    );
-    let took = restarted.elapsed();
+    let f2 = fib2();
     eprintln!(
-        "controller restarted under iperf3 load (down {down:?}): packets lost per stream {lost:?}; every back-end in the new epoch when checked, {took:?} after `lab start` returned (iperf3 ran meanwhile)"
+        "active controller killed under iperf3 load: vcp2 seen active {took:?} after `lab stop` began (an upper bound: it includes the stop); packets lost per stream {lost:?}; routes via the router held by a1 (of 2) and b1 (of 3), sampled over the next 9 s: {:?}",
+        samples.iter().map(|s| (s.0.as_millis() as u64, s.1, s.2)).collect::<Vec<_>>()
     );
     assert!(
         lost.iter().all(|&l| l <= 300),
         "forwarding lost for more than three hello intervals: {lost:?}"
     );
-    assert_eq!(
-        bgp_since(&birdc(&["show", "protocols"])),
-        bgp_before,
-        "a1's BGP session was reset"
+    assert!(
+        samples.iter().all(|s| s.1 == 2 && s.2 == 3),
+        "a peer lost routes through the router during the switch-over: {samples:?}"
     );
+    assert_eq!(f2["election"]["takeovers"], 1, "{f2}");
+    // The new epoch reaches every back-end with the same routes; the route added with
+    // `tessera route add` on vcp was its runtime state: swept once vcp2's routing suite
+    // has settled (settle_ms), leaving the 6 routes of the routing suite.
+    let took = wait_until(
+        "every back-end in vcp2's epoch, the swept route gone",
+        Duration::from_secs(40),
+        || {
+            let f = fib2();
+            f["epoch"] != epoch && consistent(&f, 6) && f["fpm"]["stale"] == 0
+        },
+    );
+    eprintln!("every back-end consistent in the new epoch, stale routes swept, {took:?} after vcp2 took over");
+    let bgp = birdc(&["show", "protocols"]);
+    assert!(bgp.contains("Established"), "{bgp}");
     let n = vtysh("b1", "show ip ospf neighbor");
     assert!(n.contains("10.255.0.1") && n.contains("Full"), "{n}");
+    // vcp returns and stands by (no preemption), mirroring vcp2's table.
+    lab.element("start", "vcp");
+    wait_until(
+        "vcp back as standby with the table",
+        Duration::from_secs(20),
+        || {
+            let f = fib();
+            f["election"]["role"] == "standby" && f["digest"] == fib2()["digest"]
+        },
+    );
 
     // Nothing was malformed or lost for good on the way.
-    let c = show(&lab, "counters", "vcp");
+    let c = show(&lab, "counters", "vcp2");
     assert_eq!(c["dist_malformed"], 0, "{c}");
     // DIST is authenticated in this lab: nothing genuine was refused.
     for k in [
