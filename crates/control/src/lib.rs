@@ -9,6 +9,7 @@ pub mod fast;
 pub mod fuzzing;
 pub mod routes;
 pub mod run;
+pub mod switch;
 pub mod tables;
 pub mod vcp;
 

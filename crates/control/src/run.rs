@@ -492,6 +492,10 @@ pub fn run_element<E: Element, P: Port>(
         e.end_batch();
         if got == 0 && busy_poll {
             std::hint::spin_loop();
+        } else if got == 0 && e.busy() {
+            // Frames due before a sleep would end (a shaped output queue): poll again,
+            // giving the core to others meanwhile.
+            std::thread::yield_now();
         } else if got == 0 && !pfds.is_empty() {
             // SAFETY: pfds is a valid array of pollfd for the duration of the call.
             unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, wait_ms) };

@@ -106,6 +106,9 @@ named_enum! {
         VcpUnknown = "vcp_unknown" in Balancer: "control or management packet with no Virtual-CP configured",
         BalanceNoBackend = "balance_no_backend" in Balancer: "no live back-end in the balancing table",
         BalanceIp4Broadcast = "balance_ip4_broadcast" in Balancer: "IP broadcast or multicast data from outside (not a routing protocol): not balanced",
+        SwitchBadSource = "switch_bad_source" in Switch: "frame with a group (multicast or broadcast) source MAC: not learned, not forwarded",
+        SwitchSamePort = "switch_same_port" in Switch: "frame to a MAC learned on the port it came in by: filtered",
+        SwitchBufferFull = "switch_buffer_full" in Switch: "frame that found its output queue full (tail drop)",
     }
 }
 
@@ -137,6 +140,10 @@ named_enum! {
         Balanced = "balance_packets" in Balancer: "data packets from outside sent to a back-end",
         BackendDown = "balance_backend_down" in Balancer: "back-ends that left the table (no hello within the timeout)",
         BackendUp = "balance_backend_up" in Balancer: "back-ends that returned to the table with their hellos",
+        SwitchLearned = "switch_learned" in Switch: "source MACs learned",
+        SwitchMoved = "switch_moved" in Switch: "learned MACs seen on another port (moved)",
+        SwitchTableFull = "switch_table_full" in Switch: "source MACs not learned: the table was full",
+        SwitchFlooded = "switch_flooded" in Switch: "frames flooded (broadcast, multicast or unknown destination)",
     }
 }
 
@@ -146,6 +153,7 @@ pub enum Scope {
     All,
     Forwarder,
     Balancer,
+    Switch,
 }
 
 impl Scope {

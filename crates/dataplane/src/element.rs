@@ -84,6 +84,11 @@ pub trait Element {
     /// frames; otherwise further ahead): an element that looks tables up starts loading
     /// what it will need. The default does nothing.
     fn prefetch(&mut self, _p: &Pkt, _near: bool) {}
+    /// The element has frames due sooner than the run loop's idle wait (a switch's shaped
+    /// queues): the loop polls again at once instead of sleeping. The default: never.
+    fn busy(&self) -> bool {
+        false
+    }
     fn pool(&mut self) -> &mut Pool;
     fn counters(&self) -> &Arc<Counters>;
 }
@@ -138,6 +143,28 @@ impl Element for crate::forwarder::Forwarder {
     }
     fn prefetch(&mut self, p: &Pkt, near: bool) {
         crate::forwarder::Forwarder::prefetch(self, p, near)
+    }
+    fn pool(&mut self) -> &mut Pool {
+        &mut self.pool
+    }
+    fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+}
+
+impl Element for crate::switch::Switch {
+    fn process(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
+        crate::switch::Switch::process(self, p, now, tx)
+    }
+    fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
+        crate::switch::Switch::poll(self, now, tx)
+    }
+    fn poll_interval(&self) -> Duration {
+        // Output queues are served at every pass of the run loop.
+        Duration::ZERO
+    }
+    fn busy(&self) -> bool {
+        crate::switch::Switch::busy(self)
     }
     fn pool(&mut self) -> &mut Pool {
         &mut self.pool

@@ -17,6 +17,7 @@ pub mod fuzzing;
 pub mod neighbour;
 pub mod port;
 pub mod routes;
+pub mod switch;
 
 pub use buf::{Meta, Pkt, Pool, TxQueues};
 pub use counters::{Counters, Drop, Event};

@@ -130,6 +130,22 @@ pub fn set_up(name: &str) -> io::Result<()> {
     .map_err(|e| named(name, e))
 }
 
+/// Sets the interface promiscuous (a switch port takes frames for every MAC).
+pub fn set_promisc(name: &str) -> io::Result<()> {
+    let mut r = ifreq(name)?;
+    with_socket(|fd| {
+        ioctl(fd, libc::SIOCGIFFLAGS, &mut r)?;
+        // SAFETY: SIOCGIFFLAGS filled the ifru_flags member.
+        let flags = unsafe { r.ifr_ifru.ifru_flags };
+        if flags & libc::IFF_PROMISC as libc::c_short == 0 {
+            r.ifr_ifru.ifru_flags = flags | libc::IFF_PROMISC as libc::c_short;
+            ioctl(fd, libc::SIOCSIFFLAGS, &mut r)?;
+        }
+        Ok(())
+    })
+    .map_err(|e| named(name, e))
+}
+
 /// IPv4 addresses the kernel holds on the interface, with prefix lengths.
 pub fn kernel_ipv4_addresses(name: &str) -> io::Result<Vec<(Ipv4Addr, u8)>> {
     let mut out = Vec::new();

@@ -1,0 +1,273 @@
+//! `tessera switch`: its configuration file and its run loop (docs/switch.md).
+//!
+//! ```toml
+//! [switch]
+//! mode = "fair"                  # "fair": a queue per input port, deficit round robin;
+//!                                # "fifo": one queue per output port, in arrival order
+//! ageing_s = 300                 # learned MACs are forgotten after this long unseen
+//!
+//! [[port]]
+//! name = "sw-p1"
+//! capacity_bps = 1_000_000_000   # optional: output rate counted on the wire (frame, FCS,
+//!                                # preamble, gap); without it, as fast as the port takes
+//! buffer_bytes = 262_144         # output buffer (default 256 KiB): the FIFO's whole queue,
+//!                                # or shared equally by the input queues in fair mode
+//! delay_ms = 25.0                # optional: added delay after the queue (a link's)
+//!
+//! [io]                           # as for every element
+//! backend = "auto"
+//! ```
+
+use crate::config::{from_toml, line_of, read, ConfigError, IoConfig, RawIo};
+use crate::run::{run_element, Query};
+use dataplane::port::Port;
+use dataplane::switch::{Mode, PortConfig, Switch, SwitchConfig};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+use toml::Spanned;
+
+/// Default `buffer_bytes` of a port.
+pub const DEFAULT_BUFFER: usize = 256 * 1024;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    switch: Option<RawSwitch>,
+    #[serde(default)]
+    port: Vec<RawPort>,
+    io: Option<RawIo>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSwitch {
+    mode: Option<Spanned<String>>,
+    ageing_s: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPort {
+    name: Spanned<String>,
+    capacity_bps: Option<Spanned<i64>>,
+    buffer_bytes: Option<Spanned<i64>>,
+    delay_ms: Option<Spanned<f64>>,
+}
+
+/// The switch's configuration.
+#[derive(Debug, Clone)]
+pub struct SwitchFile {
+    pub path: PathBuf,
+    pub cfg: SwitchConfig,
+    pub io: IoConfig,
+}
+
+impl SwitchFile {
+    pub fn load(path: &Path) -> Result<SwitchFile, ConfigError> {
+        Self::parse(path, &read(path)?)
+    }
+
+    pub fn parse(path: &Path, src: &str) -> Result<SwitchFile, ConfigError> {
+        let err = |at: usize, key: &str, message: String| ConfigError {
+            file: path.into(),
+            line: line_of(src, at),
+            key: key.into(),
+            message,
+        };
+        let raw: Raw = from_toml(path, src)?;
+        let mut mode = Mode::Fair;
+        let mut ageing = Duration::from_secs(300);
+        if let Some(s) = &raw.switch {
+            if let Some(m) = &s.mode {
+                mode = match m.get_ref().as_str() {
+                    "fair" => Mode::Fair,
+                    "fifo" => Mode::Fifo,
+                    other => {
+                        return Err(err(
+                            m.span().start,
+                            "switch.mode",
+                            format!("{other:?}: use \"fair\" or \"fifo\""),
+                        ))
+                    }
+                };
+            }
+            if let Some(a) = &s.ageing_s {
+                if !(1..=1_000_000).contains(a.get_ref()) {
+                    return Err(err(
+                        a.span().start,
+                        "switch.ageing_s",
+                        "must be 1 to 1000000".into(),
+                    ));
+                }
+                ageing = Duration::from_secs(*a.get_ref() as u64);
+            }
+        }
+        if raw.port.len() < 2 {
+            return Err(err(
+                0,
+                "port",
+                "a switch needs at least two [[port]]s".into(),
+            ));
+        }
+        let mut ports = Vec::new();
+        for (i, p) in raw.port.iter().enumerate() {
+            let key = |k: &str| format!("port[{i}].{k}");
+            crate::config::check_ifname(p.name.get_ref())
+                .map_err(|m| err(p.name.span().start, &key("name"), m))?;
+            if ports
+                .iter()
+                .any(|q: &PortConfig| q.name == *p.name.get_ref())
+            {
+                return Err(err(
+                    p.name.span().start,
+                    &key("name"),
+                    format!("{:?} is named twice", p.name.get_ref()),
+                ));
+            }
+            let capacity_bps = match &p.capacity_bps {
+                Some(c) if !(1_000..=400_000_000_000).contains(c.get_ref()) => {
+                    return Err(err(
+                        c.span().start,
+                        &key("capacity_bps"),
+                        "must be 1000 (1 kbit/s) to 400000000000 (400 Gbit/s)".into(),
+                    ))
+                }
+                Some(c) => Some(*c.get_ref() as u64),
+                None => None,
+            };
+            let buffer_bytes = match &p.buffer_bytes {
+                Some(b) if !(1_518..=1_073_741_824).contains(b.get_ref()) => {
+                    return Err(err(
+                        b.span().start,
+                        &key("buffer_bytes"),
+                        "must be 1518 (one frame) to 1073741824 (1 GiB)".into(),
+                    ))
+                }
+                Some(b) => *b.get_ref() as usize,
+                None => DEFAULT_BUFFER,
+            };
+            let delay = match &p.delay_ms {
+                Some(d) if !(0.0..=10_000.0).contains(d.get_ref()) => {
+                    return Err(err(
+                        d.span().start,
+                        &key("delay_ms"),
+                        "must be 0 to 10000".into(),
+                    ))
+                }
+                Some(d) => Duration::from_secs_f64(d.get_ref() / 1000.0),
+                None => Duration::ZERO,
+            };
+            ports.push(PortConfig {
+                name: p.name.get_ref().clone(),
+                capacity_bps,
+                buffer_bytes,
+                delay,
+            });
+        }
+        Ok(SwitchFile {
+            path: path.into(),
+            cfg: SwitchConfig {
+                ports,
+                mode,
+                ageing,
+            },
+            io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
+        })
+    }
+}
+
+fn answer(s: &mut Switch, cmd: &str, _req: &Value) -> Value {
+    let now = Instant::now();
+    match cmd {
+        "macs" => Value::Array(
+            s.macs(now)
+                .into_iter()
+                .map(|(m, p, age)| json!({"mac": m.to_string(), "port": s.cfg.ports[p as usize].name, "age_s": (age * 10.0).round() / 10.0}))
+                .collect(),
+        ),
+        "interfaces" => {
+            let queued = s.queued();
+            Value::Array(
+                s.cfg
+                    .ports
+                    .iter()
+                    .zip(queued)
+                    .map(|(p, q)| {
+                        json!({
+                            "name": p.name,
+                            "capacity_bps": p.capacity_bps,
+                            "buffer_bytes": p.buffer_bytes,
+                            "delay_ms": p.delay.as_secs_f64() * 1000.0,
+                            "queued_frames": q,
+                            "mode": match s.cfg.mode { Mode::Fair => "fair", Mode::Fifo => "fifo" },
+                        })
+                    })
+                    .collect(),
+            )
+        }
+        _ => Value::Null,
+    }
+}
+
+/// Runs the switch over `ports` (in the config's order) until `stop` is set.
+pub fn run<P: Port>(
+    s: Switch,
+    ports: Vec<P>,
+    control: Option<&Path>,
+    stop: Arc<AtomicBool>,
+    io: IoConfig,
+) -> Result<(), String> {
+    let counters = s.counters.clone();
+    let (qtx, qrx) = mpsc::channel::<Query>();
+    let _server = match control {
+        Some(path) => {
+            let asker: crate::run::Asker = Mutex::new(qtx);
+            let c = counters.clone();
+            let handler: crate::ctlsock::Handler =
+                Arc::new(move |cmd: &str, req: &Value| match cmd {
+                    "counters" => serde_json::to_value(c.snapshot()).map_err(|e| e.to_string()),
+                    "describe" => {
+                        serde_json::to_value(dataplane::counters::descriptions_for(c.role))
+                            .map_err(|e| e.to_string())
+                    }
+                    "macs" | "interfaces" => crate::run::ask_worker(&asker, cmd, req),
+                    other => Err(format!(
+                        "unknown command {other:?}; try counters, describe, interfaces, macs"
+                    )),
+                });
+            Some(crate::ctlsock::serve(path, handler).map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
+    run_element(s, ports, stop, qrx, answer, |_| {}, io.busy_poll)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_and_errors_name_line_and_key() {
+        let path = Path::new("sw.toml");
+        let good = "[switch]\nmode = \"fifo\"\n\n[[port]]\nname = \"p1\"\ncapacity_bps = 1_000_000_000\ndelay_ms = 25.0\n\n[[port]]\nname = \"p2\"\n";
+        let s = SwitchFile::parse(path, good).unwrap();
+        assert_eq!(s.cfg.mode, Mode::Fifo);
+        assert_eq!(s.cfg.ports[0].capacity_bps, Some(1_000_000_000));
+        assert_eq!(s.cfg.ports[0].delay, Duration::from_millis(25));
+        assert_eq!(s.cfg.ports[1].buffer_bytes, DEFAULT_BUFFER);
+        let e = SwitchFile::parse(path, &good.replace("\"fifo\"", "\"wfq\"")).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (2, "switch.mode"));
+        let e = SwitchFile::parse(path, &good.replace("1_000_000_000", "0")).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (6, "port[0].capacity_bps"));
+        let e = SwitchFile::parse(path, &good.replace("\"p2\"", "\"p1\"")).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (10, "port[1].name"));
+        let e =
+            SwitchFile::parse(path, &good.replace("delay_ms = 25.0", "delay = 25")).unwrap_err();
+        assert_eq!(e.line, 7, "{e}");
+        assert!(SwitchFile::parse(path, "[[port]]\nname = \"p1\"\n").is_err());
+    }
+}
