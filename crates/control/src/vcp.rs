@@ -39,6 +39,7 @@
 //! on_active = ["/usr/local/bin/start-protocols"]  # run on becoming active (with
 //!                              # TESSERA_TAKEOVER=1 on a takeover): starts the
 //!                              # routing protocols of a controller that stood by
+//! on_standby = ["/usr/local/bin/stop-protocols"]  # run on standing down from active
 //!
 //! [[route]]                    # optional static routes, like a forwarder's
 //! prefix = "198.51.100.0/24"
@@ -73,6 +74,9 @@ use wire::MacAddr;
 /// time swept them in between, and the back-ends lost them for seconds.
 pub const DEFAULT_SETTLE_MS: u64 = 15_000;
 
+/// How long the distribution state of an element that fell silent is kept.
+pub const DIST_GRACE: Duration = Duration::from_secs(10);
+
 /// Default `[controller] priority`.
 pub const DEFAULT_PRIORITY: u8 = 100;
 
@@ -100,6 +104,7 @@ struct RawTakeover {
     ospf_area: Option<Spanned<String>>,
     ospf_grace_period_s: Option<Spanned<i64>>,
     on_active: Option<Spanned<Vec<String>>>,
+    on_standby: Option<Spanned<Vec<String>>>,
 }
 
 /// What a standby that takes over announces for the routing suite (`[takeover]`).
@@ -164,6 +169,9 @@ pub struct ControllerFile {
     /// controller that may stand by. `TESSERA_TAKEOVER=1` is set in its environment when
     /// the controller takes over from another.
     pub on_active: Vec<String>,
+    /// `[takeover] on_standby`: run when this controller stands down from active (it
+    /// heard a higher-ranked active one): stops what `on_active` started.
+    pub on_standby: Vec<String>,
 }
 
 impl ControllerFile {
@@ -204,17 +212,22 @@ impl ControllerFile {
             None => DEFAULT_PRIORITY,
         };
         let mut ospf_grace = None;
-        let mut on_active = Vec::new();
+        let (mut on_active, mut on_standby) = (Vec::new(), Vec::new());
         if let Some(t) = &raw.takeover {
-            if let Some(a) = &t.on_active {
-                if a.get_ref().is_empty() || a.get_ref()[0].is_empty() {
-                    return Err(err(
-                        a.span().start,
-                        "takeover.on_active",
-                        "needs a program and its arguments, like [\"/usr/local/bin/start-protocols\"]".into(),
-                    ));
+            for (v, key, out) in [
+                (&t.on_active, "takeover.on_active", &mut on_active),
+                (&t.on_standby, "takeover.on_standby", &mut on_standby),
+            ] {
+                if let Some(a) = v {
+                    if a.get_ref().is_empty() || a.get_ref()[0].is_empty() {
+                        return Err(err(
+                            a.span().start,
+                            key,
+                            "needs a program and its arguments, like [\"/usr/local/bin/start-protocols\"]".into(),
+                        ));
+                    }
+                    *out = a.get_ref().clone();
                 }
-                on_active = a.get_ref().clone();
             }
             let addr =
                 |v: &Option<Spanned<String>>, key: &str| -> Result<Option<Ipv4Addr>, ConfigError> {
@@ -317,6 +330,7 @@ impl ControllerFile {
             dist: crate::config::DistConfig::from_raw(path, src, raw.dist.as_ref())?,
             ospf_grace,
             on_active,
+            on_standby,
         })
     }
 }
@@ -857,6 +871,11 @@ pub struct Controller {
     pub takeover_pending: bool,
     /// Frames made while receiving (a standby's acknowledgements), sent at the next poll.
     out_pending: Vec<Vec<u8>>,
+    /// Elements gone silent, since when: their distribution state is kept [`DIST_GRACE`].
+    silent: HashMap<MacAddr, Instant>,
+    /// Set by the run loop when it left frames in the receive ring: the election waits,
+    /// so that a controller that fell behind does not take a queued hello for silence.
+    pub backlog: bool,
     /// `[fpm] settle_ms` when routes come from a routing suite: how long a controller that
     /// takes over with nothing mirrored holds distribution.
     pub settle: Option<Duration>,
@@ -864,8 +883,9 @@ pub struct Controller {
     /// when to send it again (once, in case the first was lost).
     pub ospf_grace: Option<OspfGrace>,
     grace_again: Option<Instant>,
-    /// `[takeover] on_active`.
+    /// `[takeover] on_active` and `on_standby`.
     pub on_active: Vec<String>,
+    pub on_standby: Vec<String>,
     seq: u32,
     next_hello: Instant,
     next_balance: Instant,
@@ -903,10 +923,13 @@ impl Controller {
             mirror: crate::distrib::Writer::new(),
             takeover_pending: false,
             out_pending: Vec::new(),
+            silent: HashMap::new(),
+            backlog: false,
             settle: None,
             ospf_grace: None,
             grace_again: None,
             on_active: Vec::new(),
+            on_standby: Vec::new(),
             seq: 0,
             next_hello: now,
             next_balance: now,
@@ -950,7 +973,11 @@ impl Controller {
                 for m in peers {
                     self.dist.add(m, now);
                 }
-                self.run_on_active(self.role == Role::Standby);
+                self.run_hook(
+                    &self.on_active.clone(),
+                    self.role == Role::Standby,
+                    "on_active",
+                );
                 // The LBs learn the new Virtual-CP at once.
                 self.balance_sent.clear();
                 self.next_balance = now;
@@ -959,9 +986,12 @@ impl Controller {
             Role::Standby | Role::Listening => {
                 if self.role == Role::Active {
                     self.stats.stepdowns += 1;
+                    self.run_hook(&self.on_standby.clone(), false, "on_standby");
                 }
                 self.dist = Distributor::default();
-                self.mirror = crate::distrib::Writer::new();
+                self.silent.clear();
+                // The mirror stays as it was: the active controller goes on from there
+                // with deltas (a new snapshot of a full table costs both sides seconds).
             }
         }
         self.role = to;
@@ -969,9 +999,10 @@ impl Controller {
         self.role_reason = why;
     }
 
-    /// Runs `[takeover] on_active` (not waiting for it; its exit is logged).
-    fn run_on_active(&mut self, takeover: bool) {
-        let Some((prog, args)) = self.on_active.split_first() else {
+    /// Runs `[takeover] on_active` or `on_standby` (not waiting for it; its exit is
+    /// logged).
+    fn run_hook(&mut self, argv: &[String], takeover: bool, what: &'static str) {
+        let Some((prog, args)) = argv.split_first() else {
             return;
         };
         let mut cmd = std::process::Command::new(prog);
@@ -986,14 +1017,18 @@ impl Controller {
                 let _ = std::thread::Builder::new()
                     .name("on-active".into())
                     .spawn(move || match child.wait() {
-                        Ok(st) if st.success() => tracing::info!(%prog, "on_active command done"),
-                        Ok(st) => tracing::error!(%prog, status = %st, "on_active command failed"),
-                        Err(e) => tracing::error!(%prog, error = %e, "on_active command lost"),
+                        Ok(st) if st.success() => {
+                            tracing::info!(%prog, hook = what, "command done")
+                        }
+                        Ok(st) => {
+                            tracing::error!(%prog, hook = what, status = %st, "command failed")
+                        }
+                        Err(e) => tracing::error!(%prog, hook = what, error = %e, "command lost"),
                     });
             }
             Err(e) => {
                 self.stats.on_active_failures += 1;
-                tracing::error!(%prog, error = %e, "on_active command did not start");
+                tracing::error!(%prog, hook = what, error = %e, "command did not start");
             }
         }
     }
@@ -1058,7 +1093,7 @@ impl Controller {
                 }
             }
             Role::Standby => {
-                if active_other.is_none() && best {
+                if active_other.is_none() && best && !self.backlog {
                     self.step(Role::Active, now, "the active controller fell silent");
                 }
             }
@@ -1144,6 +1179,7 @@ impl Controller {
                 e.ports = h.ports;
                 e.interval = Duration::from_millis(h.interval_ms.max(1) as u64);
                 e.last_seen = now;
+                self.silent.remove(&src);
                 (e.rx_packets, e.tx_packets, e.dropped) = (h.rx_packets, h.tx_packets, h.dropped);
                 (e.priority, e.active) = (h.priority, h.active);
                 let kind = h.element;
@@ -1304,9 +1340,22 @@ impl Controller {
         for m in gone {
             tracing::warn!(element = %m, "element down: no hello for three of its intervals");
             self.elements.remove(&m);
-            self.dist.remove(m);
+            // Its distribution state stays a while: an element that stalled for a moment
+            // (applying a large snapshot, on a loaded machine) resumes with deltas instead
+            // of a new snapshot, which would stall it again.
+            self.silent.insert(m, now);
             self.stats.elements_down += 1;
             self.next_balance = now;
+        }
+        let forget: Vec<MacAddr> = self
+            .silent
+            .iter()
+            .filter(|(_, t)| now.duration_since(**t) >= DIST_GRACE)
+            .map(|(m, _)| *m)
+            .collect();
+        for m in forget {
+            self.silent.remove(&m);
+            self.dist.remove(m);
         }
         if now >= self.next_hello {
             self.next_hello = now + self.hello_interval;
@@ -1428,6 +1477,8 @@ impl Controller {
             .dist
             .peers
             .iter()
+            // Live ones: an element gone silent keeps its state a while, unlisted.
+            .filter(|(mac, _)| self.elements.contains_key(mac))
             .map(|(mac, p)| {
                 let kind = self
                     .elements
@@ -1577,6 +1628,7 @@ pub fn run<P: Port>(
     c.priority = cfg.priority;
     c.ospf_grace = cfg.ospf_grace;
     c.on_active = cfg.on_active.clone();
+    c.on_standby = cfg.on_standby.clone();
     if cfg.fpm_listen.is_some() {
         c.settle = Some(cfg.fpm_settle);
         // Hold distribution until zebra has resent its table (at most settle_ms).
@@ -1647,6 +1699,7 @@ pub fn run<P: Port>(
                 c.receive(&p.data, &mut fib, now);
                 pool.put(p);
             }
+            c.backlog = n >= 256;
             c.poll(&mut fib, now, &mut frames);
             takeover = c.takeover_pending;
         }

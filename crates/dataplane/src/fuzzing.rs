@@ -118,3 +118,51 @@ pub fn balance(b: &mut crate::balancer::Balancer, now: Instant, data: &[u8]) {
         b.pool.put(p);
     }
 }
+
+/// A fair switch of three ports, one of them shaped at 10 Mbit/s with a small buffer.
+pub fn switch() -> (crate::switch::Switch, Instant) {
+    use crate::switch::{Mode, PortConfig, Switch, SwitchConfig};
+    let now = Instant::now();
+    let port = |n: &str, capacity_bps| PortConfig {
+        name: n.into(),
+        capacity_bps,
+        buffer_bytes: 16_384,
+        delay: Duration::ZERO,
+    };
+    let cfg = SwitchConfig {
+        ports: vec![
+            port("p0", None),
+            port("p1", None),
+            port("p2", Some(10_000_000)),
+        ],
+        mode: Mode::Fair,
+        ageing: Duration::from_secs(300),
+    };
+    let names = cfg.ports.iter().map(|p| p.name.clone()).collect();
+    let counters = std::sync::Arc::new(crate::Counters::for_role(
+        names,
+        crate::counters::Scope::Switch,
+    ));
+    (Switch::new(cfg, counters, now), now)
+}
+
+/// Feeds `data` to the switch: the first byte picks the input port (its value modulo 3)
+/// and runs the output queues (bit 2), the rest is the frame. Checks that frames leave
+/// only by existing ports, never by the one they came in by.
+pub fn switch_frame(s: &mut crate::switch::Switch, now: Instant, data: &[u8]) {
+    let Some((&ctl, frame)) = data.split_first() else {
+        return;
+    };
+    let mut p = Pkt::from_bytes(frame);
+    p.meta.rx_port = (ctl % 3) as u16;
+    p.meta.csum_unknown = true;
+    let mut tx = TxQueues::new(3);
+    s.process(p, now, &mut tx);
+    if ctl & 4 != 0 {
+        s.poll(now + Duration::from_millis(10), &mut tx);
+    }
+    for (port, p) in tx.drain_all() {
+        assert!(port < 3);
+        s.pool.put(p);
+    }
+}

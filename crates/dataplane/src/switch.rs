@@ -256,6 +256,8 @@ impl Switch {
             }
             None => self.counters.event(Event::SwitchTableFull),
         }
+        let mut p = p;
+        self.complete_checksum(&mut p);
         let known = if dst.0[0] & 1 == 0 {
             self.macs.get(&dst).map(|e| e.0)
         } else {
@@ -281,6 +283,21 @@ impl Switch {
                     self.enqueue(o, c, input as usize);
                 }
                 self.enqueue(last, p, input as usize);
+            }
+        }
+    }
+
+    /// An IPv4 frame whose sender left the TCP/UDP checksum to offload (a veth or a
+    /// TAP does) gets it filled in: past this switch nobody knows it is missing.
+    fn complete_checksum(&mut self, p: &mut Pkt) {
+        if !(p.meta.csum_partial || p.meta.csum_unknown) || p.data[12..14] != [0x08, 0x00] {
+            return;
+        }
+        if let Ok(mut ip) = wire::ipv4::Packet::new_checked(&mut p.data[14..]) {
+            if (p.meta.csum_partial || ip.transport_checksum_looks_partial())
+                && ip.fill_transport_checksum()
+            {
+                self.counters.event(Event::ChecksumFilled);
             }
         }
     }

@@ -107,14 +107,21 @@ pub struct Link {
 /// Element roles: our forwarder; our LB (`balancer`); the Linux kernel's forwarding with a
 /// forwarder's config; `external`, a namespace with its links and nothing else, for a
 /// router that someone else starts in it (`tessera bench forward --contender`).
-pub const ROLES: [&str; 5] = ["forwarder", "balancer", "controller", "linux", "external"];
+pub const ROLES: [&str; 6] = [
+    "forwarder",
+    "balancer",
+    "controller",
+    "switch",
+    "linux",
+    "external",
+];
 
 /// The FRR daemons a lab element may run.
 pub const FRR_DAEMONS: [&str; 4] = ["zebra", "staticd", "bgpd", "ospfd"];
 
 /// Roles whose element is a `tessera` process with a control socket.
 fn runs_process(role: &str) -> bool {
-    role == "forwarder" || role == "balancer" || role == "controller"
+    role == "forwarder" || role == "balancer" || role == "controller" || role == "switch"
 }
 
 /// Where the lab records what it started.
@@ -910,6 +917,25 @@ impl Lab {
 
     fn frr_running(&self, node: &str) -> bool {
         !self.frr_pids(node).is_empty()
+    }
+
+    /// Stops an element's `frr_active` daemons (`tessera lab frr-stop`: a controller's
+    /// `[takeover] on_standby` command), SIGTERM.
+    pub fn frr_stop(&self, node: &str) -> Result<Vec<String>, String> {
+        let e = self.element(node)?;
+        let run = self.run_dir().join(format!("frr-{node}"));
+        let ns = cmd::ns_pids(&self.ns(node));
+        let mut stopped = Vec::new();
+        for d in &e.frr_active {
+            let pid = std::fs::read_to_string(run.join(format!("{d}.pid")))
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok());
+            if let Some(p) = pid.filter(|p| ns.contains(p) && cmd::alive(*p)) {
+                cmd::terminate(p, Duration::from_secs(3));
+                stopped.push(d.clone());
+            }
+        }
+        Ok(stopped)
     }
 
     /// Kills a node's FRR daemons at once (SIGKILL: no goodbye to the peers, as when the

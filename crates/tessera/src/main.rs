@@ -27,6 +27,9 @@ enum Cmd {
     /// Run the Virtual-CP of a multistage router (element discovery, LB tables, the
     /// authoritative FIB from FPM and its distribution to the back-ends), in the foreground.
     Controller(ElementArgs),
+    /// Run a learning Ethernet switch whose output ports have a capacity, a buffer and
+    /// FIFO or fair (deficit round robin) service, in the foreground (docs/switch.md).
+    Switch(ElementArgs),
     /// Send and receive DIST messages (the protocol between the elements of a multistage
     /// router), for tests and operations.
     Dist {
@@ -199,6 +202,11 @@ enum Show {
     },
     /// The elements a controller has discovered from their hellos.
     Elements {
+        #[arg(long)]
+        control: PathBuf,
+    },
+    /// A switch's learned MAC addresses: port and age.
+    Macs {
         #[arg(long)]
         control: PathBuf,
     },
@@ -455,6 +463,13 @@ enum LabCmd {
         #[arg(long, value_name = "SECONDS")]
         graceful_restart: Option<u32>,
     },
+    /// Stop the `frr_active` daemons of an element (SIGTERM): what a controller's
+    /// `[takeover] on_standby` command runs.
+    FrrStop {
+        #[command(flatten)]
+        lab: LabArgs,
+        node: String,
+    },
     /// Start one element of a running lab again (and its routing suite, if stopped).
     Start {
         #[command(flatten)]
@@ -522,9 +537,11 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Rules { control } => ask(&control, "rules"),
             Show::Fib { control } => ask(&control, "fib"),
             Show::Elements { control } => ask(&control, "elements"),
+            Show::Macs { control } => ask(&control, "macs"),
         },
         Cmd::Balancer(a) => balancer(&a),
         Cmd::Controller(a) => controller(&a),
+        Cmd::Switch(a) => switch(&a),
         Cmd::Dist { cmd } => dist_cmd(cmd),
         Cmd::Lab { cmd } => lab_cmd(cmd),
         Cmd::Gen {
@@ -906,6 +923,20 @@ fn lab_cmd(cmd: LabCmd) -> Result<i32> {
             );
             Ok(0)
         }
+        LabCmd::FrrStop { lab, node } => {
+            let stopped = load_lab(&lab)?
+                .frr_stop(&node)
+                .map_err(anyhow::Error::msg)?;
+            println!(
+                "{node}: stopped {}",
+                if stopped.is_empty() {
+                    "nothing (none running)".to_string()
+                } else {
+                    stopped.join(", ")
+                }
+            );
+            Ok(0)
+        }
         LabCmd::Start { lab, node } => {
             load_lab(&lab)?.start(&node).map_err(anyhow::Error::msg)?;
             Ok(0)
@@ -1055,6 +1086,50 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
         dropped = s.drops.values().sum::<u64>(),
         "balancer stopped"
     );
+    Ok(0)
+}
+
+fn switch(a: &ElementArgs) -> Result<i32> {
+    let (config, control) = (a.config.as_path(), a.control.as_deref());
+    let mut cfg = control::switch::SwitchFile::load(config)?;
+    if let Some(b) = backend_arg(a.io.as_deref())? {
+        cfg.io.backend = b;
+    }
+    if cfg.io.fast_path {
+        bail!("{}: [io] fast_path is for forwarders", config.display());
+    }
+    if a.dist_key_file.is_some() {
+        tracing::info!("a switch speaks no DIST: --dist-key-file is not used");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let mut ports = Vec::new();
+    for p in &cfg.cfg.ports {
+        let (port, _) = open_port(&p.name, &cfg.io)?;
+        // A switch port takes frames for every MAC.
+        io::netdev::set_promisc(&p.name)
+            .with_context(|| format!("{}: promiscuous mode", p.name))?;
+        ports.push(port);
+    }
+    let names = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();
+    let counters = Arc::new(dataplane::Counters::for_role(
+        names,
+        dataplane::counters::Scope::Switch,
+    ));
+    let sw = dataplane::switch::Switch::new(
+        cfg.cfg.clone(),
+        counters.clone(),
+        std::time::Instant::now(),
+    );
+    tracing::info!(
+        ports = %cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","),
+        mode = ?cfg.cfg.mode,
+        "switch running"
+    );
+    control::switch::run(sw, ports, control, stop, cfg.io).map_err(anyhow::Error::msg)?;
+    let s = counters.snapshot();
+    tracing::info!(dropped = s.drops.values().sum::<u64>(), "switch stopped");
     Ok(0)
 }
 

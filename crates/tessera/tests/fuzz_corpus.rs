@@ -90,3 +90,21 @@ fn balance_corpus() {
         "the seeds include balanced frames"
     );
 }
+
+/// The switch on the LB's corpus (frames behind a control byte): no panic, and frames
+/// go out.
+#[test]
+fn switch_on_frames() {
+    let (mut s, now) = dataplane::fuzzing::switch();
+    for d in corpus("balance") {
+        let mut d = d;
+        if let Some(c) = d.first_mut() {
+            *c |= 4;
+        }
+        dataplane::fuzzing::switch_frame(&mut s, now, &d);
+    }
+    assert!(
+        s.counters.events(dataplane::Event::SwitchFlooded) > 0,
+        "the seeds include frames the switch floods"
+    );
+}

@@ -1,0 +1,144 @@
+//! `tessera switch` in labs/switch.toml: two switches, fair and FIFO, each with two senders
+//! into one receiver whose port is a 20 Mbit/s bottleneck. Hosts find each other through
+//! the learning switch; a small flow beside a large one gets what it sends through the
+//! fair switch and loses much of it through the FIFO one.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::time::Duration;
+
+const LAB: &str = "labs/switch.toml";
+
+/// Runs two UDP flows of iperf3 for `secs` seconds into `receiver` (10.x.0.9): `big` Mbit/s
+/// from `a1` and `small` Mbit/s from `a2`; returns the share of each flow's datagrams lost.
+/// iperf3 paces every 50 us (its default, 1 ms, sends the big flow in bursts that leave
+/// the FIFO room between them: measured, the small flow then lost 0.3% through FIFO).
+fn contend(
+    lab: &TestLab,
+    net: u8,
+    hosts: [&str; 3],
+    big: u32,
+    small: u32,
+    secs: u32,
+) -> (f64, f64) {
+    let [a1, a2, r] = hosts;
+    let dst = format!("10.{net}.0.9");
+    let mut servers = [
+        lab.spawn(r, &["iperf3", "-s", "-1", "-p", "5201"]),
+        lab.spawn(r, &["iperf3", "-s", "-1", "-p", "5202"]),
+    ];
+    std::thread::sleep(Duration::from_millis(500));
+    let t = secs.to_string();
+    let (bb, sb) = (format!("{big}M"), format!("{small}M"));
+    let clients = [
+        lab.spawn(
+            a1,
+            &[
+                "iperf3",
+                "-c",
+                &dst,
+                "-p",
+                "5201",
+                "-u",
+                "-b",
+                &bb,
+                "-l",
+                "1400",
+                "-t",
+                &t,
+                "--pacing-timer",
+                "50",
+                "-J",
+            ],
+        ),
+        lab.spawn(
+            a2,
+            &[
+                "iperf3",
+                "-c",
+                &dst,
+                "-p",
+                "5202",
+                "-u",
+                "-b",
+                &sb,
+                "-l",
+                "1400",
+                "-t",
+                &t,
+                "--pacing-timer",
+                "50",
+                "-J",
+            ],
+        ),
+    ];
+    let mut lost = Vec::new();
+    for c in clients {
+        let out = c.wait_with_output().unwrap();
+        let j: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("iperf3: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let lost_percent = j["end"]["sum"]["lost_percent"].as_f64();
+        lost.push(lost_percent.unwrap_or_else(|| panic!("iperf3 gave no loss: {j}")) / 100.0);
+    }
+    for s in servers.iter_mut() {
+        let _ = s.wait();
+    }
+    (lost[0], lost[1])
+}
+
+#[test]
+fn fair_switch_serves_the_small_flow_fifo_does_not() {
+    let lab = TestLab::up(repo_path(LAB), &[]);
+    // Learning: the hosts reach each other (ARP floods, answers go straight back), and
+    // each switch learns the three MACs on their ports.
+    for (src, dst) in [
+        ("fa1", "10.5.0.9"),
+        ("fa2", "10.5.0.1"),
+        ("qa1", "10.6.0.9"),
+        ("qa2", "10.6.0.1"),
+    ] {
+        let out = lab.sh(src, &["ping", "-c", "2", "-i", "0.2", "-W", "2", dst]);
+        assert!(out.contains(" 0% packet loss"), "{src} -> {dst}: {out}");
+    }
+    for (sw, n) in [("swf", 3), ("swq", 3)] {
+        let macs = lab.show_json("macs", sw);
+        assert_eq!(macs.as_array().unwrap().len(), n, "{sw}: {macs}");
+    }
+    // 40 and 5 Mbit/s into 20: the fair switch gives the small flow what it sends (its
+    // demand is under half the port); FIFO drops from it in proportion, about half.
+    let (big, small) = contend(&lab, 5, ["fa1", "fa2", "fr"], 40, 5, 4);
+    eprintln!(
+        "fair: 40 Mbit/s flow lost {:.1}%, 5 Mbit/s flow lost {:.1}%",
+        big * 100.0,
+        small * 100.0
+    );
+    assert!(
+        small < 0.05,
+        "fair: the small flow lost {:.1}%",
+        small * 100.0
+    );
+    assert!(
+        big > 0.4,
+        "fair: the port is 20 Mbit/s, the big flow lost only {:.1}%",
+        big * 100.0
+    );
+    let (qbig, qsmall) = contend(&lab, 6, ["qa1", "qa2", "qr"], 40, 5, 4);
+    eprintln!(
+        "fifo: 40 Mbit/s flow lost {:.1}%, 5 Mbit/s flow lost {:.1}%",
+        qbig * 100.0,
+        qsmall * 100.0
+    );
+    assert!(
+        qsmall > 0.25,
+        "fifo: the small flow lost only {:.1}%",
+        qsmall * 100.0
+    );
+    // Every drop is counted as the output queue's.
+    for sw in ["swf", "swq"] {
+        let c = lab.counters(sw);
+        assert!(drop_count(&c, "switch_buffer_full") > 0, "{sw}: {c}");
+        assert_eq!(drop_count(&c, "switch_bad_source"), 0, "{sw}");
+    }
+}
