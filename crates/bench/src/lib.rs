@@ -10,6 +10,7 @@ pub mod fib_bench;
 pub mod forward_bench;
 pub mod pipeline_bench;
 pub mod plot;
+pub mod switch_bench;
 pub mod table;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -369,6 +369,24 @@ enum Bench {
         #[arg(long)]
         fast_path: bool,
     },
+    /// `tessera switch` against the Linux bridge: one generator into one sink through
+    /// each (and straight, for the generator's ceiling), at the generator's highest rate;
+    /// forwarded frames per second, and per CPU-second for our switch.
+    Switch {
+        /// Seconds per point.
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// Frame sizes (comma-separated bytes); default 64, 1470.
+        #[arg(long, value_delimiter = ',', value_name = "BYTES")]
+        sizes: Vec<usize>,
+        /// Our switch's packet I/O backends (comma-separated: auto, xdp, packet), one pass
+        /// each; default: auto.
+        #[arg(long, value_delimiter = ',', value_name = "BACKEND")]
+        io: Vec<String>,
+        /// Where results.json and the lab files go.
+        #[arg(long, default_value = "results/switch")]
+        out: PathBuf,
+    },
     /// The LB's packets per second per core beside the forwarder's: over in-memory ports
     /// (64-byte frames, every balancing mode, one and 65,536 flows) and through the lab
     /// (labs/multistage.toml against labs/single-router.toml).
@@ -777,6 +795,28 @@ fn run(cli: Cli) -> Result<i32> {
                     sizes,
                 };
                 let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
+                print(&v)
+            }
+            Bench::Switch {
+                seconds,
+                sizes,
+                io,
+                out,
+            } => {
+                let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+                for b in &io {
+                    backend_arg(Some(b))?;
+                }
+                stop_lab_benches_on_signals()?;
+                let opts = bench::switch_bench::SwitchOpts {
+                    exe,
+                    out,
+                    seconds: seconds.clamp(0.2, 60.0),
+                    sizes,
+                    io,
+                };
+                let v = bench::switch_bench::run(&opts, &mut |s| eprintln!("bench switch: {s}"))
+                    .map_err(anyhow::Error::msg)?;
                 print(&v)
             }
             Bench::Balancer {
