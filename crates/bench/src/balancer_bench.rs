@@ -221,29 +221,15 @@ fn through_lab(
 
 /// (element, frames received on all its ports, CPU seconds used) of each running element.
 fn element_load(l: &lab::Lab) -> Vec<(String, u64, f64)> {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let mut v = Vec::new();
     for e in &l.topo.element {
         let pid = std::fs::read_to_string(l.run_dir().join(format!("{}.pid", e.name)))
             .ok()
             .and_then(|s| s.trim().parse::<i32>().ok());
         let Some(pid) = pid else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        let Some(cpu) = crate::process_cpu_seconds(pid) else {
             continue;
         };
-        // Fields after the command name (which may hold spaces): utime is the 14th field
-        // of the line, stime the 15th.
-        let rest: Vec<&str> = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
-        let ticks: f64 = rest
-            .get(11..13)
-            .map(|t| t.iter().filter_map(|x| x.parse::<f64>().ok()).sum())
-            .unwrap_or(0.0);
         let rx = control::ctlsock::request(&l.control_socket(&e.name), "counters")
             .ok()
             .and_then(|c| {
@@ -252,7 +238,7 @@ fn element_load(l: &lab::Lab) -> Vec<(String, u64, f64)> {
                     .map(|m| m.values().filter_map(|i| i["rx_packets"].as_u64()).sum())
             })
             .unwrap_or(0);
-        v.push((e.name.clone(), rx, ticks / hz));
+        v.push((e.name.clone(), rx, cpu));
     }
     v
 }

@@ -64,3 +64,20 @@ impl Rng {
         (((self.next_u64() >> 32) * n as u64) >> 32) as usize
     }
 }
+
+/// CPU seconds (user and system) the process `pid` has used, from /proc/PID/stat (None if
+/// it is gone).
+pub fn process_cpu_seconds(pid: i32) -> Option<f64> {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces): utime is the 14th field of
+    // the line, stime the 15th.
+    let rest: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    let ticks: f64 = rest
+        .get(11..13)?
+        .iter()
+        .filter_map(|x| x.parse::<f64>().ok())
+        .sum();
+    Some(ticks / hz)
+}

@@ -45,24 +45,9 @@ fn topology(dut: &str, dir: &Path) -> Result<PathBuf, String> {
     Ok(t)
 }
 
-/// CPU seconds (user and system) the process `pid` has used.
+/// CPU seconds the process `pid` has used (0 if it is gone).
 fn cpu_seconds(pid: i32) -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // utime and stime: the 12th and 13th fields after the command name.
-    let rest: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    rest.get(11..13)
-        .map(|t| t.iter().filter_map(|x| x.parse::<f64>().ok()).sum::<f64>())
-        .unwrap_or(0.0)
-        / hz
+    crate::process_cpu_seconds(pid).unwrap_or(0.0)
 }
 
 pub fn run(opts: &SwitchOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, String> {

@@ -116,29 +116,23 @@ pub fn set_mtu(name: &str, mtu: u32) -> io::Result<()> {
 
 /// Sets the interface administratively up.
 pub fn set_up(name: &str) -> io::Result<()> {
-    let mut r = ifreq(name)?;
-    with_socket(|fd| {
-        ioctl(fd, libc::SIOCGIFFLAGS, &mut r)?;
-        // SAFETY: SIOCGIFFLAGS filled the ifru_flags member.
-        let flags = unsafe { r.ifr_ifru.ifru_flags };
-        if flags & libc::IFF_UP as libc::c_short == 0 {
-            r.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
-            ioctl(fd, libc::SIOCSIFFLAGS, &mut r)?;
-        }
-        Ok(())
-    })
-    .map_err(|e| named(name, e))
+    set_flag(name, libc::IFF_UP as libc::c_short)
 }
 
 /// Sets the interface promiscuous (a switch port takes frames for every MAC).
 pub fn set_promisc(name: &str) -> io::Result<()> {
+    set_flag(name, libc::IFF_PROMISC as libc::c_short)
+}
+
+/// Sets one of the interface's flags (SIOCSIFFLAGS), if it is not set.
+fn set_flag(name: &str, flag: libc::c_short) -> io::Result<()> {
     let mut r = ifreq(name)?;
     with_socket(|fd| {
         ioctl(fd, libc::SIOCGIFFLAGS, &mut r)?;
         // SAFETY: SIOCGIFFLAGS filled the ifru_flags member.
         let flags = unsafe { r.ifr_ifru.ifru_flags };
-        if flags & libc::IFF_PROMISC as libc::c_short == 0 {
-            r.ifr_ifru.ifru_flags = flags | libc::IFF_PROMISC as libc::c_short;
+        if flags & flag == 0 {
+            r.ifr_ifru.ifru_flags = flags | flag;
             ioctl(fd, libc::SIOCSIFFLAGS, &mut r)?;
         }
         Ok(())
