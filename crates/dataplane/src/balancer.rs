@@ -431,14 +431,8 @@ impl Balancer {
     /// past this port nobody knows it is missing.
     #[inline]
     fn complete_checksum(&mut self, p: &mut Pkt) {
-        if p.meta.csum_partial || p.meta.csum_unknown {
-            if let Ok(mut ip) = wire::ipv4::Packet::new_checked(&mut p.data[ETH..]) {
-                if (p.meta.csum_partial || ip.transport_checksum_looks_partial())
-                    && ip.fill_transport_checksum()
-                {
-                    self.counters.event(Event::ChecksumFilled);
-                }
-            }
+        if crate::buf::complete_offloaded_checksum(p) {
+            self.counters.event(Event::ChecksumFilled);
         }
     }
 

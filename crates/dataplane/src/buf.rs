@@ -56,6 +56,23 @@ impl Default for Pkt {
     }
 }
 
+/// Fills in the TCP/UDP checksum of an IPv4 frame (untagged, the IPv4 header at byte 14)
+/// whose sender left it to offload (`meta.csum_partial`, or `csum_unknown` and a field
+/// that holds just the pseudo-header sum): past an element that forwards the frame as it
+/// is, nobody knows it is missing. True if it filled one in.
+pub fn complete_offloaded_checksum(p: &mut Pkt) -> bool {
+    if !(p.meta.csum_partial || p.meta.csum_unknown) {
+        return false;
+    }
+    let partial = p.meta.csum_partial;
+    match wire::ipv4::Packet::new_checked(p.data.get_mut(14..).unwrap_or_default()) {
+        Ok(mut ip) => {
+            (partial || ip.transport_checksum_looks_partial()) && ip.fill_transport_checksum()
+        }
+        Err(_) => false,
+    }
+}
+
 /// Buffers a pool keeps for reuse; more than this are freed (40 MB at most).
 pub const MAX_FREE: usize = 4096;
 

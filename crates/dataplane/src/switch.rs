@@ -257,7 +257,11 @@ impl Switch {
             None => self.counters.event(Event::SwitchTableFull),
         }
         let mut p = p;
-        self.complete_checksum(&mut p);
+        // An IPv4 frame whose sender left the TCP/UDP checksum to offload (a veth or a
+        // TAP does) gets it filled in: past this switch nobody knows it is missing.
+        if p.data[12..14] == [0x08, 0x00] && crate::buf::complete_offloaded_checksum(&mut p) {
+            self.counters.event(Event::ChecksumFilled);
+        }
         let known = if dst.0[0] & 1 == 0 {
             self.macs.get(&dst).map(|e| e.0)
         } else {
@@ -271,33 +275,18 @@ impl Switch {
             Some(o) => self.enqueue(o as usize, p, input as usize),
             None => {
                 self.counters.event(Event::SwitchFlooded);
-                let n = self.out.len();
-                let others: Vec<usize> = (0..n).filter(|&o| o != input as usize).collect();
-                let Some((&last, rest)) = others.split_last() else {
+                // A copy for every other port but the last, which takes the frame.
+                let input = input as usize;
+                let Some(last) = (0..self.out.len()).rev().find(|&o| o != input) else {
                     return self.pool.put(p);
                 };
-                for &o in rest {
+                for o in (0..last).filter(|&o| o != input) {
                     let mut c = self.pool.get();
                     c.data.extend_from_slice(&p.data);
                     c.meta = p.meta;
-                    self.enqueue(o, c, input as usize);
+                    self.enqueue(o, c, input);
                 }
-                self.enqueue(last, p, input as usize);
-            }
-        }
-    }
-
-    /// An IPv4 frame whose sender left the TCP/UDP checksum to offload (a veth or a
-    /// TAP does) gets it filled in: past this switch nobody knows it is missing.
-    fn complete_checksum(&mut self, p: &mut Pkt) {
-        if !(p.meta.csum_partial || p.meta.csum_unknown) || p.data[12..14] != [0x08, 0x00] {
-            return;
-        }
-        if let Ok(mut ip) = wire::ipv4::Packet::new_checked(&mut p.data[14..]) {
-            if (p.meta.csum_partial || ip.transport_checksum_looks_partial())
-                && ip.fill_transport_checksum()
-            {
-                self.counters.event(Event::ChecksumFilled);
+                self.enqueue(last, p, input);
             }
         }
     }
