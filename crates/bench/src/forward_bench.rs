@@ -63,28 +63,56 @@ fn xdp_receiver(lab: &lab::Lab, node: &str, ifname: &str) -> Result<(), String> 
     Ok(())
 }
 
-/// A router started by command in the router's namespace; its process group is ended when
-/// this is dropped.
-struct External {
+/// A device under test started by command (`sh -c`) in its namespace, with `env` added
+/// to its environment and its output to `log` (or nowhere); its process group is ended
+/// when this is dropped.
+pub(crate) struct External {
     pgid: i32,
+    child: std::process::Child,
 }
 
 impl External {
-    fn start(ns: &str, cmd: &str, config: &Path, table: &Path) -> Result<External, String> {
+    pub(crate) fn start(
+        ns: &str,
+        cmd: &str,
+        env: &[(&str, String)],
+        log: Option<&Path>,
+    ) -> Result<External, String> {
         use std::os::unix::process::CommandExt;
-        let c = Command::new("ip")
+        let out = match log {
+            Some(p) => {
+                Stdio::from(std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?)
+            }
+            None => Stdio::null(),
+        };
+        let err = match log {
+            Some(p) => Stdio::from(
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(p)
+                    .map_err(|e| format!("{}: {e}", p.display()))?,
+            ),
+            None => Stdio::null(),
+        };
+        let child = Command::new("ip")
             .args(["netns", "exec", ns, "sh", "-c", cmd])
-            .env("TESSERA_ROUTER_CONFIG", config)
-            .env("TESSERA_ROUTES_FILE", table)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(out)
+            .stderr(err)
             .process_group(0)
             .spawn()
-            .map_err(|e| format!("contender {cmd:?}: {e}"))?;
+            .map_err(|e| format!("{cmd:?}: {e}"))?;
         Ok(External {
-            pgid: c.id() as i32,
+            pgid: child.id() as i32,
+            child,
         })
+    }
+
+    /// The command's exit status, if it has ended (a command that only configures the
+    /// namespace ends at once; a daemon runs on).
+    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 }
 
@@ -95,6 +123,7 @@ impl Drop for External {
         std::thread::sleep(std::time::Duration::from_millis(300));
         // SAFETY: as above.
         unsafe { libc::kill(-self.pgid, libc::SIGKILL) };
+        let _ = self.child.try_wait();
     }
 }
 
@@ -477,7 +506,15 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             let mut external = None;
             let r = (|| -> Result<(), String> {
                 if let Some(cmd) = command {
-                    external = Some(External::start(&l.ns("r"), cmd, &rcfg, &tfile)?);
+                    external = Some(External::start(
+                        &l.ns("r"),
+                        cmd,
+                        &[
+                            ("TESSERA_ROUTER_CONFIG", rcfg.display().to_string()),
+                            ("TESSERA_ROUTES_FILE", tfile.display().to_string()),
+                        ],
+                        None,
+                    )?);
                 }
                 if opts.xdp {
                     for (_, rport, _, _, _) in SOURCES {

@@ -4,6 +4,7 @@
 //! (the machine is shared and noisy; absolute numbers move between runs).
 
 pub mod balancer_bench;
+pub mod contend_bench;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod fib_bench;

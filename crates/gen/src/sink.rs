@@ -29,6 +29,13 @@ pub struct SinkConfig {
     /// host's own stack then spends nothing on it (on a veth that work would run on the
     /// sender's CPU and cap the generator). ARP and everything else pass.
     pub drop: bool,
+    /// More intervals for the rate statistics (milliseconds, each a multiple of
+    /// `interval_ms`): per flow, `rates` lists the statistics for every interval.
+    pub more_intervals_ms: Vec<f64>,
+    /// Write `flow,seq,rx_ns` of each received test packet to this CSV file (a
+    /// sequence-number trace), up to `trace_max` packets.
+    pub trace: Option<std::path::PathBuf>,
+    pub trace_max: u64,
 }
 
 /// An nftables netdev ingress chain dropping UDP to one port on one interface; removed when
@@ -86,7 +93,10 @@ pub struct Flow {
     max_seq: Option<u64>,
     seen: Vec<u64>,
     pub latency: Stats,
+    /// Packets per interval, from the flow's own first packet (so that a flow that starts
+    /// later than another has no partial interval at its start).
     pub intervals: Vec<u64>,
+    t0: Option<u64>,
 }
 
 impl Default for Flow {
@@ -101,6 +111,7 @@ impl Default for Flow {
             seen: vec![0; (WINDOW / 64) as usize],
             latency: Stats::default(),
             intervals: Vec::new(),
+            t0: None,
         }
     }
 }
@@ -156,11 +167,26 @@ impl Flow {
 
 /// Interval-rate statistics over the complete intervals of `counts` (the last is partial).
 fn interval_stats(counts: &[u64], interval_s: f64) -> Stats {
+    coarse_stats(counts, interval_s, 1)
+}
+
+/// Rate statistics over intervals of `k` consecutive counts of `interval_s` each, over the
+/// complete ones (the last count is partial, and so is a group that would include it).
+fn coarse_stats(counts: &[u64], interval_s: f64, k: usize) -> Stats {
     let mut s = Stats::default();
-    for &c in counts.iter().take(counts.len().saturating_sub(1)) {
-        s.add(c as f64 / interval_s);
+    let k = k.max(1);
+    let full = counts.len().saturating_sub(1);
+    for g in counts[..full].chunks_exact(k) {
+        s.add(g.iter().sum::<u64>() as f64 / (interval_s * k as f64));
     }
     s
+}
+
+/// A sequence-number trace being written.
+#[derive(Debug)]
+struct Trace {
+    out: std::io::BufWriter<std::fs::File>,
+    left: u64,
 }
 
 /// Accounting for all flows; fed frame by frame.
@@ -172,6 +198,11 @@ pub struct Sink {
     pub latency: crate::Histogram,
     t0: Option<u64>,
     interval_ns: u64,
+    /// Coarser intervals, as multiples of `interval_ns`.
+    more: Vec<usize>,
+    /// All flows' packets per interval, from the first packet of any flow.
+    total: Vec<u64>,
+    trace: Option<Trace>,
     port: u16,
 }
 
@@ -198,12 +229,50 @@ impl Sink {
         flow.data(p.seq, f.len() + 4);
         flow.latency.add(rx_ns.saturating_sub(p.sent_ns) as f64);
         self.latency.add(rx_ns.saturating_sub(p.sent_ns));
-        let t0 = *self.t0.get_or_insert(rx_ns);
+        let t0 = *flow.t0.get_or_insert(rx_ns);
         let i = (rx_ns.saturating_sub(t0) / self.interval_ns) as usize;
         if flow.intervals.len() <= i {
             flow.intervals.resize(i + 1, 0);
         }
         flow.intervals[i] += 1;
+        let t0 = *self.t0.get_or_insert(rx_ns);
+        let i = (rx_ns.saturating_sub(t0) / self.interval_ns) as usize;
+        if self.total.len() <= i {
+            self.total.resize(i + 1, 0);
+        }
+        self.total[i] += 1;
+        if let Some(t) = &mut self.trace {
+            if t.left > 0 {
+                use std::io::Write;
+                t.left -= 1;
+                let _ = writeln!(t.out, "{},{},{rx_ns}", p.flow, p.seq);
+            }
+        }
+    }
+
+    /// Also reports rates over intervals `k` times the base interval, for each `k`.
+    pub fn with_more_intervals(mut self, k: &[usize]) -> Sink {
+        self.more = k.iter().copied().filter(|&k| k > 1).collect();
+        self
+    }
+
+    /// Writes a sequence-number trace (`flow,seq,rx_ns`) of up to `max` packets to `path`.
+    pub fn with_trace(mut self, path: &std::path::Path, max: u64) -> Result<Sink, String> {
+        let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut out = std::io::BufWriter::new(f);
+        use std::io::Write;
+        writeln!(out, "flow,seq,rx_ns").map_err(|e| format!("{}: {e}", path.display()))?;
+        self.trace = Some(Trace { out, left: max });
+        Ok(self)
+    }
+
+    /// Flushes the trace file, if any.
+    pub fn finish(&mut self) -> Result<(), String> {
+        if let Some(t) = &mut self.trace {
+            use std::io::Write;
+            t.out.flush().map_err(|e| format!("trace: {e}"))?;
+        }
+        Ok(())
     }
 
     fn probe(&self, f: &[u8]) -> Option<Probe> {
@@ -224,22 +293,23 @@ impl Sink {
 
     pub fn summary(&self, duration_s: f64) -> Value {
         let iv = self.interval_ns as f64 / 1e9;
-        let mut total_intervals: Vec<u64> = Vec::new();
         let flows: Vec<Value> = self
             .flows
             .iter()
             .map(|(id, f)| {
-                if total_intervals.len() < f.intervals.len() {
-                    total_intervals.resize(f.intervals.len(), 0);
-                }
-                for (t, c) in total_intervals.iter_mut().zip(&f.intervals) {
-                    *t += c;
-                }
+                let rates: Vec<Value> = std::iter::once(1)
+                    .chain(self.more.iter().copied())
+                    .map(|k| {
+                        json!({"interval_ms": iv * 1e3 * k as f64,
+                               "rate_pps": coarse_stats(&f.intervals, iv, k).json()})
+                    })
+                    .collect();
                 json!({
                     "flow": id, "packets": f.packets, "bytes": f.bytes, "lost": f.lost(),
                     "reordered": f.reordered, "duplicates": f.duplicates, "expected": f.expected,
                     "end_marker_seen": f.expected.is_some(),
                     "latency_ns": f.latency.json(), "rate_pps": interval_stats(&f.intervals, iv).json(),
+                    "rates": rates,
                 })
             })
             .collect();
@@ -253,7 +323,7 @@ impl Sink {
             "latency_ns_percentiles": self.latency.json(),
             "duration_s": duration_s,
             "interval_ms": iv * 1e3,
-            "rate_pps": interval_stats(&total_intervals, iv).json(),
+            "rate_pps": interval_stats(&self.total, iv).json(),
             "flows": flows,
         })
     }
@@ -279,7 +349,21 @@ pub fn run(cfg: &SinkConfig, stop: &AtomicBool, ready: impl FnOnce()) -> Result<
     } else {
         None
     };
-    let mut sink = Sink::new(cfg.interval_ms, cfg.port);
+    let mut more = Vec::new();
+    for &m in &cfg.more_intervals_ms {
+        let k = m / cfg.interval_ms;
+        if !(k >= 1.0 && (k - k.round()).abs() < 1e-9 && m <= 10_000.0) {
+            return Err(format!(
+                "--intervals {m}: each interval must be a multiple of the first ({} ms), at most 10000 ms",
+                cfg.interval_ms
+            ));
+        }
+        more.push(k.round() as usize);
+    }
+    let mut sink = Sink::new(cfg.interval_ms, cfg.port).with_more_intervals(&more);
+    if let Some(t) = &cfg.trace {
+        sink = sink.with_trace(t, cfg.trace_max)?;
+    }
     let mut pool = dataplane::Pool::new();
     let mut batch = Vec::with_capacity(512);
     let mut pfd = libc::pollfd {
@@ -305,6 +389,7 @@ pub fn run(cfg: &SinkConfig, stop: &AtomicBool, ready: impl FnOnce()) -> Result<
             unsafe { libc::poll(&mut pfd, 1, 5) };
         }
     }
+    sink.finish()?;
     Ok(sink.summary(start.elapsed().as_secs_f64()))
 }
 
@@ -369,5 +454,61 @@ mod tests {
         assert_eq!(v["flows"][0]["latency_ns"]["mean"].as_f64(), Some(1000.0));
         s.frame(&[0u8; 10], 0);
         assert_eq!(s.other, 1);
+    }
+
+    #[test]
+    fn coarser_intervals_and_a_late_flow() {
+        let dir = std::env::temp_dir().join(format!("tessera-sink-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("trace.csv");
+        let mut s = Sink::new(1.0, 1234)
+            .with_more_intervals(&[10])
+            .with_trace(&trace, 5)
+            .unwrap();
+        let f = wire::frame::UdpFrame {
+            payload: &[0; 18],
+            ..Default::default()
+        };
+        let mut buf = f.to_vec();
+        let t0 = 1_000_000_000_000u64;
+        // Flow 1: 2 packets per ms from t0 for 25 ms; flow 2: 1 per ms, starting 0.5 ms
+        // later (its intervals start at its own first packet).
+        let mut send = |s: &mut Sink, flow: u16, seq: u64, t: u64| {
+            Probe {
+                end: false,
+                flow,
+                seq,
+                sent_ns: t,
+            }
+            .emit(&mut buf[42..])
+            .unwrap();
+            s.frame(&buf, t);
+        };
+        for i in 0..50u64 {
+            send(&mut s, 1, i, t0 + i * 500_000);
+        }
+        for i in 0..25u64 {
+            send(&mut s, 2, i, t0 + 500_000 + i * 1_000_000);
+        }
+        s.finish().unwrap();
+        let v = s.summary(0.025);
+        let rates = |f: usize, k: usize| v["flows"][f]["rates"][k]["rate_pps"].clone();
+        // 1 ms: 24 complete intervals (the 25th is partial), 2000 and 1000 pps, no variance.
+        assert_eq!(rates(0, 0)["n"], 24);
+        assert_eq!(rates(0, 0)["min"].as_f64(), Some(2000.0));
+        assert_eq!(rates(1, 0)["n"], 24);
+        assert_eq!(rates(1, 0)["min"].as_f64(), Some(1000.0));
+        // 10 ms: two complete groups of ten.
+        assert_eq!(
+            v["flows"][0]["rates"][1]["interval_ms"].as_f64(),
+            Some(10.0)
+        );
+        assert_eq!(rates(0, 1)["n"], 2);
+        assert_eq!(rates(0, 1)["mean"].as_f64(), Some(2000.0));
+        assert_eq!(rates(1, 1)["variance"].as_f64(), Some(0.0));
+        let t = std::fs::read_to_string(&trace).unwrap();
+        assert_eq!(t.lines().count(), 6, "header and 5 packets: {t}");
+        assert_eq!(t.lines().nth(1), Some(format!("1,0,{t0}").as_str()));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

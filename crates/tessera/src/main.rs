@@ -86,6 +86,10 @@ enum Cmd {
         /// AF_PACKET ring; one --dst only. On a veth, the peer needs GRO on or an XDP program.
         #[arg(long)]
         xdp: bool,
+        /// Sleep this many microseconds whenever no packet is due, instead of spinning
+        /// (AF_PACKET ring only): small bursts, the same rate, the core left to others.
+        #[arg(long, default_value_t = 0)]
+        sleep_us: u64,
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
@@ -99,6 +103,16 @@ enum Cmd {
         /// Interval for the rate statistics, in milliseconds (1 to 1000).
         #[arg(long, default_value_t = 100.0)]
         interval: f64,
+        /// Rate statistics over several intervals, in milliseconds, comma-separated, like
+        /// `1,100` (each a multiple of the first; replaces --interval): per flow, `rates`.
+        #[arg(long, value_delimiter = ',')]
+        intervals: Vec<f64>,
+        /// Write a sequence-number trace (CSV: flow,seq,rx_ns) of the test packets received.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Packets the trace holds at most.
+        #[arg(long, default_value_t = 1_000_000)]
+        trace_max: u64,
         #[arg(long, default_value_t = 1234)]
         port: u16,
         /// Drop test traffic (UDP to --port) after the sink has seen it (nftables netdev
@@ -387,6 +401,58 @@ enum Bench {
         #[arg(long, default_value = "results/switch")]
         out: PathBuf,
     },
+    /// Contending flows into one output port (docs/contend.md): two constant-rate flows
+    /// through each device under test (a Linux bridge shaped by tbf, our switch in FIFO
+    /// and in fair mode, and any --dut); per flow, rates over 1 ms and 100 ms intervals;
+    /// the rate grid with isoline plots; sequence-number traces; the TCP table.
+    Contend {
+        /// Built-in devices under test (comma-separated: bridge-tbf, switch-fifo,
+        /// switch-fair); default: all three.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Another device under test: NAME=COMMAND, run with `sh -c` in the device's
+        /// namespace, whose interfaces in1 and in2 face the sources and out the sink
+        /// ($TESSERA_PORT_MBPS, $TESSERA_BUFFER_BYTES and $TESSERA_EXE are set). It may
+        /// configure and end, or run on; its process group is ended afterwards.
+        #[arg(long, value_name = "NAME=COMMAND")]
+        dut: Vec<String>,
+        /// The output port's rate in Mbit/s (wire); the cases and the grid scale with it.
+        #[arg(long, default_value_t = 1000.0)]
+        port_mbps: f64,
+        /// The output port's buffer in bytes (built-in devices).
+        #[arg(long, default_value_t = 131_072)]
+        buffer_bytes: usize,
+        /// Frame size in bytes, FCS included.
+        #[arg(long, default_value_t = 1470)]
+        size: usize,
+        /// Seconds per case of the table.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Step of the rate grid in Mbit/s (the study's is 20; 0: no grid).
+        #[arg(long, default_value_t = 100.0)]
+        grid_step: f64,
+        /// Seconds per grid point.
+        #[arg(long, default_value_t = 1.0)]
+        grid_seconds: f64,
+        /// Seconds per TCP run (0: no TCP experiment).
+        #[arg(long, default_value_t = 10.0)]
+        tcp_seconds: f64,
+        /// Round-trip times added for the TCP experiment, in ms (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "0,50")]
+        rtt: Vec<f64>,
+        /// Congestion controls (comma-separated; default: every one the kernel offers).
+        #[arg(long, value_delimiter = ',')]
+        cc: Vec<String>,
+        /// Our switch's packet I/O backend: auto, xdp or packet (default: its default).
+        #[arg(long, value_name = "BACKEND")]
+        io: Option<String>,
+        /// Packets in each sequence-number trace.
+        #[arg(long, default_value_t = 20_000)]
+        trace_packets: u64,
+        /// Where results.json, table.md, the plots and the traces go.
+        #[arg(long, default_value = "results/contend")]
+        out: PathBuf,
+    },
     /// The LB's packets per second per core beside the forwarder's: over in-memory ports
     /// (64-byte frames, every balancing mode, one and 65,536 flows) and through the lab
     /// (labs/multistage.toml against labs/single-router.toml).
@@ -576,6 +642,7 @@ fn run(cli: Cli) -> Result<i32> {
             count,
             port,
             xdp,
+            sleep_us,
             json,
         } => {
             let dst = match (dst, dst_prefixes) {
@@ -603,6 +670,7 @@ fn run(cli: Cli) -> Result<i32> {
                 dst_port: port,
                 seed: 1,
                 xdp,
+                sleep_us,
             };
             let stop = Arc::new(AtomicBool::new(false));
             signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
@@ -614,6 +682,9 @@ fn run(cli: Cli) -> Result<i32> {
             iface,
             duration,
             interval,
+            intervals,
+            trace,
+            trace_max,
             port,
             drop,
             json,
@@ -624,7 +695,10 @@ fn run(cli: Cli) -> Result<i32> {
             let cfg = gen::sink::SinkConfig {
                 iface,
                 duration,
-                interval_ms: interval,
+                interval_ms: intervals.first().copied().unwrap_or(interval),
+                more_intervals_ms: intervals.iter().skip(1).copied().collect(),
+                trace,
+                trace_max,
                 port,
                 drop,
             };
@@ -816,6 +890,83 @@ fn run(cli: Cli) -> Result<i32> {
                     io,
                 };
                 let v = bench::switch_bench::run(&opts, &mut |s| eprintln!("bench switch: {s}"))
+                    .map_err(anyhow::Error::msg)?;
+                print(&v)
+            }
+            Bench::Contend {
+                only,
+                dut,
+                port_mbps,
+                buffer_bytes,
+                size,
+                seconds,
+                grid_step,
+                grid_seconds,
+                tcp_seconds,
+                rtt,
+                cc,
+                io,
+                trace_packets,
+                out,
+            } => {
+                let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+                backend_arg(io.as_deref())?;
+                let duts: Vec<String> = if only.is_empty() {
+                    bench::contend_bench::BUILTIN
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect()
+                } else {
+                    only
+                };
+                if let Some(d) = duts
+                    .iter()
+                    .find(|d| !bench::contend_bench::BUILTIN.contains(&d.as_str()))
+                {
+                    bail!(
+                        "--only {d:?}: the built-in devices are {}",
+                        bench::contend_bench::BUILTIN.join(", ")
+                    );
+                }
+                let mut commands = Vec::new();
+                for d in dut {
+                    let (name, cmd) = d
+                        .split_once('=')
+                        .with_context(|| format!("--dut {d:?}: expected NAME=COMMAND"))?;
+                    if name.is_empty()
+                        || !name
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                    {
+                        bail!("--dut {d:?}: the name takes letters, digits, '-' and '_'");
+                    }
+                    commands.push((name.to_string(), cmd.to_string()));
+                }
+                if !(port_mbps > 0.0 && port_mbps <= 100_000.0) {
+                    bail!("--port-mbps {port_mbps}: use a rate above 0, up to 100000");
+                }
+                if rtt.iter().any(|r| !(0.0..=10_000.0).contains(r)) {
+                    bail!("--rtt: round-trip times are 0 to 10000 ms");
+                }
+                stop_lab_benches_on_signals()?;
+                let opts = bench::contend_bench::ContendOpts {
+                    exe,
+                    out,
+                    duts,
+                    commands,
+                    port_mbps,
+                    buffer_bytes,
+                    size,
+                    seconds: seconds.clamp(0.3, 600.0),
+                    grid_step_mbps: grid_step.max(0.0),
+                    grid_seconds: grid_seconds.clamp(0.3, 60.0),
+                    tcp_seconds: tcp_seconds.clamp(0.0, 600.0),
+                    rtts_ms: rtt,
+                    ccs: cc,
+                    io,
+                    trace_packets,
+                };
+                let v = bench::contend_bench::run(&opts, &mut |s| eprintln!("bench contend: {s}"))
                     .map_err(anyhow::Error::msg)?;
                 print(&v)
             }
