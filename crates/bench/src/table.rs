@@ -37,6 +37,16 @@ pub fn read(path: &Path) -> Result<(Table, usize), String> {
             fib::poptrie::MAX_VALUE + 1
         ));
     }
+    if t.routes.is_empty() {
+        // Every benchmark here measures IPv4 lookups: an empty table has nothing to draw
+        // addresses from.
+        return Err(format!(
+            "{}: no IPv4 prefix in the table ({} lines or records skipped: other address \
+             families, or unreadable)",
+            path.display(),
+            st.skipped
+        ));
+    }
     Ok((t, st.skipped))
 }
 
@@ -133,6 +143,22 @@ mod tests {
             t.next_hops[t.routes[0].1 as usize],
             Ipv4Addr::new(192, 0, 2, 9)
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_table_without_ipv4_prefixes_is_an_error_not_a_panic() {
+        let dir = std::env::temp_dir().join(format!("tessera-table6-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, body) in [
+            ("empty.txt", ""),
+            ("v6.txt", "2001:db8::/32\n2001:db8:1::/48\n"),
+        ] {
+            let p = dir.join(name);
+            std::fs::write(&p, body).unwrap();
+            let e = read(&p).unwrap_err();
+            assert!(e.contains("no IPv4 prefix"), "{e}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
