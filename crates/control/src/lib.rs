@@ -1,6 +1,7 @@
 //! Control: configuration, route sources, the control socket, and the run loops that wire
 //! ports, data plane and control together for each element.
 
+pub mod axon;
 pub mod balancer;
 pub mod config;
 pub mod ctlsock;

@@ -49,9 +49,10 @@ struct RawSwitch {
     ageing_s: Option<Spanned<i64>>,
 }
 
+/// A `[[port]]` of a switch or an Axon.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawPort {
+pub(crate) struct RawPort {
     name: Spanned<String>,
     capacity_bps: Option<Spanned<i64>>,
     buffer_bytes: Option<Spanned<i64>>,
@@ -113,61 +114,7 @@ impl SwitchFile {
                 "a switch needs at least two [[port]]s".into(),
             ));
         }
-        let mut ports = Vec::new();
-        for (i, p) in raw.port.iter().enumerate() {
-            let key = |k: &str| format!("port[{i}].{k}");
-            crate::config::check_ifname(p.name.get_ref())
-                .map_err(|m| err(p.name.span().start, &key("name"), m))?;
-            if ports
-                .iter()
-                .any(|q: &PortConfig| q.name == *p.name.get_ref())
-            {
-                return Err(err(
-                    p.name.span().start,
-                    &key("name"),
-                    format!("{:?} is named twice", p.name.get_ref()),
-                ));
-            }
-            let capacity_bps = match &p.capacity_bps {
-                Some(c) if !(1_000..=400_000_000_000).contains(c.get_ref()) => {
-                    return Err(err(
-                        c.span().start,
-                        &key("capacity_bps"),
-                        "must be 1000 (1 kbit/s) to 400000000000 (400 Gbit/s)".into(),
-                    ))
-                }
-                Some(c) => Some(*c.get_ref() as u64),
-                None => None,
-            };
-            let buffer_bytes = match &p.buffer_bytes {
-                Some(b) if !(1_518..=1_073_741_824).contains(b.get_ref()) => {
-                    return Err(err(
-                        b.span().start,
-                        &key("buffer_bytes"),
-                        "must be 1518 (one frame) to 1073741824 (1 GiB)".into(),
-                    ))
-                }
-                Some(b) => *b.get_ref() as usize,
-                None => DEFAULT_BUFFER,
-            };
-            let delay = match &p.delay_ms {
-                Some(d) if !(0.0..=10_000.0).contains(d.get_ref()) => {
-                    return Err(err(
-                        d.span().start,
-                        &key("delay_ms"),
-                        "must be 0 to 10000".into(),
-                    ))
-                }
-                Some(d) => Duration::from_secs_f64(d.get_ref() / 1000.0),
-                None => Duration::ZERO,
-            };
-            ports.push(PortConfig {
-                name: p.name.get_ref().clone(),
-                capacity_bps,
-                buffer_bytes,
-                delay,
-            });
-        }
+        let ports = parse_ports(path, src, &raw.port)?;
         Ok(SwitchFile {
             path: path.into(),
             cfg: SwitchConfig {
@@ -178,6 +125,76 @@ impl SwitchFile {
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
         })
     }
+}
+
+/// The `[[port]]`s of a switch or an Axon: names, capacities, buffers, delays.
+pub(crate) fn parse_ports(
+    path: &Path,
+    src: &str,
+    raw: &[RawPort],
+) -> Result<Vec<PortConfig>, ConfigError> {
+    let err = |at: usize, key: &str, message: String| ConfigError {
+        file: path.into(),
+        line: line_of(src, at),
+        key: key.into(),
+        message,
+    };
+    let mut ports = Vec::new();
+    for (i, p) in raw.iter().enumerate() {
+        let key = |k: &str| format!("port[{i}].{k}");
+        crate::config::check_ifname(p.name.get_ref())
+            .map_err(|m| err(p.name.span().start, &key("name"), m))?;
+        if ports
+            .iter()
+            .any(|q: &PortConfig| q.name == *p.name.get_ref())
+        {
+            return Err(err(
+                p.name.span().start,
+                &key("name"),
+                format!("{:?} is named twice", p.name.get_ref()),
+            ));
+        }
+        let capacity_bps = match &p.capacity_bps {
+            Some(c) if !(1_000..=400_000_000_000).contains(c.get_ref()) => {
+                return Err(err(
+                    c.span().start,
+                    &key("capacity_bps"),
+                    "must be 1000 (1 kbit/s) to 400000000000 (400 Gbit/s)".into(),
+                ))
+            }
+            Some(c) => Some(*c.get_ref() as u64),
+            None => None,
+        };
+        let buffer_bytes = match &p.buffer_bytes {
+            Some(b) if !(1_518..=1_073_741_824).contains(b.get_ref()) => {
+                return Err(err(
+                    b.span().start,
+                    &key("buffer_bytes"),
+                    "must be 1518 (one frame) to 1073741824 (1 GiB)".into(),
+                ))
+            }
+            Some(b) => *b.get_ref() as usize,
+            None => DEFAULT_BUFFER,
+        };
+        let delay = match &p.delay_ms {
+            Some(d) if !(0.0..=10_000.0).contains(d.get_ref()) => {
+                return Err(err(
+                    d.span().start,
+                    &key("delay_ms"),
+                    "must be 0 to 10000".into(),
+                ))
+            }
+            Some(d) => Duration::from_secs_f64(d.get_ref() / 1000.0),
+            None => Duration::ZERO,
+        };
+        ports.push(PortConfig {
+            name: p.name.get_ref().clone(),
+            capacity_bps,
+            buffer_bytes,
+            delay,
+        });
+    }
+    Ok(ports)
 }
 
 fn answer(s: &mut Switch, cmd: &str, _req: &Value) -> Value {

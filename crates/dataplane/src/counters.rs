@@ -109,6 +109,17 @@ named_enum! {
         SwitchBadSource = "switch_bad_source" in Switch: "frame with a group (multicast or broadcast) source MAC: not learned, not forwarded",
         SwitchSamePort = "switch_same_port" in Switch: "frame to a MAC learned on the port it came in by: filtered",
         SwitchBufferFull = "switch_buffer_full" in Switch: "frame that found its output queue full (tail drop)",
+        AxonMalformed = "axon_malformed" in Axon: "Axon frame whose header or control message does not parse",
+        AxonPathEnd = "axon_path_end" in Axon: "Axon frame whose forward path was used up before it reached a host or a control plane",
+        AxonBadPort = "axon_bad_port" in Axon: "Axon frame whose next hop is a port this Axon does not have, or a control message sent to a host port",
+        AxonPlainOnAxonPort = "axon_plain_on_axon_port" in Axon: "frame without an Axon header on a port that leads to another Axon",
+        AxonBadSource = "axon_bad_source" in Axon: "host frame with a group (multicast or broadcast) source MAC",
+        AxonBroadcast = "axon_broadcast" in Axon: "broadcast or multicast from a host that is neither ARP nor DHCP: the Axon floods nothing",
+        AxonNoRoute = "axon_no_route" in Axon: "host frame to a MAC with no route from its port (the host has not resolved it through the Axon)",
+        AxonNoPath = "axon_no_path" in Axon: "host frame whose route's far Axon cannot be reached now (no path in the topology)",
+        AxonCamFull = "axon_cam_full" in Axon: "route not installed: the port's route memory was full",
+        AxonArpIgnored = "axon_arp_ignored" in Axon: "ARP from a host that needs no answer (gratuitous, or a reply nobody waits for)",
+        AxonBufferFull = "axon_buffer_full" in Axon: "frame that found its output queue full (tail drop)",
     }
 }
 
@@ -144,6 +155,12 @@ named_enum! {
         SwitchMoved = "switch_moved" in Switch: "learned MACs seen on another port (moved)",
         SwitchTableFull = "switch_table_full" in Switch: "source MACs not learned: the table was full",
         SwitchFlooded = "switch_flooded" in Switch: "frames flooded (broadcast, multicast or unknown destination)",
+        AxonNeighbourUp = "axon_neighbour_up" in Axon: "ports that found an Axon (its hellos began)",
+        AxonNeighbourDown = "axon_neighbour_down" in Axon: "neighbour Axons lost (no hello for the dead interval)",
+        AxonTopologyRuns = "axon_topology_runs" in Axon: "path computations (after a change of the topology)",
+        AxonRouteSetups = "axon_route_setups" in Axon: "routes installed (Axon-ARP answered, or a local pair)",
+        AxonArpRequests = "axon_arp_requests" in Axon: "Axon-ARP requests sent for a host's ARP request",
+        AxonArpAnswered = "axon_arp_answered" in Axon: "ARP requests from hosts answered by the control plane",
     }
 }
 
@@ -154,6 +171,7 @@ pub enum Scope {
     Forwarder,
     Balancer,
     Switch,
+    Axon,
 }
 
 impl Scope {

@@ -174,6 +174,28 @@ impl Element for crate::switch::Switch {
     }
 }
 
+impl Element for crate::axon::Axon {
+    fn process(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
+        crate::axon::Axon::process(self, p, now, tx)
+    }
+    fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
+        crate::axon::Axon::poll(self, now, tx)
+    }
+    fn poll_interval(&self) -> Duration {
+        // Hellos and the output queues are served at every pass of the run loop.
+        Duration::ZERO
+    }
+    fn busy(&self) -> bool {
+        crate::axon::Axon::busy(self)
+    }
+    fn pool(&mut self) -> &mut Pool {
+        &mut self.pool
+    }
+    fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+}
+
 impl Element for crate::balancer::Balancer {
     fn process(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
         crate::balancer::Balancer::process(self, p, now, tx)

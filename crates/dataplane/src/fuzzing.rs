@@ -166,3 +166,73 @@ pub fn switch_frame(s: &mut crate::switch::Switch, now: Instant, data: &[u8]) {
         s.pool.put(p);
     }
 }
+
+/// An Axon (id 1) of four ports whose ports 2 and 3 lead to Axons 2 and 3 (their hellos
+/// were heard), after a few rounds of its timers.
+pub fn axon() -> (crate::axon::Axon, Instant) {
+    use crate::axon::{Axon, AxonConfig};
+    use crate::switch::PortConfig;
+    let mut now = Instant::now();
+    let cfg = AxonConfig {
+        id: 1,
+        ports: (0..4)
+            .map(|i| PortConfig {
+                name: format!("p{i}"),
+                capacity_bps: (i == 3).then_some(10_000_000),
+                buffer_bytes: 16_384,
+                delay: Duration::ZERO,
+            })
+            .collect(),
+        macs: (0..4).map(|i| wire::MacAddr([2, 0, 0, 0, 1, i])).collect(),
+        hello: Duration::from_millis(20),
+        dead: 3,
+        cam_size: 8,
+    };
+    let names = cfg.ports.iter().map(|p| p.name.clone()).collect();
+    let counters = std::sync::Arc::new(crate::Counters::for_role(
+        names,
+        crate::counters::Scope::Axon,
+    ));
+    let mut a = Axon::new(cfg, counters, now);
+    let mut tx = TxQueues::new(4);
+    for (port, id) in [(2u8, 2u32), (3, 3)] {
+        let mut f = vec![0xff; 6];
+        f.extend_from_slice(&[2, 0, 0, 0, id as u8, 0]);
+        f.extend_from_slice(&wire::axon::ETHERTYPE.to_be_bytes());
+        let r = wire::axon::Repr::new(wire::axon::Kind::Hello, &[]);
+        let at = f.len();
+        f.resize(at + r.len(), 0);
+        let _ = r.emit(&mut f[at..]);
+        wire::axon::Msg::Hello { id, port: 0 }.emit(&mut f);
+        let mut p = Pkt::from_bytes(&f);
+        p.meta.rx_port = port as u16;
+        a.process(p, now, &mut tx);
+    }
+    now += Duration::from_millis(5);
+    a.poll(now, &mut tx);
+    for (_, p) in tx.drain_all() {
+        a.pool.put(p);
+    }
+    (a, now)
+}
+
+/// Feeds `data` to the Axon: the first byte picks the input port (its value modulo 4) and
+/// runs the timers and queues (bit 2), the rest is the frame. Checks that frames leave
+/// only by existing ports.
+pub fn axon_frame(a: &mut crate::axon::Axon, now: Instant, data: &[u8]) {
+    let Some((&ctl, frame)) = data.split_first() else {
+        return;
+    };
+    let mut p = Pkt::from_bytes(frame);
+    p.meta.rx_port = (ctl % 4) as u16;
+    p.meta.csum_unknown = true;
+    let mut tx = TxQueues::new(4);
+    a.process(p, now, &mut tx);
+    if ctl & 4 != 0 {
+        a.poll(now + Duration::from_millis(10), &mut tx);
+    }
+    for (port, p) in tx.drain_all() {
+        assert!(port < 4);
+        a.pool.put(p);
+    }
+}

@@ -64,8 +64,8 @@ pub struct SwitchConfig {
     pub ageing: Duration,
 }
 
-/// One output port: its queues, its schedule and its delay line.
-struct OutPort {
+/// One output port: its queues, its schedule and its delay line (the Axon's too).
+pub(crate) struct OutPort {
     /// FIFO: one queue; fair: one per input port.
     queues: Vec<VecDeque<Pkt>>,
     bytes: Vec<usize>,
@@ -84,7 +84,7 @@ struct OutPort {
 }
 
 impl OutPort {
-    fn new(cfg: &PortConfig, inputs: usize, mode: Mode) -> OutPort {
+    pub(crate) fn new(cfg: &PortConfig, inputs: usize, mode: Mode) -> OutPort {
         let n = match mode {
             Mode::Fifo => 1,
             Mode::Fair => inputs.max(1),
@@ -106,12 +106,17 @@ impl OutPort {
         }
     }
 
-    fn queued(&self) -> bool {
+    /// Frames in the queues and the delay line.
+    pub(crate) fn queued_frames(&self) -> usize {
+        self.queues.iter().map(|q| q.len()).sum::<usize>() + self.delayed.len()
+    }
+
+    pub(crate) fn queued(&self) -> bool {
         !self.active.is_empty() || !self.delayed.is_empty()
     }
 
     /// Queues `p` from input `input` (its queue in fair mode); gives it back if full.
-    fn enqueue(&mut self, p: Pkt, input: usize) -> Result<(), Pkt> {
+    pub(crate) fn enqueue(&mut self, p: Pkt, input: usize) -> Result<(), Pkt> {
         let q = input.min(self.queues.len() - 1);
         let len = p.data.len();
         if self.bytes[q] + len > self.limit {
@@ -126,7 +131,7 @@ impl OutPort {
     }
 
     /// Sends what the schedule allows by `now`, through the delay line, to `out`.
-    fn dequeue(&mut self, now: Instant, out: &mut Vec<Pkt>) {
+    pub(crate) fn dequeue(&mut self, now: Instant, out: &mut Vec<Pkt>) {
         while let Some(&q) = self.active.front() {
             if self.ns_per_byte > 0.0 && self.free_at.is_some_and(|t| t > now) {
                 break;
@@ -223,10 +228,7 @@ impl Switch {
 
     /// Frames queued per output port (all its input queues).
     pub fn queued(&self) -> Vec<usize> {
-        self.out
-            .iter()
-            .map(|o| o.queues.iter().map(|q| q.len()).sum::<usize>() + o.delayed.len())
-            .collect()
+        self.out.iter().map(|o| o.queued_frames()).collect()
     }
 
     pub fn process(&mut self, p: Pkt, now: Instant, _tx: &mut TxQueues) {

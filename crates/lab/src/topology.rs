@@ -107,11 +107,12 @@ pub struct Link {
 /// Element roles: our forwarder; our LB (`balancer`); the Linux kernel's forwarding with a
 /// forwarder's config; `external`, a namespace with its links and nothing else, for a
 /// router that someone else starts in it (`tessera bench forward --contender`).
-pub const ROLES: [&str; 6] = [
+pub const ROLES: [&str; 7] = [
     "forwarder",
     "balancer",
     "controller",
     "switch",
+    "axon",
     "linux",
     "external",
 ];
@@ -121,7 +122,10 @@ pub const FRR_DAEMONS: [&str; 4] = ["zebra", "staticd", "bgpd", "ospfd"];
 
 /// Roles whose element is a `tessera` process with a control socket.
 fn runs_process(role: &str) -> bool {
-    role == "forwarder" || role == "balancer" || role == "controller" || role == "switch"
+    matches!(
+        role,
+        "forwarder" | "balancer" | "controller" | "switch" | "axon"
+    )
 }
 
 /// Where the lab records what it started.

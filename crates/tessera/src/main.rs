@@ -30,6 +30,9 @@ enum Cmd {
     /// Run a learning Ethernet switch whose output ports have a capacity, a buffer and
     /// FIFO or fair (deficit round robin) service, in the foreground (docs/switch.md).
     Switch(ElementArgs),
+    /// Run an Axon, a source-routed Ethernet switch that hosts take for a learning switch,
+    /// in the foreground (docs/axon.md).
+    Axon(ElementArgs),
     /// Send and receive DIST messages (the protocol between the elements of a multistage
     /// router), for tests and operations.
     Dist {
@@ -183,7 +186,7 @@ enum Show {
         #[arg(long)]
         describe: bool,
     },
-    /// The neighbour (ARP) table, as JSON.
+    /// The neighbour (ARP) table, as JSON; on an Axon, the neighbour Axons by port.
     Neighbours {
         #[arg(long)]
         control: PathBuf,
@@ -193,7 +196,8 @@ enum Show {
         #[arg(long)]
         control: PathBuf,
     },
-    /// Route table size, as JSON.
+    /// Route table size, as JSON; on an Axon, its paths to the other Axons and every host
+    /// port's routes.
     Routes {
         #[arg(long)]
         control: PathBuf,
@@ -221,6 +225,11 @@ enum Show {
     },
     /// A switch's learned MAC addresses: port and age.
     Macs {
+        #[arg(long)]
+        control: PathBuf,
+    },
+    /// An Axon's hosts: address, MAC, port, last seen.
+    Hosts {
         #[arg(long)]
         control: PathBuf,
     },
@@ -622,10 +631,12 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Fib { control } => ask(&control, "fib"),
             Show::Elements { control } => ask(&control, "elements"),
             Show::Macs { control } => ask(&control, "macs"),
+            Show::Hosts { control } => ask(&control, "hosts"),
         },
         Cmd::Balancer(a) => balancer(&a),
         Cmd::Controller(a) => controller(&a),
         Cmd::Switch(a) => switch(&a),
+        Cmd::Axon(a) => axon(&a),
         Cmd::Dist { cmd } => dist_cmd(cmd),
         Cmd::Lab { cmd } => lab_cmd(cmd),
         Cmd::Gen {
@@ -1321,6 +1332,48 @@ fn switch(a: &ElementArgs) -> Result<i32> {
     control::switch::run(sw, ports, control, stop, cfg.io).map_err(anyhow::Error::msg)?;
     let s = counters.snapshot();
     tracing::info!(dropped = s.drops.values().sum::<u64>(), "switch stopped");
+    Ok(0)
+}
+
+fn axon(a: &ElementArgs) -> Result<i32> {
+    let (config, control) = (a.config.as_path(), a.control.as_deref());
+    let mut cfg = control::axon::AxonFile::load(config)?;
+    if let Some(b) = backend_arg(a.io.as_deref())? {
+        cfg.io.backend = b;
+    }
+    if cfg.io.fast_path {
+        bail!("{}: [io] fast_path is for forwarders", config.display());
+    }
+    if a.dist_key_file.is_some() {
+        tracing::info!("an Axon speaks no DIST: --dist-key-file is not used");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let mut ports = Vec::new();
+    for (i, p) in cfg.cfg.ports.clone().iter().enumerate() {
+        let (port, _) = open_port(&p.name, &cfg.io)?;
+        // A host port takes frames for every MAC (the far hosts').
+        io::netdev::set_promisc(&p.name)
+            .with_context(|| format!("{}: promiscuous mode", p.name))?;
+        cfg.cfg.macs[i] = wire::MacAddr(io::netdev::mac(&p.name)?);
+        ports.push(port);
+    }
+    let names = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();
+    let counters = Arc::new(dataplane::Counters::for_role(
+        names,
+        dataplane::counters::Scope::Axon,
+    ));
+    let ax =
+        dataplane::axon::Axon::new(cfg.cfg.clone(), counters.clone(), std::time::Instant::now());
+    tracing::info!(
+        id = cfg.cfg.id,
+        ports = %cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","),
+        "axon running"
+    );
+    control::axon::run(ax, ports, control, stop, cfg.io).map_err(anyhow::Error::msg)?;
+    let s = counters.snapshot();
+    tracing::info!(dropped = s.drops.values().sum::<u64>(), "axon stopped");
     Ok(0)
 }
 

@@ -108,3 +108,16 @@ fn switch_on_frames() {
         "the seeds include frames the switch floods"
     );
 }
+
+/// The Axon on its corpus (frames behind a control byte): no panic; the seeds include an
+/// Axon-ARP reply that sets a route up, an ARP request it answers, and flooded links.
+#[test]
+fn axon_corpus() {
+    let (mut a, now) = dataplane::fuzzing::axon();
+    for d in corpus("axon") {
+        dataplane::fuzzing::axon_frame(&mut a, now, &d);
+    }
+    assert!(a.counters.events(dataplane::Event::AxonRouteSetups) > 0);
+    assert!(a.counters.events(dataplane::Event::AxonArpAnswered) > 0);
+    assert!(a.counters.events(dataplane::Event::AxonTopologyRuns) > 1);
+}

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod arp;
+pub mod axon;
 pub mod checksum;
 pub mod dist;
 pub mod ethernet;

@@ -1,0 +1,237 @@
+//! `tessera axon`: its configuration file and its run loop (docs/axon.md).
+//!
+//! ```toml
+//! [axon]
+//! id = 1                         # unique among the Axons (1 to 4294967295)
+//! hello_ms = 20                  # hellos on every port this often
+//! dead_intervals = 3             # a neighbour is dead after this many without a hello
+//! cam_size = 4096                # routes per host port at most
+//!
+//! [[port]]                       # at most 15; as a switch's (capacity_bps, buffer_bytes,
+//! name = "ax1-p0"                # delay_ms); host or Axon port is found out on the wire
+//!
+//! [io]                           # as for every element
+//! backend = "auto"
+//! ```
+
+use crate::config::{from_toml, line_of, read, ConfigError, IoConfig, RawIo};
+use crate::run::{run_element, Query};
+use crate::switch::{parse_ports, RawPort};
+use dataplane::axon::{Axon, AxonConfig, MAX_PORTS};
+use dataplane::port::Port;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+use toml::Spanned;
+use wire::MacAddr;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    axon: Option<RawAxon>,
+    #[serde(default)]
+    port: Vec<RawPort>,
+    io: Option<RawIo>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAxon {
+    id: Option<Spanned<i64>>,
+    hello_ms: Option<Spanned<i64>>,
+    dead_intervals: Option<Spanned<i64>>,
+    cam_size: Option<Spanned<i64>>,
+}
+
+/// The Axon's configuration (its ports' MACs are filled in when the ports open).
+#[derive(Debug, Clone)]
+pub struct AxonFile {
+    pub path: PathBuf,
+    pub cfg: AxonConfig,
+    pub io: IoConfig,
+}
+
+impl AxonFile {
+    pub fn load(path: &Path) -> Result<AxonFile, ConfigError> {
+        Self::parse(path, &read(path)?)
+    }
+
+    pub fn parse(path: &Path, src: &str) -> Result<AxonFile, ConfigError> {
+        let err = |at: usize, key: &str, message: String| ConfigError {
+            file: path.into(),
+            line: line_of(src, at),
+            key: key.into(),
+            message,
+        };
+        let raw: Raw = from_toml(path, src)?;
+        let Some(a) = &raw.axon else {
+            return Err(err(0, "axon", "missing [axon] (with its id)".into()));
+        };
+        let int = |v: &Option<Spanned<i64>>, key: &str, lo: i64, hi: i64, default: i64| match v {
+            Some(x) if !(lo..=hi).contains(x.get_ref()) => {
+                Err(err(x.span().start, key, format!("must be {lo} to {hi}")))
+            }
+            Some(x) => Ok(*x.get_ref()),
+            None => Ok(default),
+        };
+        let id = match &a.id {
+            Some(_) => int(&a.id, "axon.id", 1, u32::MAX as i64, 0)? as u32,
+            None => return Err(err(0, "axon.id", "missing: every Axon needs its id".into())),
+        };
+        let hello = int(&a.hello_ms, "axon.hello_ms", 1, 10_000, 20)?;
+        let dead = int(&a.dead_intervals, "axon.dead_intervals", 2, 100, 3)?;
+        let cam_size = int(&a.cam_size, "axon.cam_size", 1, 1 << 20, 4096)?;
+        if raw.port.is_empty() || raw.port.len() > MAX_PORTS {
+            return Err(err(
+                0,
+                "port",
+                format!("an Axon has 1 to {MAX_PORTS} [[port]]s (4-bit port numbers)"),
+            ));
+        }
+        let ports = parse_ports(path, src, &raw.port)?;
+        Ok(AxonFile {
+            path: path.into(),
+            cfg: AxonConfig {
+                id,
+                macs: vec![MacAddr::ZERO; ports.len()],
+                ports,
+                hello: Duration::from_millis(hello as u64),
+                dead: dead as u32,
+                cam_size: cam_size as usize,
+            },
+            io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
+        })
+    }
+}
+
+fn answer(a: &mut Axon, cmd: &str, _req: &Value) -> Value {
+    let now = Instant::now();
+    let name = |p: u8| {
+        a.cfg
+            .ports
+            .get(p as usize)
+            .map_or(format!("{p}"), |c| c.name.clone())
+    };
+    match cmd {
+        "neighbours" => Value::Array(
+            a.neighbours()
+                .into_iter()
+                .map(|(p, n)| {
+                    json!({"port": name(p), "port_number": p, "axon": n.id, "their_port": n.port,
+                           "mac": n.mac.to_string(), "up_s": now.duration_since(n.since).as_secs_f64(),
+                           "last_hello_ms": now.duration_since(n.seen).as_secs_f64() * 1e3})
+                })
+                .collect(),
+        ),
+        "hosts" => Value::Array(
+            a.hosts()
+                .into_iter()
+                .map(|(ip, h)| {
+                    json!({"ip": ip.to_string(), "mac": h.mac.to_string(), "port": name(h.port),
+                           "seen_s_ago": now.duration_since(h.seen).as_secs_f64()})
+                })
+                .collect(),
+        ),
+        "routes" => json!({
+            "axon": a.cfg.id,
+            "paths": a.paths().into_iter().map(|(id, p)| json!({"axon": id, "ports": p})).collect::<Vec<_>>(),
+            "routes": a.routes().into_iter().map(|(p, r)| json!({
+                "port": name(p), "dst_mac": r.mac.to_string(), "dst_ip": r.ip.to_string(),
+                "axon": r.axon, "far_port": r.port, "path": r.path,
+                "age_s": now.duration_since(r.installed).as_secs_f64(),
+            })).collect::<Vec<_>>(),
+        }),
+        "interfaces" => {
+            let queued = a.queued();
+            let neigh = a.neighbours();
+            Value::Array(
+                a.cfg
+                    .ports
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        let n = neigh.iter().find(|(q, _)| *q as usize == i);
+                        json!({
+                            "name": p.name, "port_number": i,
+                            "kind": if n.is_some() { "axon" } else { "host" },
+                            "capacity_bps": p.capacity_bps, "buffer_bytes": p.buffer_bytes,
+                            "delay_ms": p.delay.as_secs_f64() * 1000.0,
+                            "queued_frames": queued.get(i),
+                        })
+                    })
+                    .collect(),
+            )
+        }
+        _ => Value::Null,
+    }
+}
+
+/// Runs the Axon over `ports` (in the config's order) until `stop` is set.
+pub fn run<P: Port>(
+    a: Axon,
+    ports: Vec<P>,
+    control: Option<&Path>,
+    stop: Arc<AtomicBool>,
+    io: IoConfig,
+) -> Result<(), String> {
+    let counters = a.counters.clone();
+    let (qtx, qrx) = mpsc::channel::<Query>();
+    let _server = match control {
+        Some(path) => {
+            let asker: crate::run::Asker = Mutex::new(qtx);
+            let c = counters.clone();
+            let handler: crate::ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
+                match cmd {
+                    "counters" => serde_json::to_value(c.snapshot()).map_err(|e| e.to_string()),
+                    "describe" => {
+                        serde_json::to_value(dataplane::counters::descriptions_for(c.role))
+                            .map_err(|e| e.to_string())
+                    }
+                    "neighbours" | "hosts" | "routes" | "interfaces" => {
+                        crate::run::ask_worker(&asker, cmd, req)
+                    }
+                    other => Err(format!(
+                        "unknown command {other:?}; try counters, describe, interfaces, neighbours, hosts, routes"
+                    )),
+                }
+            });
+            Some(crate::ctlsock::serve(path, handler).map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
+    run_element(a, ports, stop, qrx, answer, |_| {}, io.busy_poll)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_and_errors_name_line_and_key() {
+        let path = Path::new("ax.toml");
+        let good = "[axon]\nid = 7\nhello_ms = 10\n\n[[port]]\nname = \"p1\"\n\n[[port]]\nname = \"p2\"\ncapacity_bps = 100_000_000\n";
+        let a = AxonFile::parse(path, good).unwrap();
+        assert_eq!(a.cfg.id, 7);
+        assert_eq!(a.cfg.hello, Duration::from_millis(10));
+        assert_eq!(a.cfg.dead, 3);
+        assert_eq!(a.cfg.ports[1].capacity_bps, Some(100_000_000));
+        let e = AxonFile::parse(path, &good.replace("id = 7", "id = 0")).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (2, "axon.id"));
+        let e = AxonFile::parse(path, &good.replace("id = 7\n", "")).unwrap_err();
+        assert_eq!(e.key, "axon.id");
+        let e = AxonFile::parse(path, &good.replace("hello_ms = 10", "hello_ms = 0")).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (3, "axon.hello_ms"));
+        let e = AxonFile::parse(path, &good.replace("\"p2\"", "\"p1\"")).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (9, "port[1].name"));
+        let many: String = (0..16)
+            .map(|i| format!("[[port]]\nname = \"q{i}\"\n"))
+            .collect();
+        let e = AxonFile::parse(path, &format!("[axon]\nid = 1\n{many}")).unwrap_err();
+        assert_eq!(e.key, "port");
+        let e = AxonFile::parse(path, &good.replace("hello_ms", "helo_ms")).unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+    }
+}

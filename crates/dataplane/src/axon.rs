@@ -1,0 +1,1092 @@
+//! `tessera axon`: a source-routed Ethernet switch that hosts cannot tell from a learning
+//! switch (Foss, "The Axon: a Network Device for Data Centre Networks"; docs/axon.md).
+//!
+//! Between Axons, frames carry a source route ([`wire::axon`]); only the first Axon on a
+//! path looks anything up, in the route memory of the host port the frame came in by (a
+//! CAM keyed by destination MAC). All the state for a host lives in the Axon it is plugged
+//! into. Any topology, cycles included, can be used: nothing is flooded.
+//!
+//! - **Ports** start as host ports; a port that hears an Axon hello ([`Msg::Hello`], sent
+//!   on every port each hello interval) leads to that Axon until the hellos stop for
+//!   `dead` intervals.
+//! - **Topology**: each Axon floods its links ([`Msg::Links`]) to every other, hop by hop,
+//!   on every change and each second; every Axon computes the shortest path (fewest hops,
+//!   ties to the lower port) to every other from the links both ends report, and moves its
+//!   routes onto the new paths when the topology changes.
+//! - **Routes** are set up by Axon-ARP: a host's ARP request goes to this Axon's control
+//!   plane, which asks every Axon ([`Msg::ArpRequest`], one source-routed copy each, itself
+//!   included). The Axon that has the target asks it by ARP in the requester's name (so the
+//!   target learns the requester's MAC), installs the route back on the target's port when
+//!   it answers, and replies ([`Msg::ArpReply`]) by the reverse path the request recorded;
+//!   the requester's Axon installs the route on the requester's port and answers its ARP.
+//!   ARP requests for a destination a port already has a route to (a unicast refresh, say)
+//!   are answered at once.
+//! - **Output ports** keep one queue per input port (the control plane is one more input)
+//!   and serve them by deficit round robin, with an optional capacity, buffer and delay:
+//!   the switch's ports ([`crate::switch`]).
+//!
+//! Not yet: DHCP from the Axons, masqueraded MACs when a route memory is full (the route is
+//! not installed, counted), latency probes, pacing a host port for the header's length
+//! (self-congestion), spreading paths over redundant links.
+
+use crate::buf::{Pkt, Pool, TxQueues};
+use crate::counters::{Counters, Drop, Event};
+use crate::switch::{Mode, OutPort, PortConfig};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wire::axon::{self, Header, Kind, Msg, Repr, CONTROL};
+use wire::ethernet::ethertype;
+use wire::MacAddr;
+
+/// Ports an Axon has at most (4-bit port numbers; 0xf is the control plane).
+pub const MAX_PORTS: usize = 15;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AxonConfig {
+    /// This Axon's id, unique among the Axons that see each other.
+    pub id: u32,
+    pub ports: Vec<PortConfig>,
+    /// The ports' MAC addresses (outer source of Axon frames), in port order.
+    pub macs: Vec<MacAddr>,
+    pub hello: Duration,
+    /// Hello intervals without a hello before a neighbour is dead.
+    pub dead: u32,
+    /// Routes per host port at most.
+    pub cam_size: usize,
+}
+
+/// A route a host port holds: to host `mac` (`ip`) on port `port` of Axon `axon`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub axon: u32,
+    pub port: u8,
+    pub mac: MacAddr,
+    pub ip: Ipv4Addr,
+    /// The output ports from this Axon to the host, its own port last; None: the far
+    /// Axon cannot be reached now.
+    pub path: Option<Vec<u8>>,
+    pub installed: Instant,
+}
+
+/// A neighbour Axon seen on a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Neighbour {
+    pub id: u32,
+    pub port: u8,
+    pub mac: MacAddr,
+    pub seen: Instant,
+    pub since: Instant,
+}
+
+/// A host seen on a host port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Host {
+    pub mac: MacAddr,
+    pub port: u8,
+    pub seen: Instant,
+}
+
+/// At the target's Axon: an Axon-ARP request waiting for the target's ARP reply.
+#[derive(Debug, Clone)]
+struct Waiting {
+    origin: u32,
+    req: u32,
+    src_mac: MacAddr,
+    src_ip: Ipv4Addr,
+    src_port: u8,
+    /// The way back to the origin's control plane.
+    back: Vec<u8>,
+    since: Instant,
+}
+
+/// An Axon's link (its port, the neighbour's id, the neighbour's port).
+pub type Link = (u8, u32, u8);
+
+/// Another Axon's links as flooded: (seq, links, when received).
+type Lsa = (u32, Vec<Link>, Instant);
+
+/// How long an Axon-ARP request waits for the target's ARP reply.
+const WAIT: Duration = Duration::from_secs(2);
+/// A host's repeated ARP request starts a new Axon-ARP request at most this often.
+const ASK_EVERY: Duration = Duration::from_millis(200);
+/// Links are flooded again this often even without a change.
+const REFRESH: Duration = Duration::from_secs(1);
+/// Another Axon's links are forgotten after this long without a refresh.
+const LINKS_AGE: Duration = Duration::from_secs(4);
+
+pub struct Axon {
+    pub cfg: AxonConfig,
+    out: Vec<OutPort>,
+    sent: Vec<Pkt>,
+    pub pool: Pool,
+    pub counters: Arc<Counters>,
+    neigh: Vec<Option<Neighbour>>,
+    /// Other Axons' links: origin -> (seq, links, when received).
+    lsdb: HashMap<u32, Lsa>,
+    seq: u32,
+    /// Output ports from here to each reachable Axon (not including its control plane).
+    paths: BTreeMap<u32, Vec<u8>>,
+    /// Per port: destination MAC -> route.
+    cam: Vec<HashMap<MacAddr, Route>>,
+    hosts: HashMap<Ipv4Addr, Host>,
+    waiting: HashMap<(Ipv4Addr, MacAddr), Waiting>,
+    asked: HashMap<(u8, Ipv4Addr), Instant>,
+    next_hello: Instant,
+    next_refresh: Instant,
+    next_req: u32,
+    changed: bool,
+    /// When the topology last changed, and how long the last path computation took.
+    pub topology_changed_at: Option<Instant>,
+    scratch: Vec<u8>,
+}
+
+fn is_group(m: &MacAddr) -> bool {
+    m.0[0] & 1 == 1
+}
+
+impl Axon {
+    pub fn new(cfg: AxonConfig, counters: Arc<Counters>, now: Instant) -> Axon {
+        let n = cfg.ports.len();
+        let out = cfg
+            .ports
+            .iter()
+            .map(|p| OutPort::new(p, n + 1, Mode::Fair))
+            .collect();
+        Axon {
+            out,
+            sent: Vec::new(),
+            pool: Pool::new(),
+            counters,
+            neigh: vec![None; n],
+            lsdb: HashMap::new(),
+            seq: 0,
+            paths: BTreeMap::new(),
+            cam: (0..n).map(|_| HashMap::new()).collect(),
+            hosts: HashMap::new(),
+            waiting: HashMap::new(),
+            asked: HashMap::new(),
+            next_hello: now,
+            next_refresh: now + REFRESH,
+            next_req: 1,
+            changed: true,
+            topology_changed_at: None,
+            scratch: Vec::new(),
+            cfg,
+        }
+    }
+
+    pub fn neighbours(&self) -> Vec<(u8, Neighbour)> {
+        self.neigh
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.map(|n| (i as u8, n)))
+            .collect()
+    }
+
+    pub fn hosts(&self) -> Vec<(Ipv4Addr, Host)> {
+        let mut v: Vec<_> = self.hosts.iter().map(|(a, h)| (*a, *h)).collect();
+        v.sort_by_key(|x| x.0);
+        v
+    }
+
+    /// Every port's routes: (port, route).
+    pub fn routes(&self) -> Vec<(u8, Route)> {
+        let mut v: Vec<_> = self
+            .cam
+            .iter()
+            .enumerate()
+            .flat_map(|(p, c)| c.values().map(move |r| (p as u8, r.clone())))
+            .collect();
+        v.sort_by_key(|(p, r)| (*p, r.ip));
+        v
+    }
+
+    /// Paths to the other Axons: (id, output ports).
+    pub fn paths(&self) -> Vec<(u32, Vec<u8>)> {
+        self.paths.iter().map(|(k, v)| (*k, v.clone())).collect()
+    }
+
+    /// Frames queued per output port.
+    pub fn queued(&self) -> Vec<usize> {
+        self.out.iter().map(|o| o.queued_frames()).collect()
+    }
+
+    fn is_axon_port(&self, port: usize) -> bool {
+        self.neigh.get(port).is_some_and(|n| n.is_some())
+    }
+
+    pub fn process(&mut self, p: Pkt, now: Instant, _tx: &mut TxQueues) {
+        let input = p.meta.rx_port as usize;
+        self.counters.count_rx(input as u16, p.data.len());
+        if input >= self.cfg.ports.len() {
+            return self.pool.put(p);
+        }
+        let Ok(e) = wire::ethernet::Frame::new_checked(&p.data[..]) else {
+            self.counters.count(Drop::EthTruncated);
+            return self.pool.put(p);
+        };
+        if e.outer_ethertype() == axon::ETHERTYPE {
+            return self.axon_frame(p, input, now);
+        }
+        if self.is_axon_port(input) {
+            self.counters.count(Drop::AxonPlainOnAxonPort);
+            return self.pool.put(p);
+        }
+        self.host_frame(p, input, now);
+    }
+
+    /// A frame with an Axon header, from a neighbour (or a hello on a host port: the
+    /// bootstrap).
+    fn axon_frame(&mut self, mut p: Pkt, input: usize, now: Instant) {
+        let outer_src = MacAddr::from_slice(&p.data[6..12]);
+        let Ok(mut h) = Header::new_checked(&mut p.data[14..]) else {
+            self.counters.count(Drop::AxonMalformed);
+            return self.pool.put(p);
+        };
+        if h.kind() == Kind::Hello {
+            match Msg::parse(h.payload()) {
+                Ok(Msg::Hello { id, port }) if id != self.cfg.id => {
+                    self.hello_from(input, id, port, outer_src, now)
+                }
+                Ok(_) => {}
+                Err(_) => self.counters.count(Drop::AxonMalformed),
+            }
+            return self.pool.put(p);
+        }
+        let Some(out) = h.advance(input as u8) else {
+            self.counters.count(Drop::AxonPathEnd);
+            return self.pool.put(p);
+        };
+        if out == CONTROL {
+            let kind = h.kind();
+            let back = h.reverse();
+            let msg = Msg::parse(h.payload());
+            self.pool.put(p);
+            match (kind, msg) {
+                (Kind::Control, Ok(m)) => self.message(m, back, now),
+                _ => self.counters.count(Drop::AxonMalformed),
+            }
+            return;
+        }
+        let out = out as usize;
+        if out >= self.cfg.ports.len() {
+            self.counters.count(Drop::AxonBadPort);
+            return self.pool.put(p);
+        }
+        if let Some(n) = self.neigh[out] {
+            // On to the next Axon.
+            p.data[0..6].copy_from_slice(&n.mac.0);
+            p.data[6..12].copy_from_slice(&self.cfg.macs[out].0);
+            return self.enqueue(out, p, input);
+        }
+        if h.kind() != Kind::Data {
+            self.counters.count(Drop::AxonBadPort);
+            return self.pool.put(p);
+        }
+        // Out to the host: the host's own frame, without the Axon's header.
+        let hlen = h.header_len();
+        p.data.drain(..14 + hlen);
+        if p.data.len() < 14 {
+            self.counters.count(Drop::EthTruncated);
+            return self.pool.put(p);
+        }
+        self.enqueue(out, p, input);
+    }
+
+    fn hello_from(&mut self, port: usize, id: u32, their_port: u8, mac: MacAddr, now: Instant) {
+        match &mut self.neigh[port] {
+            Some(n) if n.id == id && n.port == their_port => {
+                n.seen = now;
+                n.mac = mac;
+            }
+            slot => {
+                *slot = Some(Neighbour {
+                    id,
+                    port: their_port,
+                    mac,
+                    seen: now,
+                    since: now,
+                });
+                self.counters.event(Event::AxonNeighbourUp);
+                // Hosts no longer live behind this port.
+                self.cam[port].clear();
+                self.hosts.retain(|_, h| h.port as usize != port);
+                self.topology_changed(now);
+            }
+        }
+    }
+
+    fn topology_changed(&mut self, now: Instant) {
+        self.changed = true;
+        self.topology_changed_at = Some(now);
+    }
+
+    /// A frame from a host.
+    fn host_frame(&mut self, mut p: Pkt, input: usize, now: Instant) {
+        let dst = MacAddr::from_slice(&p.data[0..6]);
+        let src = MacAddr::from_slice(&p.data[6..12]);
+        if is_group(&src) {
+            self.counters.count(Drop::AxonBadSource);
+            return self.pool.put(p);
+        }
+        let et = wire::ethernet::Frame::new_checked(&p.data[..]).map_or(0, |e| e.ethertype());
+        if et == ethertype::ARP {
+            return self.arp_from_host(p, input, now);
+        }
+        if et == ethertype::IPV4 {
+            if let Ok(ip) = wire::ipv4::Packet::new_checked_header(&p.data[14..]) {
+                let a = ip.src();
+                if !a.is_unspecified() && !a.is_broadcast() && !a.is_multicast() {
+                    self.learn(a, src, input as u8, now);
+                }
+            }
+        }
+        if is_group(&dst) {
+            self.counters.count(Drop::AxonBroadcast);
+            return self.pool.put(p);
+        }
+        let Some(r) = self.cam[input].get(&dst) else {
+            self.counters.count(Drop::AxonNoRoute);
+            return self.pool.put(p);
+        };
+        let Some(path) = r.path.as_ref() else {
+            self.counters.count(Drop::AxonNoPath);
+            return self.pool.put(p);
+        };
+        if r.axon == self.cfg.id {
+            let out = r.port as usize;
+            return self.enqueue(out, p, input);
+        }
+        let out = path[0] as usize;
+        let Some(n) = self.neigh.get(out).copied().flatten() else {
+            self.counters.count(Drop::AxonNoPath);
+            return self.pool.put(p);
+        };
+        if et == ethertype::IPV4 && crate::buf::complete_offloaded_checksum(&mut p) {
+            self.counters.event(Event::ChecksumFilled);
+        }
+        let repr = Repr {
+            kind: Some(Kind::Data),
+            forward: path[1..].to_vec(),
+            reverse: vec![input as u8],
+        };
+        let mut c = self.pool.get();
+        c.meta = p.meta;
+        self.outer(&mut c.data, n.mac, out);
+        let at = c.data.len();
+        c.data.resize(at + repr.len(), 0);
+        if repr.emit(&mut c.data[at..]).is_none() {
+            self.counters.count(Drop::AxonNoPath);
+            self.pool.put(c);
+            return self.pool.put(p);
+        }
+        c.data.extend_from_slice(&p.data);
+        self.pool.put(p);
+        self.enqueue(out, c, input);
+    }
+
+    fn outer(&self, buf: &mut Vec<u8>, dst: MacAddr, out: usize) {
+        buf.extend_from_slice(&dst.0);
+        buf.extend_from_slice(&self.cfg.macs[out].0);
+        buf.extend_from_slice(&axon::ETHERTYPE.to_be_bytes());
+    }
+
+    fn learn(&mut self, ip: Ipv4Addr, mac: MacAddr, port: u8, now: Instant) {
+        self.hosts.insert(
+            ip,
+            Host {
+                mac,
+                port,
+                seen: now,
+            },
+        );
+    }
+
+    fn arp_from_host(&mut self, p: Pkt, input: usize, now: Instant) {
+        let parsed =
+            wire::arp::Packet::new_checked(&p.data[14..]).map(|a| wire::arp::Repr::parse(&a));
+        self.pool.put(p);
+        let Ok(a) = parsed else {
+            self.counters.count(Drop::ArpMalformed);
+            return;
+        };
+        if is_group(&a.sender_mac) || a.sender_ip.is_unspecified() {
+            self.counters.count(Drop::AxonArpIgnored);
+            return;
+        }
+        self.learn(a.sender_ip, a.sender_mac, input as u8, now);
+        if a.operation == wire::arp::Operation::Reply {
+            // The target answers the ARP this Axon sent in a requester's name.
+            match self.waiting.remove(&(a.sender_ip, a.target_mac)) {
+                Some(w) => self.target_answered(w, a.sender_ip, a.sender_mac, input as u8, now),
+                None => self.counters.count(Drop::AxonArpIgnored),
+            }
+            return;
+        }
+        if a.target_ip == a.sender_ip {
+            self.counters.count(Drop::AxonArpIgnored);
+            return;
+        }
+        // A route to the target from this port already: answer.
+        if let Some(r) = self.cam[input].values().find(|r| r.ip == a.target_ip) {
+            let mac = r.mac;
+            self.arp_reply_to_host(input, a.sender_mac, a.sender_ip, mac, a.target_ip);
+            return;
+        }
+        if self
+            .asked
+            .get(&(input as u8, a.target_ip))
+            .is_some_and(|t| now.duration_since(*t) < ASK_EVERY)
+        {
+            return;
+        }
+        self.asked.insert((input as u8, a.target_ip), now);
+        let req = self.next_req;
+        self.next_req = self.next_req.wrapping_add(1);
+        let m = Msg::ArpRequest {
+            origin: self.cfg.id,
+            req,
+            src_mac: a.sender_mac,
+            src_ip: a.sender_ip,
+            src_port: input as u8,
+            target: a.target_ip,
+        };
+        self.counters.event(Event::AxonArpRequests);
+        let targets: Vec<(u32, Vec<u8>)> = self.paths();
+        for (_, path) in targets {
+            self.send_control(&path, &m);
+        }
+        // This Axon may have the target itself.
+        self.message(m, vec![CONTROL], now);
+    }
+
+    /// Sends `m` to the control plane at the end of `path` (output ports from here).
+    fn send_control(&mut self, path: &[u8], m: &Msg) {
+        let Some((&first, rest)) = path.split_first() else {
+            return;
+        };
+        let out = first as usize;
+        let Some(n) = self.neigh.get(out).copied().flatten() else {
+            return;
+        };
+        let mut fwd = rest.to_vec();
+        fwd.push(CONTROL);
+        let repr = Repr {
+            kind: Some(Kind::Control),
+            forward: fwd,
+            reverse: vec![CONTROL],
+        };
+        self.scratch.clear();
+        m.emit(&mut self.scratch);
+        let mut c = self.pool.get();
+        self.outer(&mut c.data, n.mac, out);
+        let at = c.data.len();
+        c.data.resize(at + repr.len(), 0);
+        if repr.emit(&mut c.data[at..]).is_none() {
+            return self.pool.put(c);
+        }
+        c.data.extend_from_slice(&self.scratch);
+        let cp = self.cfg.ports.len();
+        self.enqueue(out, c, cp);
+    }
+
+    /// A control message that reached this control plane; `back` leads to its sender's.
+    fn message(&mut self, m: Msg, back: Vec<u8>, now: Instant) {
+        match m {
+            Msg::Hello { .. } => {}
+            Msg::Links { origin, seq, links } => {
+                if origin == self.cfg.id {
+                    return;
+                }
+                let newer = self
+                    .lsdb
+                    .get(&origin)
+                    .is_none_or(|(s, _, _)| seq != *s && seq.wrapping_sub(*s) < u32::MAX / 2);
+                if !newer {
+                    return;
+                }
+                let change = self.lsdb.get(&origin).is_none_or(|(_, l, _)| *l != links);
+                self.lsdb.insert(origin, (seq, links.clone(), now));
+                if change {
+                    self.topology_changed(now);
+                }
+                // Flood on to every neighbour but the one it came from.
+                let from = back.first().copied();
+                let m = Msg::Links { origin, seq, links };
+                for (port, _) in self.neighbours() {
+                    if Some(port) != from {
+                        self.send_control(&[port], &m);
+                    }
+                }
+            }
+            Msg::ArpRequest {
+                origin,
+                req,
+                src_mac,
+                src_ip,
+                src_port,
+                target,
+            } => {
+                let w = Waiting {
+                    origin,
+                    req,
+                    src_mac,
+                    src_ip,
+                    src_port,
+                    back,
+                    since: now,
+                };
+                self.waiting.insert((target, src_mac), w);
+                // Ask the target in the requester's name: where it is known, on its port;
+                // otherwise on every host port (but the requester's own).
+                let ports: Vec<usize> = match self.hosts.get(&target) {
+                    Some(h) => vec![h.port as usize],
+                    None => (0..self.cfg.ports.len())
+                        .filter(|&p| !self.is_axon_port(p))
+                        .filter(|&p| !(origin == self.cfg.id && p == src_port as usize))
+                        .collect(),
+                };
+                let dst = self.hosts.get(&target).map(|h| h.mac);
+                for p in ports {
+                    self.arp_to_host(
+                        p,
+                        wire::arp::Operation::Request,
+                        dst.unwrap_or(MacAddr::BROADCAST),
+                        src_mac,
+                        src_ip,
+                        dst.unwrap_or(MacAddr::ZERO),
+                        target,
+                    );
+                }
+            }
+            Msg::ArpReply {
+                origin,
+                target_mac,
+                target,
+                target_port,
+                src_mac,
+                src_ip,
+                ..
+            } => {
+                let Some(h) = self
+                    .hosts
+                    .get(&src_ip)
+                    .copied()
+                    .filter(|h| h.mac == src_mac)
+                else {
+                    return;
+                };
+                self.install(
+                    h.port as usize,
+                    origin,
+                    target_port,
+                    target_mac,
+                    target,
+                    now,
+                );
+                self.arp_reply_to_host(h.port as usize, src_mac, src_ip, target_mac, target);
+            }
+        }
+    }
+
+    /// At the target's Axon: the target answered; install the route back to the
+    /// requester and tell the requester's Axon.
+    fn target_answered(&mut self, w: Waiting, ip: Ipv4Addr, mac: MacAddr, port: u8, now: Instant) {
+        self.install(
+            port as usize,
+            w.origin,
+            w.src_port,
+            w.src_mac,
+            w.src_ip,
+            now,
+        );
+        let m = Msg::ArpReply {
+            origin: self.cfg.id,
+            req: w.req,
+            target_mac: mac,
+            target: ip,
+            target_port: port,
+            src_mac: w.src_mac,
+            src_ip: w.src_ip,
+        };
+        if w.origin == self.cfg.id {
+            self.message(m, vec![CONTROL], now);
+        } else {
+            // By the way the request came: its reverse path ends at the origin's control
+            // plane.
+            let back = w.back;
+            if back.last() == Some(&CONTROL) {
+                let path = back[..back.len() - 1].to_vec();
+                self.send_control(&path, &m);
+            }
+        }
+    }
+
+    fn install(
+        &mut self,
+        port: usize,
+        axon: u32,
+        far_port: u8,
+        mac: MacAddr,
+        ip: Ipv4Addr,
+        now: Instant,
+    ) {
+        let Some(cam) = self.cam.get_mut(port) else {
+            return;
+        };
+        if cam.len() >= self.cfg.cam_size && !cam.contains_key(&mac) {
+            self.counters.count(Drop::AxonCamFull);
+            return;
+        }
+        let path = if axon == self.cfg.id {
+            Some(vec![far_port])
+        } else {
+            self.paths.get(&axon).map(|p| {
+                let mut v = p.clone();
+                v.push(far_port);
+                v
+            })
+        };
+        cam.insert(
+            mac,
+            Route {
+                axon,
+                port: far_port,
+                mac,
+                ip,
+                path,
+                installed: now,
+            },
+        );
+        self.counters.event(Event::AxonRouteSetups);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn arp_to_host(
+        &mut self,
+        port: usize,
+        op: wire::arp::Operation,
+        eth_dst: MacAddr,
+        sender_mac: MacAddr,
+        sender_ip: Ipv4Addr,
+        target_mac: MacAddr,
+        target_ip: Ipv4Addr,
+    ) {
+        let mut c = self.pool.get();
+        c.data.extend_from_slice(&eth_dst.0);
+        c.data.extend_from_slice(&sender_mac.0);
+        c.data.extend_from_slice(&ethertype::ARP.to_be_bytes());
+        c.data.resize(14 + wire::arp::PACKET_LEN, 0);
+        let r = wire::arp::Repr {
+            operation: op,
+            sender_mac,
+            sender_ip,
+            target_mac,
+            target_ip,
+        };
+        if r.emit(&mut c.data[14..]).is_err() {
+            return self.pool.put(c);
+        }
+        let cp = self.cfg.ports.len();
+        self.enqueue(port, c, cp);
+    }
+
+    fn arp_reply_to_host(
+        &mut self,
+        port: usize,
+        host_mac: MacAddr,
+        host_ip: Ipv4Addr,
+        mac: MacAddr,
+        ip: Ipv4Addr,
+    ) {
+        self.counters.event(Event::AxonArpAnswered);
+        self.arp_to_host(
+            port,
+            wire::arp::Operation::Reply,
+            host_mac,
+            mac,
+            ip,
+            host_mac,
+            host_ip,
+        );
+    }
+
+    fn enqueue(&mut self, o: usize, p: Pkt, input: usize) {
+        match self.out.get_mut(o).map(|q| q.enqueue(p, input)) {
+            Some(Ok(())) => {}
+            Some(Err(p)) => {
+                self.counters.count(Drop::AxonBufferFull);
+                self.pool.put(p);
+            }
+            None => self.counters.count(Drop::AxonBadPort),
+        }
+    }
+
+    /// This Axon's links, as it floods them.
+    fn my_links(&self) -> Vec<(u8, u32, u8)> {
+        self.neighbours()
+            .into_iter()
+            .map(|(p, n)| (p, n.id, n.port))
+            .collect()
+    }
+
+    fn flood_links(&mut self) {
+        self.seq = self.seq.wrapping_add(1);
+        let m = Msg::Links {
+            origin: self.cfg.id,
+            seq: self.seq,
+            links: self.my_links(),
+        };
+        for (port, _) in self.neighbours() {
+            self.send_control(&[port], &m);
+        }
+    }
+
+    /// Shortest paths (fewest hops, ties to the lower port) over the links both ends
+    /// report; then every route onto its new path.
+    fn compute_paths(&mut self) {
+        self.counters.event(Event::AxonTopologyRuns);
+        let me = self.cfg.id;
+        let mut links: HashMap<u32, Vec<(u8, u32, u8)>> = self
+            .lsdb
+            .iter()
+            .map(|(o, (_, l, _))| (*o, l.clone()))
+            .collect();
+        links.insert(me, self.my_links());
+        let two_way = |a: u32, pa: u8, b: u32, pb: u8| {
+            links
+                .get(&b)
+                .is_some_and(|l| l.iter().any(|&(p, n, np)| p == pb && n == a && np == pa))
+        };
+        let mut paths: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
+        let mut queue = VecDeque::from([me]);
+        let mut seen = std::collections::HashSet::from([me]);
+        while let Some(a) = queue.pop_front() {
+            let mut ls = links.get(&a).cloned().unwrap_or_default();
+            ls.sort();
+            for (p, b, pb) in ls {
+                if seen.contains(&b) || !two_way(a, p, b, pb) {
+                    continue;
+                }
+                seen.insert(b);
+                let mut path = paths.get(&a).cloned().unwrap_or_default();
+                path.push(p);
+                if path.len() < axon::MAX_HOPS {
+                    paths.insert(b, path);
+                    queue.push_back(b);
+                }
+            }
+        }
+        self.paths = paths;
+        let paths = &self.paths;
+        for cam in &mut self.cam {
+            for r in cam.values_mut() {
+                if r.axon != me {
+                    r.path = paths.get(&r.axon).map(|p| {
+                        let mut v = p.clone();
+                        v.push(r.port);
+                        v
+                    });
+                }
+            }
+        }
+    }
+
+    /// Hellos, link floods, neighbour deaths, path computation, and what every output
+    /// port's schedule allows by now.
+    pub fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
+        if now >= self.next_hello {
+            self.next_hello = now + self.cfg.hello;
+            for port in 0..self.cfg.ports.len() {
+                let mut c = self.pool.get();
+                self.outer(&mut c.data, MacAddr::BROADCAST, port);
+                let repr = Repr::new(Kind::Hello, &[]);
+                let at = c.data.len();
+                c.data.resize(at + repr.len(), 0);
+                let _ = repr.emit(&mut c.data[at..]);
+                Msg::Hello {
+                    id: self.cfg.id,
+                    port: port as u8,
+                }
+                .emit(&mut c.data);
+                let cp = self.cfg.ports.len();
+                self.enqueue(port, c, cp);
+            }
+            let dead = self.cfg.hello * self.cfg.dead;
+            let mut lost = false;
+            for n in self.neigh.iter_mut() {
+                if n.is_some_and(|x| now.duration_since(x.seen) > dead) {
+                    *n = None;
+                    lost = true;
+                    self.counters.event(Event::AxonNeighbourDown);
+                }
+            }
+            if lost {
+                self.topology_changed(now);
+            }
+        }
+        if self.changed {
+            self.changed = false;
+            self.flood_links();
+            self.compute_paths();
+            self.next_refresh = now + REFRESH;
+        } else if now >= self.next_refresh {
+            self.next_refresh = now + REFRESH;
+            self.flood_links();
+            let before = self.lsdb.len();
+            self.lsdb
+                .retain(|_, (_, _, t)| now.duration_since(*t) < LINKS_AGE);
+            if self.lsdb.len() != before {
+                self.compute_paths();
+            }
+            self.waiting
+                .retain(|_, w| now.duration_since(w.since) < WAIT);
+            self.asked.retain(|_, t| now.duration_since(*t) < ASK_EVERY);
+        }
+        for (i, o) in self.out.iter_mut().enumerate() {
+            o.dequeue(now, &mut self.sent);
+            for p in self.sent.drain(..) {
+                tx.push(i as u16, p);
+            }
+        }
+    }
+
+    /// Frames wait in a queue: the run loop must not sleep.
+    pub fn busy(&self) -> bool {
+        self.out.iter().any(|o| o.queued())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counters::Scope;
+
+    fn axon(id: u32, ports: usize, now: Instant) -> Axon {
+        let cfg = AxonConfig {
+            id,
+            ports: (0..ports)
+                .map(|i| PortConfig {
+                    name: format!("a{id}p{i}"),
+                    capacity_bps: None,
+                    buffer_bytes: 1 << 20,
+                    delay: Duration::ZERO,
+                })
+                .collect(),
+            macs: (0..ports)
+                .map(|i| MacAddr([2, 0xa, 0, 0, id as u8, i as u8]))
+                .collect(),
+            hello: Duration::from_millis(20),
+            dead: 3,
+            cam_size: 16,
+        };
+        let names = cfg.ports.iter().map(|p| p.name.clone()).collect();
+        Axon::new(cfg, Arc::new(Counters::for_role(names, Scope::Axon)), now)
+    }
+
+    /// Axons joined by links (axon, port) <-> (axon, port), hosts on other ports; frames
+    /// move between them as the wires would.
+    struct Net {
+        axons: Vec<Axon>,
+        wires: Vec<((usize, u16), (usize, u16))>,
+        /// What left towards hosts: (axon, port, frame).
+        to_hosts: Vec<(usize, u16, Vec<u8>)>,
+        now: Instant,
+    }
+
+    impl Net {
+        fn step(&mut self) {
+            self.now += Duration::from_millis(5);
+            for _ in 0..20 {
+                let mut moved = false;
+                for i in 0..self.axons.len() {
+                    let mut tx = TxQueues::new(self.axons[i].cfg.ports.len());
+                    self.axons[i].poll(self.now, &mut tx);
+                    for (port, p) in tx.drain_all() {
+                        moved = true;
+                        let peer = self.wires.iter().find_map(|&(a, b)| {
+                            if a == (i, port) {
+                                Some(b)
+                            } else if b == (i, port) {
+                                Some(a)
+                            } else {
+                                None
+                            }
+                        });
+                        match peer {
+                            Some((j, q)) => {
+                                let mut p = p;
+                                p.meta.rx_port = q;
+                                let mut tx2 = TxQueues::new(0);
+                                self.axons[j].process(p, self.now, &mut tx2);
+                            }
+                            None => self.to_hosts.push((i, port, p.data)),
+                        }
+                    }
+                }
+                if !moved {
+                    break;
+                }
+            }
+        }
+
+        fn host_sends(&mut self, axon: usize, port: u16, frame: Vec<u8>) {
+            let mut p = Pkt::new();
+            p.data = frame;
+            p.meta.rx_port = port;
+            let mut tx = TxQueues::new(0);
+            self.axons[axon].process(p, self.now, &mut tx);
+        }
+    }
+
+    fn arp(
+        op: wire::arp::Operation,
+        smac: MacAddr,
+        sip: [u8; 4],
+        tmac: MacAddr,
+        tip: [u8; 4],
+    ) -> Vec<u8> {
+        let dst = if op == wire::arp::Operation::Request {
+            MacAddr::BROADCAST
+        } else {
+            tmac
+        };
+        let mut f = Vec::new();
+        f.extend_from_slice(&dst.0);
+        f.extend_from_slice(&smac.0);
+        f.extend_from_slice(&ethertype::ARP.to_be_bytes());
+        f.resize(14 + wire::arp::PACKET_LEN, 0);
+        wire::arp::Repr {
+            operation: op,
+            sender_mac: smac,
+            sender_ip: sip.into(),
+            target_mac: tmac,
+            target_ip: tip.into(),
+        }
+        .emit(&mut f[14..])
+        .unwrap();
+        f
+    }
+
+    fn ring() -> Net {
+        let now = Instant::now();
+        // Three Axons in a ring on ports 0 and 1; a host on port 2 of each.
+        Net {
+            axons: (1..=3).map(|id| axon(id, 3, now)).collect(),
+            wires: vec![((0, 0), (1, 1)), ((1, 0), (2, 1)), ((2, 0), (0, 1))],
+            to_hosts: Vec::new(),
+            now,
+        }
+    }
+
+    #[test]
+    fn a_ring_finds_its_topology_and_sets_routes_up_by_axon_arp() {
+        let mut n = ring();
+        for _ in 0..10 {
+            n.step();
+        }
+        for a in &n.axons {
+            assert_eq!(a.neighbours().len(), 2, "axon {}", a.cfg.id);
+            assert_eq!(a.paths().len(), 2, "axon {}: {:?}", a.cfg.id, a.paths());
+            assert!(a.paths().iter().all(|(_, p)| p.len() == 1));
+        }
+        // Host h1 (on axon 1) asks for h3 (on axon 3).
+        let h1 = MacAddr([2, 0, 0, 0, 0, 1]);
+        let h3 = MacAddr([2, 0, 0, 0, 0, 3]);
+        n.to_hosts.clear();
+        n.host_sends(
+            0,
+            2,
+            arp(
+                wire::arp::Operation::Request,
+                h1,
+                [10, 0, 0, 1],
+                MacAddr::ZERO,
+                [10, 0, 0, 3],
+            ),
+        );
+        n.step();
+        // Axon 3 asks its host port in h1's name (hellos aside).
+        let asks: Vec<_> = n
+            .to_hosts
+            .iter()
+            .filter(|(a, p, f)| *a == 2 && *p == 2 && f[12..14] == [0x08, 0x06])
+            .collect();
+        assert_eq!(asks.len(), 1, "{:?}", n.to_hosts.len());
+        let ask =
+            wire::arp::Repr::parse(&wire::arp::Packet::new_checked(&asks[0].2[14..]).unwrap());
+        assert_eq!(
+            (ask.sender_mac, ask.target_ip),
+            (h1, Ipv4Addr::new(10, 0, 0, 3))
+        );
+        n.to_hosts.clear();
+        n.host_sends(
+            2,
+            2,
+            arp(
+                wire::arp::Operation::Reply,
+                h3,
+                [10, 0, 0, 3],
+                h1,
+                [10, 0, 0, 1],
+            ),
+        );
+        n.step();
+        // h1 gets its answer from axon 1.
+        let replies: Vec<_> = n
+            .to_hosts
+            .iter()
+            .filter(|(a, p, f)| *a == 0 && *p == 2 && f[12..14] == [0x08, 0x06])
+            .collect();
+        assert_eq!(replies.len(), 1);
+        let r =
+            wire::arp::Repr::parse(&wire::arp::Packet::new_checked(&replies[0].2[14..]).unwrap());
+        assert_eq!(
+            (r.sender_mac, r.sender_ip),
+            (h3, Ipv4Addr::new(10, 0, 0, 3))
+        );
+        assert_eq!(n.axons[0].routes().len(), 1);
+        assert_eq!(n.axons[2].routes().len(), 1);
+        // Data both ways, unchanged at the far end.
+        let mut data = vec![0u8; 60];
+        data[0..6].copy_from_slice(&h3.0);
+        data[6..12].copy_from_slice(&h1.0);
+        data[12..14].copy_from_slice(&[0x88, 0x88]);
+        data[20] = 0x5a;
+        n.to_hosts.clear();
+        n.host_sends(0, 2, data.clone());
+        n.step();
+        let got: Vec<_> = n
+            .to_hosts
+            .iter()
+            .filter(|(_, _, f)| f[12..14] == [0x88, 0x88])
+            .collect();
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].0, got[0].1), (2, 2));
+        assert_eq!(got[0].2, data);
+        // Cut the direct link 1-3: the route moves to the way round by 2.
+        n.wires.retain(|w| *w != ((2, 0), (0, 1)));
+        for _ in 0..30 {
+            n.step();
+        }
+        let r = &n.axons[0].routes()[0].1;
+        assert_eq!(r.path.as_ref().map(|p| p.len()), Some(3), "{r:?}");
+        n.to_hosts.clear();
+        n.host_sends(0, 2, data.clone());
+        n.step();
+        let got: Vec<_> = n
+            .to_hosts
+            .iter()
+            .filter(|(_, _, f)| f[12..14] == [0x88, 0x88])
+            .collect();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].2, data);
+        // No route, no frame: a host reaches only what it resolved.
+        let mut other = data.clone();
+        other[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+        n.host_sends(0, 2, other);
+        assert_eq!(n.axons[0].counters.drops(Drop::AxonNoRoute), 1);
+    }
+}

@@ -1,0 +1,136 @@
+//! `tessera axon` in labs/axon-ring.toml: three Axons in a ring (which no learning switch
+//! could run without a spanning tree), two hosts on each. The Axons find each other, hosts
+//! resolve each other by ARP through them (Axon-ARP), ping and TCP work across the ring,
+//! a host reaches only what it resolved, and cutting a ring link moves the routes that
+//! used it onto the way round.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+
+const LAB: &str = "labs/axon-ring.toml";
+
+fn paths(lab: &TestLab, axon: &str) -> Vec<(u64, usize)> {
+    lab.show_json("routes", axon)["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["axon"].as_u64().unwrap(),
+                p["ports"].as_array().unwrap().len(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn hosts_talk_across_a_ring_of_axons_and_routes_move_off_a_cut_link() {
+    let lab = TestLab::up(repo_path(LAB), &[]);
+    // The bootstrap: every Axon sees two neighbours and a one-hop path to each other.
+    let t0 = Instant::now();
+    loop {
+        let ok = ["ax1", "ax2", "ax3"]
+            .iter()
+            .all(|a| paths(&lab, a).iter().filter(|p| p.1 == 1).count() == 2);
+        if ok {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "topology: {:?}",
+            paths(&lab, "ax1")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let interfaces = lab.show_json("interfaces", "ax1");
+    let kinds: Vec<&str> = interfaces
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["host", "host", "axon", "axon"], "{interfaces}");
+    // Hosts on every Axon reach each other; an Axon is a switch: the TTL is untouched.
+    for (src, dst) in [
+        ("h1", "10.7.0.2"),
+        ("h1", "10.7.0.3"),
+        ("h1", "10.7.0.5"),
+        ("h4", "10.7.0.6"),
+        ("h6", "10.7.0.2"),
+    ] {
+        let out = lab.sh(src, &["ping", "-c", "2", "-i", "0.2", "-W", "2", dst]);
+        assert!(out.contains(" 0% packet loss"), "{src} -> {dst}: {out}");
+        assert!(out.contains("ttl=64"), "{src} -> {dst}: {out}");
+    }
+    let hosts = lab.show_json("hosts", "ax1");
+    assert_eq!(hosts.as_array().unwrap().len(), 2, "{hosts}");
+    // TCP across the ring, over 100 Mbit/s links.
+    let mut server = lab.spawn("h5", &["iperf3", "-s", "-1"]);
+    std::thread::sleep(Duration::from_millis(400));
+    let out = lab.sh("h2", &["iperf3", "-c", "10.7.0.5", "-t", "2", "-J"]);
+    let _ = server.wait();
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mbps = j["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap()
+        / 1e6;
+    assert!(
+        (10.0..=101.0).contains(&mbps),
+        "TCP h2 -> h5: {mbps} Mbit/s"
+    );
+    // A host reaches only what it resolved: h1 never asked for h4.
+    let h4 = lab.mac("h4", "eth0");
+    let h1 = lab.mac("h1", "eth0");
+    let frame = format!(
+        "{} {} 0800 {}",
+        h4.replace(':', ""),
+        h1.replace(':', ""),
+        "00".repeat(46)
+    );
+    let before = drop_count(&lab.counters("ax1"), "axon_no_route");
+    let out = lab.exec("h1", &[exe(), "inject", "--iface", "eth0", "--hex", &frame]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        drop_count(&lab.counters("ax1"), "axon_no_route"),
+        before + 1
+    );
+    // Cut the ring link ax1-ax3: ax1's path to ax3 goes round by ax2, h1's route to h5
+    // with it, and h1 still reaches h5.
+    let cut = Instant::now();
+    lab.exec("ax1", &["ip", "link", "set", "ax1-a3", "down"]);
+    loop {
+        if paths(&lab, "ax1").contains(&(3, 2)) {
+            break;
+        }
+        assert!(
+            cut.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            paths(&lab, "ax1")
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    eprintln!("ax1's path to ax3 moved {:?} after the cut", cut.elapsed());
+    let routes = lab.show_json("routes", "ax1");
+    let to_h5 = routes["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["dst_ip"] == "10.7.0.5")
+        .unwrap_or_else(|| panic!("{routes}"));
+    assert_eq!(to_h5["path"].as_array().unwrap().len(), 3, "{to_h5}");
+    let out = lab.sh(
+        "h1",
+        &["ping", "-c", "5", "-i", "0.1", "-W", "2", "10.7.0.5"],
+    );
+    assert!(out.contains(" 0% packet loss"), "after the cut: {out}");
+    let c = lab.counters("ax1");
+    assert!(event_count(&c, "axon_neighbour_down") >= 1, "{c}");
+    assert_eq!(drop_count(&c, "axon_malformed"), 0, "{c}");
+}
