@@ -7,6 +7,13 @@
 //! dead_intervals = 3             # a neighbour is dead after this many without a hello
 //! cam_size = 4096                # routes per host port at most
 //!
+//! [dhcp]                         # optional: lease addresses to this Axon's hosts
+//! server = "10.7.0.251"          # server identifier, source of the replies
+//! pool = "10.7.0.101-10.7.0.110" # this Axon's own range (disjoint from other Axons')
+//! prefix_len = 24                # the hosts' subnet mask
+//! lease_s = 3600
+//! router = "10.7.0.254"          # optional: the default gateway the hosts are given
+//!
 //! [[port]]                       # at most 15; as a switch's (capacity_bps, buffer_bytes,
 //! name = "ax1-p0"                # delay_ms); host or Axon port is found out on the wire
 //!
@@ -17,10 +24,11 @@
 use crate::config::{from_toml, line_of, read, ConfigError, IoConfig, RawIo};
 use crate::run::{run_element, Query};
 use crate::switch::{parse_ports, RawPort};
-use dataplane::axon::{Axon, AxonConfig, MAX_PORTS};
+use dataplane::axon::{Axon, AxonConfig, DhcpConfig, MAX_PORTS};
 use dataplane::port::Port;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Arc, Mutex};
@@ -34,7 +42,18 @@ struct Raw {
     axon: Option<RawAxon>,
     #[serde(default)]
     port: Vec<RawPort>,
+    dhcp: Option<RawDhcp>,
     io: Option<RawIo>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDhcp {
+    server: Spanned<String>,
+    pool: Spanned<String>,
+    prefix_len: Option<Spanned<i64>>,
+    lease_s: Option<Spanned<i64>>,
+    router: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,6 +111,57 @@ impl AxonFile {
             ));
         }
         let ports = parse_ports(path, src, &raw.port)?;
+        let dhcp = match &raw.dhcp {
+            None => None,
+            Some(d) => {
+                let addr = |v: &Spanned<String>, key: &str| {
+                    v.get_ref().parse::<Ipv4Addr>().map_err(|_| {
+                        err(
+                            v.span().start,
+                            key,
+                            format!("{:?} is not an IPv4 address", v.get_ref()),
+                        )
+                    })
+                };
+                let server = addr(&d.server, "dhcp.server")?;
+                let bad_pool = || {
+                    err(
+                        d.pool.span().start,
+                        "dhcp.pool",
+                        format!(
+                            "{:?}: expected FIRST-LAST, like \"10.7.0.101-10.7.0.110\"",
+                            d.pool.get_ref()
+                        ),
+                    )
+                };
+                let (a, b) = d.pool.get_ref().split_once('-').ok_or_else(bad_pool)?;
+                let first: Ipv4Addr = a.trim().parse().map_err(|_| bad_pool())?;
+                let last: Ipv4Addr = b.trim().parse().map_err(|_| bad_pool())?;
+                if last < first || u32::from(last) - u32::from(first) > 65_535 {
+                    return Err(err(
+                        d.pool.span().start,
+                        "dhcp.pool",
+                        "the last address must not be below the first, and a pool holds at most 65536".into(),
+                    ));
+                }
+                let len = int(&d.prefix_len, "dhcp.prefix_len", 1, 30, 24)? as u32;
+                let mask = Ipv4Addr::from(u32::MAX << (32 - len));
+                let lease = int(&d.lease_s, "dhcp.lease_s", 10, 1 << 30, 3600)?;
+                let router = d
+                    .router
+                    .as_ref()
+                    .map(|r| addr(r, "dhcp.router"))
+                    .transpose()?;
+                Some(DhcpConfig {
+                    server,
+                    first,
+                    last,
+                    mask,
+                    lease: Duration::from_secs(lease as u64),
+                    router,
+                })
+            }
+        };
         Ok(AxonFile {
             path: path.into(),
             cfg: AxonConfig {
@@ -101,6 +171,7 @@ impl AxonFile {
                 hello: Duration::from_millis(hello as u64),
                 dead: dead as u32,
                 cam_size: cam_size as usize,
+                dhcp,
             },
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
         })
@@ -123,6 +194,15 @@ fn answer(a: &mut Axon, cmd: &str, _req: &Value) -> Value {
                     json!({"port": name(p), "port_number": p, "axon": n.id, "their_port": n.port,
                            "mac": n.mac.to_string(), "up_s": now.duration_since(n.since).as_secs_f64(),
                            "last_hello_ms": now.duration_since(n.seen).as_secs_f64() * 1e3})
+                })
+                .collect(),
+        ),
+        "leases" => Value::Array(
+            a.leases()
+                .into_iter()
+                .map(|(m, l)| {
+                    json!({"mac": m.to_string(), "ip": l.ip.to_string(), "bound": l.bound,
+                           "expires_in_s": l.until.saturating_duration_since(now).as_secs_f64()})
                 })
                 .collect(),
         ),
@@ -190,11 +270,11 @@ pub fn run<P: Port>(
                         serde_json::to_value(dataplane::counters::descriptions_for(c.role))
                             .map_err(|e| e.to_string())
                     }
-                    "neighbours" | "hosts" | "routes" | "interfaces" => {
+                    "neighbours" | "hosts" | "leases" | "routes" | "interfaces" => {
                         crate::run::ask_worker(&asker, cmd, req)
                     }
                     other => Err(format!(
-                        "unknown command {other:?}; try counters, describe, interfaces, neighbours, hosts, routes"
+                        "unknown command {other:?}; try counters, describe, interfaces, neighbours, hosts, leases, routes"
                     )),
                 }
             });
@@ -233,5 +313,17 @@ mod tests {
         assert_eq!(e.key, "port");
         let e = AxonFile::parse(path, &good.replace("hello_ms", "helo_ms")).unwrap_err();
         assert_eq!(e.line, 3, "{e}");
+        let dhcp = format!("{good}\n[dhcp]\nserver = \"10.7.0.251\"\npool = \"10.7.0.101-10.7.0.110\"\nprefix_len = 24\n");
+        let a = AxonFile::parse(path, &dhcp).unwrap();
+        let d = a.cfg.dhcp.unwrap();
+        assert_eq!(
+            (d.first, d.last),
+            (Ipv4Addr::new(10, 7, 0, 101), Ipv4Addr::new(10, 7, 0, 110))
+        );
+        assert_eq!(d.mask, Ipv4Addr::new(255, 255, 255, 0));
+        let e = AxonFile::parse(path, &dhcp.replace("10.7.0.101-", "10.7.0.111-")).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (14, "dhcp.pool"));
+        let e = AxonFile::parse(path, &dhcp.replace("\"10.7.0.251\"", "\"x\"")).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (13, "dhcp.server"));
     }
 }

@@ -25,7 +25,10 @@
 //!   and serve them by deficit round robin, with an optional capacity, buffer and delay:
 //!   the switch's ports ([`crate::switch`]).
 //!
-//! Not yet: DHCP from the Axons, masqueraded MACs when a route memory is full (the route is
+//! - **DHCP**: an Axon with `[dhcp]` leases addresses from its own pool to its hosts
+//!   (and so knows where they are before they speak).
+//!
+//! Not yet: masqueraded MACs when a route memory is full (the route is
 //! not installed, counted), latency probes, pacing a host port for the header's length
 //! (self-congestion), spreading paths over redundant links.
 
@@ -55,7 +58,32 @@ pub struct AxonConfig {
     pub dead: u32,
     /// Routes per host port at most.
     pub cam_size: usize,
+    /// Addresses for the hosts, if this Axon serves DHCP.
+    pub dhcp: Option<DhcpConfig>,
 }
+
+/// An Axon's DHCP server: a pool of its own (Axons in one subnet have disjoint pools).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DhcpConfig {
+    /// The server identifier and the source of the replies.
+    pub server: Ipv4Addr,
+    pub first: Ipv4Addr,
+    pub last: Ipv4Addr,
+    pub mask: Ipv4Addr,
+    pub lease: Duration,
+    pub router: Option<Ipv4Addr>,
+}
+
+/// A lease: the address and when it ends (an offer holds the address for a few seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub ip: Ipv4Addr,
+    pub until: Instant,
+    pub bound: bool,
+}
+
+/// How long an offered address is held for the host that was offered it.
+const OFFER_HOLD: Duration = Duration::from_secs(10);
 
 /// A route a host port holds: to host `mac` (`ip`) on port `port` of Axon `axon`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,6 +161,7 @@ pub struct Axon {
     hosts: HashMap<Ipv4Addr, Host>,
     waiting: HashMap<(Ipv4Addr, MacAddr), Waiting>,
     asked: HashMap<(u8, Ipv4Addr), Instant>,
+    leases: HashMap<MacAddr, Lease>,
     next_hello: Instant,
     next_refresh: Instant,
     next_req: u32,
@@ -167,6 +196,7 @@ impl Axon {
             hosts: HashMap::new(),
             waiting: HashMap::new(),
             asked: HashMap::new(),
+            leases: HashMap::new(),
             next_hello: now,
             next_refresh: now + REFRESH,
             next_req: 1,
@@ -200,6 +230,13 @@ impl Axon {
             .flat_map(|(p, c)| c.values().map(move |r| (p as u8, r.clone())))
             .collect();
         v.sort_by_key(|(p, r)| (*p, r.ip));
+        v
+    }
+
+    /// DHCP leases (and offers): (host MAC, lease).
+    pub fn leases(&self) -> Vec<(MacAddr, Lease)> {
+        let mut v: Vec<_> = self.leases.iter().map(|(m, l)| (*m, *l)).collect();
+        v.sort_by_key(|x| x.1.ip);
         v
     }
 
@@ -341,6 +378,9 @@ impl Axon {
                 if !a.is_unspecified() && !a.is_broadcast() && !a.is_multicast() {
                     self.learn(a, src, input as u8, now);
                 }
+                if ip.protocol() == wire::ipv4::protocol::UDP && self.is_dhcp(&p.data[14..]) {
+                    return self.dhcp(p, input, now);
+                }
             }
         }
         if is_group(&dst) {
@@ -385,6 +425,156 @@ impl Axon {
         c.data.extend_from_slice(&p.data);
         self.pool.put(p);
         self.enqueue(out, c, input);
+    }
+
+    /// A UDP datagram to the DHCP server port.
+    fn is_dhcp(&self, ip: &[u8]) -> bool {
+        let Ok(ip) = wire::ipv4::Packet::new_checked(ip) else {
+            return false;
+        };
+        !ip.is_fragment()
+            && wire::udp::Packet::new_checked(ip.payload())
+                .is_ok_and(|u| u.dst_port() == wire::dhcp::SERVER_PORT)
+    }
+
+    /// The DHCP server: DISCOVER gets an OFFER from the pool (the host's lease, the
+    /// address it asks for, or the first free one); REQUEST an ACK if this Axon can lease
+    /// that address to that host, else a NAK; RELEASE and DECLINE end the lease.
+    fn dhcp(&mut self, p: Pkt, input: usize, now: Instant) {
+        use wire::dhcp::{MsgType, Reply, Request};
+        let req = wire::ipv4::Packet::new_checked(&p.data[14..])
+            .ok()
+            .and_then(|ip| {
+                let u = wire::udp::Packet::new_checked(ip.payload()).ok()?;
+                Request::parse(u.payload()).ok()
+            });
+        self.pool.put(p);
+        let Some(r) = req else {
+            self.counters.count(Drop::AxonDhcpMalformed);
+            return;
+        };
+        let Some(cfg) = self.cfg.dhcp.clone() else {
+            self.counters.count(Drop::AxonDhcpOff);
+            return;
+        };
+        self.leases.retain(|_, l| l.until > now);
+        let in_pool = |a: Ipv4Addr| (cfg.first..=cfg.last).contains(&a) && a != cfg.server;
+        let taken_by_other = |leases: &HashMap<MacAddr, Lease>, a: Ipv4Addr| {
+            leases.iter().any(|(m, l)| l.ip == a && *m != r.chaddr)
+        };
+        let (msg_type, yiaddr) = match r.msg_type {
+            MsgType::Discover => {
+                let mine = self.leases.get(&r.chaddr).map(|l| l.ip);
+                let wanted = r
+                    .requested
+                    .filter(|a| in_pool(*a) && !taken_by_other(&self.leases, *a));
+                let free = || {
+                    let (a, b) = (u32::from(cfg.first), u32::from(cfg.last));
+                    (a..=b).map(Ipv4Addr::from).find(|x| {
+                        in_pool(*x)
+                            && !self.leases.values().any(|l| l.ip == *x)
+                            && !self.hosts.contains_key(x)
+                    })
+                };
+                let Some(ip) = mine.or(wanted).or_else(free) else {
+                    self.counters.count(Drop::AxonDhcpPoolFull);
+                    return;
+                };
+                let bound = self
+                    .leases
+                    .get(&r.chaddr)
+                    .is_some_and(|l| l.bound && l.ip == ip);
+                self.leases.insert(
+                    r.chaddr,
+                    Lease {
+                        ip,
+                        until: now + if bound { cfg.lease } else { OFFER_HOLD },
+                        bound,
+                    },
+                );
+                self.counters.event(Event::AxonDhcpOffers);
+                (MsgType::Offer, ip)
+            }
+            MsgType::Request => {
+                if r.server_id.is_some_and(|s| s != cfg.server) {
+                    // The host took another server's offer.
+                    if self.leases.get(&r.chaddr).is_some_and(|l| !l.bound) {
+                        self.leases.remove(&r.chaddr);
+                    }
+                    self.counters.count(Drop::AxonDhcpIgnored);
+                    return;
+                }
+                let asked = r.requested.unwrap_or(r.ciaddr);
+                if in_pool(asked) && !taken_by_other(&self.leases, asked) {
+                    self.leases.insert(
+                        r.chaddr,
+                        Lease {
+                            ip: asked,
+                            until: now + cfg.lease,
+                            bound: true,
+                        },
+                    );
+                    self.learn(asked, r.chaddr, input as u8, now);
+                    self.counters.event(Event::AxonDhcpAcks);
+                    (MsgType::Ack, asked)
+                } else {
+                    self.counters.event(Event::AxonDhcpNaks);
+                    (MsgType::Nak, Ipv4Addr::UNSPECIFIED)
+                }
+            }
+            MsgType::Release | MsgType::Decline => {
+                if self.leases.remove(&r.chaddr).is_none() {
+                    self.counters.count(Drop::AxonDhcpIgnored);
+                }
+                return;
+            }
+            _ => {
+                self.counters.count(Drop::AxonDhcpIgnored);
+                return;
+            }
+        };
+        let payload = Reply {
+            msg_type,
+            xid: r.xid,
+            flags: r.flags,
+            ciaddr: r.ciaddr,
+            yiaddr,
+            giaddr: r.giaddr,
+            chaddr: r.chaddr,
+            server_id: cfg.server,
+            lease_s: cfg.lease.as_secs().min(u32::MAX as u64) as u32,
+            subnet_mask: cfg.mask,
+            router: cfg.router,
+        }
+        .to_vec();
+        // To a host without an address yet (or that asked for broadcast): broadcast.
+        let unicast =
+            r.flags & 0x8000 == 0 && !r.ciaddr.is_unspecified() && msg_type != MsgType::Nak;
+        let frame = wire::frame::UdpFrame {
+            eth_dst: if unicast {
+                r.chaddr
+            } else {
+                MacAddr::BROADCAST
+            },
+            eth_src: self.cfg.macs[input],
+            src: cfg.server,
+            dst: if unicast {
+                r.ciaddr
+            } else {
+                Ipv4Addr::BROADCAST
+            },
+            src_port: wire::dhcp::SERVER_PORT,
+            dst_port: wire::dhcp::CLIENT_PORT,
+            ttl: 64,
+            ident: 0,
+            dont_frag: false,
+            payload: &payload,
+        }
+        .to_vec();
+        let mut c = self.pool.get();
+        c.data.extend_from_slice(&frame);
+        let cp = self.cfg.ports.len();
+        self.enqueue(input, c, cp);
     }
 
     fn outer(&self, buf: &mut Vec<u8>, dst: MacAddr, out: usize) {
@@ -881,6 +1071,7 @@ mod tests {
             hello: Duration::from_millis(20),
             dead: 3,
             cam_size: 16,
+            dhcp: None,
         };
         let names = cfg.ports.iter().map(|p| p.name.clone()).collect();
         Axon::new(cfg, Arc::new(Counters::for_role(names, Scope::Axon)), now)

@@ -120,6 +120,10 @@ named_enum! {
         AxonCamFull = "axon_cam_full" in Axon: "route not installed: the port's route memory was full",
         AxonArpIgnored = "axon_arp_ignored" in Axon: "ARP from a host that needs no answer (gratuitous, or a reply nobody waits for)",
         AxonBufferFull = "axon_buffer_full" in Axon: "frame that found its output queue full (tail drop)",
+        AxonDhcpMalformed = "axon_dhcp_malformed" in Axon: "DHCP message from a host that does not parse (IPv4, UDP or DHCP)",
+        AxonDhcpOff = "axon_dhcp_off" in Axon: "DHCP message from a host to an Axon without [dhcp]",
+        AxonDhcpPoolFull = "axon_dhcp_pool_full" in Axon: "DHCP DISCOVER not answered: every address of the pool is leased",
+        AxonDhcpIgnored = "axon_dhcp_ignored" in Axon: "DHCP message that needs no answer (for another server, INFORM, or a release of an unknown lease)",
     }
 }
 
@@ -161,6 +165,9 @@ named_enum! {
         AxonRouteSetups = "axon_route_setups" in Axon: "routes installed (Axon-ARP answered, or a local pair)",
         AxonArpRequests = "axon_arp_requests" in Axon: "Axon-ARP requests sent for a host's ARP request",
         AxonArpAnswered = "axon_arp_answered" in Axon: "ARP requests from hosts answered by the control plane",
+        AxonDhcpOffers = "axon_dhcp_offers" in Axon: "DHCP OFFERs sent",
+        AxonDhcpAcks = "axon_dhcp_acks" in Axon: "DHCP ACKs sent (leases granted or renewed)",
+        AxonDhcpNaks = "axon_dhcp_naks" in Axon: "DHCP NAKs sent (an address this Axon cannot lease to that host)",
     }
 }
 

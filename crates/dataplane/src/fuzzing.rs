@@ -187,6 +187,14 @@ pub fn axon() -> (crate::axon::Axon, Instant) {
         hello: Duration::from_millis(20),
         dead: 3,
         cam_size: 8,
+        dhcp: Some(crate::axon::DhcpConfig {
+            server: std::net::Ipv4Addr::new(10, 0, 0, 250),
+            first: std::net::Ipv4Addr::new(10, 0, 0, 100),
+            last: std::net::Ipv4Addr::new(10, 0, 0, 101),
+            mask: std::net::Ipv4Addr::new(255, 255, 255, 0),
+            lease: Duration::from_secs(60),
+            router: None,
+        }),
     };
     let names = cfg.ports.iter().map(|p| p.name.clone()).collect();
     let counters = std::sync::Arc::new(crate::Counters::for_role(

@@ -54,6 +54,10 @@ pub struct HostInterface {
     /// ADDRESS/LENGTH.
     #[serde(default)]
     pub address: Option<String>,
+    /// Get the address by DHCP instead (Debian's ISC dhclient, started by `lab up`, which
+    /// waits for every lease).
+    #[serde(default)]
+    pub dhcp: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -235,6 +239,14 @@ impl Lab {
                 "lab name {:?}: use 1 to 24 letters, digits or '_'",
                 self.name
             ));
+        }
+        for h in &self.topo.host {
+            if let Some(i) = h.interfaces.iter().find(|i| i.dhcp && i.address.is_some()) {
+                return Err(format!(
+                    "host {}: interface {} has both an address and dhcp = true",
+                    h.name, i.name
+                ));
+            }
         }
         let mut seen = std::collections::BTreeSet::new();
         for (n, _) in self.nodes() {
@@ -550,6 +562,7 @@ impl Lab {
                 }
             }
         }
+        self.dhcp_clients()?;
         // Outside routers, once the router is there to peer with.
         for h in &self.topo.host {
             self.start_frr(&h.name, &h.frr, false)?;
@@ -594,6 +607,62 @@ impl Lab {
     /// device's transmit queue (and sets its operstate) from a deferred work item up to a
     /// second after the carrier comes up; frames sent before that are dropped, so the
     /// first packets of a test would be lost.
+    /// Starts dhclient on every host interface with `dhcp = true`, all at once, and waits
+    /// until each has its lease (dhclient -1 returns then, and runs on for renewals).
+    fn dhcp_clients(&self) -> Result<(), String> {
+        let mut clients = Vec::new();
+        for h in &self.topo.host {
+            for i in h.interfaces.iter().filter(|i| i.dhcp) {
+                let run = self.run_dir();
+                let pf = run.join(format!("dhclient-{}-{}.pid", h.name, i.name));
+                let lf = run.join(format!("dhclient-{}-{}.leases", h.name, i.name));
+                let child = std::process::Command::new("ip")
+                    .args([
+                        "netns",
+                        "exec",
+                        &self.ns(&h.name),
+                        "dhclient",
+                        "-4",
+                        "-1",
+                        "-pf",
+                    ])
+                    .arg(&pf)
+                    .arg("-lf")
+                    .arg(&lf)
+                    .arg(&i.name)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .map_err(|e| {
+                        format!(
+                            "host {}: dhclient (apt-get install isc-dhcp-client): {e}",
+                            h.name
+                        )
+                    })?;
+                clients.push((h.name.clone(), i.name.clone(), child));
+            }
+        }
+        let mut errors = Vec::new();
+        for (host, ifname, c) in clients {
+            match c.wait_with_output() {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => errors.push(format!(
+                    "host {host}: dhclient got no lease on {ifname}: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                        .lines()
+                        .last()
+                        .unwrap_or("")
+                )),
+                Err(e) => errors.push(format!("host {host}: dhclient: {e}")),
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("\n"))
+        }
+    }
+
     fn wait_links_up(&self, limit: Duration) -> Result<(), String> {
         let t = Instant::now();
         loop {

@@ -233,6 +233,11 @@ enum Show {
         #[arg(long)]
         control: PathBuf,
     },
+    /// An Axon's DHCP leases (and offers): MAC, address, bound, expiry.
+    Leases {
+        #[arg(long)]
+        control: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -632,6 +637,7 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Elements { control } => ask(&control, "elements"),
             Show::Macs { control } => ask(&control, "macs"),
             Show::Hosts { control } => ask(&control, "hosts"),
+            Show::Leases { control } => ask(&control, "leases"),
         },
         Cmd::Balancer(a) => balancer(&a),
         Cmd::Controller(a) => controller(&a),

@@ -1,6 +1,7 @@
 //! `tessera axon` in labs/axon-ring.toml: three Axons in a ring (which no learning switch
-//! could run without a spanning tree), two hosts on each. The Axons find each other, hosts
-//! resolve each other by ARP through them (Axon-ARP), ping and TCP work across the ring,
+//! could run without a spanning tree), two hosts on each. The hosts get their addresses
+//! from their Axons by DHCP (Debian's dhclient), the Axons find each other, hosts resolve
+//! each other by ARP through them (Axon-ARP), ping and TCP work across the ring,
 //! a host reaches only what it resolved, and cutting a ring link moves the routes that
 //! used it onto the way round.
 
@@ -23,6 +24,17 @@ fn paths(lab: &TestLab, axon: &str) -> Vec<(u64, usize)> {
             )
         })
         .collect()
+}
+
+/// A host's IPv4 address on eth0, as dhclient configured it.
+fn addr(lab: &TestLab, host: &str) -> String {
+    let out = lab.sh(host, &["ip", "-4", "-o", "addr", "show", "eth0"]);
+    out.split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|a| a.split('/').next())
+        .unwrap_or_else(|| panic!("{host} has no address: {out}"))
+        .to_string()
 }
 
 #[test]
@@ -52,15 +64,42 @@ fn hosts_talk_across_a_ring_of_axons_and_routes_move_off_a_cut_link() {
         .map(|i| i["kind"].as_str().unwrap())
         .collect();
     assert_eq!(kinds, ["host", "host", "axon", "axon"], "{interfaces}");
+    // Every host has a lease from its own Axon's pool.
+    for (host, axon, lo, hi) in [
+        ("h1", "ax1", 101, 110),
+        ("h2", "ax1", 101, 110),
+        ("h3", "ax2", 111, 120),
+        ("h4", "ax2", 111, 120),
+        ("h5", "ax3", 121, 130),
+        ("h6", "ax3", 121, 130),
+    ] {
+        let a = addr(&lab, host);
+        let last: u32 = a.rsplit('.').next().unwrap().parse().unwrap();
+        assert!(
+            a.starts_with("10.7.0.") && (lo..=hi).contains(&last),
+            "{host}: {a}"
+        );
+        let leases = lab.show_json("leases", axon);
+        assert!(
+            leases
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["ip"] == a.as_str() && l["bound"] == true),
+            "{axon}: {leases}"
+        );
+    }
+    let ip = |h: &str| addr(&lab, h);
     // Hosts on every Axon reach each other; an Axon is a switch: the TTL is untouched.
     for (src, dst) in [
-        ("h1", "10.7.0.2"),
-        ("h1", "10.7.0.3"),
-        ("h1", "10.7.0.5"),
-        ("h4", "10.7.0.6"),
-        ("h6", "10.7.0.2"),
+        ("h1", "h2"),
+        ("h1", "h3"),
+        ("h1", "h5"),
+        ("h4", "h6"),
+        ("h6", "h2"),
     ] {
-        let out = lab.sh(src, &["ping", "-c", "2", "-i", "0.2", "-W", "2", dst]);
+        let dst = ip(dst);
+        let out = lab.sh(src, &["ping", "-c", "2", "-i", "0.2", "-W", "2", &dst]);
         assert!(out.contains(" 0% packet loss"), "{src} -> {dst}: {out}");
         assert!(out.contains("ttl=64"), "{src} -> {dst}: {out}");
     }
@@ -69,7 +108,7 @@ fn hosts_talk_across_a_ring_of_axons_and_routes_move_off_a_cut_link() {
     // TCP across the ring, over 100 Mbit/s links.
     let mut server = lab.spawn("h5", &["iperf3", "-s", "-1"]);
     std::thread::sleep(Duration::from_millis(400));
-    let out = lab.sh("h2", &["iperf3", "-c", "10.7.0.5", "-t", "2", "-J"]);
+    let out = lab.sh("h2", &["iperf3", "-c", &ip("h5"), "-t", "2", "-J"]);
     let _ = server.wait();
     let j: serde_json::Value = serde_json::from_str(&out).unwrap();
     let mbps = j["end"]["sum_received"]["bits_per_second"]
@@ -122,12 +161,12 @@ fn hosts_talk_across_a_ring_of_axons_and_routes_move_off_a_cut_link() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["dst_ip"] == "10.7.0.5")
+        .find(|r| r["dst_ip"] == ip("h5").as_str())
         .unwrap_or_else(|| panic!("{routes}"));
     assert_eq!(to_h5["path"].as_array().unwrap().len(), 3, "{to_h5}");
     let out = lab.sh(
         "h1",
-        &["ping", "-c", "5", "-i", "0.1", "-W", "2", "10.7.0.5"],
+        &["ping", "-c", "5", "-i", "0.1", "-W", "2", &ip("h5")],
     );
     assert!(out.contains(" 0% packet loss"), "after the cut: {out}");
     let c = lab.counters("ax1");

@@ -110,7 +110,8 @@ fn switch_on_frames() {
 }
 
 /// The Axon on its corpus (frames behind a control byte): no panic; the seeds include an
-/// Axon-ARP reply that sets a route up, an ARP request it answers, and flooded links.
+/// Axon-ARP reply that sets a route up, an ARP request it answers, flooded links, and a
+/// DHCP DISCOVER and REQUEST it answers.
 #[test]
 fn axon_corpus() {
     let (mut a, now) = dataplane::fuzzing::axon();
@@ -120,4 +121,6 @@ fn axon_corpus() {
     assert!(a.counters.events(dataplane::Event::AxonRouteSetups) > 0);
     assert!(a.counters.events(dataplane::Event::AxonArpAnswered) > 0);
     assert!(a.counters.events(dataplane::Event::AxonTopologyRuns) > 1);
+    assert!(a.counters.events(dataplane::Event::AxonDhcpOffers) > 0);
+    assert!(a.counters.events(dataplane::Event::AxonDhcpAcks) > 0);
 }

@@ -3,7 +3,7 @@
 //! it records the port the frame came in by, so that the far end holds the way back.
 //!
 //! Between Axons the header travels in an Ethernet frame of its own EtherType
-//! ([`ETHERTYPE`], IEEE's local experimental 0x88b5), so that any Ethernet port and NIC
+//! ([`ETHERTYPE`], IEEE's local experimental 0x88b6; DIST has 0x88b5), so that any Ethernet port and NIC
 //! carries it and tcpdump shows it (the thesis's point-to-point links carried it bare):
 //!
 //! ```text
@@ -23,7 +23,7 @@ use crate::{be32, need, MacAddr, Truncated};
 use std::net::Ipv4Addr;
 
 /// The outer Ethernet type of Axon frames.
-pub const ETHERTYPE: u16 = 0x88b5;
+pub const ETHERTYPE: u16 = 0x88b6;
 /// The port number of an Axon's control plane.
 pub const CONTROL: u8 = 0xf;
 /// Hops a path holds at most (forward and reverse together).

@@ -4,7 +4,7 @@
 //! promise checked is "no panic", plus internal consistency asserts that would reveal a
 //! parser bug.
 
-use crate::{arp, dist, ethernet, icmp, ipv4, tcp, udp};
+use crate::{arp, axon, dhcp, dist, ethernet, icmp, ipv4, tcp, udp};
 
 /// Parses `data` as an Ethernet frame and every layer inside it.
 pub fn parse_frame(data: &[u8]) {
@@ -20,6 +20,7 @@ pub fn parse_frame(data: &[u8]) {
             check_dist_auth(data);
         }
         dist::ETHERTYPE => parse_dist(f.payload()),
+        axon::ETHERTYPE => parse_axon(f.payload()),
         _ => {}
     }
 }
@@ -77,6 +78,9 @@ pub fn parse_ipv4(data: &[u8]) {
         ipv4::protocol::UDP => {
             if let Ok(u) = udp::Packet::new_checked(p.payload()) {
                 let _ = (u.verify_checksum(src, dst), u.payload(), u.is_empty());
+                if u.dst_port() == dhcp::SERVER_PORT {
+                    parse_dhcp(u.payload());
+                }
             }
         }
         ipv4::protocol::TCP => {
@@ -102,5 +106,47 @@ pub fn parse_dist(data: &[u8]) {
         let mut b = vec![0u8; r.buffer_len()];
         r.emit(&mut b).expect("a parsed message emits");
         assert_eq!(dist::Repr::parse(&b).expect("an emitted message parses"), r);
+    }
+}
+
+/// An Axon header, the walk along its path, and the control message it may carry.
+pub fn parse_axon(data: &[u8]) {
+    let mut d = data.to_vec();
+    if let Ok(mut h) = axon::Header::new_checked(&mut d[..]) {
+        let (fwd, rev) = (h.forward(), h.reverse());
+        assert_eq!(fwd.len(), h.fwd() as usize);
+        assert_eq!(rev.len(), h.rev() as usize);
+        if let Ok(m) = axon::Msg::parse(h.payload()) {
+            let mut b = Vec::new();
+            m.emit(&mut b);
+            assert_eq!(
+                axon::Msg::parse(&b),
+                Ok(m),
+                "a parsed message emits and parses back"
+            );
+        }
+        while h.advance(3).is_some() {}
+        assert_eq!(h.reverse().len(), fwd.len() + rev.len());
+    }
+}
+
+/// A DHCP client message, and the reply a server would build for it.
+pub fn parse_dhcp(data: &[u8]) {
+    if let Ok(r) = dhcp::Request::parse(data) {
+        let reply = dhcp::Reply {
+            msg_type: dhcp::MsgType::Offer,
+            xid: r.xid,
+            flags: r.flags,
+            ciaddr: r.ciaddr,
+            yiaddr: r.requested.unwrap_or(r.ciaddr),
+            giaddr: r.giaddr,
+            chaddr: r.chaddr,
+            server_id: r.server_id.unwrap_or(r.ciaddr),
+            lease_s: 60,
+            subnet_mask: r.ciaddr,
+            router: None,
+        }
+        .to_vec();
+        assert!(reply.len() >= 300);
     }
 }

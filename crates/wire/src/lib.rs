@@ -12,6 +12,7 @@
 pub mod arp;
 pub mod axon;
 pub mod checksum;
+pub mod dhcp;
 pub mod dist;
 pub mod ethernet;
 pub mod fpm;
