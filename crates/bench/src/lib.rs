@@ -3,6 +3,7 @@
 //! Rates are measured on this machine in one run, so contenders are compared as ratios
 //! (the machine is shared and noisy; absolute numbers move between runs).
 
+pub mod axon_bench;
 pub mod balancer_bench;
 pub mod contend_bench;
 #[cfg(feature = "dpdk")]

@@ -158,6 +158,8 @@ pub struct Axon {
     paths: BTreeMap<u32, Vec<u8>>,
     /// Per port: destination MAC -> route.
     cam: Vec<HashMap<MacAddr, Route>>,
+    /// Per port: destination address -> its route's MAC (ARP answered from it).
+    by_ip: Vec<HashMap<Ipv4Addr, MacAddr>>,
     hosts: HashMap<Ipv4Addr, Host>,
     waiting: HashMap<(Ipv4Addr, MacAddr), Waiting>,
     asked: HashMap<(u8, Ipv4Addr), Instant>,
@@ -193,6 +195,7 @@ impl Axon {
             seq: 0,
             paths: BTreeMap::new(),
             cam: (0..n).map(|_| HashMap::new()).collect(),
+            by_ip: (0..n).map(|_| HashMap::new()).collect(),
             hosts: HashMap::new(),
             waiting: HashMap::new(),
             asked: HashMap::new(),
@@ -349,6 +352,7 @@ impl Axon {
                 self.counters.event(Event::AxonNeighbourUp);
                 // Hosts no longer live behind this port.
                 self.cam[port].clear();
+                self.by_ip[port].clear();
                 self.hosts.retain(|_, h| h.port as usize != port);
                 self.topology_changed(now);
             }
@@ -620,8 +624,7 @@ impl Axon {
             return;
         }
         // A route to the target from this port already: answer.
-        if let Some(r) = self.cam[input].values().find(|r| r.ip == a.target_ip) {
-            let mac = r.mac;
+        if let Some(&mac) = self.by_ip[input].get(&a.target_ip) {
             self.arp_reply_to_host(input, a.sender_mac, a.sender_ip, mac, a.target_ip);
             return;
         }
@@ -839,6 +842,10 @@ impl Axon {
                 v
             })
         };
+        if let Some(old) = cam.get(&mac) {
+            self.by_ip[port].remove(&old.ip);
+        }
+        self.by_ip[port].insert(ip, mac);
         cam.insert(
             mac,
             Route {

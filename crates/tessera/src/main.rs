@@ -415,6 +415,25 @@ enum Bench {
         #[arg(long, default_value = "results/switch")]
         out: PathBuf,
     },
+    /// The Axon (docs/axon.md): route setup rate in memory, per-hop latency beside a
+    /// Linux bridge's, six flows on a line against a ring of Axons, a cut ring link, and
+    /// the forwarding rate beside a bridge's.
+    Axon {
+        /// Route setups measured in memory.
+        #[arg(long, default_value_t = 200_000)]
+        setups: usize,
+        /// Capacity of the links between Axons, Mbit/s (line against ring).
+        #[arg(long, default_value_t = 100)]
+        link_mbps: u64,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// The Axons' packet I/O backend: auto, xdp or packet.
+        #[arg(long, value_name = "BACKEND")]
+        io: Option<String>,
+        #[arg(long, default_value = "results/axon")]
+        out: PathBuf,
+    },
     /// Contending flows into one output port (docs/contend.md): two constant-rate flows
     /// through each device under test (a Linux bridge shaped by tbf, our switch in FIFO
     /// and in fair mode, and any --dut); per flow, rates over 1 ms and 100 ms intervals;
@@ -907,6 +926,31 @@ fn run(cli: Cli) -> Result<i32> {
                     io,
                 };
                 let v = bench::switch_bench::run(&opts, &mut |s| eprintln!("bench switch: {s}"))
+                    .map_err(anyhow::Error::msg)?;
+                print(&v)
+            }
+            Bench::Axon {
+                setups,
+                link_mbps,
+                seconds,
+                io,
+                out,
+            } => {
+                let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+                backend_arg(io.as_deref())?;
+                if !(1..=100_000).contains(&link_mbps) {
+                    bail!("--link-mbps {link_mbps}: use 1 to 100000");
+                }
+                stop_lab_benches_on_signals()?;
+                let opts = bench::axon_bench::AxonOpts {
+                    exe,
+                    out,
+                    setups: setups.clamp(1, 10_000_000),
+                    link_mbps,
+                    seconds: seconds.clamp(0.5, 60.0),
+                    io,
+                };
+                let v = bench::axon_bench::run(&opts, &mut |s| eprintln!("bench axon: {s}"))
                     .map_err(anyhow::Error::msg)?;
                 print(&v)
             }
