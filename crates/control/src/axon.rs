@@ -218,8 +218,9 @@ fn answer(a: &mut Axon, cmd: &str, _req: &Value) -> Value {
         "routes" => json!({
             "axon": a.cfg.id,
             "paths": a.paths().into_iter().map(|(id, p)| json!({"axon": id, "ports": p})).collect::<Vec<_>>(),
-            "routes": a.routes().into_iter().map(|(p, r)| json!({
+            "routes": a.routes().into_iter().map(|(p, r, masq)| json!({
                 "port": name(p), "dst_mac": r.mac.to_string(), "dst_ip": r.ip.to_string(),
+                "masqueraded_as": masq.map(|m| m.to_string()),
                 "axon": r.axon, "far_port": r.port, "path": r.path,
                 "age_s": now.duration_since(r.installed).as_secs_f64(),
             })).collect::<Vec<_>>(),

@@ -158,8 +158,12 @@ pub struct Axon {
     paths: BTreeMap<u32, Vec<u8>>,
     /// Per port: destination MAC -> route.
     cam: Vec<HashMap<MacAddr, Route>>,
-    /// Per port: destination address -> its route's MAC (ARP answered from it).
+    /// Per port: destination address -> the MAC its host was given (ARP answered from it).
     by_ip: Vec<HashMap<Ipv4Addr, MacAddr>>,
+    /// Per port: routes beyond the route memory, found by the index their masqueraded MAC
+    /// carries ([`masq_mac`]), and the index of each destination MAC.
+    masq: Vec<Vec<Route>>,
+    masq_index: Vec<HashMap<MacAddr, u32>>,
     hosts: HashMap<Ipv4Addr, Host>,
     waiting: HashMap<(Ipv4Addr, MacAddr), Waiting>,
     asked: HashMap<(u8, Ipv4Addr), Instant>,
@@ -175,6 +179,23 @@ pub struct Axon {
 
 fn is_group(m: &MacAddr) -> bool {
     m.0[0] & 1 == 1
+}
+
+/// Routes per host port beyond the route memory at most (the index takes 24 bits).
+pub const MAX_MASQ: usize = 1 << 24;
+
+/// The masqueraded MAC of route `index` of host port `port`: locally administered and
+/// unicast (06:a0:..), carrying the route's index, so that a frame to it finds its route
+/// without a lookup. A host is given it by ARP when the port's route memory is full.
+pub fn masq_mac(port: u8, index: u32) -> MacAddr {
+    let i = index.to_be_bytes();
+    MacAddr([0x06, 0xa0, port, i[1], i[2], i[3]])
+}
+
+/// The port and route index a masqueraded MAC carries.
+pub fn masq_of(m: &MacAddr) -> Option<(u8, u32)> {
+    (m.0[0] == 0x06 && m.0[1] == 0xa0)
+        .then(|| (m.0[2], u32::from_be_bytes([0, m.0[3], m.0[4], m.0[5]])))
 }
 
 impl Axon {
@@ -196,6 +217,8 @@ impl Axon {
             paths: BTreeMap::new(),
             cam: (0..n).map(|_| HashMap::new()).collect(),
             by_ip: (0..n).map(|_| HashMap::new()).collect(),
+            masq: (0..n).map(|_| Vec::new()).collect(),
+            masq_index: (0..n).map(|_| HashMap::new()).collect(),
             hosts: HashMap::new(),
             waiting: HashMap::new(),
             asked: HashMap::new(),
@@ -224,15 +247,21 @@ impl Axon {
         v
     }
 
-    /// Every port's routes: (port, route).
-    pub fn routes(&self) -> Vec<(u8, Route)> {
+    /// Every port's routes: (port, route, the masqueraded MAC its host was given, if the
+    /// route is beyond the route memory).
+    pub fn routes(&self) -> Vec<(u8, Route, Option<MacAddr>)> {
         let mut v: Vec<_> = self
             .cam
             .iter()
             .enumerate()
-            .flat_map(|(p, c)| c.values().map(move |r| (p as u8, r.clone())))
+            .flat_map(|(p, c)| c.values().map(move |r| (p as u8, r.clone(), None)))
+            .chain(self.masq.iter().enumerate().flat_map(|(p, m)| {
+                m.iter()
+                    .enumerate()
+                    .map(move |(i, r)| (p as u8, r.clone(), Some(masq_mac(p as u8, i as u32))))
+            }))
             .collect();
-        v.sort_by_key(|(p, r)| (*p, r.ip));
+        v.sort_by_key(|(p, r, _)| (*p, r.ip));
         v
     }
 
@@ -353,6 +382,8 @@ impl Axon {
                 // Hosts no longer live behind this port.
                 self.cam[port].clear();
                 self.by_ip[port].clear();
+                self.masq[port].clear();
+                self.masq_index[port].clear();
                 self.hosts.retain(|_, h| h.port as usize != port);
                 self.topology_changed(now);
             }
@@ -391,10 +422,19 @@ impl Axon {
             self.counters.count(Drop::AxonBroadcast);
             return self.pool.put(p);
         }
-        let Some(r) = self.cam[input].get(&dst) else {
+        let masq = masq_of(&dst).filter(|(port, _)| *port as usize == input);
+        let found = match masq {
+            Some((_, i)) => self.masq[input].get(i as usize),
+            None => self.cam[input].get(&dst),
+        };
+        let Some(r) = found else {
             self.counters.count(Drop::AxonNoRoute);
             return self.pool.put(p);
         };
+        if masq.is_some() {
+            // The host addressed the route's index: the far host expects its own MAC.
+            p.data[0..6].copy_from_slice(&r.mac.0);
+        }
         let Some(path) = r.path.as_ref() else {
             self.counters.count(Drop::AxonNoPath);
             return self.pool.put(p);
@@ -771,15 +811,16 @@ impl Axon {
                 else {
                     return;
                 };
-                self.install(
+                if let Some(shown) = self.install(
                     h.port as usize,
                     origin,
                     target_port,
                     target_mac,
                     target,
                     now,
-                );
-                self.arp_reply_to_host(h.port as usize, src_mac, src_ip, target_mac, target);
+                ) {
+                    self.arp_reply_to_host(h.port as usize, src_mac, src_ip, shown, target);
+                }
             }
         }
     }
@@ -787,7 +828,7 @@ impl Axon {
     /// At the target's Axon: the target answered; install the route back to the
     /// requester and tell the requester's Axon.
     fn target_answered(&mut self, w: Waiting, ip: Ipv4Addr, mac: MacAddr, port: u8, now: Instant) {
-        self.install(
+        let shown = self.install(
             port as usize,
             w.origin,
             w.src_port,
@@ -795,6 +836,19 @@ impl Axon {
             w.src_ip,
             now,
         );
+        if let Some(m) = shown.filter(|m| *m != w.src_mac) {
+            // The target learnt the requester's own MAC from the ARP asked in its name;
+            // the route to it is masqueraded: correct the target's cache.
+            self.arp_to_host(
+                port as usize,
+                wire::arp::Operation::Reply,
+                mac,
+                m,
+                w.src_ip,
+                mac,
+                ip,
+            );
+        }
         let m = Msg::ArpReply {
             origin: self.cfg.id,
             req: w.req,
@@ -817,6 +871,9 @@ impl Axon {
         }
     }
 
+    /// Installs a route on host port `port`; returns the MAC its host is to be given (the
+    /// far host's, or a masqueraded one when the route memory is full), None if neither
+    /// has room.
     fn install(
         &mut self,
         port: usize,
@@ -825,14 +882,8 @@ impl Axon {
         mac: MacAddr,
         ip: Ipv4Addr,
         now: Instant,
-    ) {
-        let Some(cam) = self.cam.get_mut(port) else {
-            return;
-        };
-        if cam.len() >= self.cfg.cam_size && !cam.contains_key(&mac) {
-            self.counters.count(Drop::AxonCamFull);
-            return;
-        }
+    ) -> Option<MacAddr> {
+        let cam = self.cam.get_mut(port)?;
         let path = if axon == self.cfg.id {
             Some(vec![far_port])
         } else {
@@ -842,22 +893,43 @@ impl Axon {
                 v
             })
         };
-        if let Some(old) = cam.get(&mac) {
-            self.by_ip[port].remove(&old.ip);
-        }
-        self.by_ip[port].insert(ip, mac);
-        cam.insert(
+        let route = Route {
+            axon,
+            port: far_port,
             mac,
-            Route {
-                axon,
-                port: far_port,
-                mac,
-                ip,
-                path,
-                installed: now,
-            },
-        );
+            ip,
+            path,
+            installed: now,
+        };
+        let shown = if cam.len() < self.cfg.cam_size || cam.contains_key(&mac) {
+            if let Some(old) = cam.insert(mac, route) {
+                self.by_ip[port].remove(&old.ip);
+            }
+            mac
+        } else {
+            let index = match self.masq_index[port].get(&mac) {
+                Some(&i) => {
+                    let old = std::mem::replace(&mut self.masq[port][i as usize], route);
+                    self.by_ip[port].remove(&old.ip);
+                    i
+                }
+                None if self.masq[port].len() < MAX_MASQ => {
+                    self.masq[port].push(route);
+                    let i = self.masq[port].len() as u32 - 1;
+                    self.masq_index[port].insert(mac, i);
+                    self.counters.event(Event::AxonRouteMasqueraded);
+                    i
+                }
+                None => {
+                    self.counters.count(Drop::AxonCamFull);
+                    return None;
+                }
+            };
+            masq_mac(port as u8, index)
+        };
+        self.by_ip[port].insert(ip, shown);
         self.counters.event(Event::AxonRouteSetups);
+        Some(shown)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -978,8 +1050,10 @@ impl Axon {
         }
         self.paths = paths;
         let paths = &self.paths;
-        for cam in &mut self.cam {
-            for r in cam.values_mut() {
+        let cams = self.cam.iter_mut().flat_map(|c| c.values_mut());
+        let masq = self.masq.iter_mut().flat_map(|m| m.iter_mut());
+        {
+            for r in cams.chain(masq) {
                 if r.axon != me {
                     r.path = paths.get(&r.axon).map(|p| {
                         let mut v = p.clone();
@@ -1285,6 +1359,82 @@ mod tests {
         let mut other = data.clone();
         other[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
         n.host_sends(0, 2, other);
+        assert_eq!(n.axons[0].counters.drops(Drop::AxonNoRoute), 1);
+    }
+
+    #[test]
+    fn beyond_a_full_route_memory_hosts_get_masqueraded_macs() {
+        let mut n = ring();
+        n.axons[0].cfg.cam_size = 1;
+        for _ in 0..10 {
+            n.step();
+        }
+        let h1 = MacAddr([2, 0, 0, 0, 0, 1]);
+        // Two hosts behind port 2 of axon 3; h1 resolves both.
+        let mut given = Vec::new();
+        for t in [3u8, 4] {
+            let ht = MacAddr([2, 0, 0, 0, 0, t]);
+            n.to_hosts.clear();
+            n.host_sends(
+                0,
+                2,
+                arp(
+                    wire::arp::Operation::Request,
+                    h1,
+                    [10, 0, 0, 1],
+                    MacAddr::ZERO,
+                    [10, 0, 0, t],
+                ),
+            );
+            n.step();
+            n.host_sends(
+                2,
+                2,
+                arp(
+                    wire::arp::Operation::Reply,
+                    ht,
+                    [10, 0, 0, t],
+                    h1,
+                    [10, 0, 0, 1],
+                ),
+            );
+            n.step();
+            let r = n
+                .to_hosts
+                .iter()
+                .filter(|(a, p, f)| *a == 0 && *p == 2 && f[12..14] == [0x08, 0x06])
+                .map(|(_, _, f)| {
+                    wire::arp::Repr::parse(&wire::arp::Packet::new_checked(&f[14..]).unwrap())
+                })
+                .find(|r| r.operation == wire::arp::Operation::Reply)
+                .unwrap();
+            given.push(r.sender_mac);
+        }
+        assert_eq!(given[0], MacAddr([2, 0, 0, 0, 0, 3]));
+        assert_eq!(given[1], masq_mac(2, 0));
+        assert_eq!(masq_of(&given[1]), Some((2, 0)));
+        assert_eq!(n.axons[0].counters.events(Event::AxonRouteMasqueraded), 1);
+        // A frame to the masqueraded MAC reaches h4 addressed to h4's own MAC.
+        let mut data = vec![0u8; 60];
+        data[0..6].copy_from_slice(&given[1].0);
+        data[6..12].copy_from_slice(&h1.0);
+        data[12..14].copy_from_slice(&[0x88, 0x88]);
+        n.to_hosts.clear();
+        n.host_sends(0, 2, data);
+        n.step();
+        let got: Vec<_> = n
+            .to_hosts
+            .iter()
+            .filter(|(_, _, f)| f[12..14] == [0x88, 0x88])
+            .collect();
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].0, got[0].1), (2, 2));
+        assert_eq!(&got[0].2[0..6], &[2, 0, 0, 0, 0, 4]);
+        // Another port's index is no route.
+        let mut stray = vec![0u8; 60];
+        stray[0..6].copy_from_slice(&masq_mac(1, 0).0);
+        stray[6..12].copy_from_slice(&h1.0);
+        n.host_sends(0, 2, stray);
         assert_eq!(n.axons[0].counters.drops(Drop::AxonNoRoute), 1);
     }
 }
