@@ -77,7 +77,8 @@ fn topology(dir: &Path, kind: &str, link_mbps: Option<u64>) -> Result<PathBuf, S
             }
             continue;
         }
-        let mut cfg = format!("[axon]\nid = {a}\nhello_ms = 20\ncam_size = 65536\n");
+        let mut cfg =
+            format!("[axon]\nid = {a}\nhello_ms = 20\ncam_size = 65536\nprobe_ms = 200\n");
         for h in [2 * a - 1, 2 * a] {
             cfg += &format!("[[port]]\nname = \"ax{a}-h{h}\"\n");
             t += &format!("[[link]]\na = \"h{h}:eth0\"\nb = \"ax{a}:ax{a}-h{h}\"\n");
@@ -181,6 +182,48 @@ fn latency(l: &lab::Lab, opts: &AxonOpts, to: usize) -> Result<(f64, f64), Strin
     )?;
     Ok((p.latency_ns[0] as f64 / 1e3, p.latency_ns[1] as f64 / 1e3))
 }
+
+/// Per-hop latency from ax1's probes to ax3 over the line (ax1 -> ax2 -> ax3 -> ax2 ->
+/// ax1): the time a probe spent in an Axon between input and output (residence: ax2 both
+/// ways and ax3's turn), and on each link from one Axon's output to the next one's input;
+/// medians over `samples` probes, 200 ms apart.
+fn probe_hops(l: &lab::Lab, samples: usize) -> Result<Value, String> {
+    let mut residence = Vec::new();
+    let mut links = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..samples * 3 {
+        if seen.len() >= samples {
+            break;
+        }
+        let v = show(l, "probes", "ax1")?;
+        if let Some(p) = v.as_array().and_then(|a| a.iter().find(|p| p["axon"] == 3)) {
+            if seen.insert(p["seq"].as_u64().unwrap_or(0)) {
+                for h in p["hops"].as_array().into_iter().flatten() {
+                    if let Some(r) = h["residence_us"].as_f64() {
+                        residence.push(r);
+                    }
+                    if let Some(x) = h["link_from_previous_us"].as_f64() {
+                        links.push(x);
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let (r, k) = (median(&mut residence), median(&mut links));
+    Ok(json!({
+        "probes": seen.len(),
+        "residence_median_us": r, "link_median_us": k,
+        "per_hop_us": r.zip(k).map(|(a, b)| a + b),
+    }))
+}
+
+/// Switches crossed, one-way latency p50 and p99 (µs).
+type HopLatency = (usize, f64, f64);
 
 /// Least-squares slope and intercept of y over x.
 pub fn fit(pts: &[(f64, f64)]) -> (f64, f64) {
@@ -405,6 +448,7 @@ pub fn route_setups(n: usize) -> Value {
             dead: 1000,
             cam_size: n + 16,
             dhcp: None,
+            probe: Duration::ZERO,
         };
         let names = cfg.ports.iter().map(|p| p.name.clone()).collect();
         Axon::new(
@@ -542,7 +586,7 @@ pub fn run(opts: &AxonOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, Str
     let mut lat = Vec::new();
     for kind in ["axon-line", "bridge-line"] {
         let l = up(opts, &topology(&opts.out, kind, None)?)?;
-        let r = (|| -> Result<Vec<(usize, f64, f64)>, String> {
+        let r = (|| -> Result<(Vec<HopLatency>, Value), String> {
             let mut v = Vec::new();
             for (hops, to) in [(1, 2), (2, 3), (3, 5)] {
                 let (p50, p99) = latency(&l, opts, to)?;
@@ -551,13 +595,20 @@ pub fn run(opts: &AxonOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, Str
                 ));
                 v.push((hops, p50, p99));
             }
-            Ok(v)
+            let probes = if kind == "axon-line" {
+                let p = probe_hops(&l, 10)?;
+                progress(&format!("{kind}: probes: {p}"));
+                p
+            } else {
+                Value::Null
+            };
+            Ok((v, probes))
         })();
         let _ = l.down();
-        let v = r?;
+        let (v, probes) = r?;
         let (slope, icpt) = fit(&v.iter().map(|x| (x.0 as f64, x.1)).collect::<Vec<_>>());
         lat.push(json!({
-            "device": kind, "per_hop_p50_us": slope, "intercept_us": icpt,
+            "device": kind, "per_hop_p50_us": slope, "intercept_us": icpt, "probes": probes,
             "points": v.iter().map(|x| json!({"hops": x.0, "p50_us": x.1, "p99_us": x.2})).collect::<Vec<_>>(),
         }));
         progress(&format!("{kind}: {slope:.1} us per hop (p50 slope)"));

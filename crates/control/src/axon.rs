@@ -6,6 +6,7 @@
 //! hello_ms = 20                  # hellos on every port this often
 //! dead_intervals = 3             # a neighbour is dead after this many without a hello
 //! cam_size = 4096                # routes per host port at most
+//! probe_ms = 1000                # probe every other Axon this often (0: never)
 //!
 //! [dhcp]                         # optional: lease addresses to this Axon's hosts
 //! server = "10.7.0.251"          # server identifier, source of the replies
@@ -63,6 +64,7 @@ struct RawAxon {
     hello_ms: Option<Spanned<i64>>,
     dead_intervals: Option<Spanned<i64>>,
     cam_size: Option<Spanned<i64>>,
+    probe_ms: Option<Spanned<i64>>,
 }
 
 /// The Axon's configuration (its ports' MACs are filled in when the ports open).
@@ -103,6 +105,7 @@ impl AxonFile {
         let hello = int(&a.hello_ms, "axon.hello_ms", 1, 10_000, 20)?;
         let dead = int(&a.dead_intervals, "axon.dead_intervals", 2, 100, 3)?;
         let cam_size = int(&a.cam_size, "axon.cam_size", 1, 1 << 20, 4096)?;
+        let probe_ms = int(&a.probe_ms, "axon.probe_ms", 0, 3_600_000, 1000)?;
         if raw.port.is_empty() || raw.port.len() > MAX_PORTS {
             return Err(err(
                 0,
@@ -172,6 +175,7 @@ impl AxonFile {
                 dead: dead as u32,
                 cam_size: cam_size as usize,
                 dhcp,
+                probe: Duration::from_millis(probe_ms as u64),
             },
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
         })
@@ -194,6 +198,32 @@ fn answer(a: &mut Axon, cmd: &str, _req: &Value) -> Value {
                     json!({"port": name(p), "port_number": p, "axon": n.id, "their_port": n.port,
                            "mac": n.mac.to_string(), "up_s": now.duration_since(n.since).as_secs_f64(),
                            "last_hello_ms": now.duration_since(n.seen).as_secs_f64() * 1e3})
+                })
+                .collect(),
+        ),
+        "probes" => Value::Array(
+            a.probes()
+                .into_iter()
+                .map(|(far, r)| {
+                    let recs = &r.records;
+                    // Per Axon: how long the probe stayed (in to out); per link: from one
+                    // Axon's out to the next one's in.
+                    let hops: Vec<Value> = recs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, x)| {
+                            json!({"axon": x.axon,
+                                   "in_ns": x.in_ns, "out_ns": x.out_ns,
+                                   "residence_us": (x.out_ns > 0 && i > 0 && i + 1 < recs.len()).then(|| x.out_ns.saturating_sub(x.in_ns) as f64 / 1e3),
+                                   "link_from_previous_us": (i > 0).then(|| x.in_ns.saturating_sub(recs[i - 1].out_ns) as f64 / 1e3)})
+                        })
+                        .collect();
+                    let rtt = match (recs.first(), recs.last()) {
+                        (Some(a), Some(b)) if recs.len() > 1 => Some(b.in_ns.saturating_sub(a.out_ns) as f64 / 1e3),
+                        _ => None,
+                    };
+                    json!({"axon": far, "seq": r.seq, "age_s": now.duration_since(r.at).as_secs_f64(),
+                           "round_trip_us": rtt, "hops": hops})
                 })
                 .collect(),
         ),
@@ -271,11 +301,11 @@ pub fn run<P: Port>(
                         serde_json::to_value(dataplane::counters::descriptions_for(c.role))
                             .map_err(|e| e.to_string())
                     }
-                    "neighbours" | "hosts" | "leases" | "routes" | "interfaces" => {
+                    "neighbours" | "hosts" | "leases" | "probes" | "routes" | "interfaces" => {
                         crate::run::ask_worker(&asker, cmd, req)
                     }
                     other => Err(format!(
-                        "unknown command {other:?}; try counters, describe, interfaces, neighbours, hosts, leases, routes"
+                        "unknown command {other:?}; try counters, describe, interfaces, neighbours, hosts, leases, probes, routes"
                     )),
                 }
             });

@@ -60,6 +60,25 @@ pub struct AxonConfig {
     pub cam_size: usize,
     /// Addresses for the hosts, if this Axon serves DHCP.
     pub dhcp: Option<DhcpConfig>,
+    /// Probe every other Axon this often (a round trip, timestamps at every hop's input and
+    /// output); zero: never.
+    pub probe: Duration,
+}
+
+/// The last probe that came back from an Axon: when, and its records (this Axon's first,
+/// the far Axon's in the middle, this Axon's again last).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeResult {
+    pub at: Instant,
+    pub seq: u32,
+    pub records: Vec<wire::axon::probe::Record>,
+}
+
+/// CLOCK_REALTIME in nanoseconds (the clock of the kernel's receive timestamps).
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// An Axon's DHCP server: a pool of its own (Axons in one subnet have disjoint pools).
@@ -168,6 +187,9 @@ pub struct Axon {
     waiting: HashMap<(Ipv4Addr, MacAddr), Waiting>,
     asked: HashMap<(u8, Ipv4Addr), Instant>,
     leases: HashMap<MacAddr, Lease>,
+    probes: BTreeMap<u32, ProbeResult>,
+    next_probe: Instant,
+    probe_seq: u32,
     next_hello: Instant,
     next_refresh: Instant,
     next_req: u32,
@@ -223,6 +245,9 @@ impl Axon {
             waiting: HashMap::new(),
             asked: HashMap::new(),
             leases: HashMap::new(),
+            probes: BTreeMap::new(),
+            next_probe: now + cfg.probe,
+            probe_seq: 0,
             next_hello: now,
             next_refresh: now + REFRESH,
             next_req: 1,
@@ -263,6 +288,11 @@ impl Axon {
             .collect();
         v.sort_by_key(|(p, r, _)| (*p, r.ip));
         v
+    }
+
+    /// The last probe back from each other Axon.
+    pub fn probes(&self) -> Vec<(u32, ProbeResult)> {
+        self.probes.iter().map(|(k, v)| (*k, v.clone())).collect()
     }
 
     /// DHCP leases (and offers): (host MAC, lease).
@@ -328,6 +358,9 @@ impl Axon {
             self.counters.count(Drop::AxonPathEnd);
             return self.pool.put(p);
         };
+        if h.kind() == Kind::Probe {
+            return self.probe_frame(p, input, out, now);
+        }
         if out == CONTROL {
             let kind = h.kind();
             let back = h.reverse();
@@ -362,6 +395,64 @@ impl Axon {
             return self.pool.put(p);
         }
         self.enqueue(out, p, input);
+    }
+
+    /// A probe on its way: this Axon's record goes in; at a control plane it turns back
+    /// (the far end) or ends (its origin).
+    fn probe_frame(&mut self, mut p: Pkt, input: usize, out: u8, now: Instant) {
+        let in_ns = if p.meta.rx_ns != 0 {
+            p.meta.rx_ns
+        } else {
+            realtime_ns()
+        };
+        let at = 14 + p.data[15] as usize;
+        if !wire::axon::probe::push(&mut p.data, at, self.cfg.id, in_ns) {
+            self.counters.count(Drop::AxonMalformed);
+            return self.pool.put(p);
+        }
+        if out != CONTROL {
+            let out = out as usize;
+            match self.neigh.get(out).copied().flatten() {
+                Some(n) => {
+                    p.data[0..6].copy_from_slice(&n.mac.0);
+                    p.data[6..12].copy_from_slice(&self.cfg.macs[out].0);
+                    self.enqueue(out, p, input)
+                }
+                None => {
+                    self.counters.count(Drop::AxonBadPort);
+                    self.pool.put(p)
+                }
+            }
+            return;
+        }
+        let Ok(h) = Header::new_checked(&p.data[14..]) else {
+            return self.pool.put(p);
+        };
+        let back = h.reverse();
+        let Ok((origin, seq, records)) = wire::axon::probe::parse(&p.data[at..]) else {
+            self.counters.count(Drop::AxonMalformed);
+            return self.pool.put(p);
+        };
+        if origin == self.cfg.id {
+            // The path back is the way out reversed: the far end's record is the middle.
+            if let Some(far) = records.get(records.len() / 2).map(|r| r.axon) {
+                self.probes.insert(
+                    far,
+                    ProbeResult {
+                        at: now,
+                        seq,
+                        records,
+                    },
+                );
+            }
+            return self.pool.put(p);
+        }
+        // The far end: back the way it came, records and all.
+        let payload = p.data[at..].to_vec();
+        self.pool.put(p);
+        if back.last() == Some(&CONTROL) {
+            self.send_kind(Kind::Probe, &back[..back.len() - 1], &payload);
+        }
     }
 
     fn hello_from(&mut self, port: usize, id: u32, their_port: u8, mac: MacAddr, now: Instant) {
@@ -697,6 +788,15 @@ impl Axon {
 
     /// Sends `m` to the control plane at the end of `path` (output ports from here).
     fn send_control(&mut self, path: &[u8], m: &Msg) {
+        let mut payload = std::mem::take(&mut self.scratch);
+        payload.clear();
+        m.emit(&mut payload);
+        self.send_kind(Kind::Control, path, &payload);
+        self.scratch = payload;
+    }
+
+    /// Sends a frame of `kind` with `payload` to the control plane at the end of `path`.
+    fn send_kind(&mut self, kind: Kind, path: &[u8], payload: &[u8]) {
         let Some((&first, rest)) = path.split_first() else {
             return;
         };
@@ -707,12 +807,10 @@ impl Axon {
         let mut fwd = rest.to_vec();
         fwd.push(CONTROL);
         let repr = Repr {
-            kind: Some(Kind::Control),
+            kind: Some(kind),
             forward: fwd,
             reverse: vec![CONTROL],
         };
-        self.scratch.clear();
-        m.emit(&mut self.scratch);
         let mut c = self.pool.get();
         self.outer(&mut c.data, n.mac, out);
         let at = c.data.len();
@@ -720,7 +818,7 @@ impl Axon {
         if repr.emit(&mut c.data[at..]).is_none() {
             return self.pool.put(c);
         }
-        c.data.extend_from_slice(&self.scratch);
+        c.data.extend_from_slice(payload);
         let cp = self.cfg.ports.len();
         self.enqueue(out, c, cp);
     }
@@ -1116,9 +1214,34 @@ impl Axon {
                 .retain(|_, w| now.duration_since(w.since) < WAIT);
             self.asked.retain(|_, t| now.duration_since(*t) < ASK_EVERY);
         }
+        if !self.cfg.probe.is_zero() && now >= self.next_probe {
+            self.next_probe = now + self.cfg.probe;
+            self.probe_seq = self.probe_seq.wrapping_add(1);
+            let mut payload = wire::axon::probe::new(self.cfg.id, self.probe_seq);
+            // This Axon's own record: it leaves now (stamped by the output port).
+            let mut f = vec![0u8; 0];
+            f.extend_from_slice(&payload);
+            if wire::axon::probe::push(&mut f, 0, self.cfg.id, realtime_ns()) {
+                payload = f;
+            }
+            for (_, path) in self.paths() {
+                self.send_kind(Kind::Probe, &path, &payload);
+            }
+        }
+        let mut stamp = 0;
         for (i, o) in self.out.iter_mut().enumerate() {
             o.dequeue(now, &mut self.sent);
-            for p in self.sent.drain(..) {
+            for mut p in self.sent.drain(..) {
+                if p.data.len() > 16
+                    && p.data[12..14] == axon::ETHERTYPE.to_be_bytes()
+                    && p.data[14] == Kind::Probe as u8
+                {
+                    if stamp == 0 {
+                        stamp = realtime_ns();
+                    }
+                    let at = 14 + p.data[15] as usize;
+                    wire::axon::probe::stamp_out(&mut p.data, at, stamp);
+                }
                 tx.push(i as u16, p);
             }
         }
@@ -1153,6 +1276,7 @@ mod tests {
             dead: 3,
             cam_size: 16,
             dhcp: None,
+            probe: Duration::from_millis(100),
         };
         let names = cfg.ports.iter().map(|p| p.name.clone()).collect();
         Axon::new(cfg, Arc::new(Counters::for_role(names, Scope::Axon)), now)
@@ -1436,5 +1560,26 @@ mod tests {
         stray[6..12].copy_from_slice(&h1.0);
         n.host_sends(0, 2, stray);
         assert_eq!(n.axons[0].counters.drops(Drop::AxonNoRoute), 1);
+    }
+
+    #[test]
+    fn probes_go_round_trip_and_collect_every_hop() {
+        let mut n = ring();
+        for _ in 0..40 {
+            n.step();
+        }
+        let probes = n.axons[0].probes();
+        assert_eq!(probes.len(), 2, "{probes:?}");
+        for (far, r) in probes {
+            let ids: Vec<u32> = r.records.iter().map(|x| x.axon).collect();
+            assert_eq!(ids, vec![1, far, 1], "{r:?}");
+            for (i, x) in r.records.iter().enumerate() {
+                assert!(x.in_ns > 0, "{r:?}");
+                if i + 1 < r.records.len() {
+                    assert!(x.out_ns >= x.in_ns, "{r:?}");
+                    assert!(r.records[i + 1].in_ns >= x.out_ns, "{r:?}");
+                }
+            }
+        }
     }
 }

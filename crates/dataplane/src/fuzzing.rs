@@ -195,6 +195,7 @@ pub fn axon() -> (crate::axon::Axon, Instant) {
             lease: Duration::from_secs(60),
             router: None,
         }),
+        probe: Duration::from_millis(1),
     };
     let names = cfg.ports.iter().map(|p| p.name.clone()).collect();
     let counters = std::sync::Arc::new(crate::Counters::for_role(

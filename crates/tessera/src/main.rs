@@ -238,6 +238,12 @@ enum Show {
         #[arg(long)]
         control: PathBuf,
     },
+    /// An Axon's last probe to each other Axon: per hop, input and output timestamps,
+    /// residence and link times, and the round trip.
+    Probes {
+        #[arg(long)]
+        control: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -657,6 +663,7 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Macs { control } => ask(&control, "macs"),
             Show::Hosts { control } => ask(&control, "hosts"),
             Show::Leases { control } => ask(&control, "leases"),
+            Show::Probes { control } => ask(&control, "probes"),
         },
         Cmd::Balancer(a) => balancer(&a),
         Cmd::Controller(a) => controller(&a),

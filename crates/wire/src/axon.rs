@@ -422,10 +422,113 @@ impl Msg {
     }
 }
 
+/// A latency probe's payload: `origin` (u32), `seq` (u32), the record count (u8), then per
+/// hop a record: the Axon's id (u32), when the probe came in and when it left (u64 ns,
+/// CLOCK_REALTIME, 0 until stamped). Each Axon the probe passes appends its record; its
+/// output port stamps the departure as the frame leaves.
+pub mod probe {
+    use crate::{be32, need, Truncated};
+
+    pub const HEADER_LEN: usize = 9;
+    pub const RECORD_LEN: usize = 20;
+    /// Records a probe carries at most.
+    pub const MAX_RECORDS: usize = 40;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Record {
+        pub axon: u32,
+        pub in_ns: u64,
+        pub out_ns: u64,
+    }
+
+    /// A new probe's payload, without records.
+    pub fn new(origin: u32, seq: u32) -> Vec<u8> {
+        let mut v = Vec::with_capacity(HEADER_LEN + 4 * RECORD_LEN);
+        v.extend_from_slice(&origin.to_be_bytes());
+        v.extend_from_slice(&seq.to_be_bytes());
+        v.push(0);
+        v
+    }
+
+    fn be64(b: &[u8], at: usize) -> u64 {
+        u64::from_be_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]))
+    }
+
+    /// (origin, seq, records) of a probe's payload.
+    pub fn parse(b: &[u8]) -> Result<(u32, u32, Vec<Record>), Truncated> {
+        need(b, HEADER_LEN)?;
+        let n = (b[8] as usize).min(MAX_RECORDS);
+        need(b, HEADER_LEN + n * RECORD_LEN)?;
+        let recs = (0..n)
+            .map(|i| {
+                let at = HEADER_LEN + i * RECORD_LEN;
+                Record {
+                    axon: be32(b, at),
+                    in_ns: be64(b, at + 4),
+                    out_ns: be64(b, at + 12),
+                }
+            })
+            .collect();
+        Ok((be32(b, 0), be32(b, 4), recs))
+    }
+
+    /// Appends a record to the probe whose payload starts at `at` in `frame` (which ends
+    /// with it); false if the payload is malformed or full.
+    pub fn push(frame: &mut Vec<u8>, at: usize, axon: u32, in_ns: u64) -> bool {
+        let Some(p) = frame.get(at..) else {
+            return false;
+        };
+        let Ok((_, _, recs)) = parse(p) else {
+            return false;
+        };
+        if recs.len() >= MAX_RECORDS || p.len() != HEADER_LEN + recs.len() * RECORD_LEN {
+            return false;
+        }
+        frame[at + 8] += 1;
+        frame.extend_from_slice(&axon.to_be_bytes());
+        frame.extend_from_slice(&in_ns.to_be_bytes());
+        frame.extend_from_slice(&0u64.to_be_bytes());
+        true
+    }
+
+    /// Stamps the departure time in the last record, if it has none yet.
+    pub fn stamp_out(frame: &mut [u8], at: usize, out_ns: u64) {
+        let Some(n) = frame.get(at + 8).map(|n| *n as usize) else {
+            return;
+        };
+        if n == 0 || frame.len() != at + HEADER_LEN + n * RECORD_LEN {
+            return;
+        }
+        let o = frame.len() - 8;
+        if frame[o..].iter().all(|b| *b == 0) {
+            frame[o..].copy_from_slice(&out_ns.to_be_bytes());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn probes_collect_records() {
+        let mut f = vec![0u8; 10];
+        f.extend_from_slice(&probe::new(7, 3));
+        assert!(probe::push(&mut f, 10, 1, 100));
+        probe::stamp_out(&mut f, 10, 150);
+        probe::stamp_out(&mut f, 10, 999);
+        assert!(probe::push(&mut f, 10, 2, 200));
+        probe::stamp_out(&mut f, 10, 260);
+        let (o, s, r) = probe::parse(&f[10..]).unwrap();
+        assert_eq!((o, s, r.len()), (7, 3, 2));
+        assert_eq!((r[0].axon, r[0].in_ns, r[0].out_ns), (1, 100, 150));
+        assert_eq!((r[1].axon, r[1].in_ns, r[1].out_ns), (2, 200, 260));
+        // A payload that does not end the frame, or a bad count, takes no record.
+        f.push(0);
+        assert!(!probe::push(&mut f, 10, 3, 300));
+        assert!(probe::parse(&[0, 0, 0, 1, 0, 0, 0, 1, 5]).is_err());
+    }
 
     #[test]
     fn messages_round_trip() {
