@@ -449,6 +449,7 @@ pub fn route_setups(n: usize) -> Value {
             cam_size: n + 16,
             dhcp: None,
             probe: Duration::ZERO,
+            pace_hosts: false,
         };
         let names = cfg.ports.iter().map(|p| p.name.clone()).collect();
         Axon::new(

@@ -7,6 +7,8 @@
 //! dead_intervals = 3             # a neighbour is dead after this many without a hello
 //! cam_size = 4096                # routes per host port at most
 //! probe_ms = 1000                # probe every other Axon this often (0: never)
+//! pace_hosts = false             # pace host ports with a capacity_bps at that rate,
+//!                                # counting the Axon headers (self-congestion)
 //!
 //! [dhcp]                         # optional: lease addresses to this Axon's hosts
 //! server = "10.7.0.251"          # server identifier, source of the replies
@@ -65,6 +67,7 @@ struct RawAxon {
     dead_intervals: Option<Spanned<i64>>,
     cam_size: Option<Spanned<i64>>,
     probe_ms: Option<Spanned<i64>>,
+    pace_hosts: Option<bool>,
 }
 
 /// The Axon's configuration (its ports' MACs are filled in when the ports open).
@@ -176,6 +179,7 @@ impl AxonFile {
                 cam_size: cam_size as usize,
                 dhcp,
                 probe: Duration::from_millis(probe_ms as u64),
+                pace_hosts: a.pace_hosts.unwrap_or(false),
             },
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
         })

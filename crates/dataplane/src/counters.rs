@@ -120,6 +120,7 @@ named_enum! {
         AxonCamFull = "axon_cam_full" in Axon: "route not installed: the port's route memory and its masqueraded routes were full",
         AxonArpIgnored = "axon_arp_ignored" in Axon: "ARP from a host that needs no answer (gratuitous, or a reply nobody waits for)",
         AxonBufferFull = "axon_buffer_full" in Axon: "frame that found its output queue full (tail drop)",
+        AxonPacedOut = "axon_paced_out" in Axon: "host frame that found its port's pacing buffer full (the host sends faster than its frames with the Axon header fit)",
         AxonDhcpMalformed = "axon_dhcp_malformed" in Axon: "DHCP message from a host that does not parse (IPv4, UDP or DHCP)",
         AxonDhcpOff = "axon_dhcp_off" in Axon: "DHCP message from a host to an Axon without [dhcp]",
         AxonDhcpPoolFull = "axon_dhcp_pool_full" in Axon: "DHCP DISCOVER not answered: every address of the pool is leased",
