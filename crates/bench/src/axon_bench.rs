@@ -196,7 +196,10 @@ fn probe_hops(l: &lab::Lab, samples: usize) -> Result<Value, String> {
             break;
         }
         let v = show(l, "probes", "ax1")?;
-        if let Some(p) = v.as_array().and_then(|a| a.iter().find(|p| p["axon"] == 3)) {
+        if let Some(p) = v["axons"]
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["axon"] == 3))
+        {
             if seen.insert(p["seq"].as_u64().unwrap_or(0)) {
                 for h in p["hops"].as_array().into_iter().flatten() {
                     if let Some(r) = h["residence_us"].as_f64() {

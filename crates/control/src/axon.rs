@@ -205,7 +205,7 @@ fn answer(a: &mut Axon, cmd: &str, _req: &Value) -> Value {
                 })
                 .collect(),
         ),
-        "probes" => Value::Array(
+        "probes" => json!({"axons": Value::Array(
             a.probes()
                 .into_iter()
                 .map(|(far, r)| {
@@ -231,6 +231,11 @@ fn answer(a: &mut Axon, cmd: &str, _req: &Value) -> Value {
                 })
                 .collect(),
         ),
+        "segments": a.segments().into_iter().map(|(ip, s)| json!({
+            "host": ip.to_string(), "mac": s.mac.to_string(), "port": name(s.port),
+            "round_trip_us": s.rtt_ns.map(|r| r as f64 / 1e3),
+            "age_s": now.duration_since(s.at).as_secs_f64(),
+        })).collect::<Vec<_>>()}),
         "leases" => Value::Array(
             a.leases()
                 .into_iter()

@@ -80,6 +80,18 @@ pub struct ProbeResult {
     pub records: Vec<wire::axon::probe::Record>,
 }
 
+/// The Ethernet segment between this Axon and one of its hosts, as ether-probes time it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    pub mac: MacAddr,
+    pub port: u8,
+    /// When the outstanding probe was sent (0: none outstanding).
+    pub sent_ns: u64,
+    /// The last round trip measured.
+    pub rtt_ns: Option<u64>,
+    pub at: Instant,
+}
+
 /// CLOCK_REALTIME in nanoseconds (the clock of the kernel's receive timestamps).
 fn realtime_ns() -> u64 {
     std::time::SystemTime::now()
@@ -194,6 +206,7 @@ pub struct Axon {
     asked: HashMap<(u8, Ipv4Addr), Instant>,
     leases: HashMap<MacAddr, Lease>,
     probes: BTreeMap<u32, ProbeResult>,
+    segments: HashMap<Ipv4Addr, Segment>,
     /// Per host port, when pacing: a shaper at the port's rate, and the output port of
     /// each frame in it (in order).
     pacers: Vec<Option<(OutPort, VecDeque<u8>)>>,
@@ -255,6 +268,7 @@ impl Axon {
             asked: HashMap::new(),
             leases: HashMap::new(),
             probes: BTreeMap::new(),
+            segments: HashMap::new(),
             pacers: cfg
                 .ports
                 .iter()
@@ -470,6 +484,51 @@ impl Axon {
         if back.last() == Some(&CONTROL) {
             self.send_kind(Kind::Probe, &back[..back.len() - 1], &payload);
         }
+    }
+
+    /// Ether-probes: an ARP probe (sender address 0.0.0.0, RFC 5227, which a host answers
+    /// without learning anything) to every host this Axon knows, on its port; the reply
+    /// times the Ethernet segment between the Axon and the host (send time taken as the
+    /// frame is queued: a host port's queue is normally empty).
+    fn ether_probes(&mut self, now: Instant) {
+        let hosts: Vec<(Ipv4Addr, Host)> = self
+            .hosts
+            .iter()
+            .filter(|(_, h)| !self.is_axon_port(h.port as usize))
+            .map(|(a, h)| (*a, *h))
+            .collect();
+        self.segments.retain(|a, _| self.hosts.contains_key(a));
+        for (ip, h) in hosts {
+            let port = h.port as usize;
+            let sent_ns = realtime_ns();
+            let s = self.segments.entry(ip).or_insert(Segment {
+                mac: h.mac,
+                port: h.port,
+                sent_ns: 0,
+                rtt_ns: None,
+                at: now,
+            });
+            s.mac = h.mac;
+            s.port = h.port;
+            s.sent_ns = sent_ns;
+            let mac = self.cfg.macs[port];
+            self.arp_to_host(
+                port,
+                wire::arp::Operation::Request,
+                h.mac,
+                mac,
+                Ipv4Addr::UNSPECIFIED,
+                MacAddr::ZERO,
+                ip,
+            );
+        }
+    }
+
+    /// The last ether-probe of each known host: (address, segment).
+    pub fn segments(&self) -> Vec<(Ipv4Addr, Segment)> {
+        let mut v: Vec<_> = self.segments.iter().map(|(a, s)| (*a, *s)).collect();
+        v.sort_by_key(|x| x.0);
+        v
     }
 
     fn hello_from(&mut self, port: usize, id: u32, their_port: u8, mac: MacAddr, now: Instant) {
@@ -759,6 +818,7 @@ impl Axon {
     }
 
     fn arp_from_host(&mut self, p: Pkt, input: usize, now: Instant) {
+        let rx_ns = p.meta.rx_ns;
         let parsed =
             wire::arp::Packet::new_checked(&p.data[14..]).map(|a| wire::arp::Repr::parse(&a));
         self.pool.put(p);
@@ -772,6 +832,18 @@ impl Axon {
         }
         self.learn(a.sender_ip, a.sender_mac, input as u8, now);
         if a.operation == wire::arp::Operation::Reply {
+            if a.target_ip.is_unspecified() && a.target_mac == self.cfg.macs[input] {
+                // The answer to an ether-probe: the segment to this host, timed.
+                let rx = if rx_ns != 0 { rx_ns } else { realtime_ns() };
+                if let Some(s) = self.segments.get_mut(&a.sender_ip) {
+                    if s.port as usize == input && s.sent_ns != 0 {
+                        s.rtt_ns = Some(rx.saturating_sub(s.sent_ns));
+                        s.at = now;
+                        s.sent_ns = 0;
+                    }
+                }
+                return;
+            }
             // The target answers the ARP this Axon sent in a requester's name.
             match self.waiting.remove(&(a.sender_ip, a.target_mac)) {
                 Some(w) => self.target_answered(w, a.sender_ip, a.sender_mac, input as u8, now),
@@ -1256,6 +1328,7 @@ impl Axon {
             for (_, path) in self.paths() {
                 self.send_kind(Kind::Probe, &path, &payload);
             }
+            self.ether_probes(now);
         }
         // Paced host frames due now go on to their output ports.
         for input in 0..self.pacers.len() {

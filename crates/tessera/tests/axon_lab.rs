@@ -140,6 +140,27 @@ fn hosts_talk_across_a_ring_of_axons_and_routes_move_off_a_cut_link() {
         drop_count(&lab.counters("ax1"), "axon_no_route"),
         before + 1
     );
+    // Probes: ax1 times its round trips to ax2 and ax3, hop by hop, and the Ethernet
+    // segments to its two hosts (ether-probes, answered by the hosts' kernels).
+    let t0 = Instant::now();
+    loop {
+        let p = lab.show_json("probes", "ax1");
+        let axons = p["axons"].as_array().map_or(0, |a| {
+            a.iter()
+                .filter(|x| x["round_trip_us"].as_f64().is_some_and(|r| r > 0.0))
+                .count()
+        });
+        let segments = p["segments"].as_array().map_or(0, |a| {
+            a.iter()
+                .filter(|x| x["round_trip_us"].as_f64().is_some_and(|r| r > 0.0))
+                .count()
+        });
+        if axons == 2 && segments == 2 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "probes: {p}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // Cut the ring link ax1-ax3: ax1's path to ax3 goes round by ax2, h1's route to h5
     // with it, and h1 still reaches h5.
     let cut = Instant::now();
