@@ -244,26 +244,12 @@ const SIX: [(usize, usize); 6] = [(1, 3), (2, 5), (3, 6), (4, 1), (5, 2), (6, 4)
 
 /// Aggregate throughput (Mbit/s) of the six flows, UDP at `udp_mbps` each or TCP.
 fn six_flows(l: &lab::Lab, secs: f64, udp_mbps: Option<u64>) -> Result<(f64, Vec<f64>), String> {
-    let mut servers = Vec::new();
-    for (i, &(_, to)) in SIX.iter().enumerate() {
-        servers.push(
-            Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &l.ns(&format!("h{to}")),
-                    "iperf3",
-                    "-s",
-                    "-1",
-                ])
-                .args(["-p", &(5201 + i).to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("iperf3: {e}"))?,
-        );
-    }
-    std::thread::sleep(Duration::from_millis(500));
+    let at: Vec<(String, u16)> = SIX
+        .iter()
+        .enumerate()
+        .map(|(i, &(_, to))| (l.ns(&format!("h{to}")), 5201 + i as u16))
+        .collect();
+    let _servers = crate::Iperf3Servers::start(&at)?;
     let t = format!("{}", secs.ceil().max(1.0) as u64);
     let mut clients = Vec::new();
     for (i, &(from, to)) in SIX.iter().enumerate() {
@@ -305,14 +291,6 @@ fn six_flows(l: &lab::Lab, secs: f64, udp_mbps: Option<u64>) -> Result<(f64, Vec
                 .unwrap_or(0.0)
         };
         rates.push(bps / 1e6);
-    }
-    for mut s in servers {
-        let t0 = Instant::now();
-        while s.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(3) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = s.kill();
-        let _ = s.wait();
     }
     Ok((rates.iter().sum(), rates))
 }

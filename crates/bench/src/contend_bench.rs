@@ -436,27 +436,7 @@ fn tcp_run(l: &lab::Lab, cc: &str, sack: bool, secs: f64) -> Result<Vec<Value>, 
         }
     }
     let ports = ["5201", "5202"];
-    let mut servers = Vec::new();
-    for p in ports {
-        servers.push(
-            Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &l.ns("sink1"),
-                    "iperf3",
-                    "-s",
-                    "-1",
-                    "-p",
-                    p,
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("iperf3 (apt-get install iperf3): {e}"))?,
-        );
-    }
-    std::thread::sleep(Duration::from_millis(400));
+    let _servers = crate::Iperf3Servers::start(&[(l.ns("sink1"), 5201), (l.ns("sink1"), 5202)])?;
     let t = format!("{}", secs.ceil().max(1.0) as u64);
     let mut clients = Vec::new();
     for ((node, _), p) in SRC.iter().zip(ports) {
@@ -475,10 +455,6 @@ fn tcp_run(l: &lab::Lab, cc: &str, sack: bool, secs: f64) -> Result<Vec<Value>, 
         let o = c.wait_with_output().map_err(|e| e.to_string())?;
         let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("iperf3: {e}"))?;
         if let Some(e) = v["error"].as_str() {
-            for mut s in servers {
-                let _ = s.kill();
-                let _ = s.wait();
-            }
             return Err(format!("iperf3 -C {cc}: {e}"));
         }
         let per_s: Vec<f64> = v["intervals"]
@@ -498,14 +474,6 @@ fn tcp_run(l: &lab::Lab, cc: &str, sack: bool, secs: f64) -> Result<Vec<Value>, 
             "min_1s_mbps": per_s.iter().copied().fold(f64::INFINITY, f64::min),
             "retransmits": v["end"]["sum_sent"]["retransmits"],
         }));
-    }
-    for mut s in servers {
-        let t0 = Instant::now();
-        while s.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(3) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = s.kill();
-        let _ = s.wait();
     }
     Ok(flows)
 }

@@ -27,6 +27,45 @@ pub fn stop_flag() -> Arc<AtomicBool> {
         .clone()
 }
 
+/// iperf3 servers (`iperf3 -s -1 -p PORT`, one test each) in lab namespaces, started
+/// together; when dropped, each gets up to 3 s to end its test, then is killed.
+pub struct Iperf3Servers(Vec<std::process::Child>);
+
+impl Iperf3Servers {
+    /// Starts a server per (namespace, port) and gives them time to listen.
+    pub fn start(at: &[(String, u16)]) -> Result<Iperf3Servers, String> {
+        let mut v = Iperf3Servers(Vec::new());
+        for (ns, port) in at {
+            v.0.push(
+                std::process::Command::new("ip")
+                    .args(["netns", "exec", ns, "iperf3", "-s", "-1", "-p"])
+                    .arg(port.to_string())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .map_err(|e| format!("iperf3 (apt-get install iperf3): {e}"))?,
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        Ok(v)
+    }
+}
+
+impl Drop for Iperf3Servers {
+    fn drop(&mut self) {
+        let t0 = std::time::Instant::now();
+        for s in &mut self.0 {
+            while s.try_wait().ok().flatten().is_none()
+                && t0.elapsed() < std::time::Duration::from_secs(3)
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+    }
+}
+
 /// Whether [`stop_flag`] is set.
 pub fn interrupted() -> bool {
     stop_flag().load(Ordering::Relaxed)

@@ -1446,6 +1446,18 @@ mod tests {
             }
         }
 
+        /// Host `h` (MAC 02::h, 10.0.0.h) on port 2 of Axon `a` asks by ARP for host `t`
+        /// on port 2 of Axon `b`, which answers the ARP its Axon asks in h's name.
+        fn resolve(&mut self, a: usize, h: u8, b: usize, t: u8) {
+            let (hm, tm) = (MacAddr([2, 0, 0, 0, 0, h]), MacAddr([2, 0, 0, 0, 0, t]));
+            let (hi, ti) = ([10, 0, 0, h], [10, 0, 0, t]);
+            let req = arp(wire::arp::Operation::Request, hm, hi, MacAddr::ZERO, ti);
+            self.host_sends(a, 2, req);
+            self.step();
+            self.host_sends(b, 2, arp(wire::arp::Operation::Reply, tm, ti, hm, hi));
+            self.step();
+        }
+
         fn host_sends(&mut self, axon: usize, port: u16, frame: Vec<u8>) {
             let mut p = Pkt::new();
             p.data = frame;
@@ -1615,32 +1627,8 @@ mod tests {
         // Two hosts behind port 2 of axon 3; h1 resolves both.
         let mut given = Vec::new();
         for t in [3u8, 4] {
-            let ht = MacAddr([2, 0, 0, 0, 0, t]);
             n.to_hosts.clear();
-            n.host_sends(
-                0,
-                2,
-                arp(
-                    wire::arp::Operation::Request,
-                    h1,
-                    [10, 0, 0, 1],
-                    MacAddr::ZERO,
-                    [10, 0, 0, t],
-                ),
-            );
-            n.step();
-            n.host_sends(
-                2,
-                2,
-                arp(
-                    wire::arp::Operation::Reply,
-                    ht,
-                    [10, 0, 0, t],
-                    h1,
-                    [10, 0, 0, 1],
-                ),
-            );
-            n.step();
+            n.resolve(0, 1, 2, t);
             let r = n
                 .to_hosts
                 .iter()
@@ -1719,30 +1707,7 @@ mod tests {
         }
         let h1 = MacAddr([2, 0, 0, 0, 0, 1]);
         let h3 = MacAddr([2, 0, 0, 0, 0, 3]);
-        n.host_sends(
-            0,
-            2,
-            arp(
-                wire::arp::Operation::Request,
-                h1,
-                [10, 0, 0, 1],
-                MacAddr::ZERO,
-                [10, 0, 0, 3],
-            ),
-        );
-        n.step();
-        n.host_sends(
-            2,
-            2,
-            arp(
-                wire::arp::Operation::Reply,
-                h3,
-                [10, 0, 0, 3],
-                h1,
-                [10, 0, 0, 1],
-            ),
-        );
-        n.step();
+        n.resolve(0, 1, 2, 3);
         n.step();
         // 20 frames of 1000 bytes at once: at 10 Mbit/s each takes 0.83 ms of the wire with
         // its Axon headers; one leaves per 5 ms step of this harness, none is lost.
