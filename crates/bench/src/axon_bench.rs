@@ -431,6 +431,7 @@ pub fn route_setups(n: usize) -> Value {
             dhcp: None,
             probe: Duration::ZERO,
             pace_hosts: false,
+            spread: true,
         };
         let names = cfg.ports.iter().map(|p| p.name.clone()).collect();
         Axon::new(

@@ -9,6 +9,7 @@
 //! probe_ms = 1000                # probe every other Axon this often (0: never)
 //! pace_hosts = false             # pace host ports with a capacity_bps at that rate,
 //!                                # counting the Axon headers (self-congestion)
+//! spread = true                  # spread routes over equal-cost shortest paths
 //!
 //! [dhcp]                         # optional: lease addresses to this Axon's hosts
 //! server = "10.7.0.251"          # server identifier, source of the replies
@@ -68,6 +69,7 @@ struct RawAxon {
     cam_size: Option<Spanned<i64>>,
     probe_ms: Option<Spanned<i64>>,
     pace_hosts: Option<bool>,
+    spread: Option<bool>,
 }
 
 /// The Axon's configuration (its ports' MACs are filled in when the ports open).
@@ -180,6 +182,7 @@ impl AxonFile {
                 dhcp,
                 probe: Duration::from_millis(probe_ms as u64),
                 pace_hosts: a.pace_hosts.unwrap_or(false),
+                spread: a.spread.unwrap_or(true),
             },
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
         })

@@ -69,6 +69,10 @@ pub struct AxonConfig {
     /// rate fits links of the same rate. Frames wait in the port's buffer (tail drop
     /// beyond, counted) instead of overrunning the next Axon's queue.
     pub pace_hosts: bool,
+    /// Spread routes over equal-cost shortest paths (each route keeps one path, chosen
+    /// by a hash of its destination MAC, so a flow is never reordered); otherwise every
+    /// route to an Axon takes the control plane's path (ties to the lower port).
+    pub spread: bool,
 }
 
 /// The last probe that came back from an Axon: when, and its records (this Axon's first,
@@ -193,6 +197,10 @@ pub struct Axon {
     seq: u32,
     /// Output ports from here to each reachable Axon (not including its control plane).
     paths: BTreeMap<u32, Vec<u8>>,
+    /// The two-way links by Axon (port, neighbour), and the hop count from every Axon to
+    /// every reachable one: the equal-cost paths routes are spread over.
+    adj: HashMap<u32, Vec<(u8, u32)>>,
+    hops_to: HashMap<u32, HashMap<u32, u32>>,
     /// Per port: destination MAC -> route.
     cam: Vec<HashMap<MacAddr, Route>>,
     /// Per port: destination address -> the MAC its host was given (ARP answered from it).
@@ -259,6 +267,8 @@ impl Axon {
             lsdb: HashMap::new(),
             seq: 0,
             paths: BTreeMap::new(),
+            adj: HashMap::new(),
+            hops_to: HashMap::new(),
             cam: (0..n).map(|_| HashMap::new()).collect(),
             by_ip: (0..n).map(|_| HashMap::new()).collect(),
             masq: (0..n).map(|_| Vec::new()).collect(),
@@ -1082,16 +1092,8 @@ impl Axon {
         ip: Ipv4Addr,
         now: Instant,
     ) -> Option<MacAddr> {
+        let path = self.route_path(axon, far_port, &mac);
         let cam = self.cam.get_mut(port)?;
-        let path = if axon == self.cfg.id {
-            Some(vec![far_port])
-        } else {
-            self.paths.get(&axon).map(|p| {
-                let mut v = p.clone();
-                v.push(far_port);
-                v
-            })
-        };
         let route = Route {
             axon,
             port: far_port,
@@ -1248,20 +1250,95 @@ impl Axon {
             }
         }
         self.paths = paths;
-        let paths = &self.paths;
-        let cams = self.cam.iter_mut().flat_map(|c| c.values_mut());
-        let masq = self.masq.iter_mut().flat_map(|m| m.iter_mut());
-        {
-            for r in cams.chain(masq) {
-                if r.axon != me {
-                    r.path = paths.get(&r.axon).map(|p| {
-                        let mut v = p.clone();
-                        v.push(r.port);
-                        v
-                    });
+        // The two-way graph, and hop counts to every Axon from every Axon (a BFS from
+        // each: the networks an Axon builds are small).
+        let mut adj: HashMap<u32, Vec<(u8, u32)>> = HashMap::new();
+        for (&a, ls) in &links {
+            let mut v: Vec<(u8, u32)> = ls
+                .iter()
+                .filter(|&&(p, b, pb)| two_way(a, p, b, pb))
+                .map(|&(p, b, _)| (p, b))
+                .collect();
+            v.sort();
+            adj.insert(a, v);
+        }
+        let mut hops_to = HashMap::new();
+        for &x in self.paths.keys() {
+            let mut d: HashMap<u32, u32> = HashMap::from([(x, 0)]);
+            let mut q = VecDeque::from([x]);
+            while let Some(a) = q.pop_front() {
+                let da = d[&a];
+                for &(_, b) in adj.get(&a).into_iter().flatten() {
+                    if let std::collections::hash_map::Entry::Vacant(e) = d.entry(b) {
+                        e.insert(da + 1);
+                        q.push_back(b);
+                    }
                 }
             }
+            hops_to.insert(x, d);
         }
+        self.adj = adj;
+        self.hops_to = hops_to;
+        let mut cam_paths = Vec::new();
+        for (p, c) in self.cam.iter().enumerate() {
+            for r in c.values().filter(|r| r.axon != me) {
+                cam_paths.push((p, r.mac, self.route_path(r.axon, r.port, &r.mac)));
+            }
+        }
+        let mut masq_paths = Vec::new();
+        for (p, m) in self.masq.iter().enumerate() {
+            for (i, r) in m.iter().enumerate().filter(|(_, r)| r.axon != me) {
+                masq_paths.push((p, i, self.route_path(r.axon, r.port, &r.mac)));
+            }
+        }
+        for (p, mac, path) in cam_paths {
+            if let Some(r) = self.cam[p].get_mut(&mac) {
+                r.path = path;
+            }
+        }
+        for (p, i, path) in masq_paths {
+            self.masq[p][i].path = path;
+        }
+    }
+
+    /// The output ports from here to host port `far_port` of Axon `axon`: spread over the
+    /// equal-cost shortest paths by a hash of the destination `mac` (the same route, the
+    /// same path), or the control plane's path.
+    fn route_path(&self, axon: u32, far_port: u8, mac: &MacAddr) -> Option<Vec<u8>> {
+        if axon == self.cfg.id {
+            return Some(vec![far_port]);
+        }
+        let mut path = if self.cfg.spread {
+            let d = self.hops_to.get(&axon)?;
+            // FNV-1a of the MAC: a few bits of choice per hop.
+            let mut h = mac.0.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+            });
+            let mut at = self.cfg.id;
+            let mut path = Vec::new();
+            while at != axon {
+                let here = *d.get(&at)?;
+                let next: Vec<(u8, u32)> = self
+                    .adj
+                    .get(&at)?
+                    .iter()
+                    .copied()
+                    .filter(|(_, b)| d.get(b).is_some_and(|x| *x + 1 == here))
+                    .collect();
+                let &(p, b) = next.get((h % next.len().max(1) as u64) as usize)?;
+                h = h.rotate_right(17) ^ (h >> 7);
+                path.push(p);
+                at = b;
+                if path.len() >= axon::MAX_HOPS {
+                    return None;
+                }
+            }
+            path
+        } else {
+            self.paths.get(&axon)?.clone()
+        };
+        path.push(far_port);
+        Some(path)
     }
 
     /// Hellos, link floods, neighbour deaths, path computation, and what every output
@@ -1395,6 +1472,7 @@ mod tests {
             dhcp: None,
             probe: Duration::from_millis(100),
             pace_hosts: false,
+            spread: true,
         };
         let names = cfg.ports.iter().map(|p| p.name.clone()).collect();
         Axon::new(cfg, Arc::new(Counters::for_role(names, Scope::Axon)), now)
@@ -1732,5 +1810,56 @@ mod tests {
         }
         assert_eq!(count(&n), 20);
         assert_eq!(n.axons[0].counters.drops(Drop::AxonPacedOut), 0);
+    }
+
+    #[test]
+    fn routes_spread_over_equal_paths_in_a_ring_of_four() {
+        let now = Instant::now();
+        // 1 - 2 - 3 - 4 - 1 on ports 0 and 1; hosts on port 2. From Axon 1, Axon 3 is two
+        // hops away either way round.
+        let mut n = Net {
+            axons: (1..=4).map(|id| axon(id, 3, now)).collect(),
+            wires: vec![
+                ((0, 0), (1, 1)),
+                ((1, 0), (2, 1)),
+                ((2, 0), (3, 1)),
+                ((3, 0), (0, 1)),
+            ],
+            to_hosts: Vec::new(),
+            now,
+        };
+        for _ in 0..20 {
+            n.step();
+        }
+        assert_eq!(n.axons[0].paths().len(), 3);
+        for t in 10..26u8 {
+            n.resolve(0, 1, 2, t);
+        }
+        let routes = n.axons[0].routes();
+        assert_eq!(routes.len(), 16);
+        let first: std::collections::BTreeSet<u8> = routes
+            .iter()
+            .map(|(_, r, _)| r.path.as_ref().unwrap()[0])
+            .collect();
+        assert_eq!(first.len(), 2, "{routes:?}");
+        assert!(routes
+            .iter()
+            .all(|(_, r, _)| r.path.as_ref().unwrap().len() == 3));
+        // Data to every one of them arrives, by whichever way.
+        n.to_hosts.clear();
+        for t in 10..26u8 {
+            let mut data = vec![0u8; 60];
+            data[0..6].copy_from_slice(&[2, 0, 0, 0, 0, t]);
+            data[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+            data[12..14].copy_from_slice(&[0x88, 0x88]);
+            n.host_sends(0, 2, data);
+        }
+        n.step();
+        let got = n
+            .to_hosts
+            .iter()
+            .filter(|(a, p, f)| *a == 2 && *p == 2 && f[12..14] == [0x88, 0x88])
+            .count();
+        assert_eq!(got, 16);
     }
 }

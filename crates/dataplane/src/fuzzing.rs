@@ -197,6 +197,7 @@ pub fn axon() -> (crate::axon::Axon, Instant) {
         }),
         probe: Duration::from_millis(1),
         pace_hosts: true,
+        spread: true,
     };
     let names = cfg.ports.iter().map(|p| p.name.clone()).collect();
     let counters = std::sync::Arc::new(crate::Counters::for_role(
