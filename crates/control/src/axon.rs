@@ -26,7 +26,7 @@
 //! ```
 
 use crate::config::{from_toml, line_of, read, ConfigError, IoConfig, RawIo};
-use crate::run::{run_element, Query};
+use crate::run::run_element;
 use crate::switch::{parse_ports, RawPort};
 use dataplane::axon::{Axon, AxonConfig, DhcpConfig, MAX_PORTS};
 use dataplane::port::Port;
@@ -35,7 +35,7 @@ use serde_json::{json, Value};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toml::Spanned;
 use wire::MacAddr;
@@ -300,31 +300,18 @@ pub fn run<P: Port>(
     stop: Arc<AtomicBool>,
     io: IoConfig,
 ) -> Result<(), String> {
-    let counters = a.counters.clone();
-    let (qtx, qrx) = mpsc::channel::<Query>();
-    let _server = match control {
-        Some(path) => {
-            let asker: crate::run::Asker = Mutex::new(qtx);
-            let c = counters.clone();
-            let handler: crate::ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
-                match cmd {
-                    "counters" => serde_json::to_value(c.snapshot()).map_err(|e| e.to_string()),
-                    "describe" => {
-                        serde_json::to_value(dataplane::counters::descriptions_for(c.role))
-                            .map_err(|e| e.to_string())
-                    }
-                    "neighbours" | "hosts" | "leases" | "probes" | "routes" | "interfaces" => {
-                        crate::run::ask_worker(&asker, cmd, req)
-                    }
-                    other => Err(format!(
-                        "unknown command {other:?}; try counters, describe, interfaces, neighbours, hosts, leases, probes, routes"
-                    )),
-                }
-            });
-            Some(crate::ctlsock::serve(path, handler).map_err(|e| e.to_string())?)
-        }
-        None => None,
-    };
+    let (_server, qrx) = crate::run::serve_element(
+        control,
+        a.counters.clone(),
+        &[
+            "interfaces",
+            "neighbours",
+            "hosts",
+            "leases",
+            "probes",
+            "routes",
+        ],
+    )?;
     run_element(a, ports, stop, qrx, answer, |_| {}, io.busy_poll)
 }
 

@@ -37,6 +37,37 @@ pub type Query = (String, Value, mpsc::Sender<Value>);
 /// What the control thread uses to ask the worker (see [`ask_worker`]).
 pub type Asker = Mutex<mpsc::Sender<Query>>;
 
+/// Serves an element's control socket at `path` (if any): `counters` and `describe`
+/// from `counters`; each of `worker` asked of the element's run loop through the
+/// returned receiver (which [`run_element`] takes). Keep the server while the element
+/// runs.
+pub fn serve_element(
+    path: Option<&std::path::Path>,
+    counters: std::sync::Arc<dataplane::Counters>,
+    worker: &'static [&'static str],
+) -> Result<(Option<crate::ctlsock::Server>, mpsc::Receiver<Query>), String> {
+    let (qtx, qrx) = mpsc::channel::<Query>();
+    let Some(path) = path else {
+        return Ok((None, qrx));
+    };
+    let asker: Asker = Mutex::new(qtx);
+    let handler: crate::ctlsock::Handler =
+        std::sync::Arc::new(move |cmd: &str, req: &Value| match cmd {
+            "counters" => serde_json::to_value(counters.snapshot()).map_err(|e| e.to_string()),
+            "describe" => {
+                serde_json::to_value(dataplane::counters::descriptions_for(counters.role))
+                    .map_err(|e| e.to_string())
+            }
+            c if worker.contains(&c) => ask_worker(&asker, cmd, req),
+            other => Err(format!(
+                "unknown command {other:?}; try counters, describe, {}",
+                worker.join(", ")
+            )),
+        });
+    let server = crate::ctlsock::serve(path, handler).map_err(|e| e.to_string())?;
+    Ok((Some(server), qrx))
+}
+
 /// Asks the worker a question and waits (2 s at most) for the answer.
 pub fn ask_worker(asker: &Asker, cmd: &str, req: &Value) -> Result<Value, String> {
     let (tx, rx) = mpsc::channel();

@@ -19,14 +19,14 @@
 //! ```
 
 use crate::config::{from_toml, line_of, read, ConfigError, IoConfig, RawIo};
-use crate::run::{run_element, Query};
+use crate::run::run_element;
 use dataplane::port::Port;
 use dataplane::switch::{Mode, PortConfig, Switch, SwitchConfig};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toml::Spanned;
 
@@ -238,28 +238,8 @@ pub fn run<P: Port>(
     stop: Arc<AtomicBool>,
     io: IoConfig,
 ) -> Result<(), String> {
-    let counters = s.counters.clone();
-    let (qtx, qrx) = mpsc::channel::<Query>();
-    let _server = match control {
-        Some(path) => {
-            let asker: crate::run::Asker = Mutex::new(qtx);
-            let c = counters.clone();
-            let handler: crate::ctlsock::Handler =
-                Arc::new(move |cmd: &str, req: &Value| match cmd {
-                    "counters" => serde_json::to_value(c.snapshot()).map_err(|e| e.to_string()),
-                    "describe" => {
-                        serde_json::to_value(dataplane::counters::descriptions_for(c.role))
-                            .map_err(|e| e.to_string())
-                    }
-                    "macs" | "interfaces" => crate::run::ask_worker(&asker, cmd, req),
-                    other => Err(format!(
-                        "unknown command {other:?}; try counters, describe, interfaces, macs"
-                    )),
-                });
-            Some(crate::ctlsock::serve(path, handler).map_err(|e| e.to_string())?)
-        }
-        None => None,
-    };
+    let (_server, qrx) =
+        crate::run::serve_element(control, s.counters.clone(), &["interfaces", "macs"])?;
     run_element(s, ports, stop, qrx, answer, |_| {}, io.busy_poll)
 }
 
