@@ -543,18 +543,14 @@ fn arp_frame(
         tmac
     };
     let mut f = Vec::with_capacity(42);
-    f.extend_from_slice(&dst.0);
-    f.extend_from_slice(&smac.0);
-    f.extend_from_slice(&[8, 6]);
-    f.resize(14 + wire::arp::PACKET_LEN, 0);
-    let _ = wire::arp::Repr {
+    wire::arp::Repr {
         operation: op,
         sender_mac: smac,
         sender_ip: sip,
         target_mac: tmac,
         target_ip: tip,
     }
-    .emit(&mut f[14..]);
+    .append_frame(dst, &mut f);
     f
 }
 

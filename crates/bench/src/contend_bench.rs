@@ -150,13 +150,7 @@ fn builtin_command(dut: &str, opts: &ContendOpts) -> Result<String, String> {
 
 /// Runs `ip netns exec NS ARGS...` and says whether it succeeded.
 fn in_ns(ns: &str, args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    lab::cmd::in_ns(ns, args[0], &args[1..]).is_ok()
 }
 
 /// Starts the device under test and waits until the sink reaches both sources through it.

@@ -39,7 +39,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wire::axon::{self, Header, Kind, Msg, Repr, CONTROL};
+use wire::axon::{self, Header, Kind, Msg, CONTROL};
 use wire::ethernet::ethertype;
 use wire::MacAddr;
 
@@ -97,11 +97,7 @@ pub struct Segment {
 }
 
 /// CLOCK_REALTIME in nanoseconds (the clock of the kernel's receive timestamps).
-fn realtime_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
+use wire::dist::auth::now_ns as realtime_ns;
 
 /// An Axon's DHCP server: a pool of its own (Axons in one subnet have disjoint pools).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -628,17 +624,10 @@ impl Axon {
         if et == ethertype::IPV4 && crate::buf::complete_offloaded_checksum(&mut p) {
             self.counters.event(Event::ChecksumFilled);
         }
-        let repr = Repr {
-            kind: Some(Kind::Data),
-            forward: path[1..].to_vec(),
-            reverse: vec![input as u8],
-        };
         let mut c = self.pool.get();
         c.meta = p.meta;
         self.outer(&mut c.data, n.mac, out);
-        let at = c.data.len();
-        c.data.resize(at + repr.len(), 0);
-        if repr.emit(&mut c.data[at..]).is_none() {
+        if axon::append(&mut c.data, Kind::Data, &path[1..], &[input as u8]).is_none() {
             self.counters.count(Drop::AxonNoPath);
             self.pool.put(c);
             return self.pool.put(p);
@@ -917,16 +906,9 @@ impl Axon {
         };
         let mut fwd = rest.to_vec();
         fwd.push(CONTROL);
-        let repr = Repr {
-            kind: Some(kind),
-            forward: fwd,
-            reverse: vec![CONTROL],
-        };
         let mut c = self.pool.get();
         self.outer(&mut c.data, n.mac, out);
-        let at = c.data.len();
-        c.data.resize(at + repr.len(), 0);
-        if repr.emit(&mut c.data[at..]).is_none() {
+        if axon::append(&mut c.data, kind, &fwd, &[CONTROL]).is_none() {
             return self.pool.put(c);
         }
         c.data.extend_from_slice(payload);
@@ -1145,20 +1127,14 @@ impl Axon {
         target_ip: Ipv4Addr,
     ) {
         let mut c = self.pool.get();
-        c.data.extend_from_slice(&eth_dst.0);
-        c.data.extend_from_slice(&sender_mac.0);
-        c.data.extend_from_slice(&ethertype::ARP.to_be_bytes());
-        c.data.resize(14 + wire::arp::PACKET_LEN, 0);
-        let r = wire::arp::Repr {
+        wire::arp::Repr {
             operation: op,
             sender_mac,
             sender_ip,
             target_mac,
             target_ip,
-        };
-        if r.emit(&mut c.data[14..]).is_err() {
-            return self.pool.put(c);
         }
+        .append_frame(eth_dst, &mut c.data);
         let cp = self.cfg.ports.len();
         self.enqueue(port, c, cp);
     }
@@ -1349,10 +1325,7 @@ impl Axon {
             for port in 0..self.cfg.ports.len() {
                 let mut c = self.pool.get();
                 self.outer(&mut c.data, MacAddr::BROADCAST, port);
-                let repr = Repr::new(Kind::Hello, &[]);
-                let at = c.data.len();
-                c.data.resize(at + repr.len(), 0);
-                let _ = repr.emit(&mut c.data[at..]);
+                let _ = axon::append(&mut c.data, Kind::Hello, &[], &[]);
                 Msg::Hello {
                     id: self.cfg.id,
                     port: port as u8,
@@ -1397,11 +1370,7 @@ impl Axon {
             self.probe_seq = self.probe_seq.wrapping_add(1);
             let mut payload = wire::axon::probe::new(self.cfg.id, self.probe_seq);
             // This Axon's own record: it leaves now (stamped by the output port).
-            let mut f = vec![0u8; 0];
-            f.extend_from_slice(&payload);
-            if wire::axon::probe::push(&mut f, 0, self.cfg.id, realtime_ns()) {
-                payload = f;
-            }
+            wire::axon::probe::push(&mut payload, 0, self.cfg.id, realtime_ns());
             for (_, path) in self.paths() {
                 self.send_kind(Kind::Probe, &path, &payload);
             }
@@ -1558,10 +1527,6 @@ mod tests {
             tmac
         };
         let mut f = Vec::new();
-        f.extend_from_slice(&dst.0);
-        f.extend_from_slice(&smac.0);
-        f.extend_from_slice(&ethertype::ARP.to_be_bytes());
-        f.resize(14 + wire::arp::PACKET_LEN, 0);
         wire::arp::Repr {
             operation: op,
             sender_mac: smac,
@@ -1569,8 +1534,7 @@ mod tests {
             target_mac: tmac,
             target_ip: tip.into(),
         }
-        .emit(&mut f[14..])
-        .unwrap();
+        .append_frame(dst, &mut f);
         f
     }
 

@@ -147,6 +147,21 @@ impl Repr {
         }
     }
 
+    /// Appends the packet to `buf` in an Ethernet frame from its sender's MAC to `eth_dst`.
+    pub fn append_frame(&self, eth_dst: MacAddr, buf: &mut Vec<u8>) {
+        let at = buf.len();
+        buf.resize(at + crate::ethernet::HEADER_LEN + PACKET_LEN, 0);
+        let eth = crate::ethernet::Repr {
+            dst: eth_dst,
+            src: self.sender_mac,
+            vlan: None,
+            ethertype: crate::ethernet::ethertype::ARP,
+        };
+        // The buffer holds both headers: neither can fail.
+        let _ = eth.emit(&mut buf[at..]);
+        let _ = self.emit(&mut buf[at + crate::ethernet::HEADER_LEN..]);
+    }
+
     pub fn emit(&self, buf: &mut [u8]) -> Result<(), Error> {
         need(buf, PACKET_LEN).map_err(Error::Truncated)?;
         put16(buf, field::HTYPE, 1);

@@ -213,26 +213,44 @@ impl Repr {
     /// Writes the header at the start of `buf` (at least [`Repr::len`] bytes); None if
     /// the path is too long or a port does not fit in 4 bits.
     pub fn emit(&self, buf: &mut [u8]) -> Option<usize> {
-        let hops = self.forward.len() + self.reverse.len();
-        let len = self.len();
-        if hops > MAX_HOPS
-            || buf.len() < len
-            || self.forward.iter().chain(&self.reverse).any(|p| *p > 0xf)
-        {
-            return None;
-        }
-        buf[0] = self.kind.unwrap_or(Kind::Data) as u8;
-        buf[1] = len as u8;
-        buf[2] = self.forward.len() as u8;
-        buf[3] = self.reverse.len() as u8;
-        buf[FIXED_LEN..len].fill(0);
-        let nibbles = self.reverse.iter().rev().chain(&self.forward);
-        for (i, &p) in nibbles.enumerate() {
-            let at = FIXED_LEN + i / 2;
-            buf[at] |= if i % 2 == 0 { p << 4 } else { p };
-        }
-        Some(len)
+        emit(
+            buf,
+            self.kind.unwrap_or(Kind::Data),
+            &self.forward,
+            &self.reverse,
+        )
     }
+}
+
+/// Appends a header of `kind` with `forward` (next hop first) and `reverse` (most recent
+/// first) to `buf`, without building a [`Repr`] (the per-frame path); None, and `buf`
+/// unchanged, if the path is too long or a port does not fit in 4 bits.
+pub fn append(buf: &mut Vec<u8>, kind: Kind, forward: &[u8], reverse: &[u8]) -> Option<usize> {
+    let at = buf.len();
+    buf.resize(at + header_len(forward.len() + reverse.len()), 0);
+    let n = emit(&mut buf[at..], kind, forward, reverse);
+    if n.is_none() {
+        buf.truncate(at);
+    }
+    n
+}
+
+/// Writes a header at the start of `buf`; see [`Repr::emit`].
+fn emit(buf: &mut [u8], kind: Kind, forward: &[u8], reverse: &[u8]) -> Option<usize> {
+    let hops = forward.len() + reverse.len();
+    let len = header_len(hops);
+    if hops > MAX_HOPS || buf.len() < len || forward.iter().chain(reverse).any(|p| *p > 0xf) {
+        return None;
+    }
+    buf[0] = kind as u8;
+    buf[1] = len as u8;
+    buf[2] = forward.len() as u8;
+    buf[3] = reverse.len() as u8;
+    buf[FIXED_LEN..len].fill(0);
+    for (i, &p) in reverse.iter().rev().chain(forward).enumerate() {
+        buf[FIXED_LEN + i / 2] |= if i % 2 == 0 { p << 4 } else { p };
+    }
+    Some(len)
 }
 
 /// A message between Axons' control planes (the payload of a [`Kind::Hello`] or
