@@ -97,6 +97,7 @@ pub(crate) struct RawIo {
     busy_poll: Option<bool>,
     fast_path: Option<bool>,
     packet_ring: Option<Spanned<String>>,
+    workers: Option<Spanned<i64>>,
 }
 
 /// The `[dist]` table, common to every element that speaks DIST.
@@ -279,6 +280,10 @@ pub struct IoConfig {
     /// more throughput where many elements share few cores, and up to a tick (4 ms at
     /// 250 Hz) of latency per hop.
     pub packet_ring: io::RxRing,
+    /// `workers = N` (1 to 64, default 1): worker threads, each owning one share of every
+    /// port's receive queues (AF_XDP) or one socket of a flow-hash fanout group
+    /// (AF_PACKET), with its own buffers, route reader and counters. The forwarder only.
+    pub workers: usize,
 }
 
 impl Default for IoConfig {
@@ -288,6 +293,7 @@ impl Default for IoConfig {
             busy_poll: false,
             fast_path: false,
             packet_ring: io::RxRing::Frames,
+            workers: 1,
         }
     }
 }
@@ -317,6 +323,17 @@ impl IoConfig {
                     })
                 }
             };
+        }
+        if let Some(w) = raw.and_then(|r| r.workers.as_ref()) {
+            if !(1..=64).contains(w.get_ref()) {
+                return Err(ConfigError {
+                    file: path.into(),
+                    line: line_of(src, w.span().start),
+                    key: "io.workers".into(),
+                    message: format!("{} is not a number of workers from 1 to 64", w.get_ref()),
+                });
+            }
+            c.workers = *w.get_ref() as usize;
         }
         if let Some(b) = raw.and_then(|r| r.backend.as_ref()) {
             c.backend = io::Backend::parse(b.get_ref()).ok_or_else(|| ConfigError {
@@ -776,7 +793,11 @@ via = "10.2.0.2"
         let io = parse(&format!("{EXAMPLE}\n[io]\npacket_ring = \"blocks\"\n"))
             .unwrap()
             .io;
-        assert_eq!(io.packet_ring, io::RxRing::Blocks);
+        assert_eq!((io.packet_ring, io.workers), (io::RxRing::Blocks, 1));
+        let io = parse(&format!("{EXAMPLE}\n[io]\nworkers = 2\n"))
+            .unwrap()
+            .io;
+        assert_eq!(io.workers, 2);
     }
 
     /// Each bad file gives an error with the right line and key.
@@ -850,9 +871,15 @@ via = "10.2.0.2"
                 "is not \"frames\" or \"blocks\"",
             ),
             (
-                format!("{EXAMPLE}\n[io]\nworkers = 2\n"),
+                format!("{EXAMPLE}\n[io]\nworkers = 0\n"),
                 15,
-                "workers",
+                "io.workers",
+                "from 1 to 64",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\nworker = 2\n"),
+                15,
+                "worker",
                 "unknown field",
             ),
         ];

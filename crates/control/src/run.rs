@@ -287,16 +287,36 @@ fn route_change(
     }
 }
 
-/// Runs the forwarder over `ports` until `stop` is set. `cfg` is what `reload-routes`
-/// reads again.
-pub fn run<P: Port>(
+/// Runs the forwarder until `stop` is set: one worker per element of `ports` (the ports
+/// it owns: one share of every interface's queues), the first on this thread and answering
+/// the control socket's questions, the others on threads of their own (see
+/// [`Forwarder::worker`]). `cfg` is what `reload-routes` reads again.
+pub fn run<P: Port + Send>(
     mut f: Forwarder,
-    ports: Vec<P>,
+    mut ports: Vec<Vec<P>>,
     cfg: Option<&ForwarderFile>,
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
     fast: Option<crate::fast::FastLink>,
 ) -> Result<(), String> {
+    if ports.is_empty() {
+        return Err("no worker".into());
+    }
+    let now = Instant::now();
+    let mut others: Vec<Forwarder> = (1..ports.len()).map(|_| f.worker(now)).collect();
+    if !others.is_empty() {
+        if f.backend_internal().is_some() {
+            return Err("[io] workers: a back-end runs one worker (DIST and its route writer are on the first)".into());
+        }
+        let mut all = vec![f];
+        all.append(&mut others);
+        Forwarder::connect_workers(&mut all);
+        f = all.remove(0);
+        others = all;
+    }
+    let all_counters: Vec<Arc<dataplane::Counters>> = std::iter::once(f.counters.clone())
+        .chain(others.iter().map(|w| w.counters.clone()))
+        .collect();
     let counters = f.counters.clone();
     let (qtx, qrx) = mpsc::channel::<Query>();
     let routes = Arc::new(Mutex::new(
@@ -338,7 +358,18 @@ pub fn run<P: Port>(
             let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
                 match cmd {
                 "counters" => {
-                    let mut v = serde_json::to_value(c.snapshot()).map_err(|e| e.to_string())?;
+                    let sum = dataplane::counters::Snapshot::sum(&all_counters).unwrap_or_else(|| c.snapshot());
+                    let mut v = serde_json::to_value(sum).map_err(|e| e.to_string())?;
+                    if all_counters.len() > 1 {
+                        // Each worker's share, to see how the queues spread the load.
+                        v["workers"] = all_counters
+                            .iter()
+                            .map(|w| {
+                                let (rx, tx, dropped) = w.totals();
+                                json!({"rx_packets": rx, "tx_packets": tx, "dropped": dropped})
+                            })
+                            .collect();
+                    }
                     if let Some(fl) = &fast_ctl {
                         v["fast_path"] = fl.counters();
                     }
@@ -381,7 +412,31 @@ pub fn run<P: Port>(
             }
         }
     };
-    run_element(f, ports, stop, qrx, answer, tick, busy)
+    let mine = ports.remove(0);
+    std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for (i, (w, ports)) in others.into_iter().zip(ports).enumerate() {
+            let stop = stop.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("worker-{}", i + 1))
+                .spawn_scoped(scope, move || {
+                    // Nobody asks the other workers anything; the sender lives as long.
+                    let (_asker, queries) = mpsc::channel::<Query>();
+                    let r = run_element(w, ports, stop.clone(), queries, answer, |_| {}, busy);
+                    // One worker failing ends them all: the forwarder is one process.
+                    stop.store(true, Ordering::Relaxed);
+                    r
+                })
+                .map_err(|e| e.to_string())?;
+            handles.push(h);
+        }
+        let r = run_element(f, mine, stop.clone(), qrx, answer, tick, busy);
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            h.join().map_err(|_| "a worker panicked".to_string())??;
+        }
+        r
+    })
 }
 
 /// Routes messages a back-end's worker may hold for its writer.
@@ -519,6 +574,7 @@ pub fn run_element<E: Element, P: Port>(
                 }
             }
         }
+        e.sync(now, &mut tx);
         flush(&mut ports, &mut tx, &mut e)?;
         e.end_batch();
         if got == 0 && busy_poll {

@@ -7,6 +7,7 @@
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 /// A single-writer counter.
 #[derive(Debug, Default)]
@@ -327,6 +328,36 @@ pub struct Snapshot {
     pub interfaces: BTreeMap<String, PortSnapshot>,
     pub drops: BTreeMap<String, u64>,
     pub events: BTreeMap<String, u64>,
+}
+
+impl Snapshot {
+    /// The counters of several workers of one element, summed (None for no workers).
+    pub fn sum(all: &[Arc<Counters>]) -> Option<Snapshot> {
+        let mut it = all.iter();
+        let mut s = it.next()?.snapshot();
+        for c in it {
+            let o = c.snapshot();
+            for (name, p) in o.interfaces {
+                let t = s.interfaces.entry(name).or_insert(PortSnapshot {
+                    rx_packets: 0,
+                    rx_bytes: 0,
+                    tx_packets: 0,
+                    tx_bytes: 0,
+                });
+                t.rx_packets += p.rx_packets;
+                t.rx_bytes += p.rx_bytes;
+                t.tx_packets += p.tx_packets;
+                t.tx_bytes += p.tx_bytes;
+            }
+            for (k, v) in o.drops {
+                *s.drops.entry(k).or_default() += v;
+            }
+            for (k, v) in o.events {
+                *s.events.entry(k).or_default() += v;
+            }
+        }
+        Some(s)
+    }
 }
 
 /// Every counter name of a role with its description, for `tessera show counters --describe`.

@@ -80,6 +80,10 @@ pub trait Element {
     fn poll_interval(&self) -> Duration;
     /// Called after every pass over the ports.
     fn end_batch(&mut self) {}
+    /// Called after every pass over the ports, before the transmit queues go out: news
+    /// from the element's sibling workers (see `Forwarder::connect_workers`). The default
+    /// does nothing.
+    fn sync(&mut self, _now: Instant, _tx: &mut TxQueues) {}
     /// A hint for a frame that [`Element::process`] will see soon (`near`: within a few
     /// frames; otherwise further ahead): an element that looks tables up starts loading
     /// what it will need. The default does nothing.
@@ -140,6 +144,9 @@ impl Element for crate::forwarder::Forwarder {
     }
     fn end_batch(&mut self) {
         crate::forwarder::Forwarder::end_batch(self)
+    }
+    fn sync(&mut self, now: Instant, tx: &mut TxQueues) {
+        crate::forwarder::Forwarder::take_news(self, now, tx)
     }
     fn prefetch(&mut self, p: &Pkt, near: bool) {
         crate::forwarder::Forwarder::prefetch(self, p, near)

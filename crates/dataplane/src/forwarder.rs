@@ -134,6 +134,21 @@ struct Backend {
     seq: u32,
 }
 
+/// A neighbour one worker learned: (port, address, MAC).
+type Learned = (u16, Ipv4Addr, MacAddr);
+
+/// How many learned neighbours may wait for a sibling worker; more are not sent (that
+/// worker then resolves the neighbour itself if it needs it).
+const PEER_QUEUE: usize = 4096;
+
+/// A worker's links to its sibling workers: each neighbour it learns from ARP goes to
+/// every other one, so a next hop resolved by one worker is known to all (an ARP reply
+/// reaches only the worker whose queue the neighbour's flow hashes to).
+struct Peers {
+    to: Vec<std::sync::mpsc::SyncSender<Learned>>,
+    from: std::sync::mpsc::Receiver<Learned>,
+}
+
 /// The FIB and the next-hop groups of one publication.
 type Snapshot = (Arc<Poptrie>, Arc<Vec<Box<[NextHop]>>>);
 
@@ -169,6 +184,7 @@ pub struct Forwarder {
     ident: u16,
     pub pool: Pool,
     expired: Expired,
+    peers: Option<Peers>,
 }
 
 impl Forwarder {
@@ -220,7 +236,78 @@ impl Forwarder {
             ident: 1,
             pool: Pool::new(),
             expired: Expired::default(),
+            peers: None,
         }
+    }
+
+    /// Another worker of this forwarder: the same interfaces, configuration and routes
+    /// (read from the same publications), with its own neighbour table, buffers, ICMP
+    /// budget and counters. It holds no route writer and plays no back-end role. Join
+    /// the workers with [`Forwarder::connect_workers`].
+    pub fn worker(&self, now: Instant) -> Forwarder {
+        let counters = Arc::new(Counters::new(self.counters.port_names.clone()));
+        Forwarder {
+            ifaces: self.ifaces.clone(),
+            port_of: self.port_of.clone(),
+            untagged: self.untagged.clone(),
+            subifs: self.subifs.clone(),
+            backend: None,
+            fib_link: None,
+            dist_auth: Default::default(),
+            routes: None,
+            readers: self.readers.clone(),
+            snap: None,
+            neighbours: Neighbours::new(self.cfg.neighbour),
+            counters,
+            cfg: self.cfg,
+            icmp_tokens: self.cfg.icmp_burst as f64,
+            icmp_refill: now,
+            ident: 1,
+            pool: Pool::new(),
+            expired: Expired::default(),
+            peers: None,
+        }
+    }
+
+    /// Joins the workers of one forwarder: each shares what it learns of its neighbours
+    /// with the others ([`Forwarder::take_news`]), and the ICMP error budget is split
+    /// between them so that together they send no more than one forwarder would.
+    pub fn connect_workers(workers: &mut [Forwarder]) {
+        let n = workers.len();
+        if n < 2 {
+            return;
+        }
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..n)
+            .map(|_| std::sync::mpsc::sync_channel::<Learned>(PEER_QUEUE))
+            .unzip();
+        for (i, (w, from)) in workers.iter_mut().zip(rxs).enumerate() {
+            let to = txs
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, t)| t.clone())
+                .collect();
+            w.peers = Some(Peers { to, from });
+            w.cfg.icmp_errors_per_sec = (w.cfg.icmp_errors_per_sec / n as u32).max(1);
+            w.cfg.icmp_burst = (w.cfg.icmp_burst / n as u32).max(1);
+            w.icmp_tokens = w.icmp_tokens.min(w.cfg.icmp_burst as f64);
+        }
+    }
+
+    /// Takes the neighbours sibling workers learned, and sends what was waiting for them.
+    pub fn take_news(&mut self, now: Instant, tx: &mut TxQueues) {
+        let Some(peers) = self.peers.take() else {
+            return;
+        };
+        while let Ok((port, ip, mac)) = peers.from.try_recv() {
+            if (port as usize) < self.ifaces.len() {
+                for mut w in self.neighbours.learn(port, ip, mac, now, true) {
+                    self.set_macs(&mut w, port, mac);
+                    self.output(port, w, tx);
+                }
+            }
+        }
+        self.peers = Some(peers);
     }
 
     /// Makes this forwarder a back-end of a multistage router: it sends DIST hellos out of
@@ -804,6 +891,11 @@ impl Forwarder {
                 .neighbours
                 .learn(port, r.sender_ip, r.sender_mac, now, for_us);
             self.counters.event(Event::ArpLearned);
+            if let Some(peers) = &self.peers {
+                for t in &peers.to {
+                    let _ = t.try_send((port, r.sender_ip, r.sender_mac));
+                }
+            }
             for mut w in waiting {
                 self.set_macs(&mut w, port, r.sender_mac);
                 self.output(port, w, tx);

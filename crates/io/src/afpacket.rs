@@ -48,6 +48,10 @@ pub struct RingConfig {
     /// Transmit slots.
     pub tx_frames: u32,
     pub rx_ring: RxRing,
+    /// Joins a fanout group that spreads the interface's frames over several sockets by a
+    /// hash of each frame's flow (one socket per worker): `Some(0)` makes a new group
+    /// (read its id with [`AfPacket::fanout_group`]), `Some(id)` joins group `id`.
+    pub fanout: Option<u16>,
 }
 
 impl Default for RingConfig {
@@ -58,6 +62,7 @@ impl Default for RingConfig {
             block_timeout_ms: 1,
             tx_frames: 1024,
             rx_ring: RxRing::Frames,
+            fanout: None,
         }
     }
 }
@@ -98,6 +103,8 @@ pub struct AfPacket {
     tx_frame_size: usize,
     tx_frames: usize,
     tx_next: usize,
+    /// In a fanout group (one socket of several workers).
+    fanout: bool,
 }
 
 // SAFETY: the mapping is owned by this value and used only through &mut self.
@@ -165,6 +172,7 @@ impl AfPacket {
                 .max(2048),
             tx_frames: 0,
             tx_next: 0,
+            fanout: cfg.fanout.is_some(),
         };
         check(
             setsockopt(
@@ -300,7 +308,38 @@ impl AfPacket {
             )
         };
         check(r, "bind", name)?;
+        if let Some(id) = cfg.fanout {
+            // Flow hash: the frames of one flow (5-tuple; addresses for fragments) always
+            // reach the same socket, so a worker never reorders a flow.
+            let mut arg = id as u32 | libc::PACKET_FANOUT_HASH << 16;
+            if id == 0 {
+                arg |= libc::PACKET_FANOUT_FLAG_UNIQUEID << 16;
+            }
+            check(
+                setsockopt(fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg),
+                "PACKET_FANOUT",
+                name,
+            )?;
+        }
         Ok(me)
+    }
+
+    /// The fanout group this socket belongs to (see [`RingConfig::fanout`]).
+    pub fn fanout_group(&self) -> io::Result<u16> {
+        let mut v = 0u32;
+        let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+        // SAFETY: v and len are valid for the sizes given.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd,
+                libc::SOL_PACKET,
+                libc::PACKET_FANOUT,
+                &mut v as *mut u32 as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        check(r, "PACKET_FANOUT", &self.name)?;
+        Ok(v as u16)
     }
 
     fn block(&self, i: usize) -> *mut libc::tpacket_block_desc {
@@ -640,10 +679,18 @@ impl Port for AfPacket {
     fn info(&self) -> PortInfo {
         PortInfo {
             backend: "packet",
-            mode: match self.version {
-                RxRing::Frames => "TPACKET_V2 frame ring".into(),
-                RxRing::Blocks => "TPACKET_V3 block ring".into(),
-            },
+            mode: format!(
+                "{}{}",
+                match self.version {
+                    RxRing::Frames => "TPACKET_V2 frame ring",
+                    RxRing::Blocks => "TPACKET_V3 block ring",
+                },
+                if self.fanout {
+                    ", fanout by flow hash"
+                } else {
+                    ""
+                }
+            ),
         }
     }
 

@@ -100,6 +100,77 @@ pub fn open_with(
     }
 }
 
+/// The ports of `name` for `workers` workers, one each: on AF_XDP, worker `w` gets the
+/// sockets of the receive queues `q` with `q % workers == w` (so the interface needs at
+/// least as many queues as there are workers); on AF_PACKET, one socket each in a fanout
+/// group that spreads frames by a hash of their flow. With [`Backend::Auto`], an AF_XDP
+/// failure falls back to AF_PACKET for every worker and is logged with its reason.
+pub fn open_workers(
+    name: &str,
+    backend: Backend,
+    ring: RxRing,
+    program: Option<xsk::ProgramFor>,
+    workers: usize,
+) -> std::io::Result<Vec<AnyPort>> {
+    if workers <= 1 {
+        return open_with(name, backend, ring, program).map(|p| vec![p]);
+    }
+    let packet = || -> std::io::Result<Vec<AnyPort>> {
+        let mut ports = Vec::with_capacity(workers);
+        let mut group = 0;
+        for _ in 0..workers {
+            let p = AfPacket::open(
+                name,
+                RingConfig {
+                    rx_ring: ring,
+                    fanout: Some(group),
+                    ..Default::default()
+                },
+            )?;
+            if group == 0 {
+                group = p.fanout_group()?;
+            }
+            ports.push(AnyPort::Packet(p));
+        }
+        Ok(ports)
+    };
+    let xdp = || -> std::io::Result<Vec<AnyPort>> {
+        let queues = xsk::rx_queues(name);
+        if (queues as usize) < workers {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{name} has {queues} receive queue(s); AF_XDP with [io] workers = {workers} needs at least {workers} (in a lab, `queues = {workers}` on its link)"
+                ),
+            ));
+        }
+        let shared = std::sync::Arc::new(XdpPort::attach(
+            name,
+            queues,
+            xsk::AttachMode::Auto,
+            program,
+        )?);
+        (0..workers)
+            .map(|w| {
+                let mine: Vec<u32> = (0..queues).filter(|q| *q as usize % workers == w).collect();
+                XdpPort::open_queues(name, xsk::XskConfig::default(), shared.clone(), &mine)
+                    .map(AnyPort::Xdp)
+            })
+            .collect()
+    };
+    match backend {
+        Backend::Packet => packet(),
+        Backend::Xdp => xdp(),
+        Backend::Auto => match xdp() {
+            Ok(p) => Ok(p),
+            Err(e) => {
+                tracing::warn!(interface = name, reason = %e, "AF_XDP unavailable; using AF_PACKET");
+                packet()
+            }
+        },
+    }
+}
+
 impl Port for AnyPort {
     fn name(&self) -> &str {
         match self {

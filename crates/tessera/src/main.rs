@@ -1249,28 +1249,40 @@ fn forwarder(a: &ElementArgs) -> Result<i32> {
     } else {
         None
     };
-    let mut ports = Vec::new();
+    let workers = cfg.io.workers;
+    if workers > 1 && cfg.backend.is_some() {
+        bail!(
+            "{}: [io] workers = {workers}: a back-end runs one worker (its DIST link and route writer live on it)",
+            config.display()
+        );
+    }
+    // ports[w]: the ports worker w owns, one per interface.
+    let mut ports: Vec<Vec<io::AnyPort>> = (0..workers).map(|_| Vec::new()).collect();
     for (k, (name, link)) in names.iter().zip(&links).enumerate() {
-        let port = match &fast {
+        let (backend, ring) = (cfg.io.backend, cfg.io.packet_ring);
+        let mine = match &fast {
             Some(fl) => {
                 let facts = control::fast::FastLink::facts(&f.ifaces, k as u32, link.mac.0);
                 let program = |xsk: i32| match fl.fp.lock() {
                     Ok(fp) => fp.program(&facts, xsk),
                     Err(_) => Vec::new(),
                 };
-                io::open_with(name, cfg.io.backend, cfg.io.packet_ring, Some(&program))?
+                io::open_workers(name, backend, ring, Some(&program), workers)?
             }
-            None => io::open_with(name, cfg.io.backend, cfg.io.packet_ring, None)?,
+            None => io::open_workers(name, backend, ring, None, workers)?,
         };
-        let info = port.info();
-        tracing::info!(interface = name, backend = info.backend, mode = %info.mode, "port open");
-        ports.push(port);
+        let info = mine[0].info();
+        tracing::info!(interface = name, backend = info.backend, mode = %info.mode, workers, "port open");
+        for (w, p) in mine.into_iter().enumerate() {
+            ports[w].push(p);
+        }
     }
     tracing::info!(
-        interfaces = %ports.iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
+        interfaces = %ports[0].iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
         routes = f.route_count(),
         build_ms,
         fast_path = fast.is_some(),
+        workers,
         "forwarder running"
     );
     let counters = f.counters.clone();
@@ -1300,6 +1312,12 @@ fn open_port(
     name: &str,
     io: &control::config::IoConfig,
 ) -> Result<(io::AnyPort, control::run::Link)> {
+    if io.workers > 1 {
+        bail!(
+            "[io] workers = {}: only the forwarder runs several workers yet; this element runs one",
+            io.workers
+        );
+    }
     let link = take_port(name)?;
     let port = io::open_with(name, io.backend, io.packet_ring, None)?;
     let info = dataplane::port::Port::info(&port);

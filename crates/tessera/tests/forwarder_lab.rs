@@ -716,3 +716,82 @@ fn auto_backend_serves_every_queue_and_falls_back_per_port() {
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `[io] workers = 2` over two-queue links: each worker owns one queue of every port (one
+/// socket of a fanout group on AF_PACKET), both carry flows, a next hop resolved by one is
+/// known to the other, and `show counters` sums the two.
+#[test]
+fn two_workers_share_the_flows() {
+    let dir = std::env::temp_dir().join(format!("tessera-workers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let r = std::fs::read_to_string(repo_path("labs/single-router/r.toml")).unwrap();
+    std::fs::write(dir.join("r.toml"), format!("{r}\n[io]\nworkers = 2\n")).unwrap();
+    let routes = std::fs::read_to_string(repo_path("labs/single-router/routes.txt")).unwrap();
+    std::fs::write(dir.join("routes.txt"), routes).unwrap();
+    let mut topo = std::fs::read_to_string(repo_path("labs/single-router.toml"))
+        .unwrap()
+        .replace("single-router/r.toml", "r.toml");
+    for i in 0..4 {
+        let b = format!("b = \"r:r-eth{i}\"");
+        topo = topo.replace(&b, &format!("{b}\nqueues = 2"));
+    }
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.3.0.10"],
+    );
+    assert!(
+        p.contains("3 received") && p.matches("ttl=63").count() == 3,
+        "{p}"
+    );
+    // Sixteen TCP flows: the senders' kernels spread them over both queues by their hash.
+    lab.sh("sink1", &["iperf3", "-s", "-D", "-1"]);
+    let mut report = String::new();
+    for _ in 0..50 {
+        let o = lab.exec(
+            "src1",
+            &["iperf3", "-c", "10.3.0.10", "-t", "2", "-P", "16", "-J"],
+        );
+        report = String::from_utf8_lossy(&o.stdout).into_owned();
+        if o.status.success() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100)); // the server may not listen yet
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"));
+    let bytes = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+    assert!(bytes > 1_000_000, "received {bytes} bytes: {report}");
+    let c = lab.counters("r");
+    let w = c["workers"].as_array().unwrap_or_else(|| panic!("{c}"));
+    assert_eq!(w.len(), 2, "{c}");
+    let rx: Vec<u64> = w
+        .iter()
+        .map(|x| x["rx_packets"].as_u64().unwrap())
+        .collect();
+    // Each worker carried a real share (16 flows all on one queue: 1 in 32,768).
+    assert!(rx.iter().all(|n| *n > 1000), "{c}");
+    // The summed counters are the workers' sum.
+    let total: u64 = c["interfaces"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|i| i["rx_packets"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, rx.iter().sum::<u64>(), "{c}");
+    assert!(event_count(&c, "ip4_forwarded") > 1000, "{c}");
+    let o = lab.tessera(&[
+        "show",
+        "interfaces",
+        "--control",
+        lab.control("r").to_str().unwrap(),
+    ]);
+    let i = String::from_utf8_lossy(&o.stdout);
+    match io_backend() {
+        "packet" => assert!(i.contains("fanout by flow hash"), "{i}"),
+        _ => assert!(i.contains("1 queue"), "{i}"),
+    }
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -494,6 +494,73 @@ fn resolves_unknown_next_hop_then_sends_queued_packets() {
     }
 }
 
+/// Two workers: the one whose packet waits asks; the reply reaches the other, which hands
+/// the neighbour over; the first sends its packet after taking the news, and each counts
+/// only its own frames.
+#[test]
+fn a_sibling_worker_resolves_the_next_hop() {
+    let (f, now) = router();
+    let mut ws = vec![f];
+    ws.push(ws[0].worker(now));
+    Forwarder::connect_workers(&mut ws);
+    let (a, b) = ws.split_at_mut(1);
+    let (a, b) = (&mut a[0], &mut b[0]);
+    let frame = udp_frame(Udp {
+        dst: "10.2.0.99",
+        ..Default::default()
+    });
+    let out = run(b, now, 0, frame);
+    assert_eq!(out.len(), 1, "the ARP request: {out:?}");
+    let mac = MacAddr([2, 0, 0, 0, 0, 0x99]);
+    let mut rep = vec![0u8; ETH + 28];
+    ethernet::Repr {
+        dst: R1,
+        src: mac,
+        vlan: None,
+        ethertype: ethertype::ARP,
+    }
+    .emit(&mut rep)
+    .unwrap();
+    arp::Repr {
+        operation: arp::Operation::Reply,
+        sender_mac: mac,
+        sender_ip: ip("10.2.0.99"),
+        target_mac: R1,
+        target_ip: ip("10.2.0.1"),
+    }
+    .emit(&mut rep[ETH..])
+    .unwrap();
+    assert!(run(a, now, 1, rep).is_empty());
+    assert!(a.neighbours.contains(1, ip("10.2.0.99")));
+    let mut tx = TxQueues::new(b.ifaces.len());
+    b.take_news(now, &mut tx);
+    let out = tx.drain_all();
+    assert_eq!(out.len(), 1, "the queued packet leaves: {out:?}");
+    assert_eq!(
+        (
+            out[0].0,
+            ethernet::Frame::new_checked(&out[0].1.data[..])
+                .unwrap()
+                .dst()
+        ),
+        (1, mac)
+    );
+    assert_eq!(
+        (
+            a.counters.events(Event::ArpLearned),
+            b.counters.events(Event::ArpLearned)
+        ),
+        (1, 0)
+    );
+    assert_eq!(a.counters.ports[0].rx_packets.get(), 0);
+    assert_eq!(b.counters.ports[0].rx_packets.get(), 1);
+    // Together they send no more ICMP errors than one forwarder would.
+    assert_eq!(
+        a.cfg.icmp_burst + b.cfg.icmp_burst,
+        ForwarderConfig::default().icmp_burst
+    );
+}
+
 #[test]
 fn unanswered_arp_gives_host_unreachable() {
     let (mut f, now) = router();
