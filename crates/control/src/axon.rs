@@ -48,6 +48,7 @@ struct Raw {
     port: Vec<RawPort>,
     dhcp: Option<RawDhcp>,
     io: Option<RawIo>,
+    metrics: Option<crate::config::RawMetrics>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,6 +79,7 @@ pub struct AxonFile {
     pub path: PathBuf,
     pub cfg: AxonConfig,
     pub io: IoConfig,
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 impl AxonFile {
@@ -185,6 +187,7 @@ impl AxonFile {
                 spread: a.spread.unwrap_or(true),
             },
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
+            metrics: crate::config::RawMetrics::check(path, src, raw.metrics.as_ref())?,
         })
     }
 }
@@ -299,8 +302,9 @@ pub fn run<P: Port>(
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
     io: IoConfig,
+    metrics: &crate::metrics::MetricsConfig,
 ) -> Result<(), String> {
-    let (_server, qrx) = crate::run::serve_element(
+    let (_servers, qrx) = crate::run::serve_element(
         control,
         a.counters.clone(),
         &[
@@ -311,6 +315,8 @@ pub fn run<P: Port>(
             "probes",
             "routes",
         ],
+        metrics,
+        "axon",
     )?;
     run_element(a, ports, stop, qrx, answer, |_| {}, io.busy_poll)
 }

@@ -78,6 +78,7 @@ struct Raw {
     #[serde(default)]
     rule: Vec<Spanned<Rule>>,
     io: Option<crate::config::RawIo>,
+    metrics: Option<crate::config::RawMetrics>,
     dist: Option<crate::config::RawDist>,
 }
 
@@ -144,6 +145,7 @@ pub struct BalancerFile {
     pub backends: Vec<(MacAddr, u16, u16)>,
     pub io: crate::config::IoConfig,
     pub dist: crate::config::DistConfig,
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 impl BalancerFile {
@@ -351,6 +353,7 @@ impl BalancerFile {
             },
             backends,
             io: crate::config::IoConfig::from_raw(path, src, raw.io.as_ref())?,
+            metrics: crate::config::RawMetrics::check(path, src, raw.metrics.as_ref())?,
             dist: crate::config::DistConfig::from_raw(path, src, raw.dist.as_ref())?,
         })
     }
@@ -443,21 +446,33 @@ pub fn run<P: Port>(
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
     io: crate::config::IoConfig,
+    metrics: &crate::metrics::MetricsConfig,
+    external: Vec<String>,
 ) -> Result<(), String> {
     let counters = b.counters.clone();
+    let view = crate::metrics::element_source(
+        vec![counters.clone()],
+        crate::metrics::element_name(metrics, control, "balancer"),
+        "balancer",
+        external,
+    );
+    let _metrics = crate::metrics::serve_if(metrics, &view)?;
     let (qtx, qrx) = mpsc::channel::<Query>();
     let _server = match control {
         Some(path) => {
             let asker: Asker = Mutex::new(qtx);
             let c = counters.clone();
-            let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| match cmd {
+            let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
+                match cmd {
                 "counters" => serde_json::to_value(c.snapshot()).map_err(|e| e.to_string()),
                 "describe" => serde_json::to_value(dataplane::counters::descriptions_for(c.role))
                     .map_err(|e| e.to_string()),
+                "router" => Ok(crate::metrics::router_json(&view())),
                 "balance" | "interfaces" | "rules" => ask_worker(&asker, cmd, req),
                 other => Err(format!(
-                    "unknown command {other:?}; try counters, describe, interfaces, balance, rules"
+                    "unknown command {other:?}; try counters, describe, router, interfaces, balance, rules"
                 )),
+            }
             });
             Some(ctlsock::serve(path, handler).map_err(|e| e.to_string())?)
         }

@@ -87,6 +87,51 @@ struct Raw {
     backend: Option<RawBackend>,
     io: Option<RawIo>,
     dist: Option<RawDist>,
+    metrics: Option<RawMetrics>,
+}
+
+/// The `[metrics]` table, common to every element.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMetrics {
+    listen: Option<Spanned<String>>,
+    element: Option<Spanned<String>>,
+}
+
+impl RawMetrics {
+    /// Validates a `[metrics]` table of the file `path` whose text is `src`.
+    pub(crate) fn check(
+        path: &Path,
+        src: &str,
+        raw: Option<&RawMetrics>,
+    ) -> Result<crate::metrics::MetricsConfig, ConfigError> {
+        let mut c = crate::metrics::MetricsConfig::default();
+        let Some(raw) = raw else { return Ok(c) };
+        if let Some(l) = &raw.listen {
+            c.listen = Some(l.get_ref().parse().map_err(|_| ConfigError {
+                file: path.into(),
+                line: line_of(src, l.span().start),
+                key: "metrics.listen".into(),
+                message: format!(
+                    "{:?} is not ADDR:PORT (e.g. \"127.0.0.1:9100\" or \"[::]:9100\")",
+                    l.get_ref()
+                ),
+            })?);
+        }
+        if let Some(e) = &raw.element {
+            let v = e.get_ref();
+            if v.is_empty() || v.len() > 64 || v.chars().any(|c| c.is_control()) {
+                return Err(ConfigError {
+                    file: path.into(),
+                    line: line_of(src, e.span().start),
+                    key: "metrics.element".into(),
+                    message: "use 1 to 64 printable characters".into(),
+                });
+            }
+            c.element = Some(v.clone());
+        }
+        Ok(c)
+    }
 }
 
 /// The `[io]` table, common to every element.
@@ -442,6 +487,8 @@ pub struct ForwarderFile {
     pub backend: Option<BackendConfig>,
     pub io: IoConfig,
     pub dist: DistConfig,
+    /// `[metrics]`: the Prometheus endpoint and the element's name in it.
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 /// Line number (1-based) of byte offset `at` in `src`.
@@ -743,6 +790,7 @@ impl ForwarderFile {
             backend,
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
             dist: DistConfig::from_raw(path, src, raw.dist.as_ref())?,
+            metrics: RawMetrics::check(path, src, raw.metrics.as_ref())?,
         })
     }
 }
@@ -798,6 +846,13 @@ via = "10.2.0.2"
             .unwrap()
             .io;
         assert_eq!(io.workers, 2);
+        let m = parse(&format!(
+            "{EXAMPLE}\n[metrics]\nlisten = \"127.0.0.1:9100\"\nelement = \"r1\"\n"
+        ))
+        .unwrap()
+        .metrics;
+        assert_eq!(m.listen, Some("127.0.0.1:9100".parse().unwrap()));
+        assert_eq!(m.element.as_deref(), Some("r1"));
     }
 
     /// Each bad file gives an error with the right line and key.
@@ -875,6 +930,12 @@ via = "10.2.0.2"
                 15,
                 "io.workers",
                 "from 1 to 64",
+            ),
+            (
+                format!("{EXAMPLE}\n[metrics]\nlisten = \"9100\"\n"),
+                15,
+                "metrics.listen",
+                "is not ADDR:PORT",
             ),
             (
                 format!("{EXAMPLE}\n[io]\nworker = 2\n"),

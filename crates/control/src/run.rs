@@ -37,18 +37,34 @@ pub type Query = (String, Value, mpsc::Sender<Value>);
 /// What the control thread uses to ask the worker (see [`ask_worker`]).
 pub type Asker = Mutex<mpsc::Sender<Query>>;
 
-/// Serves an element's control socket at `path` (if any): `counters` and `describe`
-/// from `counters`; each of `worker` asked of the element's run loop through the
-/// returned receiver (which [`run_element`] takes). Keep the server while the element
-/// runs.
+/// The servers an element keeps while it runs.
+pub type Servers = (
+    Option<crate::ctlsock::Server>,
+    Option<crate::metrics::MetricsServer>,
+);
+
+/// Serves an element's control socket at `path` (if any): `counters`, `describe` and
+/// `router` (its view as a router of one, every port external) from `counters`; each of
+/// `worker` asked of the element's run loop through the returned receiver (which
+/// [`run_element`] takes); and `/metrics` where `metrics` says. Keep the servers while
+/// the element runs.
 pub fn serve_element(
     path: Option<&std::path::Path>,
     counters: std::sync::Arc<dataplane::Counters>,
     worker: &'static [&'static str],
-) -> Result<(Option<crate::ctlsock::Server>, mpsc::Receiver<Query>), String> {
+    metrics: &crate::metrics::MetricsConfig,
+    role: &'static str,
+) -> Result<(Servers, mpsc::Receiver<Query>), String> {
     let (qtx, qrx) = mpsc::channel::<Query>();
+    let view = crate::metrics::element_source(
+        vec![counters.clone()],
+        crate::metrics::element_name(metrics, path, role),
+        role,
+        counters.port_names.clone(),
+    );
+    let ms = crate::metrics::serve_if(metrics, &view)?;
     let Some(path) = path else {
-        return Ok((None, qrx));
+        return Ok(((None, ms), qrx));
     };
     let asker: Asker = Mutex::new(qtx);
     let handler: crate::ctlsock::Handler =
@@ -58,14 +74,15 @@ pub fn serve_element(
                 serde_json::to_value(dataplane::counters::descriptions_for(counters.role))
                     .map_err(|e| e.to_string())
             }
+            "router" => Ok(crate::metrics::router_json(&view())),
             c if worker.contains(&c) => ask_worker(&asker, cmd, req),
             other => Err(format!(
-                "unknown command {other:?}; try counters, describe, {}",
+                "unknown command {other:?}; try counters, describe, router, {}",
                 worker.join(", ")
             )),
         });
     let server = crate::ctlsock::serve(path, handler).map_err(|e| e.to_string())?;
-    Ok((Some(server), qrx))
+    Ok(((Some(server), ms), qrx))
 }
 
 /// Asks the worker a question and waits (2 s at most) for the answer.
@@ -318,6 +335,22 @@ pub fn run<P: Port + Send>(
         .chain(others.iter().map(|w| w.counters.clone()))
         .collect();
     let counters = f.counters.clone();
+    // The router view of this element: a lone forwarder's ports all face the outside; a
+    // back-end's face the inside of a multistage router.
+    let metrics_cfg = cfg.map(|c| c.metrics.clone()).unwrap_or_default();
+    let role = if f.backend_internal().is_some() {
+        "backend"
+    } else {
+        "forwarder"
+    };
+    let name = crate::metrics::element_name(&metrics_cfg, control, role);
+    let external: Vec<String> = if f.backend_internal().is_some() {
+        Vec::new()
+    } else {
+        counters.port_names.clone()
+    };
+    let view = crate::metrics::element_source(all_counters.clone(), name, role, external);
+    let _metrics = crate::metrics::serve_if(&metrics_cfg, &view)?;
     let (qtx, qrx) = mpsc::channel::<Query>();
     let routes = Arc::new(Mutex::new(
         f.take_routes()
@@ -376,6 +409,7 @@ pub fn run<P: Port + Send>(
                     Ok(v)
                 }
                 "describe" => serde_json::to_value(dataplane::counters::descriptions_for(c.role)).map_err(|e| e.to_string()),
+                "router" => Ok(crate::metrics::router_json(&view())),
                 "neighbours" | "interfaces" => ask_worker(&asker, cmd, req),
                 "fib" => match &writer {
                     Some(w) => {
@@ -394,7 +428,7 @@ pub fn run<P: Port + Send>(
                 },
                 "routes" | "route-add" | "route-del" | "reload-routes" => route_command(&routes, cfg.as_ref(), fast_ctl.as_ref(), cmd, req),
                 other => Err(format!(
-                    "unknown command {other:?}; try counters, describe, interfaces, neighbours, fib, routes, route-add, route-del, reload-routes"
+                    "unknown command {other:?}; try counters, describe, router, interfaces, neighbours, fib, routes, route-add, route-del, reload-routes"
                 )),
             }
             });

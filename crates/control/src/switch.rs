@@ -40,6 +40,7 @@ struct Raw {
     #[serde(default)]
     port: Vec<RawPort>,
     io: Option<RawIo>,
+    metrics: Option<crate::config::RawMetrics>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -65,6 +66,7 @@ pub struct SwitchFile {
     pub path: PathBuf,
     pub cfg: SwitchConfig,
     pub io: IoConfig,
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 impl SwitchFile {
@@ -123,6 +125,7 @@ impl SwitchFile {
                 ageing,
             },
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
+            metrics: crate::config::RawMetrics::check(path, src, raw.metrics.as_ref())?,
         })
     }
 }
@@ -237,9 +240,15 @@ pub fn run<P: Port>(
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
     io: IoConfig,
+    metrics: &crate::metrics::MetricsConfig,
 ) -> Result<(), String> {
-    let (_server, qrx) =
-        crate::run::serve_element(control, s.counters.clone(), &["interfaces", "macs"])?;
+    let (_servers, qrx) = crate::run::serve_element(
+        control,
+        s.counters.clone(),
+        &["interfaces", "macs"],
+        metrics,
+        "switch",
+    )?;
     run_element(s, ports, stop, qrx, answer, |_| {}, io.busy_poll)
 }
 

@@ -44,6 +44,18 @@ enum Cmd {
         #[command(subcommand)]
         what: Show,
     },
+    /// Live rates of the router's external ports and elements in the terminal, refreshed
+    /// like `top` (Ctrl-C ends it).
+    Top {
+        #[arg(long)]
+        control: PathBuf,
+        /// Milliseconds between refreshes.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+        /// Stop after this many refreshes (default: run until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+    },
     /// Build, inspect and remove lab topologies of namespaces, links and elements.
     Lab {
         #[command(subcommand)]
@@ -188,6 +200,12 @@ enum Show {
     },
     /// The neighbour (ARP) table, as JSON; on an Axon, the neighbour Axons by port.
     Neighbours {
+        #[arg(long)]
+        control: PathBuf,
+    },
+    /// The router's counters as one view, as JSON: in total (external ports; drops by
+    /// reason over every element), per external port and per element.
+    Router {
         #[arg(long)]
         control: PathBuf,
     },
@@ -641,6 +659,35 @@ fn ask(control: &Path, cmd: &str) -> Result<i32> {
     print(&v)
 }
 
+/// `tessera top`: asks for the router view every `interval_ms` and prints the rates
+/// since the previous one.
+fn top(control: &Path, interval_ms: u64, count: Option<u64>) -> Result<i32> {
+    use std::io::IsTerminal;
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let tty = std::io::stdout().is_terminal();
+    let interval = std::time::Duration::from_millis(interval_ms.max(100));
+    let get = || control::ctlsock::request(control, "router").map_err(anyhow::Error::msg);
+    let mut prev = get()?;
+    let mut at = std::time::Instant::now();
+    let mut n = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && count.is_none_or(|c| n < c) {
+        std::thread::sleep(interval);
+        let now = get()?;
+        let dt = at.elapsed().as_secs_f64();
+        at = std::time::Instant::now();
+        n += 1;
+        let text = control::metrics::top_text(&prev, &now, dt);
+        if tty {
+            print!("\x1b[H\x1b[2J");
+        }
+        println!("{text}");
+        prev = now;
+    }
+    Ok(0)
+}
+
 fn load_lab(a: &LabArgs) -> Result<lab::Lab> {
     let exe = std::env::current_exe().context("cannot find the tessera binary")?;
     lab::Lab::load(&a.file, a.name.as_deref(), exe).map_err(anyhow::Error::msg)
@@ -655,6 +702,7 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Show::Neighbours { control } => ask(&control, "neighbours"),
             Show::Interfaces { control } => ask(&control, "interfaces"),
+            Show::Router { control } => ask(&control, "router"),
             Show::Routes { control } => ask(&control, "routes"),
             Show::Balance { control } => ask(&control, "balance"),
             Show::Rules { control } => ask(&control, "rules"),
@@ -671,6 +719,11 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Axon(a) => axon(&a),
         Cmd::Dist { cmd } => dist_cmd(cmd),
         Cmd::Lab { cmd } => lab_cmd(cmd),
+        Cmd::Top {
+            control,
+            interval_ms,
+            count,
+        } => top(&control, interval_ms, count),
         Cmd::Gen {
             iface,
             dst_mac,
@@ -1356,7 +1409,14 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
         "balancer running"
     );
     let counters = b.counters.clone();
-    control::balancer::run(b, ports, control, stop, cfg.io).map_err(anyhow::Error::msg)?;
+    let external = cfg
+        .interfaces
+        .iter()
+        .filter(|i| i.role == wire::dist::PortRole::External)
+        .map(|i| i.name.clone())
+        .collect();
+    control::balancer::run(b, ports, control, stop, cfg.io, &cfg.metrics, external)
+        .map_err(anyhow::Error::msg)?;
     let s = counters.snapshot();
     tracing::info!(
         balanced = s.events["balance_packets"],
@@ -1404,7 +1464,8 @@ fn switch(a: &ElementArgs) -> Result<i32> {
         mode = ?cfg.cfg.mode,
         "switch running"
     );
-    control::switch::run(sw, ports, control, stop, cfg.io).map_err(anyhow::Error::msg)?;
+    control::switch::run(sw, ports, control, stop, cfg.io, &cfg.metrics)
+        .map_err(anyhow::Error::msg)?;
     let s = counters.snapshot();
     tracing::info!(dropped = s.drops.values().sum::<u64>(), "switch stopped");
     Ok(0)
@@ -1446,7 +1507,8 @@ fn axon(a: &ElementArgs) -> Result<i32> {
         ports = %cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","),
         "axon running"
     );
-    control::axon::run(ax, ports, control, stop, cfg.io).map_err(anyhow::Error::msg)?;
+    control::axon::run(ax, ports, control, stop, cfg.io, &cfg.metrics)
+        .map_err(anyhow::Error::msg)?;
     let s = counters.snapshot();
     tracing::info!(dropped = s.drops.values().sum::<u64>(), "axon stopped");
     Ok(0)

@@ -795,3 +795,132 @@ fn two_workers_share_the_flows() {
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `[metrics] listen`: `/metrics`, scraped in the router's namespace, parses with the
+/// Prometheus client's own text parser; every drop counter of `show counters` appears
+/// with its value, the router totals equal the sums over the element's ports and
+/// reasons, and `show router` and `tessera top` agree with them.
+#[test]
+fn metrics_are_served_to_prometheus() {
+    let dir = std::env::temp_dir().join(format!("tessera-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let r = std::fs::read_to_string(repo_path("labs/single-router/r.toml")).unwrap();
+    std::fs::write(
+        dir.join("r.toml"),
+        format!("{r}\n[metrics]\nlisten = \"127.0.0.1:9100\"\n"),
+    )
+    .unwrap();
+    let routes = std::fs::read_to_string(repo_path("labs/single-router/routes.txt")).unwrap();
+    std::fs::write(dir.join("routes.txt"), routes).unwrap();
+    let topo = std::fs::read_to_string(repo_path("labs/single-router.toml"))
+        .unwrap()
+        .replace("single-router/r.toml", "r.toml");
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.3.0.10"],
+    );
+    assert!(p.contains("3 received"), "{p}");
+    // A drop: no route to 192.0.2.1 (net unreachable).
+    let o = lab.exec("src1", &["ping", "-c", "1", "-W", "1", "192.0.2.1"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Net Unreachable"));
+    // Python's prometheus_client parses the exposition; print "name labels value" lines.
+    let script = r#"
+import json, sys, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+text = urllib.request.urlopen("http://127.0.0.1:9100/metrics", timeout=5).read().decode()
+out = []
+for fam in text_string_to_metric_families(text):
+    for s in fam.samples:
+        out.append({"family": fam.name, "type": fam.type, "name": s.name, "labels": s.labels, "value": s.value})
+print(json.dumps(out))
+"#;
+    let o = lab.exec("r", &["/usr/bin/python3", "-c", script]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let samples: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    let c = lab.counters("r");
+    let find = |name: &str, key: &str, val: &str| -> Option<f64> {
+        samples
+            .iter()
+            .find(|s| s["name"] == name && (key.is_empty() || s["labels"][key] == val))
+            .map(|s| s["value"].as_f64().unwrap())
+    };
+    // Every drop reason of the element appears, with the value the control socket gives
+    // (the scrape came first, so it is at most what the counters say now).
+    let drops = c["drops"].as_object().unwrap();
+    assert!(drops.len() > 20, "{c}");
+    for (reason, n) in drops {
+        let v = find("tessera_dropped_packets_total", "reason", reason)
+            .unwrap_or_else(|| panic!("no sample for {reason}: {text}"));
+        assert!(v <= n.as_u64().unwrap() as f64, "{reason}");
+        let t = find("tessera_router_dropped_packets_total", "reason", reason).unwrap();
+        assert_eq!(t, v, "the router's total of {reason} is the element's");
+    }
+    assert!(find("tessera_dropped_packets_total", "reason", "ip4_no_route").unwrap() >= 1.0);
+    // The router's received total is the sum over its (external) ports.
+    let rx_sum: f64 = samples
+        .iter()
+        .filter(|s| s["name"] == "tessera_port_received_packets_total")
+        .map(|s| s["value"].as_f64().unwrap())
+        .sum();
+    assert!(rx_sum >= 4.0, "{text}");
+    assert_eq!(
+        find("tessera_router_received_packets_total", "", "").unwrap(),
+        rx_sum
+    );
+    let fam = samples
+        .iter()
+        .find(|s| s["family"] == "tessera_router_received_packets")
+        .unwrap();
+    assert_eq!(fam["type"], "counter");
+    assert_eq!(find("tessera_element_up", "element", "r"), Some(1.0));
+    // The same view as JSON, and `tessera top` over it.
+    let ctl = lab.control("r");
+    let o = lab.tessera(&["show", "router", "--control", ctl.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["total"]["rx_packets"].as_u64().unwrap() >= rx_sum as u64,
+        "{v}"
+    );
+    assert_eq!(v["elements"]["r"]["role"], "forwarder", "{v}");
+    assert!(
+        v["external_ports"]["r/r-eth0"]["rx_packets"]
+            .as_u64()
+            .unwrap()
+            >= 4
+    );
+    let mut ping = lab.spawn("src1", &["ping", "-i", "0.05", "-c", "40", "10.3.0.10"]);
+    let o = lab.tessera(&[
+        "top",
+        "--control",
+        ctl.to_str().unwrap(),
+        "--interval-ms",
+        "500",
+        "--count",
+        "2",
+    ]);
+    let _ = ping.wait();
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && t.matches("tessera top: router in").count() == 2,
+        "{t}"
+    );
+    let rx = t
+        .lines()
+        .find(|l| l.starts_with("r/r-eth0"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|x| x.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{t}"));
+    assert!(
+        (5.0..100.0).contains(&rx),
+        "ping at 20/s shows as {rx} pps: {t}"
+    );
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,599 @@
+//! The router's counters as one view: per external port, per element and in total, as
+//! JSON (`tessera show router`) and as Prometheus text exposition over HTTP
+//! (`[metrics] listen`, `GET /metrics`).
+//!
+//! An element serves its own counters as a router of one; the totals are sums over the
+//! elements' [`Snapshot`]s, so that a drop reason counted anywhere is visible in the total
+//! under the same name.
+
+use dataplane::counters::Snapshot;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One element's counters, and which of its ports face the outside of the router.
+#[derive(Debug, Clone)]
+pub struct ElementCounters {
+    pub name: String,
+    /// `forwarder`, `balancer`, `switch`, `axon`, ...
+    pub role: String,
+    pub counters: Snapshot,
+    /// The ports that face external networks (all of a lone element's). The router's
+    /// received and sent totals count these only, so a frame crossing the inside of a
+    /// multistage router is counted once.
+    pub external: Vec<String>,
+}
+
+/// `[metrics]`: where to serve `/metrics` and under which element name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// `listen = "ADDR:PORT"`.
+    pub listen: Option<SocketAddr>,
+    /// `element = "NAME"`: the `element` label; default: the control socket's file name
+    /// without its extension, else the role.
+    pub element: Option<String>,
+}
+
+/// The element name to report: the configured one, else the control socket's stem, else
+/// the role.
+pub fn element_name(cfg: &MetricsConfig, control: Option<&std::path::Path>, role: &str) -> String {
+    cfg.element
+        .clone()
+        .or_else(|| {
+            control
+                .and_then(|p| p.file_stem())
+                .map(|s| s.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| role.to_string())
+}
+
+/// Totals over the elements: (received, sent) packets and bytes on external ports, and
+/// drops by reason.
+struct Totals {
+    rx_packets: u64,
+    rx_bytes: u64,
+    tx_packets: u64,
+    tx_bytes: u64,
+    drops: BTreeMap<String, u64>,
+}
+
+fn totals(elements: &[ElementCounters]) -> Totals {
+    let mut t = Totals {
+        rx_packets: 0,
+        rx_bytes: 0,
+        tx_packets: 0,
+        tx_bytes: 0,
+        drops: BTreeMap::new(),
+    };
+    for e in elements {
+        for (name, p) in &e.counters.interfaces {
+            if e.external.contains(name) {
+                t.rx_packets += p.rx_packets;
+                t.rx_bytes += p.rx_bytes;
+                t.tx_packets += p.tx_packets;
+                t.tx_bytes += p.tx_bytes;
+            }
+        }
+        for (reason, n) in &e.counters.drops {
+            *t.drops.entry(reason.clone()).or_default() += n;
+        }
+    }
+    t
+}
+
+/// The router view as `tessera show router` prints it.
+pub fn router_json(elements: &[ElementCounters]) -> Value {
+    let t = totals(elements);
+    let mut els = Map::new();
+    let mut ports = Map::new();
+    for e in elements {
+        let dropped: u64 = e.counters.drops.values().sum();
+        els.insert(
+            e.name.clone(),
+            json!({
+                "role": e.role,
+                "rx_packets": e.counters.interfaces.values().map(|p| p.rx_packets).sum::<u64>(),
+                "tx_packets": e.counters.interfaces.values().map(|p| p.tx_packets).sum::<u64>(),
+                "dropped": dropped,
+                "interfaces": e.counters.interfaces,
+                "drops": e.counters.drops,
+                "events": e.counters.events,
+            }),
+        );
+        for name in &e.external {
+            if let Some(p) = e.counters.interfaces.get(name) {
+                ports.insert(format!("{}/{}", e.name, name), json!(p));
+            }
+        }
+    }
+    json!({
+        "total": {
+            "rx_packets": t.rx_packets,
+            "rx_bytes": t.rx_bytes,
+            "tx_packets": t.tx_packets,
+            "tx_bytes": t.tx_bytes,
+            "dropped": t.drops.values().sum::<u64>(),
+            "drops": t.drops,
+        },
+        "external_ports": ports,
+        "elements": els,
+    })
+}
+
+/// What `tessera top` prints: the rates between two router views (`router_json`) taken
+/// `secs` apart, per external port and per element, and the drop reasons that grew.
+pub fn top_text(prev: &Value, now: &Value, secs: f64) -> String {
+    let secs = secs.max(1e-3);
+    let rate = |a: &Value, b: &Value| {
+        b.as_u64()
+            .unwrap_or(0)
+            .saturating_sub(a.as_u64().unwrap_or(0)) as f64
+            / secs
+    };
+    let mut o = String::new();
+    let t = (&prev["total"], &now["total"]);
+    let _ = writeln!(
+        o,
+        "tessera top: router in {:.0} pps {:.1} Mbit/s, out {:.0} pps {:.1} Mbit/s, dropped {:.0}/s",
+        rate(&t.0["rx_packets"], &t.1["rx_packets"]),
+        rate(&t.0["rx_bytes"], &t.1["rx_bytes"]) * 8e-6,
+        rate(&t.0["tx_packets"], &t.1["tx_packets"]),
+        rate(&t.0["tx_bytes"], &t.1["tx_bytes"]) * 8e-6,
+        rate(&t.0["dropped"], &t.1["dropped"]),
+    );
+    let _ = writeln!(
+        o,
+        "\n{:<28} {:>12} {:>10} {:>12} {:>10}",
+        "EXTERNAL PORT", "RX pps", "RX Mbit/s", "TX pps", "TX Mbit/s"
+    );
+    if let Some(ports) = now["external_ports"].as_object() {
+        for (name, p) in ports {
+            let q = &prev["external_ports"][name];
+            let _ = writeln!(
+                o,
+                "{:<28} {:>12.0} {:>10.1} {:>12.0} {:>10.1}",
+                name,
+                rate(&q["rx_packets"], &p["rx_packets"]),
+                rate(&q["rx_bytes"], &p["rx_bytes"]) * 8e-6,
+                rate(&q["tx_packets"], &p["tx_packets"]),
+                rate(&q["tx_bytes"], &p["tx_bytes"]) * 8e-6,
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\n{:<20} {:<10} {:>12} {:>12} {:>10}",
+        "ELEMENT", "ROLE", "RX pps", "TX pps", "DROP/s"
+    );
+    let mut grew: Vec<(f64, String)> = Vec::new();
+    if let Some(els) = now["elements"].as_object() {
+        for (name, e) in els {
+            let q = &prev["elements"][name];
+            let _ = writeln!(
+                o,
+                "{:<20} {:<10} {:>12.0} {:>12.0} {:>10.0}",
+                name,
+                e["role"].as_str().unwrap_or(""),
+                rate(&q["rx_packets"], &e["rx_packets"]),
+                rate(&q["tx_packets"], &e["tx_packets"]),
+                rate(&q["dropped"], &e["dropped"]),
+            );
+            if let Some(d) = e["drops"].as_object() {
+                for (reason, v) in d {
+                    let r = rate(&q["drops"][reason], v);
+                    if r > 0.0 {
+                        grew.push((r, format!("{name} {reason}")));
+                    }
+                }
+            }
+        }
+    }
+    if !grew.is_empty() {
+        grew.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let _ = writeln!(o, "\n{:<48} {:>10}", "DROPS (element reason)", "per s");
+        for (r, what) in grew.iter().take(10) {
+            let _ = writeln!(o, "{what:<48} {r:>10.0}");
+        }
+    }
+    o
+}
+
+/// A label value with `\`, `"` and newlines escaped, as the exposition format asks.
+fn label(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// The Prometheus text exposition (format 0.0.4) of the router's counters.
+pub fn exposition(elements: &[ElementCounters]) -> String {
+    let mut o = String::new();
+    family(
+        &mut o,
+        "tessera_element_up",
+        "gauge",
+        "1 for each element whose counters this view holds.",
+    );
+    for e in elements {
+        let _ = writeln!(
+            o,
+            "tessera_element_up{{element=\"{}\",role=\"{}\"}} 1",
+            label(&e.name),
+            label(&e.role)
+        );
+    }
+    type PortField = fn(&dataplane::counters::PortSnapshot) -> u64;
+    let port_families: [(&str, &str, PortField); 4] = [
+        (
+            "tessera_port_received_packets_total",
+            "Frames received on the port.",
+            |p| p.rx_packets,
+        ),
+        (
+            "tessera_port_received_bytes_total",
+            "Bytes of the frames received on the port.",
+            |p| p.rx_bytes,
+        ),
+        (
+            "tessera_port_sent_packets_total",
+            "Frames sent out of the port.",
+            |p| p.tx_packets,
+        ),
+        (
+            "tessera_port_sent_bytes_total",
+            "Bytes of the frames sent out of the port.",
+            |p| p.tx_bytes,
+        ),
+    ];
+    for (name, help, get) in port_families {
+        family(&mut o, name, "counter", help);
+        for e in elements {
+            for (port, p) in &e.counters.interfaces {
+                let _ = writeln!(
+                    o,
+                    "{name}{{element=\"{}\",port=\"{}\",external=\"{}\"}} {}",
+                    label(&e.name),
+                    label(port),
+                    e.external.contains(port),
+                    get(p)
+                );
+            }
+        }
+    }
+    family(
+        &mut o,
+        "tessera_dropped_packets_total",
+        "counter",
+        "Frames an element dropped, by reason (`tessera show counters --describe` says what each reason means).",
+    );
+    for e in elements {
+        for (reason, n) in &e.counters.drops {
+            let _ = writeln!(
+                o,
+                "tessera_dropped_packets_total{{element=\"{}\",reason=\"{}\"}} {n}",
+                label(&e.name),
+                label(reason)
+            );
+        }
+    }
+    family(
+        &mut o,
+        "tessera_events_total",
+        "counter",
+        "Things an element did (forwarded, ARP, ICMP, DIST...), by event.",
+    );
+    for e in elements {
+        for (event, n) in &e.counters.events {
+            let _ = writeln!(
+                o,
+                "tessera_events_total{{element=\"{}\",event=\"{}\"}} {n}",
+                label(&e.name),
+                label(event)
+            );
+        }
+    }
+    let t = totals(elements);
+    for (name, help, v) in [
+        (
+            "tessera_router_received_packets_total",
+            "Frames the router received on its external ports (all elements).",
+            t.rx_packets,
+        ),
+        (
+            "tessera_router_received_bytes_total",
+            "Bytes the router received on its external ports (all elements).",
+            t.rx_bytes,
+        ),
+        (
+            "tessera_router_sent_packets_total",
+            "Frames the router sent out of its external ports (all elements).",
+            t.tx_packets,
+        ),
+        (
+            "tessera_router_sent_bytes_total",
+            "Bytes the router sent out of its external ports (all elements).",
+            t.tx_bytes,
+        ),
+    ] {
+        family(&mut o, name, "counter", help);
+        let _ = writeln!(o, "{name} {v}");
+    }
+    family(
+        &mut o,
+        "tessera_router_dropped_packets_total",
+        "counter",
+        "Frames dropped anywhere in the router, by reason (the sum over its elements).",
+    );
+    for (reason, n) in &t.drops {
+        let _ = writeln!(
+            o,
+            "tessera_router_dropped_packets_total{{reason=\"{}\"}} {n}",
+            label(reason)
+        );
+    }
+    o
+}
+
+/// What the metrics server asks for on each scrape.
+pub type Source = Arc<dyn Fn() -> Vec<ElementCounters> + Send + Sync>;
+
+/// The view of one element whose counters are `all` (one per worker, summed).
+pub fn element_source(
+    all: Vec<Arc<dataplane::Counters>>,
+    name: String,
+    role: &'static str,
+    external: Vec<String>,
+) -> Source {
+    Arc::new(move || {
+        vec![ElementCounters {
+            name: name.clone(),
+            role: role.into(),
+            counters: Snapshot::sum(&all).unwrap_or_else(|| Snapshot {
+                interfaces: BTreeMap::new(),
+                drops: BTreeMap::new(),
+                events: BTreeMap::new(),
+            }),
+            external: external.clone(),
+        }]
+    })
+}
+
+/// Serves `source` at `cfg.listen`, if set.
+pub fn serve_if(cfg: &MetricsConfig, source: &Source) -> Result<Option<MetricsServer>, String> {
+    match cfg.listen {
+        Some(addr) => serve(addr, source.clone())
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        None => Ok(None),
+    }
+}
+
+/// The HTTP server of `/metrics`; it stops when dropped.
+pub struct MetricsServer {
+    stop: Arc<AtomicBool>,
+    pub addr: SocketAddr,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wake the accept loop.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(100));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The largest request head read.
+const MAX_REQUEST: usize = 8192;
+
+/// Serves `GET /metrics` at `addr` from `source`, one connection at a time, on a thread.
+pub fn serve(addr: SocketAddr, source: Source) -> std::io::Result<MetricsServer> {
+    let listener = TcpListener::bind(addr)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("[metrics] listen {addr}: {e}")))?;
+    let addr = listener.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                if st.load(Ordering::Relaxed) {
+                    return;
+                }
+                if let Ok(c) = conn {
+                    if let Err(e) = answer(c, &source) {
+                        tracing::debug!(error = %e, "metrics request");
+                    }
+                }
+            }
+        })?;
+    tracing::info!(%addr, "metrics served at /metrics");
+    Ok(MetricsServer {
+        stop,
+        addr,
+        thread: Some(thread),
+    })
+}
+
+fn answer(mut c: TcpStream, source: &Source) -> std::io::Result<()> {
+    c.set_read_timeout(Some(Duration::from_secs(2)))?;
+    c.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_REQUEST {
+        let n = c.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let line = head
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let (status, ctype, body) = match (method, path) {
+        ("GET", "/metrics") => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            exposition(&source()),
+        ),
+        ("GET", "/") => (
+            "200 OK",
+            "text/plain; charset=utf-8",
+            "tessera: the router's counters are at /metrics\n".to_string(),
+        ),
+        ("GET", _) => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found; try /metrics\n".into(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "only GET\n".into(),
+        ),
+    };
+    let resp = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    c.write_all(resp.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dataplane::counters::PortSnapshot;
+
+    fn el(
+        name: &str,
+        ports: &[(&str, u64)],
+        drops: &[(&str, u64)],
+        ext: &[&str],
+    ) -> ElementCounters {
+        ElementCounters {
+            name: name.into(),
+            role: "forwarder".into(),
+            counters: Snapshot {
+                interfaces: ports
+                    .iter()
+                    .map(|(p, n)| {
+                        (
+                            p.to_string(),
+                            PortSnapshot {
+                                rx_packets: *n,
+                                rx_bytes: n * 64,
+                                tx_packets: *n,
+                                tx_bytes: n * 64,
+                            },
+                        )
+                    })
+                    .collect(),
+                drops: drops.iter().map(|(r, n)| (r.to_string(), *n)).collect(),
+                events: [("ip4_forwarded".to_string(), 3)].into_iter().collect(),
+            },
+            external: ext.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn totals_count_external_ports_and_every_drop() {
+        let es = vec![
+            el(
+                "lb",
+                &[("ext", 10), ("int", 10)],
+                &[("a", 1), ("b", 2)],
+                &["ext"],
+            ),
+            el("be1", &[("int", 7)], &[("a", 4)], &[]),
+        ];
+        let v = router_json(&es);
+        assert_eq!(v["total"]["rx_packets"], 10);
+        assert_eq!(v["total"]["drops"]["a"], 5);
+        assert_eq!(v["total"]["dropped"], 7);
+        assert_eq!(v["external_ports"]["lb/ext"]["rx_packets"], 10);
+        assert!(v["external_ports"].get("be1/int").is_none());
+        let t = exposition(&es);
+        assert!(
+            t.contains("tessera_router_dropped_packets_total{reason=\"a\"} 5\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("tessera_router_received_packets_total 10\n"),
+            "{t}"
+        );
+        assert!(t.contains(
+            "tessera_port_received_packets_total{element=\"be1\",port=\"int\",external=\"false\"} 7\n"
+        ));
+        // Each family is declared once, before its samples.
+        assert_eq!(
+            t.matches("# TYPE tessera_dropped_packets_total counter")
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn top_shows_rates_between_two_views() {
+        let a = router_json(&[el("r", &[("eth0", 100)], &[("x", 1)], &["eth0"])]);
+        let b = router_json(&[el("r", &[("eth0", 300)], &[("x", 11)], &["eth0"])]);
+        let t = top_text(&a, &b, 2.0);
+        assert!(t.contains("router in 100 pps"), "{t}");
+        assert!(t.contains("r/eth0"), "{t}");
+        assert!(
+            t.lines().any(|l| l.starts_with("r x") && l.ends_with(" 5")),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn serves_metrics_over_http() {
+        let es = vec![el("r", &[("eth0", 2)], &[("x", 1)], &["eth0"])];
+        let s = serve("127.0.0.1:0".parse().unwrap(), Arc::new(move || es.clone())).unwrap();
+        let get = |req: &str| {
+            let mut c = TcpStream::connect(s.addr).unwrap();
+            c.write_all(req.as_bytes()).unwrap();
+            let mut r = String::new();
+            c.read_to_string(&mut r).unwrap();
+            r
+        };
+        let r = get("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+        assert!(
+            r.contains("tessera_dropped_packets_total{element=\"r\",reason=\"x\"} 1"),
+            "{r}"
+        );
+        assert!(get("GET /nope HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+        assert!(get("POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+        assert!(get("\r\n\r\n").starts_with("HTTP/1.1 405"));
+    }
+}
