@@ -441,7 +441,7 @@ fn log_events(b: &mut Balancer) {
 
 /// Runs the LB over `ports` until `stop` is set.
 pub fn run<P: Port>(
-    b: Balancer,
+    mut b: Balancer,
     ports: Vec<P>,
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
@@ -450,12 +450,10 @@ pub fn run<P: Port>(
     external: Vec<String>,
 ) -> Result<(), String> {
     let counters = b.counters.clone();
-    let view = crate::metrics::element_source(
-        vec![counters.clone()],
-        crate::metrics::element_name(metrics, control, "balancer"),
-        "balancer",
-        external,
-    );
+    let name = crate::metrics::element_name(metrics, control, "balancer");
+    // The LB reports its counters to the controller under the same name.
+    b.report.name = Some(name.clone());
+    let view = crate::metrics::element_source(vec![counters.clone()], name, "balancer", external);
     let _metrics = crate::metrics::serve_if(metrics, &view)?;
     let (qtx, qrx) = mpsc::channel::<Query>();
     let _server = match control {

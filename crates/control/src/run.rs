@@ -344,6 +344,10 @@ pub fn run<P: Port + Send>(
         "forwarder"
     };
     let name = crate::metrics::element_name(&metrics_cfg, control, role);
+    if f.backend_internal().is_some() {
+        // A back-end reports its counters to the controller under this name.
+        f.report.name = Some(name.clone());
+    }
     let external: Vec<String> = if f.backend_internal().is_some() {
         Vec::new()
     } else {

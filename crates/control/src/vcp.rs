@@ -95,6 +95,7 @@ struct Raw {
     io: Option<RawIo>,
     dist: Option<crate::config::RawDist>,
     takeover: Option<RawTakeover>,
+    metrics: Option<crate::config::RawMetrics>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -161,6 +162,8 @@ pub struct ControllerFile {
     pub routes_file_via: Vec<Ipv4Addr>,
     pub io: IoConfig,
     pub dist: crate::config::DistConfig,
+    /// `[metrics]`: where the router view is served to Prometheus.
+    pub metrics: crate::metrics::MetricsConfig,
     /// `[takeover] ospf_router_id`: on taking over, send a Grace-LSA as this router on
     /// every external network, so that its OSPF neighbours help it restart.
     pub ospf_grace: Option<OspfGrace>,
@@ -328,6 +331,7 @@ impl ControllerFile {
             routes,
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
             dist: crate::config::DistConfig::from_raw(path, src, raw.dist.as_ref())?,
+            metrics: crate::config::RawMetrics::check(path, src, raw.metrics.as_ref())?,
             ospf_grace,
             on_active,
             on_standby,
@@ -764,6 +768,9 @@ pub fn weight_for(capacity_mbps: u32) -> u16 {
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ControllerStats {
     pub dist_received: u64,
+    /// Counter reports received from elements (and from unknown MACs: ignored).
+    pub reports_received: u64,
+    pub reports_unknown: u64,
     pub dist_malformed: u64,
     /// DIST frames dropped by authentication ([dist] key_file): without a valid seal under
     /// this key id, with a wrong tag, replayed, or older than max_age_s.
@@ -848,6 +855,8 @@ pub struct Controller {
     pub hello_interval: Duration,
     pub configure_lbs: bool,
     pub elements: BTreeMap<MacAddr, ElementInfo>,
+    /// The counters each element last reported (DIST counters messages), by MAC.
+    pub reports: BTreeMap<MacAddr, Report>,
     pub dist: Distributor,
     pub stats: ControllerStats,
     /// Distribution waits, after a start, until this flag is set (zebra's first resend is
@@ -911,6 +920,7 @@ impl Controller {
             hello_interval,
             configure_lbs,
             elements: BTreeMap::new(),
+            reports: BTreeMap::new(),
             dist: Distributor::default(),
             stats: ControllerStats::default(),
             hold: None,
@@ -1214,6 +1224,20 @@ impl Controller {
                 if let Some(f) = self.frame(dist::Message::FibAck(ack), src) {
                     self.out_pending.push(f);
                 }
+            }
+            dist::Message::Counters(c) => {
+                if !self.elements.contains_key(&src) {
+                    self.stats.reports_unknown += 1;
+                    return;
+                }
+                self.stats.reports_received += 1;
+                let r = self.reports.entry(src).or_default();
+                r.element = c.element;
+                for p in c.ports {
+                    r.ports.insert(p.name.clone(), p);
+                }
+                r.drops.extend(c.drops);
+                r.events.extend(c.events);
             }
             dist::Message::FibAck(a) => {
                 self.stats.acks_received += 1;
@@ -1544,6 +1568,65 @@ impl Controller {
     }
 
     /// The `elements` answer.
+    /// The router view: every element alive that reported its counters, with every drop
+    /// and event of its role (zero where it reported none).
+    pub fn router_view(&self) -> Vec<crate::metrics::ElementCounters> {
+        use dataplane::counters::{PortSnapshot, Scope, Snapshot};
+        let mut out = Vec::new();
+        for (mac, e) in &self.elements {
+            let Some(r) = self.reports.get(mac) else {
+                continue;
+            };
+            let (role, scope) = match e.kind {
+                ElementKind::Balancer => ("balancer", Scope::Balancer),
+                ElementKind::Forwarder => ("backend", Scope::Forwarder),
+                ElementKind::Controller => ("controller", Scope::All),
+            };
+            let mut drops: BTreeMap<String, u64> = dataplane::Drop::ALL
+                .iter()
+                .filter(|d| scope.counts(d.scope()))
+                .map(|d| (d.name().to_string(), 0))
+                .collect();
+            drops.extend(r.drops.iter().map(|(k, v)| (k.clone(), *v)));
+            let mut events: BTreeMap<String, u64> = dataplane::Event::ALL
+                .iter()
+                .filter(|d| scope.counts(d.scope()))
+                .map(|d| (d.name().to_string(), 0))
+                .collect();
+            events.extend(r.events.iter().map(|(k, v)| (k.clone(), *v)));
+            out.push(crate::metrics::ElementCounters {
+                name: r.element.clone(),
+                role: role.into(),
+                counters: Snapshot {
+                    interfaces: r
+                        .ports
+                        .iter()
+                        .map(|(n, p)| {
+                            (
+                                n.clone(),
+                                PortSnapshot {
+                                    rx_packets: p.rx_packets,
+                                    rx_bytes: p.rx_bytes,
+                                    tx_packets: p.tx_packets,
+                                    tx_bytes: p.tx_bytes,
+                                },
+                            )
+                        })
+                        .collect(),
+                    drops,
+                    events,
+                },
+                external: r
+                    .ports
+                    .values()
+                    .filter(|p| p.external)
+                    .map(|p| p.name.clone())
+                    .collect(),
+            });
+        }
+        out
+    }
+
     pub fn show_elements(&self, now: Instant) -> Value {
         Value::Array(
             self.elements
@@ -1570,6 +1653,15 @@ impl Controller {
                 .collect(),
         )
     }
+}
+
+/// What an element last reported of its counters (merged: a report may come in parts).
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub element: String,
+    pub ports: BTreeMap<String, dist::PortCounts>,
+    pub drops: BTreeMap<String, u64>,
+    pub events: BTreeMap<String, u64>,
 }
 
 /// A route command on the controller's table (`route-add`, `route-del`).
@@ -1637,6 +1729,11 @@ pub fn run<P: Port>(
     c.guard = cfg.dist.guard();
     c.signer = cfg.dist.signer();
     let ctl = Arc::new(Mutex::new(c));
+    let view: crate::metrics::Source = {
+        let c = ctl.clone();
+        Arc::new(move || c.lock().map(|c| c.router_view()).unwrap_or_default())
+    };
+    let _metrics = crate::metrics::serve_if(&cfg.metrics, &view)?;
     let _fpm = match cfg.fpm_listen {
         Some(addr) => {
             let l = TcpListener::bind(addr).map_err(|e| format!("FPM listen on {addr}: {e}"))?;
@@ -1662,10 +1759,11 @@ pub fn run<P: Port>(
                         Ok(v)
                     }
                     "elements" => Ok(c.lock().map_err(|_| "poisoned")?.show_elements(now)),
+                    "router" => Ok(crate::metrics::router_json(&c.lock().map_err(|_| "poisoned")?.router_view())),
                     "counters" => serde_json::to_value(&c.lock().map_err(|_| "poisoned")?.stats).map_err(|e| e.to_string()),
                     "routes" => Ok(json!({"count": sh.fib.lock().map_err(|_| "poisoned")?.len()})),
                     "route-add" | "route-del" => route_command(&sh.fib, cmd, req),
-                    other => Err(format!("unknown command {other:?}; try fib, elements, counters, routes, route-add, route-del")),
+                    other => Err(format!("unknown command {other:?}; try fib, elements, router, counters, routes, route-add, route-del")),
                 }
             });
             Some(crate::ctlsock::serve(path, handler).map_err(|e| e.to_string())?)

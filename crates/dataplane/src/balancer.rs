@@ -266,6 +266,8 @@ pub struct Balancer {
     pub dist_auth: crate::element::DistAuth,
     /// What happened since the caller last took these (bounded: the oldest are dropped).
     pub log: Vec<(Instant, LogEvent)>,
+    /// Counter reports to the controller (see [`crate::element::counter_reports`]).
+    pub report: crate::element::Reporter,
 }
 
 impl Balancer {
@@ -286,6 +288,7 @@ impl Balancer {
             seq: 0,
             dist_auth: Default::default(),
             log: Vec::new(),
+            report: Default::default(),
         };
         b.index_vlans();
         b
@@ -651,7 +654,10 @@ impl Balancer {
             }
             // Routes and their acknowledgements are between the controller and the
             // back-ends; an LB sees them only when the interconnection floods them.
-            dist::Message::Routes(_) | dist::Message::FibAck(_) => Ok(()),
+            // Counter reports are for the controller.
+            dist::Message::Routes(_) | dist::Message::FibAck(_) | dist::Message::Counters(_) => {
+                Ok(())
+            }
         }
     }
 
@@ -696,6 +702,9 @@ impl Balancer {
             self.next_hello = now + self.cfg.hello_interval;
             self.send_hellos(tx);
         }
+        if let Some(name) = self.report.due(now) {
+            self.send_reports(&name, tx);
+        }
     }
 
     /// This LB's hello.
@@ -722,6 +731,31 @@ impl Balancer {
                 &self.counters,
                 ports,
             ),
+        }
+    }
+
+    /// Sends the counters to the controller out of every internal port.
+    fn send_reports(&mut self, name: &str, tx: &mut TxQueues) {
+        let external: Vec<bool> = self
+            .ports
+            .iter()
+            .map(|p| p.role == PortRole::External)
+            .collect();
+        for m in crate::element::counter_reports(name, &self.counters, &external) {
+            self.seq = self.seq.wrapping_add(1);
+            let r = dist::Repr {
+                seq: self.seq,
+                msg: m,
+            };
+            for i in self.internal_ports().collect::<Vec<_>>() {
+                if let Ok(mut f) = r.to_frame(self.ports[i as usize].mac, MacAddr::BROADCAST) {
+                    self.dist_auth.seal(&mut f);
+                    let mut p = self.pool.get();
+                    p.data.extend_from_slice(&f);
+                    self.counters.event(Event::DistReportsSent);
+                    tx.push(i, p);
+                }
+            }
         }
     }
 

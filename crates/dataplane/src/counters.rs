@@ -144,6 +144,7 @@ named_enum! {
         IcmpErrorsSent = "icmp_errors_sent" in Forwarder: "ICMP error messages sent",
         DistReceived = "dist_received" in All: "DIST messages accepted from an internal port",
         DistHellosSent = "dist_hellos_sent" in All: "DIST hellos sent",
+        DistReportsSent = "dist_reports_sent" in All: "DIST counter reports sent to the controller (one per message)",
         DistRoutesReceived = "dist_routes_received" in Forwarder: "routes messages from the controller passed to the route writer",
         DistHellosReceived = "dist_hellos_received" in Balancer: "DIST hellos received",
         DistBalanceApplied = "dist_balance_applied" in Balancer: "DIST balance messages applied to the balancing table",

@@ -26,6 +26,104 @@ pub(crate) fn hello(
     })
 }
 
+/// How often an element reports its counters to the controller.
+pub const REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The largest body of a counters message an element sends: an Ethernet payload of 1,500
+/// bytes less the DIST header and an authentication trailer.
+const MAX_REPORT_BODY: usize = 1500 - wire::dist::HEADER_LEN - wire::dist::auth::TRAILER_LEN;
+
+/// When and under which name an element reports its counters over DIST (see
+/// [`counter_reports`]). Without a name it reports nothing.
+#[derive(Debug, Clone, Default)]
+pub struct Reporter {
+    pub name: Option<String>,
+    next: Option<Instant>,
+}
+
+impl Reporter {
+    /// The name to report under, if a report is due at `now` (then the next is due a
+    /// [`REPORT_INTERVAL`] later).
+    pub fn due(&mut self, now: Instant) -> Option<String> {
+        let name = self.name.clone()?;
+        if self.next.is_some_and(|n| now < n) {
+            return None;
+        }
+        self.next = Some(now + REPORT_INTERVAL);
+        Some(name)
+    }
+}
+
+/// An element's counters as DIST counters messages: its ports (`external[i]`: port `i`
+/// faces the outside), then every nonzero drop and event of its role, split so that each
+/// message fits one frame with an authentication trailer. A name or counter that DIST
+/// cannot carry (see `wire::dist`) is left out.
+pub fn counter_reports(
+    name: &str,
+    counters: &Counters,
+    external: &[bool],
+) -> Vec<wire::dist::Message> {
+    use wire::dist::{CounterReport, Message, PortCounts, MAX_NAME};
+    let ok = |n: &str| {
+        !n.is_empty() && n.len() <= MAX_NAME && n.bytes().all(|b| (0x21..0x7f).contains(&b))
+    };
+    if !ok(name) {
+        return Vec::new();
+    }
+    let s = counters.snapshot();
+    let ports = counters
+        .port_names
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| ok(n))
+        .filter_map(|(i, n)| {
+            let p = s.interfaces.get(n)?;
+            Some(PortCounts {
+                name: n.clone(),
+                external: external.get(i).copied().unwrap_or(false),
+                rx_packets: p.rx_packets,
+                rx_bytes: p.rx_bytes,
+                tx_packets: p.tx_packets,
+                tx_bytes: p.tx_bytes,
+            })
+        })
+        .take(255)
+        .collect();
+    let fresh = |ports| CounterReport {
+        element: name.to_string(),
+        ports,
+        drops: Vec::new(),
+        events: Vec::new(),
+    };
+    let mut out = Vec::new();
+    let mut cur = fresh(ports);
+    let mut len = Message::Counters(cur.clone()).body_len_public();
+    let counts = s
+        .drops
+        .into_iter()
+        .map(|d| (true, d))
+        .chain(s.events.into_iter().map(|e| (false, e)))
+        .filter(|(_, (n, v))| *v > 0 && ok(n));
+    for (drop, (n, v)) in counts {
+        let add = 2 + n.len() + 8;
+        if len + add > MAX_REPORT_BODY {
+            out.push(Message::Counters(std::mem::replace(
+                &mut cur,
+                fresh(Vec::new()),
+            )));
+            len = Message::Counters(cur.clone()).body_len_public();
+        }
+        len += add;
+        if drop {
+            cur.drops.push((n, v));
+        } else {
+            cur.events.push((n, v));
+        }
+    }
+    out.push(Message::Counters(cur));
+    out
+}
+
 /// An element's DIST authentication: the receiving guard (its own) and the sending signer
 /// (shared with the element's other threads that send DIST). Without a key both let
 /// everything through (docs/dist.md, "Authentication").

@@ -185,6 +185,8 @@ pub struct Forwarder {
     pub pool: Pool,
     expired: Expired,
     peers: Option<Peers>,
+    /// A back-end's counter reports to the controller.
+    pub report: crate::element::Reporter,
 }
 
 impl Forwarder {
@@ -237,6 +239,7 @@ impl Forwarder {
             pool: Pool::new(),
             expired: Expired::default(),
             peers: None,
+            report: Default::default(),
         }
     }
 
@@ -266,6 +269,7 @@ impl Forwarder {
             pool: Pool::new(),
             expired: Expired::default(),
             peers: None,
+            report: Default::default(),
         }
     }
 
@@ -606,12 +610,33 @@ impl Forwarder {
         let Some(ifc) = self.ifaces.get(internal as usize) else {
             return;
         };
+        let ifc_mac = ifc.mac;
         if let Ok(mut frame) = hello.to_frame(ifc.mac, MacAddr::BROADCAST) {
             self.dist_auth.seal(&mut frame);
             let mut p = self.pool.get();
             p.data.extend_from_slice(&frame);
             self.counters.event(Event::DistHellosSent);
             self.output(internal, p, tx);
+        }
+        if let Some(name) = self.report.due(now) {
+            // A back-end's ports all face the inside of the router.
+            for m in crate::element::counter_reports(&name, &self.counters, &[]) {
+                let seq = match self.backend.as_mut() {
+                    Some(b) => {
+                        b.seq = b.seq.wrapping_add(1);
+                        b.seq
+                    }
+                    None => return,
+                };
+                let r = wire::dist::Repr { seq, msg: m };
+                if let Ok(mut frame) = r.to_frame(ifc_mac, MacAddr::BROADCAST) {
+                    self.dist_auth.seal(&mut frame);
+                    let mut p = self.pool.get();
+                    p.data.extend_from_slice(&frame);
+                    self.counters.event(Event::DistReportsSent);
+                    self.output(internal, p, tx);
+                }
+            }
         }
     }
 

@@ -13,6 +13,86 @@ use std::time::{Duration, Instant};
 const LAB: &str = "labs/virtual-cp.toml";
 const BACKENDS: [&str; 3] = ["r1", "r2", "r3"];
 
+/// The controller's view of the whole router (the elements' DIST counter reports):
+/// `/metrics` (`[metrics] listen` in vcp.toml), scraped in its namespace, parses with the
+/// Prometheus client's own text parser; every element is there with every drop counter
+/// its own control socket shows; the router's totals are the sums over the elements
+/// (drops by reason) and over the LBs' external ports (frames in and out).
+fn router_view_adds_up(lab: &TestLab) {
+    let script = r#"
+import json, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+text = urllib.request.urlopen("http://127.0.0.1:9100/metrics", timeout=5).read().decode()
+print(json.dumps([{"name": s.name, "labels": s.labels, "value": s.value}
+                  for f in text_string_to_metric_families(text) for s in f.samples]))
+"#;
+    // Reports come every second: wait for a full round after the traffic above.
+    std::thread::sleep(Duration::from_millis(1500));
+    let o = lab.exec("vcp", &["/usr/bin/python3", "-c", script]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let samples: Vec<Value> = serde_json::from_str(&text).unwrap();
+    let value = |name: &str, labels: &[(&str, &str)]| -> Option<f64> {
+        samples
+            .iter()
+            .find(|s| s["name"] == name && labels.iter().all(|(k, v)| s["labels"][*k] == *v))
+            .map(|s| s["value"].as_f64().unwrap())
+    };
+    let elements = ["lba", "lbb", "r1", "r2", "r3"];
+    let mut by_reason = std::collections::BTreeMap::<String, f64>::new();
+    for e in elements {
+        assert_eq!(
+            value("tessera_element_up", &[("element", e)]),
+            Some(1.0),
+            "{e}: {text}"
+        );
+        let own = show(lab, "counters", e);
+        for reason in own["drops"].as_object().unwrap().keys() {
+            let v = value(
+                "tessera_dropped_packets_total",
+                &[("element", e), ("reason", reason)],
+            )
+            .unwrap_or_else(|| panic!("{e} {reason} missing: {text}"));
+            *by_reason.entry(reason.clone()).or_default() += v;
+        }
+    }
+    for (reason, sum) in &by_reason {
+        assert_eq!(
+            value(
+                "tessera_router_dropped_packets_total",
+                &[("reason", reason)]
+            ),
+            Some(*sum),
+            "{reason}"
+        );
+    }
+    let ext_rx: f64 = samples
+        .iter()
+        .filter(|s| {
+            s["name"] == "tessera_port_received_packets_total" && s["labels"]["external"] == "true"
+        })
+        .map(|s| {
+            assert!(
+                ["lba", "lbb"].contains(&s["labels"]["element"].as_str().unwrap()),
+                "{s}"
+            );
+            s["value"].as_f64().unwrap()
+        })
+        .sum();
+    assert!(ext_rx > 0.0, "{text}");
+    assert_eq!(
+        value("tessera_router_received_packets_total", &[]),
+        Some(ext_rx)
+    );
+    let r = show(lab, "router", "vcp");
+    assert_eq!(r["elements"].as_object().unwrap().len(), 5, "{r}");
+    assert_eq!(r["elements"]["r1"]["role"], "backend", "{r}");
+}
+
 fn show(lab: &TestLab, what: &str, element: &str) -> Value {
     lab.show_json(what, element)
 }
@@ -199,6 +279,7 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
         );
         assert!(out.contains("ttl=63"), "{src} -> {dst}: {out}");
     }
+    router_view_adds_up(&lab);
 
     // Withdrawn by the peer: gone from every back-end.
     birdc(&["disable", "static1"]);

@@ -36,6 +36,7 @@ pub mod kind {
     pub const VIRTUAL_CP: u8 = 4;
     pub const ROUTES: u8 = 5;
     pub const FIB_ACK: u8 = 6;
+    pub const COUNTERS: u8 = 7;
 }
 
 /// Bytes of one port in a hello.
@@ -67,6 +68,13 @@ pub const ROUTES_SNAPSHOT: u8 = 0x01;
 pub const ROUTES_LAST: u8 = 0x02;
 /// Bytes of a fib-ack message.
 pub const FIB_ACK_LEN: usize = 36;
+/// The longest name (element, port or counter) a counters message carries.
+pub const MAX_NAME: usize = 64;
+/// Kinds of named counts in a counters message.
+pub const COUNT_DROP: u8 = 1;
+pub const COUNT_EVENT: u8 = 2;
+/// Flag of a port in a counters message: it faces the outside of the router.
+pub const PORT_EXTERNAL: u8 = 0x01;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Error {
@@ -375,6 +383,101 @@ pub enum Message {
     Routes(RouteBatch),
     /// A back-end's acknowledgement of routes, and the digest of its table.
     FibAck(FibAck),
+    /// An element's counters (absolute values), for the controller's view of the router.
+    Counters(CounterReport),
+}
+
+/// An element's counters: its name, its ports' traffic, and named drop and event counts.
+/// Values are absolute, so a report may be split over several messages (each names
+/// what it carries) and a lost one is repaired by the next.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct CounterReport {
+    /// The element's name (its `[metrics] element`, or its control socket's name).
+    pub element: String,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub ports: Vec<PortCounts>,
+    /// (reason, frames dropped).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub drops: Vec<(String, u64)>,
+    /// (event, count).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub events: Vec<(String, u64)>,
+}
+
+/// One port's traffic in a counters message.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct PortCounts {
+    pub name: String,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub external: bool,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+}
+
+impl CounterReport {
+    fn body_len(&self) -> usize {
+        1 + self.element.len()
+            + 1
+            + self
+                .ports
+                .iter()
+                .map(|p| 2 + p.name.len() + 32)
+                .sum::<usize>()
+            + 2
+            + self
+                .drops
+                .iter()
+                .chain(&self.events)
+                .map(|(n, _)| 2 + n.len() + 8)
+                .sum::<usize>()
+    }
+}
+
+/// A name of a counters message: 1 to [`MAX_NAME`] printable ASCII characters.
+fn check_name(field: &'static str, n: &str) -> Result<(), Error> {
+    if n.is_empty() || n.len() > MAX_NAME || !n.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+        return Err(Error::BadField {
+            field,
+            value: n.len() as u32,
+        });
+    }
+    Ok(())
+}
+
+/// Reads a length-prefixed name at `*at` of `body`, advancing `*at`.
+fn take_name(
+    body: &[u8],
+    at: &mut usize,
+    field: &'static str,
+    bad: Error,
+) -> Result<String, Error> {
+    let n = *body.get(*at).ok_or(bad)? as usize;
+    let b = body.get(*at + 1..*at + 1 + n).ok_or(bad)?;
+    let s = std::str::from_utf8(b).map_err(|_| Error::BadField {
+        field,
+        value: n as u32,
+    })?;
+    check_name(field, s)?;
+    *at += 1 + n;
+    Ok(s.to_string())
+}
+
+fn put_name(body: &mut [u8], at: &mut usize, n: &str) {
+    body[*at] = n.len() as u8;
+    body[*at + 1..*at + 1 + n.len()].copy_from_slice(n.as_bytes());
+    *at += 1 + n.len();
 }
 
 /// A whole DIST message.
@@ -417,6 +520,11 @@ fn vlan(v: u16) -> Result<u16, Error> {
 }
 
 impl Message {
+    /// Bytes of the message's body (what follows the DIST header).
+    pub fn body_len_public(&self) -> usize {
+        self.body_len()
+    }
+
     pub fn kind(&self) -> u8 {
         match self {
             Message::Hello(_) => kind::HELLO,
@@ -425,6 +533,7 @@ impl Message {
             Message::VirtualCp { .. } => kind::VIRTUAL_CP,
             Message::Routes(_) => kind::ROUTES,
             Message::FibAck(_) => kind::FIB_ACK,
+            Message::Counters(_) => kind::COUNTERS,
         }
     }
 
@@ -437,6 +546,7 @@ impl Message {
             Message::VirtualCp { .. } => "virtual-cp",
             Message::Routes(_) => "routes",
             Message::FibAck(_) => "fib-ack",
+            Message::Counters(_) => "counters",
         }
     }
 
@@ -456,6 +566,7 @@ impl Message {
                         .sum::<usize>()
             }
             Message::FibAck(_) => FIB_ACK_LEN,
+            Message::Counters(c) => c.body_len(),
         }
     }
 }
@@ -623,6 +734,65 @@ impl Repr {
                     digest: be64(body, 28),
                 })
             }
+            kind::COUNTERS => {
+                let mut at = 0;
+                let element = take_name(body, &mut at, "element", bad)?;
+                let nports = *body.get(at).ok_or(bad)? as usize;
+                at += 1;
+                let mut ports = Vec::with_capacity(nports);
+                for _ in 0..nports {
+                    let flags = *body.get(at).ok_or(bad)?;
+                    at += 1;
+                    let name = take_name(body, &mut at, "port", bad)?;
+                    if at + 32 > length {
+                        return Err(bad);
+                    }
+                    ports.push(PortCounts {
+                        name,
+                        external: flags & PORT_EXTERNAL != 0,
+                        rx_packets: be64(body, at),
+                        rx_bytes: be64(body, at + 8),
+                        tx_packets: be64(body, at + 16),
+                        tx_bytes: be64(body, at + 24),
+                    });
+                    at += 32;
+                }
+                if at + 2 > length {
+                    return Err(bad);
+                }
+                let n = be16(body, at) as usize;
+                at += 2;
+                let (mut drops, mut events) = (Vec::new(), Vec::new());
+                for _ in 0..n {
+                    let k = *body.get(at).ok_or(bad)?;
+                    at += 1;
+                    let name = take_name(body, &mut at, "counter", bad)?;
+                    if at + 8 > length {
+                        return Err(bad);
+                    }
+                    let v = be64(body, at);
+                    at += 8;
+                    match k {
+                        COUNT_DROP => drops.push((name, v)),
+                        COUNT_EVENT => events.push((name, v)),
+                        k => {
+                            return Err(Error::BadField {
+                                field: "count kind",
+                                value: k as u32,
+                            })
+                        }
+                    }
+                }
+                if at != length {
+                    return Err(bad);
+                }
+                Message::Counters(CounterReport {
+                    element,
+                    ports,
+                    drops,
+                    events,
+                })
+            }
             t => return Err(Error::UnknownType(t)),
         };
         Ok(Repr { seq, msg })
@@ -665,6 +835,18 @@ impl Repr {
                 too_many("entries", entries.len(), (u16::MAX as usize - 4) / 10)?
             }
             Message::VirtualCp { .. } | Message::FibAck(_) => {}
+            Message::Counters(c) => {
+                check_name("element", &c.element)?;
+                too_many("ports", c.ports.len(), 255)?;
+                for p in &c.ports {
+                    check_name("port", &p.name)?;
+                }
+                for (n, _) in c.drops.iter().chain(&c.events) {
+                    check_name("counter", n)?;
+                }
+                too_many("counts", c.drops.len() + c.events.len(), u16::MAX as usize)?;
+                too_many("length", self.msg.body_len(), u16::MAX as usize)?;
+            }
             Message::Routes(b) => {
                 too_many("routes", b.routes.len(), u16::MAX as usize)?;
                 for r in &b.routes {
@@ -761,6 +943,31 @@ impl Repr {
                 body[20..24].copy_from_slice(&a.routes.to_be_bytes());
                 body[24..28].copy_from_slice(&a.unresolved.to_be_bytes());
                 body[28..36].copy_from_slice(&a.digest.to_be_bytes());
+            }
+            Message::Counters(c) => {
+                let mut at = 0;
+                put_name(body, &mut at, &c.element);
+                body[at] = c.ports.len() as u8;
+                at += 1;
+                for p in &c.ports {
+                    body[at] = if p.external { PORT_EXTERNAL } else { 0 };
+                    at += 1;
+                    put_name(body, &mut at, &p.name);
+                    for v in [p.rx_packets, p.rx_bytes, p.tx_packets, p.tx_bytes] {
+                        body[at..at + 8].copy_from_slice(&v.to_be_bytes());
+                        at += 8;
+                    }
+                }
+                put16(body, at, (c.drops.len() + c.events.len()) as u16);
+                at += 2;
+                let all = c.drops.iter().map(|d| (COUNT_DROP, d));
+                for (k, (n, v)) in all.chain(c.events.iter().map(|e| (COUNT_EVENT, e))) {
+                    body[at] = k;
+                    at += 1;
+                    put_name(body, &mut at, n);
+                    body[at..at + 8].copy_from_slice(&v.to_be_bytes());
+                    at += 8;
+                }
             }
         }
         Ok(())
@@ -899,6 +1106,22 @@ mod tests {
                     ports: vec![],
                 }),
             },
+            Repr {
+                seq: 9,
+                msg: Message::Counters(CounterReport {
+                    element: "lba".into(),
+                    ports: vec![PortCounts {
+                        name: "lba-ext".into(),
+                        external: true,
+                        rx_packets: 10,
+                        rx_bytes: 640,
+                        tx_packets: 9,
+                        tx_bytes: 576,
+                    }],
+                    drops: vec![("eth_not_our_mac".into(), 3)],
+                    events: vec![("dist_received".into(), u64::MAX)],
+                }),
+            },
         ]
     }
 
@@ -978,6 +1201,47 @@ mod tests {
         let mut b = good.clone();
         b[HEADER_LEN + 15] = 1; // one entry announced, two present
         assert!(matches!(Repr::parse(&b), Err(Error::BadLength { .. })));
+    }
+
+    #[test]
+    fn counters_names_are_checked() {
+        let mut r = samples().pop().unwrap();
+        let Message::Counters(c) = &mut r.msg else {
+            panic!("the last sample is a counters message")
+        };
+        c.drops.push(("two words".into(), 1));
+        assert!(matches!(
+            r.validate(),
+            Err(Error::BadField {
+                field: "counter",
+                ..
+            })
+        ));
+        let r = samples().pop().unwrap();
+        let mut b = vec![0; r.buffer_len()];
+        r.emit(&mut b).unwrap();
+        let mut bad = b.clone();
+        bad[HEADER_LEN] = 60; // the element's name runs past the body
+        assert!(Repr::parse(&bad).is_err());
+        let mut bad = b.clone();
+        bad[HEADER_LEN + 1] = b' '; // a space in the name
+        assert!(matches!(
+            Repr::parse(&bad),
+            Err(Error::BadField {
+                field: "element",
+                ..
+            })
+        ));
+        let mut bad = b;
+        let n = bad.len();
+        bad[n - 8 - 1 - 13 - 1] = 3; // the last count's kind
+        assert!(matches!(
+            Repr::parse(&bad),
+            Err(Error::BadField {
+                field: "count kind",
+                ..
+            })
+        ));
     }
 
     proptest! {
