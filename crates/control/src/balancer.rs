@@ -466,7 +466,9 @@ pub fn run<P: Port>(
                 "describe" => serde_json::to_value(dataplane::counters::descriptions_for(c.role))
                     .map_err(|e| e.to_string()),
                 "router" => Ok(crate::metrics::router_json(&view())),
-                "balance" | "interfaces" | "rules" => ask_worker(&asker, cmd, req),
+                "balance" | "interfaces" | "rules" | "capture-start" | "capture-stop" => {
+                    ask_worker(&asker, cmd, req)
+                }
                 other => Err(format!(
                     "unknown command {other:?}; try counters, describe, router, interfaces, balance, rules"
                 )),

@@ -75,7 +75,9 @@ pub fn serve_element(
                     .map_err(|e| e.to_string())
             }
             "router" => Ok(crate::metrics::router_json(&view())),
-            c if worker.contains(&c) => ask_worker(&asker, cmd, req),
+            c if worker.contains(&c) || c == "capture-start" || c == "capture-stop" => {
+                ask_worker(&asker, cmd, req)
+            }
             other => Err(format!(
                 "unknown command {other:?}; try counters, describe, router, {}",
                 worker.join(", ")
@@ -414,7 +416,7 @@ pub fn run<P: Port + Send>(
                 }
                 "describe" => serde_json::to_value(dataplane::counters::descriptions_for(c.role)).map_err(|e| e.to_string()),
                 "router" => Ok(crate::metrics::router_json(&view())),
-                "neighbours" | "interfaces" => ask_worker(&asker, cmd, req),
+                "neighbours" | "interfaces" | "capture-start" | "capture-stop" => ask_worker(&asker, cmd, req),
                 "fib" => match &writer {
                     Some(w) => {
                         let w = w.lock().map_err(|_| "writer poisoned")?;
@@ -572,6 +574,9 @@ pub fn run_element<E: Element, P: Port>(
         .collect();
     let interval = e.poll_interval();
     let wait_ms = interval.as_millis().clamp(1, 10) as i32;
+    // A `tessera capture` under way (see dataplane::capture).
+    let mut cap: Option<dataplane::capture::Capture> = None;
+    let mut cap_ts = 0u64;
     let mut last_poll = Instant::now();
     let mut last_stats = last_poll;
     while !stop.load(Ordering::Relaxed) {
@@ -585,6 +590,12 @@ pub fn run_element<E: Element, P: Port>(
                 counters.count_n(Drop::RxOversize, oversize);
             }
             got += n;
+            if let Some(c) = &mut cap {
+                cap_ts = wire::dist::auth::now_ns();
+                for p in batch.iter() {
+                    c.offer(i as u16, dataplane::capture::RECEIVED, cap_ts, &p.data);
+                }
+            }
             dataplane::element::process_batch(
                 &mut e,
                 &mut batch,
@@ -599,6 +610,10 @@ pub fn run_element<E: Element, P: Port>(
             e.poll(now, &mut tx);
             tick(&mut e);
             while let Ok((cmd, req, reply)) = queries.try_recv() {
+                if cmd == "capture-start" || cmd == "capture-stop" {
+                    let _ = reply.send(capture_command(&mut cap, &cmd, &req, &infos));
+                    continue;
+                }
                 let mut v = answer(&mut e, &cmd, &req);
                 if cmd == "interfaces" {
                     with_port_info(&mut v, &infos);
@@ -613,6 +628,22 @@ pub fn run_element<E: Element, P: Port>(
             }
         }
         e.sync(now, &mut tx);
+        if let Some(c) = &mut cap {
+            if cap_ts == 0 {
+                cap_ts = wire::dist::auth::now_ns();
+            }
+            for (i, q) in tx.queues.iter().enumerate() {
+                for p in q {
+                    c.offer(i as u16, dataplane::capture::SENT, cap_ts, &p.data);
+                }
+            }
+            c.flush();
+            cap_ts = 0;
+            if c.done {
+                tracing::info!(captured = c.captured, lost = c.dropped, "capture ended");
+                cap = None;
+            }
+        }
         flush(&mut ports, &mut tx, &mut e)?;
         e.end_batch();
         if got == 0 && busy_poll {
@@ -632,6 +663,82 @@ pub fn run_element<E: Element, P: Port>(
         p.take_backend_drops(&mut |d, n| counters.count_n(d, n));
     }
     Ok(())
+}
+
+/// `capture-start` (`path`: the reader's datagram socket; optional `port` name, `filter`
+/// as [[code, jt, jf, k], ...] of classic BPF, `count`) and `capture-stop`, run by the
+/// worker itself for any element.
+fn capture_command(
+    cap: &mut Option<dataplane::capture::Capture>,
+    cmd: &str,
+    req: &Value,
+    infos: &[(String, dataplane::port::PortInfo)],
+) -> Value {
+    use dataplane::capture::{check, Capture, Insn};
+    let err = |m: String| json!({"error": m});
+    if cmd == "capture-stop" {
+        return match cap.take() {
+            Some(c) => json!({"captured": c.captured, "lost": c.dropped}),
+            None => json!({"captured": 0, "lost": 0, "note": "no capture was under way"}),
+        };
+    }
+    if cap.as_ref().is_some_and(|c| !c.reader_gone()) {
+        return err("a capture is already under way on this element".into());
+    }
+    let Some(path) = req["path"].as_str() else {
+        return err("capture-start needs \"path\"".into());
+    };
+    let port = match req["port"].as_str() {
+        None => None,
+        Some(n) => match infos.iter().position(|(name, _)| name == n) {
+            Some(i) => Some(i as u16),
+            None => {
+                let names: Vec<&str> = infos.iter().map(|(n, _)| n.as_str()).collect();
+                return err(format!(
+                    "no port {n:?}; this element has {}",
+                    names.join(", ")
+                ));
+            }
+        },
+    };
+    let filter = match req["filter"].as_array() {
+        None => None,
+        Some(list) => {
+            let mut prog = Vec::with_capacity(list.len());
+            for i in list {
+                let f: Vec<u64> = i
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
+                    .unwrap_or_default();
+                match f[..] {
+                    [code, jt, jf, k]
+                        if code <= 0xffff && jt <= 0xff && jf <= 0xff && k <= 0xffff_ffff =>
+                    {
+                        prog.push(Insn {
+                            code: code as u16,
+                            jt: jt as u8,
+                            jf: jf as u8,
+                            k: k as u32,
+                        })
+                    }
+                    _ => return err(format!("filter instruction {i} is not [code, jt, jf, k]")),
+                }
+            }
+            if let Err(e) = check(&prog) {
+                return err(format!("filter: {e}"));
+            }
+            Some(prog)
+        }
+    };
+    let count = req["count"].as_u64().filter(|&n| n > 0);
+    match Capture::new(path.into(), port, filter, count) {
+        Ok(c) => {
+            tracing::info!(path, port = ?req["port"].as_str(), ?count, "capture started");
+            *cap = Some(c);
+            json!({"started": true})
+        }
+        Err(e) => err(format!("capture socket: {e}")),
+    }
 }
 
 /// How often the worker reads the kernel's drop statistics of its ports.

@@ -247,3 +247,34 @@ pub fn axon_frame(a: &mut crate::axon::Axon, now: Instant, data: &[u8]) {
         a.pool.put(p);
     }
 }
+
+/// Capture filters on arbitrary bytes: the first byte is the number of 8-byte classic BPF
+/// instructions that follow (code, jt, jf, k); a program [`crate::capture::check`] accepts
+/// runs over the rest as a frame without panicking or looping. The same bytes are also
+/// read as `tcpdump -ddd` text and as a capture batch.
+pub fn capture(data: &[u8]) {
+    use crate::capture::{check, parse_ddd, records, run, Insn};
+    if let Some((&n, rest)) = data.split_first() {
+        let n = (n as usize).min(rest.len() / 8);
+        let prog: Vec<Insn> = rest[..n * 8]
+            .chunks_exact(8)
+            .map(|c| Insn {
+                code: u16::from_be_bytes([c[0], c[1]]),
+                jt: c[2],
+                jf: c[3],
+                k: u32::from_be_bytes([c[4], c[5], c[6], c[7]]),
+            })
+            .collect();
+        if check(&prog).is_ok() {
+            let _ = run(&prog, &rest[n * 8..]);
+        }
+    }
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Ok(p) = parse_ddd(text) {
+            let _ = run(&p, data);
+        }
+    }
+    for r in records(data) {
+        assert!(r.data.len() <= data.len());
+    }
+}

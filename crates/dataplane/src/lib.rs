@@ -10,6 +10,7 @@
 pub mod axon;
 pub mod balancer;
 pub mod buf;
+pub mod capture;
 pub mod counters;
 pub mod element;
 pub mod forwarder;

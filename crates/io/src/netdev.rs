@@ -209,6 +209,28 @@ pub fn take_over(name: &str) -> io::Result<()> {
     set_up(name)
 }
 
+/// Asks for a receive buffer of `bytes` on socket `fd` (SO_RCVBUFFORCE as root, beyond
+/// the system's limit; else SO_RCVBUF within it).
+pub fn set_recv_buffer(fd: i32, bytes: usize) -> io::Result<()> {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: v is a live c_int of the size given.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                &v as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+    }
+    Err(io::Error::last_os_error())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,8 @@
 //! `tessera`: one binary, one subcommand per element or tool. Argument parsing and wiring
 //! only; the logic lives in the library crates.
 
+mod capture;
+
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
@@ -43,6 +45,25 @@ enum Cmd {
     Show {
         #[command(subcommand)]
         what: Show,
+    },
+    /// Copy the frames a running element receives and sends into a pcap file (or `-w -`
+    /// to pipe into `tcpdump -r -`), as tcpdump would on its interfaces (docs/operate.md).
+    Capture {
+        #[arg(long)]
+        control: PathBuf,
+        /// Only this port (an interface name of the element).
+        #[arg(long)]
+        port: Option<String>,
+        /// A filter in tcpdump's syntax, e.g. 'icmp or udp port 53' (compiled by libpcap
+        /// through `tcpdump -ddd`; run by the element on each frame).
+        #[arg(long)]
+        filter: Option<String>,
+        /// Stop after this many frames (default: until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+        /// The pcap file to write, `-` for standard output.
+        #[arg(short = 'w', long = "write")]
+        write: String,
     },
     /// Live rates of the router's external ports and elements in the terminal, refreshed
     /// like `top` (Ctrl-C ends it).
@@ -719,6 +740,19 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Axon(a) => axon(&a),
         Cmd::Dist { cmd } => dist_cmd(cmd),
         Cmd::Lab { cmd } => lab_cmd(cmd),
+        Cmd::Capture {
+            control,
+            port,
+            filter,
+            count,
+            write,
+        } => capture::run(&capture::CaptureArgs {
+            control,
+            port,
+            filter,
+            count,
+            write,
+        }),
         Cmd::Top {
             control,
             interval_ms,

@@ -924,3 +924,84 @@ print(json.dumps(out))
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `tessera capture`: with a tcpdump filter and a count, the pcap file that `tcpdump -r`
+/// reads holds the echo requests as they arrived on r-eth0 and nothing else; `-w -`
+/// pipes into `tcpdump -r -`; a bad filter is an error with tcpdump's reason.
+#[test]
+fn capture_writes_pcap_that_tcpdump_reads() {
+    let lab = single();
+    let ctl = lab.control("r");
+    let ctl = ctl.to_str().unwrap();
+    let dir = std::env::temp_dir().join(format!("tessera-capture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("r.pcap");
+    let cap = std::process::Command::new(exe())
+        .args(["capture", "--control", ctl, "--port", "r-eth0"])
+        .args([
+            "--filter",
+            "icmp[icmptype] = icmp-echo",
+            "--count",
+            "3",
+            "-w",
+        ])
+        .arg(&file)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "4", "-i", "0.2", "-W", "2", "10.3.0.10"],
+    );
+    assert!(p.contains("4 received"), "{p}");
+    let o = cap.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("3 frames (3 received, 0 sent)"), "{err}");
+    let t = std::process::Command::new("tcpdump")
+        .args(["-n", "-r"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&t.stdout);
+    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert_eq!(
+        text.matches("10.1.0.10 > 10.3.0.10: ICMP echo request")
+            .count(),
+        3,
+        "{text}"
+    );
+    // Every port, both directions, into `tcpdump -r -`: a request in on r-eth0 leaves by
+    // r-eth2 and its reply comes back; four frames per ping.
+    let pipe = format!(
+        "{} capture --control {ctl} --filter icmp --count 4 -w - | tcpdump -n -r - 2>/dev/null",
+        exe()
+    );
+    let cap = std::process::Command::new("sh")
+        .args(["-c", &pipe])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    lab.sh("src1", &["ping", "-c", "1", "-W", "2", "10.3.0.10"]);
+    let o = cap.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(text.matches("ICMP echo request").count(), 2, "{text}");
+    assert_eq!(text.matches("ICMP echo reply").count(), 2, "{text}");
+    let o = lab.tessera(&[
+        "capture",
+        "--control",
+        ctl,
+        "--filter",
+        "no such",
+        "-w",
+        "-",
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("syntax error"));
+    let o = lab.tessera(&["capture", "--control", ctl, "--port", "eth9", "-w", "-"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no port \"eth9\""));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -138,3 +138,10 @@ fn axon_corpus() {
     assert!(a.counters.events(dataplane::Event::AxonDhcpOffers) > 0);
     assert!(a.counters.events(dataplane::Event::AxonDhcpAcks) > 0);
 }
+
+#[test]
+fn capture_corpus() {
+    for d in corpus("capture") {
+        dataplane::fuzzing::capture(&d);
+    }
+}
