@@ -863,6 +863,113 @@ impl Lab {
         }
     }
 
+    /// Writes the per-element configuration of this topology under `out`, so that the
+    /// tested lab and a deployment share one source: for each element, `out/NAME/NAME.toml`
+    /// (its configuration, with the files it names beside it: routes files, keys), its FRR
+    /// configurations under `out/NAME/frr/`, `out/NAME/interfaces.json` (each interface's
+    /// MAC, MTU, queues and what it is cabled to) and, where the lab authenticates DIST,
+    /// one new key shared by every element (`dist.key`, named by `[dist] key_file`);
+    /// `out/README.md` lists how to start each. Returns the elements written.
+    pub fn export(&self, out: &Path) -> Result<Vec<String>, String> {
+        let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+        std::fs::create_dir_all(out).map_err(|e| io(out, e))?;
+        let key = out.join("dist.key");
+        if self.topo.dist_key {
+            control::config::write_new_dist_key(&key)?;
+        }
+        let mut written = Vec::new();
+        let mut readme = format!(
+            "# {}: per-element configuration\n\nExported by `tessera lab export` from `{}`{}.\n\
+             Start each element on its machine (or with the unit the Debian package installs, after\n\
+             copying `NAME.toml` and the files beside it to `/etc/tessera/`):\n\n\
+             | element | role | command | unit |\n|---|---|---|---|\n",
+            self.name,
+            self.file.display(),
+            if self.topo.description.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", self.topo.description)
+            }
+        );
+        for e in &self.topo.element {
+            if e.role == "linux" {
+                continue; // the kernel's forwarding: nothing of ours to configure
+            }
+            let dir = out.join(&e.name);
+            std::fs::create_dir_all(&dir).map_err(|err| io(&dir, err))?;
+            let src = self.config_path(e);
+            let mut text = std::fs::read_to_string(&src).map_err(|err| io(&src, err))?;
+            let value: toml::Value =
+                toml::from_str(&text).map_err(|err| format!("{}: {err}", src.display()))?;
+            let base = src.parent().unwrap_or(Path::new("."));
+            for rel in referenced_files(&value) {
+                let (from, to) = (base.join(&rel), dir.join(&rel));
+                if let Some(p) = to.parent() {
+                    std::fs::create_dir_all(p).map_err(|err| io(p, err))?;
+                }
+                std::fs::copy(&from, &to).map_err(|err| io(&from, err))?;
+            }
+            if self.topo.dist_key && value.get("dist").is_none() {
+                text.push_str(
+                    "\n# DIST authentication: the key every element of this router shares.\n[dist]\nkey_file = \"dist.key\"\n",
+                );
+            }
+            if self.topo.dist_key {
+                let to = dir.join("dist.key");
+                std::fs::copy(&key, &to).map_err(|err| io(&key, err))?;
+            }
+            let cfg = dir.join(format!("{}.toml", e.name));
+            std::fs::write(&cfg, text).map_err(|err| io(&cfg, err))?;
+            for (daemon, file) in &e.frr {
+                let from = self.dir.join(file);
+                let to = dir.join("frr").join(format!("{daemon}.conf"));
+                std::fs::create_dir_all(dir.join("frr")).map_err(|err| io(&dir, err))?;
+                std::fs::copy(&from, &to).map_err(|err| io(&from, err))?;
+            }
+            let mut ifs = Vec::new();
+            for (i, l) in self.topo.link.iter().enumerate() {
+                for (me, peer, fixed) in [(&l.a, &l.b, &l.a_mac), (&l.b, &l.a, &l.b_mac)] {
+                    let Some((node, ifname)) = me.split_once(':') else {
+                        continue;
+                    };
+                    if node != e.name {
+                        continue;
+                    }
+                    let peer = match peer.split_once(':') {
+                        Some(_) => peer.clone(),
+                        None => format!("{peer} (a switch; its port p{i})"),
+                    };
+                    ifs.push(json!({
+                        "name": ifname,
+                        "mac": fixed.clone().unwrap_or_else(|| self.mac(node, ifname)),
+                        "mac_fixed": fixed.is_some(),
+                        "mtu": l.mtu.unwrap_or(1500),
+                        "queues": l.queues.unwrap_or(1),
+                        "cabled_to": peer,
+                    }));
+                }
+            }
+            let p = dir.join("interfaces.json");
+            std::fs::write(&p, serde_json::to_string_pretty(&ifs).unwrap_or_default())
+                .map_err(|err| io(&p, err))?;
+            readme.push_str(&format!(
+                "| {n} | {r} | `tessera {r} --config {n}/{n}.toml --control /run/tessera/{n}.sock` | `tessera-{r}@{n}` |\n",
+                n = e.name,
+                r = e.role
+            ));
+            written.push(e.name.clone());
+        }
+        readme.push_str(
+            "\n`NAME/interfaces.json` says what each interface is cabled to and its MAC in the lab; a\n\
+             MAC marked `mac_fixed` is named by other elements' configurations (an LB's back-ends,\n\
+             the Virtual-CP): give that NIC this MAC, or change the configurations that name it.\n\
+             Hosts and switches of the lab are the networks around the router; they are not exported.\n",
+        );
+        let p = out.join("README.md");
+        std::fs::write(&p, readme).map_err(|err| io(&p, err))?;
+        Ok(written)
+    }
+
     /// Ends the processes in the lab's namespaces and deletes the namespaces.
     pub fn down(&self) -> Result<(), String> {
         let st = self.load_state();
@@ -1111,6 +1218,32 @@ impl Lab {
         }
         Ok(json!({"lab": self.name, "nodes": nodes}))
     }
+}
+
+/// Relative paths of the files an element's configuration names (`routes_file`,
+/// `key_file`, at any depth), to copy beside it.
+fn referenced_files(v: &toml::Value) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    fn walk(v: &toml::Value, out: &mut Vec<PathBuf>) {
+        match v {
+            toml::Value::Table(t) => {
+                for (k, v) in t {
+                    match (k.as_str(), v) {
+                        ("routes_file" | "key_file", toml::Value::String(s))
+                            if Path::new(s).is_relative() =>
+                        {
+                            out.push(PathBuf::from(s))
+                        }
+                        _ => walk(v, out),
+                    }
+                }
+            }
+            toml::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    walk(v, &mut out);
+    out
 }
 
 #[cfg(test)]

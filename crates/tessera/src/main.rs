@@ -596,6 +596,15 @@ enum LabCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Write each element's configuration (with the files it names, its interfaces'
+    /// MACs and cabling, and a shared DIST key) under a directory, to start by hand or
+    /// with the Debian package's units on real machines (docs/deploy.md).
+    Export {
+        #[command(flatten)]
+        lab: LabArgs,
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Run a command inside a node: `tessera lab exec FILE NODE -- CMD...`.
     Exec {
         #[command(flatten)]
@@ -1207,6 +1216,18 @@ fn lab_cmd(cmd: LabCmd) -> Result<i32> {
             let l = load_lab(&lab)?;
             l.down().map_err(anyhow::Error::msg)?;
             eprintln!("lab {} is down", l.name);
+            Ok(0)
+        }
+        LabCmd::Export { lab, out } => {
+            let l = load_lab(&lab)?;
+            let names = l.export(&out).map_err(anyhow::Error::msg)?;
+            println!(
+                "exported {} element(s) to {}: {} (see {}/README.md)",
+                names.len(),
+                out.display(),
+                names.join(", "),
+                out.display()
+            );
             Ok(0)
         }
         LabCmd::Show { lab, json } => {
