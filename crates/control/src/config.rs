@@ -88,6 +88,31 @@ struct Raw {
     io: Option<RawIo>,
     dist: Option<RawDist>,
     metrics: Option<RawMetrics>,
+    star: Option<RawStar>,
+}
+
+/// `[star]`: this forwarder is one of a star router's (docs/star.md).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStar {
+    internal: Spanned<String>,
+    #[serde(default)]
+    member: Vec<RawStarMember>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStarMember {
+    mac: Spanned<String>,
+    #[serde(default)]
+    networks: Vec<RawStarNetwork>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStarNetwork {
+    prefix: Spanned<String>,
+    port: Spanned<i64>,
 }
 
 /// The `[metrics]` table, common to every element.
@@ -455,6 +480,15 @@ pub struct InterfaceConfig {
     pub vlan: Option<(usize, u16)>,
 }
 
+/// `[star]`: the internal port on the star's switch, and every forwarder's networks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StarConfig {
+    /// Index of the internal interface.
+    pub internal: usize,
+    /// (network, the forwarder's internal MAC, its port index on the network).
+    pub members: Vec<(Prefix, wire::MacAddr, u8)>,
+}
+
 /// The back-end role.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendConfig {
@@ -489,6 +523,8 @@ pub struct ForwarderFile {
     pub dist: DistConfig,
     /// `[metrics]`: the Prometheus endpoint and the element's name in it.
     pub metrics: crate::metrics::MetricsConfig,
+    /// `[star]`: a member of a star router.
+    pub star: Option<StarConfig>,
 }
 
 /// Line number (1-based) of byte offset `at` in `src`.
@@ -780,7 +816,61 @@ impl ForwarderFile {
                 })
             }
         };
+        let star = match &raw.star {
+            None => None,
+            Some(s) => {
+                let internal = interfaces
+                    .iter()
+                    .position(|x| &x.name == s.internal.get_ref() && x.vlan.is_none())
+                    .ok_or_else(|| {
+                        err(
+                            s.internal.span().start,
+                            "star.internal".into(),
+                            format!(
+                                "{:?} is not an untagged interface of this forwarder",
+                                s.internal.get_ref()
+                            ),
+                        )
+                    })?;
+                if backend.is_some() {
+                    return Err(err(
+                        s.internal.span().start,
+                        "star".into(),
+                        "a forwarder is a star member or a back-end, not both".into(),
+                    ));
+                }
+                let mut members = Vec::new();
+                for (i, m) in s.member.iter().enumerate() {
+                    let mac: wire::MacAddr = m.mac.get_ref().parse().map_err(|_| {
+                        err(
+                            m.mac.span().start,
+                            format!("star.member[{i}].mac"),
+                            format!("{:?} is not a MAC address", m.mac.get_ref()),
+                        )
+                    })?;
+                    for (j, n) in m.networks.iter().enumerate() {
+                        let prefix = Prefix::parse_strict(n.prefix.get_ref()).map_err(|e| {
+                            err(
+                                n.prefix.span().start,
+                                format!("star.member[{i}].networks[{j}].prefix"),
+                                format!("{:?}: {e}", n.prefix.get_ref()),
+                            )
+                        })?;
+                        if !(0..=254).contains(n.port.get_ref()) {
+                            return Err(err(
+                                n.port.span().start,
+                                format!("star.member[{i}].networks[{j}].port"),
+                                format!("{} is not a port index (0 to 254)", n.port.get_ref()),
+                            ));
+                        }
+                        members.push((prefix, mac, *n.port.get_ref() as u8));
+                    }
+                }
+                Some(StarConfig { internal, members })
+            }
+        };
         Ok(ForwarderFile {
+            star,
             path: path.into(),
             interfaces,
             routes,
@@ -930,6 +1020,18 @@ via = "10.2.0.2"
                 15,
                 "io.workers",
                 "from 1 to 64",
+            ),
+            (
+                format!("{EXAMPLE}\n[star]\ninternal = \"nope\"\n"),
+                15,
+                "star.internal",
+                "is not an untagged interface",
+            ),
+            (
+                format!("{EXAMPLE}\n[star]\ninternal = \"r-eth0\"\n[[star.member]]\nmac = \"02:00:00:00:05:01\"\nnetworks = [{{ prefix = \"10.1.0.0/24\", port = 300 }}]\n"),
+                18,
+                "star.member[0].networks[0].port",
+                "is not a port index",
             ),
             (
                 format!("{EXAMPLE}\n[metrics]\nlisten = \"9100\"\n"),

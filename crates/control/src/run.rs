@@ -202,6 +202,9 @@ pub fn build(cfg: &ForwarderFile, links: &[Link]) -> Result<Forwarder, String> {
             signer: Arc::new(cfg.dist.signer()),
         };
     }
+    if let Some(s) = &cfg.star {
+        f.set_star(s.internal as u16, &s.members);
+    }
     let routes = config_routes(cfg, |gw| f.port_for_gateway(gw))?;
     f.replace_routes(routes).map_err(|e| e.to_string())?;
     Ok(f)

@@ -22,6 +22,10 @@ pub struct Meta {
     /// the LB then fill in the checksum of a frame whose field holds just the
     /// pseudo-header sum (`transport_checksum_looks_partial`).
     pub csum_unknown: bool,
+    /// The address ICMP errors about this packet come from, when not the address of the
+    /// interface it arrived on: written by star-input (the address where the packet
+    /// entered the star router); read by the forwarder's ICMP errors.
+    pub error_src: Option<std::net::Ipv4Addr>,
     /// Receive time in nanoseconds of CLOCK_REALTIME, from the kernel when the port has it
     /// (AF_PACKET), else 0. Written by the port; read by the sink.
     pub rx_ns: u64,

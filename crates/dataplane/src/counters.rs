@@ -90,6 +90,8 @@ named_enum! {
         XskInvalidDescs = "xsk_invalid_descs" in All: "AF_XDP descriptors the kernel rejected (receive or transmit)",
         TxRingFull = "tx_ring_full" in All: "egress ring had no free slot",
         TxError = "tx_error" in All: "the egress port reported an error",
+        StarMalformed = "star_malformed" in Forwarder: "star frame (from another forwarder of a star router) too short, of an unknown version, naming no port of ours, or not carrying an IPv4 packet",
+        StarNotInternal = "star_not_internal" in Forwarder: "star frame on a port that is not the star's internal port (or on a forwarder that is no star member): not accepted",
         DistNotInternal = "dist_not_internal" in All: "DIST frame on a port that is not internal (spoofed from outside): not accepted",
         DistMalformed = "dist_malformed" in All: "DIST frame that does not parse (bad length, field or type)",
         DistBadVersion = "dist_bad_version" in All: "DIST frame of a version this element does not speak",
@@ -133,6 +135,8 @@ named_enum! {
     /// Things that happened that are not drops.
     Event {
         Forwarded = "ip4_forwarded" in Forwarder: "packets forwarded",
+        StarSent = "star_sent" in Forwarder: "packets handed to another forwarder of the star after their lookup here",
+        StarReceived = "star_received" in Forwarder: "packets another forwarder of the star looked up, sent on from here without a lookup",
         ChecksumFilled = "ip4_checksum_filled" in All: "TCP/UDP checksums filled in for frames whose sender left them to offload",
         Fragmented = "ip4_fragmented" in Forwarder: "packets fragmented",
         FragmentsMade = "ip4_fragments_made" in Forwarder: "fragments sent",

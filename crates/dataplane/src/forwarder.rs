@@ -149,6 +149,24 @@ struct Peers {
     from: std::sync::mpsc::Receiver<Learned>,
 }
 
+/// A star router's forwarder: the other forwarders' networks behind the internal port.
+#[derive(Debug, Clone)]
+struct Star {
+    internal: u16,
+    /// (network, the forwarder's internal MAC, its port on that network), longest
+    /// prefixes first.
+    members: Vec<(Prefix, MacAddr, u8)>,
+}
+
+impl Star {
+    fn member_for(&self, hop: Ipv4Addr) -> Option<(MacAddr, u8)> {
+        self.members
+            .iter()
+            .find(|(p, _, _)| p.contains(hop))
+            .map(|(_, m, port)| (*m, *port))
+    }
+}
+
 /// The FIB and the next-hop groups of one publication.
 type Snapshot = (Arc<Poptrie>, Arc<Vec<Box<[NextHop]>>>);
 
@@ -185,6 +203,9 @@ pub struct Forwarder {
     pub pool: Pool,
     expired: Expired,
     peers: Option<Peers>,
+    star: Option<Star>,
+    /// The source of the ICMP error being made, when not the receiving interface's.
+    icmp_from: Option<Ipv4Addr>,
     /// A back-end's counter reports to the controller.
     pub report: crate::element::Reporter,
 }
@@ -239,8 +260,34 @@ impl Forwarder {
             pool: Pool::new(),
             expired: Expired::default(),
             peers: None,
+            star: None,
+            icmp_from: None,
             report: Default::default(),
         }
+    }
+
+    /// Makes this forwarder a member of a star router (docs/star.md): `internal` (an
+    /// untagged interface) is its port on the star's switch; `members` are the networks
+    /// of the star's forwarders (network, that forwarder's internal MAC, its port index
+    /// on the network). Those of this forwarder (its own internal MAC) are skipped; the
+    /// others become reachable through the internal port as if connected, and packets to
+    /// them cross the switch with a star header to the forwarder that faces them.
+    pub fn set_star(&mut self, internal: u16, members: &[(Prefix, MacAddr, u8)]) {
+        let own = self.ifaces.get(internal as usize).map(|i| i.mac);
+        let mut m: Vec<(Prefix, MacAddr, u8)> = members
+            .iter()
+            .copied()
+            .filter(|(_, mac, _)| Some(*mac) != own)
+            .collect();
+        m.sort_by_key(|(p, _, _)| std::cmp::Reverse(p.len()));
+        for (p, _, _) in &m {
+            let p = *p;
+            self.with_routes(|t| t.add_connected(p, internal));
+        }
+        self.star = Some(Star {
+            internal,
+            members: m,
+        });
     }
 
     /// Another worker of this forwarder: the same interfaces, configuration and routes
@@ -269,6 +316,8 @@ impl Forwarder {
             pool: Pool::new(),
             expired: Expired::default(),
             peers: None,
+            star: self.star.clone(),
+            icmp_from: None,
             report: Default::default(),
         }
     }
@@ -378,7 +427,10 @@ impl Forwarder {
 
     /// The port whose connected network holds `gw` (the longest, if several).
     pub fn port_for_gateway(&self, gw: Ipv4Addr) -> Option<u16> {
-        crate::routes::port_for_gateway(&crate::routes::connected(&self.ifaces), gw)
+        crate::routes::port_for_gateway(&crate::routes::connected(&self.ifaces), gw).or_else(|| {
+            let s = self.star.as_ref()?;
+            s.member_for(gw).map(|_| s.internal)
+        })
     }
 
     /// Adds or replaces a route through gateway `via`.
@@ -518,6 +570,7 @@ impl Forwarder {
             ethertype::IPV4 => self.ip4_input(p, l2_group, now, tx),
             ethertype::ARP => self.arp_input(p, now, tx),
             wire::dist::ETHERTYPE => self.dist_input(p, vid.is_none()),
+            wire::star::ETHERTYPE => self.star_input(p, vid.is_none(), now, tx),
             _ => self.drop_pkt(p, Drop::EthertypeUnsupported),
         }
     }
@@ -665,10 +718,10 @@ impl Forwarder {
         for p in ex.failed.drain(..) {
             if p.data.len() > ETH {
                 let in_port = p.meta.iface;
-                self.icmp_error(
+                self.icmp_error_from(
                     &p.data[ETH..],
-                    false,
                     in_port,
+                    p.meta.error_src,
                     IcmpError::Unreachable(unreachable::HOST),
                     now,
                     tx,
@@ -769,7 +822,7 @@ impl Forwarder {
             self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
             return self.drop_pkt(p, Drop::Ip4NoRoute);
         };
-        let mtu = self.ifaces[nh.port as usize].mtu;
+        let mtu = self.out_mtu(nh.port);
         if total > mtu && df {
             let e = IcmpError::FragNeeded(mtu.min(u16::MAX as usize) as u16);
             self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
@@ -832,6 +885,81 @@ impl Forwarder {
         }
     }
 
+    /// The IP MTU of the path out of `port`: the interface's, less the star header on a
+    /// star's internal port.
+    fn out_mtu(&self, port: u16) -> usize {
+        let mtu = self.ifaces[port as usize].mtu;
+        match &self.star {
+            Some(s) if s.internal == port => mtu.saturating_sub(wire::star::HEADER_LEN),
+            _ => mtu,
+        }
+    }
+
+    /// A packet another forwarder of the star looked up: out of the port and to the
+    /// neighbour its header names, with no lookup and no TTL decrement here.
+    fn star_input(&mut self, mut p: Pkt, untagged: bool, now: Instant, tx: &mut TxQueues) {
+        let Some(internal) = self.star.as_ref().map(|s| s.internal) else {
+            return self.drop_pkt(p, Drop::StarNotInternal);
+        };
+        if !untagged || p.meta.iface != internal {
+            return self.drop_pkt(p, Drop::StarNotInternal);
+        }
+        let Ok(h) = wire::star::Header::parse(&p.data[ETH..]) else {
+            return self.drop_pkt(p, Drop::StarMalformed);
+        };
+        let port = h.port as u16;
+        if port as usize >= self.ifaces.len() || port == internal {
+            return self.drop_pkt(p, Drop::StarMalformed);
+        }
+        p.data.drain(ETH..ETH + wire::star::HEADER_LEN);
+        let Ok(ip) = ipv4::Packet::new_checked(&p.data[ETH..]) else {
+            return self.drop_pkt(p, Drop::StarMalformed);
+        };
+        let (total, df) = (ip.total_len(), ip.dont_frag());
+        p.data.truncate(ETH + total);
+        self.counters.event(Event::StarReceived);
+        p.meta.error_src = Some(h.ingress);
+        let mtu = self.ifaces[port as usize].mtu;
+        if total > mtu && df {
+            let e = IcmpError::FragNeeded(mtu.min(u16::MAX as usize) as u16);
+            let in_port = p.meta.iface;
+            self.icmp_error_from(&p.data[ETH..], in_port, Some(h.ingress), e, now, tx);
+            return self.drop_pkt(p, Drop::Ip4FragNeeded);
+        }
+        if total > mtu {
+            self.fragment_out(p, port, h.next_hop, mtu, now, tx);
+        } else {
+            self.neighbour_output(p, port, h.next_hop, now, tx);
+        }
+    }
+
+    /// Hands a looked-up packet to the star's forwarder that faces `hop`'s network.
+    fn star_output(&mut self, mut p: Pkt, member: (MacAddr, u8), hop: Ipv4Addr, tx: &mut TxQueues) {
+        let Some(internal) = self.star.as_ref().map(|s| s.internal) else {
+            return self.drop_pkt(p, Drop::StarNotInternal);
+        };
+        let ingress = p
+            .meta
+            .error_src
+            .or_else(|| self.ifaces.get(p.meta.iface as usize).map(|i| i.addr))
+            .unwrap_or(Ipv4Addr::UNSPECIFIED);
+        let h = wire::star::Header {
+            port: member.1,
+            next_hop: hop,
+            ingress,
+        };
+        p.data.splice(ETH..ETH, h.to_bytes());
+        let eth = ethernet::Repr {
+            dst: member.0,
+            src: self.ifaces[internal as usize].mac,
+            vlan: None,
+            ethertype: wire::star::ETHERTYPE,
+        };
+        let _ = eth.emit(&mut p.data[..]);
+        self.counters.event(Event::StarSent);
+        self.output(internal, p, tx);
+    }
+
     /// Sets the MACs and queues the frame, or holds it while the next hop resolves.
     fn neighbour_output(
         &mut self,
@@ -841,6 +969,13 @@ impl Forwarder {
         now: Instant,
         tx: &mut TxQueues,
     ) {
+        if let Some(s) = &self.star {
+            if port == s.internal {
+                if let Some(m) = s.member_for(hop) {
+                    return self.star_output(p, m, hop, tx);
+                }
+            }
+        }
         match self.neighbours.lookup(port, hop, now) {
             Some((mac, probe)) => {
                 if probe {
@@ -1016,7 +1151,7 @@ impl Forwarder {
         let Some(nh) = self.next_hop(dst, &p.data[ETH..]) else {
             return self.drop_pkt(p, Drop::LocalNoRoute);
         };
-        let mtu = self.ifaces[nh.port as usize].mtu;
+        let mtu = self.out_mtu(nh.port);
         let hop = nh.via.unwrap_or(dst);
         if total > mtu {
             self.fragment_out(p, nh.port, hop, mtu, now, tx);
@@ -1037,6 +1172,22 @@ impl Forwarder {
         } else {
             false
         }
+    }
+
+    /// As [`Forwarder::icmp_error`], from `from` if given (the address where the packet
+    /// entered a star router) instead of the receiving interface's.
+    fn icmp_error_from(
+        &mut self,
+        orig: &[u8],
+        in_port: u16,
+        from: Option<Ipv4Addr>,
+        e: IcmpError,
+        now: Instant,
+        tx: &mut TxQueues,
+    ) {
+        self.icmp_from = from;
+        self.icmp_error(orig, false, in_port, e, now, tx);
+        self.icmp_from = None;
     }
 
     /// Sends an ICMP error about `orig` (an IPv4 packet as received) if RFC 1812 allows.
@@ -1095,7 +1246,7 @@ impl Forwarder {
                 data: quote,
             },
         };
-        let from = self.ifaces[in_port as usize].addr;
+        let from = self.icmp_from.unwrap_or(self.ifaces[in_port as usize].addr);
         let mut out = self.pool.get();
         let ok = build_ip(&mut out, from, src, 0xc0, self.ident, &msg);
         self.ident = self.ident.wrapping_add(1);

@@ -37,6 +37,22 @@ pub fn forwarder() -> (Forwarder, Instant) {
     (f, now)
 }
 
+/// The fuzzing forwarder as a star member: port 1 is the star's internal port, behind
+/// which 10.3.0.0/16 is another forwarder's network (its port 0); star frames arrive on
+/// port 1 (the first byte's low bit set).
+pub fn star_forwarder() -> (Forwarder, Instant) {
+    let (mut f, now) = forwarder();
+    f.set_star(
+        1,
+        &[(
+            fib::Prefix::new([10, 3, 0, 0].into(), 16),
+            MacAddr([2, 0, 0, 0, 3, 1]),
+            0,
+        )],
+    );
+    (f, now)
+}
+
 /// Feeds `data` to the forwarder: the first byte picks the port and flags, the rest is the
 /// frame. Checks that every frame sent fits its port's MTU.
 pub fn forward(f: &mut Forwarder, now: Instant, data: &[u8]) {

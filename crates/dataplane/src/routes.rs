@@ -123,6 +123,19 @@ impl RouteTable {
         (self.fib.rib(), &self.groups)
     }
 
+    /// Adds a network reached through `port` as if connected to it (a star router's other
+    /// forwarders' networks, behind its internal port), and republishes the table.
+    pub fn add_connected(&mut self, prefix: Prefix, port: u16) {
+        self.connected.push((prefix, port));
+        let rib = self.connected_rib();
+        let mut all = self.fib.rib().clone();
+        for (p, g) in rib.iter() {
+            all.insert(p, g);
+        }
+        self.publish_groups();
+        self.fib.replace(all);
+    }
+
     /// True if `prefix` is the network of one of the interfaces.
     pub fn is_connected(&self, prefix: Prefix) -> bool {
         self.connected.iter().any(|c| c.0 == prefix)

@@ -1347,6 +1347,12 @@ fn forwarder(a: &ElementArgs) -> Result<i32> {
     let mut f = control::run::build(&cfg, &links).map_err(anyhow::Error::msg)?;
     let build_ms = t.elapsed().as_millis() as u64;
     let fast = if cfg.io.fast_path {
+        if cfg.star.is_some() {
+            bail!(
+                "{}: [io] fast_path is not built for a star member yet ([star])",
+                config.display()
+            );
+        }
         if cfg.io.backend == io::Backend::Packet {
             bail!(
                 "{}: [io] fast_path needs AF_XDP ports: backend \"xdp\" or \"auto\", not \"packet\"",

@@ -145,3 +145,11 @@ fn capture_corpus() {
         dataplane::fuzzing::capture(&d);
     }
 }
+
+#[test]
+fn star_corpus() {
+    let (mut f, now) = dataplane::fuzzing::star_forwarder();
+    for d in corpus("star") {
+        dataplane::fuzzing::forward(&mut f, now, &d);
+    }
+}

@@ -23,6 +23,7 @@ pub mod ipv4;
 pub mod mac;
 pub mod ospf;
 pub mod probe;
+pub mod star;
 pub mod tcp;
 pub mod udp;
 

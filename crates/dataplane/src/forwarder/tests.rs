@@ -734,3 +734,89 @@ fn backend_sends_hellos_and_takes_dist_only_on_its_internal_port() {
     run(&mut r, now, 0, h);
     assert_eq!(r.counters.drops(Drop::DistNotInternal), 1);
 }
+
+/// A star of two forwarders: A (10.1.0.0/24 on port 0) and B (10.2.0.0/24 on port 0),
+/// internal ports 1. A looks the packet up, decrements the TTL and hands it to B with a
+/// star header; B sends it out of the port the header names, to the neighbour it names,
+/// without a lookup and without touching the TTL.
+#[test]
+fn star_members_look_up_once() {
+    let now = Instant::now();
+    let (ma, mb) = (MacAddr([2, 0, 0, 0, 5, 1]), MacAddr([2, 0, 0, 0, 5, 2]));
+    let members = [
+        (Prefix::parse_strict("10.1.0.0/24").unwrap(), ma, 0),
+        (Prefix::parse_strict("10.2.0.0/24").unwrap(), mb, 0),
+    ];
+    let mk = |ext: &str, int: &str, mac| {
+        let ifaces = vec![
+            Iface::new("ext", R0, ip(ext), 24),
+            Iface::new("int", mac, ip(int), 24),
+        ];
+        let mut f = Forwarder::new(ifaces, ForwarderConfig::default(), now);
+        f.set_star(1, &members);
+        f
+    };
+    let mut a = mk("10.1.0.1", "10.255.1.1", ma);
+    let mut b = mk("10.2.0.1", "10.255.1.2", mb);
+    b.neighbours.learn(0, ip("10.2.0.20"), H2, now, true);
+    // The gateway of a route may be on another member's network.
+    a.add_route(
+        Prefix::parse_strict("198.51.100.0/24").unwrap(),
+        ip("10.2.0.20"),
+    )
+    .unwrap();
+    for dst in ["10.2.0.20", "198.51.100.7"] {
+        let out = run(
+            &mut a,
+            now,
+            0,
+            udp_frame(Udp {
+                dst,
+                ..Default::default()
+            }),
+        );
+        assert_eq!(out.len(), 1, "{dst}");
+        let (port, f) = &out[0];
+        let eth = ethernet::Frame::new_checked(&f[..]).unwrap();
+        assert_eq!(
+            (*port, eth.dst(), eth.src(), eth.ethertype()),
+            (1, mb, ma, wire::star::ETHERTYPE)
+        );
+        let h = wire::star::Header::parse(&f[ETH..]).unwrap();
+        assert_eq!(
+            (h.port, h.next_hop, h.ingress),
+            (0, ip("10.2.0.20"), ip("10.1.0.1"))
+        );
+        let inner = ipv4::Packet::new_checked(&f[ETH + wire::star::HEADER_LEN..]).unwrap();
+        assert_eq!(inner.ttl(), 63);
+        let out = run(&mut b, now, 1, f.clone());
+        assert_eq!(out.len(), 1, "{dst}");
+        let (port, f) = &out[0];
+        let eth = ethernet::Frame::new_checked(&f[..]).unwrap();
+        assert_eq!(
+            (*port, eth.dst(), eth.ethertype()),
+            (0, H2, ethertype::IPV4)
+        );
+        let p = ip_of(f);
+        assert_eq!((p.ttl(), p.dst()), (63, ip(dst)));
+        assert!(p.verify_checksum());
+    }
+    assert_eq!(
+        b.counters.events(Event::Forwarded),
+        0,
+        "no second lookup at B"
+    );
+    assert_eq!(b.counters.events(Event::StarReceived), 2);
+    // A star frame on an external port, or naming the internal port, is refused.
+    let mut f = vec![0u8; ETH + wire::star::HEADER_LEN + 20];
+    ethernet::Repr {
+        dst: R0,
+        src: ma,
+        vlan: None,
+        ethertype: wire::star::ETHERTYPE,
+    }
+    .emit(&mut f)
+    .unwrap();
+    assert!(run(&mut b, now, 0, f).is_empty());
+    assert_eq!(b.counters.drops(Drop::StarNotInternal), 1);
+}

@@ -1,0 +1,100 @@
+//! The star router of labs/star.toml: four `tessera forwarder`s with `[star]`, each facing
+//! its own network, joined by a Linux bridge; real hosts on each network see one router.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+const LAB: &str = "labs/star.toml";
+
+fn counters_of(lab: &TestLab, e: &str) -> serde_json::Value {
+    lab.counters(e)
+}
+
+#[test]
+fn hosts_on_every_network_see_one_router() {
+    let lab = TestLab::up(repo_path(LAB), &[]);
+    // Between any two networks: one TTL decrement (the ingress forwarder's), both ways.
+    for a in 1..=4 {
+        for b in 1..=4 {
+            if a == b {
+                continue;
+            }
+            let p = lab.sh(
+                &format!("h{a}"),
+                &[
+                    "ping",
+                    "-c",
+                    "2",
+                    "-i",
+                    "0.2",
+                    "-W",
+                    "2",
+                    &format!("10.{b}.0.10"),
+                ],
+            );
+            assert!(
+                p.contains("2 received") && p.matches("ttl=63").count() == 2,
+                "h{a} -> h{b}: {p}"
+            );
+        }
+    }
+    // Time exceeded from the router's address on the network the packet came from.
+    for (a, b) in [(1, 3), (2, 4), (4, 1)] {
+        let o = lab.exec(
+            &format!("h{a}"),
+            &[
+                "ping",
+                "-c",
+                "1",
+                "-t",
+                "1",
+                "-W",
+                "2",
+                &format!("10.{b}.0.10"),
+            ],
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains(&format!("From 10.{a}.0.1 ")) && out.contains("Time to live exceeded"),
+            "h{a} -> h{b}: {out}"
+        );
+    }
+    // A host that does not answer ARP behind s3: host unreachable, from the address where
+    // the packet entered (s1's), though s3 found it out.
+    let o = lab.exec("h1", &["ping", "-c", "1", "-W", "6", "10.3.0.99"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("From 10.1.0.1 ") && out.contains("Destination Host Unreachable"),
+        "{out}"
+    );
+    // The lookup happened once: s1 handed the packets across, s3 sent them on.
+    let (s1, s3) = (counters_of(&lab, "s1"), counters_of(&lab, "s3"));
+    assert!(event_count(&s1, "star_sent") >= 6, "{s1}");
+    assert!(event_count(&s3, "star_received") >= 6, "{s3}");
+    assert_eq!(drop_count(&s3, "star_malformed"), 0, "{s3}");
+    // TCP between every pair of networks.
+    for a in 1..=4 {
+        for b in (a + 1)..=4 {
+            let server = format!("h{b}");
+            lab.sh(&server, &["iperf3", "-s", "-D", "-1"]);
+            let mut report = String::new();
+            for _ in 0..50 {
+                let o = lab.exec(
+                    &format!("h{a}"),
+                    &["iperf3", "-c", &format!("10.{b}.0.10"), "-t", "1", "-J"],
+                );
+                report = String::from_utf8_lossy(&o.stdout).into_owned();
+                if o.status.success() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let v: serde_json::Value =
+                serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"));
+            let bytes = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+            assert!(bytes > 1_000_000, "h{a} -> h{b}: {bytes} bytes: {report}");
+        }
+    }
+}
