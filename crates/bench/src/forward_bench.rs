@@ -327,11 +327,117 @@ pub const FAST: &str = "forwarder-fast";
 /// Loads, as shares of the zero-loss rate, at which latency is measured.
 const LATENCY_LOADS: [f64; 3] = [0.1, 0.5, 0.9];
 
-const SOURCES: [(&str, &str, &str, &str, &str); 2] = [
-    // source, its router port, sink, its address, its router port
-    ("src1", "r-eth0", "sink1", "10.3.0.10", "10.1.0.10"),
-    ("src2", "r-eth1", "sink2", "10.4.0.10", "10.2.0.10"),
+/// The contender that measures the star router of labs/star.toml (`--star`).
+pub const STAR: &str = "star";
+/// The contender that measures the multistage router of labs/multistage.toml
+/// (`--multistage`).
+pub const MULTISTAGE: &str = "multistage";
+
+/// One traffic source of a site: source node, the router node and port it sends into,
+/// the sink node, the sink's address, the source's address.
+type Source = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+);
+
+/// The single router: src1 -> sink1 and src2 -> sink2 through r.
+const SOURCES: [Source; 2] = [
+    ("src1", "r", "r-eth0", "sink1", "10.3.0.10", "10.1.0.10"),
+    ("src2", "r", "r-eth1", "sink2", "10.4.0.10", "10.2.0.10"),
 ];
+/// The star (labs/star.toml, hosts renamed): src1 on s1's network to sink1 on s3's, src2
+/// on s2's to sink2 on s4's; every packet crosses the switch.
+const STAR_SOURCES: [Source; 2] = [
+    ("src1", "s1", "s1-ext", "sink1", "10.3.0.10", "10.1.0.10"),
+    ("src2", "s2", "s2-ext", "sink2", "10.4.0.10", "10.2.0.10"),
+];
+/// The multistage router (labs/multistage.toml): a1 on network A to b1 on network B
+/// through LB A, a back-end and LB B; two flows add b1 to a1 the other way.
+const MULTISTAGE_SOURCES: [Source; 2] = [
+    ("a1", "lba", "lba-ext", "b1", "10.2.0.10", "10.1.0.10"),
+    ("b1", "lbb", "lbb-ext", "a1", "10.1.0.10", "10.2.0.10"),
+];
+
+/// Writes the lab topology of `contender` for the table `table-{tsize}.txt` into `out`
+/// (every forwarder that looks routes up loads the table through the site's first sink),
+/// and returns it with its sources.
+fn site(
+    out: &Path,
+    contender: &str,
+    tsize: usize,
+) -> Result<Option<(PathBuf, [Source; 2])>, String> {
+    let table =
+        |via: &str| format!("routes_file = \"table-{tsize}.txt\"\nroutes_file_via = \"{via}\"\n");
+    match contender {
+        STAR => {
+            let mut topo = include_str!("../../../labs/star.toml").to_string();
+            for (h, n) in [
+                ("h1", "src1"),
+                ("h2", "src2"),
+                ("h3", "sink1"),
+                ("h4", "sink2"),
+            ] {
+                topo = topo
+                    .replace(&format!("name = \"{h}\""), &format!("name = \"{n}\""))
+                    .replace(&format!("\"{h}:eth0\""), &format!("\"{n}:eth0\""));
+            }
+            let configs = [
+                include_str!("../../../labs/star/s1.toml"),
+                include_str!("../../../labs/star/s2.toml"),
+                include_str!("../../../labs/star/s3.toml"),
+                include_str!("../../../labs/star/s4.toml"),
+            ];
+            for (i, c) in configs.iter().enumerate() {
+                let name = format!("star-s{}-{tsize}.toml", i + 1);
+                write(
+                    &out.join(&name),
+                    &c.replace("routes_file = \"routes.txt\"\n", &table("10.3.0.10")),
+                )?;
+                topo = topo.replace(&format!("star/s{}.toml", i + 1), &name);
+            }
+            let p = out.join(format!("lab-star-{tsize}.toml"));
+            write(&p, &topo)?;
+            Ok(Some((p, STAR_SOURCES)))
+        }
+        MULTISTAGE => {
+            let mut topo = include_str!("../../../labs/multistage.toml").to_string();
+            let configs = [
+                (
+                    "lba",
+                    include_str!("../../../labs/multistage/lba.toml"),
+                    false,
+                ),
+                (
+                    "lbb",
+                    include_str!("../../../labs/multistage/lbb.toml"),
+                    false,
+                ),
+                ("r1", include_str!("../../../labs/multistage/r1.toml"), true),
+                ("r2", include_str!("../../../labs/multistage/r2.toml"), true),
+                ("r3", include_str!("../../../labs/multistage/r3.toml"), true),
+            ];
+            for (n, c, backend) in configs {
+                let name = format!("ms-{n}-{tsize}.toml");
+                // Top-level keys come before the first table.
+                let text = if backend {
+                    format!("{}{c}", table("10.2.0.10"))
+                } else {
+                    c.to_string()
+                };
+                write(&out.join(&name), &text)?;
+                topo = topo.replace(&format!("multistage/{n}.toml"), &name);
+            }
+            let p = out.join(format!("lab-ms-{tsize}.toml"));
+            write(&p, &topo)?;
+            Ok(Some((p, MULTISTAGE_SOURCES)))
+        }
+        _ => Ok(None),
+    }
+}
 
 fn write(path: &Path, s: &str) -> Result<(), String> {
     std::fs::write(path, s).map_err(|e| format!("{}: {e}", path.display()))
@@ -475,19 +581,27 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
         for (contender, command) in contenders {
             let contender = contender.as_str();
             let fast = contender == FAST;
+            let other = site(&opts.out, contender, tsize)?;
+            let sources = other.as_ref().map_or(SOURCES, |o| o.1);
             let mut l = lab::Lab::load(
-                if fast { &topo_fast } else { &topo },
+                match &other {
+                    Some((p, _)) => p,
+                    None if fast => &topo_fast,
+                    None => &topo,
+                },
                 Some(&labname),
                 opts.exe.clone(),
             )?;
             let role = if command.is_some() {
                 "external"
-            } else if contender.starts_with("forwarder") {
+            } else if contender.starts_with("forwarder") || other.is_some() {
                 "forwarder"
             } else {
                 contender
             };
-            l.roles.insert("r".into(), role.into());
+            if other.is_none() {
+                l.roles.insert("r".into(), role.into());
+            }
             if fast {
                 l.io = Some("xdp".into());
             } else if role == "forwarder" {
@@ -517,13 +631,13 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                     )?);
                 }
                 if opts.xdp {
-                    for (_, rport, _, _, _) in SOURCES {
-                        xdp_receiver(&l, "r", rport)?;
+                    for (_, rnode, rport, _, _, _) in sources {
+                        xdp_receiver(&l, rnode, rport)?;
                     }
                 }
                 // Sinks take frames a router redirects in XDP (the fast path's): their
                 // veths run NAPI, with GRO on. The same for every contender.
-                for (_, _, sink, _, _) in SOURCES {
+                for (_, _, _, sink, _, _) in sources {
                     sh(
                         "ip",
                         &[
@@ -540,9 +654,15 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 }
                 // Resolve every neighbour before measuring (ARP has its own tests); an
                 // external router gets a few seconds to come up.
-                for (src, _, _, dst, _) in SOURCES {
+                for (src, _, _, _, dst, _) in sources {
                     let ns = l.ns(src);
-                    let mut tries = if command.is_some() { 20 } else { 1 };
+                    // An external router, or a router of several elements (hellos, the
+                    // LBs' tables), gets a few seconds to come up.
+                    let mut tries = if command.is_some() || other.is_some() {
+                        20
+                    } else {
+                        1
+                    };
                     loop {
                         match sh(
                             "ip",
@@ -561,9 +681,9 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                         }
                     }
                 }
-                let rmac: Vec<String> = SOURCES
+                let rmac: Vec<String> = sources
                     .iter()
-                    .map(|s| bench.mac("r", s.1))
+                    .map(|s| bench.mac(s.1, s.2))
                     .collect::<Result<_, _>>()?;
                 for &size in &sizes {
                     let ceil = ceilings[&size.to_string()].as_f64().unwrap_or(1.0);
@@ -573,7 +693,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                             let rate = format!("{:.0}", (rate / n as f64).max(1.0));
                             (0..n)
                                 .map(|i| {
-                                    let (src, _, _, dst, saddr) = SOURCES[i];
+                                    let (src, _, _, _, dst, saddr) = sources[i];
                                     let mut a = vec![
                                         "--dst-mac".to_string(),
                                         rmac[i].clone(),
@@ -598,9 +718,9 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                                 .collect()
                         };
                         let sinks: Vec<&str> = if fl == Flows::Two {
-                            vec!["sink1", "sink2"]
+                            vec![sources[0].3, sources[1].3]
                         } else {
-                            vec!["sink1"]
+                            vec![sources[0].3]
                         };
                         let case =
                             format!("{contender} {tsize} prefixes {size}B {} flow", fl.name());

@@ -724,6 +724,14 @@ impl ForwarderFile {
                 "no [[interface]] given; a forwarder needs at least one".into(),
             ));
         }
+        // A star member reaches the other members' networks too (checked below).
+        let star_nets: Vec<Prefix> = raw
+            .star
+            .iter()
+            .flat_map(|s| s.member.iter())
+            .flat_map(|m| m.networks.iter())
+            .filter_map(|n| Prefix::parse_strict(n.prefix.get_ref()).ok())
+            .collect();
         let gateways = |v: &Spanned<Via>, key: String| -> Result<Vec<Ipv4Addr>, ConfigError> {
             let texts: Vec<&String> = match v.get_ref() {
                 Via::One(v) => vec![v],
@@ -744,6 +752,7 @@ impl ForwarderFile {
                 if !interfaces
                     .iter()
                     .any(|x| Prefix::new(x.addr, x.prefix_len).contains(a))
+                    && !star_nets.iter().any(|p| p.contains(a))
                 {
                     return Err(err(
                         v.span().start,

@@ -441,6 +441,14 @@ enum Bench {
         /// contender `forwarder-fast`.
         #[arg(long)]
         fast_path: bool,
+        /// Also measure the star router of labs/star.toml (four forwarders; sources on
+        /// two networks, sinks on the two others), as contender `star`.
+        #[arg(long)]
+        star: bool,
+        /// Also measure the multistage router of labs/multistage.toml (LB, back-end, LB;
+        /// two flows go both ways between networks A and B), as contender `multistage`.
+        #[arg(long)]
+        multistage: bool,
     },
     /// `tessera switch` against the Linux bridge: one generator into one sink through
     /// each (and straight, for the generator's ceiling), at the generator's highest rate;
@@ -966,6 +974,8 @@ fn run(cli: Cli) -> Result<i32> {
                 flows,
                 sizes,
                 fast_path,
+                star,
+                multistage,
             } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
                 stop_lab_benches_on_signals()?;
@@ -981,6 +991,12 @@ fn run(cli: Cli) -> Result<i32> {
                 };
                 if fast_path {
                     contenders.push((bench::forward_bench::FAST.into(), None));
+                }
+                if star {
+                    contenders.push((bench::forward_bench::STAR.into(), None));
+                }
+                if multistage {
+                    contenders.push((bench::forward_bench::MULTISTAGE.into(), None));
                 }
                 contenders.push(("linux".into(), None));
                 for c in contender {

@@ -110,3 +110,51 @@ fn quick_bench_with_the_xdp_generator_through_the_kernel() {
         steps[0]
     );
 }
+
+/// `--star` and `--multistage`: the same experiment through the star router and the
+/// multistage router, beside each other in one run; at a quarter of the generator's
+/// ceiling both forward most of what is offered, and the plot has both.
+#[test]
+fn quick_bench_through_the_star_and_the_multistage_router() {
+    let out = std::env::temp_dir().join(format!("tessera-bfs-{}", std::process::id()));
+    let o = std::process::Command::new(exe())
+        .args([
+            "bench",
+            "forward",
+            "--quick",
+            "--seconds",
+            "0.3",
+            "--star",
+            "--multistage",
+            "--only",
+            "star,multistage",
+            "--io",
+            io_backend(),
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for c in ["star", "multistage"] {
+        let steps: Vec<_> = v["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["kind"] == "step" && p["contender"] == c)
+            .collect();
+        assert_eq!(steps.len(), 4, "{c}");
+        let forwarded = steps
+            .iter()
+            .map(|s| s["forwarded_pps"].as_f64().unwrap())
+            .fold(0.0, f64::max);
+        assert!(
+            forwarded > 50_000.0,
+            "{c} forwarded at most {forwarded} pps"
+        );
+    }
+    let plots = v["plots"].as_array().unwrap();
+    assert!(!plots.is_empty());
+    let _ = std::fs::remove_dir_all(&out);
+}
