@@ -9,6 +9,27 @@ fn single() -> TestLab {
     TestLab::up(repo_path("labs/single-router.toml"), &[])
 }
 
+/// A copy of the single-router lab in a temporary directory named after `tag`:
+/// `r.toml` as `edit_r` makes it, `routes.txt`, and `lab.toml` as `edit_topo` makes it.
+/// Returns the directory; the lab file is `lab.toml` in it.
+fn single_copy(
+    tag: &str,
+    edit_r: impl Fn(String) -> String,
+    edit_topo: impl Fn(String) -> String,
+) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tessera-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let r = std::fs::read_to_string(repo_path("labs/single-router/r.toml")).unwrap();
+    std::fs::write(dir.join("r.toml"), edit_r(r)).unwrap();
+    let routes = std::fs::read_to_string(repo_path("labs/single-router/routes.txt")).unwrap();
+    std::fs::write(dir.join("routes.txt"), routes).unwrap();
+    let topo = std::fs::read_to_string(repo_path("labs/single-router.toml"))
+        .unwrap()
+        .replace("single-router/r.toml", "r.toml");
+    std::fs::write(dir.join("lab.toml"), edit_topo(topo)).unwrap();
+    dir
+}
+
 fn out(o: &std::process::Output) -> String {
     format!(
         "{}{}",
@@ -579,19 +600,7 @@ fn forwards_after_overload() {
 /// fast path: the router answers net unreachable, as the user-space path says.
 #[test]
 fn the_fast_path_follows_route_changes() {
-    let dir = std::env::temp_dir().join(format!("tessera-fast-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    for f in ["r.toml", "routes.txt"] {
-        let mut t = std::fs::read_to_string(repo_path(&format!("labs/single-router/{f}"))).unwrap();
-        if f == "r.toml" {
-            t.push_str("\n[io]\nfast_path = true\n");
-        }
-        std::fs::write(dir.join(f), t).unwrap();
-    }
-    let topo = std::fs::read_to_string(repo_path("labs/single-router.toml"))
-        .unwrap()
-        .replace("single-router/r.toml", "r.toml");
-    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let dir = single_copy("fast", |r| format!("{r}\n[io]\nfast_path = true\n"), |t| t);
     let lab = TestLab::up(dir.join("lab.toml"), &["--io", "xdp"]);
     for h in ["src1", "sink1"] {
         lab.sh(h, &["ethtool", "-K", "eth0", "gro", "on"]);
@@ -651,18 +660,14 @@ fn the_fast_path_follows_route_changes() {
 /// frame holds gets AF_PACKET and a log line. Frames cross between the two kinds.
 #[test]
 fn auto_backend_serves_every_queue_and_falls_back_per_port() {
-    let dir = std::env::temp_dir().join(format!("tessera-auto-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    for f in ["r.toml", "routes.txt"] {
-        let t = std::fs::read_to_string(repo_path(&format!("labs/single-router/{f}"))).unwrap();
-        std::fs::write(dir.join(f), t).unwrap();
-    }
-    let topo = std::fs::read_to_string(repo_path("labs/single-router.toml"))
-        .unwrap()
-        .replace("single-router/r.toml", "r.toml")
-        .replace("b = \"r:r-eth0\"", "b = \"r:r-eth0\"\nqueues = 2")
-        .replace("b = \"r:r-eth2\"", "b = \"r:r-eth2\"\nmtu = 4000");
-    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let dir = single_copy(
+        "auto",
+        |r| r,
+        |t| {
+            t.replace("b = \"r:r-eth0\"", "b = \"r:r-eth0\"\nqueues = 2")
+                .replace("b = \"r:r-eth2\"", "b = \"r:r-eth2\"\nmtu = 4000")
+        },
+    );
     let lab = TestLab::up(dir.join("lab.toml"), &["--io", "auto"]);
     let o = lab.tessera(&[
         "show",
@@ -722,20 +727,17 @@ fn auto_backend_serves_every_queue_and_falls_back_per_port() {
 /// known to the other, and `show counters` sums the two.
 #[test]
 fn two_workers_share_the_flows() {
-    let dir = std::env::temp_dir().join(format!("tessera-workers-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let r = std::fs::read_to_string(repo_path("labs/single-router/r.toml")).unwrap();
-    std::fs::write(dir.join("r.toml"), format!("{r}\n[io]\nworkers = 2\n")).unwrap();
-    let routes = std::fs::read_to_string(repo_path("labs/single-router/routes.txt")).unwrap();
-    std::fs::write(dir.join("routes.txt"), routes).unwrap();
-    let mut topo = std::fs::read_to_string(repo_path("labs/single-router.toml"))
-        .unwrap()
-        .replace("single-router/r.toml", "r.toml");
-    for i in 0..4 {
-        let b = format!("b = \"r:r-eth{i}\"");
-        topo = topo.replace(&b, &format!("{b}\nqueues = 2"));
-    }
-    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let dir = single_copy(
+        "workers",
+        |r| format!("{r}\n[io]\nworkers = 2\n"),
+        |mut t| {
+            for i in 0..4 {
+                let b = format!("b = \"r:r-eth{i}\"");
+                t = t.replace(&b, &format!("{b}\nqueues = 2"));
+            }
+            t
+        },
+    );
     let lab = TestLab::up(dir.join("lab.toml"), &[]);
     let p = lab.sh(
         "src1",
@@ -802,20 +804,11 @@ fn two_workers_share_the_flows() {
 /// reasons, and `show router` and `tessera top` agree with them.
 #[test]
 fn metrics_are_served_to_prometheus() {
-    let dir = std::env::temp_dir().join(format!("tessera-metrics-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let r = std::fs::read_to_string(repo_path("labs/single-router/r.toml")).unwrap();
-    std::fs::write(
-        dir.join("r.toml"),
-        format!("{r}\n[metrics]\nlisten = \"127.0.0.1:9100\"\n"),
-    )
-    .unwrap();
-    let routes = std::fs::read_to_string(repo_path("labs/single-router/routes.txt")).unwrap();
-    std::fs::write(dir.join("routes.txt"), routes).unwrap();
-    let topo = std::fs::read_to_string(repo_path("labs/single-router.toml"))
-        .unwrap()
-        .replace("single-router/r.toml", "r.toml");
-    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let dir = single_copy(
+        "metrics",
+        |r| format!("{r}\n[metrics]\nlisten = \"127.0.0.1:9100\"\n"),
+        |t| t,
+    );
     let lab = TestLab::up(dir.join("lab.toml"), &[]);
     let p = lab.sh(
         "src1",

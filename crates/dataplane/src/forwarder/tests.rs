@@ -32,6 +32,29 @@ fn router() -> (Forwarder, Instant) {
     (f, now)
 }
 
+/// An ARP reply from `mac` at `sender` to the router's port 1 (10.2.0.1 at R1).
+fn arp_reply_to_r1(mac: MacAddr, sender: Ipv4Addr) -> Vec<u8> {
+    let mut rep = vec![0u8; ETH + 28];
+    ethernet::Repr {
+        dst: R1,
+        src: mac,
+        vlan: None,
+        ethertype: ethertype::ARP,
+    }
+    .emit(&mut rep)
+    .unwrap();
+    arp::Repr {
+        operation: arp::Operation::Reply,
+        sender_mac: mac,
+        sender_ip: sender,
+        target_mac: R1,
+        target_ip: ip("10.2.0.1"),
+    }
+    .emit(&mut rep[ETH..])
+    .unwrap();
+    rep
+}
+
 struct Udp {
     dst_mac: MacAddr,
     src: &'static str,
@@ -466,24 +489,7 @@ fn resolves_unknown_next_hop_then_sends_queued_packets() {
     .is_empty());
 
     let mac = MacAddr([2, 0, 0, 0, 0, 0x99]);
-    let mut rep = vec![0u8; ETH + 28];
-    ethernet::Repr {
-        dst: R1,
-        src: mac,
-        vlan: None,
-        ethertype: ethertype::ARP,
-    }
-    .emit(&mut rep)
-    .unwrap();
-    arp::Repr {
-        operation: arp::Operation::Reply,
-        sender_mac: mac,
-        sender_ip: ip("10.2.0.99"),
-        target_mac: R1,
-        target_ip: ip("10.2.0.1"),
-    }
-    .emit(&mut rep[ETH..])
-    .unwrap();
+    let rep = arp_reply_to_r1(mac, ip("10.2.0.99"));
     let out = run(&mut f, now, 1, rep);
     assert_eq!(out.len(), 2, "both queued packets leave");
     for (port, fr) in out {
@@ -512,24 +518,7 @@ fn a_sibling_worker_resolves_the_next_hop() {
     let out = run(b, now, 0, frame);
     assert_eq!(out.len(), 1, "the ARP request: {out:?}");
     let mac = MacAddr([2, 0, 0, 0, 0, 0x99]);
-    let mut rep = vec![0u8; ETH + 28];
-    ethernet::Repr {
-        dst: R1,
-        src: mac,
-        vlan: None,
-        ethertype: ethertype::ARP,
-    }
-    .emit(&mut rep)
-    .unwrap();
-    arp::Repr {
-        operation: arp::Operation::Reply,
-        sender_mac: mac,
-        sender_ip: ip("10.2.0.99"),
-        target_mac: R1,
-        target_ip: ip("10.2.0.1"),
-    }
-    .emit(&mut rep[ETH..])
-    .unwrap();
+    let rep = arp_reply_to_r1(mac, ip("10.2.0.99"));
     assert!(run(a, now, 1, rep).is_empty());
     assert!(a.neighbours.contains(1, ip("10.2.0.99")));
     let mut tx = TxQueues::new(b.ifaces.len());
