@@ -144,6 +144,31 @@ impl TestLab {
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
+    /// TCP from `client` to `server` (a node, listening on `addr`) with iperf3 and
+    /// `args` (e.g. `-t 2`): the client's JSON report, after a one-off server is started
+    /// (retried while the server may not listen yet). Panics if it moved under 1 MB.
+    pub fn iperf3(&self, client: &str, server: &str, addr: &str, args: &[&str]) -> Value {
+        self.sh(server, &["iperf3", "-s", "-D", "-1"]);
+        let mut argv = vec!["iperf3", "-c", addr, "-J"];
+        argv.extend(args);
+        let mut report = String::new();
+        for _ in 0..50 {
+            let o = self.exec(client, &argv);
+            report = String::from_utf8_lossy(&o.stdout).into_owned();
+            if o.status.success() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let v: Value = serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"));
+        let bytes = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+        assert!(
+            bytes > 1_000_000,
+            "{client} -> {addr}: received {bytes} bytes: {report}"
+        );
+        v
+    }
+
     /// Starts a command in a node with its output piped; the caller waits for it.
     pub fn spawn(&self, node: &str, argv: &[&str]) -> std::process::Child {
         Command::new("ip")
