@@ -135,6 +135,7 @@ named_enum! {
     /// Things that happened that are not drops.
     Event {
         Forwarded = "ip4_forwarded" in Forwarder: "packets forwarded",
+        OptionsUpdated = "ip4_options_updated" in Forwarder: "packets forwarded whose Record Route or Timestamp option got this router's address or time (or its overflow count)",
         StarSent = "star_sent" in Forwarder: "packets handed to another forwarder of the star after their lookup here",
         StarReceived = "star_received" in Forwarder: "packets another forwarder of the star looked up, sent on from here without a lookup",
         ChecksumFilled = "ip4_checksum_filled" in All: "TCP/UDP checksums filled in for frames whose sender left them to offload",

@@ -828,6 +828,24 @@ impl Forwarder {
             self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
             return self.drop_pkt(p, Drop::Ip4FragNeeded);
         }
+        // Record Route and Timestamp (RFC 1812 5.3.13): our outgoing interface's address.
+        let mut options_changed = false;
+        if p.data.len() > ETH + ipv4::MIN_HEADER_LEN && p.data[ETH] & 0x0f > 5 {
+            let out = self.ifaces[nh.port as usize].addr;
+            let ts_ms = (wire::dist::auth::now_ns() / 1_000_000 % 86_400_000) as u32;
+            let r = match ipv4::Packet::new_checked(&mut p.data[ETH..]) {
+                Ok(mut ipm) => ipm.update_options(out, ts_ms),
+                Err(_) => return self.drop_pkt(p, Drop::Ip4Truncated),
+            };
+            match r {
+                Ok(changed) => options_changed = changed,
+                Err(at) => {
+                    let e = IcmpError::ParamProblem(at.min(255) as u8);
+                    self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
+                    return self.drop_pkt(p, Drop::Ip4BadOptions);
+                }
+            }
+        }
         // ip4-rewrite. The view is valid: the header was checked above and only trimmed
         // link padding since.
         let Ok(mut ipm) = ipv4::Packet::new_checked(&mut p.data[ETH..]) else {
@@ -839,6 +857,10 @@ impl Forwarder {
             self.counters.event(Event::ChecksumFilled);
         }
         ipm.decrement_ttl();
+        if options_changed {
+            ipm.fill_checksum();
+            self.counters.event(Event::OptionsUpdated);
+        }
         self.counters.event(Event::Forwarded);
         let hop = nh.via.unwrap_or(dst);
         if total > mtu {

@@ -31,6 +31,8 @@ pub mod option {
     pub const LSRR: u8 = 131;
     pub const SSRR: u8 = 137;
     pub const RR: u8 = 7;
+    /// Internet Timestamp.
+    pub const TS: u8 = 68;
     /// Bit 7 of the type: copy the option into every fragment.
     pub const COPIED: u8 = 0x80;
 }
@@ -314,6 +316,84 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 
     /// Recomputes the header checksum from scratch.
+    /// Processes the Record Route and Timestamp options as a router forwarding the
+    /// datagram out of the interface whose address is `out`, at `ts_ms` (milliseconds
+    /// since midnight UT), as RFC 791 and RFC 1812 (5.2.4, 5.3.13) ask: Record Route gets
+    /// `out` at its pointer, which advances by 4, unless the option is full. Timestamp
+    /// gets `ts_ms` (flag 0), `out` and `ts_ms` (flag 1), or `ts_ms` after the next
+    /// prespecified address if that address is `out` (flag 3); a full one counts in its
+    /// overflow field instead. Returns true if any option changed (then the caller
+    /// recomputes the header checksum), or the offset in the header of the byte a
+    /// parameter problem points at: a pointer out of its range, an unknown timestamp
+    /// flag, an overflow count that overflows.
+    pub fn update_options(&mut self, out: Ipv4Addr, ts_ms: u32) -> Result<bool, usize> {
+        let hlen = self.header_len();
+        let b = &mut self.buf.as_mut()[MIN_HEADER_LEN..hlen];
+        let spans: Vec<(usize, u8, usize)> = Options::new(b)
+            .map_while(|o| o.ok())
+            .map(|(at, ty, bytes)| (at, ty, bytes.len()))
+            .collect();
+        let mut changed = false;
+        for (at, ty, len) in spans {
+            let o = &mut b[at..at + len];
+            let bad = |i: usize| MIN_HEADER_LEN + at + i;
+            match ty {
+                option::RR => {
+                    let ptr = *o.get(2).ok_or(bad(1))? as usize;
+                    if len < 3 || ptr < 4 {
+                        return Err(bad(2));
+                    }
+                    if ptr + 3 <= len {
+                        o[ptr - 1..ptr + 3].copy_from_slice(&out.octets());
+                        o[2] = (ptr + 4) as u8;
+                        changed = true;
+                    }
+                }
+                option::TS => {
+                    if len < 4 {
+                        return Err(bad(1));
+                    }
+                    let (ptr, oflw, flg) = (o[2] as usize, o[3] >> 4, o[3] & 0x0f);
+                    let size = match flg {
+                        0 => 4,
+                        1 | 3 => 8,
+                        _ => return Err(bad(3)),
+                    };
+                    if ptr < 5 {
+                        return Err(bad(2));
+                    }
+                    if ptr + size - 1 > len {
+                        // Full: count the hop in the overflow field.
+                        if oflw == 15 {
+                            return Err(bad(3));
+                        }
+                        o[3] = ((oflw + 1) << 4) | flg;
+                        changed = true;
+                        continue;
+                    }
+                    let ts = ts_ms.to_be_bytes();
+                    match flg {
+                        0 => o[ptr - 1..ptr + 3].copy_from_slice(&ts),
+                        1 => {
+                            o[ptr - 1..ptr + 3].copy_from_slice(&out.octets());
+                            o[ptr + 3..ptr + 7].copy_from_slice(&ts);
+                        }
+                        _ => {
+                            if o[ptr - 1..ptr + 3] != out.octets() {
+                                continue;
+                            }
+                            o[ptr + 3..ptr + 7].copy_from_slice(&ts);
+                        }
+                    }
+                    o[2] = (ptr + size) as u8;
+                    changed = true;
+                }
+                _ => {}
+            }
+        }
+        Ok(changed)
+    }
+
     pub fn fill_checksum(&mut self) {
         let h = self.header_len();
         let b = self.buf.as_mut();
@@ -472,6 +552,62 @@ pub fn mask(len: u8) -> u32 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A header with `opts` (a multiple of 4 bytes) and no payload.
+    fn with_opts(opts: &[u8]) -> Vec<u8> {
+        let h = MIN_HEADER_LEN + opts.len();
+        let mut b = vec![0u8; h];
+        b[0] = 0x40 | (h / 4) as u8;
+        b[3] = h as u8;
+        b[8] = 64;
+        b[9] = 1;
+        b[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        b[16..20].copy_from_slice(&[10, 0, 1, 1]);
+        b[20..].copy_from_slice(opts);
+        b
+    }
+
+    #[test]
+    fn record_route_and_timestamp_as_a_router_fills_them() {
+        let out = Ipv4Addr::new(10, 9, 0, 1);
+        // Record route with room for two addresses (ping -R writes nine).
+        let mut b = with_opts(&[7, 11, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let mut p = Packet::new_checked(&mut b[..]).unwrap();
+        assert_eq!(p.update_options(out, 5), Ok(true));
+        assert_eq!(p.update_options(Ipv4Addr::new(10, 8, 0, 1), 5), Ok(true));
+        // Full: forwarded unchanged.
+        assert_eq!(p.update_options(Ipv4Addr::new(10, 7, 0, 1), 5), Ok(false));
+        assert_eq!(&b[20..32], &[7, 11, 12, 10, 9, 0, 1, 10, 8, 0, 1, 0]);
+        // Timestamps only (flag 0), one slot, then the overflow count.
+        let mut b = with_opts(&[68, 8, 5, 0x00, 0, 0, 0, 0]);
+        let mut p = Packet::new_checked(&mut b[..]).unwrap();
+        assert_eq!(p.update_options(out, 0x0102_0304), Ok(true));
+        assert_eq!(p.update_options(out, 9), Ok(true));
+        assert_eq!(&b[20..28], &[68, 8, 9, 0x10, 1, 2, 3, 4]);
+        // Address and timestamp (flag 1).
+        let mut b = with_opts(&[68, 12, 5, 0x01, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let mut p = Packet::new_checked(&mut b[..]).unwrap();
+        assert_eq!(p.update_options(out, 7), Ok(true));
+        assert_eq!(&b[20..32], &[68, 12, 13, 0x01, 10, 9, 0, 1, 0, 0, 0, 7]);
+        // Prespecified (flag 3): only where the next address is ours.
+        let mut b = with_opts(&[68, 12, 5, 0x03, 10, 9, 0, 1, 0, 0, 0, 0]);
+        let mut p = Packet::new_checked(&mut b[..]).unwrap();
+        assert_eq!(p.update_options(Ipv4Addr::new(10, 8, 0, 1), 7), Ok(false));
+        assert_eq!(p.update_options(out, 7), Ok(true));
+        assert_eq!(&b[20..32], &[68, 12, 13, 0x03, 10, 9, 0, 1, 0, 0, 0, 7]);
+        // The overflow count overflows, a pointer below its minimum, an unknown flag:
+        // parameter problem at the byte at fault.
+        for (opts, at) in [
+            (vec![68, 4, 5, 0xf0], 23),
+            (vec![68, 8, 4, 0x00, 0, 0, 0, 0], 22),
+            (vec![68, 8, 5, 0x02, 0, 0, 0, 0], 23),
+            (vec![7, 7, 3, 0, 0, 0, 0, 0], 22),
+        ] {
+            let mut b = with_opts(&opts);
+            let mut p = Packet::new_checked(&mut b[..]).unwrap();
+            assert_eq!(p.update_options(out, 1), Err(at), "{opts:?}");
+        }
+    }
 
     #[rustfmt::skip]
     const WITH_OPTIONS: [u8; 28] = [

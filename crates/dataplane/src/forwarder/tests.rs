@@ -809,3 +809,44 @@ fn star_members_look_up_once() {
     assert!(run(&mut b, now, 0, f).is_empty());
     assert_eq!(b.counters.drops(Drop::StarNotInternal), 1);
 }
+
+/// `frame` (Ethernet + IPv4) with `opts` (a multiple of 4 bytes) added to its IP header.
+fn with_ip_options(frame: &[u8], opts: &[u8]) -> Vec<u8> {
+    let mut f = frame[..ETH + 20].to_vec();
+    f.extend_from_slice(opts);
+    f.extend_from_slice(&frame[ETH + 20..]);
+    let total = u16::from_be_bytes([f[ETH + 2], f[ETH + 3]]) as usize + opts.len();
+    f[ETH + 2..ETH + 4].copy_from_slice(&(total as u16).to_be_bytes());
+    f[ETH] = 0x40 | ((20 + opts.len()) / 4) as u8;
+    let mut p = ipv4::Packet::new_checked(&mut f[ETH..]).unwrap();
+    p.fill_checksum();
+    f
+}
+
+/// Record Route gets the address of the interface the packet leaves by (RFC 1812
+/// 5.3.13.3), Timestamp the address and the time; the checksum is right after both and
+/// the TTL decrement; a Timestamp whose overflow count overflows is a parameter problem.
+#[test]
+fn record_route_and_timestamp_are_filled_in() {
+    let (mut f, now) = router();
+    let opts = [
+        7, 11, 4, 0, 0, 0, 0, 0, 0, 0, 0, // record route, room for two
+        68, 12, 5, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, // timestamp with addresses, room for one
+        0, // end
+    ];
+    let frame = with_ip_options(&udp_frame(Udp::default()), &opts);
+    let out = run(&mut f, now, 0, frame);
+    assert_eq!(out.len(), 1);
+    let p = ip_of(&out[0].1);
+    assert!(p.verify_checksum());
+    assert_eq!(p.ttl(), 63);
+    let o = p.options();
+    assert_eq!(&o[..11], &[7, 11, 8, 10, 2, 0, 1, 0, 0, 0, 0]);
+    assert_eq!(&o[11..19], &[68, 12, 13, 0x01, 10, 2, 0, 1]);
+    assert_eq!(f.counters.events(Event::OptionsUpdated), 1);
+    let frame = with_ip_options(&udp_frame(Udp::default()), &[68, 4, 5, 0xf0]);
+    let out = run(&mut f, now, 0, frame);
+    assert_eq!(out.len(), 1, "the parameter problem");
+    assert_eq!(icmp_of(&out[0].1).0, icmp::kind::PARAM_PROBLEM);
+    assert_eq!(f.counters.drops(Drop::Ip4BadOptions), 1);
+}
