@@ -76,7 +76,12 @@ named_enum! {
         Ip4NoRoute = "ip4_no_route" in Forwarder: "no route to the destination; net unreachable sent",
         Ip4FragNeeded = "ip4_frag_needed" in Forwarder: "larger than the egress MTU with DF set; fragmentation needed sent",
         Ip4FragFailed = "ip4_frag_failed" in Forwarder: "could not be fragmented (MTU below the header plus 8 bytes)",
-        LocalFragment = "local_fragment" in Forwarder: "fragment addressed to the router; reassembly is not implemented",
+        ReasmOverlap = "reasm_overlap" in Forwarder: "fragment addressed to the router that overlaps another of its datagram partly: the whole datagram is dropped (counted per fragment)",
+        ReasmDuplicate = "reasm_duplicate" in Forwarder: "fragment addressed to the router that repeats one already held: dropped, the datagram kept",
+        ReasmMalformed = "reasm_malformed" in Forwarder: "fragment addressed to the router past 65,535 bytes, with MF and a length not a multiple of 8, or disagreeing on its datagram's length (the datagram is dropped with it)",
+        ReasmTableFull = "reasm_table_full" in Forwarder: "fragment of a new datagram addressed to the router while the most datagrams are being reassembled",
+        ReasmMemory = "reasm_memory" in Forwarder: "fragment addressed to the router while its bytes would pass the reassembly memory cap",
+        ReasmTimeout = "reasm_timeout" in Forwarder: "fragments of a datagram addressed to the router not complete within the reassembly timeout",
         LocalIcmpBadChecksum = "local_icmp_bad_checksum" in Forwarder: "ICMP to the router with a wrong checksum",
         LocalIcmpOther = "local_icmp_other" in Forwarder: "ICMP to the router that is not an echo request",
         LocalUdp = "local_udp" in Forwarder: "UDP to the router; port unreachable sent",
@@ -135,6 +140,7 @@ named_enum! {
     /// Things that happened that are not drops.
     Event {
         Forwarded = "ip4_forwarded" in Forwarder: "packets forwarded",
+        Reassembled = "ip4_reassembled" in Forwarder: "datagrams addressed to the router reassembled from their fragments",
         OptionsUpdated = "ip4_options_updated" in Forwarder: "packets forwarded whose Record Route or Timestamp option got this router's address or time (or its overflow count)",
         StarSent = "star_sent" in Forwarder: "packets handed to another forwarder of the star after their lookup here",
         StarReceived = "star_received" in Forwarder: "packets another forwarder of the star looked up, sent on from here without a lookup",

@@ -21,6 +21,7 @@ use crate::buf::{Pkt, Pool, TxQueues};
 use crate::counters::{Counters, Drop, Event};
 use crate::frag;
 use crate::neighbour::{Enqueued, Expired, NeighbourConfig, Neighbours};
+use crate::reasm::{Outcome, ReasmConfig, Reassembly};
 use crate::routes::{flow_hash, pick, RouteReaders, RouteTable};
 pub use crate::routes::{NextHop, RouteError};
 use fib::poptrie::{Poptrie, NO_ROUTE};
@@ -203,6 +204,8 @@ pub struct Forwarder {
     pub pool: Pool,
     expired: Expired,
     peers: Option<Peers>,
+    /// Datagrams addressed to the router, being reassembled.
+    reasm: Reassembly,
     star: Option<Star>,
     /// The source of the ICMP error being made, when not the receiving interface's.
     icmp_from: Option<Ipv4Addr>,
@@ -260,6 +263,7 @@ impl Forwarder {
             pool: Pool::new(),
             expired: Expired::default(),
             peers: None,
+            reasm: Reassembly::new(ReasmConfig::default()),
             star: None,
             icmp_from: None,
             report: Default::default(),
@@ -316,6 +320,7 @@ impl Forwarder {
             pool: Pool::new(),
             expired: Expired::default(),
             peers: None,
+            reasm: Reassembly::new(ReasmConfig::default()),
             star: self.star.clone(),
             icmp_from: None,
             report: Default::default(),
@@ -710,6 +715,10 @@ impl Forwarder {
     pub fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
         self.send_hello(now, tx);
         self.send_writer_frames(tx);
+        let (_, frags) = self.reasm.expire(now);
+        if frags > 0 {
+            self.counters.count_n(Drop::ReasmTimeout, frags);
+        }
         let mut ex = std::mem::take(&mut self.expired);
         self.neighbours.expire(now, &mut ex);
         for (port, ip) in ex.requests.drain(..) {
@@ -1111,15 +1120,30 @@ impl Forwarder {
         }
     }
 
-    /// Datagrams addressed to one of our addresses.
-    fn ip4_local(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
+    /// Datagrams addressed to one of our addresses; fragments go to reassembly first.
+    fn ip4_local(&mut self, mut p: Pkt, now: Instant, tx: &mut TxQueues) {
         let in_port = p.meta.iface;
+        let fragment = match ipv4::Packet::new_checked(&p.data[ETH..]) {
+            Ok(ip) => ip.is_fragment(),
+            Err(_) => return self.drop_pkt(p, Drop::Ip4Truncated),
+        };
+        if fragment {
+            match self.reasm.add(&p.data[ETH..], now) {
+                Outcome::Held => return self.pool.put(p),
+                Outcome::Dropped(why, n) => {
+                    self.counters.count_n(why, n);
+                    return self.pool.put(p);
+                }
+                Outcome::Complete(d, _) => {
+                    self.counters.event(Event::Reassembled);
+                    p.data.truncate(ETH);
+                    p.data.extend_from_slice(&d);
+                }
+            }
+        }
         let Ok(ip) = ipv4::Packet::new_checked(&p.data[ETH..]) else {
             return self.drop_pkt(p, Drop::Ip4Truncated);
         };
-        if ip.is_fragment() {
-            return self.drop_pkt(p, Drop::LocalFragment);
-        }
         match ip.protocol() {
             protocol::ICMP => {
                 let Ok(icmp) = icmp::Packet::new_checked(ip.payload()) else {

@@ -294,3 +294,40 @@ pub fn capture(data: &[u8]) {
         assert!(r.data.len() <= data.len());
     }
 }
+
+/// Reassembly on arbitrary fragments: `data` is split at each 0xff 0xfe pair into IPv4
+/// packets given to one [`crate::reasm::Reassembly`] (small limits, time moving by the
+/// first byte of each); no panic, a datagram made is a valid IPv4 packet of at most
+/// 65,535 bytes, and the memory held never passes the cap and is zero when nothing is
+/// pending.
+pub fn reasm(data: &[u8]) {
+    use crate::reasm::{Outcome, ReasmConfig, Reassembly};
+    let cfg = ReasmConfig {
+        max_datagrams: 4,
+        max_bytes: 8192,
+        timeout: Duration::from_secs(30),
+    };
+    let mut r = Reassembly::new(cfg);
+    let mut now = Instant::now();
+    let mut start = 0;
+    let mut parts = Vec::new();
+    for i in 0..data.len().saturating_sub(1) {
+        if data[i] == 0xff && data[i + 1] == 0xfe {
+            parts.push(&data[start..i]);
+            start = i + 2;
+        }
+    }
+    parts.push(&data[start.min(data.len())..]);
+    for p in parts {
+        now += Duration::from_secs(*p.first().unwrap_or(&0) as u64 / 16);
+        if let Outcome::Complete(d, _) = r.add(p, now) {
+            let ip = wire::ipv4::Packet::new_checked(&d[..]).expect("a valid datagram");
+            assert!(ip.verify_checksum() && d.len() <= 65535 && !ip.is_fragment());
+        }
+        assert!(r.bytes() <= cfg.max_bytes);
+        r.expire(now);
+        if r.is_empty() {
+            assert_eq!(r.bytes(), 0);
+        }
+    }
+}

@@ -18,6 +18,7 @@ pub mod frag;
 pub mod fuzzing;
 pub mod neighbour;
 pub mod port;
+pub mod reasm;
 pub mod routes;
 pub mod switch;
 

@@ -969,3 +969,28 @@ fn capture_writes_pcap_that_tcpdump_reads() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("no port \"eth9\""));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// What a host sees as the Linux kernel would show it: `ping -R` through the router lists
+/// the router's addresses (the outgoing interface's each way), and a ping to the router
+/// that arrives in fragments (`-s 3000`) is answered.
+#[test]
+fn record_route_and_fragmented_pings_to_the_router() {
+    let lab = single();
+    let p = lab.sh("src1", &["ping", "-R", "-c", "1", "-W", "2", "10.3.0.10"]);
+    assert!(p.contains("1 received"), "{p}");
+    let rr = p
+        .split("RR:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no route recorded: {p}"));
+    assert!(rr.contains("10.3.0.1") && rr.contains("10.1.0.1"), "{p}");
+    let p = lab.sh(
+        "src1",
+        &[
+            "ping", "-s", "3000", "-c", "2", "-i", "0.2", "-W", "2", "10.1.0.1",
+        ],
+    );
+    assert!(p.contains("2 received"), "{p}");
+    let c = lab.counters("r");
+    assert!(event_count(&c, "ip4_reassembled") >= 2, "{c}");
+    assert!(event_count(&c, "ip4_options_updated") >= 2, "{c}");
+}

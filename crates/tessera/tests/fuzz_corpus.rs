@@ -153,3 +153,10 @@ fn star_corpus() {
         dataplane::fuzzing::forward(&mut f, now, &d);
     }
 }
+
+#[test]
+fn reasm_corpus() {
+    for d in corpus("reasm") {
+        dataplane::fuzzing::reasm(&d);
+    }
+}

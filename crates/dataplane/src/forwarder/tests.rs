@@ -850,3 +850,84 @@ fn record_route_and_timestamp_are_filled_in() {
     assert_eq!(icmp_of(&out[0].1).0, icmp::kind::PARAM_PROBLEM);
     assert_eq!(f.counters.drops(Drop::Ip4BadOptions), 1);
 }
+
+/// An echo request to the router in two fragments (ping -s 2000): held, reassembled,
+/// answered (the reply fragmented to the port's MTU); a fragment overlapping one held
+/// drops its datagram; a datagram never completed is dropped when its time is up.
+#[test]
+fn fragments_to_the_router_are_reassembled() {
+    let (mut f, now) = router();
+    let data: Vec<u8> = (0..2000).map(|i| i as u8).collect();
+    let icmp_len = icmp::HEADER_LEN + data.len();
+    let mut whole = vec![0u8; 20 + icmp_len];
+    ipv4::Repr {
+        src: ip("10.1.0.10"),
+        dst: ip("10.1.0.1"),
+        protocol: protocol::ICMP,
+        ttl: 64,
+        tos: 0,
+        ident: 0x4242,
+        dont_frag: false,
+        more_frags: false,
+        frag_offset: 0,
+        payload_len: icmp_len,
+    }
+    .emit(&mut whole)
+    .unwrap();
+    icmp::Repr::EchoRequest {
+        ident: 9,
+        seq: 1,
+        data: &data,
+    }
+    .emit(&mut whole[20..])
+    .unwrap();
+    let mut frames = Vec::new();
+    crate::frag::fragment(&whole, 1500, |h, d| {
+        let mut fr = vec![0u8; ETH];
+        ethernet::Repr {
+            dst: R0,
+            src: H1,
+            vlan: None,
+            ethertype: ethertype::IPV4,
+        }
+        .emit(&mut fr)
+        .unwrap();
+        fr.extend_from_slice(h);
+        fr.extend_from_slice(d);
+        frames.push(fr);
+    })
+    .unwrap();
+    assert_eq!(frames.len(), 2);
+    // Out of order, with a duplicate on the way.
+    assert!(run(&mut f, now, 0, frames[1].clone()).is_empty());
+    assert!(run(&mut f, now, 0, frames[1].clone()).is_empty());
+    let out = run(&mut f, now, 0, frames[0].clone());
+    assert_eq!(out.len(), 2, "the reply, in two fragments");
+    let mut reply = Vec::new();
+    for (port, fr) in &out {
+        assert_eq!(*port, 0);
+        let p = ip_of(fr);
+        assert!(p.verify_checksum());
+        assert_eq!((p.src(), p.dst()), (ip("10.1.0.1"), ip("10.1.0.10")));
+        reply.extend_from_slice(p.payload());
+    }
+    let i = icmp::Packet::new_checked(&reply[..]).unwrap();
+    assert!(i.verify_checksum());
+    assert_eq!((i.msg_type(), i.echo_ident(), i.data()), (0, 9, &data[..]));
+    assert_eq!(f.counters.events(Event::Reassembled), 1);
+    assert_eq!(f.counters.drops(Drop::ReasmDuplicate), 1);
+    // An overlapping fragment drops the datagram (both fragments counted).
+    assert!(run(&mut f, now, 0, frames[0].clone()).is_empty());
+    let mut over = frames[1].clone();
+    let off = (1480 - 8) / 8; // 8 bytes into the first fragment's data
+    over[ETH + 6..ETH + 8].copy_from_slice(&(off as u16).to_be_bytes());
+    let mut p = ipv4::Packet::new_checked(&mut over[ETH..]).unwrap();
+    p.fill_checksum();
+    assert!(run(&mut f, now, 0, over).is_empty());
+    assert_eq!(f.counters.drops(Drop::ReasmOverlap), 2);
+    // Never completed: dropped after the timeout.
+    assert!(run(&mut f, now, 0, frames[0].clone()).is_empty());
+    let mut tx = TxQueues::new(2);
+    f.poll(now + Duration::from_secs(31), &mut tx);
+    assert_eq!(f.counters.drops(Drop::ReasmTimeout), 1);
+}
