@@ -5,8 +5,17 @@ mod common;
 
 use common::*;
 
+/// The benches of this file measure loss: they run one at a time, not beside each other
+/// (cargo runs a file's tests in parallel).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn quick_bench_writes_results_and_plots() {
+    let _one = one_at_a_time();
     // The lab helpers' setup: root and tools present, stale labs swept.
     drop(TestLab::up(test_path("labs/pair.toml"), &[]));
     let out = std::env::temp_dir().join(format!("tessera-bf-{}", std::process::id()));
@@ -68,6 +77,7 @@ fn quick_bench_writes_results_and_plots() {
 
 #[test]
 fn quick_bench_with_the_xdp_generator_through_the_kernel() {
+    let _one = one_at_a_time();
     // The XDP generator's frames come back to it from the page pool after the kernel has
     // forwarded them in place; they must still be addressed to the router (they were not,
     // once, and the kernel dropped nearly all of them as addressed to another host).
@@ -116,6 +126,7 @@ fn quick_bench_with_the_xdp_generator_through_the_kernel() {
 /// ceiling both forward most of what is offered, and the plot has both.
 #[test]
 fn quick_bench_through_the_star_and_the_multistage_router() {
+    let _one = one_at_a_time();
     let out = std::env::temp_dir().join(format!("tessera-bfs-{}", std::process::id()));
     let o = std::process::Command::new(exe())
         .args([
