@@ -110,6 +110,8 @@ impl Default for ForwarderConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum IcmpError {
     TimeExceeded,
+    /// Fragment reassembly time exceeded (code 1).
+    ReasmTimeExceeded,
     Unreachable(u8),
     FragNeeded(u16),
     ParamProblem(u8),
@@ -715,9 +717,20 @@ impl Forwarder {
     pub fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
         self.send_hello(now, tx);
         self.send_writer_frames(tx);
-        let (_, frags) = self.reasm.expire(now);
+        let (frags, firsts) = self.reasm.expire(now);
         if frags > 0 {
             self.counters.count_n(Drop::ReasmTimeout, frags);
+        }
+        // Time exceeded (fragment reassembly) from the address the datagram was sent to,
+        // about each whose first fragment came (RFC 1122 3.3.2, RFC 792).
+        for f in firsts {
+            let Ok(ip) = ipv4::Packet::new_checked(&f[..]) else {
+                continue;
+            };
+            let to = ip.dst();
+            let port = self.ifaces.iter().position(|i| i.addr == to).unwrap_or(0) as u16;
+            let e = IcmpError::ReasmTimeExceeded;
+            self.icmp_error_from(&f, port, Some(to), e, now, tx);
         }
         let mut ex = std::mem::take(&mut self.expired);
         self.neighbours.expire(now, &mut ex);
@@ -1275,6 +1288,10 @@ impl Forwarder {
         let msg = match e {
             IcmpError::TimeExceeded => icmp::Repr::TimeExceeded {
                 code: 0,
+                data: quote,
+            },
+            IcmpError::ReasmTimeExceeded => icmp::Repr::TimeExceeded {
+                code: 1,
                 data: quote,
             },
             IcmpError::Unreachable(code) => icmp::Repr::DstUnreachable {

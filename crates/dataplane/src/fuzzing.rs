@@ -325,7 +325,10 @@ pub fn reasm(data: &[u8]) {
             assert!(ip.verify_checksum() && d.len() <= 65535 && !ip.is_fragment());
         }
         assert!(r.bytes() <= cfg.max_bytes);
-        r.expire(now);
+        for f in r.expire(now).1 {
+            let ip = wire::ipv4::Packet::new_checked(&f[..]).expect("a first fragment");
+            assert_eq!(ip.frag_offset(), 0);
+        }
         if r.is_empty() {
             assert_eq!(r.bytes(), 0);
         }

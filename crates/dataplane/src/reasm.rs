@@ -203,9 +203,10 @@ impl Reassembly {
         Outcome::Complete(out, held.fragments)
     }
 
-    /// Drops the datagrams whose time is up; returns how many, and the fragments they
-    /// held.
-    pub fn expire(&mut self, now: Instant) -> (u64, u64) {
+    /// Drops the datagrams whose time is up. Returns the fragments they held, and the
+    /// first fragment (offset 0) of each that had received it, as it arrived: RFC 1122
+    /// (3.3.2) has the host send time exceeded (fragment reassembly) about those.
+    pub fn expire(&mut self, now: Instant) -> (u64, Vec<Vec<u8>>) {
         let due: Vec<Key> = self
             .map
             .iter()
@@ -213,10 +214,18 @@ impl Reassembly {
             .map(|(k, _)| *k)
             .collect();
         let mut frags = 0;
+        let mut firsts = Vec::new();
         for k in &due {
+            if let Some(p) = self.map.get(k) {
+                if let (Some(h), Some(&(0, end))) = (&p.header, p.held.first()) {
+                    let mut f = h.clone();
+                    f.extend_from_slice(&p.data[..end]);
+                    firsts.push(f);
+                }
+            }
             frags += self.remove(k);
         }
-        (due.len() as u64, frags)
+        (frags, firsts)
     }
 }
 
@@ -253,6 +262,10 @@ mod tests {
         let mut p = ipv4::Packet::new_checked(&mut b[..]).unwrap();
         p.fill_checksum();
         b
+    }
+
+    fn frags_of_first(id: u16) -> Vec<u8> {
+        frags(id, 3000, 1000).swap_remove(0)
     }
 
     fn whole(out: &Outcome) -> Vec<u8> {
@@ -346,8 +359,10 @@ mod tests {
             r.add(&frags(1, 3000, 1000)[1], now),
             Outcome::Dropped(Drop::ReasmMemory, 1)
         );
-        assert_eq!(r.expire(now + Duration::from_secs(29)), (0, 0));
-        assert_eq!(r.expire(now + Duration::from_secs(30)), (2, 2));
+        assert_eq!(r.expire(now + Duration::from_secs(29)), (0, vec![]));
+        let (frags, firsts) = r.expire(now + Duration::from_secs(30));
+        assert_eq!((frags, firsts.len()), (2, 2));
+        assert!(firsts.contains(&frags_of_first(1)) && firsts.contains(&frags_of_first(2)));
         assert!(r.is_empty() && r.bytes() == 0);
     }
 }

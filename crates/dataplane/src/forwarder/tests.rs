@@ -925,9 +925,29 @@ fn fragments_to_the_router_are_reassembled() {
     p.fill_checksum();
     assert!(run(&mut f, now, 0, over).is_empty());
     assert_eq!(f.counters.drops(Drop::ReasmOverlap), 2);
-    // Never completed: dropped after the timeout.
+    // Never completed: dropped after the timeout, and the sender told (time exceeded,
+    // fragment reassembly, from the address it pinged).
     assert!(run(&mut f, now, 0, frames[0].clone()).is_empty());
     let mut tx = TxQueues::new(2);
     f.poll(now + Duration::from_secs(31), &mut tx);
     assert_eq!(f.counters.drops(Drop::ReasmTimeout), 1);
+    let out: Vec<(u16, Vec<u8>)> = tx
+        .drain_all()
+        .into_iter()
+        .map(|(port, p)| (port, p.data))
+        // (An ARP probe for the host, whose entry is 30 s old, goes out too.)
+        .filter(|(_, d)| {
+            ethernet::Frame::new_checked(&d[..]).unwrap().ethertype() == ethertype::IPV4
+        })
+        .collect();
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(
+        icmp_of(&out[0].1),
+        (
+            icmp::kind::TIME_EXCEEDED,
+            1,
+            ip("10.1.0.1"),
+            ip("10.1.0.10")
+        )
+    );
 }
