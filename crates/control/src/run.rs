@@ -713,18 +713,9 @@ fn capture_command(
                     .as_array()
                     .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
                     .unwrap_or_default();
-                match f[..] {
-                    [code, jt, jf, k]
-                        if code <= 0xffff && jt <= 0xff && jf <= 0xff && k <= 0xffff_ffff =>
-                    {
-                        prog.push(Insn {
-                            code: code as u16,
-                            jt: jt as u8,
-                            jf: jf as u8,
-                            k: k as u32,
-                        })
-                    }
-                    _ => return err(format!("filter instruction {i} is not [code, jt, jf, k]")),
+                match Insn::from_fields(&f) {
+                    Some(ins) => prog.push(ins),
+                    None => return err(format!("filter instruction {i} is not [code, jt, jf, k]")),
                 }
             }
             if let Err(e) = check(&prog) {

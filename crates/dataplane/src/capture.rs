@@ -35,6 +35,23 @@ pub struct Insn {
     pub k: u32,
 }
 
+impl Insn {
+    /// An instruction from its four fields (code, jt, jf, k), if each is in its range.
+    pub fn from_fields(f: &[u64]) -> Option<Insn> {
+        match *f {
+            [code, jt, jf, k] if code <= 0xffff && jt <= 0xff && jf <= 0xff && k <= 0xffff_ffff => {
+                Some(Insn {
+                    code: code as u16,
+                    jt: jt as u8,
+                    jf: jf as u8,
+                    k: k as u32,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Why a program was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadProgram(pub String);
@@ -59,16 +76,9 @@ pub fn parse_ddd(text: &str) -> Result<Vec<Insn>, BadProgram> {
             .map(|x| x.parse::<u64>())
             .collect::<Result<_, _>>()
             .map_err(|_| BadProgram(format!("instruction {i}: {l:?} is not four numbers")))?;
-        match f[..] {
-            [code, jt, jf, k] if code <= 0xffff && jt <= 0xff && jf <= 0xff && k <= 0xffff_ffff => {
-                prog.push(Insn {
-                    code: code as u16,
-                    jt: jt as u8,
-                    jf: jf as u8,
-                    k: k as u32,
-                })
-            }
-            _ => {
+        match Insn::from_fields(&f) {
+            Some(ins) => prog.push(ins),
+            None => {
                 return Err(BadProgram(format!(
                     "instruction {i}: {l:?} is not code jt jf k"
                 )))
