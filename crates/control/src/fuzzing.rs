@@ -40,13 +40,26 @@ pub fn routes(data: &[u8]) {
 pub fn mrt(data: &[u8]) {
     let mut r = data;
     let mut n = 0;
-    if let Ok(st) = crate::tables::mrt::read(&mut r, &mut |p, _| {
-        assert!(p.len() <= 32);
+    if let Ok(st) = crate::tables::mrt::read(&mut r, &mut |route| {
+        match route {
+            crate::tables::Route::V4(p, _) => assert!(p.len() <= 32),
+            crate::tables::Route::V6(p, _) => assert!(p.len() <= 128),
+        }
         n += 1;
+        true
     }) {
         assert_eq!(st.routes, n);
     }
-    for (ty, sub) in [(13, 2), (13, 8), (12, 1)] {
+    for (ty, sub) in [
+        (13, 2),
+        (13, 4),
+        (13, 6),
+        (13, 8),
+        (13, 10),
+        (13, 12),
+        (12, 1),
+        (12, 2),
+    ] {
         let _ = crate::tables::mrt::parse_record(ty, sub, data);
     }
 }

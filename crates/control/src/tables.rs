@@ -1,21 +1,30 @@
 //! Route tables as users bring them: text (`PREFIX [NEXTHOP]`, more columns ignored) or MRT
 //! RIB dumps (RFC 6396: TABLE_DUMP_V2 as RouteViews and RIPE RIS publish them, and the
 //! older TABLE_DUMP), each plain, gzip- or bzip2-compressed. The format and compression
-//! are recognised from the content, not the file name.
+//! are recognised from the content, not the file name. IPv4 and IPv6 routes may share a
+//! file: [`read`] takes the IPv4 ones, [`read6`] the IPv6 ones, [`read_routes`] both.
 
-use fib::Prefix;
+use fib::{Prefix, Prefix6};
 use std::io::{BufRead, BufReader, Read};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
 /// What a read found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// IPv4 routes passed to the callback.
+    /// Routes passed to the callback (of the family asked for).
     pub routes: usize,
-    /// Records or lines that are not IPv4 unicast routes (IPv6, peer tables, comments).
+    /// Records or lines that are not unicast routes of the family asked for (the other
+    /// family, peer tables, comments).
     pub skipped: usize,
     pub mrt: bool,
+}
+
+/// One route of a table, with its next hop if the table gives one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    V4(Prefix, Option<Ipv4Addr>),
+    V6(Prefix6, Option<Ipv6Addr>),
 }
 
 /// Opens `path`, undoing gzip or bzip2 compression.
@@ -40,6 +49,29 @@ pub fn open(path: &Path) -> Result<Box<dyn BufRead>, String> {
 
 /// Reads a table, calling `each(prefix, next_hop)` per IPv4 route.
 pub fn read(path: &Path, mut each: impl FnMut(Prefix, Option<Ipv4Addr>)) -> Result<Stats, String> {
+    read_routes(path, |r| match r {
+        Route::V4(p, h) => {
+            each(p, h);
+            true
+        }
+        Route::V6(..) => false,
+    })
+}
+
+/// Reads a table, calling `each(prefix, next_hop)` per IPv6 route.
+pub fn read6(path: &Path, mut each: impl FnMut(Prefix6, Option<Ipv6Addr>)) -> Result<Stats, String> {
+    read_routes(path, |r| match r {
+        Route::V6(p, h) => {
+            each(p, h);
+            true
+        }
+        Route::V4(..) => false,
+    })
+}
+
+/// Reads a table, calling `each` per route of either family; `each` says whether it took
+/// the route (counted in `routes`) or not (counted in `skipped`).
+pub fn read_routes(path: &Path, mut each: impl FnMut(Route) -> bool) -> Result<Stats, String> {
     let name = path.display().to_string();
     let mut r = open(path)?;
     let head = r.fill_buf().map_err(|e| format!("{name}: {e}"))?;
@@ -52,11 +84,17 @@ pub fn read(path: &Path, mut each: impl FnMut(Prefix, Option<Ipv4Addr>)) -> Resu
     for (i, line) in r.lines().enumerate() {
         let line = line.map_err(|e| format!("{name}:{}: {e}", i + 1))?;
         let mut w = line.split_whitespace();
-        match w.next().map(Prefix::parse_strict) {
-            Some(Ok(p)) => {
-                each(p, w.next().and_then(|h| h.parse().ok()));
-                st.routes += 1;
+        let route = w.next().and_then(|p| {
+            let hop = w.next();
+            match Prefix::parse_strict(p) {
+                Ok(p) => Some(Route::V4(p, hop.and_then(|h| h.parse().ok()))),
+                Err(_) => Prefix6::parse_strict(p)
+                    .ok()
+                    .map(|p| Route::V6(p, hop.and_then(|h| h.parse().ok()))),
             }
+        });
+        match route {
+            Some(r) if each(r) => st.routes += 1,
             _ => st.skipped += 1,
         }
     }
@@ -72,20 +110,27 @@ fn looks_like_mrt(b: &[u8]) -> bool {
 }
 
 pub mod mrt {
-    //! MRT records (RFC 6396): the common header, TABLE_DUMP_V2 RIB_IPV4_UNICAST (and its
-    //! ADD-PATH form, RFC 8050) and TABLE_DUMP AFI_IPv4. Other records are skipped. The next
-    //! hop of a route is the NEXT_HOP attribute of its first RIB entry.
+    //! MRT records (RFC 6396): the common header, TABLE_DUMP_V2 RIB_IPV4_UNICAST and
+    //! RIB_IPV6_UNICAST (and their ADD-PATH forms, RFC 8050), RIB_GENERIC of unicast
+    //! IPv4 or IPv6, and TABLE_DUMP AFI_IPv4 and AFI_IPv6. Other records are skipped. The
+    //! next hop of a route is that of its first RIB entry: the NEXT_HOP attribute for
+    //! IPv4, the first address of MP_REACH_NLRI for IPv6 (abbreviated to its next hop as
+    //! RFC 6396 4.3.4 asks, or whole as older writers and TABLE_DUMP have it).
 
-    use super::Stats;
-    use fib::Prefix;
+    use super::{Route, Stats};
+    use fib::{Prefix, Prefix6};
     use std::io::Read;
-    use std::net::Ipv4Addr;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     pub const MAX_RECORD: usize = 1 << 24;
     const TABLE_DUMP: u16 = 12;
     const TABLE_DUMP_V2: u16 = 13;
     const RIB_IPV4_UNICAST: u16 = 2;
+    const RIB_IPV6_UNICAST: u16 = 4;
+    const RIB_GENERIC: u16 = 6;
     const RIB_IPV4_UNICAST_ADDPATH: u16 = 8;
+    const RIB_IPV6_UNICAST_ADDPATH: u16 = 10;
+    const RIB_GENERIC_ADDPATH: u16 = 12;
 
     /// Why a record could not be read.
     #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,9 +185,11 @@ pub mod mrt {
         }
     }
 
-    /// The NEXT_HOP (type 3) of a BGP path attribute list.
-    fn next_hop(attrs: &[u8]) -> Result<Option<Ipv4Addr>, String> {
+    /// The next hops of a BGP path attribute list: NEXT_HOP (type 3) and the first
+    /// address of MP_REACH_NLRI (type 14) if it is IPv6.
+    fn next_hops(attrs: &[u8]) -> Result<(Option<Ipv4Addr>, Option<Ipv6Addr>), String> {
         let mut c = Cur { b: attrs, at: 0 };
+        let (mut v4, mut v6) = (None, None);
         while c.at < attrs.len() {
             let flags = c.u8()?;
             let ty = c.u8()?;
@@ -153,69 +200,116 @@ pub mod mrt {
             };
             let v = c.take(len)?;
             if ty == 3 && len == 4 {
-                return Ok(Some(Ipv4Addr::new(v[0], v[1], v[2], v[3])));
+                v4 = Some(Ipv4Addr::new(v[0], v[1], v[2], v[3]));
+            }
+            if ty == 14 {
+                // Abbreviated (length, address) or whole (AFI, SAFI, length, address...).
+                let hop = match v {
+                    [n, rest @ ..] if *n as usize <= rest.len() && matches!(n, 16 | 32) => rest,
+                    [_, _, _, n, rest @ ..] if *n as usize <= rest.len() && matches!(n, 16 | 32) => {
+                        rest
+                    }
+                    _ => &[],
+                };
+                if let Ok(a) = <[u8; 16]>::try_from(hop.get(..16).unwrap_or(&[])) {
+                    v6 = Some(Ipv6Addr::from(a));
+                }
             }
         }
-        Ok(None)
+        Ok((v4, v6))
     }
 
-    /// Parses the body of one record; `Some` for an IPv4 route.
-    pub fn parse_record(
-        ty: u16,
-        subtype: u16,
-        body: &[u8],
-    ) -> Result<Option<(Prefix, Option<Ipv4Addr>)>, String> {
+    /// A prefix of `afi` (1 IPv4, 2 IPv6) as BGP encodes it: a length, then the bytes it
+    /// needs.
+    fn prefix(c: &mut Cur, afi: u16) -> Result<Route, String> {
+        let len = c.u8()?;
+        let max = if afi == 1 { 32 } else { 128 };
+        if len > max {
+            return Err(format!("prefix length {len}"));
+        }
+        let bytes = c.take((len as usize).div_ceil(8))?;
+        let mut a = [0u8; 16];
+        a[..bytes.len()].copy_from_slice(bytes);
+        Ok(if afi == 1 {
+            Route::V4(Prefix::new(Ipv4Addr::new(a[0], a[1], a[2], a[3]), len), None)
+        } else {
+            Route::V6(Prefix6::new(Ipv6Addr::from(a), len), None)
+        })
+    }
+
+    /// `r` with the next hop of its family from `attrs`.
+    fn with_hop(r: Route, attrs: &[u8]) -> Result<Route, String> {
+        let (v4, v6) = next_hops(attrs)?;
+        Ok(match r {
+            Route::V4(p, _) => Route::V4(p, v4),
+            Route::V6(p, _) => Route::V6(p, v6),
+        })
+    }
+
+    /// Parses the body of one record; `Some` for a unicast route.
+    pub fn parse_record(ty: u16, subtype: u16, body: &[u8]) -> Result<Option<Route>, String> {
         let mut c = Cur { b: body, at: 0 };
+        let addpath = matches!(
+            subtype,
+            RIB_IPV4_UNICAST_ADDPATH | RIB_IPV6_UNICAST_ADDPATH | RIB_GENERIC_ADDPATH
+        );
         match (ty, subtype) {
-            (TABLE_DUMP_V2, RIB_IPV4_UNICAST | RIB_IPV4_UNICAST_ADDPATH) => {
+            (
+                TABLE_DUMP_V2,
+                RIB_IPV4_UNICAST
+                | RIB_IPV4_UNICAST_ADDPATH
+                | RIB_IPV6_UNICAST
+                | RIB_IPV6_UNICAST_ADDPATH
+                | RIB_GENERIC
+                | RIB_GENERIC_ADDPATH,
+            ) => {
                 c.skip(4)?; // sequence
-                let len = c.u8()?;
-                if len > 32 {
-                    return Err(format!("prefix length {len}"));
-                }
-                let bytes = c.take((len as usize).div_ceil(8))?;
-                let mut a = [0u8; 4];
-                a[..bytes.len()].copy_from_slice(bytes);
-                let prefix = Prefix::new(Ipv4Addr::from(a), len);
+                let afi = match subtype {
+                    RIB_IPV4_UNICAST | RIB_IPV4_UNICAST_ADDPATH => 1,
+                    RIB_IPV6_UNICAST | RIB_IPV6_UNICAST_ADDPATH => 2,
+                    _ => {
+                        let (afi, safi) = (c.u16()?, c.u8()?);
+                        if safi != 1 || !matches!(afi, 1 | 2) {
+                            return Ok(None); // not unicast IPv4 or IPv6
+                        }
+                        afi
+                    }
+                };
+                let mut route = prefix(&mut c, afi)?;
                 let entries = c.u16()?;
-                let mut hop = None;
                 for i in 0..entries {
                     c.skip(2 + 4)?; // peer index, originated time
-                    if subtype == RIB_IPV4_UNICAST_ADDPATH {
+                    if addpath {
                         c.skip(4)?; // path identifier
                     }
                     let alen = c.u16()? as usize;
                     let attrs = c.take(alen)?;
                     if i == 0 {
-                        hop = next_hop(attrs)?;
+                        route = with_hop(route, attrs)?;
                     }
                 }
-                Ok(Some((prefix, hop)))
+                Ok(Some(route))
             }
-            (TABLE_DUMP, 1) => {
+            (TABLE_DUMP, 1 | 2) => {
+                let afi = subtype;
+                let alen = if afi == 1 { 4 } else { 16 };
                 c.skip(2 + 2)?; // view, sequence
-                let a = c.take(4)?;
+                let a = c.take(alen)?;
                 let len = c.u8()?;
-                if len > 32 {
-                    return Err(format!("prefix length {len}"));
-                }
-                c.skip(1 + 4 + 4 + 2)?; // status, originated time, peer address, peer AS
-                let alen = c.u16()? as usize;
-                let hop = next_hop(c.take(alen)?)?;
-                Ok(Some((
-                    Prefix::new(Ipv4Addr::new(a[0], a[1], a[2], a[3]), len),
-                    hop,
-                )))
+                let mut p = a.to_vec();
+                p.truncate((len as usize).div_ceil(8));
+                p.insert(0, len);
+                let route = prefix(&mut Cur { b: &p, at: 0 }, afi)?;
+                c.skip(1 + 4 + alen + 2)?; // status, originated time, peer address, peer AS
+                let attrs_len = c.u16()? as usize;
+                Ok(Some(with_hop(route, c.take(attrs_len)?)?))
             }
             _ => Ok(None),
         }
     }
 
-    /// Reads records until the end of the stream.
-    pub fn read(
-        r: &mut dyn Read,
-        each: &mut dyn FnMut(Prefix, Option<Ipv4Addr>),
-    ) -> Result<Stats, Error> {
+    /// Reads records until the end of the stream; `each` says whether it took a route.
+    pub fn read(r: &mut dyn Read, each: &mut dyn FnMut(Route) -> bool) -> Result<Stats, Error> {
         let mut st = Stats::default();
         let mut body = Vec::new();
         let mut offset = 0u64;
@@ -242,11 +336,8 @@ pub mod mrt {
                 return Err(err(format!("truncated body: record says {len} bytes")));
             }
             match parse_record(ty, sub, &body).map_err(err)? {
-                Some((p, hop)) => {
-                    each(p, hop);
-                    st.routes += 1;
-                }
-                None => st.skipped += 1,
+                Some(route) if each(route) => st.routes += 1,
+                _ => st.skipped += 1,
             }
             offset += 12 + len as u64;
         }
@@ -376,6 +467,53 @@ mod tests {
             e.contains("MRT record 5 at byte") && e.contains("truncated"),
             "{e}"
         );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn ipv6_routes_from_mrt_and_text() {
+        // RIB_IPV6_UNICAST, 2001:db8:1::/48, one entry whose MP_REACH_NLRI is abbreviated
+        // to its next hop (RFC 6396 4.3.4), then TABLE_DUMP AFI_IPv6 with a whole one.
+        let hop: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let mut mp = vec![0x80, 14, 17, 16];
+        mp.extend_from_slice(&hop.octets());
+        let mut body = vec![0, 0, 0, 1, 48, 0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 1];
+        body.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+        body.extend_from_slice(&(mp.len() as u16).to_be_bytes());
+        body.extend_from_slice(&mp);
+        let mut rec = vec![0, 0, 0, 0, 0, 13, 0, 4];
+        rec.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        rec.extend_from_slice(&body);
+        let mut whole = vec![0x80, 14, 20, 0, 2, 1, 16];
+        whole.extend_from_slice(&"2001:db8::2".parse::<Ipv6Addr>().unwrap().octets());
+        let mut v1 = vec![0, 0, 0, 0];
+        v1.extend_from_slice(&"2001:db8:200::".parse::<Ipv6Addr>().unwrap().octets());
+        v1.extend_from_slice(&[40, 1, 0, 0, 0, 0]);
+        v1.extend_from_slice(&[0; 16]);
+        v1.extend_from_slice(&[0, 1]);
+        v1.extend_from_slice(&(whole.len() as u16).to_be_bytes());
+        v1.extend_from_slice(&whole);
+        rec.extend_from_slice(&[0, 0, 0, 0, 0, 12, 0, 2]);
+        rec.extend_from_slice(&(v1.len() as u32).to_be_bytes());
+        rec.extend_from_slice(&v1);
+        let d = dir();
+        std::fs::write(d.join("rib6"), &rec).unwrap();
+        std::fs::write(d.join("t6.txt"), "2001:db8:1::/48 2001:db8::1\n10.0.0.0/8\n").unwrap();
+        let mut v = Vec::new();
+        let st = read6(&d.join("rib6"), |p, h| v.push((p.to_string(), h))).unwrap();
+        assert_eq!(
+            v,
+            [
+                ("2001:db8:1::/48".to_string(), Some(hop)),
+                ("2001:db8:200::/40".to_string(), Some("2001:db8::2".parse().unwrap()))
+            ]
+        );
+        assert_eq!((st.routes, st.skipped, st.mrt), (2, 0, true));
+        assert_eq!(read(&d.join("rib6"), |_, _| {}).unwrap().skipped, 2);
+        let mut v = Vec::new();
+        let st = read6(&d.join("t6.txt"), |p, h| v.push((p.to_string(), h))).unwrap();
+        assert_eq!(v, [("2001:db8:1::/48".to_string(), Some(hop))]);
+        assert_eq!((st.routes, st.skipped), (1, 1));
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -3,9 +3,9 @@
 //! a reference parser gives (`NAME.prefixes.txt`, one prefix per RIB entry).
 //!
 //! The samples live in ../shared/data/mrt-samples, outside the repository; when they are
-//! absent the test says so and checks nothing else. The reader takes IPv4 routes (IPv6 is
-//! issue 18's work): it must give exactly the listing's IPv4 prefixes, as a multiset, and
-//! skip one record entry or more for the listing's IPv6 ones.
+//! absent the test says so and checks nothing else. The reader must give exactly the
+//! listing's IPv4 prefixes (`tables::read`) and exactly its IPv6 prefixes
+//! (`tables::read6`), each as a multiset.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -26,25 +26,29 @@ fn mrt_samples_agree_with_the_reference_listings() {
         }
         let listing = std::fs::read_to_string(dir.join(format!("{name}.prefixes.txt")))
             .unwrap_or_else(|e| panic!("{name}: its listing: {e}"));
-        let mut want: BTreeMap<String, usize> = BTreeMap::new();
-        let mut v6 = 0;
+        let mut want4: BTreeMap<String, usize> = BTreeMap::new();
+        let mut want6: BTreeMap<String, usize> = BTreeMap::new();
         for l in listing.lines().map(str::trim).filter(|l| !l.is_empty()) {
-            if l.contains(':') {
-                v6 += 1;
-            } else {
-                *want.entry(l.to_string()).or_default() += 1;
-            }
+            let want = if l.contains(':') { &mut want6 } else { &mut want4 };
+            *want.entry(l.to_string()).or_default() += 1;
         }
-        let mut got: BTreeMap<String, usize> = BTreeMap::new();
+        let mut got4: BTreeMap<String, usize> = BTreeMap::new();
         let st = control::tables::read(&path, |p, _| {
-            *got.entry(p.to_string()).or_default() += 1;
+            *got4.entry(p.to_string()).or_default() += 1;
         })
         .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(st.mrt, "{name} was not read as MRT");
-        assert_eq!(got, want, "{name}: IPv4 prefixes differ from the listing");
-        assert!(
-            v6 == 0 || st.skipped > 0,
-            "{name}: {v6} IPv6 entries in the listing, none skipped"
+        assert_eq!(got4, want4, "{name}: IPv4 prefixes differ from the listing");
+        let mut got6: BTreeMap<String, usize> = BTreeMap::new();
+        let st6 = control::tables::read6(&path, |p, _| {
+            *got6.entry(p.to_string()).or_default() += 1;
+        })
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(got6, want6, "{name}: IPv6 prefixes differ from the listing");
+        assert_eq!(
+            st.routes + st.skipped,
+            st6.routes + st6.skipped,
+            "{name}: both reads see the same records"
         );
         checked += 1;
     }

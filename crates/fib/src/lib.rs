@@ -1,4 +1,4 @@
-//! Longest-prefix-match structures for IPv4 forwarding tables.
+//! Longest-prefix-match structures for IPv4 and IPv6 forwarding tables (IPv6: [`v6`]).
 //!
 //! [`Lpm`] is the interface of the control side. [`BinaryTrie`] is the reference: one node
 //! per prefix bit, obviously correct, the table the control side edits, and what every
@@ -151,9 +151,11 @@ use std::net::Ipv4Addr;
 pub mod dir24;
 pub mod poptrie;
 pub mod table;
+pub mod v6;
 pub use dir24::Dir24;
 pub use poptrie::Poptrie;
-pub use table::{FibReader, FibWriter};
+pub use table::{FibReader, FibReader6, FibWriter, FibWriter6};
+pub use v6::{BinaryTrie6, Poptrie6, Prefix6};
 
 /// An IPv4 prefix with its host bits cleared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,0 +1,617 @@
+//! IPv6 longest-prefix match: [`Prefix6`], the reference [`BinaryTrie6`] and the data
+//! plane's [`Poptrie6`].
+//!
+//! # Why this layout
+//!
+//! A full IPv6 table (`ipv6-bgp-2023`, 160,147 prefixes) is almost all /29 to /48: 47% are
+//! /48, 14% /32, 9% /44, 8% /40, and a few hundred run from /49 to /128. Keys are 128 bits,
+//! so no direct-pointing array reaches the common lengths (a 24-bit one is 64 MiB, as in
+//! DPDK's rte_lpm6 and rte_fib6, which then walk 8-bit tables, one load per byte past /24).
+//!
+//! Poptrie6 is the IPv6 form of the Poptrie paper (Asai and Ohara, SIGCOMM 2015, section
+//! 4.3): a 16-bit direct-pointing array `dir` (256 KiB, which stays in the L2 cache), then
+//! nodes of 6-bit stride, each two 64-bit vectors and two bases (24 bytes): `vector` marks
+//! the positions that are internal children, stored contiguously from `base1`, and
+//! `leafvec` marks where a run of equal leaves starts, the runs stored from `base0` in a
+//! separate array of 16-bit leaves. A child's or a leaf's place is a population count of the
+//! vector below its position. A `dir` entry is either a leaf ([`DIR_LEAF`] set) or a node.
+//! A /48 lookup walks `dir` and up to six nodes (16 + 6 x 6 bits), but the nodes near the
+//! top are few and hot, and the batched lookup ([`Poptrie6::lookup_batch_raw`]) walks 16
+//! addresses side by side, prefetching each one's next node and its leaf, so that their
+//! cache misses overlap.
+//!
+//! The structure is compiled from a [`BinaryTrie6`] (the control side's table) and never
+//! changed in place; [`crate::table::Writer`] publishes it loss-free, recompiling only the
+//! `dir` slots (/16s) an update touched. Measured against DPDK's rte_lpm6 and rte_fib6 with
+//! `tessera bench fib --table ../shared/data/ipv6-bgp-2023.txt.gz --dpdk` (docs in
+//! `crates/bench/src/fib_bench.rs`).
+
+use crate::poptrie::{prefetch, MAX_VALUE, NO_ROUTE};
+use std::net::Ipv6Addr;
+
+/// An IPv6 prefix with its host bits cleared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Prefix6 {
+    addr: u128,
+    len: u8,
+}
+
+/// The netmask of a prefix length (0..=128).
+#[inline]
+pub fn mask6(len: u8) -> u128 {
+    if len == 0 {
+        0
+    } else {
+        u128::MAX << (128 - len.min(128) as u32)
+    }
+}
+
+impl Prefix6 {
+    /// A prefix from an address and length, clearing host bits.
+    pub fn new(addr: Ipv6Addr, len: u8) -> Prefix6 {
+        let len = len.min(128);
+        Prefix6 {
+            addr: u128::from(addr) & mask6(len),
+            len,
+        }
+    }
+
+    /// Parses `addr/len`, or a bare address as a /128. Host bits must be clear.
+    pub fn parse_strict(s: &str) -> Result<Prefix6, crate::PrefixError> {
+        use crate::PrefixError;
+        let (a, l) = match s.split_once('/') {
+            Some((a, l)) => (a, l.parse::<u8>().map_err(|_| PrefixError::BadLength)?),
+            None => (s, 128),
+        };
+        if l > 128 {
+            return Err(PrefixError::BadLength);
+        }
+        let a: Ipv6Addr = a.parse().map_err(|_| PrefixError::BadAddress)?;
+        let p = Prefix6::new(a, l);
+        if u128::from(a) != p.addr {
+            return Err(PrefixError::HostBitsSet);
+        }
+        Ok(p)
+    }
+
+    pub fn addr(&self) -> Ipv6Addr {
+        Ipv6Addr::from(self.addr)
+    }
+
+    pub fn bits(&self) -> u128 {
+        self.addr
+    }
+
+    #[expect(
+        clippy::len_without_is_empty,
+        reason = "the prefix length, not a collection size"
+    )]
+    pub fn len(&self) -> u8 {
+        self.len
+    }
+
+    pub fn contains(&self, a: Ipv6Addr) -> bool {
+        u128::from(a) & mask6(self.len) == self.addr
+    }
+}
+
+impl core::str::FromStr for Prefix6 {
+    type Err = crate::PrefixError;
+    /// As [`Prefix6::parse_strict`].
+    fn from_str(s: &str) -> Result<Prefix6, crate::PrefixError> {
+        Prefix6::parse_strict(s)
+    }
+}
+
+impl core::fmt::Display for Prefix6 {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}/{}", self.addr(), self.len)
+    }
+}
+
+const NONE: u32 = u32::MAX;
+
+/// The bit of `a` at depth `i` (0 is the most significant).
+#[inline(always)]
+fn bit(a: u128, i: u32) -> usize {
+    ((a >> (127 - i)) & 1) as usize
+}
+
+/// The reference structure for IPv6: a binary trie, one level per bit, nodes in an arena
+/// of `[left, right, value]` triples. Lookup walks at most 128 nodes. Removal leaves empty
+/// nodes in place; the arena only grows.
+#[derive(Clone)]
+pub struct BinaryTrie6 {
+    nodes: Vec<[u32; 3]>,
+    count: usize,
+}
+
+impl Default for BinaryTrie6 {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BinaryTrie6 {
+    pub fn new() -> Self {
+        BinaryTrie6 {
+            nodes: vec![[NONE; 3]],
+            count: 0,
+        }
+    }
+
+    /// Bytes held by the node arena.
+    pub fn memory_bytes(&self) -> usize {
+        self.nodes.capacity() * 12
+    }
+
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The node of prefix `p`, if the path to it exists.
+    fn find(&self, p: Prefix6) -> Option<usize> {
+        (0..p.len as u32).try_fold(0usize, |n, i| {
+            let c = self.nodes[n][bit(p.addr, i)];
+            (c != NONE).then_some(c as usize)
+        })
+    }
+
+    /// The value of the longest prefix containing `a`.
+    pub fn lookup(&self, a: Ipv6Addr) -> Option<u32> {
+        let a = u128::from(a);
+        let mut n = 0usize;
+        let mut best = self.nodes[0][2];
+        for i in 0..128 {
+            let c = self.nodes[n][bit(a, i)];
+            if c == NONE {
+                break;
+            }
+            n = c as usize;
+            if self.nodes[n][2] != NONE {
+                best = self.nodes[n][2];
+            }
+        }
+        (best != NONE).then_some(best)
+    }
+
+    /// Adds or replaces a prefix; returns the value it replaced.
+    pub fn insert(&mut self, p: Prefix6, value: u32) -> Option<u32> {
+        assert!(value != NONE, "value u32::MAX is reserved");
+        let mut n = 0usize;
+        for i in 0..p.len as u32 {
+            let b = bit(p.addr, i);
+            if self.nodes[n][b] == NONE {
+                self.nodes[n][b] = self.nodes.len() as u32;
+                self.nodes.push([NONE; 3]);
+            }
+            n = self.nodes[n][b] as usize;
+        }
+        let old = core::mem::replace(&mut self.nodes[n][2], value);
+        if old == NONE {
+            self.count += 1;
+        }
+        (old != NONE).then_some(old)
+    }
+
+    /// Removes a prefix; returns its value.
+    pub fn remove(&mut self, p: Prefix6) -> Option<u32> {
+        let n = self.find(p)?;
+        let old = core::mem::replace(&mut self.nodes[n][2], NONE);
+        if old != NONE {
+            self.count -= 1;
+        }
+        (old != NONE).then_some(old)
+    }
+
+    /// The exact-match value of a prefix.
+    pub fn get(&self, p: Prefix6) -> Option<u32> {
+        let v = self.nodes[self.find(p)?][2];
+        (v != NONE).then_some(v)
+    }
+
+    /// Every (prefix, value), in address order with shorter prefixes first.
+    pub fn iter(&self) -> Vec<(Prefix6, u32)> {
+        let mut out = Vec::with_capacity(self.count);
+        let mut stack = vec![(0usize, 0u128, 0u8)];
+        while let Some((n, addr, len)) = stack.pop() {
+            let [l, r, v] = self.nodes[n];
+            if v != NONE {
+                out.push((Prefix6 { addr, len }, v));
+            }
+            if r != NONE {
+                stack.push((r as usize, addr | 1 << (127 - len as u32), len + 1));
+            }
+            if l != NONE {
+                stack.push((l as usize, addr, len + 1));
+            }
+        }
+        out
+    }
+
+    fn has_children(&self, n: usize) -> bool {
+        self.nodes[n][0] != NONE || self.nodes[n][1] != NONE
+    }
+
+    /// The positions `bits` levels below node `n` (or below a missing node, `n == NONE`),
+    /// in address order: a leaf with the value of the longest prefix covering it
+    /// (`inherited` if none below `n` does), or a child where longer prefixes lie below.
+    fn expand(&self, n: u32, bits: u32, inherited: u32, out: &mut Vec<Slot>) {
+        if n == NONE {
+            out.extend(std::iter::repeat_n(Slot::Leaf(inherited), 1 << bits));
+            return;
+        }
+        let [l, r, v] = self.nodes[n as usize];
+        let inh = if v != NONE { v } else { inherited };
+        if bits == 0 {
+            out.push(if self.has_children(n as usize) {
+                Slot::Child(n, inh)
+            } else {
+                Slot::Leaf(inh)
+            });
+            return;
+        }
+        self.expand(l, bits - 1, inh, out);
+        self.expand(r, bits - 1, inh, out);
+    }
+
+    /// Slot `slot` of the top `DIR6_BITS` bits, as [`BinaryTrie6::expand`] gives it.
+    fn dir_slot(&self, slot: u32) -> Slot {
+        let a = (slot as u128) << (128 - DIR6_BITS);
+        let mut n = 0u32;
+        let mut inh = NONE;
+        for i in 0..DIR6_BITS {
+            let [_, _, v] = self.nodes[n as usize];
+            if v != NONE {
+                inh = v;
+            }
+            n = self.nodes[n as usize][bit(a, i)];
+            if n == NONE {
+                return Slot::Leaf(inh);
+            }
+        }
+        let mut out = Vec::with_capacity(1);
+        self.expand(n, 0, inh, &mut out);
+        out[0]
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Slot {
+    /// The value (`NONE` for no route).
+    Leaf(u32),
+    /// A trie node with prefixes below it, and the value inherited at it.
+    Child(u32, u32),
+}
+
+/// Bits resolved by the direct-pointing array.
+pub const DIR6_BITS: u32 = 16;
+const STRIDE: u32 = 6;
+/// A `dir` entry with this bit set is a leaf (its low 16 bits); otherwise a node index.
+pub const DIR_LEAF: u32 = 1 << 31;
+
+/// A node below `dir`, 24 bytes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Node6 {
+    vector: u64,
+    leafvec: u64,
+    base1: u32,
+    base0: u32,
+}
+
+/// Bits `0..=v` set.
+#[inline(always)]
+fn upto(v: u32) -> u64 {
+    u64::MAX >> (63 - v)
+}
+
+/// The 6-bit chunk of `a` that starts `off` bits from the top (`off` at most 124; zeros
+/// past bit 128).
+#[inline(always)]
+fn chunk(a: u128, off: u32) -> u32 {
+    ((a << off) >> (128 - STRIDE)) as u32
+}
+
+fn leaf16(v: u32) -> u16 {
+    if v == NONE {
+        NO_ROUTE as u16
+    } else {
+        assert!(v <= MAX_VALUE, "value {v} does not fit a 16-bit leaf");
+        v as u16
+    }
+}
+
+/// A compiled, read-only IPv6 LPM table.
+#[derive(Debug, Clone)]
+pub struct Poptrie6 {
+    dir: Box<[u32]>,
+    nodes: Vec<Node6>,
+    leaves: Vec<u16>,
+    count: usize,
+}
+
+impl Poptrie6 {
+    /// Compiles `t`.
+    pub fn build(t: &BinaryTrie6) -> Poptrie6 {
+        let mut p = Poptrie6 {
+            dir: vec![DIR_LEAF | NO_ROUTE; 1 << DIR6_BITS].into_boxed_slice(),
+            nodes: Vec::new(),
+            leaves: Vec::new(),
+            count: t.len(),
+        };
+        let mut slots = Vec::with_capacity(1 << DIR6_BITS);
+        t.expand(0, DIR6_BITS, NONE, &mut slots);
+        for (i, s) in slots.into_iter().enumerate() {
+            p.set_slot(t, i, s);
+        }
+        p
+    }
+
+    /// Recompiles `dir` slot `slot` (a /16) from `t`, appending its nodes; the old ones
+    /// stay behind as garbage.
+    pub fn rebuild_slot(&mut self, t: &BinaryTrie6, slot: u32) {
+        self.count = t.len();
+        let s = t.dir_slot(slot);
+        self.set_slot(t, slot as usize, s);
+    }
+
+    fn set_slot(&mut self, t: &BinaryTrie6, i: usize, s: Slot) {
+        self.dir[i] = match s {
+            Slot::Leaf(v) => DIR_LEAF | leaf16(v) as u32,
+            Slot::Child(n, inh) => {
+                let at = self.nodes.len();
+                self.nodes.push(Node6::default());
+                self.build_node(t, at, n, inh);
+                at as u32
+            }
+        };
+    }
+
+    /// Fills node `at` with the 64 positions below trie node `n`; its children follow,
+    /// contiguous, each filled in turn (depth first).
+    fn build_node(&mut self, t: &BinaryTrie6, at: usize, n: u32, inh: u32) {
+        let mut slots = Vec::with_capacity(64);
+        t.expand(n, STRIDE, inh, &mut slots);
+        let mut node = Node6 {
+            base0: self.leaves.len() as u32,
+            base1: self.nodes.len() as u32,
+            ..Node6::default()
+        };
+        let mut children = Vec::new();
+        let mut prev = None;
+        for (v, s) in slots.iter().enumerate() {
+            match *s {
+                Slot::Child(c, ci) => {
+                    node.vector |= 1 << v;
+                    children.push((c, ci));
+                }
+                Slot::Leaf(x) => {
+                    // A run starts at the first leaf and wherever the value changes
+                    // (child positions in between do not break a run).
+                    if prev != Some(x) {
+                        node.leafvec |= 1 << v;
+                        self.leaves.push(leaf16(x));
+                        prev = Some(x);
+                    }
+                }
+            }
+        }
+        let first = self.nodes.len();
+        self.nodes
+            .resize(first + children.len(), Node6::default());
+        self.nodes[at] = node;
+        for (k, (c, ci)) in children.into_iter().enumerate() {
+            self.build_node(t, first + k, c, ci);
+        }
+    }
+
+    /// The value for `a` ([`NO_ROUTE`] if none).
+    #[inline]
+    pub fn lookup_raw(&self, a: u128) -> u32 {
+        let mut e = self.dir[(a >> (128 - DIR6_BITS)) as usize];
+        let mut off = DIR6_BITS;
+        while e & DIR_LEAF == 0 {
+            let n = &self.nodes[e as usize];
+            let v = chunk(a, off);
+            if n.vector & (1 << v) != 0 {
+                e = n.base1 + (n.vector & upto(v)).count_ones() - 1;
+                off += STRIDE;
+            } else {
+                let i = n.base0 + (n.leafvec & upto(v)).count_ones() - 1;
+                return self.leaves[i as usize] as u32;
+            }
+        }
+        e & !DIR_LEAF
+    }
+
+    /// Looks up every address of `addrs` into `out` (same length), 16 at a time side by
+    /// side: each step moves every unfinished address one node down (or to its leaf) and
+    /// prefetches what it reads next, so that up to 16 cache misses are in flight.
+    pub fn lookup_batch_raw(&self, addrs: &[u128], out: &mut [u32]) {
+        const W: usize = 16;
+        /// In `state`: the index is of a leaf (its last step), not a node.
+        const AT_LEAF: u32 = 1 << 31;
+        for (ac, oc) in addrs.chunks(W).zip(out.chunks_mut(W)) {
+            let mut state = [0u32; W];
+            let mut off = [DIR6_BITS; W];
+            let mut live = 0u32;
+            for (i, &a) in ac.iter().enumerate() {
+                let e = self.dir[(a >> (128 - DIR6_BITS)) as usize];
+                if e & DIR_LEAF != 0 {
+                    oc[i] = e & !DIR_LEAF;
+                } else {
+                    if let Some(n) = self.nodes.get(e as usize) {
+                        prefetch(n);
+                    }
+                    state[i] = e;
+                    live |= 1 << i;
+                }
+            }
+            while live != 0 {
+                let mut m = live;
+                while m != 0 {
+                    let i = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    let s = state[i];
+                    if s & AT_LEAF != 0 {
+                        oc[i] = self.leaves[(s & !AT_LEAF) as usize] as u32;
+                        live &= !(1 << i);
+                        continue;
+                    }
+                    let n = &self.nodes[s as usize];
+                    let v = chunk(ac[i], off[i]);
+                    if n.vector & (1 << v) != 0 {
+                        let c = n.base1 + (n.vector & upto(v)).count_ones() - 1;
+                        if let Some(n) = self.nodes.get(c as usize) {
+                            prefetch(n);
+                        }
+                        state[i] = c;
+                        off[i] += STRIDE;
+                    } else {
+                        let l = n.base0 + (n.leafvec & upto(v)).count_ones() - 1;
+                        if let Some(x) = self.leaves.get(l as usize) {
+                            prefetch(x);
+                        }
+                        state[i] = l | AT_LEAF;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The value of the longest prefix containing `a`.
+    pub fn lookup(&self, a: Ipv6Addr) -> Option<u32> {
+        let v = self.lookup_raw(a.into());
+        (v != NO_ROUTE).then_some(v)
+    }
+
+    /// Bytes of `dir`, nodes and leaves.
+    pub fn memory_bytes(&self) -> usize {
+        self.dir.len() * 4 + self.nodes.len() * 24 + self.leaves.len() * 2
+    }
+
+    /// Size of the arena in 4-byte words (nodes and leaves), garbage included.
+    pub fn arena_words(&self) -> usize {
+        self.nodes.len() * 6 + self.leaves.len().div_ceil(2)
+    }
+
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn p(s: &str) -> Prefix6 {
+        Prefix6::parse_strict(s).unwrap()
+    }
+
+    #[test]
+    fn longest_match_wins_in_both_structures() {
+        let mut t = BinaryTrie6::new();
+        t.insert(p("::/0"), 1);
+        t.insert(p("2001:db8::/32"), 2);
+        t.insert(p("2001:db8:1::/48"), 3);
+        t.insert(p("2001:db8:1:2::/64"), 4);
+        t.insert(p("2001:db8:1:2::1/128"), 5);
+        t.insert(p("2001:db8:1:2::fe/127"), 6);
+        let pop = Poptrie6::build(&t);
+        for (a, want) in [
+            ("3000::1", 1),
+            ("2001:db8:ffff::1", 2),
+            ("2001:db8:1:ffff::1", 3),
+            ("2001:db8:1:2::2", 4),
+            ("2001:db8:1:2::1", 5),
+            ("2001:db8:1:2::ff", 6),
+            ("2001:db8:1:2::fe", 6),
+            ("2001:db8:1:2::fd", 4),
+        ] {
+            let a: Ipv6Addr = a.parse().unwrap();
+            assert_eq!(t.lookup(a), Some(want), "trie at {a}");
+            assert_eq!(pop.lookup(a), Some(want), "poptrie at {a}");
+        }
+        assert_eq!(t.remove(p("::/0")), Some(1));
+        assert_eq!(Poptrie6::build(&t).lookup("3000::1".parse().unwrap()), None);
+        assert_eq!(t.len(), 5);
+        assert_eq!(t.get(p("2001:db8:1::/48")), Some(3));
+    }
+
+    #[test]
+    fn parse_errors() {
+        use crate::PrefixError;
+        assert_eq!(
+            Prefix6::parse_strict("2001:db8::1/32"),
+            Err(PrefixError::HostBitsSet)
+        );
+        assert_eq!(
+            Prefix6::parse_strict("2001:db8::/129"),
+            Err(PrefixError::BadLength)
+        );
+        assert_eq!(
+            Prefix6::parse_strict("10.0.0.0/8"),
+            Err(PrefixError::BadAddress)
+        );
+        assert_eq!(p("::1").len(), 128);
+        assert_eq!(p("2001:db8::/32").to_string(), "2001:db8::/32");
+    }
+
+    fn scan(rules: &[(Prefix6, u32)], a: Ipv6Addr) -> Option<u32> {
+        rules
+            .iter()
+            .filter(|(p, _)| p.contains(a))
+            .max_by_key(|(p, _)| p.len())
+            .map(|r| r.1)
+    }
+
+    /// Addresses near the prefixes: prefixes of random lengths share leading bits, so
+    /// that nodes at every depth and runs of leaves are exercised.
+    fn near(base: u128, x: u128, l: u8) -> u128 {
+        base ^ (x >> l.min(127))
+    }
+
+    proptest! {
+        #[test]
+        fn trie_and_poptrie_match_a_linear_scan(
+            base in any::<u128>(),
+            rules in proptest::collection::vec((any::<u128>(), 0u8..=128, 0u32..1000), 0..60),
+            probes in proptest::collection::vec((any::<u128>(), 0u8..=128), 60)
+        ) {
+            let mut t = BinaryTrie6::new();
+            let mut set = std::collections::BTreeMap::new();
+            for (x, l, v) in rules {
+                let pf = Prefix6::new(near(base, x, l / 2).into(), l);
+                t.insert(pf, v);
+                set.insert(pf, v);
+            }
+            let flat: Vec<_> = set.into_iter().collect();
+            prop_assert_eq!(t.len(), flat.len());
+            prop_assert_eq!(t.iter(), flat.clone());
+            let pop = Poptrie6::build(&t);
+            let addrs: Vec<u128> = probes
+                .iter()
+                .map(|&(x, l)| near(base, x, l))
+                .chain(flat.iter().map(|r| r.0.bits()))
+                .chain(flat.iter().map(|r| r.0.bits() | !mask6(r.0.len())))
+                .collect();
+            let mut out = vec![0; addrs.len()];
+            pop.lookup_batch_raw(&addrs, &mut out);
+            for (&a, &o) in addrs.iter().zip(&out) {
+                let want = scan(&flat, a.into());
+                prop_assert_eq!(t.lookup(a.into()), want);
+                prop_assert_eq!(pop.lookup(a.into()), want);
+                prop_assert_eq!(o, want.unwrap_or(NO_ROUTE));
+            }
+        }
+    }
+}
