@@ -1,5 +1,6 @@
 /*
- * DPDK's rte_lpm and rte_fib as contenders of `tessera bench fib --dpdk`.
+ * DPDK's rte_lpm and rte_fib (IPv4), rte_lpm6 and rte_fib6 (IPv6) as contenders of
+ * `tessera bench fib --dpdk`.
  *
  * rte_lpm's lookups are inline functions of its header, so they are called from here and
  * not through Rust declarations. Every timed pass is one C loop over the whole address
@@ -14,8 +15,10 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_fib.h>
+#include <rte_fib6.h>
 #include <rte_lcore.h>
 #include <rte_lpm.h>
+#include <rte_lpm6.h>
 #include <rte_memory.h>
 
 #define BATCH 256
@@ -161,6 +164,109 @@ uint64_t tessera_fib_pass_bulk(void *fib, const uint32_t *ips, size_t n)
 		unsigned k = n - i < BATCH ? (unsigned)(n - i) : BATCH;
 		/* rte_fib_lookup_bulk takes a non-const array and does not write it. */
 		rte_fib_lookup_bulk(fib, (uint32_t *)(ips + i), out, k);
+		for (unsigned j = 0; j < k; j++)
+			sum += out[j] == FIB_NO_ROUTE ? NO_ROUTE : out[j];
+	}
+	return sum;
+}
+
+/* IPv6. Addresses are arrays of 16 bytes in network order, as both libraries take them. */
+
+void *tessera_lpm6_create(const char *name, uint32_t max_rules, uint32_t tbl8s)
+{
+	struct rte_lpm6_config c = {.max_rules = max_rules, .number_tbl8s = tbl8s};
+	return rte_lpm6_create(name, SOCKET_ID_ANY, &c);
+}
+
+int tessera_lpm6_add(void *lpm, const uint8_t *ip, uint8_t depth, uint32_t nh)
+{
+	return rte_lpm6_add(lpm, ip, depth, nh);
+}
+
+void tessera_lpm6_free(void *lpm)
+{
+	rte_lpm6_free(lpm);
+}
+
+uint32_t tessera_lpm6_lookup(const void *lpm, const uint8_t *ip)
+{
+	uint32_t nh;
+	return rte_lpm6_lookup(lpm, ip, &nh) == 0 ? nh : NO_ROUTE;
+}
+
+uint64_t tessera_lpm6_pass_single(const void *lpm, const uint8_t (*ips)[16], size_t n)
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < n; i++)
+		sum += tessera_lpm6_lookup(lpm, ips[i]);
+	return sum;
+}
+
+/* One pass in batches of BATCH through rte_lpm6_lookup_bulk_func (-1 for a miss). */
+uint64_t tessera_lpm6_pass_bulk(const void *lpm, const uint8_t (*ips)[16], size_t n)
+{
+	int32_t out[BATCH];
+	uint64_t sum = 0;
+	for (size_t i = 0; i < n; i += BATCH) {
+		unsigned k = n - i < BATCH ? (unsigned)(n - i) : BATCH;
+		/* It takes a non-const array and does not write it. */
+		rte_lpm6_lookup_bulk_func(lpm, (uint8_t(*)[16])(ips + i), out, k);
+		for (unsigned j = 0; j < k; j++)
+			sum += out[j] < 0 ? NO_ROUTE : (uint32_t)out[j];
+	}
+	return sum;
+}
+
+/* rte_fib6 of type TRIE (a 24-bit first table, then 8-bit tables), 4-byte next hops. */
+void *tessera_fib6_create(const char *name, int max_routes, uint32_t tbl8s)
+{
+	struct rte_fib6_conf c;
+	memset(&c, 0, sizeof c);
+	c.type = RTE_FIB6_TRIE;
+	c.default_nh = FIB_NO_ROUTE;
+	c.max_routes = max_routes;
+	c.trie.nh_sz = RTE_FIB6_TRIE_4B;
+	c.trie.num_tbl8 = tbl8s;
+	return rte_fib6_create(name, SOCKET_ID_ANY, &c);
+}
+
+int tessera_fib6_add(void *fib, const uint8_t *ip, uint8_t depth, uint32_t nh)
+{
+	return rte_fib6_add(fib, ip, depth, nh);
+}
+
+void tessera_fib6_free(void *fib)
+{
+	rte_fib6_free(fib);
+}
+
+uint32_t tessera_fib6_lookup(void *fib, const uint8_t *ip)
+{
+	uint64_t nh = FIB_NO_ROUTE;
+	uint8_t a[1][16];
+	memcpy(a[0], ip, 16);
+	rte_fib6_lookup_bulk(fib, a, &nh, 1);
+	return nh == FIB_NO_ROUTE ? NO_ROUTE : (uint32_t)nh;
+}
+
+uint64_t tessera_fib6_pass_single(void *fib, const uint8_t (*ips)[16], size_t n)
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t nh = FIB_NO_ROUTE;
+		rte_fib6_lookup_bulk(fib, (uint8_t(*)[16])(ips + i), &nh, 1);
+		sum += nh == FIB_NO_ROUTE ? NO_ROUTE : nh;
+	}
+	return sum;
+}
+
+uint64_t tessera_fib6_pass_bulk(void *fib, const uint8_t (*ips)[16], size_t n)
+{
+	uint64_t out[BATCH];
+	uint64_t sum = 0;
+	for (size_t i = 0; i < n; i += BATCH) {
+		unsigned k = n - i < BATCH ? (unsigned)(n - i) : BATCH;
+		rte_fib6_lookup_bulk(fib, (uint8_t(*)[16])(ips + i), out, (int)k);
 		for (unsigned j = 0; j < k; j++)
 			sum += out[j] == FIB_NO_ROUTE ? NO_ROUTE : out[j];
 	}

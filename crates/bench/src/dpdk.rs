@@ -6,7 +6,7 @@
 //! production; without, from ordinary pages (`--no-huge`).
 #![allow(unsafe_code)]
 
-use crate::table::Table;
+use crate::table::{Table, Table6};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -28,6 +28,18 @@ extern "C" {
     fn tessera_fib_lookup(fib: *mut c_void, ip: u32) -> u32;
     fn tessera_fib_pass_single(fib: *mut c_void, ips: *const u32, n: usize) -> u64;
     fn tessera_fib_pass_bulk(fib: *mut c_void, ips: *const u32, n: usize) -> u64;
+    fn tessera_lpm6_create(name: *const c_char, max_rules: u32, tbl8s: u32) -> *mut c_void;
+    fn tessera_lpm6_add(lpm: *mut c_void, ip: *const u8, depth: u8, nh: u32) -> c_int;
+    fn tessera_lpm6_free(lpm: *mut c_void);
+    fn tessera_lpm6_lookup(lpm: *mut c_void, ip: *const u8) -> u32;
+    fn tessera_lpm6_pass_single(lpm: *mut c_void, ips: *const [u8; 16], n: usize) -> u64;
+    fn tessera_lpm6_pass_bulk(lpm: *mut c_void, ips: *const [u8; 16], n: usize) -> u64;
+    fn tessera_fib6_create(name: *const c_char, max_routes: c_int, tbl8s: u32) -> *mut c_void;
+    fn tessera_fib6_add(fib: *mut c_void, ip: *const u8, depth: u8, nh: u32) -> c_int;
+    fn tessera_fib6_free(fib: *mut c_void);
+    fn tessera_fib6_lookup(fib: *mut c_void, ip: *const u8) -> u32;
+    fn tessera_fib6_pass_single(fib: *mut c_void, ips: *const [u8; 16], n: usize) -> u64;
+    fn tessera_fib6_pass_bulk(fib: *mut c_void, ips: *const [u8; 16], n: usize) -> u64;
 }
 
 /// What the lookups give for an address without a route.
@@ -241,10 +253,10 @@ impl Contenders {
 }
 
 /// Starts DPDK if it is not running yet (on huge pages if the pool has [`MEMORY_MIB`]
-/// free, else on ordinary pages, saying so) and builds both contenders.
-pub fn contenders(t: &Table, progress: &mut dyn FnMut(&str)) -> Result<Contenders, String> {
+/// free, else on ordinary pages, saying so); Ok(whether huge pages back it).
+fn start(progress: &mut dyn FnMut(&str)) -> Result<bool, String> {
     static STARTED: OnceLock<Result<bool, String>> = OnceLock::new();
-    let huge_pages = STARTED
+    STARTED
         .get_or_init(|| {
             let huge = free_huge_pages() * 2 >= MEMORY_MIB as u64;
             if !huge {
@@ -259,7 +271,12 @@ pub fn contenders(t: &Table, progress: &mut dyn FnMut(&str)) -> Result<Contender
             init(huge)
         })
         .clone()
-        .map_err(|e| format!("DPDK: {e}"))?;
+        .map_err(|e| format!("DPDK: {e}"))
+}
+
+/// Starts DPDK (see [`start`]) and builds both IPv4 contenders.
+pub fn contenders(t: &Table, progress: &mut dyn FnMut(&str)) -> Result<Contenders, String> {
+    let huge_pages = start(progress)?;
     progress("building rte_fib (route by route)");
     let t0 = std::time::Instant::now();
     let fib = RteFib::build(t)?;
@@ -275,6 +292,145 @@ pub fn contenders(t: &Table, progress: &mut dyn FnMut(&str)) -> Result<Contender
         lpm_build_ms,
         fib_build_ms,
     })
+}
+
+/// An IPv6 contender: rte_lpm6 or rte_fib6 (type TRIE, 4-byte next hops), each a 2^24
+/// first table and 8-bit tables below it, holding a table.
+pub struct Rte6 {
+    ptr: NonNull<c_void>,
+    pub name: &'static str,
+    lookup: unsafe extern "C" fn(*mut c_void, *const u8) -> u32,
+    single: unsafe extern "C" fn(*mut c_void, *const [u8; 16], usize) -> u64,
+    bulk: unsafe extern "C" fn(*mut c_void, *const [u8; 16], usize) -> u64,
+    free: unsafe extern "C" fn(*mut c_void),
+    pub build_ms: f64,
+    /// 8-bit tables reserved.
+    pub tbl8s: u32,
+}
+
+/// 8-bit tables to reserve for a 24-bit-first trie holding `t`: twice the distinct leading
+/// 24, 32, 40... bits that a longer prefix extends.
+fn tbl8_groups6(t: &Table6) -> u32 {
+    let mut n = 0;
+    for depth in (24..128).step_by(8) {
+        let mut v: Vec<u128> = t
+            .routes
+            .iter()
+            .filter(|r| r.0.len() as u32 > depth)
+            .map(|r| r.0.bits() >> (128 - depth))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        n += v.len() as u32;
+    }
+    2 * n + 256
+}
+
+impl Rte6 {
+    /// Builds `rte_lpm6` (`lpm` true) or `rte_fib6` route by route. Call [`init`] first.
+    pub fn build(t: &Table6, lpm: bool) -> Result<Rte6, String> {
+        // rte_fib6 reserves, per route longer than /24, the 8-bit levels below its
+        // covering route (up to three for a /48), and refuses a route (ENOSPC) when the
+        // reservations pass its pool; so its pool is that sum, not the tables it fills.
+        let tbl8s = if lpm {
+            tbl8_groups6(t)
+        } else {
+            t.routes
+                .iter()
+                .map(|r| (r.0.len() as u32).next_multiple_of(8).saturating_sub(24) / 8)
+                .sum::<u32>()
+                + 256
+        };
+        let rules = t.routes.len().max(1) as u32;
+        let name = unique_name(if lpm { "lpm6" } else { "fib6" });
+        let t0 = std::time::Instant::now();
+        // SAFETY: `name` is a terminated string that outlives the call.
+        let ptr = unsafe {
+            if lpm {
+                tessera_lpm6_create(name.as_ptr(), rules, tbl8s)
+            } else {
+                tessera_fib6_create(name.as_ptr(), rules as c_int, tbl8s)
+            }
+        };
+        let what = if lpm { "rte_lpm6" } else { "rte_fib6" };
+        let ptr = NonNull::new(ptr).ok_or_else(|| format!("{what}_create: {}", last_error()))?;
+        let mut me = if lpm {
+            Rte6 {
+                ptr,
+                name: what,
+                lookup: tessera_lpm6_lookup,
+                single: tessera_lpm6_pass_single,
+                bulk: tessera_lpm6_pass_bulk,
+                free: tessera_lpm6_free,
+                build_ms: 0.0,
+                tbl8s,
+            }
+        } else {
+            Rte6 {
+                ptr,
+                name: what,
+                lookup: tessera_fib6_lookup,
+                single: tessera_fib6_pass_single,
+                bulk: tessera_fib6_pass_bulk,
+                free: tessera_fib6_free,
+                build_ms: 0.0,
+                tbl8s,
+            }
+        };
+        for &(p, v) in &t.routes {
+            let ip = p.bits().to_be_bytes();
+            // SAFETY: `ptr` is live and owned by `me`; `ip` is 16 readable bytes.
+            let r = unsafe {
+                if lpm {
+                    tessera_lpm6_add(me.ptr.as_ptr(), ip.as_ptr(), p.len(), v)
+                } else {
+                    tessera_fib6_add(me.ptr.as_ptr(), ip.as_ptr(), p.len(), v)
+                }
+            };
+            if r < 0 {
+                return Err(format!("{what}_add {p}: error {r}"));
+            }
+        }
+        me.build_ms = t0.elapsed().as_secs_f64() * 1e3;
+        Ok(me)
+    }
+
+    pub fn lookup(&self, a: u128) -> Option<u32> {
+        let ip = a.to_be_bytes();
+        // SAFETY: `ptr` is live; lookups only read it and the 16 bytes of `ip`.
+        let v = unsafe { (self.lookup)(self.ptr.as_ptr(), ip.as_ptr()) };
+        (v != NO_ROUTE).then_some(v)
+    }
+
+    /// One pass of single lookups; the sum of the next hops ([`NO_ROUTE`] for a miss).
+    pub fn pass_single(&self, a: &[[u8; 16]]) -> u64 {
+        // SAFETY: `a` is valid for `a.len()` addresses; `ptr` is live.
+        unsafe { (self.single)(self.ptr.as_ptr(), a.as_ptr(), a.len()) }
+    }
+
+    /// One pass of bulk lookups in batches of 256.
+    pub fn pass_bulk(&self, a: &[[u8; 16]]) -> u64 {
+        // SAFETY: as in `pass_single`.
+        unsafe { (self.bulk)(self.ptr.as_ptr(), a.as_ptr(), a.len()) }
+    }
+}
+
+impl Drop for Rte6 {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` was created by the matching create function and is freed once.
+        unsafe { (self.free)(self.ptr.as_ptr()) }
+    }
+}
+
+/// Starts DPDK (see [`start`]) and builds rte_lpm6 and rte_fib6 on `t`; Ok with whether
+/// huge pages back them.
+pub fn contenders6(
+    t: &Table6,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(Vec<Rte6>, bool), String> {
+    let huge = start(progress)?;
+    progress("building rte_lpm6 and rte_fib6 (route by route)");
+    Ok((vec![Rte6::build(t, true)?, Rte6::build(t, false)?], huge))
 }
 
 #[cfg(test)]
@@ -338,5 +494,42 @@ mod tests {
         assert_eq!(lpm.pass_x4(&addrs), sum);
         assert_eq!(fib.pass_bulk(&addrs), sum);
         assert_eq!(fib.pass_single(&addrs), sum);
+    }
+
+    /// rte_lpm6 and rte_fib6 agree with the reference trie on a synthetic IPv6 table,
+    /// single and bulk.
+    #[test]
+    fn dpdk_ipv6_contenders_agree_with_the_reference_trie() {
+        init(false).expect("DPDK's environment starts without huge pages");
+        let t = crate::table::synthetic6(20_000, 7);
+        let mut rib = fib::BinaryTrie6::new();
+        for &(p, v) in &t.routes {
+            rib.insert(p, v);
+        }
+        let addrs: Vec<u128> = crate::fib_bench::workloads6(&t, 1 << 14, 3)
+            .into_iter()
+            .flat_map(|w| w.1)
+            .chain(t.routes.iter().map(|r| r.0.bits()))
+            .collect();
+        let bytes: Vec<[u8; 16]> = addrs.iter().map(|a| a.to_be_bytes()).collect();
+        let sum: u64 = addrs
+            .iter()
+            .map(|&a| rib.lookup(a.into()).unwrap_or(NO_ROUTE) as u64)
+            .sum();
+        assert!(addrs.iter().any(|&a| rib.lookup(a.into()).is_none()));
+        for lpm in [true, false] {
+            let c = Rte6::build(&t, lpm).expect("builds");
+            for &a in &addrs {
+                assert_eq!(
+                    c.lookup(a),
+                    rib.lookup(a.into()),
+                    "{} at {}",
+                    c.name,
+                    std::net::Ipv6Addr::from(a)
+                );
+            }
+            assert_eq!(c.pass_single(&bytes), sum, "{}", c.name);
+            assert_eq!(c.pass_bulk(&bytes), sum, "{}", c.name);
+        }
     }
 }

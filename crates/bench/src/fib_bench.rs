@@ -8,9 +8,9 @@
 //! structures without a batched lookup loop over `single`). Each rate is the best of three
 //! timed passes after a warm-up pass.
 
-use crate::table::Table;
+use crate::table::{Table, Table6};
 use crate::Rng;
-use fib::{BinaryTrie, Dir24, FibWriter, Lpm, Poptrie, Prefix};
+use fib::{BinaryTrie, BinaryTrie6, Dir24, FibWriter, Lpm, Poptrie, Poptrie6, Prefix};
 use serde_json::{json, Value};
 use std::hint::black_box;
 use std::net::Ipv4Addr;
@@ -43,7 +43,7 @@ pub fn workloads(t: &Table, n: usize, seed: u64) -> Vec<(&'static str, Vec<u32>)
 }
 
 /// Best-of-three rate of `f` over `addrs`, after one warm-up pass.
-fn rate(addrs: &[u32], mut f: impl FnMut(&[u32]) -> u64) -> f64 {
+fn rate<T>(addrs: &[T], mut f: impl FnMut(&[T]) -> u64) -> f64 {
     black_box(f(addrs));
     (0..3)
         .map(|_| {
@@ -56,7 +56,7 @@ fn rate(addrs: &[u32], mut f: impl FnMut(&[u32]) -> u64) -> f64 {
 
 /// Looks `addrs` up in batches of [`BATCH`] through `look` (addresses, outputs), summing
 /// the values so that no lookup can be skipped.
-fn batched(addrs: &[u32], out: &mut [u32], look: impl Fn(&[u32], &mut [u32])) -> u64 {
+fn batched<T>(addrs: &[T], out: &mut [u32], look: impl Fn(&[T], &mut [u32])) -> u64 {
     addrs
         .chunks(BATCH)
         .map(|c| {
@@ -66,7 +66,7 @@ fn batched(addrs: &[u32], out: &mut [u32], look: impl Fn(&[u32], &mut [u32])) ->
         .sum()
 }
 
-fn single(addrs: &[u32], look: impl Fn(u32) -> u32) -> u64 {
+fn single<T: Copy>(addrs: &[T], look: impl Fn(T) -> u32) -> u64 {
     addrs.iter().map(|&a| look(a) as u64).sum()
 }
 
@@ -259,6 +259,187 @@ pub fn run(
         });
     }
     Ok(v)
+}
+
+/// The IPv6 workloads, as [`workloads`]: `random-prefix`, `uniform` (over 2000::/3, the
+/// global unicast space, since nearly all of the rest has no route), `one`.
+pub fn workloads6(t: &Table6, n: usize, seed: u64) -> Vec<(&'static str, Vec<u128>)> {
+    let mut rng = Rng::new(seed);
+    let mut r128 = move || (rng.next_u64() as u128) << 64 | rng.next_u64() as u128;
+    let random_prefix = (0..n)
+        .map(|_| {
+            let p = t.routes[(r128() % t.routes.len() as u128) as usize].0;
+            p.bits() | (r128() & !fib::v6::mask6(p.len()))
+        })
+        .collect();
+    let uniform = (0..n).map(|_| 1 << 125 | r128() >> 3).collect();
+    let one = vec![t.routes.first().map(|r| r.0.bits()).unwrap_or(0); n];
+    vec![
+        ("random-prefix", random_prefix),
+        ("uniform", uniform),
+        ("one", one),
+    ]
+}
+
+/// `tessera bench fib` on an IPv6 table: Poptrie6 against the reference trie (and with
+/// `dpdk`, rte_lpm6 and rte_fib6), the same workloads, modes and JSON shape as [`run`].
+pub fn run6(
+    t: &Table6,
+    name: &str,
+    dpdk: bool,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Value, String> {
+    #[cfg(feature = "dpdk")]
+    let (dpdk, huge_pages) = if dpdk {
+        let (c, huge) = crate::dpdk::contenders6(t, progress)?;
+        (c, Some(huge))
+    } else {
+        (Vec::new(), None)
+    };
+    #[cfg(not(feature = "dpdk"))]
+    if dpdk {
+        return Err(NO_DPDK.into());
+    }
+    progress("building");
+    let t0 = Instant::now();
+    let mut rib = BinaryTrie6::new();
+    for &(p, v) in &t.routes {
+        rib.insert(p, v);
+    }
+    let rib_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let t1 = Instant::now();
+    let pop = Poptrie6::build(&rib);
+    let build_ms = t1.elapsed().as_secs_f64() * 1e3;
+
+    // Agreement first: a fast wrong answer is no result.
+    let mut out = vec![0u32; BATCH];
+    for (_, addrs) in &workloads6(t, 1 << 16, 99) {
+        for c in addrs.chunks(BATCH) {
+            pop.lookup_batch_raw(c, &mut out[..c.len()]);
+            for (&a, &o) in c.iter().zip(&out) {
+                let want = rib.lookup(a.into());
+                let at = std::net::Ipv6Addr::from(a);
+                assert_eq!(pop.lookup(a.into()), want, "poptrie6 disagrees at {at}");
+                assert_eq!(o, want.unwrap_or(fib::poptrie::NO_ROUTE), "batch at {at}");
+                #[cfg(feature = "dpdk")]
+                for d in &dpdk {
+                    assert_eq!(d.lookup(a), want, "{} disagrees at {at}", d.name);
+                }
+            }
+        }
+    }
+
+    let mut results = Vec::new();
+    let mut push = |s: &str, wl: &str, mode: &str, r: f64| {
+        results.push(json!({"structure": s, "workload": wl, "mode": mode, "lookups_per_sec": r.round()}));
+    };
+    for (wl, addrs) in workloads6(t, LOOKUPS, 1) {
+        progress(wl);
+        push("poptrie", wl, "single", rate(&addrs, |a| single(a, |x| pop.lookup_raw(x))));
+        push(
+            "poptrie",
+            wl,
+            "batch",
+            rate(&addrs, |a| {
+                batched(a, &mut out, |c, o| pop.lookup_batch_raw(c, o))
+            }),
+        );
+        let trie = rate(&addrs, |a| single(a, |x| rib.lookup(x.into()).unwrap_or(0)));
+        push("binary-trie", wl, "single", trie);
+        push("binary-trie", wl, "batch", trie);
+        #[cfg(feature = "dpdk")]
+        {
+            let bytes: Vec<[u8; 16]> = addrs.iter().map(|a| a.to_be_bytes()).collect();
+            for d in &dpdk {
+                push(d.name, wl, "single", rate(&bytes, |a| d.pass_single(a)));
+                push(d.name, wl, "batch", rate(&bytes, |a| d.pass_bulk(a)));
+            }
+        }
+    }
+    progress("updates");
+    let updates = update_rate6(t);
+    let get = |s: &str, wl: &str, m: &str| {
+        results
+            .iter()
+            .find(|r| r["structure"] == s && r["workload"] == wl && r["mode"] == m)
+            .and_then(|r| r["lookups_per_sec"].as_f64())
+            .unwrap_or(0.0)
+    };
+    let mut ratios = serde_json::Map::new();
+    for other in ["binary-trie", "rte_lpm6", "rte_fib6"] {
+        let mut m = serde_json::Map::new();
+        for wl in ["random-prefix", "uniform", "one"] {
+            for mode in ["single", "batch"] {
+                if get(other, wl, mode) > 0.0 {
+                    let r = get("poptrie", wl, mode) / get(other, wl, mode);
+                    m.insert(format!("{wl}/{mode}"), json!((r * 100.0).round() / 100.0));
+                }
+            }
+        }
+        if !m.is_empty() {
+            ratios.insert(format!("poptrie/{other}"), Value::Object(m));
+        }
+    }
+    #[allow(unused_mut)]
+    let mut v = json!({
+        "table": name,
+        "family": "ipv6",
+        "prefixes": t.routes.len(),
+        "next_hops": t.next_hops.len(),
+        "structure": "poptrie6 (16-bit dir, 6-bit strides)",
+        "build_ms": (build_ms * 10.0).round() / 10.0,
+        "reference_trie_build_ms": rib_ms.round(),
+        "memory_bytes": pop.memory_bytes(),
+        "bytes_per_prefix": (pop.memory_bytes() as f64 / t.routes.len().max(1) as f64 * 100.0).round() / 100.0,
+        "reference_trie_memory_bytes": rib.memory_bytes(),
+        "updates_per_sec": updates["single"],
+        "updates": updates,
+        "memory_probe": memory_probe(pop.memory_bytes()),
+        "lookups_per_workload": LOOKUPS,
+        "results": results,
+        "ratios": Value::Object(ratios),
+    });
+    #[cfg(feature = "dpdk")]
+    if let Some(huge) = huge_pages {
+        let mut d = json!({ "huge_pages": huge });
+        for c in &dpdk {
+            d[format!("{}_build_ms", c.name)] = json!(c.build_ms.round());
+            d[format!("{}_tbl8s", c.name)] = json!(c.tbl8s);
+        }
+        v["dpdk"] = d;
+    }
+    Ok(v)
+}
+
+/// As [`update_rate`], through the IPv6 writer.
+fn update_rate6(t: &Table6) -> Value {
+    let mut rib = BinaryTrie6::new();
+    for &(p, v) in &t.routes {
+        rib.insert(p, v);
+    }
+    let (mut w, _reader) = fib::FibWriter6::new(rib);
+    let mut rng = Rng::new(5);
+    let mut pick = || t.routes[rng.below(t.routes.len())];
+    let n = 2000;
+    let t0 = Instant::now();
+    for _ in 0..n / 2 {
+        let (p, v) = pick();
+        w.remove(p);
+        w.insert(p, v);
+    }
+    let single = n as f64 / t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    for _ in 0..20 {
+        let ch: Vec<_> = (0..500)
+            .flat_map(|_| {
+                let (p, v) = pick();
+                [(p, None), (p, Some(v))]
+            })
+            .collect();
+        w.apply(ch);
+    }
+    let batched = 20_000.0 / t1.elapsed().as_secs_f64();
+    json!({"single": single.round(), "batched_1000": batched.round(), "full_builds": w.full_builds})
 }
 
 /// Table sizes of the growth run (the paper's, before the full table).
@@ -518,6 +699,19 @@ mod tests {
         assert!(e.contains("--features dpdk"), "{e}");
         let e = growth(&[("t".into(), t)], 1, true, &mut |_| {}).expect_err("no DPDK");
         assert!(e.contains("--features dpdk"), "{e}");
+    }
+
+    #[test]
+    fn ipv6_run_reports_every_structure_and_workload() {
+        let t = crate::table::synthetic6(2_000, 1);
+        let v = run6(&t, "synthetic6", false, &mut |_| {}).expect("runs");
+        assert_eq!(v["prefixes"], 2_000);
+        assert_eq!(v["family"], "ipv6");
+        let rows = v["results"].as_array().expect("results");
+        assert_eq!(rows.len(), 3 * 2 * 2);
+        assert!(rows.iter().all(|r| r["lookups_per_sec"].as_f64().unwrap() > 0.0));
+        assert!(v["bytes_per_prefix"].as_f64().unwrap() > 0.0);
+        assert!(v["ratios"]["poptrie/binary-trie"]["random-prefix/batch"].as_f64().is_some());
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! optional next hop (`a.b.c.d/len [next-hop]`, more columns ignored), or a seeded
 //! synthetic table with the prefix-length mix of a real one.
 
-use fib::Prefix;
-use std::net::Ipv4Addr;
+use fib::{Prefix, Prefix6};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
 /// Routes and the next hops they use, numbered: `routes[i].1` indexes `next_hops`.
@@ -112,6 +112,116 @@ pub fn synthetic(n: usize, seed: u64) -> Table {
     t
 }
 
+/// An IPv6 table: routes and the next hops they use, numbered.
+#[derive(Debug, Clone, Default)]
+pub struct Table6 {
+    pub routes: Vec<(Prefix6, u32)>,
+    pub next_hops: Vec<Ipv6Addr>,
+}
+
+/// Reads the IPv6 routes of a table, as [`read`] the IPv4 ones (16 synthetic next hops
+/// where the table gives none).
+pub fn read6(path: &Path) -> Result<(Table6, usize), String> {
+    let mut t = Table6::default();
+    let mut ids = std::collections::HashMap::new();
+    let st = control::tables::read6(path, |p, hop| {
+        let hop = hop.unwrap_or_else(|| {
+            let h = (p.bits() as u64 ^ (p.bits() >> 64) as u64 ^ p.len() as u64)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                >> 60;
+            Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1 + h as u16)
+        });
+        let id = *ids.entry(hop).or_insert_with(|| {
+            t.next_hops.push(hop);
+            t.next_hops.len() as u32 - 1
+        });
+        t.routes.push((p, id));
+    })?;
+    if t.next_hops.len() as u32 > fib::poptrie::MAX_VALUE + 1 {
+        return Err(format!(
+            "{}: {} distinct next hops; the forwarding table's leaves hold at most {}",
+            path.display(),
+            t.next_hops.len(),
+            fib::poptrie::MAX_VALUE + 1
+        ));
+    }
+    if t.routes.is_empty() {
+        return Err(format!(
+            "{}: no IPv6 prefix in the table ({} lines or records skipped: other address \
+             families, or unreadable)",
+            path.display(),
+            st.skipped
+        ));
+    }
+    Ok((t, st.skipped))
+}
+
+/// The prefix-length shares of a full IPv6 table (ipv6-bgp-2023, per 100,000; lengths
+/// with fewer than 0.01% folded into their neighbours).
+const MIX6: [(u8, u32); 25] = [
+    (20, 10),
+    (24, 19),
+    (28, 121),
+    (29, 2729),
+    (30, 406),
+    (31, 177),
+    (32, 14080),
+    (33, 1827),
+    (34, 1625),
+    (35, 651),
+    (36, 3744),
+    (37, 549),
+    (38, 1010),
+    (39, 860),
+    (40, 8379),
+    (41, 564),
+    (42, 1437),
+    (43, 625),
+    (44, 8970),
+    (45, 970),
+    (46, 1897),
+    (47, 1969),
+    (48, 47136),
+    (56, 15),
+    (64, 115),
+];
+
+/// A seeded synthetic IPv6 table of `n` distinct prefixes with the length mix of a real
+/// one, inside the /16s that real tables use (2001: to 2c0f:).
+pub fn synthetic6(n: usize, seed: u64) -> Table6 {
+    let mut rng = crate::Rng::new(seed);
+    let total: u32 = MIX6.iter().map(|m| m.1).sum();
+    let mut seen = std::collections::HashSet::new();
+    let mut t = Table6 {
+        routes: Vec::with_capacity(n),
+        next_hops: (1..=16)
+            .map(|i| Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, i))
+            .collect(),
+    };
+    while t.routes.len() < n {
+        let mut r = (rng.next_u64() % total as u64) as u32;
+        let len = MIX6
+            .iter()
+            .find(|m| {
+                if r < m.1 {
+                    true
+                } else {
+                    r -= m.1;
+                    false
+                }
+            })
+            .map(|m| m.0)
+            .unwrap_or(48);
+        let top = 0x2001 + rng.below(0x2c10 - 0x2001) as u128;
+        let low = ((rng.next_u64() as u128) << 64 | rng.next_u64() as u128) >> 16;
+        let p = Prefix6::new((top << 112 | low).into(), len);
+        if seen.insert(p) {
+            t.routes.push((p, (rng.next_u64() % 16) as u32));
+        }
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +235,16 @@ mod tests {
         assert_eq!(s.len(), 5000);
         let share24 = a.routes.iter().filter(|r| r.0.len() == 24).count() as f64 / 5000.0;
         assert!((0.55..0.65).contains(&share24), "{share24}");
+    }
+
+    #[test]
+    fn synthetic6_is_seeded_and_distinct() {
+        let a = synthetic6(5000, 7);
+        assert_eq!(a.routes, synthetic6(5000, 7).routes);
+        let s: std::collections::HashSet<_> = a.routes.iter().map(|r| r.0).collect();
+        assert_eq!(s.len(), 5000);
+        let share48 = a.routes.iter().filter(|r| r.0.len() == 48).count() as f64 / 5000.0;
+        assert!((0.42..0.52).contains(&share48), "{share48}");
     }
 
     #[test]
@@ -159,6 +279,14 @@ mod tests {
             let e = read(&p).unwrap_err();
             assert!(e.contains("no IPv4 prefix"), "{e}");
         }
+        let p = dir.join("v4.txt");
+        std::fs::write(&p, "10.0.0.0/8\n").unwrap();
+        let e = read6(&p).unwrap_err();
+        assert!(e.contains("no IPv6 prefix"), "{e}");
+        std::fs::write(&p, "10.0.0.0/8\n2001:db8::/32 2001:db8::9\n").unwrap();
+        let (t, skipped) = read6(&p).unwrap();
+        assert_eq!((t.routes.len(), skipped), (1, 1));
+        assert_eq!(t.next_hops, ["2001:db8::9".parse::<Ipv6Addr>().unwrap()]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -372,11 +372,17 @@ enum RouteCmd {
 #[derive(Subcommand)]
 enum Bench {
     /// LPM lookup rates, build time, memory and update rates on one table, against the
-    /// reference trie and an existing Rust LPM crate.
+    /// reference trie and an existing Rust LPM crate. A table with IPv6 prefixes and no
+    /// IPv4 ones (or --ipv6) measures the IPv6 structure.
     Fib {
-        /// A table: gzip or plain text, one prefix per line, optional next hop.
+        /// A table: text (one prefix per line, optional next hop) or MRT, plain or
+        /// compressed.
         #[arg(long, required_unless_present_any = ["synthetic", "growth"])]
         table: Option<PathBuf>,
+        /// Measure the table's IPv6 prefixes (with --synthetic: a synthetic IPv6 table
+        /// with the prefix-length mix of a full one).
+        #[arg(long, conflicts_with = "growth")]
+        ipv6: bool,
         /// Use a seeded synthetic table of N prefixes (real prefix-length mix) instead.
         #[arg(long, conflicts_with_all = ["table", "growth"])]
         synthetic: Option<usize>,
@@ -933,11 +939,52 @@ fn run(cli: Cli) -> Result<i32> {
                 table,
                 synthetic,
                 dpdk,
+                ipv6,
                 ..
             } => {
+                let v4_only = match &table {
+                    Some(path) if !ipv6 => bench::table::read(path).map(Some),
+                    _ => Ok(None),
+                };
+                let ipv6 = ipv6
+                    || match &v4_only {
+                        Err(e) if e.contains("no IPv4 prefix") => {
+                            eprintln!("{e}: measuring its IPv6 prefixes");
+                            true
+                        }
+                        Err(e) => bail!("{e}"),
+                        Ok(_) => false,
+                    };
+                if ipv6 {
+                    let (t, name) = match (table, synthetic) {
+                        (Some(path), _) => {
+                            let (t, skipped) =
+                                bench::table::read6(&path).map_err(anyhow::Error::msg)?;
+                            eprintln!(
+                                "{}: {} IPv6 prefixes, {} next hops ({skipped} other lines or \
+                                 records skipped)",
+                                path.display(),
+                                t.routes.len(),
+                                t.next_hops.len()
+                            );
+                            (t, path.display().to_string())
+                        }
+                        (None, Some(n)) => {
+                            (bench::table::synthetic6(n, 1), format!("synthetic6-{n}"))
+                        }
+                        (None, None) => bail!("give --table FILE or --synthetic N"),
+                    };
+                    let v = bench::fib_bench::run6(&t, &name, dpdk, &mut |stage| {
+                        eprintln!("bench fib: {stage}")
+                    })
+                    .map_err(anyhow::Error::msg)?;
+                    return print(&v);
+                }
                 let (t, name) = match (table, synthetic) {
                     (Some(path), _) => {
-                        let (t, skipped) = bench::table::read(&path).map_err(anyhow::Error::msg)?;
+                        let (t, skipped) = v4_only
+                            .map_err(anyhow::Error::msg)?
+                            .context("the table was read")?;
                         eprintln!(
                             "{}: {} IPv4 prefixes, {} next hops ({skipped} other lines skipped)",
                             path.display(),
