@@ -331,11 +331,18 @@ pub fn run6(
 
     let mut results = Vec::new();
     let mut push = |s: &str, wl: &str, mode: &str, r: f64| {
-        results.push(json!({"structure": s, "workload": wl, "mode": mode, "lookups_per_sec": r.round()}));
+        results.push(
+            json!({"structure": s, "workload": wl, "mode": mode, "lookups_per_sec": r.round()}),
+        );
     };
     for (wl, addrs) in workloads6(t, LOOKUPS, 1) {
         progress(wl);
-        push("poptrie", wl, "single", rate(&addrs, |a| single(a, |x| pop.lookup_raw(x))));
+        push(
+            "poptrie",
+            wl,
+            "single",
+            rate(&addrs, |a| single(a, |x| pop.lookup_raw(x))),
+        );
         push(
             "poptrie",
             wl,
@@ -709,9 +716,13 @@ mod tests {
         assert_eq!(v["family"], "ipv6");
         let rows = v["results"].as_array().expect("results");
         assert_eq!(rows.len(), 3 * 2 * 2);
-        assert!(rows.iter().all(|r| r["lookups_per_sec"].as_f64().unwrap() > 0.0));
+        assert!(rows
+            .iter()
+            .all(|r| r["lookups_per_sec"].as_f64().unwrap() > 0.0));
         assert!(v["bytes_per_prefix"].as_f64().unwrap() > 0.0);
-        assert!(v["ratios"]["poptrie/binary-trie"]["random-prefix/batch"].as_f64().is_some());
+        assert!(v["ratios"]["poptrie/binary-trie"]["random-prefix/batch"]
+            .as_f64()
+            .is_some());
     }
 
     #[test]

@@ -59,7 +59,10 @@ pub fn read(path: &Path, mut each: impl FnMut(Prefix, Option<Ipv4Addr>)) -> Resu
 }
 
 /// Reads a table, calling `each(prefix, next_hop)` per IPv6 route.
-pub fn read6(path: &Path, mut each: impl FnMut(Prefix6, Option<Ipv6Addr>)) -> Result<Stats, String> {
+pub fn read6(
+    path: &Path,
+    mut each: impl FnMut(Prefix6, Option<Ipv6Addr>),
+) -> Result<Stats, String> {
     read_routes(path, |r| match r {
         Route::V6(p, h) => {
             each(p, h);
@@ -206,7 +209,9 @@ pub mod mrt {
                 // Abbreviated (length, address) or whole (AFI, SAFI, length, address...).
                 let hop = match v {
                     [n, rest @ ..] if *n as usize <= rest.len() && matches!(n, 16 | 32) => rest,
-                    [_, _, _, n, rest @ ..] if *n as usize <= rest.len() && matches!(n, 16 | 32) => {
+                    [_, _, _, n, rest @ ..]
+                        if *n as usize <= rest.len() && matches!(n, 16 | 32) =>
+                    {
                         rest
                     }
                     _ => &[],
@@ -231,7 +236,10 @@ pub mod mrt {
         let mut a = [0u8; 16];
         a[..bytes.len()].copy_from_slice(bytes);
         Ok(if afi == 1 {
-            Route::V4(Prefix::new(Ipv4Addr::new(a[0], a[1], a[2], a[3]), len), None)
+            Route::V4(
+                Prefix::new(Ipv4Addr::new(a[0], a[1], a[2], a[3]), len),
+                None,
+            )
         } else {
             Route::V6(Prefix6::new(Ipv6Addr::from(a), len), None)
         })
@@ -498,14 +506,21 @@ mod tests {
         rec.extend_from_slice(&v1);
         let d = dir();
         std::fs::write(d.join("rib6"), &rec).unwrap();
-        std::fs::write(d.join("t6.txt"), "2001:db8:1::/48 2001:db8::1\n10.0.0.0/8\n").unwrap();
+        std::fs::write(
+            d.join("t6.txt"),
+            "2001:db8:1::/48 2001:db8::1\n10.0.0.0/8\n",
+        )
+        .unwrap();
         let mut v = Vec::new();
         let st = read6(&d.join("rib6"), |p, h| v.push((p.to_string(), h))).unwrap();
         assert_eq!(
             v,
             [
                 ("2001:db8:1::/48".to_string(), Some(hop)),
-                ("2001:db8:200::/40".to_string(), Some("2001:db8::2".parse().unwrap()))
+                (
+                    "2001:db8:200::/40".to_string(),
+                    Some("2001:db8::2".parse().unwrap())
+                )
             ]
         );
         assert_eq!((st.routes, st.skipped, st.mrt), (2, 0, true));

@@ -29,7 +29,11 @@ fn mrt_samples_agree_with_the_reference_listings() {
         let mut want4: BTreeMap<String, usize> = BTreeMap::new();
         let mut want6: BTreeMap<String, usize> = BTreeMap::new();
         for l in listing.lines().map(str::trim).filter(|l| !l.is_empty()) {
-            let want = if l.contains(':') { &mut want6 } else { &mut want4 };
+            let want = if l.contains(':') {
+                &mut want6
+            } else {
+                &mut want4
+            };
             *want.entry(l.to_string()).or_default() += 1;
         }
         let mut got4: BTreeMap<String, usize> = BTreeMap::new();

@@ -68,7 +68,11 @@ impl Family for V4 {
         t.arena_words()
     }
     fn slots(p: Prefix) -> (u32, u32) {
-        slots_of(p.bits() >> (32 - Self::DIR_BITS), p.len() as u32, Self::DIR_BITS)
+        slots_of(
+            p.bits() >> (32 - Self::DIR_BITS),
+            p.len() as u32,
+            Self::DIR_BITS,
+        )
     }
 }
 

@@ -8,25 +8,42 @@
 //! so no direct-pointing array reaches the common lengths (a 24-bit one is 64 MiB, as in
 //! DPDK's rte_lpm6 and rte_fib6, which then walk 8-bit tables, one load per byte past /24).
 //!
-//! Poptrie6 is the IPv6 form of the Poptrie paper (Asai and Ohara, SIGCOMM 2015, section
-//! 4.3): a 16-bit direct-pointing array `dir` (256 KiB, which stays in the L2 cache), then
-//! nodes of 6-bit stride, each two 64-bit vectors and two bases (24 bytes): `vector` marks
-//! the positions that are internal children, stored contiguously from `base1`, and
-//! `leafvec` marks where a run of equal leaves starts, the runs stored from `base0` in a
-//! separate array of 16-bit leaves. A child's or a leaf's place is a population count of the
-//! vector below its position. A `dir` entry is either a leaf ([`DIR_LEAF`] set) or a node.
-//! A /48 lookup walks `dir` and up to six nodes (16 + 6 x 6 bits), but the nodes near the
-//! top are few and hot, and the batched lookup ([`Poptrie6::lookup_batch_raw`]) walks 16
-//! addresses side by side, prefetching each one's next node and its leaf, so that their
-//! cache misses overlap.
+//! Poptrie6 is an IPv6 form of Poptrie (Asai and Ohara, SIGCOMM 2015): a 16-bit
+//! direct-pointing array `dir` (256 KiB, which stays in the L2 cache), then nodes of 8-bit
+//! stride, so that below `dir` every step resolves one byte of the address and a /48 is
+//! four nodes down. A node is four quarters of 64 positions, each as a node of the paper
+//! (24 bytes): `vector` marks the positions that are internal children, `leafvec` where a
+//! run of equal leaves starts, and `base1`/`base0` say where the quarter's first child and
+//! first run are among the node's children (contiguous) and leaves (16-bit, in an array of
+//! their own). A lookup reads one quarter per step; a child's or a leaf's place is a
+//! population count below its position. A `dir` entry is a node, or ([`DIR_LEAF`] set) the
+//! index of its leaf.
 //!
 //! The structure is compiled from a [`BinaryTrie6`] (the control side's table) and never
-//! changed in place; [`crate::table::Writer`] publishes it loss-free, recompiling only the
-//! `dir` slots (/16s) an update touched. Measured against DPDK's rte_lpm6 and rte_fib6 with
-//! `tessera bench fib --table ../shared/data/ipv6-bgp-2023.txt.gz --dpdk` (docs in
-//! `crates/bench/src/fib_bench.rs`).
+//! changed in place; [`crate::table::Writer`] publishes it loss-free, recompiling the
+//! `dir` slots (/16s) an update touched.
+//!
+//! Measured with `tessera bench fib --dpdk --table ../shared/data/ipv6-bgp-2023.txt.gz`
+//! (one run, DPDK 22.11 on 2 MiB huge pages, 4 Mi lookups per workload, M lookups/s):
+//!
+//! | structure | build | memory | random-prefix single / batched | uniform single / batched |
+//! |---|---|---|---|---|
+//! | **Poptrie6, 8-bit strides** | 45 ms | 4.4 MB (27.4 B/prefix) | **25.1 / 21.8** | 436 / 235 |
+//! | DPDK rte_lpm6 | 48 ms | 76,448 8-bit tables | 20.2 / 24.7 | 48 / 76 |
+//! | DPDK rte_fib6 (TRIE, 4-byte next hops) | 333 ms | 395,739 8-bit tables | 20.6 / 29.4 | 48 / 94 |
+//! | reference binary trie | - | - | 2.9 / - | 31 / - |
+//!
+//! Earlier in the same session, 6-bit strides (the paper's): 18.9 B/prefix, 23.2 / 24.1
+//! random-prefix against rte_fib6's 20.0 / 29.3 in the same run. Single lookups beat both
+//! DPDK structures (1.2-1.4 times); batched ones do not (0.74-0.91 times rte_fib6): a
+//! lookup is a chain of four to six dependent loads with a mispredicted branch where it
+//! ends, and neither a software pipeline (the kept batch: prefetch of the `dir` entry 16
+//! addresses ahead and of the first node 8 ahead) nor 16 lookups walked side by side
+//! without data-dependent branches (18 M/s: more instructions per step than the
+//! misses it hid) made the batch faster than one lookup after another. Fewer dependent
+//! steps (a wider first node level) is the next thing to try.
 
-use crate::poptrie::{prefetch, MAX_VALUE, NO_ROUTE};
+use crate::poptrie::{MAX_VALUE, NO_ROUTE};
 use std::net::Ipv6Addr;
 
 /// An IPv6 prefix with its host bits cleared.
@@ -290,13 +307,19 @@ enum Slot {
 
 /// Bits resolved by the direct-pointing array.
 pub const DIR6_BITS: u32 = 16;
-const STRIDE: u32 = 6;
-/// A `dir` entry with this bit set is a leaf (its low 16 bits); otherwise a node index.
+/// Bits resolved by each node below `dir`.
+const STRIDE: u32 = 8;
+/// A `dir` entry with this bit set resolves there: its low bits index the leaf array.
+/// Otherwise it is a node's index.
 pub const DIR_LEAF: u32 = 1 << 31;
 
-/// A node below `dir`, 24 bytes.
+/// A quarter of a node: 64 of its 256 positions, 24 bytes. `vector` marks the positions
+/// that are children and `leafvec` where a run of leaves starts; `base1` and `base0` are
+/// where this quarter's first child and first run are, counted over the whole node
+/// (so a quarter whose first positions continue the previous quarter's run finds it at
+/// `base0 - 1`).
 #[derive(Clone, Copy, Debug, Default)]
-struct Node6 {
+struct Quarter {
     vector: u64,
     leafvec: u64,
     base1: u32,
@@ -309,8 +332,7 @@ fn upto(v: u32) -> u64 {
     u64::MAX >> (63 - v)
 }
 
-/// The 6-bit chunk of `a` that starts `off` bits from the top (`off` at most 124; zeros
-/// past bit 128).
+/// The 8-bit chunk of `a` that starts `off` bits from the top (`off` at most 120).
 #[inline(always)]
 fn chunk(a: u128, off: u32) -> u32 {
     ((a << off) >> (128 - STRIDE)) as u32
@@ -329,8 +351,11 @@ fn leaf16(v: u32) -> u16 {
 #[derive(Debug, Clone)]
 pub struct Poptrie6 {
     dir: Box<[u32]>,
-    nodes: Vec<Node6>,
+    /// Nodes, four quarters each; node `n` is `quarters[4n..4n + 4]`.
+    quarters: Vec<Quarter>,
     leaves: Vec<u16>,
+    /// The leaf index of each value that `dir` resolves directly.
+    dir_leaves: std::collections::HashMap<u16, u32>,
     count: usize,
 }
 
@@ -338,9 +363,11 @@ impl Poptrie6 {
     /// Compiles `t`.
     pub fn build(t: &BinaryTrie6) -> Poptrie6 {
         let mut p = Poptrie6 {
-            dir: vec![DIR_LEAF | NO_ROUTE; 1 << DIR6_BITS].into_boxed_slice(),
-            nodes: Vec::new(),
+            dir: vec![0; 1 << DIR6_BITS].into_boxed_slice(),
+            // Node 0 is never named (a `dir` entry of 0 would be ambiguous to read).
+            quarters: vec![Quarter::default(); 4],
             leaves: Vec::new(),
+            dir_leaves: Default::default(),
             count: t.len(),
         };
         let mut slots = Vec::with_capacity(1 << DIR6_BITS);
@@ -361,49 +388,58 @@ impl Poptrie6 {
 
     fn set_slot(&mut self, t: &BinaryTrie6, i: usize, s: Slot) {
         self.dir[i] = match s {
-            Slot::Leaf(v) => DIR_LEAF | leaf16(v) as u32,
+            Slot::Leaf(v) => {
+                let v = leaf16(v);
+                let leaves = &mut self.leaves;
+                DIR_LEAF
+                    | *self.dir_leaves.entry(v).or_insert_with(|| {
+                        leaves.push(v);
+                        leaves.len() as u32 - 1
+                    })
+            }
             Slot::Child(n, inh) => {
-                let at = self.nodes.len();
-                self.nodes.push(Node6::default());
+                let at = self.quarters.len() / 4;
+                self.quarters.extend([Quarter::default(); 4]);
                 self.build_node(t, at, n, inh);
                 at as u32
             }
         };
     }
 
-    /// Fills node `at` with the 64 positions below trie node `n`; its children follow,
+    /// Fills node `at` with the 256 positions below trie node `n`; its children follow,
     /// contiguous, each filled in turn (depth first).
     fn build_node(&mut self, t: &BinaryTrie6, at: usize, n: u32, inh: u32) {
-        let mut slots = Vec::with_capacity(64);
+        let mut slots = Vec::with_capacity(1 << STRIDE);
         t.expand(n, STRIDE, inh, &mut slots);
-        let mut node = Node6 {
-            base0: self.leaves.len() as u32,
-            base1: self.nodes.len() as u32,
-            ..Node6::default()
-        };
+        let first = self.quarters.len() / 4;
         let mut children = Vec::new();
         let mut prev = None;
-        for (v, s) in slots.iter().enumerate() {
+        let mut q = [Quarter::default(); 4];
+        for (pos, s) in slots.iter().enumerate() {
+            let (qi, v) = (pos / 64, pos % 64);
+            if v == 0 {
+                q[qi].base1 = (first + children.len()) as u32;
+                q[qi].base0 = self.leaves.len() as u32;
+            }
             match *s {
                 Slot::Child(c, ci) => {
-                    node.vector |= 1 << v;
+                    q[qi].vector |= 1 << v;
                     children.push((c, ci));
                 }
                 Slot::Leaf(x) => {
                     // A run starts at the first leaf and wherever the value changes
                     // (child positions in between do not break a run).
                     if prev != Some(x) {
-                        node.leafvec |= 1 << v;
+                        q[qi].leafvec |= 1 << v;
                         self.leaves.push(leaf16(x));
                         prev = Some(x);
                     }
                 }
             }
         }
-        let first = self.nodes.len();
-        self.nodes
-            .resize(first + children.len(), Node6::default());
-        self.nodes[at] = node;
+        self.quarters[4 * at..4 * at + 4].copy_from_slice(&q);
+        self.quarters
+            .resize(4 * (first + children.len()), Quarter::default());
         for (k, (c, ci)) in children.into_iter().enumerate() {
             self.build_node(t, first + k, c, ci);
         }
@@ -415,71 +451,41 @@ impl Poptrie6 {
         let mut e = self.dir[(a >> (128 - DIR6_BITS)) as usize];
         let mut off = DIR6_BITS;
         while e & DIR_LEAF == 0 {
-            let n = &self.nodes[e as usize];
-            let v = chunk(a, off);
-            if n.vector & (1 << v) != 0 {
-                e = n.base1 + (n.vector & upto(v)).count_ones() - 1;
+            let c = chunk(a, off);
+            let q = &self.quarters[(4 * e + (c >> 6)) as usize];
+            let v = c & 63;
+            if q.vector & (1 << v) != 0 {
+                e = q.base1 + (q.vector & upto(v)).count_ones() - 1;
                 off += STRIDE;
             } else {
-                let i = n.base0 + (n.leafvec & upto(v)).count_ones() - 1;
+                let i = q.base0 + (q.leafvec & upto(v)).count_ones() - 1;
                 return self.leaves[i as usize] as u32;
             }
         }
-        e & !DIR_LEAF
+        self.leaves[(e & !DIR_LEAF) as usize] as u32
     }
 
-    /// Looks up every address of `addrs` into `out` (same length), 16 at a time side by
-    /// side: each step moves every unfinished address one node down (or to its leaf) and
-    /// prefetches what it reads next, so that up to 16 cache misses are in flight.
+    /// Looks up every address of `addrs` into `out` (same length), one after another,
+    /// with a software pipeline ahead of them: the `dir` entry of the address 16 places
+    /// ahead and the first node of the one 8 places ahead are prefetched, so that each
+    /// lookup starts with its top of the walk in the cache.
     pub fn lookup_batch_raw(&self, addrs: &[u128], out: &mut [u32]) {
-        const W: usize = 16;
-        /// In `state`: the index is of a leaf (its last step), not a node.
-        const AT_LEAF: u32 = 1 << 31;
-        for (ac, oc) in addrs.chunks(W).zip(out.chunks_mut(W)) {
-            let mut state = [0u32; W];
-            let mut off = [DIR6_BITS; W];
-            let mut live = 0u32;
-            for (i, &a) in ac.iter().enumerate() {
-                let e = self.dir[(a >> (128 - DIR6_BITS)) as usize];
-                if e & DIR_LEAF != 0 {
-                    oc[i] = e & !DIR_LEAF;
-                } else {
-                    if let Some(n) = self.nodes.get(e as usize) {
-                        prefetch(n);
-                    }
-                    state[i] = e;
-                    live |= 1 << i;
+        const FAR: usize = 16;
+        const NEAR: usize = 8;
+        let top = |a: u128| (a >> (128 - DIR6_BITS)) as usize;
+        for (i, (&a, o)) in addrs.iter().zip(out.iter_mut()).enumerate() {
+            if let Some(&f) = addrs.get(i + FAR) {
+                prefetch_ptr(self.dir.as_ptr().wrapping_add(top(f)) as *const u8);
+            }
+            if let Some(&n) = addrs.get(i + NEAR) {
+                let e = self.dir[top(n)];
+                // Only a node: a prefetch of a far address costs a page walk.
+                if e & DIR_LEAF == 0 {
+                    let q = (4 * e as usize) | (n >> (120 - DIR6_BITS)) as usize & 3;
+                    prefetch_ptr(self.quarters.as_ptr().wrapping_add(q) as *const u8);
                 }
             }
-            while live != 0 {
-                let mut m = live;
-                while m != 0 {
-                    let i = m.trailing_zeros() as usize;
-                    m &= m - 1;
-                    let s = state[i];
-                    if s & AT_LEAF != 0 {
-                        oc[i] = self.leaves[(s & !AT_LEAF) as usize] as u32;
-                        live &= !(1 << i);
-                        continue;
-                    }
-                    let n = &self.nodes[s as usize];
-                    let v = chunk(ac[i], off[i]);
-                    if n.vector & (1 << v) != 0 {
-                        let c = n.base1 + (n.vector & upto(v)).count_ones() - 1;
-                        if let Some(n) = self.nodes.get(c as usize) {
-                            prefetch(n);
-                        }
-                        state[i] = c;
-                        off[i] += STRIDE;
-                    } else {
-                        let l = n.base0 + (n.leafvec & upto(v)).count_ones() - 1;
-                        if let Some(x) = self.leaves.get(l as usize) {
-                            prefetch(x);
-                        }
-                        state[i] = l | AT_LEAF;
-                    }
-                }
-            }
+            *o = self.lookup_raw(a);
         }
     }
 
@@ -491,12 +497,12 @@ impl Poptrie6 {
 
     /// Bytes of `dir`, nodes and leaves.
     pub fn memory_bytes(&self) -> usize {
-        self.dir.len() * 4 + self.nodes.len() * 24 + self.leaves.len() * 2
+        self.dir.len() * 4 + self.quarters.len() * 24 + self.leaves.len() * 2
     }
 
     /// Size of the arena in 4-byte words (nodes and leaves), garbage included.
     pub fn arena_words(&self) -> usize {
-        self.nodes.len() * 6 + self.leaves.len().div_ceil(2)
+        self.quarters.len() * 6 + self.leaves.len().div_ceil(2)
     }
 
     pub fn len(&self) -> usize {
@@ -506,6 +512,21 @@ impl Poptrie6 {
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
+}
+
+/// Asks the CPU to start loading the cache line at `p`, which may be any address: a
+/// prefetch is a hint that never faults and is never dereferenced.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn prefetch_ptr(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is a hint to the memory system; it cannot fault, whatever the
+    // address, and does not dereference the pointer in the language's sense.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 #[cfg(test)]
