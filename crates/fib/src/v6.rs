@@ -24,7 +24,8 @@
 //! `dir` slots (/16s) an update touched.
 //!
 //! Measured with `tessera bench fib --dpdk --table ../shared/data/ipv6-bgp-2023.txt.gz`
-//! (one run, DPDK 22.11 on 2 MiB huge pages, 4 Mi lookups per workload, M lookups/s):
+//! (DPDK 22.11 on 2 MiB huge pages, 4 Mi lookups per workload, M lookups/s; one run with
+//! the software-pipelined batch that preceded the kept one):
 //!
 //! | structure | build | memory | random-prefix single / batched | uniform single / batched |
 //! |---|---|---|---|---|
@@ -33,15 +34,22 @@
 //! | DPDK rte_fib6 (TRIE, 4-byte next hops) | 333 ms | 395,739 8-bit tables | 20.6 / 29.4 | 48 / 94 |
 //! | reference binary trie | - | - | 2.9 / - | 31 / - |
 //!
-//! Earlier in the same session, 6-bit strides (the paper's): 18.9 B/prefix, 23.2 / 24.1
-//! random-prefix against rte_fib6's 20.0 / 29.3 in the same run. Single lookups beat both
-//! DPDK structures (1.2-1.4 times); batched ones do not (0.74-0.91 times rte_fib6): a
-//! lookup is a chain of four to six dependent loads with a mispredicted branch where it
-//! ends, and neither a software pipeline (the kept batch: prefetch of the `dir` entry 16
-//! addresses ahead and of the first node 8 ahead) nor 16 lookups walked side by side
-//! without data-dependent branches (18 M/s: more instructions per step than the
-//! misses it hid) made the batch faster than one lookup after another. Fewer dependent
-//! steps (a wider first node level) is the next thing to try.
+//! Single lookups beat both DPDK structures (1.2-1.4 times in every run); batched ones do
+//! not (0.74-0.91 times rte_fib6's batched rate). Tried for the batch, each in a run with
+//! DPDK: a software pipeline (the `dir` entry 16 addresses ahead and the first node 8
+//! ahead prefetched; 21.8-27.0 against 25.1-29.4 single); 16 addresses walked side by
+//! side in rounds without data-dependent branches (17.7-18.4); and the kept one,
+//! asynchronous memory access chaining over [`LANES`] lanes (19.8 against 21.3 single and
+//! rte_fib6's 24.6 in a noisier run). Which bound holds shows on synthetic tables
+//! (`bench fib --synthetic N --ipv6`, one run): with 1,000 prefixes (0.6 MB, in the L2
+//! cache) single lookups run at 42 M/s and the chained batch at 23, its instructions and
+//! one mispredicted branch per address; with 160,000 random prefixes (38 MB, nodes
+//! rarely shared) the batch runs 2.6 times single (11.1 against 4.3), its misses
+//! overlapped. The real table (4.4 MB, top nodes shared and hot) sits between: single
+//! lookups are bound by their chain of five or six dependent loads, the batch by its
+//! instructions. Six-bit strides (the paper's) gave 18.9 B/prefix and 23.2 / 24.1 in one
+//! run. Fewer dependent steps per address (a wider first level below `dir`) and a batch
+//! step with fewer instructions are what is left to try for issue 18's 1.5 times.
 
 use crate::poptrie::{MAX_VALUE, NO_ROUTE};
 use std::net::Ipv6Addr;
@@ -309,6 +317,8 @@ enum Slot {
 pub const DIR6_BITS: u32 = 16;
 /// Bits resolved by each node below `dir`.
 const STRIDE: u32 = 8;
+/// Addresses in flight in [`Poptrie6::lookup_batch_raw`].
+pub const LANES: usize = 8;
 /// A `dir` entry with this bit set resolves there: its low bits index the leaf array.
 /// Otherwise it is a node's index.
 pub const DIR_LEAF: u32 = 1 << 31;
@@ -465,27 +475,82 @@ impl Poptrie6 {
         self.leaves[(e & !DIR_LEAF) as usize] as u32
     }
 
-    /// Looks up every address of `addrs` into `out` (same length), one after another,
-    /// with a software pipeline ahead of them: the `dir` entry of the address 16 places
-    /// ahead and the first node of the one 8 places ahead are prefetched, so that each
-    /// lookup starts with its top of the walk in the cache.
+    /// Looks up every address of `addrs` into `out` (same length), [`LANES`] at a time
+    /// side by side: each lane moves its address one step (a node, or its leaf) per turn
+    /// and prefetches what that address reads next, and a lane whose address has its
+    /// leaf takes the next address at once (asynchronous memory access chaining), so that
+    /// a cache miss of one address waits while the others work.
     pub fn lookup_batch_raw(&self, addrs: &[u128], out: &mut [u32]) {
-        const FAR: usize = 16;
-        const NEAR: usize = 8;
-        let top = |a: u128| (a >> (128 - DIR6_BITS)) as usize;
-        for (i, (&a, o)) in addrs.iter().zip(out.iter_mut()).enumerate() {
-            if let Some(&f) = addrs.get(i + FAR) {
-                prefetch_ptr(self.dir.as_ptr().wrapping_add(top(f)) as *const u8);
-            }
-            if let Some(&n) = addrs.get(i + NEAR) {
-                let e = self.dir[top(n)];
-                // Only a node: a prefetch of a far address costs a page walk.
-                if e & DIR_LEAF == 0 {
-                    let q = (4 * e as usize) | (n >> (120 - DIR6_BITS)) as usize & 3;
-                    prefetch_ptr(self.quarters.as_ptr().wrapping_add(q) as *const u8);
+        /// A lane with nothing to do (the input ran out).
+        const IDLE: u32 = u32::MAX;
+        let n = addrs.len().min(out.len());
+        let mut state = [IDLE; LANES];
+        let mut rest = [0u128; LANES];
+        let mut index = [0usize; LANES];
+        let mut next = 0;
+        let mut busy = 0;
+        let quarters = self.quarters.as_ptr();
+        let leaves = self.leaves.as_ptr();
+        // Starts address `i` in lane `l`: its `dir` entry, and a prefetch of what follows.
+        let start = |i: usize, l: usize, state: &mut [u32; LANES], rest: &mut [u128; LANES]| {
+            let a = addrs[i];
+            let e = self.dir[(a >> (128 - DIR6_BITS)) as usize];
+            state[l] = e;
+            rest[l] = a << DIR6_BITS;
+            let q = 4 * e as usize | (rest[l] >> 126) as usize;
+            let p = if e & DIR_LEAF != 0 {
+                leaves.wrapping_add((e & !DIR_LEAF) as usize) as *const u8
+            } else {
+                quarters.wrapping_add(q) as *const u8
+            };
+            prefetch_ptr(p);
+        };
+        for l in 0..LANES.min(n) {
+            start(next, l, &mut state, &mut rest);
+            index[l] = next;
+            next += 1;
+            busy += 1;
+        }
+        while busy > 0 {
+            for l in 0..LANES {
+                let s = state[l];
+                if s & DIR_LEAF != 0 {
+                    if s == IDLE {
+                        continue;
+                    }
+                    out[index[l]] = self.leaves[(s & !DIR_LEAF) as usize] as u32;
+                    if next < n {
+                        start(next, l, &mut state, &mut rest);
+                        index[l] = next;
+                        next += 1;
+                    } else {
+                        state[l] = IDLE;
+                        busy -= 1;
+                    }
+                    continue;
                 }
+                let c = (rest[l] >> (128 - STRIDE)) as u32;
+                let q = self.quarters[(4 * s + (c >> 6)) as usize];
+                let v = c & 63;
+                let m = upto(v);
+                let child = q.base1 + (q.vector & m).count_ones() - 1;
+                let leaf = q.base0 + (q.leafvec & m).count_ones();
+                let is_child = q.vector >> v & 1 != 0;
+                rest[l] <<= STRIDE;
+                let to_child =
+                    quarters.wrapping_add(4 * child as usize | (rest[l] >> 126) as usize);
+                let to_leaf = leaves.wrapping_add(leaf as usize - 1);
+                prefetch_ptr(if is_child {
+                    to_child as *const u8
+                } else {
+                    to_leaf as *const u8
+                });
+                state[l] = if is_child {
+                    child
+                } else {
+                    (leaf - 1) | DIR_LEAF
+                };
             }
-            *o = self.lookup_raw(a);
         }
     }
 
