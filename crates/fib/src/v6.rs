@@ -497,7 +497,7 @@ impl Poptrie6 {
             let e = self.dir[(a >> (128 - DIR6_BITS)) as usize];
             state[l] = e;
             rest[l] = a << DIR6_BITS;
-            let q = 4 * e as usize | (rest[l] >> 126) as usize;
+            let q = (4 * e as usize) | (rest[l] >> 126) as usize;
             let p = if e & DIR_LEAF != 0 {
                 leaves.wrapping_add((e & !DIR_LEAF) as usize) as *const u8
             } else {
@@ -505,9 +505,9 @@ impl Poptrie6 {
             };
             prefetch_ptr(p);
         };
-        for l in 0..LANES.min(n) {
-            start(next, l, &mut state, &mut rest);
-            index[l] = next;
+        for (l, ix) in index.iter_mut().enumerate().take(n) {
+            start(l, l, &mut state, &mut rest);
+            *ix = l;
             next += 1;
             busy += 1;
         }
@@ -538,7 +538,7 @@ impl Poptrie6 {
                 let is_child = q.vector >> v & 1 != 0;
                 rest[l] <<= STRIDE;
                 let to_child =
-                    quarters.wrapping_add(4 * child as usize | (rest[l] >> 126) as usize);
+                    quarters.wrapping_add((4 * child as usize) | (rest[l] >> 126) as usize);
                 let to_leaf = leaves.wrapping_add(leaf as usize - 1);
                 prefetch_ptr(if is_child {
                     to_child as *const u8
