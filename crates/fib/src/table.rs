@@ -2,9 +2,10 @@
 //!
 //! The writer keeps the reference trie (the control-side table) and two compiled tables:
 //! the published one, which readers load, and a spare. An update changes the trie, then
-//! brings the spare up to date by recompiling only the direct-pointing slots (/18s for
-//! IPv4's [`Poptrie`], /16s for IPv6's [`Poptrie6`]) changed since the spare was last
-//! current, and publishes it with one atomic pointer swap; the previous snapshot becomes
+//! brings the spare up to date by recompiling only what changed since the spare was last
+//! current (for IPv4's [`Poptrie`] the direct-pointing slots, /18s, a prefix covers; for
+//! IPv6's [`Poptrie6`] the node a prefix ends in, with copies of the nodes above it), and
+//! publishes it with one atomic pointer swap; the previous snapshot becomes
 //! the spare. Before touching the spare, the writer waits until no reader still holds it
 //! (readers hold a snapshot for one batch). Readers therefore never block and never see a
 //! half-applied change: each lookup sees either the old or the new table.
@@ -14,7 +15,7 @@
 //! address families through [`Family`].
 
 use crate::poptrie::Poptrie;
-use crate::v6::{BinaryTrie6, Poptrie6, Prefix6, DIR6_BITS};
+use crate::v6::{BinaryTrie6, Poptrie6, Prefix6};
 use crate::{BinaryTrie, Lpm, Prefix};
 use arc_swap::ArcSwap;
 use std::sync::Arc;
@@ -26,15 +27,16 @@ pub trait Family {
     type Rib;
     /// The compiled table readers look up in.
     type Table: Clone;
-    /// Bits of the compiled table's direct-pointing array.
-    const DIR_BITS: u32;
+    /// A part of the compiled table to recompile.
+    type Change: Copy + Ord;
     fn insert(rib: &mut Self::Rib, p: Self::Prefix, v: u32) -> Option<u32>;
     fn remove(rib: &mut Self::Rib, p: Self::Prefix) -> Option<u32>;
     fn build(rib: &Self::Rib) -> Self::Table;
-    fn rebuild_slot(t: &mut Self::Table, rib: &Self::Rib, slot: u32);
+    /// The parts to recompile when `p` changed.
+    fn changes(p: Self::Prefix, out: &mut Vec<Self::Change>);
+    /// Recompiles one part of `t` from `rib`.
+    fn rebuild(t: &mut Self::Table, rib: &Self::Rib, c: Self::Change);
     fn arena_words(t: &Self::Table) -> usize;
-    /// The first direct-pointing slot `p` covers, and how many.
-    fn slots(p: Self::Prefix) -> (u32, u32);
 }
 
 /// IPv4: [`BinaryTrie`] compiled to [`Poptrie`].
@@ -42,16 +44,12 @@ pub enum V4 {}
 /// IPv6: [`BinaryTrie6`] compiled to [`Poptrie6`].
 pub enum V6 {}
 
-fn slots_of(top: u32, len: u32, bits: u32) -> (u32, u32) {
-    let n = if len >= bits { 1 } else { 1 << (bits - len) };
-    (top, n)
-}
-
 impl Family for V4 {
     type Prefix = Prefix;
     type Rib = BinaryTrie;
     type Table = Poptrie;
-    const DIR_BITS: u32 = crate::poptrie::DIR_BITS;
+    /// A direct-pointing slot (/18).
+    type Change = u32;
     fn insert(rib: &mut BinaryTrie, p: Prefix, v: u32) -> Option<u32> {
         rib.insert(p, v)
     }
@@ -61,18 +59,17 @@ impl Family for V4 {
     fn build(rib: &BinaryTrie) -> Poptrie {
         Poptrie::build(rib)
     }
-    fn rebuild_slot(t: &mut Poptrie, rib: &BinaryTrie, slot: u32) {
+    fn changes(p: Prefix, out: &mut Vec<u32>) {
+        let bits = crate::poptrie::DIR_BITS;
+        let first = p.bits() >> (32 - bits);
+        let n = 1 << bits.saturating_sub(p.len() as u32);
+        out.extend(first..first + n);
+    }
+    fn rebuild(t: &mut Poptrie, rib: &BinaryTrie, slot: u32) {
         t.rebuild_slot(rib, slot)
     }
     fn arena_words(t: &Poptrie) -> usize {
         t.arena_words()
-    }
-    fn slots(p: Prefix) -> (u32, u32) {
-        slots_of(
-            p.bits() >> (32 - Self::DIR_BITS),
-            p.len() as u32,
-            Self::DIR_BITS,
-        )
     }
 }
 
@@ -80,7 +77,8 @@ impl Family for V6 {
     type Prefix = Prefix6;
     type Rib = BinaryTrie6;
     type Table = Poptrie6;
-    const DIR_BITS: u32 = DIR6_BITS;
+    /// The prefix itself: [`Poptrie6::rebuild_prefix`].
+    type Change = Prefix6;
     fn insert(rib: &mut BinaryTrie6, p: Prefix6, v: u32) -> Option<u32> {
         rib.insert(p, v)
     }
@@ -90,15 +88,14 @@ impl Family for V6 {
     fn build(rib: &BinaryTrie6) -> Poptrie6 {
         Poptrie6::build(rib)
     }
-    fn rebuild_slot(t: &mut Poptrie6, rib: &BinaryTrie6, slot: u32) {
-        t.rebuild_slot(rib, slot)
+    fn changes(p: Prefix6, out: &mut Vec<Prefix6>) {
+        out.push(p)
+    }
+    fn rebuild(t: &mut Poptrie6, rib: &BinaryTrie6, p: Prefix6) {
+        t.rebuild_prefix(rib, p)
     }
     fn arena_words(t: &Poptrie6) -> usize {
         t.arena_words()
-    }
-    fn slots(p: Prefix6) -> (u32, u32) {
-        let top = (p.bits() >> (128 - Self::DIR_BITS)) as u32;
-        slots_of(top, p.len() as u32, Self::DIR_BITS)
     }
 }
 
@@ -119,11 +116,12 @@ pub struct Writer<F: Family> {
     shared: Reader<F>,
     /// The unpublished copy; `None` only inside `publish`.
     spare: Option<Arc<F::Table>>,
-    /// Slots changed since the spare was last current.
-    spare_dirty: Vec<u32>,
-    /// Slots changed by the update being applied.
-    dirty: Vec<u32>,
-    marked: Vec<u64>,
+    /// Parts changed since the spare was last current.
+    spare_dirty: Vec<F::Change>,
+    /// The spare is stale everywhere (after a bulk load): rebuild it whole.
+    spare_stale: bool,
+    /// Parts changed by the update being applied.
+    dirty: Vec<F::Change>,
     /// Node count right after the last full build, to measure garbage against.
     built_words: usize,
     pub full_builds: u64,
@@ -140,8 +138,8 @@ impl<F: Family> Writer<F> {
             shared: shared.clone(),
             spare: Some(Arc::new(p)),
             spare_dirty: Vec::new(),
+            spare_stale: false,
             dirty: Vec::new(),
-            marked: vec![0; 1 << (F::DIR_BITS - 6)],
             built_words,
             full_builds: 1,
         };
@@ -156,17 +154,6 @@ impl<F: Family> Writer<F> {
         &self.rib
     }
 
-    fn mark(&mut self, p: F::Prefix) {
-        let (first, n) = F::slots(p);
-        for s in first..first + n {
-            let (w, b) = ((s >> 6) as usize, s & 63);
-            if self.marked[w] & (1 << b) == 0 {
-                self.marked[w] |= 1 << b;
-                self.dirty.push(s);
-            }
-        }
-    }
-
     /// Applies a batch of changes (`Some(value)` adds or replaces, `None` withdraws) and
     /// publishes once. Returns how many changed the table.
     pub fn apply(&mut self, changes: impl IntoIterator<Item = (F::Prefix, Option<u32>)>) -> usize {
@@ -177,7 +164,7 @@ impl<F: Family> Writer<F> {
                 None => F::remove(&mut self.rib, p).is_some(),
             };
             if changed {
-                self.mark(p);
+                F::changes(p, &mut self.dirty);
                 n += 1;
             }
         }
@@ -203,10 +190,8 @@ impl<F: Family> Writer<F> {
         self.full_builds += 1;
         self.spare = Some(self.shared.swap(Arc::new(p)));
         self.spare_dirty.clear();
-        // The spare is stale everywhere: rebuild it fully on the next publish.
-        self.spare_dirty.push(u32::MAX);
+        self.spare_stale = true;
         self.dirty.clear();
-        self.marked.iter_mut().for_each(|w| *w = 0);
     }
 
     fn publish(&mut self) {
@@ -220,21 +205,24 @@ impl<F: Family> Writer<F> {
             }
             std::thread::yield_now();
         };
-        let full = self.spare_dirty.first() == Some(&u32::MAX)
-            || F::arena_words(spare) > 2 * self.built_words + 4096 * 6;
+        self.dirty.sort_unstable();
+        self.dirty.dedup();
+        let full = self.spare_stale || F::arena_words(spare) > 2 * self.built_words + 4096 * 6;
         if full {
             *spare = F::build(&self.rib);
             self.built_words = F::arena_words(spare);
             self.full_builds += 1;
+            self.spare_stale = false;
         } else {
-            for &s in self.spare_dirty.iter().chain(&self.dirty) {
-                F::rebuild_slot(spare, &self.rib, s);
+            let mut todo: Vec<F::Change> = self.spare_dirty.clone();
+            todo.extend_from_slice(&self.dirty);
+            todo.sort_unstable();
+            todo.dedup();
+            for c in todo {
+                F::rebuild(spare, &self.rib, c);
             }
         }
         self.spare = Some(self.shared.swap(arc));
-        for &s in &self.dirty {
-            self.marked[(s >> 6) as usize] &= !(1 << (s & 63));
-        }
         self.spare_dirty = std::mem::take(&mut self.dirty);
     }
 }
