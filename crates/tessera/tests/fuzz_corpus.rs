@@ -24,6 +24,13 @@ fn frame_corpus() {
 }
 
 #[test]
+fn ipv6_corpus() {
+    for d in corpus("ipv6") {
+        wire::fuzzing::parse_ipv6(&d);
+    }
+}
+
+#[test]
 fn forward_corpus() {
     let (mut f, now) = dataplane::fuzzing::forwarder();
     for d in corpus("forward") {

@@ -1,6 +1,6 @@
 //! The Internet checksum (RFC 1071) and its incremental update (RFC 1624).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// One's-complement sum of `data` as big-endian 16-bit words, not folded.
 ///
@@ -50,6 +50,15 @@ pub fn pseudo_header(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, length: u16) ->
     let s = u32::from(src);
     let d = u32::from(dst);
     (s >> 16) + (s & 0xffff) + (d >> 16) + (d & 0xffff) + protocol as u32 + length as u32
+}
+
+/// The sum of the IPv6 pseudo header of RFC 8200 8.1 (ICMPv6, UDP and TCP over IPv6):
+/// source, destination, upper-layer length (32 bits) and next header.
+#[inline]
+pub fn pseudo_header6(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, length: u32) -> u32 {
+    let mut s = sum(&src.octets()) + sum(&dst.octets());
+    s += (length >> 16) + (length & 0xffff) + next_header as u32;
+    s
 }
 
 /// RFC 1624 eqn. 3: the new checksum after one 16-bit word changes from `old` to `new`.

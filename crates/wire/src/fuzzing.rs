@@ -4,7 +4,7 @@
 //! promise checked is "no panic", plus internal consistency asserts that would reveal a
 //! parser bug.
 
-use crate::{arp, axon, dhcp, dist, ethernet, icmp, ipv4, tcp, udp};
+use crate::{arp, axon, dhcp, dist, ethernet, icmp, icmpv6, ipv4, ipv6, tcp, udp};
 
 /// Parses `data` as an Ethernet frame and every layer inside it.
 pub fn parse_frame(data: &[u8]) {
@@ -15,6 +15,7 @@ pub fn parse_frame(data: &[u8]) {
     match f.ethertype() {
         ethernet::ethertype::ARP => parse_arp(f.payload()),
         ethernet::ethertype::IPV4 => parse_ipv4(f.payload()),
+        ethernet::ethertype::IPV6 => parse_ipv6(f.payload()),
         dist::ETHERTYPE if f.vlan().is_none() => {
             parse_dist(f.payload());
             check_dist_auth(data);
@@ -97,6 +98,61 @@ pub fn parse_ipv4(data: &[u8]) {
             m.decrement_ttl();
         }
         let _ = m.fill_transport_checksum();
+    }
+}
+
+/// Parses `data` as an IPv6 packet: the extension-header walk, the upper-layer checksum,
+/// and ICMPv6 (with ND options), UDP or TCP behind it; whatever ICMPv6 parses must emit and
+/// parse back to itself.
+pub fn parse_ipv6(data: &[u8]) {
+    let Ok(p) = ipv6::Packet::new_checked(data) else {
+        return;
+    };
+    let _ = (p.traffic_class(), p.flow_label(), p.hop_limit());
+    assert_eq!(p.payload().len() + ipv6::HEADER_LEN, p.total_len());
+    let r = ipv6::Repr::parse(&p);
+    let mut b = vec![0u8; r.buffer_len()];
+    r.emit(&mut b).expect("emit into buffer_len bytes");
+    assert_eq!(&b[..ipv6::HEADER_LEN], &p.packet()[..ipv6::HEADER_LEN]);
+    let Ok(u) = p.upper() else {
+        return;
+    };
+    assert!(u.offset <= p.total_len() && u.extensions <= ipv6::MAX_EXTENSIONS);
+    let _ = p.verify_upper_checksum(&u);
+    let (src, dst) = (p.src(), p.dst());
+    let upper = &p.packet()[u.offset..];
+    match u.protocol {
+        ipv6::next_header::ICMPV6 => {
+            if let Ok(i) = icmpv6::Packet::new_checked(upper) {
+                let _ = i.verify_checksum(src, dst);
+                if let Ok(r) = icmpv6::Repr::parse(&i) {
+                    let mut b = vec![0u8; r.buffer_len()];
+                    r.emit(&mut b, src, dst)
+                        .expect("emit into buffer_len bytes");
+                    let q = icmpv6::Packet::new_checked(&b[..]).expect("emitted");
+                    assert!(q.verify_checksum(src, dst));
+                    assert_eq!(icmpv6::Repr::parse(&q), Ok(r));
+                }
+            }
+        }
+        ipv6::next_header::UDP => {
+            if let Ok(d) = udp::Packet::new_checked(upper) {
+                let _ = (d.verify_checksum6(src, dst), d.payload());
+            }
+        }
+        ipv6::next_header::TCP => {
+            if let Ok(t) = tcp::Packet::new_checked(upper) {
+                let _ = (t.verify_checksum6(src, dst), t.payload(), t.seq());
+            }
+        }
+        _ => {}
+    }
+    let mut copy = data.to_vec();
+    if let Ok(mut m) = ipv6::Packet::new_checked(&mut copy[..]) {
+        let h = m.hop_limit();
+        m.set_hop_limit(h.wrapping_sub(1));
+        m.set_src(dst);
+        let _ = m.payload_mut();
     }
 }
 

@@ -7,7 +7,7 @@
 
 use crate::checksum;
 use crate::{be16, be32, need, Truncated};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 pub const MIN_HEADER_LEN: usize = 20;
 /// Offset of the checksum within the TCP header.
@@ -98,6 +98,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return false;
         }
         let s = checksum::pseudo_header(src, dst, crate::ipv4::protocol::TCP, d.len() as u16)
+            + checksum::sum(d);
+        checksum::fold(s) == 0xffff
+    }
+
+    /// As [`Packet::verify_checksum`], over IPv6 (RFC 8200 8.1).
+    pub fn verify_checksum6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
+        let d = self.buf.as_ref();
+        let s = checksum::pseudo_header6(src, dst, crate::ipv6::next_header::TCP, d.len() as u32)
             + checksum::sum(d);
         checksum::fold(s) == 0xffff
     }

@@ -7,7 +7,7 @@
 
 use crate::checksum;
 use crate::{be16, need, put16, Truncated};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 pub const HEADER_LEN: usize = 8;
 /// Offset of the checksum within the UDP header.
@@ -81,6 +81,17 @@ impl<T: AsRef<[u8]>> Packet<T> {
             + checksum::sum(d);
         checksum::fold(s) == 0xffff
     }
+
+    /// Checksum verification over IPv6, where the checksum is mandatory: zero fails
+    /// (RFC 8200 8.1).
+    pub fn verify_checksum6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
+        let d = &self.buf.as_ref()[..self.len()];
+        self.checksum() != 0
+            && checksum::fold(
+                checksum::pseudo_header6(src, dst, crate::ipv6::next_header::UDP, d.len() as u32)
+                    + checksum::sum(d),
+            ) == 0xffff
+    }
 }
 
 /// A UDP header to emit in front of a payload already in place.
@@ -113,6 +124,27 @@ impl Repr {
         put16(buf, CHECKSUM_AT, c);
         Ok(())
     }
+
+    /// As [`Repr::emit`], with the IPv6 pseudo header.
+    pub fn emit6(&self, buf: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr) -> Result<(), Error> {
+        let len = HEADER_LEN + self.payload_len;
+        need(buf, len).map_err(Error::Truncated)?;
+        if len > u16::MAX as usize {
+            return Err(Error::BadLength(u16::MAX));
+        }
+        put16(buf, 0, self.src_port);
+        put16(buf, 2, self.dst_port);
+        put16(buf, 4, len as u16);
+        put16(buf, CHECKSUM_AT, 0);
+        let s = checksum::pseudo_header6(src, dst, crate::ipv6::next_header::UDP, len as u32)
+            + checksum::sum(&buf[..len]);
+        let c = match !checksum::fold(s) {
+            0 => 0xffff,
+            c => c,
+        };
+        put16(buf, CHECKSUM_AT, c);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -131,6 +163,19 @@ mod tests {
             let p = Packet::new_checked(&b[..]).unwrap();
             prop_assert!(p.verify_checksum(src.into(), dst.into()));
             prop_assert_eq!((p.src_port(), p.dst_port(), p.payload()), (sp, dp, &data[..]));
+        }
+
+        #[test]
+        fn roundtrip6(sp in any::<u16>(), dp in any::<u16>(), src in any::<u128>(), dst in any::<u128>(),
+                      data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut b = vec![0u8; 8 + data.len()];
+            b[8..].copy_from_slice(&data);
+            Repr { src_port: sp, dst_port: dp, payload_len: data.len() }
+                .emit6(&mut b, src.into(), dst.into()).unwrap();
+            let p = Packet::new_checked(&b[..]).unwrap();
+            prop_assert!(p.verify_checksum6(src.into(), dst.into()));
+            prop_assert!(p.checksum() != 0);
+            prop_assert_eq!(p.payload(), &data[..]);
         }
     }
 
