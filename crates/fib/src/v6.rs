@@ -50,7 +50,11 @@
 //! cache) single lookups run at 42 M/s and the chained batch at 23, its instructions and
 //! one mispredicted branch per address; with 160,000 random prefixes (38 MB, nodes
 //! rarely shared) the batch runs 2.6 times single (11.1 against 4.3), its misses
-//! overlapped. The real table (4.4 MB, top nodes shared and hot) sits between: single
+//! overlapped. Also tried since: 16 lanes (22.1-22.2 against 26.2-28.0 single, two runs),
+//! and every address through a fixed six node steps without a data-dependent branch
+//! (15.3-16.1; 27 M/s where the table is hot, against 63 single: each step's
+//! instructions cost more than the mispredictions they remove). The real table (4.4 MB,
+//! top nodes shared and hot) sits between: single
 //! lookups are bound by their chain of five or six dependent loads, the batch by its
 //! instructions. Six-bit strides (the paper's) gave 18.9 B/prefix and 23.2 / 24.1 in one
 //! run. Fewer dependent steps per address (a wider first level below `dir`) and a batch
