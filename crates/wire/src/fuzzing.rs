@@ -147,6 +147,27 @@ pub fn parse_ipv6(data: &[u8]) {
         }
         _ => {}
     }
+    // The error rules and builder on whatever arrived: an error, if allowed, is a
+    // well-formed IPv6 packet within the minimum MTU.
+    for (i, kind) in [
+        icmpv6::ErrorKind::TimeExceeded(0),
+        icmpv6::ErrorKind::PacketTooBig(1280),
+        icmpv6::ErrorKind::ParamProblem {
+            code: icmpv6::param_problem::OPTION,
+            pointer: data.first().copied().unwrap_or(0) as u32,
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if icmpv6::error_allowed(data, kind, i == 1).is_ok() {
+            let e = icmpv6::build_error(data, kind, dst, 64).expect("a readable packet");
+            assert!(e.len() <= ipv6::MIN_MTU);
+            let q = ipv6::Packet::new_checked(&e[..]).expect("well-formed");
+            let u = q.upper().expect("no extension headers");
+            assert!(q.verify_upper_checksum(&u));
+        }
+    }
     let mut copy = data.to_vec();
     if let Ok(mut m) = ipv6::Packet::new_checked(&mut copy[..]) {
         let h = m.hop_limit();

@@ -467,6 +467,103 @@ impl<'a> Repr<'a> {
     }
 }
 
+/// An ICMPv6 error to originate about a received packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    Unreachable(u8),
+    PacketTooBig(u32),
+    TimeExceeded(u8),
+    ParamProblem { code: u8, pointer: u32 },
+}
+
+/// Why no error may be sent about a packet (RFC 4443 2.4 (e)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Suppressed {
+    /// The packet is itself an ICMPv6 error, or a redirect (e.1, e.2).
+    AboutError,
+    /// Sent to an IPv6 multicast address, or as a link-layer multicast or broadcast
+    /// (e.3 to e.5), and the error is not one of the two that may answer those.
+    Multicast,
+    /// The source does not name one node: unspecified, multicast or loopback (e.6).
+    Source,
+    /// The packet is not an IPv6 packet whose header can be read.
+    Malformed,
+}
+
+/// Whether an error of `kind` may be sent about `packet` (an IPv6 packet as received),
+/// `l2_group` if it came in a link-layer multicast or broadcast frame. Packet too big
+/// and parameter problem code 2 about an option whose type says "report even if
+/// multicast" (high bits 10) may answer a multicast (RFC 4443 2.4 (e.3)). A non-first
+/// fragment's upper layer is unknown and is not taken for an ICMPv6 error.
+pub fn error_allowed(packet: &[u8], kind: ErrorKind, l2_group: bool) -> Result<(), Suppressed> {
+    let p = crate::ipv6::Packet::new_checked(packet).map_err(|_| Suppressed::Malformed)?;
+    let src = p.src();
+    if src.is_unspecified() || src.is_multicast() || src.is_loopback() {
+        return Err(Suppressed::Source);
+    }
+    let multicast_ok = match kind {
+        ErrorKind::PacketTooBig(_) => true,
+        ErrorKind::ParamProblem {
+            code: param_problem::OPTION,
+            pointer,
+        } => packet.get(pointer as usize).is_some_and(|t| t >> 6 == 0b10),
+        _ => false,
+    };
+    if (p.dst().is_multicast() || l2_group) && !multicast_ok {
+        return Err(Suppressed::Multicast);
+    }
+    if let Ok(u) = p.upper() {
+        let first = u.fragment.is_none_or(|f| f.offset == 0);
+        if u.protocol == next_header::ICMPV6 && first {
+            let t = packet.get(u.offset).copied();
+            if t.is_none_or(|t| is_error(t) || t == kind::REDIRECT) {
+                return Err(Suppressed::AboutError);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The IPv6 packet of an ICMPv6 error of `kind` about `packet`, from `src` to the
+/// packet's source, quoting as much of it as keeps the error within the minimum IPv6 MTU
+/// (RFC 4443 2.4 (c)). Call [`error_allowed`] first. `None` if `packet` is not a
+/// readable IPv6 packet.
+pub fn build_error(
+    packet: &[u8],
+    kind: ErrorKind,
+    src: Ipv6Addr,
+    hop_limit: u8,
+) -> Option<Vec<u8>> {
+    use crate::ipv6;
+    let p = ipv6::Packet::new_checked(packet).ok()?;
+    let dst = p.src();
+    let room = ipv6::MIN_MTU - ipv6::HEADER_LEN - HEADER_LEN - 4;
+    let data = &p.packet()[..p.total_len().min(room)];
+    let msg = match kind {
+        ErrorKind::Unreachable(code) => Repr::DstUnreachable { code, data },
+        ErrorKind::PacketTooBig(mtu) => Repr::PacketTooBig { mtu, data },
+        ErrorKind::TimeExceeded(code) => Repr::TimeExceeded { code, data },
+        ErrorKind::ParamProblem { code, pointer } => Repr::ParamProblem {
+            code,
+            pointer,
+            data,
+        },
+    };
+    let ip = ipv6::Repr {
+        src,
+        dst,
+        next_header: next_header::ICMPV6,
+        hop_limit,
+        traffic_class: 0,
+        flow_label: 0,
+        payload_len: msg.buffer_len(),
+    };
+    let mut out = vec![0u8; ip.buffer_len()];
+    ip.emit(&mut out).ok()?;
+    msg.emit(&mut out[ipv6::HEADER_LEN..], src, dst).ok()?;
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -557,6 +654,98 @@ mod tests {
         let p = Packet::new_checked(&b[..]).unwrap();
         assert_eq!(Repr::parse(&p), Err(Error::BadOption(24)));
         assert!(is_error(kind::TIME_EXCEEDED) && !is_error(kind::ECHO_REQUEST));
+    }
+
+    fn offending(src: &str, dst: &str, next: u8, upper: &[u8], len: usize) -> Vec<u8> {
+        let r = crate::ipv6::Repr {
+            src: a(src),
+            dst: a(dst),
+            next_header: next,
+            hop_limit: 1,
+            traffic_class: 0,
+            flow_label: 0,
+            payload_len: len,
+        };
+        let mut b = vec![0u8; r.buffer_len()];
+        r.emit(&mut b).unwrap();
+        b[40..40 + upper.len()].copy_from_slice(upper);
+        b
+    }
+
+    #[test]
+    fn error_rules_of_rfc_4443() {
+        use crate::ipv6::next_header::{DST_OPTS, UDP};
+        let te = ErrorKind::TimeExceeded(time_exceeded::HOP_LIMIT);
+        let ptb = ErrorKind::PacketTooBig(1280);
+        let udp = offending("2001:db8::1", "2001:db8:1::1", UDP, &[0; 8], 8);
+        assert_eq!(error_allowed(&udp, te, false), Ok(()));
+        assert_eq!(error_allowed(&udp, te, true), Err(Suppressed::Multicast));
+        assert_eq!(error_allowed(&udp, ptb, true), Ok(()));
+        // About an ICMPv6 error or a redirect: never; about an echo request: yes.
+        for (t, want) in [
+            (kind::TIME_EXCEEDED, Err(Suppressed::AboutError)),
+            (kind::REDIRECT, Err(Suppressed::AboutError)),
+            (kind::ECHO_REQUEST, Ok(())),
+        ] {
+            let p = offending(
+                "2001:db8::1",
+                "2001:db8:1::1",
+                next_header::ICMPV6,
+                &[t, 0, 0, 0],
+                8,
+            );
+            assert_eq!(error_allowed(&p, te, false), want, "type {t}");
+        }
+        // To a multicast group; from the unspecified, a multicast or the loopback address.
+        let m = offending("2001:db8::1", "ff0e::1", UDP, &[0; 8], 8);
+        assert_eq!(error_allowed(&m, te, false), Err(Suppressed::Multicast));
+        assert_eq!(error_allowed(&m, ptb, false), Ok(()));
+        for s in ["::", "ff02::1", "::1"] {
+            let p = offending(s, "2001:db8:1::1", UDP, &[0; 8], 8);
+            assert_eq!(error_allowed(&p, te, false), Err(Suppressed::Source), "{s}");
+        }
+        // Parameter problem about an unknown option: to a multicast only if its type's
+        // high bits are 10.
+        let mut opt = vec![UDP, 0, 0x80, 4, 0, 0, 0, 0];
+        let pp = ErrorKind::ParamProblem {
+            code: param_problem::OPTION,
+            pointer: 42,
+        };
+        let p = offending("2001:db8::1", "ff0e::1", DST_OPTS, &opt, 16);
+        assert_eq!(error_allowed(&p, pp, false), Ok(()));
+        opt[2] = 0xc0;
+        let p = offending("2001:db8::1", "ff0e::1", DST_OPTS, &opt, 16);
+        assert_eq!(error_allowed(&p, pp, false), Err(Suppressed::Multicast));
+        assert_eq!(
+            error_allowed(&[0x60; 10], te, false),
+            Err(Suppressed::Malformed)
+        );
+    }
+
+    #[test]
+    fn errors_quote_within_the_minimum_mtu() {
+        let big = offending("2001:db8::1", "2001:db8:1::1", 17, &[0; 8], 1400);
+        let from = a("2001:db8::fe");
+        let e = build_error(&big, ErrorKind::PacketTooBig(1400), from, 64).unwrap();
+        assert_eq!(e.len(), crate::ipv6::MIN_MTU);
+        let ip = crate::ipv6::Packet::new_checked(&e[..]).unwrap();
+        assert_eq!(
+            (ip.src(), ip.dst(), ip.hop_limit()),
+            (from, a("2001:db8::1"), 64)
+        );
+        let u = ip.upper().unwrap();
+        assert!(ip.verify_upper_checksum(&u));
+        let m = Packet::new_checked(&e[u.offset..]).unwrap();
+        match Repr::parse(&m).unwrap() {
+            Repr::PacketTooBig { mtu, data } => {
+                assert_eq!(mtu, 1400);
+                assert_eq!(data, &big[..data.len()]);
+            }
+            r => panic!("{r:?}"),
+        }
+        let small = offending("2001:db8::1", "2001:db8:1::1", 17, &[0; 8], 8);
+        let e = build_error(&small, ErrorKind::TimeExceeded(0), from, 64).unwrap();
+        assert_eq!(e.len(), 40 + 8 + small.len());
     }
 
     proptest! {
