@@ -644,7 +644,7 @@ mod tests {
     #[test]
     fn bad_options_are_errors() {
         // A neighbor solicitation whose option says length 0.
-        let mut b = vec![0u8; 32];
+        let mut b = [0u8; 32];
         b[0] = kind::NEIGHBOR_SOLICIT;
         b[24] = option::SOURCE_LLADDR;
         let p = Packet::new_checked(&b[..]).unwrap();
