@@ -213,6 +213,8 @@ pub struct Forwarder {
     icmp_from: Option<Ipv4Addr>,
     /// A back-end's counter reports to the controller.
     pub report: crate::element::Reporter,
+    /// IPv6, once [`Forwarder::enable_ipv6`] turned it on (worker 0 only).
+    six: Option<Box<ip6::Six>>,
 }
 
 impl Forwarder {
@@ -269,6 +271,7 @@ impl Forwarder {
             star: None,
             icmp_from: None,
             report: Default::default(),
+            six: None,
         }
     }
 
@@ -326,6 +329,7 @@ impl Forwarder {
             star: self.star.clone(),
             icmp_from: None,
             report: Default::default(),
+            six: None,
         }
     }
 
@@ -576,6 +580,7 @@ impl Forwarder {
         match ethertype {
             ethertype::IPV4 => self.ip4_input(p, l2_group, now, tx),
             ethertype::ARP => self.arp_input(p, now, tx),
+            ethertype::IPV6 => self.ip6_input(p, l2_group, now, tx),
             wire::dist::ETHERTYPE => self.dist_input(p, vid.is_none()),
             wire::star::ETHERTYPE => self.star_input(p, vid.is_none(), now, tx),
             _ => self.drop_pkt(p, Drop::EthertypeUnsupported),
@@ -752,6 +757,7 @@ impl Forwarder {
             self.drop_pkt(p, Drop::ArpFailed);
         }
         self.expired = ex;
+        self.poll6(now, tx);
     }
 
     fn is_local(&self, a: Ipv4Addr) -> bool {
@@ -1383,6 +1389,9 @@ pub const WRITER_POLL_INTERVAL: Duration = Duration::from_millis(2);
 
 /// How long between [`Forwarder::poll`] calls the run loop should wait at most.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+mod ip6;
+pub use ip6::Hop6;
 
 #[cfg(test)]
 mod tests;

@@ -37,6 +37,10 @@ pub enum RouteError {
     GatewayUnreachable(Ipv4Addr),
     NoNextHop,
     TooManyGroups,
+    /// An IPv6 gateway on none of the connected IPv6 networks.
+    Gateway6Unreachable(std::net::Ipv6Addr),
+    /// An IPv6 route to a forwarder without IPv6 addresses.
+    Ipv6Off,
 }
 
 impl core::fmt::Display for RouteError {
@@ -45,6 +49,10 @@ impl core::fmt::Display for RouteError {
             RouteError::GatewayUnreachable(a) => {
                 write!(f, "gateway {a} is not on any interface's network")
             }
+            RouteError::Gateway6Unreachable(a) => {
+                write!(f, "gateway {a} is not on any interface's IPv6 network")
+            }
+            RouteError::Ipv6Off => f.write_str("no interface has an IPv6 address"),
             RouteError::NoNextHop => f.write_str("a route needs at least one next hop"),
             RouteError::TooManyGroups => write!(
                 f,

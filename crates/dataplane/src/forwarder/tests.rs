@@ -951,3 +951,348 @@ fn fragments_to_the_router_are_reassembled() {
         )
     );
 }
+
+mod ipv6_path {
+    //! The IPv6 path: neighbour discovery both ways, forwarding with one hop-limit
+    //! decrement, the ICMPv6 errors and echo.
+    use super::*;
+    use std::net::Ipv6Addr;
+    use wire::icmpv6::{self, NdOptions};
+    use wire::ipv6;
+
+    fn a6(s: &str) -> Ipv6Addr {
+        s.parse().unwrap()
+    }
+
+    /// Port 0: 2001:db8:1::1/64 (host 2001:db8:1::10 at H1); port 1: 2001:db8:2::1/64,
+    /// MTU 1000 (host 2001:db8:2::20 at H2; gateway 2001:db8:2::2 for 2001:db8:3::/48).
+    fn router6() -> (Forwarder, Instant) {
+        let (mut f, now) = router();
+        f.enable_ipv6(vec![
+            vec![(a6("2001:db8:1::1"), 64)],
+            vec![(a6("2001:db8:2::1"), 64)],
+        ]);
+        f.add_route6(
+            fib::Prefix6::parse_strict("2001:db8:3::/48").unwrap(),
+            a6("2001:db8:2::2"),
+        )
+        .unwrap();
+        assert!(f
+            .add_route6(
+                fib::Prefix6::parse_strict("2001:db8:4::/48").unwrap(),
+                a6("2001:db8:9::1")
+            )
+            .is_err());
+        (f, now)
+    }
+
+    /// An Ethernet frame carrying an IPv6 packet with `next` and `upper`.
+    fn frame6(
+        src_mac: MacAddr,
+        dst_mac: MacAddr,
+        src: &str,
+        dst: &str,
+        hops: u8,
+        msg: Option<&icmpv6::Repr>,
+        udp_len: usize,
+    ) -> Vec<u8> {
+        let (next, len) = match msg {
+            Some(m) => (ipv6::next_header::ICMPV6, m.buffer_len()),
+            None => (ipv6::next_header::UDP, 8 + udp_len),
+        };
+        let r = ipv6::Repr {
+            src: a6(src),
+            dst: a6(dst),
+            next_header: next,
+            hop_limit: hops,
+            traffic_class: 0,
+            flow_label: 0,
+            payload_len: len,
+        };
+        let mut f = vec![0u8; ETH + r.buffer_len()];
+        ethernet::Repr {
+            dst: dst_mac,
+            src: src_mac,
+            vlan: None,
+            ethertype: ethertype::IPV6,
+        }
+        .emit(&mut f)
+        .unwrap();
+        r.emit(&mut f[ETH..]).unwrap();
+        match msg {
+            Some(m) => m.emit(&mut f[ETH + 40..], a6(src), a6(dst)).unwrap(),
+            None => udp::Repr {
+                src_port: 5000,
+                dst_port: 53,
+                payload_len: udp_len,
+            }
+            .emit6(&mut f[ETH + 40..], a6(src), a6(dst))
+            .unwrap(),
+        }
+        f
+    }
+
+    fn ns(target: &str, from_mac: MacAddr) -> icmpv6::Repr<'static> {
+        icmpv6::Repr::NeighborSolicit {
+            target: a6(target),
+            options: NdOptions {
+                source_lladdr: Some(from_mac),
+                ..NdOptions::default()
+            },
+        }
+    }
+
+    /// The ICMPv6 message of an IPv6 frame, after checking its checksum.
+    fn icmp6(frame: &[u8]) -> (ipv6::Packet<&[u8]>, icmpv6::Repr<'static>) {
+        let e = ethernet::Frame::new_checked(frame).unwrap();
+        assert_eq!(e.ethertype(), ethertype::IPV6);
+        let p = ipv6::Packet::new_checked(&frame[ETH..]).unwrap();
+        let u = p.upper().unwrap();
+        assert_eq!(u.protocol, ipv6::next_header::ICMPV6);
+        assert!(p.verify_upper_checksum(&u));
+        // Leaked, so that the parsed message outlives this helper (tests only).
+        let bytes: &'static [u8] = frame[ETH + u.offset..].to_vec().leak();
+        let m: &'static icmpv6::Packet<&'static [u8]> =
+            Box::leak(Box::new(icmpv6::Packet::new_checked(bytes).unwrap()));
+        (p, icmpv6::Repr::parse(m).unwrap())
+    }
+
+    #[test]
+    fn neighbour_discovery_forwarding_and_errors() {
+        let (mut f, now) = router6();
+        // H1 asks for the router's address: an advertisement answers, and H1 is learned.
+        let out = run(
+            &mut f,
+            now,
+            0,
+            frame6(
+                H1,
+                ipv6::multicast_mac(ipv6::solicited_node(a6("2001:db8:1::1"))),
+                "2001:db8:1::10",
+                "ff02::1:ff00:1",
+                255,
+                Some(&ns("2001:db8:1::1", H1)),
+                0,
+            ),
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(&out[0].1[..6], &H1.0);
+        let (ip, r) = icmp6(&out[0].1);
+        assert_eq!(
+            (ip.src(), ip.dst(), ip.hop_limit()),
+            (a6("2001:db8:1::1"), a6("2001:db8:1::10"), 255)
+        );
+        match r {
+            icmpv6::Repr::NeighborAdvert {
+                router,
+                solicited,
+                target,
+                options,
+                ..
+            } => {
+                assert!(router && solicited);
+                assert_eq!(target, a6("2001:db8:1::1"));
+                assert_eq!(options.target_lladdr, Some(R0));
+            }
+            r => panic!("{r:?}"),
+        }
+        // A solicitation with hop limit 254 is invalid.
+        let bad = frame6(
+            H1,
+            R0,
+            "2001:db8:1::10",
+            "2001:db8:1::1",
+            254,
+            Some(&ns("2001:db8:1::1", H1)),
+            0,
+        );
+        assert!(run(&mut f, now, 0, bad).is_empty());
+        assert_eq!(f.counters.drops(Drop::Nd6Invalid), 1);
+
+        // A packet to H2's network: held while the router solicits H2...
+        let pkt = frame6(H1, R0, "2001:db8:1::10", "2001:db8:2::20", 64, None, 40);
+        let out = run(&mut f, now, 0, pkt.clone());
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, 1);
+        let (ip, r) = icmp6(&out[0].1);
+        assert_eq!(ip.dst(), ipv6::solicited_node(a6("2001:db8:2::20")));
+        assert_eq!(ip.src(), a6("2001:db8:2::1"));
+        assert!(
+            matches!(r, icmpv6::Repr::NeighborSolicit { target, .. } if target == a6("2001:db8:2::20"))
+        );
+        // ...and sent, hop limit 63, once H2 advertises.
+        let na = icmpv6::Repr::NeighborAdvert {
+            router: false,
+            solicited: true,
+            override_: true,
+            target: a6("2001:db8:2::20"),
+            options: NdOptions {
+                target_lladdr: Some(H2),
+                ..NdOptions::default()
+            },
+        };
+        let out = run(
+            &mut f,
+            now,
+            1,
+            frame6(H2, R1, "2001:db8:2::20", "2001:db8:2::1", 255, Some(&na), 0),
+        );
+        assert_eq!(out.len(), 1);
+        let (port, fwd) = &out[0];
+        assert_eq!(*port, 1);
+        assert_eq!((&fwd[..6], &fwd[6..12]), (&H2.0[..], &R1.0[..]));
+        assert_eq!(fwd[ETH + 7], 63);
+        assert_eq!(&fwd[ETH + 8..], &pkt[ETH + 8..], "nothing else changed");
+        assert_eq!(f.counters.events(Event::Forwarded6), 1);
+        // Now straight through; and through the gateway route once it is resolved.
+        assert_eq!(run(&mut f, now, 0, pkt.clone()).len(), 1);
+        assert_eq!(
+            f.neighbours6(),
+            vec![(0, a6("2001:db8:1::10"), H1), (1, a6("2001:db8:2::20"), H2)]
+        );
+
+        // Hop limit 1: time exceeded from the receiving interface's address.
+        let out = run(
+            &mut f,
+            now,
+            0,
+            frame6(H1, R0, "2001:db8:1::10", "2001:db8:2::20", 1, None, 40),
+        );
+        assert_eq!(out.len(), 1);
+        let (ip, r) = icmp6(&out[0].1);
+        assert_eq!(
+            (ip.src(), ip.dst()),
+            (a6("2001:db8:1::1"), a6("2001:db8:1::10"))
+        );
+        assert!(matches!(r, icmpv6::Repr::TimeExceeded { code: 0, .. }));
+        assert_eq!(f.counters.drops(Drop::Ip6HopLimitExceeded), 1);
+        // No route.
+        let out = run(
+            &mut f,
+            now,
+            0,
+            frame6(H1, R0, "2001:db8:1::10", "2001:db8:99::1", 64, None, 40),
+        );
+        assert!(matches!(
+            icmp6(&out[0].1).1,
+            icmpv6::Repr::DstUnreachable { code: 0, .. }
+        ));
+        // Too big for port 1 (MTU 1000): packet too big, never fragmented.
+        let out = run(
+            &mut f,
+            now,
+            0,
+            frame6(H1, R0, "2001:db8:1::10", "2001:db8:2::20", 64, None, 1200),
+        );
+        assert!(matches!(
+            icmp6(&out[0].1).1,
+            icmpv6::Repr::PacketTooBig { mtu: 1000, .. }
+        ));
+        assert_eq!(f.counters.drops(Drop::Ip6TooBig), 1);
+        // Link-local destinations stay on their link; link-local sources get "beyond scope".
+        assert!(run(
+            &mut f,
+            now,
+            0,
+            frame6(H1, R0, "2001:db8:1::10", "fe80::20", 64, None, 40)
+        )
+        .is_empty());
+        let out = run(
+            &mut f,
+            now,
+            0,
+            frame6(H1, R0, "fe80::10", "2001:db8:2::20", 64, None, 40),
+        );
+        assert!(out.iter().all(|o| o.0 == 0));
+        assert_eq!(f.counters.drops(Drop::Ip6BeyondScope), 2);
+        // Multicast is not forwarded.
+        assert!(run(
+            &mut f,
+            now,
+            0,
+            frame6(H1, R0, "2001:db8:1::10", "ff0e::1", 64, None, 40)
+        )
+        .is_empty());
+        assert_eq!(f.counters.drops(Drop::Ip6Multicast), 1);
+
+        // Echo to the router's other address: answered from it.
+        let echo = icmpv6::Repr::EchoRequest {
+            ident: 7,
+            seq: 1,
+            data: b"ping6",
+        };
+        let out = run(
+            &mut f,
+            now,
+            0,
+            frame6(
+                H1,
+                R0,
+                "2001:db8:1::10",
+                "2001:db8:2::1",
+                64,
+                Some(&echo),
+                0,
+            ),
+        );
+        assert_eq!(out.len(), 1);
+        let (ip, r) = icmp6(&out[0].1);
+        assert_eq!(
+            (ip.src(), ip.dst()),
+            (a6("2001:db8:2::1"), a6("2001:db8:1::10"))
+        );
+        assert_eq!(
+            r,
+            icmpv6::Repr::EchoReply {
+                ident: 7,
+                seq: 1,
+                data: b"ping6"
+            }
+        );
+    }
+
+    #[test]
+    fn an_unanswered_next_hop_gives_address_unreachable() {
+        let (mut f, now) = router6();
+        // H1 is known (it solicited the router).
+        run(
+            &mut f,
+            now,
+            0,
+            frame6(
+                H1,
+                R0,
+                "2001:db8:1::10",
+                "2001:db8:1::1",
+                255,
+                Some(&ns("2001:db8:1::1", H1)),
+                0,
+            ),
+        );
+        let out = run(
+            &mut f,
+            now,
+            0,
+            frame6(H1, R0, "2001:db8:1::10", "2001:db8:2::77", 64, None, 40),
+        );
+        assert_eq!(out.len(), 1, "a solicitation");
+        let mut tx = TxQueues::new(2);
+        let mut t = now;
+        let mut solicits = 1;
+        let mut errors = Vec::new();
+        for _ in 0..5 {
+            t += Duration::from_millis(1100);
+            f.poll(t, &mut tx);
+            for (_, p) in tx.drain_all() {
+                match icmp6(&p.data).1 {
+                    icmpv6::Repr::NeighborSolicit { .. } => solicits += 1,
+                    icmpv6::Repr::DstUnreachable { code, .. } => errors.push(code),
+                    r => panic!("{r:?}"),
+                }
+            }
+        }
+        assert_eq!(solicits, 3, "max_tries solicitations");
+        assert_eq!(errors, vec![icmpv6::unreachable::ADDRESS]);
+        assert_eq!(f.counters.drops(Drop::Nd6Failed), 1);
+    }
+}

@@ -1,0 +1,615 @@
+//! IPv6 forwarding (RFC 8200, RFC 4443, RFC 4861): the forwarder's path for EtherType
+//! 0x86dd once [`Forwarder::enable_ipv6`] gave it addresses.
+//!
+//! A packet to forward is checked (version, length, a source that is not multicast),
+//! must not leave its scope (link-local and multicast destinations stay on their link; a
+//! link-local or unspecified source cannot be forwarded, and gets destination unreachable
+//! "beyond scope of source address"), gets time exceeded at hop limit 1, destination
+//! unreachable without a route, packet too big where it does not fit the outgoing link
+//! (routers do not fragment IPv6), and otherwise leaves with its hop limit decremented
+//! after neighbour discovery of its next hop (a bounded queue per neighbour, as for
+//! ARP). Errors follow RFC 4443 2.4 (`wire::icmpv6::error_allowed`) and share the ICMP
+//! error rate limit with IPv4. Addressed to the router (one of its addresses, the link-local
+//! address of the receiving interface, all-nodes, all-routers or one of its
+//! solicited-node groups): neighbor solicitations for its addresses are answered,
+//! advertisements and solicitations teach neighbours, echo requests are answered; router
+//! advertisements are never sent (off by default, and not built yet).
+//!
+//! The table is a [`fib::FibWriter6`] (Poptrie6, published loss-free) whose values index
+//! next hops; connected prefixes come from the interfaces' addresses.
+
+use super::*;
+use fib::{FibReader6, FibWriter6, Prefix6};
+use std::collections::HashMap;
+use std::net::Ipv6Addr;
+use wire::icmpv6::{self, ErrorKind, NdOptions};
+use wire::ipv6::{self, is_link_local, next_header};
+
+/// A next hop of an IPv6 route: the interface, and the gateway (none for a connected
+/// prefix: the destination itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hop6 {
+    pub iface: u16,
+    pub via: Option<Ipv6Addr>,
+}
+
+/// A neighbour being resolved or resolved.
+#[derive(Debug)]
+struct Neighbour6 {
+    mac: Option<MacAddr>,
+    /// Resolved: when it goes stale (and is resolved again). Resolving: when to solicit
+    /// again.
+    deadline: Instant,
+    tries: u8,
+    queue: Vec<Pkt>,
+}
+
+/// The forwarder's IPv6 state.
+pub struct Six {
+    /// Each interface's addresses with their prefix lengths (its link-local address first).
+    pub addrs: Vec<Vec<(Ipv6Addr, u8)>>,
+    writer: FibWriter6,
+    reader: FibReader6,
+    hops: Vec<Hop6>,
+    neighbours: HashMap<(u16, Ipv6Addr), Neighbour6>,
+    queued: usize,
+}
+
+/// Solicited-node, all-nodes and all-routers groups.
+const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
+
+impl Six {
+    fn hop_id(&mut self, h: Hop6) -> u32 {
+        match self.hops.iter().position(|x| *x == h) {
+            Some(i) => i as u32,
+            None => {
+                self.hops.push(h);
+                self.hops.len() as u32 - 1
+            }
+        }
+    }
+
+    /// The interface whose connected prefix holds `a`.
+    fn iface_for(&self, a: Ipv6Addr) -> Option<u16> {
+        self.addrs
+            .iter()
+            .position(|l| {
+                l.iter()
+                    .any(|&(x, len)| !is_link_local(x) && Prefix6::new(x, len).contains(a))
+            })
+            .map(|i| i as u16)
+    }
+
+    /// Our address on `iface` to send from towards `to`: one whose prefix holds `to`, else
+    /// a global one, else the link-local one (for link-local `to`, the link-local one).
+    fn source_for(&self, iface: u16, to: Ipv6Addr) -> Ipv6Addr {
+        let l = &self.addrs[iface as usize];
+        let ll = l[0].0;
+        if is_link_local(to) {
+            return ll;
+        }
+        l.iter()
+            .find(|&&(x, len)| !is_link_local(x) && Prefix6::new(x, len).contains(to))
+            .or_else(|| l.iter().find(|&&(x, _)| !is_link_local(x)))
+            .map_or(ll, |a| a.0)
+    }
+
+    fn is_ours(&self, iface: u16, a: Ipv6Addr) -> bool {
+        self.addrs[iface as usize].iter().any(|x| x.0 == a)
+    }
+
+    fn is_ours_anywhere(&self, a: Ipv6Addr) -> bool {
+        self.addrs
+            .iter()
+            .any(|l| l.iter().any(|x| x.0 == a && !is_link_local(a)))
+    }
+
+    /// A group the router listens to on `iface`.
+    fn listens(&self, iface: u16, g: Ipv6Addr) -> bool {
+        g == ALL_NODES
+            || g == ALL_ROUTERS
+            || self.addrs[iface as usize]
+                .iter()
+                .any(|x| ipv6::solicited_node(x.0) == g)
+    }
+}
+
+impl Forwarder {
+    /// Turns IPv6 on: `addrs[i]` are interface `i`'s global addresses with prefix lengths
+    /// (each interface also gets its EUI-64 link-local address), and their prefixes become
+    /// connected routes.
+    pub fn enable_ipv6(&mut self, addrs: Vec<Vec<(Ipv6Addr, u8)>>) {
+        let mut all: Vec<Vec<(Ipv6Addr, u8)>> = self
+            .ifaces
+            .iter()
+            .map(|i| vec![(ipv6::link_local_of(i.mac), 64)])
+            .collect();
+        for (l, extra) in all.iter_mut().zip(addrs) {
+            l.extend(extra);
+        }
+        let (writer, reader) = FibWriter6::new(fib::BinaryTrie6::new());
+        let mut six = Six {
+            addrs: all,
+            writer,
+            reader,
+            hops: Vec::new(),
+            neighbours: HashMap::new(),
+            queued: 0,
+        };
+        let mut connected = Vec::new();
+        for (i, l) in six.addrs.clone().iter().enumerate() {
+            for &(a, len) in l.iter().filter(|x| !is_link_local(x.0)) {
+                let v = six.hop_id(Hop6 {
+                    iface: i as u16,
+                    via: None,
+                });
+                connected.push((Prefix6::new(a, len), Some(v)));
+            }
+        }
+        six.writer.apply(connected);
+        self.six = Some(Box::new(six));
+    }
+
+    /// Adds (or replaces) an IPv6 route through `via`, which must lie in a connected
+    /// prefix.
+    pub fn add_route6(&mut self, prefix: Prefix6, via: Ipv6Addr) -> Result<(), RouteError> {
+        let six = self.six.as_mut().ok_or(RouteError::Ipv6Off)?;
+        let iface = six
+            .iface_for(via)
+            .ok_or(RouteError::Gateway6Unreachable(via))?;
+        let v = six.hop_id(Hop6 {
+            iface,
+            via: Some(via),
+        });
+        six.writer.insert(prefix, v);
+        Ok(())
+    }
+
+    /// The next hop of `dst`, if any route holds it.
+    pub fn route6(&self, dst: Ipv6Addr) -> Option<Hop6> {
+        let six = self.six.as_ref()?;
+        let v = six.reader.load().lookup(dst)?;
+        six.hops.get(v as usize).copied()
+    }
+
+    /// Resolved IPv6 neighbours: (interface, address, MAC).
+    pub fn neighbours6(&self) -> Vec<(u16, Ipv6Addr, MacAddr)> {
+        let mut v: Vec<_> = self
+            .six
+            .iter()
+            .flat_map(|s| s.neighbours.iter())
+            .filter_map(|(&(i, a), n)| n.mac.map(|m| (i, a, m)))
+            .collect();
+        v.sort();
+        v
+    }
+
+    pub(super) fn ip6_input(
+        &mut self,
+        mut p: Pkt,
+        l2_group: bool,
+        now: Instant,
+        tx: &mut TxQueues,
+    ) {
+        let Some(six) = self.six.as_ref() else {
+            return self.drop_pkt(p, Drop::EthertypeUnsupported);
+        };
+        let in_if = p.meta.iface;
+        let Ok(ip) = ipv6::Packet::new_checked(&p.data[ETH..]) else {
+            return self.drop_pkt(p, Drop::Ip6Malformed);
+        };
+        let (src, dst, hops, total) = (ip.src(), ip.dst(), ip.hop_limit(), ip.total_len());
+        p.data.truncate(ETH + total);
+        if src.is_multicast() || six.is_ours_anywhere(src) {
+            return self.drop_pkt(p, Drop::Ip6BadSource);
+        }
+        if six.is_ours(in_if, dst) || six.is_ours_anywhere(dst) || six.listens(in_if, dst) {
+            return self.ip6_local(p, now, tx);
+        }
+        if dst.is_multicast() || l2_group {
+            return self.drop_pkt(p, Drop::Ip6Multicast);
+        }
+        if is_link_local(dst) {
+            return self.drop_pkt(p, Drop::Ip6BeyondScope);
+        }
+        if is_link_local(src) || src.is_unspecified() {
+            let e = ErrorKind::Unreachable(icmpv6::unreachable::BEYOND_SCOPE);
+            self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
+            return self.drop_pkt(p, Drop::Ip6BeyondScope);
+        }
+        if hops <= 1 {
+            let e = ErrorKind::TimeExceeded(icmpv6::time_exceeded::HOP_LIMIT);
+            self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
+            return self.drop_pkt(p, Drop::Ip6HopLimitExceeded);
+        }
+        let Some(hop) = self.route6(dst) else {
+            let e = ErrorKind::Unreachable(icmpv6::unreachable::NO_ROUTE);
+            self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
+            return self.drop_pkt(p, Drop::Ip6NoRoute);
+        };
+        let mtu = self.out_mtu(hop.iface);
+        if total > mtu {
+            let e = ErrorKind::PacketTooBig(mtu as u32);
+            self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
+            return self.drop_pkt(p, Drop::Ip6TooBig);
+        }
+        p.data[ETH + 7] = hops - 1;
+        self.counters.event(Event::Forwarded6);
+        self.neighbour_output6(p, hop.iface, hop.via.unwrap_or(dst), now, tx);
+    }
+
+    /// Packets addressed to the router: neighbour discovery and echo.
+    fn ip6_local(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
+        let in_if = p.meta.iface;
+        let frame_src = MacAddr::from_slice(&p.data[6..12]);
+        let Ok(ip) = ipv6::Packet::new_checked(&p.data[ETH..]) else {
+            return self.drop_pkt(p, Drop::Ip6Malformed);
+        };
+        let (src, dst, hops) = (ip.src(), ip.dst(), ip.hop_limit());
+        let Ok(u) = ip.upper() else {
+            return self.drop_pkt(p, Drop::Ip6Malformed);
+        };
+        if u.protocol != next_header::ICMPV6 || u.fragment.is_some() {
+            // Other protocols, and fragments (not reassembled for IPv6 yet), end here.
+            return self.drop_pkt(p, Drop::Ip6LocalOther);
+        }
+        if !ip.verify_upper_checksum(&u) {
+            return self.drop_pkt(p, Drop::LocalIcmpBadChecksum);
+        }
+        let Ok(m) = icmpv6::Packet::new_checked(&ip.packet()[u.offset..]) else {
+            return self.drop_pkt(p, Drop::Ip6Malformed);
+        };
+        let Ok(r) = icmpv6::Repr::parse(&m) else {
+            return self.drop_pkt(p, Drop::Nd6Invalid);
+        };
+        match r {
+            icmpv6::Repr::NeighborSolicit { target, options } => {
+                // RFC 4861 7.1.1: hop limit 255, a target that is not multicast, and no
+                // source link-layer option from the unspecified address.
+                let unspecified = src.is_unspecified();
+                if hops != 255
+                    || target.is_multicast()
+                    || (unspecified && options.source_lladdr.is_some())
+                {
+                    return self.drop_pkt(p, Drop::Nd6Invalid);
+                }
+                let ours = self.six.as_ref().is_some_and(|s| s.is_ours(in_if, target));
+                if !unspecified {
+                    if let Some(mac) = options.source_lladdr {
+                        self.learn6(in_if, src, mac, ours, now, tx);
+                    }
+                }
+                if !ours {
+                    return self.drop_pkt(p, Drop::Nd6NotForUs);
+                }
+                let to = if unspecified { ALL_NODES } else { src };
+                let to_mac = if unspecified {
+                    ipv6::multicast_mac(ALL_NODES)
+                } else {
+                    options.source_lladdr.unwrap_or(frame_src)
+                };
+                let na = icmpv6::Repr::NeighborAdvert {
+                    router: true,
+                    solicited: !unspecified,
+                    override_: true,
+                    target,
+                    options: NdOptions {
+                        target_lladdr: Some(self.ifaces[in_if as usize].mac),
+                        ..NdOptions::default()
+                    },
+                };
+                self.pool.put(p);
+                self.send6(in_if, target, to, to_mac, 255, &na, tx);
+                self.counters.event(Event::Nd6AdvertsSent);
+            }
+            icmpv6::Repr::NeighborAdvert {
+                solicited,
+                target,
+                options,
+                ..
+            } => {
+                // RFC 4861 7.1.2: hop limit 255, a unicast target, and a multicast
+                // destination only for an unsolicited advertisement.
+                if hops != 255 || target.is_multicast() || (solicited && dst.is_multicast()) {
+                    return self.drop_pkt(p, Drop::Nd6Invalid);
+                }
+                let mac = options.target_lladdr.unwrap_or(frame_src);
+                self.pool.put(p);
+                self.learn6(in_if, target, mac, true, now, tx);
+            }
+            icmpv6::Repr::EchoRequest { ident, seq, data } if !dst.is_multicast() => {
+                let data = data.to_vec();
+                let reply = icmpv6::Repr::EchoReply {
+                    ident,
+                    seq,
+                    data: &data,
+                };
+                self.pool.put(p);
+                self.counters.event(Event::EchoReplies);
+                self.local_output6(in_if, dst, src, &reply, now, tx);
+            }
+            _ => self.drop_pkt(p, Drop::Ip6LocalOther),
+        }
+    }
+
+    /// Learns `ip` at `mac` on `iface`: an entry being resolved is resolved and its queue
+    /// sent; an unknown one is created only if `create`.
+    fn learn6(
+        &mut self,
+        iface: u16,
+        ip: Ipv6Addr,
+        mac: MacAddr,
+        create: bool,
+        now: Instant,
+        tx: &mut TxQueues,
+    ) {
+        let reachable = Duration::from_secs(self.cfg.neighbour.reachable_secs);
+        let max_entries = self.cfg.neighbour.max_entries;
+        let Some(six) = self.six.as_mut() else {
+            return;
+        };
+        let full = six.neighbours.len() >= max_entries;
+        let queue = match six.neighbours.get_mut(&(iface, ip)) {
+            Some(n) => {
+                n.mac = Some(mac);
+                n.deadline = now + reachable;
+                n.tries = 0;
+                std::mem::take(&mut n.queue)
+            }
+            None if create && !full => {
+                six.neighbours.insert(
+                    (iface, ip),
+                    Neighbour6 {
+                        mac: Some(mac),
+                        deadline: now + reachable,
+                        tries: 0,
+                        queue: Vec::new(),
+                    },
+                );
+                Vec::new()
+            }
+            None => return,
+        };
+        six.queued -= queue.len();
+        self.counters.event(Event::Nd6Learned);
+        for mut q in queue {
+            self.set_macs6(&mut q, iface, mac);
+            self.output(iface, q, tx);
+        }
+    }
+
+    fn set_macs6(&self, p: &mut Pkt, iface: u16, dst: MacAddr) {
+        let r = ethernet::Repr {
+            dst,
+            src: self.ifaces[iface as usize].mac,
+            vlan: None,
+            ethertype: ethertype::IPV6,
+        };
+        let _ = r.emit(&mut p.data[..]);
+    }
+
+    /// Sends `p` (a reserved Ethernet header and an IPv6 packet) to `hop` on `iface`,
+    /// resolving it first if need be.
+    fn neighbour_output6(
+        &mut self,
+        mut p: Pkt,
+        iface: u16,
+        hop: Ipv6Addr,
+        now: Instant,
+        tx: &mut TxQueues,
+    ) {
+        let n = self.cfg.neighbour;
+        let Some(six) = self.six.as_mut() else {
+            return self.drop_pkt(p, Drop::EthertypeUnsupported);
+        };
+        let (full, queued) = (six.neighbours.len() >= n.max_entries, six.queued);
+        match six.neighbours.get_mut(&(iface, hop)) {
+            Some(e) if e.mac.is_some() && now < e.deadline => {
+                let mac = e.mac.unwrap_or(MacAddr::ZERO);
+                self.set_macs6(&mut p, iface, mac);
+                self.output(iface, p, tx);
+            }
+            Some(e) if e.mac.is_some() => {
+                // Stale: resolve again, holding this packet.
+                e.mac = None;
+                e.tries = 1;
+                e.deadline = now + Duration::from_millis(n.retry_ms);
+                e.queue.push(p);
+                six.queued += 1;
+                self.send_ns(iface, hop, tx);
+            }
+            Some(e) => {
+                if e.queue.len() >= n.queue_len || queued >= n.max_queued {
+                    return self.drop_pkt(p, Drop::Nd6QueueFull);
+                }
+                e.queue.push(p);
+                six.queued += 1;
+            }
+            None if full => self.drop_pkt(p, Drop::Nd6TableFull),
+            None => {
+                six.neighbours.insert(
+                    (iface, hop),
+                    Neighbour6 {
+                        mac: None,
+                        deadline: now + Duration::from_millis(n.retry_ms),
+                        tries: 1,
+                        queue: vec![p],
+                    },
+                );
+                six.queued += 1;
+                self.send_ns(iface, hop, tx);
+            }
+        }
+    }
+
+    /// Sends a neighbor solicitation for `target` out of `iface`.
+    fn send_ns(&mut self, iface: u16, target: Ipv6Addr, tx: &mut TxQueues) {
+        let Some(six) = self.six.as_ref() else {
+            return;
+        };
+        let src = six.source_for(iface, target);
+        let group = ipv6::solicited_node(target);
+        let ns = icmpv6::Repr::NeighborSolicit {
+            target,
+            options: NdOptions {
+                source_lladdr: Some(self.ifaces[iface as usize].mac),
+                ..NdOptions::default()
+            },
+        };
+        self.send6(iface, src, group, ipv6::multicast_mac(group), 255, &ns, tx);
+        self.counters.event(Event::Nd6SolicitsSent);
+    }
+
+    /// Builds an IPv6 packet carrying `msg` and sends it out of `iface` to `mac`.
+    #[allow(clippy::too_many_arguments)]
+    fn send6(
+        &mut self,
+        iface: u16,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        mac: MacAddr,
+        hop_limit: u8,
+        msg: &icmpv6::Repr,
+        tx: &mut TxQueues,
+    ) {
+        let mut f = self.pool.get();
+        if !build_ip6(&mut f, src, dst, hop_limit, msg) {
+            return self.pool.put(f);
+        }
+        self.set_macs6(&mut f, iface, mac);
+        self.output(iface, f, tx);
+    }
+
+    /// Sends a message the router made from `src` to `dst`, routed (a link-local `dst` is
+    /// on `in_if`).
+    fn local_output6(
+        &mut self,
+        in_if: u16,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        msg: &icmpv6::Repr,
+        now: Instant,
+        tx: &mut TxQueues,
+    ) {
+        let hop = if is_link_local(dst) {
+            Some(Hop6 {
+                iface: in_if,
+                via: None,
+            })
+        } else {
+            self.route6(dst)
+        };
+        let Some(hop) = hop else {
+            return self.counters.count(Drop::LocalNoRoute);
+        };
+        let mut f = self.pool.get();
+        if !build_ip6(&mut f, src, dst, 64, msg) {
+            return self.pool.put(f);
+        }
+        self.neighbour_output6(f, hop.iface, hop.via.unwrap_or(dst), now, tx);
+    }
+
+    /// Sends an ICMPv6 error about `orig` (an IPv6 packet as received on `in_if`) if RFC
+    /// 4443 allows it and the rate limit has a token.
+    fn icmp6_error(
+        &mut self,
+        orig: &[u8],
+        in_if: u16,
+        e: ErrorKind,
+        now: Instant,
+        tx: &mut TxQueues,
+    ) {
+        if icmpv6::error_allowed(orig, e, false).is_err() {
+            return self.counters.count(Drop::IcmpSuppressed);
+        }
+        if !self.take_icmp_token(now) {
+            return self.counters.count(Drop::IcmpRateLimited);
+        }
+        let Ok(ip) = ipv6::Packet::new_checked(orig) else {
+            return;
+        };
+        let to = ip.src();
+        let Some(src) = self.six.as_ref().map(|s| s.source_for(in_if, to)) else {
+            return;
+        };
+        let Some(pkt) = icmpv6::build_error(orig, e, src, 64) else {
+            return;
+        };
+        let Ok(q) = ipv6::Packet::new_checked(&pkt[..]) else {
+            return;
+        };
+        let Ok(m) = icmpv6::Packet::new_checked(q.payload()) else {
+            return;
+        };
+        let Ok(msg) = icmpv6::Repr::parse(&m) else {
+            return;
+        };
+        self.counters.event(Event::IcmpErrorsSent);
+        self.local_output6(in_if, src, to, &msg, now, tx);
+    }
+
+    /// Neighbour discovery's timers: solicit again, or give up on a neighbour (its queued
+    /// packets get address unreachable); forget resolved ones long stale.
+    pub(super) fn poll6(&mut self, now: Instant, tx: &mut TxQueues) {
+        let n = self.cfg.neighbour;
+        let Some(six) = self.six.as_mut() else {
+            return;
+        };
+        let mut again = Vec::new();
+        let mut failed = Vec::new();
+        six.neighbours.retain(|&(iface, ip), e| {
+            if now < e.deadline {
+                return true;
+            }
+            if e.mac.is_some() {
+                // Stale and unused for a reachable time more: forgotten.
+                return now < e.deadline + Duration::from_secs(n.reachable_secs);
+            }
+            if e.tries < n.max_tries {
+                e.tries += 1;
+                e.deadline = now + Duration::from_millis(n.retry_ms);
+                again.push((iface, ip));
+                return true;
+            }
+            failed.append(&mut e.queue);
+            false
+        });
+        six.queued -= failed.len();
+        for (iface, ip) in again {
+            self.send_ns(iface, ip, tx);
+        }
+        for p in failed {
+            if p.data.len() > ETH {
+                let e = ErrorKind::Unreachable(icmpv6::unreachable::ADDRESS);
+                self.icmp6_error(&p.data[ETH..], p.meta.iface, e, now, tx);
+            }
+            self.drop_pkt(p, Drop::Nd6Failed);
+        }
+    }
+}
+
+/// Writes a reserved Ethernet header and an IPv6 packet carrying `msg` into `out`.
+fn build_ip6(
+    out: &mut Pkt,
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    hop_limit: u8,
+    msg: &icmpv6::Repr,
+) -> bool {
+    let r = ipv6::Repr {
+        src,
+        dst,
+        next_header: next_header::ICMPV6,
+        hop_limit,
+        traffic_class: 0,
+        flow_label: 0,
+        payload_len: msg.buffer_len(),
+    };
+    out.data.clear();
+    out.data.resize(ETH + r.buffer_len(), 0);
+    r.emit(&mut out.data[ETH..]).is_ok()
+        && msg
+            .emit(&mut out.data[ETH + ipv6::HEADER_LEN..], src, dst)
+            .is_ok()
+}
