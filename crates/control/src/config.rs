@@ -428,7 +428,8 @@ struct RawBackend {
 #[serde(deny_unknown_fields)]
 struct RawInterface {
     name: Spanned<String>,
-    address: Spanned<String>,
+    /// One prefix, or a list: one IPv4 and any IPv6 ones.
+    address: Spanned<Via>,
     mtu: Option<Spanned<u32>>,
     parent: Option<Spanned<String>>,
     vlan: Option<Spanned<u16>>,
@@ -475,6 +476,9 @@ pub struct InterfaceConfig {
     pub name: String,
     pub addr: Ipv4Addr,
     pub prefix_len: u8,
+    /// IPv6 addresses with their prefix lengths (the link-local one is derived from the
+    /// MAC, not configured).
+    pub addrs6: Vec<(std::net::Ipv6Addr, u8)>,
     pub mtu: Option<usize>,
     /// A VLAN sub-interface: (index of the parent interface, VLAN id).
     pub vlan: Option<(usize, u16)>,
@@ -506,12 +510,22 @@ pub struct RouteConfig {
     pub line: usize,
 }
 
+/// A static IPv6 route, with the line it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route6Config {
+    pub prefix: fib::Prefix6,
+    pub via: std::net::Ipv6Addr,
+    pub line: usize,
+}
+
 /// A parsed, validated forwarder configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForwarderFile {
     pub path: PathBuf,
     pub interfaces: Vec<InterfaceConfig>,
     pub routes: Vec<RouteConfig>,
+    /// Static IPv6 routes (`[[route]]` entries with an IPv6 prefix).
+    pub routes6: Vec<Route6Config>,
     /// Resolved against the configuration file's directory.
     pub routes_file: Option<PathBuf>,
     /// When set, every route of `routes_file` goes through these gateways and the file may
@@ -623,6 +637,74 @@ pub(crate) fn cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
     Ok((addr, len))
 }
 
+/// Parses `ADDRESS/LENGTH` for IPv6 (length 1 to 128); not a multicast or link-local
+/// address (the link-local one comes from the MAC).
+pub(crate) fn cidr6(s: &str) -> Result<(std::net::Ipv6Addr, u8), String> {
+    let (a, l) = s
+        .split_once('/')
+        .ok_or("expected ADDRESS/LENGTH, like 2001:db8:1::1/64")?;
+    let addr: std::net::Ipv6Addr = a
+        .parse()
+        .map_err(|_| format!("{a:?} is not an IPv6 address"))?;
+    let len: u8 = l
+        .parse()
+        .ok()
+        .filter(|l| (1..=128).contains(l))
+        .ok_or_else(|| format!("prefix length {l:?} is not 1 to 128"))?;
+    if addr.is_multicast() || wire::ipv6::is_link_local(addr) || addr.is_unspecified() {
+        return Err(format!(
+            "{addr} is not a unicast global address (the link-local address comes from the MAC)"
+        ));
+    }
+    Ok((addr, len))
+}
+
+/// An IPv6 `[[route]]` (index `i`): its prefix, and one gateway on an interface's IPv6
+/// network. Errors carry where and which key.
+fn route6(
+    src: &str,
+    interfaces: &[InterfaceConfig],
+    r: &RawRoute,
+    i: usize,
+) -> Result<Route6Config, (usize, String, String)> {
+    let prefix = fib::Prefix6::parse_strict(r.prefix.get_ref()).map_err(|e| {
+        (
+            r.prefix.span().start,
+            format!("route[{i}].prefix"),
+            format!("{:?}: {e}", r.prefix.get_ref()),
+        )
+    })?;
+    let (at, key) = (r.via.span().start, format!("route[{i}].via"));
+    let via: std::net::Ipv6Addr = match r.via.get_ref() {
+        Via::One(v) => v
+            .parse()
+            .map_err(|_| (at, key.clone(), format!("{v:?} is not an IPv6 address")))?,
+        Via::Many(_) => {
+            return Err((
+                at,
+                key,
+                "one gateway for an IPv6 route (ECMP is not built for IPv6 yet)".into(),
+            ))
+        }
+    };
+    if !interfaces.iter().any(|x| {
+        x.addrs6
+            .iter()
+            .any(|&(a, l)| fib::Prefix6::new(a, l).contains(via))
+    }) {
+        return Err((
+            at,
+            key,
+            format!("gateway {via} is on none of the interfaces' IPv6 networks"),
+        ));
+    }
+    Ok(Route6Config {
+        prefix,
+        via,
+        line: line_of(src, r.prefix.span().start),
+    })
+}
+
 impl ForwarderFile {
     pub fn load(path: &Path) -> Result<ForwarderFile, ConfigError> {
         Self::parse(path, &read(path)?)
@@ -648,8 +730,31 @@ impl ForwarderFile {
                     format!("interface {name} is listed twice"),
                 ));
             }
-            let (addr, prefix_len) = cidr(r.address.get_ref())
-                .map_err(|m| err(r.address.span().start, format!("interface[{i}].address"), m))?;
+            let key = format!("interface[{i}].address");
+            let at = r.address.span().start;
+            let texts: Vec<&String> = match r.address.get_ref() {
+                Via::One(a) => vec![a],
+                Via::Many(v) => v.iter().collect(),
+            };
+            let (mut v4, mut addrs6) = (Vec::new(), Vec::new());
+            for t in texts {
+                if t.contains(':') {
+                    addrs6.push(cidr6(t).map_err(|m| err(at, key.clone(), m))?);
+                } else {
+                    v4.push(cidr(t).map_err(|m| err(at, key.clone(), m))?);
+                }
+            }
+            let (addr, prefix_len) = match v4[..] {
+                [one] => one,
+                [] => {
+                    return Err(err(
+                        at,
+                        key,
+                        "an IPv4 address is needed (IPv6-only interfaces are not built yet)".into(),
+                    ))
+                }
+                _ => return Err(err(at, key, "more than one IPv4 address".into())),
+            };
             let mtu = match &r.mtu {
                 Some(m) if !(68..=9216).contains(m.get_ref()) => {
                     return Err(err(
@@ -713,6 +818,7 @@ impl ForwarderFile {
                 name: name.clone(),
                 addr,
                 prefix_len,
+                addrs6,
                 mtu,
                 vlan,
             });
@@ -765,7 +871,13 @@ impl ForwarderFile {
             Ok(out)
         };
         let mut routes = Vec::new();
+        let mut routes6 = Vec::new();
         for (i, r) in raw.route.iter().enumerate() {
+            if r.prefix.get_ref().contains(':') {
+                routes6
+                    .push(route6(src, &interfaces, r, i).map_err(|(at, key, m)| err(at, key, m))?);
+                continue;
+            }
             let prefix = Prefix::parse_strict(r.prefix.get_ref()).map_err(|e| {
                 err(
                     r.prefix.span().start,
@@ -883,6 +995,7 @@ impl ForwarderFile {
             path: path.into(),
             interfaces,
             routes,
+            routes6,
             routes_file,
             routes_file_via,
             tuning: raw.tuning,

@@ -207,6 +207,14 @@ pub fn build(cfg: &ForwarderFile, links: &[Link]) -> Result<Forwarder, String> {
     }
     let routes = config_routes(cfg, |gw| f.port_for_gateway(gw))?;
     f.replace_routes(routes).map_err(|e| e.to_string())?;
+    if cfg.interfaces.iter().any(|i| !i.addrs6.is_empty()) {
+        f.enable_ipv6(cfg.interfaces.iter().map(|i| i.addrs6.clone()).collect());
+        for r in &cfg.routes6 {
+            f.add_route6(r.prefix, r.via).map_err(|e| {
+                format!("{}:{}: route {}: {e}", cfg.path.display(), r.line, r.prefix)
+            })?;
+        }
+    }
     Ok(f)
 }
 
@@ -220,13 +228,20 @@ fn answer(f: &mut Forwarder, cmd: &str, _req: &Value) -> Value {
                 .map(|(port, ip, mac, state)| {
                     json!({"interface": f.ifaces[port as usize].name, "address": ip.to_string(), "mac": mac.to_string(), "state": format!("{state:?}").to_lowercase()})
                 })
+                .chain(f.neighbours6().into_iter().map(|(i, ip, mac)| {
+                    json!({"interface": f.ifaces[i as usize].name, "address": ip.to_string(), "mac": mac.to_string(), "state": "reachable"})
+                }))
                 .collect(),
         ),
         "interfaces" => Value::Array(
             f.ifaces
                 .iter()
-                .map(|i| {
+                .enumerate()
+                .map(|(ix, i)| {
                     let mut v = json!({"name": i.name, "mac": i.mac.to_string(), "mtu": i.mtu, "address": format!("{}/{}", i.addr, i.prefix_len)});
+                    if let Some(a) = f.addresses6(ix) {
+                        v["addresses6"] = json!(a);
+                    }
                     if let Some(vl) = i.vlan {
                         v["vlan"] = json!(vl.id);
                         v["parent"] = json!(f.ifaces[vl.parent as usize].name);
@@ -329,6 +344,9 @@ pub fn run<P: Port + Send>(
     if !others.is_empty() {
         if f.backend_internal().is_some() {
             return Err("[io] workers: a back-end runs one worker (DIST and its route writer are on the first)".into());
+        }
+        if f.ipv6_enabled() {
+            return Err("[io] workers: IPv6 runs on one worker (its neighbours and routes are on the first)".into());
         }
         let mut all = vec![f];
         all.append(&mut others);

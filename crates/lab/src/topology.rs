@@ -54,6 +54,10 @@ pub struct HostInterface {
     /// ADDRESS/LENGTH.
     #[serde(default)]
     pub address: Option<String>,
+    /// An IPv6 ADDRESS/LENGTH (added without duplicate address detection, so that it is
+    /// usable at once).
+    #[serde(default)]
+    pub address6: Option<String>,
     /// Get the address by DHCP instead (Debian's ISC dhclient, started by `lab up`, which
     /// waits for every lease).
     #[serde(default)]
@@ -448,19 +452,42 @@ impl Lab {
             io: self.io.clone(),
             ..Default::default()
         };
+        // IPv6 is off in every namespace (the kernel's router solicitations and listener
+        // reports would land in the elements' counters), except, in a lab whose hosts have
+        // IPv6 addresses, on the hosts and the kernel routers: they speak it.
+        let speaks6 = self
+            .topo
+            .host
+            .iter()
+            .any(|h| h.interfaces.iter().any(|i| i.address6.is_some()));
+        let kernel_v6: Vec<&str> = self
+            .topo
+            .host
+            .iter()
+            .map(|h| h.name.as_str())
+            .chain(
+                self.topo
+                    .element
+                    .iter()
+                    .filter(|e| self.role(e) == "linux")
+                    .map(|e| e.name.as_str()),
+            )
+            .filter(|_| speaks6)
+            .collect();
         for (node, _) in self.nodes() {
             let ns = self.ns(node);
             cmd::run("ip", &["netns", "add", &ns])?;
             st.namespaces.push(ns.clone());
             self.save(&st)?;
             ip_n(&ns, &["link", "set", "lo", "up"])?;
+            let off = if kernel_v6.contains(&node) { "0" } else { "1" };
             in_ns(
                 &ns,
                 "sysctl",
                 &[
                     "-qw",
-                    "net.ipv6.conf.all.disable_ipv6=1",
-                    "net.ipv6.conf.default.disable_ipv6=1",
+                    &format!("net.ipv6.conf.all.disable_ipv6={off}"),
+                    &format!("net.ipv6.conf.default.disable_ipv6={off}"),
                 ],
             )?;
         }
@@ -539,9 +566,17 @@ impl Lab {
                 if let Some(a) = &i.address {
                     ip_n(&ns, &["addr", "add", a, "dev", &i.name])?;
                 }
+                if let Some(a) = &i.address6 {
+                    ip_n(&ns, &["-6", "addr", "add", a, "dev", &i.name, "nodad"])?;
+                }
             }
             for r in &h.routes {
-                let mut args = vec!["route", "add"];
+                // A route through an IPv6 gateway (or to an IPv6 prefix) is an IPv6 route.
+                let mut args = if r.contains(':') {
+                    vec!["-6", "route", "add"]
+                } else {
+                    vec!["route", "add"]
+                };
                 args.extend(r.split_whitespace());
                 ip_n(&ns, &args)?;
             }
@@ -709,8 +744,19 @@ impl Lab {
             if let Some(m) = i.mtu {
                 ip_n(&ns, &["link", "set", &i.name, "mtu", &m.to_string()])?;
             }
+            for (a, l) in &i.addrs6 {
+                let a = format!("{a}/{l}");
+                ip_n(&ns, &["-6", "addr", "add", &a, "dev", &i.name, "nodad"])?;
+            }
         }
         in_ns(&ns, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
+        if !cfg.routes6.is_empty() || cfg.interfaces.iter().any(|i| !i.addrs6.is_empty()) {
+            in_ns(&ns, "sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"])?;
+            for r in &cfg.routes6 {
+                let (p, via) = (r.prefix.to_string(), r.via.to_string());
+                ip_n(&ns, &["-6", "route", "add", &p, "via", &via])?;
+            }
+        }
         // The same routes the forwarder would load, gateways checked the same way.
         let nets: Vec<fib::Prefix> = cfg
             .interfaces

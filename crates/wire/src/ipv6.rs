@@ -256,7 +256,63 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 }
 
+impl<T: AsRef<[u8]>> Packet<T> {
+    /// Where the TCP or UDP checksum field sits (from the start of the IPv6 header) in an
+    /// unfragmented packet whose transport header fits; `None` otherwise.
+    fn transport_checksum_at(&self) -> Option<(usize, Upper)> {
+        let u = self.upper().ok()?;
+        if u.fragment.is_some() {
+            return None;
+        }
+        let at = match u.protocol {
+            next_header::TCP => crate::tcp::CHECKSUM_AT,
+            next_header::UDP => crate::udp::CHECKSUM_AT,
+            _ => return None,
+        };
+        (u.offset + at + 2 <= self.total_len()).then_some((u.offset + at, u))
+    }
+
+    /// True if the TCP or UDP checksum field holds only the pseudo-header sum: what a
+    /// Linux sender leaves for checksum offload (as [`crate::ipv4::Packet::transport_checksum_looks_partial`]).
+    pub fn transport_checksum_looks_partial(&self) -> bool {
+        let Some((at, u)) = self.transport_checksum_at() else {
+            return false;
+        };
+        let b = self.packet();
+        let len = (b.len() - u.offset) as u32;
+        be16(b, at)
+            == checksum::fold(checksum::pseudo_header6(
+                self.src(),
+                self.dst(),
+                u.protocol,
+                len,
+            ))
+    }
+}
+
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Computes the TCP or UDP checksum in full (for a packet whose sender left it to
+    /// offload). False for other packets, which are left alone.
+    pub fn fill_transport_checksum(&mut self) -> bool {
+        let Some((at, u)) = self.transport_checksum_at() else {
+            return false;
+        };
+        let (src, dst) = (self.src(), self.dst());
+        let end = self.total_len();
+        let b = &mut self.buf.as_mut()[..end];
+        b[at] = 0;
+        b[at + 1] = 0;
+        let upper = &b[u.offset..];
+        let s = checksum::pseudo_header6(src, dst, u.protocol, upper.len() as u32)
+            + checksum::sum(upper);
+        let c = match !checksum::fold(s) {
+            0 if u.protocol == next_header::UDP => 0xffff,
+            c => c,
+        };
+        put16(b, at, c);
+        true
+    }
+
     pub fn set_hop_limit(&mut self, h: u8) {
         self.buf.as_mut()[field::HOPS] = h;
     }
@@ -489,6 +545,30 @@ mod tests {
         );
         assert!(is_link_local("fe80::1".parse().unwrap()));
         assert!(!is_link_local("fec0::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn partial_checksums_are_completed() {
+        // A UDP datagram whose checksum field holds the pseudo-header sum only.
+        let mut udp = [0x13u8, 0x88, 0, 53, 0, 12, 0, 0, 1, 2, 3, 4];
+        let mut b = packet(next_header::UDP, &udp);
+        let (src, dst): (Ipv6Addr, Ipv6Addr) = (
+            "2001:db8::1".parse().unwrap(),
+            "2001:db8::2".parse().unwrap(),
+        );
+        let partial = checksum::fold(checksum::pseudo_header6(src, dst, next_header::UDP, 12));
+        b[HEADER_LEN + 6..HEADER_LEN + 8].copy_from_slice(&partial.to_be_bytes());
+        let mut p = Packet::new_checked(&mut b[..]).unwrap();
+        assert!(p.transport_checksum_looks_partial());
+        assert!(p.fill_transport_checksum());
+        assert!(!p.transport_checksum_looks_partial());
+        let u = p.upper().unwrap();
+        assert!(p.verify_upper_checksum(&u));
+        // ICMPv6 is not touched.
+        udp[0] = 128;
+        let mut b = packet(next_header::ICMPV6, &udp);
+        let mut p = Packet::new_checked(&mut b[..]).unwrap();
+        assert!(!p.fill_transport_checksum());
     }
 
     proptest! {

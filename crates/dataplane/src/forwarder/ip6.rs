@@ -173,6 +173,17 @@ impl Forwarder {
         six.hops.get(v as usize).copied()
     }
 
+    /// Whether [`Forwarder::enable_ipv6`] turned IPv6 on.
+    pub fn ipv6_enabled(&self) -> bool {
+        self.six.is_some()
+    }
+
+    /// Interface `i`'s IPv6 addresses as `ADDRESS/LENGTH`, link-local first.
+    pub fn addresses6(&self, i: usize) -> Option<Vec<String>> {
+        let l = self.six.as_ref()?.addrs.get(i)?;
+        Some(l.iter().map(|(a, n)| format!("{a}/{n}")).collect())
+    }
+
     /// Resolved IPv6 neighbours: (interface, address, MAC).
     pub fn neighbours6(&self) -> Vec<(u16, Ipv6Addr, MacAddr)> {
         let mut v: Vec<_> = self
@@ -233,6 +244,17 @@ impl Forwarder {
             let e = ErrorKind::PacketTooBig(mtu as u32);
             self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
             return self.drop_pkt(p, Drop::Ip6TooBig);
+        }
+        // A sender that left its TCP or UDP checksum to offload (veth does): complete it,
+        // as for IPv4.
+        if p.meta.csum_partial || p.meta.csum_unknown {
+            if let Ok(mut ipm) = ipv6::Packet::new_checked(&mut p.data[ETH..]) {
+                if (p.meta.csum_partial || ipm.transport_checksum_looks_partial())
+                    && ipm.fill_transport_checksum()
+                {
+                    self.counters.event(Event::ChecksumFilled);
+                }
+            }
         }
         p.data[ETH + 7] = hops - 1;
         self.counters.event(Event::Forwarded6);

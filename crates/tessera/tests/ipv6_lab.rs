@@ -1,0 +1,62 @@
+//! IPv6 through the router, between real Linux hosts: neighbour discovery, ping6 with one
+//! hop-limit decrement, time exceeded from the router, echo to the router, TCP over
+//! IPv6; then the same lab with the Linux kernel as the router (the contender forwards
+//! IPv6 too).
+
+mod common;
+use common::*;
+
+fn ping6(lab: &TestLab, from: &str, args: &[&str]) -> (bool, String) {
+    let mut argv = vec!["ping", "-6", "-n", "-c", "2", "-i", "0.2", "-W", "2"];
+    argv.extend(args);
+    let o = lab.exec(from, &argv);
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn hosts_ping_and_talk_tcp_over_ipv6_through_the_router() {
+    let lab = TestLab::up(test_path("labs/dual-stack.toml"), &[]);
+    // Across the router: one hop-limit decrement (64 at the sender).
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:2::10"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("ttl=63"), "{out}");
+    // Hop limit 1: time exceeded from the router's address on h1's network.
+    let (ok, out) = ping6(&lab, "h1", &["-t", "1", "2001:db8:2::10"]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("From 2001:db8:1::1") && out.contains("Time exceeded"),
+        "{out}"
+    );
+    // No route: destination unreachable from the router.
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:77::1"]);
+    assert!(!ok && out.contains("From 2001:db8:1::1"), "{out}");
+    // The router's own addresses answer, on either side.
+    for a in ["2001:db8:1::1", "2001:db8:2::1"] {
+        let (ok, out) = ping6(&lab, "h1", &[a]);
+        assert!(ok && out.contains("ttl=64"), "{a}: {out}");
+    }
+    // TCP over IPv6.
+    lab.iperf3("h1", "h2", "2001:db8:2::10", &["-6", "-t", "1"]);
+    let c = lab.counters("r");
+    assert!(event_count(&c, "ip6_forwarded") > 10, "{c}");
+    assert!(event_count(&c, "nd6_adverts_sent") >= 1, "{c}");
+    assert!(drop_count(&c, "ip6_hop_limit_exceeded") >= 2, "{c}");
+    assert_eq!(drop_count(&c, "ip6_malformed"), 0, "{c}");
+    let n = lab.show_json("neighbours", "r");
+    let n = n.to_string();
+    assert!(
+        n.contains("2001:db8:1::10") && n.contains("2001:db8:2::10"),
+        "{n}"
+    );
+    drop(lab);
+
+    let lab = TestLab::up(test_path("labs/dual-stack.toml"), &["--role", "r=linux"]);
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:2::10"]);
+    assert!(
+        ok && out.contains("ttl=63"),
+        "the kernel as the router: {out}"
+    );
+}
