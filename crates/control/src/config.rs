@@ -1067,6 +1067,30 @@ via = "10.2.0.2"
         assert_eq!(m.element.as_deref(), Some("r1"));
     }
 
+    /// `address` takes a list with IPv6 prefixes; `[[route]]` takes IPv6 prefixes through
+    /// a gateway on one of them.
+    #[test]
+    fn ipv6_addresses_and_routes() {
+        let src = EXAMPLE
+            .replace("\"10.2.0.1/24\"", "[\"10.2.0.1/24\", \"2001:db8:2::1/64\"]")
+            .replace("prefix = \"10.3.0.0/16\"", "prefix = \"2001:db8:3::/48\"")
+            .replace("via = \"10.2.0.2\"", "via = \"2001:db8:2::2\"");
+        let c = parse(&src).unwrap();
+        assert_eq!(c.interfaces[1].addr, Ipv4Addr::new(10, 2, 0, 1));
+        assert_eq!(
+            c.interfaces[1].addrs6,
+            vec![("2001:db8:2::1".parse().unwrap(), 64)]
+        );
+        assert!(c.interfaces[0].addrs6.is_empty());
+        assert_eq!(c.routes6.len(), 1);
+        assert_eq!(c.routes6[0].prefix.to_string(), "2001:db8:3::/48");
+        assert_eq!(
+            c.routes6[0].via,
+            "2001:db8:2::2".parse::<std::net::Ipv6Addr>().unwrap()
+        );
+        assert_eq!(c.routes6[0].line, 11);
+    }
+
     /// Each bad file gives an error with the right line and key.
     #[test]
     fn errors_name_line_and_key() {
@@ -1088,6 +1112,45 @@ via = "10.2.0.2"
                 11,
                 "route[0].prefix",
                 "host bits",
+            ),
+            (
+                EXAMPLE.replace("\"10.2.0.1/24\"", "[\"10.2.0.1/24\", \"2001:db8::1/129\"]"),
+                8,
+                "interface[1].address",
+                "not 1 to 128",
+            ),
+            (
+                EXAMPLE.replace("\"10.2.0.1/24\"", "[\"10.2.0.1/24\", \"fe80::1/64\"]"),
+                8,
+                "interface[1].address",
+                "link-local address comes from the MAC",
+            ),
+            (
+                EXAMPLE.replace("\"10.2.0.1/24\"", "[\"2001:db8::1/64\"]"),
+                8,
+                "interface[1].address",
+                "an IPv4 address is needed",
+            ),
+            (
+                EXAMPLE.replace("\"10.2.0.1/24\"", "[\"10.2.0.1/24\", \"10.9.0.1/24\"]"),
+                8,
+                "interface[1].address",
+                "more than one IPv4",
+            ),
+            (
+                EXAMPLE.replace("prefix = \"10.3.0.0/16\"", "prefix = \"2001:db8:3::/48\""),
+                12,
+                "route[0].via",
+                "not an IPv6 address",
+            ),
+            (
+                EXAMPLE
+                    .replace("\"10.2.0.1/24\"", "[\"10.2.0.1/24\", \"2001:db8:2::1/64\"]")
+                    .replace("prefix = \"10.3.0.0/16\"", "prefix = \"2001:db8:3::/48\"")
+                    .replace("via = \"10.2.0.2\"", "via = \"2001:db8:9::2\""),
+                12,
+                "route[0].via",
+                "none of the interfaces' IPv6 networks",
             ),
             (
                 EXAMPLE.replace("via = \"10.2.0.2\"", "via = \"192.0.2.1\""),
