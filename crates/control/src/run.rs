@@ -207,6 +207,17 @@ pub fn build(cfg: &ForwarderFile, links: &[Link]) -> Result<Forwarder, String> {
     }
     let routes = config_routes(cfg, |gw| f.port_for_gateway(gw))?;
     f.replace_routes(routes).map_err(|e| e.to_string())?;
+    for (i, ifc) in cfg.interfaces.iter().zip(&f.ifaces) {
+        if !i.addrs6.is_empty() && ifc.mtu < wire::ipv6::MIN_MTU {
+            return Err(format!(
+                "interface {}: MTU {} is below IPv6's minimum of {} (RFC 8200 5): no IPv6 \
+                 address on it",
+                i.name,
+                ifc.mtu,
+                wire::ipv6::MIN_MTU
+            ));
+        }
+    }
     if cfg.interfaces.iter().any(|i| !i.addrs6.is_empty()) {
         f.enable_ipv6(cfg.interfaces.iter().map(|i| i.addrs6.clone()).collect());
         for r in &cfg.routes6 {

@@ -5,7 +5,8 @@ use crate::forwarder::{Forwarder, ForwarderConfig, Iface};
 use std::time::{Duration, Instant};
 use wire::MacAddr;
 
-/// A small forwarder: two ports, a default route, one resolved neighbour per port.
+/// A small forwarder: two ports, a default route, one resolved neighbour per port; IPv6 on
+/// port 0 (2001:db8:1::1/64, default route through 2001:db8:1::2, learned from the frames).
 pub fn forwarder() -> (Forwarder, Instant) {
     let now = Instant::now();
     let ifaces = vec![
@@ -33,6 +34,11 @@ pub fn forwarder() -> (Forwarder, Instant) {
         MacAddr([2, 0, 0, 0, 2, 0]),
         now,
         true,
+    );
+    f.enable_ipv6(vec![vec![("2001:db8:1::1".parse().unwrap(), 64)], vec![]]);
+    let _ = f.add_route6(
+        fib::Prefix6::new(std::net::Ipv6Addr::UNSPECIFIED, 0),
+        "2001:db8:1::2".parse().unwrap(),
     );
     (f, now)
 }

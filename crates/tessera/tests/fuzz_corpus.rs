@@ -40,6 +40,13 @@ fn forward_corpus() {
         f.counters.events(dataplane::Event::Forwarded) > 0,
         "the seeds include forwardable frames"
     );
+    for e in [
+        dataplane::Event::Forwarded6,
+        dataplane::Event::Nd6AdvertsSent,
+        dataplane::Event::Nd6Learned,
+    ] {
+        assert!(f.counters.events(e) > 0, "the seeds reach IPv6's {e:?}");
+    }
 }
 
 #[test]

@@ -529,6 +529,10 @@ impl Forwarder {
         if !build_ip6(&mut f, src, dst, 64, msg) {
             return self.pool.put(f);
         }
+        if f.data.len() - ETH > self.out_mtu(hop.iface) {
+            // Only on a link below IPv6's minimum MTU, which the configuration refuses.
+            return self.drop_pkt(f, Drop::Ip6TooBig);
+        }
         self.neighbour_output6(f, hop.iface, hop.via.unwrap_or(dst), now, tx);
     }
 
