@@ -1,6 +1,6 @@
 //! IPv6 through the router, between real Linux hosts: neighbour discovery, ping6 with one
-//! hop-limit decrement, time exceeded from the router, echo to the router, TCP over
-//! IPv6; then the same lab with the Linux kernel as the router (the contender forwards
+//! hop-limit decrement, time exceeded from the router, echo to the router, traceroute6,
+//! TCP over IPv6; then the same lab with the Linux kernel as the router (the contender forwards
 //! IPv6 too).
 
 mod common;
@@ -38,6 +38,29 @@ fn hosts_ping_and_talk_tcp_over_ipv6_through_the_router() {
         let (ok, out) = ping6(&lab, "h1", &[a]);
         assert!(ok && out.contains("ttl=64"), "{a}: {out}");
     }
+    // traceroute6 shows the router, then the host.
+    let o = lab.exec(
+        "h1",
+        &[
+            "traceroute",
+            "-6",
+            "-n",
+            "-q",
+            "1",
+            "-w",
+            "2",
+            "-m",
+            "5",
+            "2001:db8:2::10",
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    let hops: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("1 "))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(hops, ["2001:db8:1::1", "2001:db8:2::10"], "{out}");
     // TCP over IPv6.
     lab.iperf3("h1", "h2", "2001:db8:2::10", &["-6", "-t", "1"]);
     let c = lab.counters("r");
