@@ -10,7 +10,7 @@
 
 use crate::table::{Table, Table6};
 use crate::Rng;
-use fib::{BinaryTrie, BinaryTrie6, Dir24, FibWriter, Lpm, Poptrie, Poptrie6, Prefix};
+use fib::{BinaryTrie, BinaryTrie6, Dir24, Lpm, Poptrie, Poptrie6};
 use serde_json::{json, Value};
 use std::hint::black_box;
 use std::net::Ipv4Addr;
@@ -418,37 +418,6 @@ pub fn run6(
     Ok(v)
 }
 
-/// As [`update_rate`], through the IPv6 writer.
-fn update_rate6(t: &Table6) -> Value {
-    let mut rib = BinaryTrie6::new();
-    for &(p, v) in &t.routes {
-        rib.insert(p, v);
-    }
-    let (mut w, _reader) = fib::FibWriter6::new(rib);
-    let mut rng = Rng::new(5);
-    let mut pick = || t.routes[rng.below(t.routes.len())];
-    let n = 2000;
-    let t0 = Instant::now();
-    for _ in 0..n / 2 {
-        let (p, v) = pick();
-        w.remove(p);
-        w.insert(p, v);
-    }
-    let single = n as f64 / t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    for _ in 0..20 {
-        let ch: Vec<_> = (0..500)
-            .flat_map(|_| {
-                let (p, v) = pick();
-                [(p, None), (p, Some(v))]
-            })
-            .collect();
-        w.apply(ch);
-    }
-    let batched = 20_000.0 / t1.elapsed().as_secs_f64();
-    json!({"single": single.round(), "batched_1000": batched.round(), "full_builds": w.full_builds})
-}
-
 /// Table sizes of the growth run (the paper's, before the full table).
 pub const GROWTH_SIZES: [usize; 4] = [10, 1_000, 10_000, 167_000];
 
@@ -658,19 +627,30 @@ fn memory_probe(bytes: usize) -> Value {
 /// snapshots: `single` publishes after every change (withdraw then re-add a random prefix
 /// of the table), `batched_1000` publishes once per 1,000 changes.
 fn update_rate(t: &Table) -> Value {
-    if t.routes.is_empty() {
-        return json!({"single": 0, "batched_1000": 0});
-    }
     let mut rib = BinaryTrie::new();
     for &(p, v) in &t.routes {
         rib.insert(p, v);
     }
-    let (mut w, _reader) = FibWriter::new(rib);
+    update_rate_of::<fib::table::V4>(&t.routes, rib)
+}
+
+/// As [`update_rate`], through the IPv6 writer.
+fn update_rate6(t: &Table6) -> Value {
+    let mut rib = BinaryTrie6::new();
+    for &(p, v) in &t.routes {
+        rib.insert(p, v);
+    }
+    update_rate_of::<fib::table::V6>(&t.routes, rib)
+}
+
+/// The update rates of a writer of family `F` loaded with `rib` (which holds `routes`).
+fn update_rate_of<F: fib::table::Family>(routes: &[(F::Prefix, u32)], rib: F::Rib) -> Value {
+    if routes.is_empty() {
+        return json!({"single": 0, "batched_1000": 0});
+    }
+    let (mut w, _reader) = fib::table::Writer::<F>::new(rib);
     let mut rng = Rng::new(5);
-    let mut pick = || {
-        let (p, v): (Prefix, u32) = t.routes[rng.below(t.routes.len())];
-        (p, v)
-    };
+    let mut pick = || routes[rng.below(routes.len())];
     let n = 2000;
     let t0 = Instant::now();
     for _ in 0..n / 2 {

@@ -17,37 +17,50 @@ pub struct Table {
 /// without a next hop get one of 16 synthetic next hops chosen by a hash of the prefix (a
 /// router with a few upstreams). Returns the table and the count of skipped lines/records.
 pub fn read(path: &Path) -> Result<(Table, usize), String> {
-    let mut t = Table::default();
-    let mut ids = std::collections::HashMap::new();
-    let mut too_many = false;
-    let st = control::tables::read(path, |p, hop| {
-        let hop = hop.unwrap_or_else(|| synthetic_hop(p));
-        let id = *ids.entry(hop).or_insert_with(|| {
-            t.next_hops.push(hop);
-            t.next_hops.len() as u32 - 1
-        });
-        too_many |= id > fib::poptrie::MAX_VALUE;
-        t.routes.push((p, id));
+    // Every benchmark here measures lookups of one family: a table with none of its
+    // prefixes has nothing to draw addresses from.
+    let (routes, next_hops, skipped) = numbered(path, "IPv4", synthetic_hop, |each| {
+        control::tables::read(path, each)
     })?;
-    if too_many {
+    Ok((Table { routes, next_hops }, skipped))
+}
+
+/// Routes numbered by next hop, from `read_with` (one family's reader of `path`); the
+/// next hop of a route without one is `synthetic(prefix)`.
+#[allow(clippy::type_complexity)]
+fn numbered<P: Copy, H: Copy + Eq + std::hash::Hash>(
+    path: &Path,
+    family: &str,
+    synthetic: impl Fn(P) -> H,
+    read_with: impl FnOnce(&mut dyn FnMut(P, Option<H>)) -> Result<control::tables::Stats, String>,
+) -> Result<(Vec<(P, u32)>, Vec<H>, usize), String> {
+    let (mut routes, mut hops) = (Vec::new(), Vec::new());
+    let mut ids = std::collections::HashMap::new();
+    let st = read_with(&mut |p, hop| {
+        let hop = hop.unwrap_or_else(|| synthetic(p));
+        let id = *ids.entry(hop).or_insert_with(|| {
+            hops.push(hop);
+            hops.len() as u32 - 1
+        });
+        routes.push((p, id));
+    })?;
+    if hops.len() as u32 > fib::poptrie::MAX_VALUE + 1 {
         return Err(format!(
             "{}: {} distinct next hops; the forwarding table's leaves hold at most {}",
             path.display(),
-            t.next_hops.len(),
+            hops.len(),
             fib::poptrie::MAX_VALUE + 1
         ));
     }
-    if t.routes.is_empty() {
-        // Every benchmark here measures IPv4 lookups: an empty table has nothing to draw
-        // addresses from.
+    if routes.is_empty() {
         return Err(format!(
-            "{}: no IPv4 prefix in the table ({} lines or records skipped: other address \
+            "{}: no {family} prefix in the table ({} lines or records skipped: other address \
              families, or unreadable)",
             path.display(),
             st.skipped
         ));
     }
-    Ok((t, st.skipped))
+    Ok((routes, hops, st.skipped))
 }
 
 fn synthetic_hop(p: Prefix) -> Ipv4Addr {
@@ -122,38 +135,16 @@ pub struct Table6 {
 /// Reads the IPv6 routes of a table, as [`read`] the IPv4 ones (16 synthetic next hops
 /// where the table gives none).
 pub fn read6(path: &Path) -> Result<(Table6, usize), String> {
-    let mut t = Table6::default();
-    let mut ids = std::collections::HashMap::new();
-    let st = control::tables::read6(path, |p, hop| {
-        let hop = hop.unwrap_or_else(|| {
-            let h = (p.bits() as u64 ^ (p.bits() >> 64) as u64 ^ p.len() as u64)
-                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                >> 60;
-            Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1 + h as u16)
-        });
-        let id = *ids.entry(hop).or_insert_with(|| {
-            t.next_hops.push(hop);
-            t.next_hops.len() as u32 - 1
-        });
-        t.routes.push((p, id));
+    let synthetic = |p: Prefix6| {
+        let h = (p.bits() as u64 ^ (p.bits() >> 64) as u64 ^ p.len() as u64)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            >> 60;
+        Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1 + h as u16)
+    };
+    let (routes, next_hops, skipped) = numbered(path, "IPv6", synthetic, |each| {
+        control::tables::read6(path, each)
     })?;
-    if t.next_hops.len() as u32 > fib::poptrie::MAX_VALUE + 1 {
-        return Err(format!(
-            "{}: {} distinct next hops; the forwarding table's leaves hold at most {}",
-            path.display(),
-            t.next_hops.len(),
-            fib::poptrie::MAX_VALUE + 1
-        ));
-    }
-    if t.routes.is_empty() {
-        return Err(format!(
-            "{}: no IPv6 prefix in the table ({} lines or records skipped: other address \
-             families, or unreadable)",
-            path.display(),
-            st.skipped
-        ));
-    }
-    Ok((t, st.skipped))
+    Ok((Table6 { routes, next_hops }, skipped))
 }
 
 /// The prefix-length shares of a full IPv6 table (ipv6-bgp-2023, per 100,000; lengths

@@ -1047,11 +1047,16 @@ impl Forwarder {
     }
 
     fn set_macs(&self, p: &mut Pkt, port: u16, dst: MacAddr) {
+        self.set_macs_of(p, port, dst, ethertype::IPV4);
+    }
+
+    /// Writes the Ethernet header of a frame of `ethertype` from `port` to `dst`.
+    fn set_macs_of(&self, p: &mut Pkt, port: u16, dst: MacAddr, ethertype: u16) {
         let r = ethernet::Repr {
             dst,
             src: self.ifaces[port as usize].mac,
             vlan: None,
-            ethertype: ethertype::IPV4,
+            ethertype,
         };
         // Every frame here has at least an Ethernet header: received ones were checked,
         // made ones reserve it.

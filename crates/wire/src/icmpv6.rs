@@ -549,6 +549,21 @@ pub fn build_error(
             data,
         },
     };
+    let mut out = vec![0u8; ipv6::HEADER_LEN + msg.buffer_len()];
+    emit_packet(&mut out, src, dst, hop_limit, &msg).ok()?;
+    Some(out)
+}
+
+/// Writes an IPv6 packet from `src` to `dst` carrying `msg` into the start of `buf`
+/// (which needs 40 bytes and the message's [`Repr::buffer_len`]).
+pub fn emit_packet(
+    buf: &mut [u8],
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    hop_limit: u8,
+    msg: &Repr,
+) -> Result<(), Error> {
+    use crate::ipv6;
     let ip = ipv6::Repr {
         src,
         dst,
@@ -558,10 +573,14 @@ pub fn build_error(
         flow_label: 0,
         payload_len: msg.buffer_len(),
     };
-    let mut out = vec![0u8; ip.buffer_len()];
-    ip.emit(&mut out).ok()?;
-    msg.emit(&mut out[ipv6::HEADER_LEN..], src, dst).ok()?;
-    Some(out)
+    need(buf, ip.buffer_len()).map_err(Error::Truncated)?;
+    ip.emit(buf).map_err(|_| {
+        Error::Truncated(Truncated {
+            need: ip.buffer_len(),
+            have: buf.len(),
+        })
+    })?;
+    msg.emit(&mut buf[ipv6::HEADER_LEN..], src, dst)
 }
 
 #[cfg(test)]

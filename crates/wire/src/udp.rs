@@ -106,27 +106,20 @@ impl Repr {
     /// Writes the header at the start of `buf` (whose payload follows it) and fills the
     /// checksum over header and payload.
     pub fn emit(&self, buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) -> Result<(), Error> {
-        let len = HEADER_LEN + self.payload_len;
-        need(buf, len).map_err(Error::Truncated)?;
-        if len > u16::MAX as usize {
-            return Err(Error::BadLength(u16::MAX));
-        }
-        put16(buf, 0, self.src_port);
-        put16(buf, 2, self.dst_port);
-        put16(buf, 4, len as u16);
-        put16(buf, CHECKSUM_AT, 0);
-        let s = checksum::pseudo_header(src, dst, crate::ipv4::protocol::UDP, len as u16)
-            + checksum::sum(&buf[..len]);
-        let mut c = !checksum::fold(s);
-        if c == 0 {
-            c = 0xffff;
-        }
-        put16(buf, CHECKSUM_AT, c);
-        Ok(())
+        self.emit_with(buf, |len| {
+            checksum::pseudo_header(src, dst, crate::ipv4::protocol::UDP, len as u16)
+        })
     }
 
     /// As [`Repr::emit`], with the IPv6 pseudo header.
     pub fn emit6(&self, buf: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr) -> Result<(), Error> {
+        self.emit_with(buf, |len| {
+            checksum::pseudo_header6(src, dst, crate::ipv6::next_header::UDP, len as u32)
+        })
+    }
+
+    /// Writes the header with the checksum over `pseudo(length)` and the datagram.
+    fn emit_with(&self, buf: &mut [u8], pseudo: impl FnOnce(usize) -> u32) -> Result<(), Error> {
         let len = HEADER_LEN + self.payload_len;
         need(buf, len).map_err(Error::Truncated)?;
         if len > u16::MAX as usize {
@@ -136,8 +129,8 @@ impl Repr {
         put16(buf, 2, self.dst_port);
         put16(buf, 4, len as u16);
         put16(buf, CHECKSUM_AT, 0);
-        let s = checksum::pseudo_header6(src, dst, crate::ipv6::next_header::UDP, len as u32)
-            + checksum::sum(&buf[..len]);
+        let s = pseudo(len) + checksum::sum(&buf[..len]);
+        // Zero means "no checksum": a computed zero is sent as its other form.
         let c = match !checksum::fold(s) {
             0 => 0xffff,
             c => c,

@@ -402,13 +402,7 @@ impl Forwarder {
     }
 
     fn set_macs6(&self, p: &mut Pkt, iface: u16, dst: MacAddr) {
-        let r = ethernet::Repr {
-            dst,
-            src: self.ifaces[iface as usize].mac,
-            vlan: None,
-            ethertype: ethertype::IPV6,
-        };
-        let _ = r.emit(&mut p.data[..]);
+        self.set_macs_of(p, iface, dst, ethertype::IPV6);
     }
 
     /// Sends `p` (a reserved Ethernet header and an IPv6 packet) to `hop` on `iface`,
@@ -623,19 +617,8 @@ fn build_ip6(
     hop_limit: u8,
     msg: &icmpv6::Repr,
 ) -> bool {
-    let r = ipv6::Repr {
-        src,
-        dst,
-        next_header: next_header::ICMPV6,
-        hop_limit,
-        traffic_class: 0,
-        flow_label: 0,
-        payload_len: msg.buffer_len(),
-    };
     out.data.clear();
-    out.data.resize(ETH + r.buffer_len(), 0);
-    r.emit(&mut out.data[ETH..]).is_ok()
-        && msg
-            .emit(&mut out.data[ETH + ipv6::HEADER_LEN..], src, dst)
-            .is_ok()
+    out.data
+        .resize(ETH + ipv6::HEADER_LEN + msg.buffer_len(), 0);
+    icmpv6::emit_packet(&mut out.data[ETH..], src, dst, hop_limit, msg).is_ok()
 }
