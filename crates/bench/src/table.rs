@@ -89,6 +89,18 @@ const MIX: [(u8, u32); 17] = [
     (32, 98),
 ];
 
+/// A prefix length drawn from `mix` ((length, share) pairs whose shares sum to `total`).
+fn pick_len(mix: &[(u8, u32)], total: u32, rng: &mut crate::Rng) -> u8 {
+    let mut r = (rng.next_u64() % total as u64) as u32;
+    for &(len, share) in mix {
+        if r < share {
+            return len;
+        }
+        r -= share;
+    }
+    mix[mix.len() - 1].0
+}
+
 /// A seeded synthetic table of `n` distinct prefixes with the length mix of a real one.
 pub fn synthetic(n: usize, seed: u64) -> Table {
     let mut rng = crate::Rng::new(seed);
@@ -99,19 +111,7 @@ pub fn synthetic(n: usize, seed: u64) -> Table {
         next_hops: (1..=16).map(|i| Ipv4Addr::new(192, 0, 2, i)).collect(),
     };
     while t.routes.len() < n {
-        let mut r = (rng.next_u64() % total as u64) as u32;
-        let len = MIX
-            .iter()
-            .find(|m| {
-                if r < m.1 {
-                    true
-                } else {
-                    r -= m.1;
-                    false
-                }
-            })
-            .map(|m| m.0)
-            .unwrap_or(24);
+        let len = pick_len(&MIX, total, &mut rng);
         let a = (rng.next_u64() as u32) & fib::mask(len);
         let first = a >> 24;
         if first == 0 || first == 10 || first == 127 || first >= 224 {
@@ -190,19 +190,7 @@ pub fn synthetic6(n: usize, seed: u64) -> Table6 {
             .collect(),
     };
     while t.routes.len() < n {
-        let mut r = (rng.next_u64() % total as u64) as u32;
-        let len = MIX6
-            .iter()
-            .find(|m| {
-                if r < m.1 {
-                    true
-                } else {
-                    r -= m.1;
-                    false
-                }
-            })
-            .map(|m| m.0)
-            .unwrap_or(48);
+        let len = pick_len(&MIX6, total, &mut rng);
         let top = 0x2001 + rng.below(0x2c10 - 0x2001) as u128;
         let low = ((rng.next_u64() as u128) << 64 | rng.next_u64() as u128) >> 16;
         let p = Prefix6::new((top << 112 | low).into(), len);

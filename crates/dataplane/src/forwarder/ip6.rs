@@ -215,7 +215,10 @@ impl Forwarder {
         if src.is_multicast() || six.is_ours_anywhere(src) {
             return self.drop_pkt(p, Drop::Ip6BadSource);
         }
-        if six.is_ours(in_if, dst) || six.is_ours_anywhere(dst) || six.listens(in_if, dst) {
+        if six.is_ours(in_if, dst)
+            || six.is_ours_anywhere(dst)
+            || (dst.is_multicast() && six.listens(in_if, dst))
+        {
             return self.ip6_local(p, now, tx);
         }
         if dst.is_multicast() || l2_group {
