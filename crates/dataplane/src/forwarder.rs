@@ -729,6 +729,10 @@ impl Forwarder {
         // Time exceeded (fragment reassembly) from the address the datagram was sent to,
         // about each whose first fragment came (RFC 1122 3.3.2, RFC 792).
         for f in firsts {
+            if f.first().is_some_and(|b| b >> 4 == 6) {
+                self.reasm_timeout6(&f, now, tx);
+                continue;
+            }
             let Ok(ip) = ipv4::Packet::new_checked(&f[..]) else {
                 continue;
             };

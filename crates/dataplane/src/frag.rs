@@ -1,4 +1,6 @@
-//! IPv4 fragmentation (RFC 791 section 3.2, RFC 1812 section 5.2.6).
+//! IPv4 fragmentation (RFC 791 section 3.2, RFC 1812 section 5.2.6), and IPv6 fragmentation
+//! of the router's own packets (RFC 8200 section 4.5; routers never fragment what they
+//! forward).
 
 use wire::ipv4::{self, option, Options};
 
@@ -69,6 +71,45 @@ pub fn fragment(
         if data.is_empty() {
             break;
         }
+    }
+    Ok(n)
+}
+
+/// Splits the IPv6 packet `ip` (exactly its length), which the router made and which has
+/// no extension header, into fragments of at most `mtu` bytes with fragment headers of
+/// identification `ident`, calling `emit(header, data)` for each in order (`header`: the
+/// fixed header and the fragment header). Returns the number of fragments.
+pub fn fragment6(
+    ip: &[u8],
+    mtu: usize,
+    ident: u32,
+    mut emit: impl FnMut(&[u8], &[u8]),
+) -> Result<usize, FragError> {
+    use wire::ipv6;
+    let p = ipv6::Packet::new_checked(ip).map_err(|_| FragError::Malformed)?;
+    if ipv6::is_extension(p.next_header()) {
+        return Err(FragError::Malformed);
+    }
+    let hl = ipv6::HEADER_LEN + 8;
+    if mtu < hl + 8 {
+        return Err(FragError::MtuTooSmall);
+    }
+    let data = p.payload();
+    let mut h = [0u8; ipv6::HEADER_LEN + 8];
+    h[..ipv6::HEADER_LEN].copy_from_slice(&ip[..ipv6::HEADER_LEN]);
+    h[6] = ipv6::next_header::FRAGMENT;
+    h[ipv6::HEADER_LEN] = p.next_header();
+    h[ipv6::HEADER_LEN + 4..].copy_from_slice(&ident.to_be_bytes());
+    let room = (mtu - hl) & !7;
+    let mut n = 0;
+    for (i, chunk) in data.chunks(room).enumerate() {
+        let off = i * room;
+        let more = off + chunk.len() < data.len();
+        h[4..6].copy_from_slice(&((8 + chunk.len()) as u16).to_be_bytes());
+        let w = off as u16 | more as u16;
+        h[ipv6::HEADER_LEN + 2..ipv6::HEADER_LEN + 4].copy_from_slice(&w.to_be_bytes());
+        emit(&h, chunk);
+        n += 1;
     }
     Ok(n)
 }
@@ -157,5 +198,39 @@ mod tests {
     fn tiny_mtu_is_an_error() {
         let ip = packet(100, &[], false, 0);
         assert_eq!(fragment(&ip, 27, |_, _| {}), Err(FragError::MtuTooSmall));
+    }
+    #[test]
+    fn ipv6_fragments_reassemble_to_the_packet() {
+        use crate::reasm::{Outcome, ReasmConfig, Reassembly};
+        use wire::ipv6;
+        let payload: Vec<u8> = (0..3008u32).map(|i| (i * 7) as u8).collect();
+        let mut ip = vec![0u8; 40 + payload.len()];
+        ip[0] = 0x60;
+        ip[4..6].copy_from_slice(&(payload.len() as u16).to_be_bytes());
+        ip[6] = ipv6::next_header::ICMPV6;
+        ip[7] = 64;
+        ip[8] = 0x20;
+        ip[24] = 0x20;
+        ip[40..].copy_from_slice(&payload);
+        let mut frags = Vec::new();
+        let n = fragment6(&ip, 1500, 77, |h, d| frags.push([h, d].concat())).unwrap();
+        assert_eq!((n, frags.len()), (3, 3));
+        assert!(frags.iter().all(|f| f.len() <= 1500));
+        assert!(frags[..2].iter().all(|f| (f.len() - 48) % 8 == 0));
+        let mut r = Reassembly::new(ReasmConfig::default());
+        let now = std::time::Instant::now();
+        let mut out = None;
+        for f in frags.iter().rev() {
+            let p = ipv6::Packet::new_checked(&f[..]).unwrap();
+            assert_eq!(p.total_len(), f.len());
+            if let Outcome::Complete(d, 3) = r.add6(f, now) {
+                out = Some(d);
+            }
+        }
+        assert_eq!(out.as_deref(), Some(&ip[..]));
+        assert_eq!(
+            fragment6(&ip, 55, 1, |_, _| {}),
+            Err(FragError::MtuTooSmall)
+        );
     }
 }

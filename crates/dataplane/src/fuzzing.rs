@@ -301,11 +301,12 @@ pub fn capture(data: &[u8]) {
     }
 }
 
-/// Reassembly on arbitrary fragments: `data` is split at each 0xff 0xfe pair into IPv4
-/// packets given to one [`crate::reasm::Reassembly`] (small limits, time moving by the
-/// first byte of each); no panic, a datagram made is a valid IPv4 packet of at most
-/// 65,535 bytes, and the memory held never passes the cap and is zero when nothing is
-/// pending.
+/// Reassembly on arbitrary fragments: `data` is split at each 0xff 0xfe pair into
+/// packets (IPv6 where the first nibble is 6, else IPv4) given to one
+/// [`crate::reasm::Reassembly`] (small limits, time moving by the first byte of each); no
+/// panic, a datagram made is a valid packet of its family (IPv4: at most 65,535 bytes,
+/// checksum right), an expired first fragment has offset 0, and the memory held never
+/// passes the cap and is zero when nothing is pending.
 pub fn reasm(data: &[u8]) {
     use crate::reasm::{Outcome, ReasmConfig, Reassembly};
     let cfg = ReasmConfig {
@@ -326,14 +327,28 @@ pub fn reasm(data: &[u8]) {
     parts.push(&data[start.min(data.len())..]);
     for p in parts {
         now += Duration::from_secs(*p.first().unwrap_or(&0) as u64 / 16);
-        if let Outcome::Complete(d, _) = r.add(p, now) {
-            let ip = wire::ipv4::Packet::new_checked(&d[..]).expect("a valid datagram");
-            assert!(ip.verify_checksum() && d.len() <= 65535 && !ip.is_fragment());
+        let six = p.first().is_some_and(|b| b >> 4 == 6);
+        match (six, if six { r.add6(p, now) } else { r.add(p, now) }) {
+            (false, Outcome::Complete(d, _)) => {
+                let ip = wire::ipv4::Packet::new_checked(&d[..]).expect("a valid datagram");
+                assert!(ip.verify_checksum() && d.len() <= 65535 && !ip.is_fragment());
+            }
+            (true, Outcome::Complete(d, _)) => {
+                let ip = wire::ipv6::Packet::new_checked(&d[..]).expect("a valid packet");
+                assert_eq!(ip.total_len(), d.len());
+            }
+            _ => {}
         }
         assert!(r.bytes() <= cfg.max_bytes);
         for f in r.expire(now).1 {
-            let ip = wire::ipv4::Packet::new_checked(&f[..]).expect("a first fragment");
-            assert_eq!(ip.frag_offset(), 0);
+            if f[0] >> 4 == 6 {
+                let ip = wire::ipv6::Packet::new_checked(&f[..]).expect("a first fragment");
+                let u = ip.upper().expect("walked before");
+                assert_eq!(u.fragment.map(|f| f.offset), Some(0));
+            } else {
+                let ip = wire::ipv4::Packet::new_checked(&f[..]).expect("a first fragment");
+                assert_eq!(ip.frag_offset(), 0);
+            }
         }
         if r.is_empty() {
             assert_eq!(r.bytes(), 0);

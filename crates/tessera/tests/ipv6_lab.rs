@@ -1,5 +1,6 @@
 //! IPv6 through the router, between real Linux hosts: neighbour discovery, ping6 with one
-//! hop-limit decrement, time exceeded from the router, echo to the router, traceroute6,
+//! hop-limit decrement, time exceeded from the router, echo to the router (also in
+//! fragments), traceroute6,
 //! TCP over IPv6; then the same lab with the Linux kernel as the router (the contender forwards
 //! IPv6 too).
 
@@ -38,6 +39,10 @@ fn hosts_ping_and_talk_tcp_over_ipv6_through_the_router() {
         let (ok, out) = ping6(&lab, "h1", &[a]);
         assert!(ok && out.contains("ttl=64"), "{a}: {out}");
     }
+    // An echo request that arrives in fragments is reassembled and answered, the reply
+    // (larger than the link) in fragments of the router's own.
+    let (ok, out) = ping6(&lab, "h1", &["-s", "3000", "2001:db8:1::1"]);
+    assert!(ok && out.contains("3008 bytes from 2001:db8:1::1"), "{out}");
     // traceroute6 shows the router, then the host.
     let o = lab.exec(
         "h1",
@@ -66,6 +71,8 @@ fn hosts_ping_and_talk_tcp_over_ipv6_through_the_router() {
     let c = lab.counters("r");
     assert!(event_count(&c, "ip6_forwarded") > 10, "{c}");
     assert!(event_count(&c, "nd6_adverts_sent") >= 1, "{c}");
+    assert!(event_count(&c, "ip6_reassembled") >= 2, "{c}");
+    assert!(event_count(&c, "ip6_fragments_made") >= 6, "{c}");
     assert!(drop_count(&c, "ip6_hop_limit_exceeded") >= 2, "{c}");
     assert_eq!(drop_count(&c, "ip6_malformed"), 0, "{c}");
     let n = lab.show_json("neighbours", "r");

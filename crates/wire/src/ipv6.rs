@@ -95,6 +95,10 @@ pub struct Fragment {
     pub ident: u32,
     /// Where the fragment header starts, from the start of the IPv6 header.
     pub at: usize,
+    /// Where the next-header byte that names the fragment header lies (the fixed header's
+    /// or the extension header's before it): reassembly writes the fragmentable part's
+    /// protocol there.
+    pub next_at: usize,
 }
 
 /// Where a walk over the extension headers ended.
@@ -185,7 +189,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
         &self.buf.as_ref()[..self.total_len()]
     }
 
-    /// Walks the extension headers to the upper layer.
+    /// Walks the extension headers to the upper layer. The walk ends at the fragment header
+    /// of a fragment that is not the first (its data belongs to the middle of the original
+    /// packet): `protocol` is then the fragmentable part's first header and `offset` the
+    /// fragment's data.
     pub fn upper(&self) -> Result<Upper, Error> {
         use next_header::*;
         let b = self.packet();
@@ -196,6 +203,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
             hop_by_hop: false,
             extensions: 0,
         };
+        let mut next_at = field::NEXT;
         while is_extension(u.protocol) {
             if u.extensions == MAX_EXTENSIONS {
                 return Err(Error::TooManyExtensions);
@@ -222,6 +230,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
                         more: w & 1 != 0,
                         ident: be32(b, at + 4),
                         at,
+                        next_at,
                     });
                 }
                 _ => {}
@@ -229,6 +238,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
             u.protocol = b[at];
             u.offset = at + len;
             u.extensions += 1;
+            next_at = at;
+            if u.fragment.is_some_and(|f| f.offset != 0) {
+                break;
+            }
         }
         Ok(u)
     }
@@ -483,7 +496,8 @@ mod tests {
                 offset: 0x500,
                 more: true,
                 ident: 0xdeadbeef,
-                at: HEADER_LEN + 24
+                at: HEADER_LEN + 24,
+                next_at: HEADER_LEN + 8,
             })
         );
     }

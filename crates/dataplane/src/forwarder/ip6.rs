@@ -53,6 +53,8 @@ pub struct Six {
     hops: Vec<Hop6>,
     neighbours: HashMap<(u16, Ipv6Addr), Neighbour6>,
     queued: usize,
+    /// Identification of the next fragmented packet the router sends.
+    frag_ident: u32,
 }
 
 /// Solicited-node, all-nodes and all-routers groups.
@@ -136,6 +138,7 @@ impl Forwarder {
             hops: Vec::new(),
             neighbours: HashMap::new(),
             queued: 0,
+            frag_ident: 1,
         };
         let mut connected = Vec::new();
         for (i, l) in six.addrs.clone().iter().enumerate() {
@@ -264,8 +267,66 @@ impl Forwarder {
         self.neighbour_output6(p, hop.iface, hop.via.unwrap_or(dst), now, tx);
     }
 
-    /// Packets addressed to the router: neighbour discovery and echo.
-    fn ip6_local(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
+    /// A fragment addressed to the router: the whole packet once reassembled. RFC 8200
+    /// 4.5: a fragment with M set whose length is not a multiple of 8, or that reaches past
+    /// 65,535 bytes, gets parameter problem.
+    fn reassemble6(
+        &mut self,
+        mut p: Pkt,
+        f: ipv6::Fragment,
+        now: Instant,
+        tx: &mut TxQueues,
+    ) -> Option<Pkt> {
+        let total = ipv6::Packet::new_checked(&p.data[ETH..]).ok()?.total_len();
+        let len = total - (f.at + 8);
+        let pointer = if f.more && len % 8 != 0 {
+            Some(4)
+        } else if f.offset as usize + len > 65535 {
+            Some(f.at as u32 + 2)
+        } else {
+            None
+        };
+        if let Some(pointer) = pointer {
+            let e = ErrorKind::ParamProblem {
+                code: icmpv6::param_problem::HEADER_FIELD,
+                pointer,
+            };
+            self.icmp6_error(&p.data[ETH..ETH + total], p.meta.iface, e, now, tx);
+            self.drop_pkt(p, Drop::ReasmMalformed);
+            return None;
+        }
+        match self.reasm.add6(&p.data[ETH..ETH + total], now) {
+            Outcome::Held => {
+                self.pool.put(p);
+                None
+            }
+            Outcome::Dropped(why, n) => {
+                self.counters.count_n(why, n);
+                self.pool.put(p);
+                None
+            }
+            Outcome::Complete(d, _) => {
+                self.counters.event(Event::Reassembled6);
+                p.data.truncate(ETH);
+                p.data.extend_from_slice(&d);
+                Some(p)
+            }
+        }
+    }
+
+    /// Packets addressed to the router: neighbour discovery and echo; fragments go to
+    /// reassembly first.
+    fn ip6_local(&mut self, mut p: Pkt, now: Instant, tx: &mut TxQueues) {
+        let fragment = match ipv6::Packet::new_checked(&p.data[ETH..]).map(|ip| ip.upper()) {
+            Ok(Ok(u)) => u.fragment,
+            _ => return self.drop_pkt(p, Drop::Ip6Malformed),
+        };
+        if let Some(f) = fragment {
+            match self.reassemble6(p, f, now, tx) {
+                Some(whole) => p = whole,
+                None => return,
+            }
+        }
         let in_if = p.meta.iface;
         let frame_src = MacAddr::from_slice(&p.data[6..12]);
         let Ok(ip) = ipv6::Packet::new_checked(&p.data[ETH..]) else {
@@ -275,8 +336,11 @@ impl Forwarder {
         let Ok(u) = ip.upper() else {
             return self.drop_pkt(p, Drop::Ip6Malformed);
         };
-        if u.protocol != next_header::ICMPV6 || u.fragment.is_some() {
-            // Other protocols, and fragments (not reassembled for IPv6 yet), end here.
+        if u.fragment.is_some() {
+            // A fragment header inside a reassembled packet.
+            return self.drop_pkt(p, Drop::ReasmMalformed);
+        }
+        if u.protocol != next_header::ICMPV6 {
             return self.drop_pkt(p, Drop::Ip6LocalOther);
         }
         if !ip.verify_upper_checksum(&u) {
@@ -526,11 +590,38 @@ impl Forwarder {
         if !build_ip6(&mut f, src, dst, 64, msg) {
             return self.pool.put(f);
         }
-        if f.data.len() - ETH > self.out_mtu(hop.iface) {
+        let (mtu, via) = (self.out_mtu(hop.iface), hop.via.unwrap_or(dst));
+        if f.data.len() - ETH <= mtu {
+            return self.neighbour_output6(f, hop.iface, via, now, tx);
+        }
+        // Larger than the link (an echo reply to a large request): the router is this
+        // packet's source, and a source fragments (RFC 8200 4.5).
+        let Some(six) = self.six.as_mut() else {
+            return self.pool.put(f);
+        };
+        let ident = six.frag_ident;
+        six.frag_ident = six.frag_ident.wrapping_add(1);
+        let mut parts = Vec::new();
+        let pool = &mut self.pool;
+        let r = crate::frag::fragment6(&f.data[ETH..], mtu, ident, |h, d| {
+            let mut q = pool.get();
+            q.data.resize(ETH, 0);
+            q.data.extend_from_slice(h);
+            q.data.extend_from_slice(d);
+            parts.push(q);
+        });
+        if r.is_err() {
             // Only on a link below IPv6's minimum MTU, which the configuration refuses.
+            for q in parts {
+                self.pool.put(q);
+            }
             return self.drop_pkt(f, Drop::Ip6TooBig);
         }
-        self.neighbour_output6(f, hop.iface, hop.via.unwrap_or(dst), now, tx);
+        self.pool.put(f);
+        for q in parts {
+            self.counters.event(Event::Fragmented6);
+            self.neighbour_output6(q, hop.iface, via, now, tx);
+        }
     }
 
     /// Sends an ICMPv6 error about `orig` (an IPv6 packet as received on `in_if`) if RFC
@@ -552,8 +643,16 @@ impl Forwarder {
         let Ok(ip) = ipv6::Packet::new_checked(orig) else {
             return;
         };
-        let to = ip.src();
-        let Some(src) = self.six.as_ref().map(|s| s.source_for(in_if, to)) else {
+        let (to, dst) = (ip.src(), ip.dst());
+        // RFC 4443 2.2: about a packet sent to one of our unicast addresses, from that
+        // address; otherwise from the interface's address that suits the destination.
+        let Some(src) = self.six.as_ref().map(|s| {
+            if s.is_ours(in_if, dst) || s.is_ours_anywhere(dst) {
+                dst
+            } else {
+                s.source_for(in_if, to)
+            }
+        }) else {
             return;
         };
         let Some(pkt) = icmpv6::build_error(orig, e, src, 64) else {
@@ -570,6 +669,17 @@ impl Forwarder {
         };
         self.counters.event(Event::IcmpErrorsSent);
         self.local_output6(in_if, src, to, &msg, now, tx);
+    }
+
+    /// Time exceeded (fragment reassembly) about `first`, the first fragment of a packet
+    /// that did not complete in time (RFC 8200 4.5), to its source.
+    pub(super) fn reasm_timeout6(&mut self, first: &[u8], now: Instant, tx: &mut TxQueues) {
+        let Ok(ip) = ipv6::Packet::new_checked(first) else {
+            return;
+        };
+        let in_if = self.route6(ip.src()).map_or(0, |h| h.iface);
+        let e = ErrorKind::TimeExceeded(icmpv6::time_exceeded::REASSEMBLY);
+        self.icmp6_error(first, in_if, e, now, tx);
     }
 
     /// Neighbour discovery's timers: solicit again, or give up on a neighbour (its queued

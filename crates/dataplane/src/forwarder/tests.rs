@@ -1295,4 +1295,151 @@ mod ipv6_path {
         assert_eq!(errors, vec![icmpv6::unreachable::ADDRESS]);
         assert_eq!(f.counters.drops(Drop::Nd6Failed), 1);
     }
+    /// Fragments of `frame` (an IPv6 frame without extension headers), `mtu` bytes of IPv6
+    /// each at most, as frames.
+    fn fragments6(frame: &[u8], mtu: usize, ident: u32) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        crate::frag::fragment6(&frame[ETH..], mtu, ident, |h, d| {
+            out.push([&frame[..ETH], h, d].concat())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn fragments_to_the_router_are_reassembled_and_bad_ones_counted() {
+        use crate::reasm::{Outcome, ReasmConfig, Reassembly};
+        let (mut f, now) = router6();
+        run(
+            &mut f,
+            now,
+            0,
+            frame6(
+                H1,
+                R0,
+                "2001:db8:1::10",
+                "2001:db8:1::1",
+                255,
+                Some(&ns("2001:db8:1::1", H1)),
+                0,
+            ),
+        );
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 13) as u8).collect();
+        let echo = icmpv6::Repr::EchoRequest {
+            ident: 9,
+            seq: 4,
+            data: &data,
+        };
+        let big = frame6(
+            H1,
+            R0,
+            "2001:db8:1::10",
+            "2001:db8:1::1",
+            64,
+            Some(&echo),
+            0,
+        );
+        // Out of order, the first one twice: the duplicate is dropped, the datagram kept,
+        // and the reply (3,048 bytes) leaves in fragments that reassemble to it.
+        let frags = fragments6(&big, 1280, 0xabcd);
+        assert_eq!(frags.len(), 3);
+        assert!(run(&mut f, now, 0, frags[2].clone()).is_empty());
+        assert!(run(&mut f, now, 0, frags[0].clone()).is_empty());
+        assert!(run(&mut f, now, 0, frags[0].clone()).is_empty());
+        let out = run(&mut f, now, 0, frags[1].clone());
+        assert_eq!(f.counters.drops(Drop::ReasmDuplicate), 1);
+        assert_eq!(f.counters.events(Event::Reassembled6), 1);
+        assert_eq!(out.len(), 3, "the reply in three fragments");
+        let mut r = Reassembly::new(ReasmConfig::default());
+        let mut reply = None;
+        for (port, fr) in &out {
+            assert_eq!((*port, &fr[..6]), (0, &H1.0[..]));
+            assert!(fr.len() - ETH <= 1500);
+            if let Outcome::Complete(d, 3) = r.add6(&fr[ETH..], now) {
+                reply = Some([&fr[..ETH], &d[..]].concat());
+            }
+        }
+        let reply = reply.expect("the reply's fragments reassemble");
+        let (ip, m) = icmp6(&reply);
+        assert_eq!(
+            (ip.src(), ip.dst()),
+            (a6("2001:db8:1::1"), a6("2001:db8:1::10"))
+        );
+        assert_eq!(
+            m,
+            icmpv6::Repr::EchoReply {
+                ident: 9,
+                seq: 4,
+                data: &data
+            }
+        );
+        assert_eq!(f.counters.events(Event::Fragmented6), 3);
+
+        // Overlapping fragments (RFC 5722): the whole packet is dropped, nothing answers.
+        let frags = fragments6(&big, 1280, 2);
+        let mut over = frags[1].clone();
+        // The second fragment claims to start 8 bytes early.
+        let w = u16::from_be_bytes([over[ETH + 42], over[ETH + 43]]) - 8;
+        over[ETH + 42..ETH + 44].copy_from_slice(&w.to_be_bytes());
+        assert!(run(&mut f, now, 0, frags[0].clone()).is_empty());
+        assert!(run(&mut f, now, 0, over).is_empty());
+        assert!(run(&mut f, now, 0, frags[2].clone()).is_empty());
+        assert_eq!(f.counters.drops(Drop::ReasmOverlap), 2);
+
+        // A fragment with M set and a length not a multiple of 8: parameter problem
+        // pointing at the payload length.
+        let mut odd = fragments6(&big, 1280, 3)[0].clone();
+        odd.truncate(odd.len() - 4);
+        let pl = (odd.len() - ETH - 40) as u16;
+        odd[ETH + 4..ETH + 6].copy_from_slice(&pl.to_be_bytes());
+        let out = run(&mut f, now, 0, odd);
+        assert_eq!(out.len(), 1);
+        match icmp6(&out[0].1).1 {
+            icmpv6::Repr::ParamProblem { code, pointer, .. } => {
+                assert_eq!((code, pointer), (icmpv6::param_problem::HEADER_FIELD, 4))
+            }
+            r => panic!("{r:?}"),
+        }
+        assert_eq!(f.counters.drops(Drop::ReasmMalformed), 1);
+
+        // Never completed: after the timeout, time exceeded (reassembly) from the address
+        // it was sent to, quoting the first fragment; a datagram whose first fragment never
+        // came is dropped silently.
+        let frags = fragments6(&big, 1280, 4);
+        assert!(run(&mut f, now, 0, frags[0].clone()).is_empty());
+        assert!(run(&mut f, now, 0, fragments6(&big, 1280, 5)[1].clone()).is_empty());
+        let mut tx = TxQueues::new(2);
+        f.poll(now + Duration::from_secs(29), &mut tx);
+        assert!(tx.drain_all().is_empty());
+        // H1 solicits the router again (its entry would be stale by now).
+        let later = now + Duration::from_secs(30);
+        let ns1 = frame6(
+            H1,
+            R0,
+            "2001:db8:1::10",
+            "2001:db8:1::1",
+            255,
+            Some(&ns("2001:db8:1::1", H1)),
+            0,
+        );
+        assert_eq!(run(&mut f, later, 0, ns1).len(), 1);
+        f.poll(now + Duration::from_secs(31), &mut tx);
+        let out = tx.drain_all();
+        assert_eq!(out.len(), 1);
+        let (ip, m) = icmp6(&out[0].1.data);
+        assert_eq!(
+            (ip.src(), ip.dst()),
+            (a6("2001:db8:1::1"), a6("2001:db8:1::10"))
+        );
+        match m {
+            icmpv6::Repr::TimeExceeded { code, data } => {
+                assert_eq!(code, icmpv6::time_exceeded::REASSEMBLY);
+                assert_eq!(data, &frags[0][ETH..ETH + data.len()]);
+            }
+            r => panic!("{r:?}"),
+        }
+        // Those two, and the overlapped packet's third fragment, which came after the
+        // overlap had dropped the rest and began a datagram of its own.
+        assert_eq!(f.counters.drops(Drop::ReasmTimeout), 3);
+    }
 }
