@@ -531,6 +531,9 @@ pub struct ForwarderFile {
     /// When set, every route of `routes_file` goes through these gateways and the file may
     /// be any table format (text with or without next hops, MRT, compressed).
     pub routes_file_via: Vec<Ipv4Addr>,
+    /// The IPv6 gateway among `routes_file_via`: the file's IPv6 routes go through it (and
+    /// are skipped without it).
+    pub routes_file_via6: Option<std::net::Ipv6Addr>,
     pub tuning: ForwarderConfig,
     pub backend: Option<BackendConfig>,
     pub io: IoConfig,
@@ -893,6 +896,7 @@ impl ForwarderFile {
             });
         }
         let routes_file = routes_file_path(path, src, raw.routes_file.as_ref())?;
+        let mut routes_file_via6 = None;
         let routes_file_via = match &raw.routes_file_via {
             Some(v) if raw.routes_file.is_none() => {
                 return Err(err(
@@ -901,7 +905,51 @@ impl ForwarderFile {
                     "set without routes_file".into(),
                 ))
             }
-            Some(v) => gateways(v, "routes_file_via".into())?,
+            Some(v) => {
+                // IPv6 gateways (one at most) apart; the rest are IPv4 ones.
+                let key = "routes_file_via".to_string();
+                let (six, four): (Vec<&String>, Vec<&String>) = match v.get_ref() {
+                    Via::One(t) => vec![t],
+                    Via::Many(t) => t.iter().collect(),
+                }
+                .into_iter()
+                .partition(|t| t.contains(':'));
+                if six.len() > 1 {
+                    return Err(err(
+                        v.span().start,
+                        key,
+                        "one IPv6 gateway at most (ECMP is not built for IPv6 yet)".into(),
+                    ));
+                }
+                for t in &six {
+                    let a: std::net::Ipv6Addr = t.parse().map_err(|_| {
+                        err(
+                            v.span().start,
+                            key.clone(),
+                            format!("{t:?} is not an IPv6 address"),
+                        )
+                    })?;
+                    if !interfaces.iter().any(|x| {
+                        x.addrs6
+                            .iter()
+                            .any(|&(n, l)| fib::Prefix6::new(n, l).contains(a))
+                    }) {
+                        return Err(err(
+                            v.span().start,
+                            key.clone(),
+                            format!("gateway {a} is on none of the interfaces' IPv6 networks"),
+                        ));
+                    }
+                    routes_file_via6 = Some(a);
+                }
+                if four.is_empty() {
+                    Vec::new()
+                } else {
+                    let four =
+                        Spanned::new(v.span(), Via::Many(four.into_iter().cloned().collect()));
+                    gateways(&four, key)?
+                }
+            }
             None => Vec::new(),
         };
         let backend = match &raw.backend {
@@ -998,6 +1046,7 @@ impl ForwarderFile {
             routes6,
             routes_file,
             routes_file_via,
+            routes_file_via6,
             tuning: raw.tuning,
             backend,
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,

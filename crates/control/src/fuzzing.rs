@@ -22,13 +22,25 @@ pub fn config(data: &[u8]) {
     }
 }
 
-/// Parses arbitrary bytes as a routes file.
+/// Parses arbitrary bytes as a routes file, of IPv4 routes and of either family.
 pub fn routes(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let mut n = 0;
     match crate::routes::parse("fuzz.txt", &text, |p, _, _| {
         n += 1;
         assert!(p.len() <= 32);
+        Ok(())
+    }) {
+        Ok(count) => assert_eq!(count, n),
+        Err(e) => assert!(e.line >= 1 && e.line <= text.lines().count()),
+    }
+    let mut n = 0;
+    match crate::routes::parse_lines("fuzz.txt", &text, |l, _| {
+        n += 1;
+        match l {
+            crate::routes::Line::V4(p, h) => assert!(p.len() <= 32 && !h.is_empty()),
+            crate::routes::Line::V6(p, h) => assert!(p.len() <= 128 && !h.is_empty()),
+        }
         Ok(())
     }) {
         Ok(count) => assert_eq!(count, n),

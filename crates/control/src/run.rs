@@ -118,12 +118,36 @@ impl Link {
     }
 }
 
-/// The static routes and the routes file of a configuration, each gateway checked against
-/// the interfaces; errors name the file and line.
+/// The IPv4 static routes and routes-file routes of a configuration (see
+/// [`config_routes_all`]).
 pub fn config_routes(
     cfg: &ForwarderFile,
     port_for: impl Fn(Ipv4Addr) -> Option<u16>,
 ) -> Result<Vec<(Prefix, Vec<Ipv4Addr>)>, String> {
+    config_routes_all(cfg, port_for).map(|r| r.0)
+}
+
+/// IPv4 routes: (prefix, gateways).
+pub type Routes4 = Vec<(Prefix, Vec<Ipv4Addr>)>;
+/// IPv6 routes: (prefix, gateway).
+pub type Routes6 = Vec<(fib::Prefix6, std::net::Ipv6Addr)>;
+
+/// The static routes and the routes file of a configuration, IPv4 and IPv6, each gateway
+/// checked against the interfaces; errors name the file and line. With `routes_file_via`,
+/// the file's IPv4 routes go through its IPv4 gateways and its IPv6 routes through its
+/// IPv6 gateway (a family without a gateway there is skipped).
+pub fn config_routes_all(
+    cfg: &ForwarderFile,
+    port_for: impl Fn(Ipv4Addr) -> Option<u16>,
+) -> Result<(Routes4, Routes6), String> {
+    let on_net6 = |a: std::net::Ipv6Addr| {
+        cfg.interfaces.iter().any(|i| {
+            i.addrs6
+                .iter()
+                .any(|&(n, l)| fib::Prefix6::new(n, l).contains(a))
+        })
+    };
+    let mut routes6: Routes6 = cfg.routes6.iter().map(|r| (r.prefix, r.via)).collect();
     let mut routes = Vec::with_capacity(cfg.routes.len());
     for r in &cfg.routes {
         if let Some(gw) = r.via.iter().find(|v| port_for(**v).is_none()) {
@@ -136,26 +160,51 @@ pub fn config_routes(
         }
         routes.push((r.prefix, r.via.clone()));
     }
-    if let (Some(file), false) = (&cfg.routes_file, cfg.routes_file_via.is_empty()) {
+    let via_given = !cfg.routes_file_via.is_empty() || cfg.routes_file_via6.is_some();
+    if let (Some(file), true) = (&cfg.routes_file, via_given) {
         let t = Instant::now();
-        let via = &cfg.routes_file_via;
-        let st = crate::tables::read(file, |p, _| routes.push((p, via.clone())))?;
+        let (via, via6) = (&cfg.routes_file_via, cfg.routes_file_via6);
+        let st = crate::tables::read_routes(file, |r| match r {
+            crate::tables::Route::V4(p, _) if !via.is_empty() => {
+                routes.push((p, via.clone()));
+                true
+            }
+            crate::tables::Route::V6(p, _) => match via6 {
+                Some(g) => {
+                    routes6.push((p, g));
+                    true
+                }
+                None => false,
+            },
+            crate::tables::Route::V4(..) => false,
+        })?;
         tracing::info!(routes = st.routes, skipped = st.skipped, mrt = st.mrt, file = %file.display(), ms = t.elapsed().as_millis() as u64, "table read");
     } else if let Some(file) = &cfg.routes_file {
         let t = Instant::now();
-        let n = crate::routes::load(file, |p, vias, _| {
-            match vias.iter().find(|v| port_for(**v).is_none()) {
+        let n = crate::routes::load_lines(file, |l, _| match l {
+            crate::routes::Line::V4(p, vias) => match vias.iter().find(|v| port_for(**v).is_none())
+            {
                 Some(gw) => Err(format!("gateway {gw} is not on any interface's network")),
                 None => {
                     routes.push((p, vias.to_vec()));
                     Ok(())
                 }
-            }
+            },
+            crate::routes::Line::V6(p, vias) => match vias {
+                [gw] if on_net6(*gw) => {
+                    routes6.push((p, *gw));
+                    Ok(())
+                }
+                [gw] => Err(format!(
+                    "gateway {gw} is on none of the interfaces' IPv6 networks"
+                )),
+                _ => Err("one next hop for an IPv6 route (ECMP is not built for IPv6 yet)".into()),
+            },
         })
         .map_err(|e| e.to_string())?;
         tracing::info!(routes = n, file = %file.display(), ms = t.elapsed().as_millis() as u64, "routes file read");
     }
-    Ok(routes)
+    Ok((routes, routes6))
 }
 
 /// Builds the forwarder from its configuration and its ports (`links`: one per untagged
@@ -205,7 +254,7 @@ pub fn build(cfg: &ForwarderFile, links: &[Link]) -> Result<Forwarder, String> {
     if let Some(s) = &cfg.star {
         f.set_star(s.internal as u16, &s.members);
     }
-    let routes = config_routes(cfg, |gw| f.port_for_gateway(gw))?;
+    let (routes, routes6) = config_routes_all(cfg, |gw| f.port_for_gateway(gw))?;
     f.replace_routes(routes).map_err(|e| e.to_string())?;
     for (i, ifc) in cfg.interfaces.iter().zip(&f.ifaces) {
         if !i.addrs6.is_empty() && ifc.mtu < wire::ipv6::MIN_MTU {
@@ -220,13 +269,66 @@ pub fn build(cfg: &ForwarderFile, links: &[Link]) -> Result<Forwarder, String> {
     }
     if cfg.interfaces.iter().any(|i| !i.addrs6.is_empty()) {
         f.enable_ipv6(cfg.interfaces.iter().map(|i| i.addrs6.clone()).collect());
-        for r in &cfg.routes6 {
-            f.add_route6(r.prefix, r.via).map_err(|e| {
-                format!("{}:{}: route {}: {e}", cfg.path.display(), r.line, r.prefix)
-            })?;
-        }
+        // Gateways were checked against the interfaces' IPv6 networks above.
+        f.replace_routes6(routes6)
+            .map_err(|e| format!("{}: {e}", cfg.path.display()))?;
     }
     Ok(f)
+}
+
+/// Answers IPv6 route commands on the worker that holds the IPv6 table (its route writer
+/// lives there), and the rest as [`answer`] does. `reload-routes6` takes the routes the
+/// control thread read into `pending6`.
+fn answer6(f: &mut Forwarder, cmd: &str, req: &Value, pending6: &Pending6) -> Value {
+    let r = match cmd {
+        "reload-routes6" => {
+            let routes = pending6.lock().ok().and_then(|mut p| p.take());
+            match routes {
+                Some(r) if f.ipv6_enabled() || !r.is_empty() => {
+                    let t = Instant::now();
+                    f.replace_routes6(r)
+                        .map(|n| {
+                            let ms = t.elapsed().as_millis() as u64;
+                            tracing::info!(routes = n, ms, "IPv6 routes reloaded");
+                            json!({"routes6": n, "ms6": ms})
+                        })
+                        .map_err(|e| e.to_string())
+                }
+                _ => Ok(json!({})),
+            }
+        }
+        "routes6" => Ok(json!({"count6": f.route_count6()})),
+        "route-add" | "route-del" => (|| {
+            let p = req["prefix"].as_str().ok_or("missing \"prefix\"")?;
+            let prefix = fib::Prefix6::parse_strict(p).map_err(|e| format!("prefix {p:?}: {e}"))?;
+            if cmd == "route-del" {
+                let removed = f.remove_route6(prefix);
+                return Ok(json!({"removed": removed, "count6": f.route_count6()}));
+            }
+            let one = match &req["via"] {
+                Value::String(v) => Some(v.as_str()),
+                Value::Array(a) if a.len() == 1 => a[0].as_str(),
+                _ => None,
+            };
+            let via = one
+                .ok_or("\"via\": one IPv6 address (ECMP is not built for IPv6 yet)")?
+                .parse::<std::net::Ipv6Addr>()
+                .map_err(|_| format!("via {:?} is not an IPv6 address", req["via"]))?;
+            f.add_route6(prefix, via).map_err(|e| e.to_string())?;
+            Ok(json!({"count6": f.route_count6()}))
+        })(),
+        _ => return answer(f, cmd, req),
+    };
+    r.unwrap_or_else(|e| json!({"error": e}))
+}
+
+/// A worker's answer, its `"error"` an error.
+fn worker_result(v: Result<Value, String>) -> Result<Value, String> {
+    let v = v?;
+    match v["error"].as_str() {
+        Some(e) => Err(e.to_string()),
+        None => Ok(v),
+    }
 }
 
 /// Answers a control-socket command that needs the worker's own state.
@@ -283,15 +385,19 @@ pub(crate) fn vias_of(req: &Value) -> Result<Vec<Ipv4Addr>, String> {
     }
 }
 
+/// IPv6 routes read by `reload-routes` on the control thread, for the worker to take.
+type Pending6 = Mutex<Option<Routes6>>;
+
 /// Route commands, run on the control thread against the route writer.
 fn route_command(
     routes: &Mutex<RouteTable>,
     cfg: Option<&ForwarderFile>,
     fast: Option<&crate::fast::FastLink>,
+    pending6: &Pending6,
     cmd: &str,
     req: &Value,
 ) -> Result<Value, String> {
-    let r = route_change(routes, cfg, cmd, req)?;
+    let r = route_change(routes, cfg, pending6, cmd, req)?;
     if let (Some(fl), false) = (fast, cmd == "routes") {
         let t = routes.lock().map_err(|_| "route table poisoned")?;
         fl.publish(&t)?;
@@ -302,6 +408,7 @@ fn route_command(
 fn route_change(
     routes: &Mutex<RouteTable>,
     cfg: Option<&ForwarderFile>,
+    pending6: &Pending6,
     cmd: &str,
     req: &Value,
 ) -> Result<Value, String> {
@@ -325,8 +432,9 @@ fn route_change(
             let cfg = cfg.ok_or("no configuration to reload from")?;
             let time = Instant::now();
             let cfg = ForwarderFile::load(&cfg.path).map_err(|e| e.to_string())?;
-            let routes = config_routes(&cfg, |gw| t.port_for_gateway(gw))?;
+            let (routes, routes6) = config_routes_all(&cfg, |gw| t.port_for_gateway(gw))?;
             let n = t.replace(routes).map_err(|e| e.to_string())?;
+            *pending6.lock().map_err(|_| "poisoned")? = Some(routes6);
             let ms = time.elapsed().as_millis() as u64;
             tracing::info!(routes = n, ms, "routes reloaded");
             Ok(json!({"routes": n, "count": t.len(), "ms": ms}))
@@ -396,6 +504,9 @@ pub fn run<P: Port + Send>(
     ));
     let busy = cfg.is_some_and(|c| c.io.busy_poll);
     let cfg = cfg.cloned();
+    let ipv6 = f.ipv6_enabled();
+    let pending6: Arc<Pending6> = Arc::new(Mutex::new(None));
+    let pending6w = pending6.clone();
     if let Some(fl) = &fast {
         let t = routes.lock().map_err(|_| "route table poisoned")?;
         fl.publish(&t)?;
@@ -464,7 +575,24 @@ pub fn run<P: Port + Send>(
                     }
                     None => Err("this forwarder is not a back-end: it takes no routes from a controller".into()),
                 },
-                "routes" | "route-add" | "route-del" | "reload-routes" => route_command(&routes, cfg.as_ref(), fast_ctl.as_ref(), cmd, req),
+                "route-add" | "route-del" if req["prefix"].as_str().is_some_and(|p| p.contains(':')) => {
+                    worker_result(ask_worker(&asker, cmd, req))
+                }
+                "routes" | "route-add" | "route-del" | "reload-routes" => {
+                    let mut v = route_command(&routes, cfg.as_ref(), fast_ctl.as_ref(), &pending6, cmd, req)?;
+                    let more = match cmd {
+                        "reload-routes" => Some("reload-routes6"),
+                        "routes" if ipv6 => Some("routes6"),
+                        _ => None,
+                    };
+                    if let Some(m) = more {
+                        let w = worker_result(ask_worker(&asker, m, req))?;
+                        if let (Value::Object(a), Value::Object(b)) = (&mut v, w) {
+                            a.extend(b);
+                        }
+                    }
+                    Ok(v)
+                }
                 other => Err(format!(
                     "unknown command {other:?}; try counters, describe, router, interfaces, neighbours, fib, routes, route-add, route-del, reload-routes"
                 )),
@@ -502,6 +630,7 @@ pub fn run<P: Port + Send>(
                 .map_err(|e| e.to_string())?;
             handles.push(h);
         }
+        let answer = |f: &mut Forwarder, cmd: &str, req: &Value| answer6(f, cmd, req, &pending6w);
         let r = run_element(f, mine, stop.clone(), qrx, answer, tick, busy);
         stop.store(true, Ordering::Relaxed);
         for h in handles {
@@ -880,6 +1009,118 @@ via = "10.2.0.2"
         assert_eq!(
             f.route("8.8.8.8".parse().unwrap()).unwrap().via,
             Some("10.1.0.7".parse().unwrap())
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    /// IPv6 routes come from the routes file as IPv4 ones do: text lines with IPv6 next
+    /// hops, or any table through an IPv6 gateway named in `routes_file_via`; the worker
+    /// answers IPv6 route commands.
+    #[test]
+    fn ipv6_routes_come_from_routes_files_and_commands() {
+        let dir = std::env::temp_dir().join(format!("tessera-routes6-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = r#"routes_file = "routes.txt"
+
+[[interface]]
+name = "r-eth0"
+address = ["10.1.0.1/24", "2001:db8:1::1/64"]
+
+[[interface]]
+name = "r-eth1"
+address = ["10.2.0.1/24", "2001:db8:2::1/64"]
+
+[[route]]
+prefix = "2001:db8:3::/48"
+via = "2001:db8:2::2"
+"#;
+        std::fs::write(dir.join("r.toml"), cfg).unwrap();
+        std::fs::write(
+            dir.join("routes.txt"),
+            "198.51.100.0/24 10.2.0.2\n2001:db8:100::/40 2001:db8:1::7\n",
+        )
+        .unwrap();
+        let file = ForwarderFile::load(&dir.join("r.toml")).unwrap();
+        let macs = [
+            Link::new(MacAddr([2, 0, 0, 0, 0, 1])),
+            Link::new(MacAddr([2, 0, 0, 0, 0, 2])),
+        ];
+        let mut f = build(&file, &macs).unwrap();
+        let a6 = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap();
+        let hop = f.route6(a6("2001:db8:1ff::1")).unwrap();
+        assert_eq!((hop.iface, hop.via), (0, Some(a6("2001:db8:1::7"))));
+        assert_eq!(f.route6(a6("2001:db8:3::9")).unwrap().iface, 1);
+        // Two connected prefixes, the static route, the file's route.
+        assert_eq!(f.route_count6(), 4);
+        assert!(f.route("198.51.100.1".parse().unwrap()).is_some());
+        // A gateway on none of the IPv6 networks, or two of them: errors naming the line.
+        for (line, what) in [
+            ("2001:db8:100::/40 2001:db8:9::1\n", "2001:db8:9::1"),
+            (
+                "2001:db8:100::/40 2001:db8:1::7 2001:db8:1::8\n",
+                "one next hop",
+            ),
+        ] {
+            std::fs::write(
+                dir.join("routes.txt"),
+                format!("10.9.0.0/16 10.2.0.2\n{line}"),
+            )
+            .unwrap();
+            let e = build(&file, &macs).err().unwrap();
+            assert!(e.contains("routes.txt:2:") && e.contains(what), "{e}");
+        }
+        // A table of both families through one gateway of each.
+        std::fs::write(
+            dir.join("t.txt"),
+            "1.0.0.0/24\n2001:db8:200::/48\n2001:db8:300::/48\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("r.toml"),
+            cfg.replace(
+                "routes_file = \"routes.txt\"",
+                "routes_file = \"t.txt\"\nroutes_file_via = [\"10.1.0.7\", \"2001:db8:2::7\"]",
+            ),
+        )
+        .unwrap();
+        let file = ForwarderFile::load(&dir.join("r.toml")).unwrap();
+        let mut f = build(&file, &macs).unwrap();
+        assert_eq!(f.route_count6(), 5);
+        assert_eq!(
+            f.route6(a6("2001:db8:300::1")).unwrap().via,
+            Some(a6("2001:db8:2::7"))
+        );
+        // The worker's commands: a reload takes what the control thread read, routes are
+        // added and removed (never a connected prefix).
+        let pending: Pending6 = Mutex::new(Some(vec![(
+            fib::Prefix6::parse_strict("2001:db8:400::/48").unwrap(),
+            a6("2001:db8:1::9"),
+        )]));
+        let v = answer6(&mut f, "reload-routes6", &json!({}), &pending);
+        assert_eq!(v["routes6"], 3, "{v}");
+        assert!(f.route6(a6("2001:db8:300::1")).is_none());
+        assert!(pending.lock().unwrap().is_none());
+        let add = json!({"prefix": "2001:db8:500::/48", "via": ["2001:db8:2::5"]});
+        assert_eq!(answer6(&mut f, "route-add", &add, &pending)["count6"], 4);
+        assert_eq!(f.route6(a6("2001:db8:500::1")).unwrap().iface, 1);
+        let bad = json!({"prefix": "2001:db8:500::/48", "via": "2001:db8:7::5"});
+        let e = answer6(&mut f, "route-add", &bad, &pending);
+        assert!(
+            e["error"].as_str().unwrap().contains("2001:db8:7::5"),
+            "{e}"
+        );
+        let del = json!({"prefix": "2001:db8:500::/48"});
+        assert_eq!(
+            answer6(&mut f, "route-del", &del, &pending)["removed"],
+            true
+        );
+        let conn = json!({"prefix": "2001:db8:1::/64"});
+        assert_eq!(
+            answer6(&mut f, "route-del", &conn, &pending)["removed"],
+            false
+        );
+        assert_eq!(
+            answer6(&mut f, "routes6", &json!({}), &pending)["count6"],
+            3
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -752,10 +752,6 @@ impl Lab {
         in_ns(&ns, "sysctl", &["-qw", "net.ipv4.ip_forward=1"])?;
         if !cfg.routes6.is_empty() || cfg.interfaces.iter().any(|i| !i.addrs6.is_empty()) {
             in_ns(&ns, "sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"])?;
-            for r in &cfg.routes6 {
-                let (p, via) = (r.prefix.to_string(), r.via.to_string());
-                ip_n(&ns, &["-6", "route", "add", &p, "via", &via])?;
-            }
         }
         // The same routes the forwarder would load, gateways checked the same way.
         let nets: Vec<fib::Prefix> = cfg
@@ -763,10 +759,19 @@ impl Lab {
             .iter()
             .map(|i| fib::Prefix::new(i.addr, i.prefix_len))
             .collect();
-        let routes = control::run::config_routes(&cfg, |gw| {
+        let (routes, routes6) = control::run::config_routes_all(&cfg, |gw| {
             nets.iter().position(|n| n.contains(gw)).map(|p| p as u16)
         })?;
-        let batch: String = routes.iter().map(|(p, via)| linux_route(*p, via)).collect();
+        // `ip` takes the family from the prefix.
+        let batch: String = routes
+            .iter()
+            .map(|(p, via)| linux_route(*p, via))
+            .chain(
+                routes6
+                    .iter()
+                    .map(|(p, via)| format!("route add {p} via {via}\n")),
+            )
+            .collect();
         if !batch.is_empty() {
             let p = self.run_dir().join(format!("{}.routes", e.name));
             std::fs::write(&p, batch).map_err(|e| e.to_string())?;

@@ -43,6 +43,51 @@ fn hosts_ping_and_talk_tcp_over_ipv6_through_the_router() {
     // (larger than the link) in fragments of the router's own.
     let (ok, out) = ping6(&lab, "h1", &["-s", "3000", "2001:db8:1::1"]);
     assert!(ok && out.contains("3008 bytes from 2001:db8:1::1"), "{out}");
+    // IPv6 routes from the routes file, `route add`, `route del` and `route reload`: h2
+    // holds 2001:db8:88::1 (the file's network) and 2001:db8:77::1 (none yet).
+    lab.sh(
+        "h2",
+        &["ip", "-6", "addr", "add", "2001:db8:88::1/128", "dev", "lo"],
+    );
+    lab.sh(
+        "h2",
+        &["ip", "-6", "addr", "add", "2001:db8:77::1/128", "dev", "lo"],
+    );
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:88::1"]);
+    assert!(ok && out.contains("ttl=63"), "{out}");
+    let sock = lab.control("r");
+    let sock = sock.to_str().unwrap();
+    let route = |args: &[&str]| {
+        let mut a = vec!["route"];
+        a.extend(args);
+        a.extend(["--control", sock]);
+        let o = lab.tessera(&a);
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "{args:?}: {text} {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()
+    };
+    let v = route(&["add", "2001:db8:77::/48", "--via", "2001:db8:2::10"]);
+    assert_eq!(v["count6"], 5, "{v}");
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:77::1"]);
+    assert!(ok && out.contains("ttl=63"), "{out}");
+    let v = lab.show_json("routes", "r");
+    assert_eq!(
+        (v["count6"].as_u64(), v["count"].as_u64()),
+        (Some(5), Some(3)),
+        "{v}"
+    );
+    let v = route(&["del", "2001:db8:77::/48"]);
+    assert_eq!(v["removed"], true, "{v}");
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:77::1"]);
+    assert!(!ok && out.contains("From 2001:db8:1::1"), "{out}");
+    let v = route(&["reload"]);
+    assert_eq!(v["routes6"], 4, "{v}");
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:88::1"]);
+    assert!(ok, "{out}");
     // traceroute6 shows the router, then the host.
     let o = lab.exec(
         "h1",
@@ -89,4 +134,11 @@ fn hosts_ping_and_talk_tcp_over_ipv6_through_the_router() {
         ok && out.contains("ttl=63"),
         "the kernel as the router: {out}"
     );
+    // The kernel got the routes file's IPv6 route too.
+    lab.sh(
+        "h2",
+        &["ip", "-6", "addr", "add", "2001:db8:88::1/128", "dev", "lo"],
+    );
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:88::1"]);
+    assert!(ok, "the kernel as the router, the file's route: {out}");
 }

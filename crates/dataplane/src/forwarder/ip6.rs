@@ -97,6 +97,21 @@ impl Six {
             .map_or(ll, |a| a.0)
     }
 
+    /// The connected prefixes, each with its next hop's value.
+    fn connected(&mut self) -> Vec<(Prefix6, u32)> {
+        let mut out = Vec::new();
+        for (i, l) in self.addrs.clone().iter().enumerate() {
+            for &(a, len) in l.iter().filter(|x| !is_link_local(x.0)) {
+                let v = self.hop_id(Hop6 {
+                    iface: i as u16,
+                    via: None,
+                });
+                out.push((Prefix6::new(a, len), v));
+            }
+        }
+        out
+    }
+
     fn is_ours(&self, iface: u16, a: Ipv6Addr) -> bool {
         self.addrs[iface as usize].iter().any(|x| x.0 == a)
     }
@@ -131,7 +146,7 @@ impl Forwarder {
             l.extend(extra);
         }
         let (writer, reader) = FibWriter6::new(fib::BinaryTrie6::new());
-        let mut six = Six {
+        let six = Six {
             addrs: all,
             writer,
             reader,
@@ -140,18 +155,50 @@ impl Forwarder {
             queued: 0,
             frag_ident: 1,
         };
-        let mut connected = Vec::new();
-        for (i, l) in six.addrs.clone().iter().enumerate() {
-            for &(a, len) in l.iter().filter(|x| !is_link_local(x.0)) {
-                let v = six.hop_id(Hop6 {
-                    iface: i as u16,
-                    via: None,
-                });
-                connected.push((Prefix6::new(a, len), Some(v)));
-            }
-        }
-        six.writer.apply(connected);
         self.six = Some(Box::new(six));
+        let _ = self.replace_routes6(Vec::new());
+    }
+
+    /// Replaces the IPv6 routes with `routes` (prefix, gateway in a connected prefix),
+    /// compiled from scratch and published at once: a bulk load. Connected prefixes stay
+    /// (and win over a route to the same prefix). Returns the prefixes in the table.
+    pub fn replace_routes6(
+        &mut self,
+        routes: Vec<(Prefix6, Ipv6Addr)>,
+    ) -> Result<usize, RouteError> {
+        let six = self.six.as_mut().ok_or(RouteError::Ipv6Off)?;
+        let mut rib = fib::BinaryTrie6::new();
+        for (p, via) in routes {
+            let iface = six
+                .iface_for(via)
+                .ok_or(RouteError::Gateway6Unreachable(via))?;
+            let v = six.hop_id(Hop6 {
+                iface,
+                via: Some(via),
+            });
+            rib.insert(p, v);
+        }
+        for (p, v) in six.connected() {
+            rib.insert(p, v);
+        }
+        six.writer.replace(rib);
+        Ok(six.writer.rib().len())
+    }
+
+    /// Removes an IPv6 route (never a connected prefix); true if it was there.
+    pub fn remove_route6(&mut self, prefix: Prefix6) -> bool {
+        let Some(six) = self.six.as_mut() else {
+            return false;
+        };
+        if six.connected().iter().any(|c| c.0 == prefix) {
+            return false;
+        }
+        six.writer.remove(prefix)
+    }
+
+    /// Prefixes in the IPv6 table, connected ones included (0 with IPv6 off).
+    pub fn route_count6(&self) -> usize {
+        self.six.as_ref().map_or(0, |s| s.writer.rib().len())
     }
 
     /// Adds (or replaces) an IPv6 route through `via`, which must lie in a connected
