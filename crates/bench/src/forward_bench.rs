@@ -10,6 +10,14 @@
 //! prefixes. Before anything else it measures the generator's own ceiling (generator
 //! straight into a sink on one wire), and every plot marks it: above it, the source and
 //! not the router is the limit.
+//!
+//! `--ipv6` measures IPv6 as well, on the same lab in the same run: the hosts and the
+//! router get an IPv6 network beside each IPv4 one (2001:db8:N::/64 beside 10.N.0.0/24),
+//! the table file holds the IPv6 table too (synthetic with the IPv6 length mix, or a
+//! file's IPv6 routes), and each contender is measured over IPv4, then over IPv6 (rows with
+//! `"family": "ipv6"`, contender `NAME-ipv6`). IPv6's smallest test frame is 84 bytes
+//! (Ethernet, IPv6, UDP, the probe, the FCS): where IPv4 is measured at 64 bytes, IPv6 is
+//! at 84.
 
 use crate::table;
 use serde_json::{json, Value};
@@ -38,6 +46,43 @@ pub struct ForwardOpts {
     pub flows: Vec<String>,
     /// Frame sizes; empty: 64, 576, 1470.
     pub sizes: Vec<usize>,
+    /// Measure IPv6 too (see the module's documentation).
+    pub ipv6: bool,
+}
+
+/// The smallest IPv6 test frame: Ethernet, IPv6 and UDP headers, the probe, the FCS.
+pub const MIN_FRAME6: usize = 14 + 40 + 8 + wire::probe::LEN + 4;
+
+/// The IPv6 address beside a lab IPv4 address: 10.N.0.X is 2001:db8:N::X.
+fn six_of(a: &str) -> String {
+    let o: Vec<&str> = a.split('.').collect();
+    match o.as_slice() {
+        [_, n, _, x] => format!("2001:db8:{n}::{x}"),
+        _ => a.to_string(),
+    }
+}
+
+/// The single-router lab and its router's config, made dual-stack: each host and router
+/// interface gets the IPv6 address beside its IPv4 one, each host a default IPv6 route.
+fn dual_stack(topo: &str, router: &str) -> (String, String) {
+    let mut topo = topo.to_string();
+    let mut router = router.to_string();
+    for n in 1..=4 {
+        topo = topo
+            .replace(
+                &format!("address = \"10.{n}.0.10/24\" }}"),
+                &format!("address = \"10.{n}.0.10/24\", address6 = \"2001:db8:{n}::10/64\" }}"),
+            )
+            .replace(
+                &format!("routes = [\"default via 10.{n}.0.1\"]"),
+                &format!("routes = [\"default via 10.{n}.0.1\", \"default via 2001:db8:{n}::1\"]"),
+            );
+        router = router.replace(
+            &format!("address = \"10.{n}.0.1/24\""),
+            &format!("address = [\"10.{n}.0.1/24\", \"2001:db8:{n}::1/64\"]"),
+        );
+    }
+    (topo, router)
 }
 
 /// Lets `node:ifname` (a veth) take frames from the XDP generator: GRO on, so that the veth
@@ -444,7 +489,7 @@ fn write(path: &Path, s: &str) -> Result<(), String> {
 }
 
 /// The generator's ceiling: one generator straight into a sink on one wire, `--rate max`.
-fn ceiling(opts: &ForwardOpts, size: usize, name: &str) -> Result<f64, String> {
+fn ceiling(opts: &ForwardOpts, size: usize, six: bool, name: &str) -> Result<f64, String> {
     let topo = opts.out.join("ceiling.toml");
     write(
         &topo,
@@ -463,13 +508,18 @@ fn ceiling(opts: &ForwardOpts, size: usize, name: &str) -> Result<f64, String> {
             xdp_receiver(&l, "sink1", "eth0")?;
         }
         let mac = b.mac("sink1", "eth0")?;
+        let (src, dst) = if six {
+            ("2001:db8:9::1", "2001:db8:9::2")
+        } else {
+            ("10.9.0.1", "10.9.0.2")
+        };
         let mut dst = vec![
             "--dst-mac".into(),
             mac,
             "--src".into(),
-            "10.9.0.1".into(),
+            src.into(),
             "--dst".into(),
-            "10.9.0.2".into(),
+            dst.into(),
         ];
         if opts.xdp {
             dst.push("--xdp".into());
@@ -524,59 +574,130 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
     let searches = if opts.quick { 3 } else { 6 };
     let contenders = &opts.contenders;
     let labname = format!("bf{}", std::process::id());
+    if opts.ipv6 {
+        if contenders.iter().any(|(c, _)| c == STAR || c == MULTISTAGE) {
+            return Err("--ipv6 measures the single router: the star and the multistage router do not forward IPv6 yet".into());
+        }
+        if opts.xdp && opts.flows.iter().any(|f| f == "many") {
+            return Err("--ipv6 --flows many needs --generator afpacket: the XDP generator draws IPv4 destinations only".into());
+        }
+    }
+    let families: &[bool] = if opts.ipv6 { &[false, true] } else { &[false] };
+    // IPv6 at its smallest frame where IPv4 is at a size below it.
+    let sizes_of = |six: bool| -> Vec<usize> {
+        let mut v: Vec<usize> = sizes
+            .iter()
+            .map(|&s| if six { s.max(MIN_FRAME6) } else { s })
+            .collect();
+        v.dedup();
+        v
+    };
+    // The XDP generator draws IPv4 destinations only: no "many" over IPv6 with it.
+    let flows_of = |six: bool| -> Vec<Flows> {
+        flows
+            .iter()
+            .copied()
+            .filter(|f| !(six && opts.xdp && *f == Flows::Many))
+            .collect()
+    };
+    let ceiling_key = |size: usize, six: bool| {
+        if six {
+            format!("{size}-ipv6")
+        } else {
+            size.to_string()
+        }
+    };
 
     eprintln!("bench forward: measuring the generator's ceiling");
     let mut ceilings = serde_json::Map::new();
-    for &size in &sizes {
-        let c = ceiling(opts, size, &labname)?;
-        eprintln!("bench forward: generator ceiling at {size} bytes: {c:.0} packets/s");
-        ceilings.insert(size.to_string(), json!(c.round()));
+    for &six in families {
+        for size in sizes_of(six) {
+            let c = ceiling(opts, size, six, &labname)?;
+            let fam = if six { "IPv6" } else { "IPv4" };
+            eprintln!(
+                "bench forward: generator ceiling at {size} bytes over {fam}: {c:.0} packets/s"
+            );
+            ceilings.insert(ceiling_key(size, six), json!(c.round()));
+        }
     }
+    let per_table: usize = families
+        .iter()
+        .map(|&six| sizes_of(six).len() * flows_of(six).len())
+        .sum();
     let total = contenders.len()
         * tables.len()
-        * sizes.len()
-        * flows.len()
+        * per_table
         * (steps.len() + searches + LATENCY_LOADS.len());
     let mut rows = Vec::new();
     let mut done = 0;
     for tname in &tables {
         // A synthetic table of that many prefixes, or a table file.
-        let t = match tname.parse::<usize>() {
-            Ok(n) => table::synthetic(n, n as u64),
-            Err(_) => table::read(Path::new(tname))?.0,
+        let (t, t6) = match tname.parse::<usize>() {
+            Ok(n) => (
+                table::synthetic(n, n as u64),
+                opts.ipv6.then(|| table::synthetic6(n, n as u64)),
+            ),
+            // A file may hold one family only: over IPv6 its IPv4 part may be empty.
+            Err(_) if opts.ipv6 => {
+                let path = Path::new(tname);
+                let t6 = table::read6(path)?.0;
+                let t = table::read(path).map(|t| t.0).unwrap_or_default();
+                (t, Some(t6))
+            }
+            Err(_) => (table::read(Path::new(tname))?.0, None),
         };
         let tsize = t.routes.len();
-        eprintln!("bench forward: table {tname}: {tsize} prefixes");
-        let tfile = opts.out.join(format!("table-{tsize}.txt"));
-        write(
-            &tfile,
-            &t.routes
-                .iter()
-                .map(|(p, _)| format!("{p}\n"))
-                .collect::<String>(),
-        )?;
-        let rcfg = opts.out.join(format!("r-{tsize}.toml"));
+        let tsize6 = t6.as_ref().map_or(0, |t| t.routes.len());
+        // Files are named by their IPv4 size, and their IPv6 size with --ipv6.
+        let key = if opts.ipv6 {
+            format!("{tsize}-{tsize6}")
+        } else {
+            tsize.to_string()
+        };
+        if opts.ipv6 {
+            eprintln!("bench forward: table {tname}: {tsize} IPv4 and {tsize6} IPv6 prefixes");
+        } else {
+            eprintln!("bench forward: table {tname}: {tsize} prefixes");
+        }
+        let tfile = opts.out.join(format!("table-{key}.txt"));
+        let mut text: String = t.routes.iter().map(|(p, _)| format!("{p}\n")).collect();
+        if let Some(t6) = &t6 {
+            text.extend(t6.routes.iter().map(|(p, _)| format!("{p}\n")));
+        }
+        write(&tfile, &text)?;
+        let rcfg = opts.out.join(format!("r-{key}.toml"));
+        let via = if opts.ipv6 {
+            "[\"10.3.0.10\", \"2001:db8:3::10\"]"
+        } else {
+            "\"10.3.0.10\""
+        };
         let base = include_str!("../../../labs/single-router/r.toml").replace(
             "routes_file = \"routes.txt\"",
-            &format!("routes_file = \"table-{tsize}.txt\"\nroutes_file_via = \"10.3.0.10\""),
+            &format!("routes_file = \"table-{key}.txt\"\nroutes_file_via = {via}"),
         );
+        let (lab_text, base) = if opts.ipv6 {
+            dual_stack(include_str!("../../../labs/single-router.toml"), &base)
+        } else {
+            (
+                include_str!("../../../labs/single-router.toml").to_string(),
+                base,
+            )
+        };
         write(&rcfg, &base)?;
-        let topo = opts.out.join(format!("lab-{tsize}.toml"));
+        let topo = opts.out.join(format!("lab-{key}.toml"));
         write(
             &topo,
-            &include_str!("../../../labs/single-router.toml")
-                .replace("single-router/r.toml", &format!("r-{tsize}.toml")),
+            &lab_text.replace("single-router/r.toml", &format!("r-{key}.toml")),
         )?;
         // The fast-path contender: the same router with `[io] fast_path = true`.
-        let topo_fast = opts.out.join(format!("lab-fast-{tsize}.toml"));
+        let topo_fast = opts.out.join(format!("lab-fast-{key}.toml"));
         write(
-            &opts.out.join(format!("r-fast-{tsize}.toml")),
+            &opts.out.join(format!("r-fast-{key}.toml")),
             &format!("{base}\n[io]\nfast_path = true\n"),
         )?;
         write(
             &topo_fast,
-            &include_str!("../../../labs/single-router.toml")
-                .replace("single-router/r.toml", &format!("r-fast-{tsize}.toml")),
+            &lab_text.replace("single-router/r.toml", &format!("r-fast-{key}.toml")),
         )?;
         for (contender, command) in contenders {
             let contender = contender.as_str();
@@ -654,30 +775,34 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 }
                 // Resolve every neighbour before measuring (ARP has its own tests); an
                 // external router gets a few seconds to come up.
-                for (src, _, _, _, dst, _) in sources {
-                    let ns = l.ns(src);
-                    // An external router, or a router of several elements (hellos, the
-                    // LBs' tables), gets a few seconds to come up.
-                    let mut tries = if command.is_some() || other.is_some() {
-                        20
-                    } else {
-                        1
-                    };
-                    loop {
-                        match sh(
-                            "ip",
-                            &[
-                                "netns", "exec", &ns, "ping", "-c", "2", "-i", "0.2", "-W", "1",
-                                dst,
-                            ],
-                        ) {
-                            Ok(_) => break,
-                            Err(e) if tries <= 1 => {
-                                return Err(format!(
-                                    "{contender} does not forward {src} -> {dst}: {e}"
-                                ))
+                for (src, _, _, _, dst4, _) in sources {
+                    for &six in families {
+                        let ns = l.ns(src);
+                        let dst = if six { six_of(dst4) } else { dst4.to_string() };
+                        let fam = if six { "-6" } else { "-4" };
+                        // An external router, or a router of several elements (hellos, the
+                        // LBs' tables), gets a few seconds to come up.
+                        let mut tries = if command.is_some() || other.is_some() {
+                            20
+                        } else {
+                            1
+                        };
+                        loop {
+                            match sh(
+                                "ip",
+                                &[
+                                    "netns", "exec", &ns, "ping", fam, "-c", "2", "-i", "0.2",
+                                    "-W", "1", &dst,
+                                ],
+                            ) {
+                                Ok(_) => break,
+                                Err(e) if tries <= 1 => {
+                                    return Err(format!(
+                                        "{contender} does not forward {src} -> {dst}: {e}"
+                                    ))
+                                }
+                                Err(_) => tries -= 1,
                             }
-                            Err(_) => tries -= 1,
                         }
                     }
                 }
@@ -685,108 +810,127 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                     .iter()
                     .map(|s| bench.mac(s.1, s.2))
                     .collect::<Result<_, _>>()?;
-                for &size in &sizes {
-                    let ceil = ceilings[&size.to_string()].as_f64().unwrap_or(1.0);
-                    for &fl in &flows {
-                        let gens_at = |rate: f64| -> Vec<(&str, Vec<String>, String)> {
-                            let n = if fl == Flows::Two { 2 } else { 1 };
-                            let rate = format!("{:.0}", (rate / n as f64).max(1.0));
-                            (0..n)
-                                .map(|i| {
-                                    let (src, _, _, _, dst, saddr) = sources[i];
-                                    let mut a = vec![
-                                        "--dst-mac".to_string(),
-                                        rmac[i].clone(),
-                                        "--src".into(),
-                                        saddr.into(),
-                                        "--flow-base".into(),
-                                        (i * 100).to_string(),
-                                    ];
-                                    if opts.xdp {
-                                        a.push("--xdp".into());
-                                    }
-                                    if fl == Flows::Many {
-                                        a.extend([
-                                            "--dst-prefixes".into(),
-                                            tfile.to_string_lossy().into_owned(),
-                                        ]);
-                                    } else {
-                                        a.extend(["--dst".into(), dst.into()]);
-                                    }
-                                    (src, a, rate.clone())
-                                })
-                                .collect()
-                        };
-                        let sinks: Vec<&str> = if fl == Flows::Two {
-                            vec![sources[0].3, sources[1].3]
-                        } else {
-                            vec![sources[0].3]
-                        };
-                        let case =
-                            format!("{contender} {tsize} prefixes {size}B {} flow", fl.name());
-                        let mut record = |kind: &str, p: &Point| {
-                            rows.push(json!({
-                                "contender": contender, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
+                for &six in families {
+                    let tsize = if six { tsize6 } else { tsize };
+                    if tsize == 0 {
+                        continue;
+                    }
+                    let family = if six { "ipv6" } else { "ipv4" };
+                    let label = if six {
+                        format!("{contender}-ipv6")
+                    } else {
+                        contender.to_string()
+                    };
+                    let contender = label.as_str();
+                    for size in sizes_of(six) {
+                        let ceil = ceilings[&ceiling_key(size, six)].as_f64().unwrap_or(1.0);
+                        for fl in flows_of(six) {
+                            let gens_at = |rate: f64| -> Vec<(&str, Vec<String>, String)> {
+                                let n = if fl == Flows::Two { 2 } else { 1 };
+                                let rate = format!("{:.0}", (rate / n as f64).max(1.0));
+                                (0..n)
+                                    .map(|i| {
+                                        let (src, _, _, _, dst, saddr) = sources[i];
+                                        let (dst, saddr) = if six {
+                                            (six_of(dst), six_of(saddr))
+                                        } else {
+                                            (dst.to_string(), saddr.to_string())
+                                        };
+                                        let mut a = vec![
+                                            "--dst-mac".to_string(),
+                                            rmac[i].clone(),
+                                            "--src".into(),
+                                            saddr,
+                                            "--flow-base".into(),
+                                            (i * 100).to_string(),
+                                        ];
+                                        if opts.xdp {
+                                            a.push("--xdp".into());
+                                        }
+                                        if fl == Flows::Many {
+                                            a.extend([
+                                                "--dst-prefixes".into(),
+                                                tfile.to_string_lossy().into_owned(),
+                                            ]);
+                                        } else {
+                                            a.extend(["--dst".into(), dst]);
+                                        }
+                                        (src, a, rate.clone())
+                                    })
+                                    .collect()
+                            };
+                            let sinks: Vec<&str> = if fl == Flows::Two {
+                                vec![sources[0].3, sources[1].3]
+                            } else {
+                                vec![sources[0].3]
+                            };
+                            let case =
+                                format!("{contender} {tsize} prefixes {size}B {} flow", fl.name());
+                            let mut record = |kind: &str, p: &Point| {
+                                rows.push(json!({
+                                "contender": contender, "family": family, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
                                 "kind": kind, "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(),
                                 "sent": p.sent, "received": p.received, "lost": p.lost, "generator_ceiling_pps": ceil.round(),
                             }));
-                        };
-                        let mut best = 0.0f64;
-                        // Paced at a fraction of the ceiling, 100% included: `--rate max`
-                        // with the XDP generator offers several times what any receiver
-                        // here takes, and beyond the ceiling the sink, not the router, is
-                        // what a point would measure.
-                        for &f in &steps {
-                            let p = bench.point(size, &gens_at(ceil * f), &sinks)?;
-                            if p.lost == 0 {
-                                best = best.max(p.offered_pps);
+                            };
+                            let mut best = 0.0f64;
+                            // Paced at a fraction of the ceiling, 100% included: `--rate max`
+                            // with the XDP generator offers several times what any receiver
+                            // here takes, and beyond the ceiling the sink, not the router, is
+                            // what a point would measure.
+                            for &f in &steps {
+                                let p = bench.point(size, &gens_at(ceil * f), &sinks)?;
+                                if p.lost == 0 {
+                                    best = best.max(p.offered_pps);
+                                }
+                                record("step", &p);
+                                bench
+                                    .progress(&format!("{case}: offered {:.0} pps", p.offered_pps));
                             }
-                            record("step", &p);
-                            bench.progress(&format!("{case}: offered {:.0} pps", p.offered_pps));
-                        }
-                        // Zero-loss throughput by binary search (RFC 2544 style) on the rate
-                        // asked for; reported as the highest load actually offered (the
-                        // generator may fall short of what it was asked) that was forwarded
-                        // without loss, among the steps and the search.
-                        let (mut lo, mut hi) = (0.0f64, ceil);
-                        for _ in 0..searches {
-                            let mid = (lo + hi) / 2.0;
-                            let p = bench.point(size, &gens_at(mid), &sinks)?;
-                            record("search", &p);
-                            if p.lost == 0 {
-                                lo = mid;
-                                best = best.max(p.offered_pps);
-                            } else {
-                                hi = mid;
+                            // Zero-loss throughput by binary search (RFC 2544 style) on the rate
+                            // asked for; reported as the highest load actually offered (the
+                            // generator may fall short of what it was asked) that was forwarded
+                            // without loss, among the steps and the search.
+                            let (mut lo, mut hi) = (0.0f64, ceil);
+                            for _ in 0..searches {
+                                let mid = (lo + hi) / 2.0;
+                                let p = bench.point(size, &gens_at(mid), &sinks)?;
+                                record("search", &p);
+                                if p.lost == 0 {
+                                    lo = mid;
+                                    best = best.max(p.offered_pps);
+                                } else {
+                                    hi = mid;
+                                }
+                                bench.progress(&format!(
+                                    "{case}: zero-loss search {mid:.0} pps, lost {}",
+                                    p.lost
+                                ));
                             }
-                            bench.progress(&format!(
-                                "{case}: zero-loss search {mid:.0} pps, lost {}",
-                                p.lost
-                            ));
-                        }
-                        rows.push(json!({
-                            "contender": contender, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
+                            rows.push(json!({
+                            "contender": contender, "family": family, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
                             "kind": "zero_loss_pps", "zero_loss_pps": best.round(), "generator_ceiling_pps": ceil.round(),
                         }));
-                        // One-way latency through the router (the sink's receive time less
-                        // the generator's send time) at 10%, 50% and 90% of the zero-loss
-                        // rate.
-                        if best > 0.0 {
-                            for f in LATENCY_LOADS {
-                                let p = bench.point(size, &gens_at(best * f), &sinks)?;
-                                rows.push(json!({
-                                    "contender": contender, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
+                            // One-way latency through the router (the sink's receive time less
+                            // the generator's send time) at 10%, 50% and 90% of the zero-loss
+                            // rate.
+                            if best > 0.0 {
+                                for f in LATENCY_LOADS {
+                                    let p = bench.point(size, &gens_at(best * f), &sinks)?;
+                                    rows.push(json!({
+                                    "contender": contender, "family": family, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
                                     "kind": "latency", "load_of_zero_loss": f, "offered_pps": p.offered_pps.round(),
                                     "sent": p.sent, "received": p.received, "lost": p.lost,
                                     "latency_p50_ns": p.latency_ns[0], "latency_p99_ns": p.latency_ns[1], "latency_max_ns": p.latency_ns[2],
                                     "generator_ceiling_pps": ceil.round(),
                                 }));
-                                bench.progress(&format!(
+                                    bench.progress(&format!(
                                     "{case}: latency at {:.0}% of zero-loss: p50 {} us, p99 {} us",
                                     f * 100.0,
                                     p.latency_ns[0] / 1000,
                                     p.latency_ns[1] / 1000
                                 ));
+                                }
                             }
                         }
                     }
@@ -799,7 +943,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             r?;
         }
     }
-    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "points": rows});
+    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "ipv6": opts.ipv6, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "points": rows});
     write(
         &opts.out.join("results.json"),
         &serde_json::to_string_pretty(&v).unwrap_or_default(),
@@ -826,6 +970,7 @@ pub fn replot(dir: &Path) -> Result<Vec<String>, String> {
 fn write_csv(path: &Path, rows: &[Value]) -> Result<(), String> {
     let cols = [
         "contender",
+        "family",
         "table_prefixes",
         "frame_bytes",
         "flows",

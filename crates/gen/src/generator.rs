@@ -1,16 +1,21 @@
-//! `tessera gen`: constant-bit-rate UDP/IPv4 test traffic out of one interface.
+//! `tessera gen`: constant-bit-rate UDP test traffic, over IPv4 or IPv6, out of one
+//! interface.
 //!
-//! Frames are built once per flow as templates (UDP checksum zero, which IPv4 allows, so
-//! the per-packet work is a copy and three header fields) and written straight into the
-//! AF_PACKET transmit ring. Pacing: the generator computes how many packets are due since
+//! Frames are built once per flow as templates and written straight into the AF_PACKET
+//! transmit ring. Over IPv4 the UDP checksum is zero, which IPv4 allows, so the per-packet
+//! work is a copy and three header fields; IPv6 requires a UDP checksum (RFC 8200 8.1), so
+//! each frame gets one, summed over the few bytes that change (the destination and the
+//! probe: the rest of the payload is zero). The XDP generator cannot sum per frame and sends
+//! IPv6 frames with a zero UDP checksum, which routers do not look at; the sink does not
+//! check it either. Pacing: the generator computes how many packets are due since
 //! the start at the target rate and sends that many, spinning between sends, so errors do
 //! not accumulate; the gaps between the send timestamps it writes are reported.
 
 use crate::rate::{self, Rate};
 use crate::{now_ns, Stats};
-use fib::Prefix;
+use fib::{Prefix, Prefix6};
 use serde_json::{json, Value};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use wire::probe::Probe;
 use wire::{checksum, MacAddr};
@@ -19,16 +24,19 @@ use wire::{checksum, MacAddr};
 #[derive(Debug, Clone)]
 pub enum Destinations {
     /// One destination; `flows` flows differ by UDP source port.
-    One(Ipv4Addr),
+    One(IpAddr),
     /// Destinations drawn at random from these prefixes ("many flows"), one sequence.
     Prefixes(Vec<Prefix>),
+    /// As `Prefixes`, over IPv6.
+    Prefixes6(Vec<Prefix6>),
 }
 
 #[derive(Debug, Clone)]
 pub struct GenConfig {
     pub iface: String,
     pub dst_mac: MacAddr,
-    pub src: Ipv4Addr,
+    /// The source address; its family is the traffic's.
+    pub src: IpAddr,
     pub dst: Destinations,
     pub flows: u16,
     /// First flow id (several generators at once use different ones).
@@ -51,17 +59,70 @@ pub struct GenConfig {
 
 const MAX_BURST: usize = 256;
 const L3: usize = 14;
-const DST_AT: usize = L3 + 16;
-const CSUM_AT: usize = L3 + 10;
-const PROBE_AT: usize = L3 + 28;
+
+/// Where a frame's fields lie, by family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Layout {
+    six: bool,
+    dst_at: usize,
+    /// The IPv4 header checksum (IPv4 only).
+    csum_at: usize,
+    udp_at: usize,
+    probe_at: usize,
+}
+
+const V4: Layout = Layout {
+    six: false,
+    dst_at: L3 + 16,
+    csum_at: L3 + 10,
+    udp_at: L3 + 20,
+    probe_at: L3 + 28,
+};
+const V6: Layout = Layout {
+    six: true,
+    dst_at: L3 + 24,
+    csum_at: 0,
+    udp_at: L3 + 40,
+    probe_at: L3 + 48,
+};
+
+/// The smallest frame over IPv4 (Ethernet's minimum) and over IPv6 (Ethernet, IPv6 and
+/// UDP headers, the probe and the FCS), FCS included.
+pub const MIN_SIZE: usize = 64;
+pub const MIN_SIZE6: usize = V6.probe_at + wire::probe::LEN + 4;
 
 impl GenConfig {
+    fn layout(&self) -> Layout {
+        if self.src.is_ipv6() {
+            V6
+        } else {
+            V4
+        }
+    }
+
     pub fn validate(&self) -> Result<(), String> {
-        if !(64..=1518).contains(&self.size) {
+        let min = if self.src.is_ipv6() {
+            MIN_SIZE6
+        } else {
+            MIN_SIZE
+        };
+        if !(min..=1518).contains(&self.size) {
             return Err(format!(
-                "--size {}: frames are 64 to 1518 bytes (FCS included)",
-                self.size
+                "--size {}: frames are {min} to 1518 bytes (FCS included) over {}",
+                self.size,
+                if self.src.is_ipv6() { "IPv6" } else { "IPv4" }
             ));
+        }
+        let family_ok = match &self.dst {
+            Destinations::One(d) => d.is_ipv6() == self.src.is_ipv6(),
+            Destinations::Prefixes(_) => self.src.is_ipv4(),
+            Destinations::Prefixes6(_) => self.src.is_ipv6(),
+        };
+        if !family_ok {
+            return Err("--src and the destinations are of different families".into());
+        }
+        if self.xdp && matches!(self.dst, Destinations::Prefixes6(_)) {
+            return Err("--xdp --dst-prefixes takes IPv4 prefixes only (the XDP program writes 4-byte destinations)".into());
         }
         if self.xdp && self.sleep_us > 0 {
             return Err(
@@ -75,35 +136,114 @@ impl GenConfig {
         if self.duration.is_none() && self.count.is_none() {
             return Err("give --duration SECONDS or --count PACKETS".into());
         }
-        if let Destinations::Prefixes(p) = &self.dst {
-            if p.is_empty() {
-                return Err("--dst-prefixes: no IPv4 prefix in the file".into());
-            }
+        let empty = match &self.dst {
+            Destinations::One(_) => false,
+            Destinations::Prefixes(p) => p.is_empty(),
+            Destinations::Prefixes6(p) => p.is_empty(),
+        };
+        if empty {
+            return Err(format!(
+                "--dst-prefixes: no {} prefix in the file",
+                if self.src.is_ipv6() { "IPv6" } else { "IPv4" }
+            ));
         }
         Ok(())
+    }
+
+    /// The first destination.
+    fn first_dst(&self) -> IpAddr {
+        match &self.dst {
+            Destinations::One(d) => *d,
+            Destinations::Prefixes(p) => p[0].addr().into(),
+            Destinations::Prefixes6(p) => p[0].addr().into(),
+        }
     }
 }
 
 /// Builds the frame of flow `i` (without FCS: `size - 4` bytes).
-fn template(cfg: &GenConfig, src_mac: MacAddr, i: u16, dst: Ipv4Addr) -> Vec<u8> {
-    let payload = vec![0u8; cfg.size - 4 - PROBE_AT];
-    let mut f = wire::frame::UdpFrame {
-        eth_dst: cfg.dst_mac,
-        eth_src: src_mac,
-        src: cfg.src,
-        dst,
-        src_port: 1024u16.wrapping_add(i),
-        dst_port: cfg.dst_port,
-        payload: &payload,
-        ..Default::default()
+pub(crate) fn template(cfg: &GenConfig, src_mac: MacAddr, i: u16, dst: IpAddr) -> Vec<u8> {
+    let lay = cfg.layout();
+    let payload_len = cfg.size - 4 - lay.probe_at;
+    let src_port = 1024u16.wrapping_add(i);
+    match (cfg.src, dst) {
+        (IpAddr::V6(src), IpAddr::V6(dst)) => {
+            let mut f = vec![0u8; cfg.size - 4];
+            f[..6].copy_from_slice(&cfg.dst_mac.0);
+            f[6..12].copy_from_slice(&src_mac.0);
+            f[12..14].copy_from_slice(&wire::ethernet::ethertype::IPV6.to_be_bytes());
+            let udp = wire::udp::Repr {
+                src_port,
+                dst_port: cfg.dst_port,
+                payload_len,
+            };
+            let ip = wire::ipv6::Repr {
+                src,
+                dst,
+                next_header: wire::ipv6::next_header::UDP,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+                payload_len: 8 + payload_len,
+            };
+            let (_, rest) = f.split_at_mut(L3);
+            let emitted = ip.emit(rest).is_ok() && udp.emit6(&mut rest[40..], src, dst).is_ok();
+            debug_assert!(emitted, "sized above");
+            f
+        }
+        (src, dst) => {
+            let v4 = |a: IpAddr| match a {
+                IpAddr::V4(a) => a,
+                IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+            };
+            let payload = vec![0u8; payload_len];
+            let mut f = wire::frame::UdpFrame {
+                eth_dst: cfg.dst_mac,
+                eth_src: src_mac,
+                src: v4(src),
+                dst: v4(dst),
+                src_port,
+                dst_port: cfg.dst_port,
+                payload: &payload,
+                ..Default::default()
+            }
+            .to_vec();
+            f[lay.udp_at + 6..lay.udp_at + 8].fill(0); // UDP checksum: none
+            f
+        }
     }
-    .to_vec();
-    f[PROBE_AT - 2..PROBE_AT].fill(0); // UDP checksum: none
-    f
+}
+
+/// The part of an IPv6 frame's UDP checksum that does not change per frame: the pseudo
+/// header without its destination. The rest is summed per frame by [`fill_udp6`].
+pub(crate) fn udp6_base(cfg: &GenConfig) -> u32 {
+    match cfg.src {
+        IpAddr::V6(src) => wire::checksum::pseudo_header6(
+            src,
+            Ipv6Addr::UNSPECIFIED,
+            wire::ipv6::next_header::UDP,
+            (cfg.size - 4 - V6.udp_at) as u32,
+        ),
+        IpAddr::V4(_) => 0,
+    }
+}
+
+/// Sets the UDP checksum of an IPv6 frame whose payload past the probe is zero: `base`
+/// plus the destination, the UDP header and the probe.
+pub(crate) fn fill_udp6(f: &mut [u8], base: u32) {
+    let (u, p) = (V6.udp_at, V6.probe_at);
+    f[u + 6..u + 8].fill(0);
+    let s = base
+        + checksum::sum(&f[V6.dst_at..V6.dst_at + 16])
+        + checksum::sum(&f[u..p + wire::probe::LEN]);
+    let c = match !checksum::fold(s) {
+        0 => 0xffff,
+        c => c,
+    };
+    f[u + 6..u + 8].copy_from_slice(&c.to_be_bytes());
 }
 
 /// The frames of flows `0..cfg.flows` to `dst`.
-fn flow_templates(cfg: &GenConfig, src_mac: MacAddr, dst: Ipv4Addr) -> Vec<Vec<u8>> {
+fn flow_templates(cfg: &GenConfig, src_mac: MacAddr, dst: IpAddr) -> Vec<Vec<u8>> {
     (0..cfg.flows)
         .map(|i| template(cfg, src_mac, i, dst))
         .collect()
@@ -117,6 +257,20 @@ fn random_dst(rng: &mut u64, prefixes: &[Prefix]) -> u32 {
     *rng ^= *rng << 17;
     let p = prefixes[((*rng >> 32) as usize * prefixes.len()) >> 32];
     p.bits() | (*rng as u32 & !fib::mask(p.len()))
+}
+
+/// As [`random_dst`], over IPv6.
+fn random_dst6(rng: &mut u64, prefixes: &[Prefix6]) -> u128 {
+    let mut next = || {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        *rng
+    };
+    let pick = next();
+    let p = prefixes[((pick >> 32) as usize * prefixes.len()) >> 32];
+    let host = (next() as u128) << 64 | next() as u128;
+    p.bits() | (host & !fib::v6::mask6(p.len()))
 }
 
 /// The transmit port on `iface` (a small receive ring: the generator receives nothing) and
@@ -137,11 +291,12 @@ fn open_tx(iface: &str) -> Result<(io::AfPacket, MacAddr), String> {
 
 /// End markers, three times each, carrying the per-flow totals.
 fn end_markers(
+    cfg: &GenConfig,
     port: &mut io::AfPacket,
     templates: &[Vec<u8>],
     seqs: &[u64],
-    flow_base: u16,
 ) -> Result<(), String> {
+    let (flow_base, lay, base) = (cfg.flow_base, cfg.layout(), udp6_base(cfg));
     let flows = templates.len();
     for _ in 0..3 {
         let mut f = 0;
@@ -156,7 +311,10 @@ fn end_markers(
                         seq: seqs[f + i],
                         sent_ns: now_ns(),
                     };
-                    let _ = p.emit(&mut slot[PROBE_AT..]);
+                    let _ = p.emit(&mut slot[lay.probe_at..]);
+                    if lay.six {
+                        fill_udp6(&mut slot[..t.len()], base);
+                    }
                     t.len()
                 })
                 .map_err(|e| e.to_string())?;
@@ -183,8 +341,8 @@ fn xdp_dests(frame: &[u8], prefixes: &[Prefix], seed: u64) -> io::xdp::Dests {
         })
         .collect();
     io::xdp::Dests {
-        addr_at: DST_AT as u16,
-        csum_at: CSUM_AT as u16,
+        addr_at: V4.dst_at as u16,
+        csum_at: V4.csum_at as u16,
         entries,
     }
 }
@@ -217,10 +375,19 @@ pub fn run(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
         return run_xdp(cfg, stop);
     }
     let (mut port, src_mac) = open_tx(&cfg.iface)?;
-    let (templates, prefixes) = match &cfg.dst {
-        Destinations::One(d) => (flow_templates(cfg, src_mac, *d), Vec::new()),
-        Destinations::Prefixes(p) => (vec![template(cfg, src_mac, 0, p[0].addr())], p.clone()),
+    let (templates, prefixes, prefixes6) = match &cfg.dst {
+        Destinations::One(d) => (flow_templates(cfg, src_mac, *d), &[][..], &[][..]),
+        Destinations::Prefixes(p) => {
+            let t = template(cfg, src_mac, 0, cfg.first_dst());
+            (vec![t], &p[..], &[][..])
+        }
+        Destinations::Prefixes6(p) => {
+            let t = template(cfg, src_mac, 0, cfg.first_dst());
+            (vec![t], &[][..], &p[..])
+        }
     };
+    let (lay, base6) = (cfg.layout(), udp6_base(cfg));
+    let (dst_at, csum_at) = (lay.dst_at, lay.csum_at);
     let flows = templates.len();
     let target = cfg.rate.pps(cfg.size);
     let interval = target.map(|p| 1e9 / p);
@@ -266,20 +433,23 @@ pub fn run(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
                 let t = &templates[f];
                 slot[..t.len()].copy_from_slice(t);
                 if !prefixes.is_empty() {
-                    let dst = random_dst(&mut rng, &prefixes);
+                    let dst = random_dst(&mut rng, prefixes);
                     let old = u32::from_be_bytes([
-                        slot[DST_AT],
-                        slot[DST_AT + 1],
-                        slot[DST_AT + 2],
-                        slot[DST_AT + 3],
+                        slot[dst_at],
+                        slot[dst_at + 1],
+                        slot[dst_at + 2],
+                        slot[dst_at + 3],
                     ]);
-                    slot[DST_AT..DST_AT + 4].copy_from_slice(&dst.to_be_bytes());
+                    slot[dst_at..dst_at + 4].copy_from_slice(&dst.to_be_bytes());
                     let c = checksum::update32(
-                        u16::from_be_bytes([slot[CSUM_AT], slot[CSUM_AT + 1]]),
+                        u16::from_be_bytes([slot[csum_at], slot[csum_at + 1]]),
                         old,
                         dst,
                     );
-                    slot[CSUM_AT..CSUM_AT + 2].copy_from_slice(&c.to_be_bytes());
+                    slot[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());
+                } else if !prefixes6.is_empty() {
+                    let dst = random_dst6(&mut rng, prefixes6);
+                    slot[dst_at..dst_at + 16].copy_from_slice(&dst.to_be_bytes());
                 }
                 let ts = now_ns();
                 let probe = Probe {
@@ -289,7 +459,10 @@ pub fn run(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
                     sent_ns: ts,
                 };
                 seqs[f] += 1;
-                let _ = probe.emit(&mut slot[PROBE_AT..]);
+                let _ = probe.emit(&mut slot[lay.probe_at..]);
+                if lay.six {
+                    fill_udp6(&mut slot[..t.len()], base6);
+                }
                 if last_ts != 0 {
                     gaps.add(ts.saturating_sub(last_ts) as f64);
                 }
@@ -304,7 +477,7 @@ pub fn run(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
         }
     }
     let secs = (last_ts.max(start) - start) as f64 / 1e9;
-    end_markers(&mut port, &templates, &seqs, cfg.flow_base)?;
+    end_markers(cfg, &mut port, &templates, &seqs)?;
     // Let the kernel drain the ring before the socket closes.
     std::thread::sleep(std::time::Duration::from_millis(50));
     let achieved = if secs > 0.0 {
@@ -337,24 +510,29 @@ fn run_xdp(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
     let (templates, dests) = match &cfg.dst {
         Destinations::One(dst) => (flow_templates(cfg, src_mac, *dst), None),
         Destinations::Prefixes(p) => {
-            let t = template(cfg, src_mac, 0, p[0].addr());
+            let t = template(cfg, src_mac, 0, cfg.first_dst());
             let d = xdp_dests(&t, p, cfg.seed);
             (vec![t], Some(d))
         }
+        Destinations::Prefixes6(_) => return Err("--xdp takes IPv4 prefixes only".into()),
     };
     let flows = templates.len() as u64;
+    let lay = cfg.layout();
     let mut first = templates[0].clone();
+    // The program rewrites the source port, the flow and the time without summing: over
+    // IPv6 the frames carry no UDP checksum (zero).
+    first[lay.udp_at + 6..lay.udp_at + 8].fill(0);
     let probe = Probe {
         end: false,
         flow: cfg.flow_base,
         seq: 0,
         sent_ns: 0,
     };
-    let _ = probe.emit(&mut first[PROBE_AT..]);
+    let _ = probe.emit(&mut first[lay.probe_at..]);
     let at = io::xdp::Offsets {
-        src_port: (L3 + 20) as u16,
-        flow: (PROBE_AT + 2) as u16,
-        time: (PROBE_AT + 10) as u16,
+        src_port: lay.udp_at as u16,
+        flow: (lay.probe_at + 2) as u16,
+        time: (lay.probe_at + 10) as u16,
     };
     let mut g = io::xdp::XdpGen::new(
         &cfg.iface,
@@ -449,7 +627,7 @@ fn run_xdp(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
             cfg.iface
         ));
     }
-    end_markers(&mut port, &templates, &seqs, cfg.flow_base)?;
+    end_markers(cfg, &mut port, &templates, &seqs)?;
     std::thread::sleep(std::time::Duration::from_millis(50));
     let achieved = if secs > 0.0 {
         numbered.saturating_sub(1) as f64 / secs
@@ -484,8 +662,8 @@ mod tests {
         let cfg = GenConfig {
             iface: "x".into(),
             dst_mac: MacAddr([2, 0, 0, 0, 0, 9]),
-            src: Ipv4Addr::new(10, 1, 0, 10),
-            dst: Destinations::One(Ipv4Addr::new(10, 3, 0, 10)),
+            src: Ipv4Addr::new(10, 1, 0, 10).into(),
+            dst: Destinations::One(Ipv4Addr::new(10, 3, 0, 10).into()),
             flows: 2,
             flow_base: 0,
             size: 64,
@@ -505,7 +683,7 @@ mod tests {
                 },
                 MacAddr([2, 0, 0, 0, 0, 1]),
                 1,
-                Ipv4Addr::new(10, 3, 0, 10),
+                Ipv4Addr::new(10, 3, 0, 10).into(),
             );
             assert_eq!(t.len(), size - 4);
             let e = wire::ethernet::Frame::new_checked(&t[..]).unwrap();
@@ -523,9 +701,69 @@ mod tests {
         .is_err());
         assert!(GenConfig {
             duration: None,
-            ..cfg
+            ..cfg.clone()
         }
         .validate()
         .is_err());
+        // Over IPv6: 84 bytes at least, the UDP checksum right after each frame's
+        // destination and probe are written, and families that do not mix.
+        let src6: Ipv6Addr = "2001:db8:3::10".parse().unwrap();
+        let six = GenConfig {
+            src: src6.into(),
+            dst: Destinations::Prefixes6(vec!["2001:db8:100::/40".parse().unwrap()]),
+            size: MIN_SIZE6,
+            ..cfg.clone()
+        };
+        assert_eq!(MIN_SIZE6, 84);
+        six.validate().unwrap();
+        let mut rng = 5u64;
+        let prefixes = [fib::Prefix6::parse_strict("2001:db8:100::/40").unwrap()];
+        for seq in 0..50 {
+            let size = if seq % 2 == 0 { MIN_SIZE6 } else { 576 };
+            let six = GenConfig {
+                size,
+                ..six.clone()
+            };
+            let t = template(&six, MacAddr([2, 0, 0, 0, 0, 1]), 0, six.first_dst());
+            assert_eq!(t.len(), size - 4);
+            let base = udp6_base(&six);
+            let mut f = t.clone();
+            let dst = random_dst6(&mut rng, &prefixes);
+            f[V6.dst_at..V6.dst_at + 16].copy_from_slice(&dst.to_be_bytes());
+            let probe = Probe {
+                end: false,
+                flow: 3,
+                seq,
+                sent_ns: 1_700_000_000_000_000_000 + seq * 977,
+            };
+            probe.emit(&mut f[V6.probe_at..]).unwrap();
+            fill_udp6(&mut f, base);
+            let e = wire::ethernet::Frame::new_checked(&f[..]).unwrap();
+            let p = wire::ipv6::Packet::new_checked(e.payload()).unwrap();
+            assert!(prefixes[0].contains(p.dst()));
+            let u = p.upper().unwrap();
+            assert!(p.verify_upper_checksum(&u), "seq {seq}");
+            assert_eq!(Probe::parse(&p.payload()[8..]), Some(probe));
+        }
+        for bad in [
+            GenConfig {
+                size: 83,
+                ..six.clone()
+            },
+            GenConfig {
+                dst: Destinations::One(Ipv4Addr::new(10, 3, 0, 10).into()),
+                ..six.clone()
+            },
+            GenConfig {
+                xdp: true,
+                ..six.clone()
+            },
+            GenConfig {
+                dst: Destinations::Prefixes6(vec![]),
+                ..six
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
     }
 }

@@ -275,16 +275,28 @@ impl Sink {
         Ok(())
     }
 
+    /// The probe of a test frame: UDP to the sink's port over IPv4 or IPv6, unfragmented.
     fn probe(&self, f: &[u8]) -> Option<Probe> {
         let e = wire::ethernet::Frame::new_checked(f).ok()?;
-        if e.ethertype() != wire::ethernet::ethertype::IPV4 {
-            return None;
-        }
-        let ip = wire::ipv4::Packet::new_checked(e.payload()).ok()?;
-        if ip.protocol() != wire::ipv4::protocol::UDP || ip.is_fragment() {
-            return None;
-        }
-        let u = wire::udp::Packet::new_checked(ip.payload()).ok()?;
+        let udp = match e.ethertype() {
+            wire::ethernet::ethertype::IPV4 => {
+                let ip = wire::ipv4::Packet::new_checked(e.payload()).ok()?;
+                if ip.protocol() != wire::ipv4::protocol::UDP || ip.is_fragment() {
+                    return None;
+                }
+                e.payload().get(ip.header_len()..ip.total_len())?
+            }
+            wire::ethernet::ethertype::IPV6 => {
+                let ip = wire::ipv6::Packet::new_checked(e.payload()).ok()?;
+                let u = ip.upper().ok()?;
+                if u.protocol != wire::ipv6::next_header::UDP || u.fragment.is_some() {
+                    return None;
+                }
+                e.payload().get(u.offset..ip.total_len())?
+            }
+            _ => return None,
+        };
+        let u = wire::udp::Packet::new_checked(udp).ok()?;
         if u.dst_port() != self.port {
             return None;
         }
@@ -454,6 +466,64 @@ mod tests {
         assert_eq!(v["flows"][0]["latency_ns"]["mean"].as_f64(), Some(1000.0));
         s.frame(&[0u8; 10], 0);
         assert_eq!(s.other, 1);
+    }
+
+    #[test]
+    fn the_generators_ipv6_frames_are_counted() {
+        use crate::generator::{fill_udp6, template, udp6_base, Destinations, GenConfig};
+        let cfg = GenConfig {
+            iface: "x".into(),
+            dst_mac: wire::MacAddr([2, 0, 0, 0, 0, 9]),
+            src: "2001:db8:3::10"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .into(),
+            dst: Destinations::One(
+                "2001:db8:1::10"
+                    .parse::<std::net::Ipv6Addr>()
+                    .unwrap()
+                    .into(),
+            ),
+            flows: 1,
+            flow_base: 0,
+            size: crate::generator::MIN_SIZE6,
+            rate: crate::rate::Rate::Pps(1000.0),
+            duration: Some(1.0),
+            count: None,
+            dst_port: 1234,
+            seed: 1,
+            xdp: false,
+            sleep_us: 0,
+        };
+        let mut f = template(
+            &cfg,
+            wire::MacAddr([2, 0, 0, 0, 0, 1]),
+            0,
+            "2001:db8:1::10"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .into(),
+        );
+        let mut s = Sink::new(100.0, 1234);
+        for seq in 0..3 {
+            Probe {
+                end: false,
+                flow: 4,
+                seq,
+                sent_ns: 1_000_000 + seq,
+            }
+            .emit(&mut f[62..])
+            .unwrap();
+            fill_udp6(&mut f, udp6_base(&cfg));
+            s.frame(&f, 2_000_000 + seq);
+        }
+        // Another port, and a first fragment: not test frames.
+        let mut other = f.clone();
+        other[14 + 40 + 3] ^= 1;
+        s.frame(&other, 0);
+        let v = s.summary(1.0);
+        assert_eq!((v["received"].as_u64(), s.other), (Some(3), 1), "{v}");
+        assert_eq!(v["flows"][0]["flow"], 4);
     }
 
     #[test]

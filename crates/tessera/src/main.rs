@@ -89,16 +89,19 @@ enum Cmd {
         /// MAC of the next hop (the router's, or the sink's on a direct link).
         #[arg(long)]
         dst_mac: String,
+        /// The source address: IPv4 or IPv6, the traffic's family (IPv6 frames are 84
+        /// bytes at least).
         #[arg(long)]
-        src: std::net::Ipv4Addr,
+        src: std::net::IpAddr,
         /// One destination (with --flows, flows differ by UDP source port).
         #[arg(
             long,
             conflicts_with = "dst_prefixes",
             required_unless_present = "dst_prefixes"
         )]
-        dst: Option<std::net::Ipv4Addr>,
-        /// Destinations drawn at random from a table's prefixes (many flows).
+        dst: Option<std::net::IpAddr>,
+        /// Destinations drawn at random from a table's prefixes of --src's family (many
+        /// flows).
         #[arg(long)]
         dst_prefixes: Option<PathBuf>,
         #[arg(long, default_value_t = 1)]
@@ -455,6 +458,11 @@ enum Bench {
         /// two flows go both ways between networks A and B), as contender `multistage`.
         #[arg(long)]
         multistage: bool,
+        /// Measure IPv6 as well, on the same (dual-stack) lab in the same run: each
+        /// contender over IPv4, then over IPv6 (as `NAME-ipv6`; 84-byte frames where IPv4
+        /// has 64), the table's IPv6 part (synthetic, or a file's IPv6 routes) loaded too.
+        #[arg(long)]
+        ipv6: bool,
     },
     /// `tessera switch` against the Linux bridge: one generator into one sink through
     /// each (and straight, for the generator's ceiling), at the generator's highest rate;
@@ -800,6 +808,11 @@ fn run(cli: Cli) -> Result<i32> {
         } => {
             let dst = match (dst, dst_prefixes) {
                 (Some(d), _) => gen::generator::Destinations::One(d),
+                (None, Some(path)) if src.is_ipv6() => {
+                    let mut v = Vec::new();
+                    control::tables::read6(&path, |p, _| v.push(p)).map_err(anyhow::Error::msg)?;
+                    gen::generator::Destinations::Prefixes6(v)
+                }
                 (None, Some(path)) => {
                     let mut v = Vec::new();
                     control::tables::read(&path, |p, _| v.push(p)).map_err(anyhow::Error::msg)?;
@@ -1023,6 +1036,7 @@ fn run(cli: Cli) -> Result<i32> {
                 fast_path,
                 star,
                 multistage,
+                ipv6,
             } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
                 stop_lab_benches_on_signals()?;
@@ -1069,6 +1083,7 @@ fn run(cli: Cli) -> Result<i32> {
                     tables,
                     flows,
                     sizes,
+                    ipv6,
                 };
                 let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
                 print(&v)
