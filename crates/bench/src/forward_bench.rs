@@ -968,9 +968,9 @@ pub fn replot(dir: &Path) -> Result<Vec<String>, String> {
 }
 
 fn write_csv(path: &Path, rows: &[Value]) -> Result<(), String> {
+    // New columns go at the end: scripts read these by position too.
     let cols = [
         "contender",
-        "family",
         "table_prefixes",
         "frame_bytes",
         "flows",
@@ -986,6 +986,7 @@ fn write_csv(path: &Path, rows: &[Value]) -> Result<(), String> {
         "latency_p99_ns",
         "latency_max_ns",
         "generator_ceiling_pps",
+        "family",
     ];
     let mut s = cols.join(",") + "\n";
     for r in rows {

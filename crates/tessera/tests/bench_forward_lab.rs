@@ -121,6 +121,66 @@ fn quick_bench_with_the_xdp_generator_through_the_kernel() {
     );
 }
 
+/// `--ipv6`: each contender over IPv4 and over IPv6 (84-byte frames) on one dual-stack
+/// lab; our forwarder and the kernel both forward most of a light IPv6 load, through the
+/// table's IPv6 part.
+#[test]
+fn quick_bench_over_ipv6_beside_ipv4() {
+    let _one = one_at_a_time();
+    drop(TestLab::up(test_path("labs/pair.toml"), &[]));
+    let out = std::env::temp_dir().join(format!("tessera-bf6-{}", std::process::id()));
+    let o = std::process::Command::new(exe())
+        .args([
+            "bench",
+            "forward",
+            "--quick",
+            "--ipv6",
+            "--seconds",
+            "0.3",
+            "--only",
+            "forwarder,linux",
+            "--io",
+            io_backend(),
+            "--generator",
+            "afpacket",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["generator_ceiling_pps"]["84-ipv6"].as_f64().unwrap() > 1000.0,
+        "{v}"
+    );
+    for (c, family, bytes) in [
+        ("forwarder", "ipv4", 64),
+        ("forwarder-ipv6", "ipv6", 84),
+        ("linux", "ipv4", 64),
+        ("linux-ipv6", "ipv6", 84),
+    ] {
+        let steps: Vec<_> = v["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["kind"] == "step" && p["contender"] == c)
+            .collect();
+        assert_eq!(steps.len(), 4, "{c}");
+        let s = steps[0];
+        assert_eq!(
+            (&s["family"], &s["frame_bytes"]),
+            (&family.into(), &bytes.into())
+        );
+        let (offered, forwarded) = (
+            s["offered_pps"].as_f64().unwrap(),
+            s["forwarded_pps"].as_f64().unwrap(),
+        );
+        assert!(offered > 1000.0 && forwarded >= 0.9 * offered, "{c}: {s}");
+    }
+}
+
 /// `--star` and `--multistage`: the same experiment through the star router and the
 /// multistage router, beside each other in one run; at a quarter of the generator's
 /// ceiling both forward most of what is offered, and the plot has both.
