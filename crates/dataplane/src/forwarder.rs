@@ -215,6 +215,8 @@ pub struct Forwarder {
     pub report: crate::element::Reporter,
     /// IPv6, once [`Forwarder::enable_ipv6`] turned it on (worker 0 only).
     six: Option<Box<ip6::Six>>,
+    /// The IPv6 table snapshot of the current batch (as `snap` for IPv4).
+    snap6: Option<Arc<fib::Poptrie6>>,
 }
 
 impl Forwarder {
@@ -272,6 +274,7 @@ impl Forwarder {
             icmp_from: None,
             report: Default::default(),
             six: None,
+            snap6: None,
         }
     }
 
@@ -330,6 +333,7 @@ impl Forwarder {
             icmp_from: None,
             report: Default::default(),
             six: None,
+            snap6: None,
         }
     }
 
@@ -496,6 +500,7 @@ impl Forwarder {
     /// Ends a batch: lets go of the table snapshot, so the route writer can reuse it.
     pub fn end_batch(&mut self) {
         self.snap = None;
+        self.snap6 = None;
     }
 
     /// A hint for a frame that [`Forwarder::process`] will see soon: starts loading the

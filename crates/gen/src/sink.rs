@@ -38,8 +38,10 @@ pub struct SinkConfig {
     pub trace_max: u64,
 }
 
-/// An nftables netdev ingress chain dropping UDP to one port on one interface; removed when
-/// dropped. The table is named after the sink's PID, so that several sinks never collide.
+/// An nftables netdev ingress chain dropping UDP to one port on one interface, over IPv4
+/// and IPv6 (an IPv6 frame let through costs the host's stack a route lookup and a port
+/// unreachable each, on the sending core on a veth); removed when dropped. The table is
+/// named after the sink's PID, so that several sinks never collide.
 struct IngressDrop {
     table: String,
 }
@@ -48,7 +50,7 @@ impl IngressDrop {
     fn install(iface: &str, port: u16) -> Result<IngressDrop, String> {
         let table = format!("tessera_sink_{}", std::process::id());
         let rules = format!(
-            "table netdev {table} {{\n chain ingress {{\n  type filter hook ingress device \"{iface}\" priority 0; policy accept;\n  ip protocol udp udp dport {port} drop\n }}\n}}\n"
+            "table netdev {table} {{\n chain ingress {{\n  type filter hook ingress device \"{iface}\" priority 0; policy accept;\n  ip protocol udp udp dport {port} drop\n  ip6 nexthdr udp udp dport {port} drop\n }}\n}}\n"
         );
         let mut child = std::process::Command::new("nft")
             .args(["-f", "-"])

@@ -20,7 +20,9 @@
 
 use super::*;
 use fib::{FibReader6, FibWriter6, Prefix6};
+use crate::neighbour::KeyHasher;
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::net::Ipv6Addr;
 use wire::icmpv6::{self, ErrorKind, NdOptions};
 use wire::ipv6::{self, is_link_local, next_header};
@@ -51,10 +53,12 @@ pub struct Six {
     writer: FibWriter6,
     reader: FibReader6,
     hops: Vec<Hop6>,
-    neighbours: HashMap<(u16, Ipv6Addr), Neighbour6>,
+    neighbours: HashMap<(u16, Ipv6Addr), Neighbour6, BuildHasherDefault<KeyHasher>>,
     queued: usize,
     /// Identification of the next fragmented packet the router sends.
     frag_ident: u32,
+    /// The global addresses of `addrs`, as words.
+    global: Vec<u128>,
 }
 
 /// Solicited-node, all-nodes and all-routers groups.
@@ -116,10 +120,12 @@ impl Six {
         self.addrs[iface as usize].iter().any(|x| x.0 == a)
     }
 
+    /// One of the router's global addresses (on any interface). Asked of every packet's
+    /// source and destination: a flat list of words.
+    #[inline]
     fn is_ours_anywhere(&self, a: Ipv6Addr) -> bool {
-        self.addrs
-            .iter()
-            .any(|l| l.iter().any(|x| x.0 == a && !is_link_local(a)))
+        let a = u128::from(a);
+        self.global.iter().any(|&x| x == a)
     }
 
     /// A group the router listens to on `iface`.
@@ -146,14 +152,21 @@ impl Forwarder {
             l.extend(extra);
         }
         let (writer, reader) = FibWriter6::new(fib::BinaryTrie6::new());
+        let global = all
+            .iter()
+            .flatten()
+            .filter(|x| !is_link_local(x.0))
+            .map(|x| u128::from(x.0))
+            .collect();
         let six = Six {
             addrs: all,
             writer,
             reader,
             hops: Vec::new(),
-            neighbours: HashMap::new(),
+            neighbours: HashMap::default(),
             queued: 0,
             frag_ident: 1,
+            global,
         };
         self.six = Some(Box::new(six));
         let _ = self.replace_routes6(Vec::new());
@@ -166,6 +179,9 @@ impl Forwarder {
         &mut self,
         routes: Vec<(Prefix6, Ipv6Addr)>,
     ) -> Result<usize, RouteError> {
+        // The writer waits for readers to let go of the table it reuses: this thread's
+        // batch snapshot first.
+        self.snap6 = None;
         let six = self.six.as_mut().ok_or(RouteError::Ipv6Off)?;
         let mut rib = fib::BinaryTrie6::new();
         for (p, via) in routes {
@@ -187,6 +203,7 @@ impl Forwarder {
 
     /// Removes an IPv6 route (never a connected prefix); true if it was there.
     pub fn remove_route6(&mut self, prefix: Prefix6) -> bool {
+        self.snap6 = None;
         let Some(six) = self.six.as_mut() else {
             return false;
         };
@@ -204,6 +221,7 @@ impl Forwarder {
     /// Adds (or replaces) an IPv6 route through `via`, which must lie in a connected
     /// prefix.
     pub fn add_route6(&mut self, prefix: Prefix6, via: Ipv6Addr) -> Result<(), RouteError> {
+        self.snap6 = None;
         let six = self.six.as_mut().ok_or(RouteError::Ipv6Off)?;
         let iface = six
             .iface_for(via)
@@ -220,6 +238,16 @@ impl Forwarder {
     pub fn route6(&self, dst: Ipv6Addr) -> Option<Hop6> {
         let six = self.six.as_ref()?;
         let v = six.reader.load().lookup(dst)?;
+        six.hops.get(v as usize).copied()
+    }
+
+    /// As [`Forwarder::route6`], on the batch's snapshot of the table (loaded once per
+    /// batch, let go by `end_batch`).
+    #[inline]
+    fn lookup6(&mut self, dst: Ipv6Addr) -> Option<Hop6> {
+        let six = self.six.as_ref()?;
+        let t = self.snap6.get_or_insert_with(|| six.reader.load_full());
+        let v = t.lookup(dst)?;
         six.hops.get(v as usize).copied()
     }
 
@@ -287,7 +315,7 @@ impl Forwarder {
             self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
             return self.drop_pkt(p, Drop::Ip6HopLimitExceeded);
         }
-        let Some(hop) = self.route6(dst) else {
+        let Some(hop) = self.lookup6(dst) else {
             let e = ErrorKind::Unreachable(icmpv6::unreachable::NO_ROUTE);
             self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
             return self.drop_pkt(p, Drop::Ip6NoRoute);
