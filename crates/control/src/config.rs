@@ -514,7 +514,8 @@ pub struct RouteConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route6Config {
     pub prefix: fib::Prefix6,
-    pub via: std::net::Ipv6Addr,
+    /// One gateway, or several for ECMP.
+    pub via: Vec<std::net::Ipv6Addr>,
     pub line: usize,
 }
 
@@ -531,9 +532,9 @@ pub struct ForwarderFile {
     /// When set, every route of `routes_file` goes through these gateways and the file may
     /// be any table format (text with or without next hops, MRT, compressed).
     pub routes_file_via: Vec<Ipv4Addr>,
-    /// The IPv6 gateway among `routes_file_via`: the file's IPv6 routes go through it (and
-    /// are skipped without it).
-    pub routes_file_via6: Option<std::net::Ipv6Addr>,
+    /// The IPv6 gateways among `routes_file_via`: the file's IPv6 routes go through them
+    /// (and are skipped without any).
+    pub routes_file_via6: Vec<std::net::Ipv6Addr>,
     pub tuning: ForwarderConfig,
     pub backend: Option<BackendConfig>,
     pub io: IoConfig,
@@ -678,34 +679,43 @@ fn route6(
         )
     })?;
     let (at, key) = (r.via.span().start, format!("route[{i}].via"));
-    let via: std::net::Ipv6Addr = match r.via.get_ref() {
-        Via::One(v) => v
-            .parse()
-            .map_err(|_| (at, key.clone(), format!("{v:?} is not an IPv6 address")))?,
-        Via::Many(_) => {
-            return Err((
-                at,
-                key,
-                "one gateway for an IPv6 route (ECMP is not built for IPv6 yet)".into(),
-            ))
-        }
+    let texts: Vec<&String> = match r.via.get_ref() {
+        Via::One(v) => vec![v],
+        Via::Many(v) => v.iter().collect(),
     };
-    if !interfaces.iter().any(|x| {
-        x.addrs6
-            .iter()
-            .any(|&(a, l)| fib::Prefix6::new(a, l).contains(via))
-    }) {
-        return Err((
-            at,
-            key,
-            format!("gateway {via} is on none of the interfaces' IPv6 networks"),
-        ));
-    }
+    let via = gateways6(&texts, interfaces).map_err(|m| (at, key, m))?;
     Ok(Route6Config {
         prefix,
         via,
         line: line_of(src, r.prefix.span().start),
     })
+}
+
+/// IPv6 gateways (several: ECMP), each on an interface's IPv6 network; at least one.
+fn gateways6(
+    texts: &[&String],
+    interfaces: &[InterfaceConfig],
+) -> Result<Vec<std::net::Ipv6Addr>, String> {
+    if texts.is_empty() {
+        return Err("no gateway given".into());
+    }
+    let mut out = Vec::with_capacity(texts.len());
+    for t in texts {
+        let a: std::net::Ipv6Addr = t
+            .parse()
+            .map_err(|_| format!("{t:?} is not an IPv6 address"))?;
+        if !interfaces.iter().any(|x| {
+            x.addrs6
+                .iter()
+                .any(|&(n, l)| fib::Prefix6::new(n, l).contains(a))
+        }) {
+            return Err(format!(
+                "gateway {a} is on none of the interfaces' IPv6 networks"
+            ));
+        }
+        out.push(a);
+    }
+    Ok(out)
 }
 
 impl ForwarderFile {
@@ -896,7 +906,7 @@ impl ForwarderFile {
             });
         }
         let routes_file = routes_file_path(path, src, raw.routes_file.as_ref())?;
-        let mut routes_file_via6 = None;
+        let mut routes_file_via6 = Vec::new();
         let routes_file_via = match &raw.routes_file_via {
             Some(v) if raw.routes_file.is_none() => {
                 return Err(err(
@@ -906,7 +916,7 @@ impl ForwarderFile {
                 ))
             }
             Some(v) => {
-                // IPv6 gateways (one at most) apart; the rest are IPv4 ones.
+                // IPv6 gateways apart; the rest are IPv4 ones.
                 let key = "routes_file_via".to_string();
                 let (six, four): (Vec<&String>, Vec<&String>) = match v.get_ref() {
                     Via::One(t) => vec![t],
@@ -914,33 +924,9 @@ impl ForwarderFile {
                 }
                 .into_iter()
                 .partition(|t| t.contains(':'));
-                if six.len() > 1 {
-                    return Err(err(
-                        v.span().start,
-                        key,
-                        "one IPv6 gateway at most (ECMP is not built for IPv6 yet)".into(),
-                    ));
-                }
-                for t in &six {
-                    let a: std::net::Ipv6Addr = t.parse().map_err(|_| {
-                        err(
-                            v.span().start,
-                            key.clone(),
-                            format!("{t:?} is not an IPv6 address"),
-                        )
-                    })?;
-                    if !interfaces.iter().any(|x| {
-                        x.addrs6
-                            .iter()
-                            .any(|&(n, l)| fib::Prefix6::new(n, l).contains(a))
-                    }) {
-                        return Err(err(
-                            v.span().start,
-                            key.clone(),
-                            format!("gateway {a} is on none of the interfaces' IPv6 networks"),
-                        ));
-                    }
-                    routes_file_via6 = Some(a);
+                if !six.is_empty() {
+                    routes_file_via6 = gateways6(&six, &interfaces)
+                        .map_err(|m| err(v.span().start, key.clone(), m))?;
                 }
                 if four.is_empty() {
                     Vec::new()
@@ -1135,7 +1121,7 @@ via = "10.2.0.2"
         assert_eq!(c.routes6[0].prefix.to_string(), "2001:db8:3::/48");
         assert_eq!(
             c.routes6[0].via,
-            "2001:db8:2::2".parse::<std::net::Ipv6Addr>().unwrap()
+            ["2001:db8:2::2".parse::<std::net::Ipv6Addr>().unwrap()]
         );
         assert_eq!(c.routes6[0].line, 11);
     }

@@ -129,8 +129,8 @@ pub fn config_routes(
 
 /// IPv4 routes: (prefix, gateways).
 pub type Routes4 = Vec<(Prefix, Vec<Ipv4Addr>)>;
-/// IPv6 routes: (prefix, gateway).
-pub type Routes6 = Vec<(fib::Prefix6, std::net::Ipv6Addr)>;
+/// IPv6 routes: (prefix, gateways).
+pub type Routes6 = Vec<(fib::Prefix6, Vec<std::net::Ipv6Addr>)>;
 
 /// The static routes and the routes file of a configuration, IPv4 and IPv6, each gateway
 /// checked against the interfaces; errors name the file and line. With `routes_file_via`,
@@ -147,7 +147,11 @@ pub fn config_routes_all(
                 .any(|&(n, l)| fib::Prefix6::new(n, l).contains(a))
         })
     };
-    let mut routes6: Routes6 = cfg.routes6.iter().map(|r| (r.prefix, r.via)).collect();
+    let mut routes6: Routes6 = cfg
+        .routes6
+        .iter()
+        .map(|r| (r.prefix, r.via.clone()))
+        .collect();
     let mut routes = Vec::with_capacity(cfg.routes.len());
     for r in &cfg.routes {
         if let Some(gw) = r.via.iter().find(|v| port_for(**v).is_none()) {
@@ -160,23 +164,20 @@ pub fn config_routes_all(
         }
         routes.push((r.prefix, r.via.clone()));
     }
-    let via_given = !cfg.routes_file_via.is_empty() || cfg.routes_file_via6.is_some();
+    let via_given = !cfg.routes_file_via.is_empty() || !cfg.routes_file_via6.is_empty();
     if let (Some(file), true) = (&cfg.routes_file, via_given) {
         let t = Instant::now();
-        let (via, via6) = (&cfg.routes_file_via, cfg.routes_file_via6);
+        let (via, via6) = (&cfg.routes_file_via, &cfg.routes_file_via6);
         let st = crate::tables::read_routes(file, |r| match r {
             crate::tables::Route::V4(p, _) if !via.is_empty() => {
                 routes.push((p, via.clone()));
                 true
             }
-            crate::tables::Route::V6(p, _) => match via6 {
-                Some(g) => {
-                    routes6.push((p, g));
-                    true
-                }
-                None => false,
-            },
-            crate::tables::Route::V4(..) => false,
+            crate::tables::Route::V6(p, _) if !via6.is_empty() => {
+                routes6.push((p, via6.clone()));
+                true
+            }
+            _ => false,
         })?;
         tracing::info!(routes = st.routes, skipped = st.skipped, mrt = st.mrt, file = %file.display(), ms = t.elapsed().as_millis() as u64, "table read");
     } else if let Some(file) = &cfg.routes_file {
@@ -190,15 +191,14 @@ pub fn config_routes_all(
                     Ok(())
                 }
             },
-            crate::routes::Line::V6(p, vias) => match vias {
-                [gw] if on_net6(*gw) => {
-                    routes6.push((p, *gw));
-                    Ok(())
-                }
-                [gw] => Err(format!(
+            crate::routes::Line::V6(p, vias) => match vias.iter().find(|v| !on_net6(**v)) {
+                Some(gw) => Err(format!(
                     "gateway {gw} is on none of the interfaces' IPv6 networks"
                 )),
-                _ => Err("one next hop for an IPv6 route (ECMP is not built for IPv6 yet)".into()),
+                None => {
+                    routes6.push((p, vias.to_vec()));
+                    Ok(())
+                }
             },
         })
         .map_err(|e| e.to_string())?;
@@ -305,16 +305,20 @@ fn answer6(f: &mut Forwarder, cmd: &str, req: &Value, pending6: &Pending6) -> Va
                 let removed = f.remove_route6(prefix);
                 return Ok(json!({"removed": removed, "count6": f.route_count6()}));
             }
-            let one = match &req["via"] {
-                Value::String(v) => Some(v.as_str()),
-                Value::Array(a) if a.len() == 1 => a[0].as_str(),
-                _ => None,
+            let texts: Vec<&Value> = match &req["via"] {
+                Value::Array(a) if !a.is_empty() => a.iter().collect(),
+                v @ Value::String(_) => vec![v],
+                _ => return Err("missing \"via\" (an address or a list)".into()),
             };
-            let via = one
-                .ok_or("\"via\": one IPv6 address (ECMP is not built for IPv6 yet)")?
-                .parse::<std::net::Ipv6Addr>()
-                .map_err(|_| format!("via {:?} is not an IPv6 address", req["via"]))?;
-            f.add_route6(prefix, via).map_err(|e| e.to_string())?;
+            let vias = texts
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .and_then(|t| t.parse::<std::net::Ipv6Addr>().ok())
+                        .ok_or_else(|| format!("via {v} is not an IPv6 address"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            f.add_route6(prefix, &vias).map_err(|e| e.to_string())?;
             Ok(json!({"count6": f.route_count6()}))
         })(),
         _ => return answer(f, cmd, req),
@@ -1056,8 +1060,8 @@ via = "2001:db8:2::2"
         for (line, what) in [
             ("2001:db8:100::/40 2001:db8:9::1\n", "2001:db8:9::1"),
             (
-                "2001:db8:100::/40 2001:db8:1::7 2001:db8:1::8\n",
-                "one next hop",
+                "2001:db8:100::/40 2001:db8:1::7 2001:db8:8::8\n",
+                "2001:db8:8::8",
             ),
         ] {
             std::fs::write(
@@ -1093,7 +1097,7 @@ via = "2001:db8:2::2"
         // added and removed (never a connected prefix).
         let pending: Pending6 = Mutex::new(Some(vec![(
             fib::Prefix6::parse_strict("2001:db8:400::/48").unwrap(),
-            a6("2001:db8:1::9"),
+            vec![a6("2001:db8:1::9")],
         )]));
         let v = answer6(&mut f, "reload-routes6", &json!({}), &pending);
         assert_eq!(v["routes6"], 3, "{v}");

@@ -38,7 +38,7 @@ pub fn forwarder() -> (Forwarder, Instant) {
     f.enable_ipv6(vec![vec![("2001:db8:1::1".parse().unwrap(), 64)], vec![]]);
     let _ = f.add_route6(
         fib::Prefix6::new(std::net::Ipv6Addr::UNSPECIFIED, 0),
-        "2001:db8:1::2".parse().unwrap(),
+        &["2001:db8:1::2".parse().unwrap()],
     );
     (f, now)
 }

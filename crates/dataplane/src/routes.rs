@@ -261,7 +261,13 @@ impl RouteTable {
 /// Picks one next hop of a group by a flow hash, stable per flow.
 #[inline]
 pub fn pick(group: &[NextHop], hash: u32) -> NextHop {
-    group[((hash as u64 * group.len() as u64) >> 32) as usize]
+    group[pick_index(group.len(), hash)]
+}
+
+/// The member of a group of `n` a flow of `hash` takes.
+#[inline]
+pub fn pick_index(n: usize, hash: u32) -> usize {
+    ((hash as u64 * n as u64) >> 32) as usize
 }
 
 /// The flow hash: source, destination, protocol and, for unfragmented TCP and UDP, the

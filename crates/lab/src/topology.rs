@@ -185,7 +185,7 @@ impl Kind {
 }
 
 /// An `ip -batch` line for a route through one gateway or several (ECMP).
-fn linux_route(p: fib::Prefix, vias: &[std::net::Ipv4Addr]) -> String {
+fn linux_route<P: std::fmt::Display, A: std::fmt::Display>(p: P, vias: &[A]) -> String {
     match vias {
         [one] => format!("route add {p} via {one}\n"),
         many => {
@@ -766,11 +766,7 @@ impl Lab {
         let batch: String = routes
             .iter()
             .map(|(p, via)| linux_route(*p, via))
-            .chain(
-                routes6
-                    .iter()
-                    .map(|(p, via)| format!("route add {p} via {via}\n")),
-            )
+            .chain(routes6.iter().map(|(p, via)| linux_route(*p, via)))
             .collect();
         if !batch.is_empty() {
             let p = self.run_dir().join(format!("{}.routes", e.name));

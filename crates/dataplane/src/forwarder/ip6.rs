@@ -16,11 +16,13 @@
 //! advertisements are never sent (off by default, and not built yet).
 //!
 //! The table is a [`fib::FibWriter6`] (Poptrie6, published loss-free) whose values index
-//! next hops; connected prefixes come from the interfaces' addresses.
+//! next-hop groups (one hop for a plain route, several for ECMP: a flow, by the hash of
+//! its addresses, flow label, protocol and ports, always takes the same one); connected
+//! prefixes come from the interfaces' addresses.
 
 use super::*;
-use fib::{FibReader6, FibWriter6, Prefix6};
 use crate::neighbour::KeyHasher;
+use fib::{FibReader6, FibWriter6, Prefix6};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::net::Ipv6Addr;
@@ -29,7 +31,7 @@ use wire::ipv6::{self, is_link_local, next_header};
 
 /// A next hop of an IPv6 route: the interface, and the gateway (none for a connected
 /// prefix: the destination itself).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Hop6 {
     pub iface: u16,
     pub via: Option<Ipv6Addr>,
@@ -52,7 +54,9 @@ pub struct Six {
     pub addrs: Vec<Vec<(Ipv6Addr, u8)>>,
     writer: FibWriter6,
     reader: FibReader6,
-    hops: Vec<Hop6>,
+    /// Next-hop groups, indexed by the table's values; append-only (a group is never
+    /// removed, so a value in any snapshot keeps its meaning).
+    groups: Vec<Box<[Hop6]>>,
     neighbours: HashMap<(u16, Ipv6Addr), Neighbour6, BuildHasherDefault<KeyHasher>>,
     queued: usize,
     /// Identification of the next fragmented packet the router sends.
@@ -67,13 +71,41 @@ const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
 
 impl Six {
     fn hop_id(&mut self, h: Hop6) -> u32 {
-        match self.hops.iter().position(|x| *x == h) {
-            Some(i) => i as u32,
-            None => {
-                self.hops.push(h);
-                self.hops.len() as u32 - 1
-            }
+        // A single hop always finds or makes its group: the bound is on groups of several.
+        self.group_id(&[h]).unwrap_or(0)
+    }
+
+    /// The value of the group of `hops` (sorted, without repeats), made if new.
+    fn group_id(&mut self, hops: &[Hop6]) -> Result<u32, RouteError> {
+        let mut g = hops.to_vec();
+        g.sort();
+        g.dedup();
+        if g.is_empty() {
+            return Err(RouteError::NoNextHop);
         }
+        if let Some(i) = self.groups.iter().position(|x| **x == g[..]) {
+            return Ok(i as u32);
+        }
+        if self.groups.len() > fib::poptrie::MAX_VALUE as usize {
+            return Err(RouteError::TooManyGroups);
+        }
+        self.groups.push(g.into_boxed_slice());
+        Ok(self.groups.len() as u32 - 1)
+    }
+
+    /// The group of routes through `vias`, each on a connected prefix.
+    fn group_via(&mut self, vias: &[Ipv6Addr]) -> Result<u32, RouteError> {
+        let mut hops = Vec::with_capacity(vias.len());
+        for &via in vias {
+            let iface = self
+                .iface_for(via)
+                .ok_or(RouteError::Gateway6Unreachable(via))?;
+            hops.push(Hop6 {
+                iface,
+                via: Some(via),
+            });
+        }
+        self.group_id(&hops)
     }
 
     /// The interface whose connected prefix holds `a`.
@@ -125,7 +157,7 @@ impl Six {
     #[inline]
     fn is_ours_anywhere(&self, a: Ipv6Addr) -> bool {
         let a = u128::from(a);
-        self.global.iter().any(|&x| x == a)
+        self.global.contains(&a)
     }
 
     /// A group the router listens to on `iface`.
@@ -162,7 +194,7 @@ impl Forwarder {
             addrs: all,
             writer,
             reader,
-            hops: Vec::new(),
+            groups: Vec::new(),
             neighbours: HashMap::default(),
             queued: 0,
             frag_ident: 1,
@@ -172,26 +204,21 @@ impl Forwarder {
         let _ = self.replace_routes6(Vec::new());
     }
 
-    /// Replaces the IPv6 routes with `routes` (prefix, gateway in a connected prefix),
-    /// compiled from scratch and published at once: a bulk load. Connected prefixes stay
-    /// (and win over a route to the same prefix). Returns the prefixes in the table.
+    /// Replaces the IPv6 routes with `routes` (prefix, gateways in connected prefixes;
+    /// several make an ECMP route), compiled from scratch and published at once: a bulk
+    /// load. Connected prefixes stay (and win over a route to the same prefix). Returns the
+    /// prefixes in the table.
     pub fn replace_routes6(
         &mut self,
-        routes: Vec<(Prefix6, Ipv6Addr)>,
+        routes: Vec<(Prefix6, Vec<Ipv6Addr>)>,
     ) -> Result<usize, RouteError> {
         // The writer waits for readers to let go of the table it reuses: this thread's
         // batch snapshot first.
         self.snap6 = None;
         let six = self.six.as_mut().ok_or(RouteError::Ipv6Off)?;
         let mut rib = fib::BinaryTrie6::new();
-        for (p, via) in routes {
-            let iface = six
-                .iface_for(via)
-                .ok_or(RouteError::Gateway6Unreachable(via))?;
-            let v = six.hop_id(Hop6 {
-                iface,
-                via: Some(via),
-            });
+        for (p, vias) in routes {
+            let v = six.group_via(&vias)?;
             rib.insert(p, v);
         }
         for (p, v) in six.connected() {
@@ -218,37 +245,39 @@ impl Forwarder {
         self.six.as_ref().map_or(0, |s| s.writer.rib().len())
     }
 
-    /// Adds (or replaces) an IPv6 route through `via`, which must lie in a connected
-    /// prefix.
-    pub fn add_route6(&mut self, prefix: Prefix6, via: Ipv6Addr) -> Result<(), RouteError> {
+    /// Adds (or replaces) an IPv6 route through `vias` (several: ECMP), each in a
+    /// connected prefix.
+    pub fn add_route6(&mut self, prefix: Prefix6, vias: &[Ipv6Addr]) -> Result<(), RouteError> {
         self.snap6 = None;
         let six = self.six.as_mut().ok_or(RouteError::Ipv6Off)?;
-        let iface = six
-            .iface_for(via)
-            .ok_or(RouteError::Gateway6Unreachable(via))?;
-        let v = six.hop_id(Hop6 {
-            iface,
-            via: Some(via),
-        });
+        let v = six.group_via(vias)?;
         six.writer.insert(prefix, v);
         Ok(())
     }
 
-    /// The next hop of `dst`, if any route holds it.
-    pub fn route6(&self, dst: Ipv6Addr) -> Option<Hop6> {
+    /// The next hops of `dst` (several for an ECMP route), if any route holds it.
+    pub fn route6_group(&self, dst: Ipv6Addr) -> Option<Vec<Hop6>> {
         let six = self.six.as_ref()?;
         let v = six.reader.load().lookup(dst)?;
-        six.hops.get(v as usize).copied()
+        six.groups.get(v as usize).map(|g| g.to_vec())
     }
 
-    /// As [`Forwarder::route6`], on the batch's snapshot of the table (loaded once per
-    /// batch, let go by `end_batch`).
+    /// The next hop of `dst` (an ECMP route's first), if any route holds it.
+    pub fn route6(&self, dst: Ipv6Addr) -> Option<Hop6> {
+        self.route6_group(dst)?.first().copied()
+    }
+
+    /// The next hop of the packet `ip` to `dst`, on the batch's snapshot of the table
+    /// (loaded once per batch, let go by `end_batch`); an ECMP route picks by the flow.
     #[inline]
-    fn lookup6(&mut self, dst: Ipv6Addr) -> Option<Hop6> {
+    fn lookup6(&mut self, dst: Ipv6Addr, ip: &[u8]) -> Option<Hop6> {
         let six = self.six.as_ref()?;
         let t = self.snap6.get_or_insert_with(|| six.reader.load_full());
         let v = t.lookup(dst)?;
-        six.hops.get(v as usize).copied()
+        match six.groups.get(v as usize)?.as_ref() {
+            [one] => Some(*one),
+            many => Some(many[crate::routes::pick_index(many.len(), flow_hash6(ip))]),
+        }
     }
 
     /// Whether [`Forwarder::enable_ipv6`] turned IPv6 on.
@@ -315,7 +344,7 @@ impl Forwarder {
             self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
             return self.drop_pkt(p, Drop::Ip6HopLimitExceeded);
         }
-        let Some(hop) = self.lookup6(dst) else {
+        let Some(hop) = self.lookup6(dst, &p.data[ETH..]) else {
             let e = ErrorKind::Unreachable(icmpv6::unreachable::NO_ROUTE);
             self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
             return self.drop_pkt(p, Drop::Ip6NoRoute);
@@ -795,6 +824,31 @@ impl Forwarder {
             self.drop_pkt(p, Drop::Nd6Failed);
         }
     }
+}
+
+/// The flow hash of an IPv6 packet: source, destination, flow label, next header and, for
+/// TCP and UDP right behind the fixed header, the ports (RFC 6438: the flow label
+/// identifies a flow as well as the 5-tuple; a packet with extension headers hashes
+/// without ports, so every fragment of one hashes alike).
+#[inline]
+pub fn flow_hash6(ip: &[u8]) -> u32 {
+    let Some(h) = ip.get(..ipv6::HEADER_LEN) else {
+        return 0;
+    };
+    let w = |i: usize| u64::from_be_bytes(h[i..i + 8].try_into().unwrap_or([0; 8]));
+    let label = (u32::from_be_bytes([h[0], h[1], h[2], h[3]]) & 0xf_ffff) as u64;
+    let next = h[6];
+    let mut x = w(8) ^ w(16).rotate_left(21) ^ w(24).rotate_left(42) ^ w(32).rotate_left(11);
+    x ^= label << 20 ^ (next as u64) << 44;
+    if matches!(next, 6 | 17) {
+        if let Some(ports) = ip.get(ipv6::HEADER_LEN..ipv6::HEADER_LEN + 4) {
+            x ^= (u32::from_be_bytes([ports[0], ports[1], ports[2], ports[3]]) as u64)
+                .rotate_left(23);
+        }
+    }
+    x = (x ^ (x >> 31)).wrapping_mul(0x7fb5_d329_728e_a185);
+    x = (x ^ (x >> 27)).wrapping_mul(0x81da_def4_bc2d_d44d);
+    (x ^ (x >> 33)) as u32
 }
 
 /// Writes a reserved Ethernet header and an IPv6 packet carrying `msg` into `out`.

@@ -974,13 +974,13 @@ mod ipv6_path {
         ]);
         f.add_route6(
             fib::Prefix6::parse_strict("2001:db8:3::/48").unwrap(),
-            a6("2001:db8:2::2"),
+            &[a6("2001:db8:2::2")],
         )
         .unwrap();
         assert!(f
             .add_route6(
                 fib::Prefix6::parse_strict("2001:db8:4::/48").unwrap(),
-                a6("2001:db8:9::1")
+                &[a6("2001:db8:9::1")]
             )
             .is_err());
         (f, now)
@@ -1441,5 +1441,57 @@ mod ipv6_path {
         // Those two, and the overlapped packet's third fragment, which came after the
         // overlap had dropped the rest and began a datagram of its own.
         assert_eq!(f.counters.drops(Drop::ReasmTimeout), 3);
+    }
+    #[test]
+    fn ecmp_routes_spread_flows_and_keep_each_on_one_gateway() {
+        let (mut f, now) = router6();
+        let gws = [a6("2001:db8:2::2"), a6("2001:db8:2::3")];
+        let macs = [
+            MacAddr([2, 0, 0, 0, 0x22, 2]),
+            MacAddr([2, 0, 0, 0, 0x22, 3]),
+        ];
+        f.add_route6(fib::Prefix6::parse_strict("2001:db8:5::/48").unwrap(), &gws)
+            .unwrap();
+        assert_eq!(f.route6_group(a6("2001:db8:5::1")).unwrap().len(), 2);
+        // Both gateways announce themselves.
+        for (gw, mac) in gws.iter().zip(macs) {
+            let na = icmpv6::Repr::NeighborAdvert {
+                router: true,
+                solicited: false,
+                override_: true,
+                target: *gw,
+                options: NdOptions {
+                    target_lladdr: Some(mac),
+                    ..NdOptions::default()
+                },
+            };
+            let fr = frame6(mac, R1, &gw.to_string(), "2001:db8:2::1", 255, Some(&na), 0);
+            assert!(run(&mut f, now, 1, fr).is_empty());
+        }
+        let mut seen = std::collections::HashMap::new();
+        for port in 0..64u16 {
+            let mut fr = frame6(H1, R0, "2001:db8:1::10", "2001:db8:5::9", 64, None, 20);
+            fr[ETH + 40..ETH + 42].copy_from_slice(&(10_000 + port).to_be_bytes());
+            for _ in 0..2 {
+                let out = run(&mut f, now, 0, fr.clone());
+                assert_eq!(out.len(), 1);
+                assert_eq!(out[0].0, 1);
+                let mac = MacAddr::from_slice(&out[0].1[..6]);
+                // A flow always takes the same gateway.
+                assert_eq!(*seen.entry(port).or_insert(mac), mac, "port {port}");
+            }
+        }
+        let per: Vec<usize> = macs
+            .iter()
+            .map(|m| seen.values().filter(|x| *x == m).count())
+            .collect();
+        assert!(per.iter().all(|&n| n >= 16), "{per:?}");
+        // A gateway on no connected network makes no route.
+        assert!(f
+            .add_route6(
+                fib::Prefix6::parse_strict("2001:db8:6::/48").unwrap(),
+                &[gws[0], a6("2001:db8:9::1")]
+            )
+            .is_err());
     }
 }
