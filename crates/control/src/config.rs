@@ -433,6 +433,8 @@ struct RawInterface {
     mtu: Option<Spanned<u32>>,
     parent: Option<Spanned<String>>,
     vlan: Option<Spanned<u16>>,
+    /// Send IPv6 router advertisements on this interface (SLAAC for its hosts).
+    router_advertisements: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -482,6 +484,8 @@ pub struct InterfaceConfig {
     pub mtu: Option<usize>,
     /// A VLAN sub-interface: (index of the parent interface, VLAN id).
     pub vlan: Option<(usize, u16)>,
+    /// `router_advertisements`: IPv6 router advertisements on this interface.
+    pub router_advertisements: bool,
 }
 
 /// `[star]`: the internal port on the star's switch, and every forwarder's networks.
@@ -768,6 +772,17 @@ impl ForwarderFile {
                 }
                 _ => return Err(err(at, key, "more than one IPv4 address".into())),
             };
+            let router_advertisements = match &r.router_advertisements {
+                Some(ra) if *ra.get_ref() && !addrs6.iter().any(|a| a.1 == 64) => {
+                    return Err(err(
+                        ra.span().start,
+                        format!("interface[{i}].router_advertisements"),
+                        "needs an IPv6 /64 in `address`: hosts configure themselves from /64s only (RFC 4862)".into(),
+                    ))
+                }
+                Some(ra) => *ra.get_ref(),
+                None => false,
+            };
             let mtu = match &r.mtu {
                 Some(m) if !(68..=9216).contains(m.get_ref()) => {
                     return Err(err(
@@ -834,6 +849,7 @@ impl ForwarderFile {
                 addrs6,
                 mtu,
                 vlan,
+                router_advertisements,
             });
         }
         if interfaces.is_empty() {

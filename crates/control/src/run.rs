@@ -269,6 +269,12 @@ pub fn build(cfg: &ForwarderFile, links: &[Link]) -> Result<Forwarder, String> {
     }
     if cfg.interfaces.iter().any(|i| !i.addrs6.is_empty()) {
         f.enable_ipv6(cfg.interfaces.iter().map(|i| i.addrs6.clone()).collect());
+        let ra: Vec<bool> = cfg
+            .interfaces
+            .iter()
+            .map(|i| i.router_advertisements)
+            .collect();
+        f.set_router_advertisements(&ra, now);
         // Gateways were checked against the interfaces' IPv6 networks above.
         f.replace_routes6(routes6)
             .map_err(|e| format!("{}: {e}", cfg.path.display()))?;

@@ -62,6 +62,10 @@ pub struct HostInterface {
     /// waits for every lease).
     #[serde(default)]
     pub dhcp: bool,
+    /// Configure an IPv6 address from the router's advertisements (SLAAC, RFC 4862): IPv6
+    /// on, duplicate address detection off; `lab up` waits for the address.
+    #[serde(default)]
+    pub slaac: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -459,7 +463,7 @@ impl Lab {
             .topo
             .host
             .iter()
-            .any(|h| h.interfaces.iter().any(|i| i.address6.is_some()));
+            .any(|h| h.interfaces.iter().any(|i| i.address6.is_some() || i.slaac));
         let kernel_v6: Vec<&str> = self
             .topo
             .host
@@ -490,6 +494,21 @@ impl Lab {
                     &format!("net.ipv6.conf.default.disable_ipv6={off}"),
                 ],
             )?;
+            // A host that configures itself: no duplicate address detection on any of its
+            // interfaces (made after this), so that its link-local address is usable at
+            // once.
+            let slaac = self
+                .topo
+                .host
+                .iter()
+                .any(|h| h.name == node && h.interfaces.iter().any(|i| i.slaac));
+            if slaac {
+                in_ns(
+                    &ns,
+                    "sysctl",
+                    &["-qw", "net.ipv6.conf.default.dad_transmits=0"],
+                )?;
+            }
         }
         for s in &self.topo.switch {
             let ns = self.ns(&s.name);
@@ -569,6 +588,19 @@ impl Lab {
                 if let Some(a) = &i.address6 {
                     ip_n(&ns, &["-6", "addr", "add", a, "dev", &i.name, "nodad"])?;
                 }
+                if i.slaac {
+                    let k = format!("net.ipv6.conf.{}", i.name);
+                    in_ns(
+                        &ns,
+                        "sysctl",
+                        &[
+                            "-qw",
+                            &format!("{k}.accept_ra=1"),
+                            &format!("{k}.autoconf=1"),
+                            &format!("{k}.dad_transmits=0"),
+                        ],
+                    )?;
+                }
             }
             for r in &h.routes {
                 // A route through an IPv6 gateway (or to an IPv6 prefix) is an IPv6 route.
@@ -598,6 +630,7 @@ impl Lab {
             }
         }
         self.dhcp_clients()?;
+        self.slaac_addresses()?;
         // Outside routers, once the router is there to peer with.
         for h in &self.topo.host {
             self.start_frr(&h.name, &h.frr, false)?;
@@ -642,6 +675,41 @@ impl Lab {
     /// device's transmit queue (and sets its operstate) from a deferred work item up to a
     /// second after the carrier comes up; frames sent before that are dropped, so the
     /// first packets of a test would be lost.
+    /// Waits (up to 10 s) until every host interface with `slaac = true` has a global IPv6
+    /// address from a router advertisement.
+    fn slaac_addresses(&self) -> Result<(), String> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        for h in &self.topo.host {
+            for i in h.interfaces.iter().filter(|i| i.slaac) {
+                let ns = self.ns(&h.name);
+                loop {
+                    let out = cmd::run(
+                        "ip",
+                        &[
+                            "-n", &ns, "-6", "addr", "show", "dev", &i.name, "scope", "global",
+                        ],
+                    )?;
+                    let tentative = cmd::run(
+                        "ip",
+                        &["-n", &ns, "-6", "addr", "show", "dev", &i.name, "tentative"],
+                    )?;
+                    if out.contains("inet6") && !tentative.contains("inet6") {
+                        break;
+                    }
+                    if std::time::Instant::now() > deadline {
+                        return Err(format!(
+                            "host {}: no IPv6 address by SLAAC on {} within 10 s (does its \
+                             router send advertisements there? router_advertisements = true)",
+                            h.name, i.name
+                        ));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Starts dhclient on every host interface with `dhcp = true`, all at once, and waits
     /// until each has its lease (dhclient -1 returns then, and runs on for renewals).
     fn dhcp_clients(&self) -> Result<(), String> {

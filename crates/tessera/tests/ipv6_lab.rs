@@ -142,3 +142,45 @@ fn hosts_ping_and_talk_tcp_over_ipv6_through_the_router() {
     let (ok, out) = ping6(&lab, "h1", &["2001:db8:88::1"]);
     assert!(ok, "the kernel as the router, the file's route: {out}");
 }
+
+/// SLAAC: a host with no IPv6 address configures one from the router's advertisements
+/// (and takes the router as its default), then reaches a host behind it.
+#[test]
+fn a_host_configures_itself_from_the_routers_advertisements() {
+    let lab = TestLab::up(test_path("labs/slaac.toml"), &[]);
+    let addr = lab.sh(
+        "h1",
+        &["ip", "-6", "addr", "show", "dev", "eth0", "scope", "global"],
+    );
+    // The EUI-64 interface identifier from h1's MAC, in the advertised /64.
+    let mac = lab.mac("h1", "eth0");
+    let m: Vec<u8> = mac
+        .split(':')
+        .map(|x| u8::from_str_radix(x, 16).unwrap())
+        .collect();
+    // Written as `ip` writes it (RFC 5952), whatever groups are zero.
+    let want = std::net::Ipv6Addr::new(
+        0x2001,
+        0xdb8,
+        1,
+        0,
+        ((m[0] ^ 2) as u16) << 8 | m[1] as u16,
+        (m[2] as u16) << 8 | 0xff,
+        0xfe00 | m[3] as u16,
+        (m[4] as u16) << 8 | m[5] as u16,
+    )
+    .to_string();
+    assert!(addr.contains(&want), "{want} in {addr}");
+    let routes = lab.sh("h1", &["ip", "-6", "route", "show", "default"]);
+    assert!(
+        routes.contains("via fe80::") && routes.contains("proto ra"),
+        "{routes}"
+    );
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:2::10"]);
+    assert!(ok && out.contains("ttl=63"), "{out}");
+    let c = lab.counters("r");
+    assert!(event_count(&c, "nd6_router_adverts_sent") >= 1, "{c}");
+    // None on h2's network, where they are off.
+    let r2 = lab.sh("h2", &["ip", "-6", "route", "show", "default"]);
+    assert!(!r2.contains("proto ra"), "{r2}");
+}

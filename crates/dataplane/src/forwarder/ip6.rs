@@ -12,8 +12,12 @@
 //! error rate limit with IPv4. Addressed to the router (one of its addresses, the link-local
 //! address of the receiving interface, all-nodes, all-routers or one of its
 //! solicited-node groups): neighbor solicitations for its addresses are answered,
-//! advertisements and solicitations teach neighbours, echo requests are answered; router
-//! advertisements are never sent (off by default, and not built yet).
+//! advertisements and solicitations teach neighbours, echo requests are answered. Router
+//! advertisements are off by default; on an interface where they are turned on
+//! ([`Forwarder::set_router_advertisements`]) the router advertises itself as a default
+//! router with the interface's first /64 for SLAAC (RFC 4861 6.2, RFC 4862): at once,
+//! then every 16 s three times, then every 200 s, and in answer to solicitations (at most
+//! one every 3 s, all to all-nodes).
 //!
 //! The table is a [`fib::FibWriter6`] (Poptrie6, published loss-free) whose values index
 //! next-hop groups (one hop for a plain route, several for ECMP: a flow, by the hash of
@@ -63,7 +67,31 @@ pub struct Six {
     frag_ident: u32,
     /// The global addresses of `addrs`, as words.
     global: Vec<u128>,
+    /// Router advertisements, per interface.
+    ra: Vec<Ra>,
 }
+
+/// An interface's router advertisements.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ra {
+    on: bool,
+    /// When the next one is due.
+    next: Option<Instant>,
+    sent: u32,
+    last: Option<Instant>,
+}
+
+/// RFC 4861 10: the first advertisements come faster (MAX_INITIAL_RTR_ADVERT_INTERVAL,
+/// MAX_INITIAL_RTR_ADVERTISEMENTS); then one per interval between the defaults' 200 and
+/// 600 s; never two multicast ones closer than MIN_DELAY_BETWEEN_RAS.
+const RA_INITIAL: Duration = Duration::from_secs(16);
+const RA_INITIAL_COUNT: u32 = 3;
+const RA_INTERVAL: Duration = Duration::from_secs(200);
+const RA_MIN_DELAY: Duration = Duration::from_secs(3);
+/// AdvDefaultLifetime (3 x MaxRtrAdvInterval), AdvValidLifetime and AdvPreferredLifetime.
+const RA_ROUTER_LIFETIME: u16 = 1800;
+const RA_VALID: u32 = 2_592_000;
+const RA_PREFERRED: u32 = 604_800;
 
 /// Solicited-node, all-nodes and all-routers groups.
 const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
@@ -199,6 +227,7 @@ impl Forwarder {
             queued: 0,
             frag_ident: 1,
             global,
+            ra: vec![Ra::default(); self.ifaces.len()],
         };
         self.six = Some(Box::new(six));
         let _ = self.replace_routes6(Vec::new());
@@ -278,6 +307,77 @@ impl Forwarder {
             [one] => Some(*one),
             many => Some(many[crate::routes::pick_index(many.len(), flow_hash6(ip))]),
         }
+    }
+
+    /// Turns router advertisements on for the interfaces where `on` is true (each needs a
+    /// /64 among its addresses: the prefix advertised for SLAAC); the first go at `now`.
+    pub fn set_router_advertisements(&mut self, on: &[bool], now: Instant) {
+        let Some(six) = self.six.as_mut() else {
+            return;
+        };
+        for (r, &on) in six.ra.iter_mut().zip(on) {
+            *r = Ra {
+                on,
+                next: on.then_some(now),
+                ..Ra::default()
+            };
+        }
+    }
+
+    /// Sends a router advertisement out of `iface` to all-nodes, and schedules the next.
+    fn send_ra(&mut self, iface: u16, now: Instant, tx: &mut TxQueues) {
+        let i = iface as usize;
+        let (mac, mtu) = (self.ifaces[i].mac, self.ifaces[i].mtu);
+        let Some(six) = self.six.as_mut() else {
+            return;
+        };
+        let r = &mut six.ra[i];
+        r.sent += 1;
+        r.last = Some(now);
+        r.next = Some(
+            now + if r.sent < RA_INITIAL_COUNT {
+                RA_INITIAL
+            } else {
+                RA_INTERVAL
+            },
+        );
+        let l = &six.addrs[i];
+        let prefix = l
+            .iter()
+            .find(|&&(a, len)| len == 64 && !is_link_local(a))
+            .map(|&(a, len)| icmpv6::PrefixInfo {
+                prefix: Prefix6::new(a, len).addr(),
+                len,
+                on_link: true,
+                autonomous: true,
+                valid_lifetime: RA_VALID,
+                preferred_lifetime: RA_PREFERRED,
+            });
+        let ra = icmpv6::Repr::RouterAdvert {
+            hop_limit: 64,
+            managed: false,
+            other: false,
+            router_lifetime: RA_ROUTER_LIFETIME,
+            reachable_time: 0,
+            retrans_timer: 0,
+            options: NdOptions {
+                source_lladdr: Some(mac),
+                mtu: Some(mtu as u32),
+                prefix,
+                ..NdOptions::default()
+            },
+        };
+        let ll = l[0].0;
+        self.send6(
+            iface,
+            ll,
+            ALL_NODES,
+            ipv6::multicast_mac(ALL_NODES),
+            255,
+            &ra,
+            tx,
+        );
+        self.counters.event(Event::Nd6RouterAdvertsSent);
     }
 
     /// Whether [`Forwarder::enable_ipv6`] turned IPv6 on.
@@ -521,6 +621,26 @@ impl Forwarder {
                 self.pool.put(p);
                 self.counters.event(Event::EchoReplies);
                 self.local_output6(in_if, dst, src, &reply, now, tx);
+            }
+            icmpv6::Repr::RouterSolicit { options } => {
+                // RFC 4861 6.1.1: hop limit 255, and no source link-layer option from the
+                // unspecified address.
+                if hops != 255 || (src.is_unspecified() && options.source_lladdr.is_some()) {
+                    return self.drop_pkt(p, Drop::Nd6Invalid);
+                }
+                let Some(r) = self.six.as_mut().and_then(|s| s.ra.get_mut(in_if as usize)) else {
+                    return self.drop_pkt(p, Drop::Nd6RouterSolicitRaOff);
+                };
+                if !r.on {
+                    return self.drop_pkt(p, Drop::Nd6RouterSolicitRaOff);
+                }
+                self.pool.put(p);
+                // Now, or as soon as the last multicast advertisement is 3 s old.
+                let at = r.last.map_or(now, |l| (l + RA_MIN_DELAY).max(now));
+                r.next = Some(r.next.map_or(at, |n| n.min(at)));
+                if at <= now {
+                    self.send_ra(in_if, now, tx);
+                }
             }
             _ => self.drop_pkt(p, Drop::Ip6LocalOther),
         }
@@ -790,6 +910,15 @@ impl Forwarder {
     /// packets get address unreachable); forget resolved ones long stale.
     pub(super) fn poll6(&mut self, now: Instant, tx: &mut TxQueues) {
         let n = self.cfg.neighbour;
+        let due: Vec<u16> = self.six.as_ref().map_or(Vec::new(), |s| {
+            (0..s.ra.len())
+                .filter(|&i| s.ra[i].on && s.ra[i].next.is_some_and(|t| t <= now))
+                .map(|i| i as u16)
+                .collect()
+        });
+        for i in due {
+            self.send_ra(i, now, tx);
+        }
         let Some(six) = self.six.as_mut() else {
             return;
         };

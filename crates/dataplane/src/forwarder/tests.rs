@@ -1494,4 +1494,73 @@ mod ipv6_path {
             )
             .is_err());
     }
+    #[test]
+    fn router_advertisements_when_turned_on() {
+        let (mut f, now) = router6();
+        let rs = icmpv6::Repr::RouterSolicit {
+            options: NdOptions {
+                source_lladdr: Some(H1),
+                ..NdOptions::default()
+            },
+        };
+        let solicit = |f: &mut Forwarder, at: Instant, port: u16| {
+            let fr = frame6(
+                H1,
+                ipv6::multicast_mac(a6("ff02::2")),
+                "fe80::1",
+                "ff02::2",
+                255,
+                Some(&rs),
+                0,
+            );
+            run(f, at, port, fr)
+        };
+        // Off by default: solicitations are counted and unanswered.
+        assert!(solicit(&mut f, now, 0).is_empty());
+        assert_eq!(f.counters.drops(Drop::Nd6RouterSolicitRaOff), 1);
+        f.set_router_advertisements(&[true, false], now);
+        let mut tx = TxQueues::new(2);
+        f.poll(now, &mut tx);
+        let out = tx.drain_all();
+        assert_eq!(out.len(), 1, "one advertisement, on port 0 only");
+        assert_eq!(out[0].0, 0);
+        let (ip, m) = icmp6(&out[0].1.data);
+        assert_eq!(
+            (ip.src(), ip.dst(), ip.hop_limit()),
+            (ipv6::link_local_of(R0), a6("ff02::1"), 255)
+        );
+        match m {
+            icmpv6::Repr::RouterAdvert {
+                router_lifetime,
+                options,
+                ..
+            } => {
+                assert_eq!(router_lifetime, 1800);
+                assert_eq!(options.source_lladdr, Some(R0));
+                let p = options.prefix.unwrap();
+                assert_eq!(
+                    (p.prefix, p.len, p.on_link, p.autonomous),
+                    (a6("2001:db8:1::"), 64, true, true)
+                );
+            }
+            r => panic!("{r:?}"),
+        }
+        // A solicitation 1 s later waits until 3 s have passed since the last one.
+        assert!(solicit(&mut f, now + Duration::from_secs(1), 0).is_empty());
+        f.poll(now + Duration::from_secs(2), &mut tx);
+        assert!(tx.drain_all().is_empty());
+        f.poll(now + Duration::from_secs(3), &mut tx);
+        assert_eq!(tx.drain_all().len(), 1);
+        // Later ones are answered at once; port 1 still has them off.
+        assert_eq!(solicit(&mut f, now + Duration::from_secs(10), 0).len(), 1);
+        assert!(solicit(&mut f, now + Duration::from_secs(10), 1).is_empty());
+        assert_eq!(f.counters.drops(Drop::Nd6RouterSolicitRaOff), 2);
+        // Three sent: the next comes 200 s after the last (16 s apart before that).
+        f.poll(now + Duration::from_secs(26), &mut tx);
+        f.poll(now + Duration::from_secs(209), &mut tx);
+        assert!(tx.drain_all().is_empty());
+        f.poll(now + Duration::from_secs(210), &mut tx);
+        assert_eq!(tx.drain_all().len(), 1);
+        assert_eq!(f.counters.events(Event::Nd6RouterAdvertsSent), 4);
+    }
 }
