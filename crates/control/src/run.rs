@@ -474,9 +474,6 @@ pub fn run<P: Port + Send>(
         if f.backend_internal().is_some() {
             return Err("[io] workers: a back-end runs one worker (DIST and its route writer are on the first)".into());
         }
-        if f.ipv6_enabled() {
-            return Err("[io] workers: IPv6 runs on one worker (its neighbours and routes are on the first)".into());
-        }
         let mut all = vec![f];
         all.append(&mut others);
         Forwarder::connect_workers(&mut all);

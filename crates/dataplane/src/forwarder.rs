@@ -138,7 +138,7 @@ struct Backend {
 }
 
 /// A neighbour one worker learned: (port, address, MAC).
-type Learned = (u16, Ipv4Addr, MacAddr);
+type Learned = (u16, std::net::IpAddr, MacAddr);
 
 /// How many learned neighbours may wait for a sibling worker; more are not sent (that
 /// worker then resolves the neighbour itself if it needs it).
@@ -216,7 +216,7 @@ pub struct Forwarder {
     /// IPv6, once [`Forwarder::enable_ipv6`] turned it on (worker 0 only).
     six: Option<Box<ip6::Six>>,
     /// The IPv6 table snapshot of the current batch (as `snap` for IPv4).
-    snap6: Option<Arc<fib::Poptrie6>>,
+    snap6: Option<(Arc<fib::Poptrie6>, Arc<Vec<Box<[ip6::Hop6]>>>)>,
 }
 
 impl Forwarder {
@@ -308,6 +308,8 @@ impl Forwarder {
     /// the workers with [`Forwarder::connect_workers`].
     pub fn worker(&self, now: Instant) -> Forwarder {
         let counters = Arc::new(Counters::new(self.counters.port_names.clone()));
+        // Its own fragment identifications: another start per worker.
+        let seed = (Arc::as_ptr(&counters) as usize as u32) << 8 | 1;
         Forwarder {
             ifaces: self.ifaces.clone(),
             port_of: self.port_of.clone(),
@@ -332,7 +334,7 @@ impl Forwarder {
             star: self.star.clone(),
             icmp_from: None,
             report: Default::default(),
-            six: None,
+            six: self.six.as_ref().map(|s| Box::new(s.for_worker(seed))),
             snap6: None,
         }
     }
@@ -368,11 +370,17 @@ impl Forwarder {
             return;
         };
         while let Ok((port, ip, mac)) = peers.from.try_recv() {
-            if (port as usize) < self.ifaces.len() {
-                for mut w in self.neighbours.learn(port, ip, mac, now, true) {
-                    self.set_macs(&mut w, port, mac);
-                    self.output(port, w, tx);
+            if (port as usize) >= self.ifaces.len() {
+                continue;
+            }
+            match ip {
+                std::net::IpAddr::V4(ip) => {
+                    for mut w in self.neighbours.learn(port, ip, mac, now, true) {
+                        self.set_macs(&mut w, port, mac);
+                        self.output(port, w, tx);
+                    }
                 }
+                std::net::IpAddr::V6(ip) => self.learn6(port, ip, mac, true, false, now, tx),
             }
         }
         self.peers = Some(peers);
@@ -1117,7 +1125,7 @@ impl Forwarder {
             self.counters.event(Event::ArpLearned);
             if let Some(peers) = &self.peers {
                 for t in &peers.to {
-                    let _ = t.try_send((port, r.sender_ip, r.sender_mac));
+                    let _ = t.try_send((port, r.sender_ip.into(), r.sender_mac));
                 }
             }
             for mut w in waiting {

@@ -184,3 +184,41 @@ fn a_host_configures_itself_from_the_routers_advertisements() {
     let r2 = lab.sh("h2", &["ip", "-6", "route", "show", "default"]);
     assert!(!r2.contains("proto ra"), "{r2}");
 }
+
+/// `[io] workers = 2` over two-queue links, over IPv6: both workers carry flows, a
+/// neighbour one resolves is known to the other, the counters sum.
+#[test]
+fn two_workers_forward_ipv6() {
+    let dir = std::env::temp_dir().join(format!("tessera-w6-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("dual-stack")).unwrap();
+    for f in ["dual-stack/r.toml", "dual-stack/routes.txt"] {
+        let text = std::fs::read_to_string(test_path(&format!("labs/{f}"))).unwrap();
+        let text = if f.ends_with(".toml") {
+            format!("{text}\n[io]\nworkers = 2\n")
+        } else {
+            text
+        };
+        std::fs::write(dir.join(f), text).unwrap();
+    }
+    let mut topo = std::fs::read_to_string(test_path("labs/dual-stack.toml")).unwrap();
+    for i in 0..2 {
+        let b = format!("b = \"r:r-eth{i}\"");
+        topo = topo.replace(&b, &format!("{b}\nqueues = 2"));
+    }
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:2::10"]);
+    assert!(ok && out.contains("ttl=63"), "{out}");
+    // Sixteen TCP flows: the sender's kernel spreads them over both queues by their hash.
+    lab.iperf3("h1", "h2", "2001:db8:2::10", &["-6", "-t", "2", "-P", "16"]);
+    let c = lab.counters("r");
+    let w = c["workers"].as_array().unwrap_or_else(|| panic!("{c}"));
+    assert_eq!(w.len(), 2, "{c}");
+    assert!(
+        w.iter().all(|x| x["rx_packets"].as_u64().unwrap() > 1000),
+        "{c}"
+    );
+    assert!(event_count(&c, "ip6_forwarded") > 1000, "{c}");
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

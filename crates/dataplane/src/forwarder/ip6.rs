@@ -26,6 +26,7 @@
 
 use super::*;
 use crate::neighbour::KeyHasher;
+use arc_swap::ArcSwap;
 use fib::{FibReader6, FibWriter6, Prefix6};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -56,11 +57,14 @@ struct Neighbour6 {
 pub struct Six {
     /// Each interface's addresses with their prefix lengths (its link-local address first).
     pub addrs: Vec<Vec<(Ipv6Addr, u8)>>,
-    writer: FibWriter6,
+    /// The route writer: the first worker's (the others read what it publishes).
+    writer: Option<FibWriter6>,
     reader: FibReader6,
     /// Next-hop groups, indexed by the table's values; append-only (a group is never
-    /// removed, so a value in any snapshot keeps its meaning).
-    groups: Vec<Box<[Hop6]>>,
+    /// removed, so a value in any snapshot keeps its meaning), and published before any
+    /// table that uses a new one, so that a reader that loads the table, then the groups,
+    /// finds every group it needs.
+    groups: Groups6,
     neighbours: HashMap<(u16, Ipv6Addr), Neighbour6, BuildHasherDefault<KeyHasher>>,
     queued: usize,
     /// Identification of the next fragmented packet the router sends.
@@ -93,6 +97,9 @@ const RA_ROUTER_LIFETIME: u16 = 1800;
 const RA_VALID: u32 = 2_592_000;
 const RA_PREFERRED: u32 = 604_800;
 
+/// Next-hop groups shared by the workers.
+type Groups6 = Arc<ArcSwap<Vec<Box<[Hop6]>>>>;
+
 /// Solicited-node, all-nodes and all-routers groups.
 const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
 const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
@@ -111,14 +118,42 @@ impl Six {
         if g.is_empty() {
             return Err(RouteError::NoNextHop);
         }
-        if let Some(i) = self.groups.iter().position(|x| **x == g[..]) {
+        let groups = self.groups.load();
+        if let Some(i) = groups.iter().position(|x| **x == g[..]) {
             return Ok(i as u32);
         }
-        if self.groups.len() > fib::poptrie::MAX_VALUE as usize {
+        if groups.len() > fib::poptrie::MAX_VALUE as usize {
             return Err(RouteError::TooManyGroups);
         }
-        self.groups.push(g.into_boxed_slice());
-        Ok(self.groups.len() as u32 - 1)
+        let mut more = Vec::clone(&groups);
+        more.push(g.into_boxed_slice());
+        let id = more.len() as u32 - 1;
+        self.groups.store(Arc::new(more));
+        Ok(id)
+    }
+
+    /// A sibling worker's IPv6 state: the same addresses, table and groups (read only),
+    /// neighbours of its own, router advertisements answered but not sent unasked (the
+    /// first worker sends those).
+    pub(super) fn for_worker(&self, seed: u32) -> Six {
+        Six {
+            addrs: self.addrs.clone(),
+            writer: None,
+            reader: self.reader.clone(),
+            groups: self.groups.clone(),
+            neighbours: HashMap::default(),
+            queued: 0,
+            frag_ident: seed,
+            global: self.global.clone(),
+            ra: self
+                .ra
+                .iter()
+                .map(|r| Ra {
+                    on: r.on,
+                    ..Ra::default()
+                })
+                .collect(),
+        }
     }
 
     /// The group of routes through `vias`, each on a connected prefix.
@@ -220,9 +255,9 @@ impl Forwarder {
             .collect();
         let six = Six {
             addrs: all,
-            writer,
+            writer: Some(writer),
             reader,
-            groups: Vec::new(),
+            groups: Arc::new(ArcSwap::from_pointee(Vec::new())),
             neighbours: HashMap::default(),
             queued: 0,
             frag_ident: 1,
@@ -253,8 +288,9 @@ impl Forwarder {
         for (p, v) in six.connected() {
             rib.insert(p, v);
         }
-        six.writer.replace(rib);
-        Ok(six.writer.rib().len())
+        let w = six.writer.as_mut().ok_or(RouteError::Ipv6Off)?;
+        w.replace(rib);
+        Ok(w.rib().len())
     }
 
     /// Removes an IPv6 route (never a connected prefix); true if it was there.
@@ -266,12 +302,15 @@ impl Forwarder {
         if six.connected().iter().any(|c| c.0 == prefix) {
             return false;
         }
-        six.writer.remove(prefix)
+        six.writer.as_mut().is_some_and(|w| w.remove(prefix))
     }
 
     /// Prefixes in the IPv6 table, connected ones included (0 with IPv6 off).
     pub fn route_count6(&self) -> usize {
-        self.six.as_ref().map_or(0, |s| s.writer.rib().len())
+        self.six
+            .as_ref()
+            .and_then(|s| s.writer.as_ref())
+            .map_or(0, |w| w.rib().len())
     }
 
     /// Adds (or replaces) an IPv6 route through `vias` (several: ECMP), each in a
@@ -280,7 +319,10 @@ impl Forwarder {
         self.snap6 = None;
         let six = self.six.as_mut().ok_or(RouteError::Ipv6Off)?;
         let v = six.group_via(vias)?;
-        six.writer.insert(prefix, v);
+        six.writer
+            .as_mut()
+            .ok_or(RouteError::Ipv6Off)?
+            .insert(prefix, v);
         Ok(())
     }
 
@@ -288,7 +330,7 @@ impl Forwarder {
     pub fn route6_group(&self, dst: Ipv6Addr) -> Option<Vec<Hop6>> {
         let six = self.six.as_ref()?;
         let v = six.reader.load().lookup(dst)?;
-        six.groups.get(v as usize).map(|g| g.to_vec())
+        six.groups.load().get(v as usize).map(|g| g.to_vec())
     }
 
     /// The next hop of `dst` (an ECMP route's first), if any route holds it.
@@ -301,9 +343,12 @@ impl Forwarder {
     #[inline]
     fn lookup6(&mut self, dst: Ipv6Addr, ip: &[u8]) -> Option<Hop6> {
         let six = self.six.as_ref()?;
-        let t = self.snap6.get_or_insert_with(|| six.reader.load_full());
+        // The table first, then the groups (published before any table using them).
+        let (t, groups) = self
+            .snap6
+            .get_or_insert_with(|| (six.reader.load_full(), six.groups.load_full()));
         let v = t.lookup(dst)?;
-        match six.groups.get(v as usize)?.as_ref() {
+        match groups.get(v as usize)?.as_ref() {
             [one] => Some(*one),
             many => Some(many[crate::routes::pick_index(many.len(), flow_hash6(ip))]),
         }
@@ -570,7 +615,7 @@ impl Forwarder {
                 let ours = self.six.as_ref().is_some_and(|s| s.is_ours(in_if, target));
                 if !unspecified {
                     if let Some(mac) = options.source_lladdr {
-                        self.learn6(in_if, src, mac, ours, now, tx);
+                        self.learn6(in_if, src, mac, ours, true, now, tx);
                     }
                 }
                 if !ours {
@@ -609,7 +654,7 @@ impl Forwarder {
                 }
                 let mac = options.target_lladdr.unwrap_or(frame_src);
                 self.pool.put(p);
-                self.learn6(in_if, target, mac, true, now, tx);
+                self.learn6(in_if, target, mac, true, true, now, tx);
             }
             icmpv6::Repr::EchoRequest { ident, seq, data } if !dst.is_multicast() => {
                 let data = data.to_vec();
@@ -647,13 +692,16 @@ impl Forwarder {
     }
 
     /// Learns `ip` at `mac` on `iface`: an entry being resolved is resolved and its queue
-    /// sent; an unknown one is created only if `create`.
-    fn learn6(
+    /// sent; an unknown one is created only if `create`. With `share`, sibling workers
+    /// learn it too.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn learn6(
         &mut self,
         iface: u16,
         ip: Ipv6Addr,
         mac: MacAddr,
         create: bool,
+        share: bool,
         now: Instant,
         tx: &mut TxQueues,
     ) {
@@ -686,6 +734,11 @@ impl Forwarder {
         };
         six.queued -= queue.len();
         self.counters.event(Event::Nd6Learned);
+        if let (true, Some(peers)) = (share, &self.peers) {
+            for t in &peers.to {
+                let _ = t.try_send((iface, ip.into(), mac));
+            }
+        }
         for mut q in queue {
             self.set_macs6(&mut q, iface, mac);
             self.output(iface, q, tx);

@@ -1563,4 +1563,49 @@ mod ipv6_path {
         assert_eq!(tx.drain_all().len(), 1);
         assert_eq!(f.counters.events(Event::Nd6RouterAdvertsSent), 4);
     }
+    /// Workers: a sibling reads the first worker's IPv6 table and groups, and learns the
+    /// neighbours it learns, so it forwards without soliciting again.
+    #[test]
+    fn a_sibling_worker_shares_routes_and_neighbours() {
+        let (f0, now) = router6();
+        let f1 = f0.worker(now);
+        let mut w = vec![f0, f1];
+        Forwarder::connect_workers(&mut w);
+        let gws = [a6("2001:db8:2::2"), a6("2001:db8:2::3")];
+        w[0].add_route6(fib::Prefix6::parse_strict("2001:db8:5::/48").unwrap(), &gws)
+            .unwrap();
+        assert_eq!(w[1].route6_group(a6("2001:db8:5::1")).unwrap().len(), 2);
+        for (i, gw) in gws.iter().enumerate() {
+            let na = icmpv6::Repr::NeighborAdvert {
+                router: true,
+                solicited: false,
+                override_: true,
+                target: *gw,
+                options: NdOptions {
+                    target_lladdr: Some(MacAddr([2, 0, 0, 0, 0x22, i as u8])),
+                    ..NdOptions::default()
+                },
+            };
+            let fr = frame6(H2, R1, &gw.to_string(), "2001:db8:2::1", 255, Some(&na), 0);
+            assert!(run(&mut w[0], now, 1, fr).is_empty());
+        }
+        let mut tx = TxQueues::new(2);
+        w[1].take_news(now, &mut tx);
+        assert!(tx.drain_all().is_empty());
+        // Worker 1 forwards at once, to one of the two gateways, without a solicitation.
+        let fr = frame6(H1, R0, "2001:db8:1::10", "2001:db8:5::9", 64, None, 20);
+        let out = run(&mut w[1], now, 0, fr);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, 1);
+        assert_eq!(&out[0].1[..5], &[2, 0, 0, 0, 0x22]);
+        assert_eq!(w[1].counters.events(Event::Nd6SolicitsSent), 0);
+        assert_eq!(w[1].counters.events(Event::Forwarded6), 1);
+        // Routes are the first worker's to change.
+        assert!(w[1]
+            .add_route6(
+                fib::Prefix6::parse_strict("2001:db8:7::/48").unwrap(),
+                &gws[..1]
+            )
+            .is_err());
+    }
 }
