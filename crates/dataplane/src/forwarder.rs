@@ -216,7 +216,7 @@ pub struct Forwarder {
     /// IPv6, once [`Forwarder::enable_ipv6`] turned it on (worker 0 only).
     six: Option<Box<ip6::Six>>,
     /// The IPv6 table snapshot of the current batch (as `snap` for IPv4).
-    snap6: Option<(Arc<fib::Poptrie6>, Arc<Vec<Box<[ip6::Hop6]>>>)>,
+    snap6: Option<ip6::Snapshot6>,
 }
 
 impl Forwarder {

@@ -100,6 +100,9 @@ const RA_PREFERRED: u32 = 604_800;
 /// Next-hop groups shared by the workers.
 type Groups6 = Arc<ArcSwap<Vec<Box<[Hop6]>>>>;
 
+/// A worker's view of the IPv6 routes for one batch: the table, then its groups.
+pub(super) type Snapshot6 = (Arc<fib::Poptrie6>, Arc<Vec<Box<[Hop6]>>>);
+
 /// Solicited-node, all-nodes and all-routers groups.
 const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
 const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
