@@ -47,7 +47,7 @@
 //! # key_file = "dist.key"      # the router's shared key (docs/dist.md)
 //! ```
 
-use crate::config::{check_ifname, cidr, from_toml, line_of, read, ConfigError};
+use crate::config::{check_ifname, cidr, cidr6, from_toml, line_of, read, ConfigError, Via};
 use crate::ctlsock;
 use crate::run::{ask_worker, run_element, Asker, Link, Query};
 use dataplane::balancer::{default_rules, Balancer, BalancerConfig, LbPort, LogEvent, Mode, Rule};
@@ -87,7 +87,7 @@ struct Raw {
 struct RawInterface {
     name: Spanned<String>,
     role: Spanned<PortRole>,
-    address: Option<Spanned<String>>,
+    address: Option<Spanned<Via>>,
     vlan: Option<Spanned<u16>>,
 }
 
@@ -132,6 +132,9 @@ pub struct LbInterface {
     pub role: PortRole,
     pub addr: Ipv4Addr,
     pub prefix_len: u8,
+    /// The router's IPv6 addresses on an external interface (`address` lists them after
+    /// the IPv4 one).
+    pub addrs6: Vec<std::net::Ipv6Addr>,
     pub vlan: u16,
 }
 
@@ -179,6 +182,7 @@ impl BalancerFile {
                 role,
                 addr: Ipv4Addr::UNSPECIFIED,
                 prefix_len: 0,
+                addrs6: Vec::new(),
                 vlan: 0,
             };
             match role {
@@ -186,8 +190,27 @@ impl BalancerFile {
                     let a = r.address.as_ref().ok_or_else(|| {
                         err(r.name.span().start, key("address"), "an external interface needs the router's address, like \"10.1.0.1/24\"".into())
                     })?;
-                    let (addr, len) =
-                        cidr(a.get_ref()).map_err(|m| err(a.span().start, key("address"), m))?;
+                    let texts: Vec<&String> = match a.get_ref() {
+                        Via::One(t) => vec![t],
+                        Via::Many(v) => v.iter().collect(),
+                    };
+                    let mut v4 = Vec::new();
+                    for t in texts {
+                        if t.contains(':') {
+                            let (a6, _) =
+                                cidr6(t).map_err(|m| err(a.span().start, key("address"), m))?;
+                            ifc.addrs6.push(a6);
+                        } else {
+                            v4.push(cidr(t).map_err(|m| err(a.span().start, key("address"), m))?);
+                        }
+                    }
+                    let [(addr, len)] = v4[..] else {
+                        return Err(err(
+                            a.span().start,
+                            key("address"),
+                            "one IPv4 address (and any IPv6 ones), like [\"10.1.0.1/24\", \"2001:db8:1::1/64\"]".into(),
+                        ));
+                    };
                     ifc.addr = addr;
                     ifc.prefix_len = len;
                     let v = r.vlan.as_ref().ok_or_else(|| {
@@ -379,6 +402,7 @@ pub fn build(cfg: &BalancerFile, links: &[Link]) -> Result<Balancer, String> {
             vlan: i.vlan,
             addr: i.addr,
             prefix_len: i.prefix_len,
+            addrs6: i.addrs6.clone(),
             speed_mbps: l.speed_mbps,
         })
         .collect();
@@ -416,7 +440,13 @@ fn answer(b: &mut Balancer, cmd: &str, _req: &Value) -> Value {
         "interfaces" => Value::Array(
             b.ports
                 .iter()
-                .map(|p| json!({"name": p.name, "mac": p.mac.to_string(), "role": p.role, "vlan": p.vlan, "address": format!("{}/{}", p.addr, p.prefix_len)}))
+                .map(|p| {
+                    let mut v = json!({"name": p.name, "mac": p.mac.to_string(), "role": p.role, "vlan": p.vlan, "address": format!("{}/{}", p.addr, p.prefix_len)});
+                    if !p.addrs6.is_empty() {
+                        v["addresses6"] = json!(p.addrs6.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+                    }
+                    v
+                })
                 .collect(),
         ),
         "rules" => serde_json::to_value(&b.cfg.rules).unwrap_or(Value::Null),

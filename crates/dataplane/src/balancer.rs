@@ -8,12 +8,15 @@
 //! |---|---|---|---|
 //! | external | ARP request | external ARP | answers for the port's router address itself |
 //! | external | ARP reply | internal ARP | broadcasts it to the back-ends, tagged with the port's VLAN |
+//! | external | neighbor solicitation | external ND | answers for the port's router IPv6 addresses itself |
+//! | external | neighbor advertisement | internal ND | broadcasts it to the back-ends, tagged with the port's VLAN |
+//! | external | router solicitation | - | dropped: the LB sends no router advertisements |
 //! | external | OSPF, RIP, BGP, SNMP to the router | Virtual-CP | to the MAC of the back-end hosting the control plane |
-//! | external | other IPv4 | balance | to a back-end picked by the balancing table, tagged |
+//! | external | other IPv4, other IPv6 | balance | to a back-end picked by the balancing table, tagged |
 //! | external | DIST | - | dropped: `dist_not_internal` (DIST is accepted only inside) |
 //! | internal | DIST | DIST | applies ports, balance and virtual-cp messages; hellos keep back-ends live |
 //! | internal | ARP | internal ARP | untagged, our external MAC as sender, out of the VLAN's port |
-//! | internal | other | int-to-ext | untagged, our external MAC as source, out of the VLAN's port |
+//! | internal | other | int-to-ext | untagged, our external MAC as source (and in neighbour discovery's link-layer options), out of the VLAN's port |
 //!
 //! Frames that match no rule are dropped (`classify_no_rule`). Frames into the
 //! interconnection keep the external sender's MAC as source, so that the switch learns where
@@ -25,14 +28,15 @@ pub mod table;
 use crate::buf::{Pkt, Pool, TxQueues};
 use crate::counters::{Counters, Drop, Event, Scope};
 use crate::routes::flow_hash;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 pub use table::{BalanceTable, Mode};
 use wire::dist::{self, PortRole};
 use wire::ethernet::{self, ethertype};
+use wire::icmpv6::{self, NdOptions};
 use wire::ipv4::protocol;
-use wire::{arp, MacAddr};
+use wire::{arp, ipv6, MacAddr};
 
 const ETH: usize = ethernet::HEADER_LEN;
 
@@ -47,7 +51,17 @@ pub struct LbPort {
     /// External ports: the router's address on this network (answered by external ARP).
     pub addr: Ipv4Addr,
     pub prefix_len: u8,
+    /// External ports: the router's IPv6 addresses on this network (answered by external
+    /// ND, with the port's link-local address, which comes from its MAC).
+    pub addrs6: Vec<Ipv6Addr>,
     pub speed_mbps: u32,
+}
+
+impl LbPort {
+    /// One of the router's IPv6 addresses on this port (its link-local one included).
+    fn is_ours6(&self, a: Ipv6Addr) -> bool {
+        self.addrs6.contains(&a) || (!self.addrs6.is_empty() && a == ipv6::link_local_of(self.mac))
+    }
 }
 
 /// Which module handles a frame.
@@ -56,6 +70,8 @@ pub struct LbPort {
 pub enum Action {
     ExternalArp,
     InternalArp,
+    ExternalNd,
+    InternalNd,
     VirtualCp,
     Balance,
     Dist,
@@ -76,9 +92,13 @@ pub struct Rule {
     /// ARP operation: 1 request, 2 reply.
     #[serde(default)]
     pub arp_op: Option<u16>,
-    /// IPv4 protocol number.
+    /// IPv4 protocol number, or IPv6 next header (of the fixed header).
     #[serde(default)]
     pub protocol: Option<u8>,
+    /// ICMPv6 type (right behind the IPv6 header): 133 router solicitation, 135 neighbor
+    /// solicitation, 136 neighbor advertisement...
+    #[serde(default)]
+    pub icmp6_type: Option<u8>,
     /// TCP or UDP port, matched against the source and the destination port.
     #[serde(default)]
     pub port: Option<u16>,
@@ -96,6 +116,7 @@ impl Rule {
         self.ethertype.is_some() as usize
             + self.arp_op.is_some() as usize
             + self.protocol.is_some() as usize
+            + self.icmp6_type.is_some() as usize
             + self.port.is_some() as usize
             + self.to_router.is_some() as usize
     }
@@ -106,6 +127,7 @@ impl Rule {
             && self.ethertype.is_none_or(|t| t == k.ethertype)
             && self.arp_op.is_none_or(|o| Some(o) == k.arp_op)
             && self.protocol.is_none_or(|p| Some(p) == k.protocol)
+            && self.icmp6_type.is_none_or(|t| Some(t) == k.icmp6_type)
             && self
                 .port
                 .is_none_or(|p| k.ports.is_some_and(|(s, d)| s == p || d == p))
@@ -120,6 +142,7 @@ struct Key {
     ethertype: u16,
     arp_op: Option<u16>,
     protocol: Option<u8>,
+    icmp6_type: Option<u8>,
     ports: Option<(u16, u16)>,
     to_router: bool,
 }
@@ -132,6 +155,7 @@ pub fn default_rules() -> Vec<Rule> {
         ethertype,
         arp_op,
         protocol,
+        icmp6_type: None,
         port,
         // Control and management traffic is what is addressed to the router.
         to_router: (action == VirtualCp).then_some(true),
@@ -139,11 +163,18 @@ pub fn default_rules() -> Vec<Rule> {
     };
     use Action::*;
     use PortRole::*;
-    let (ip, arpt, d) = (
+    let (ip, ip6, arpt, d) = (
         Some(ethertype::IPV4),
+        Some(ethertype::IPV6),
         Some(ethertype::ARP),
         Some(dist::ETHERTYPE),
     );
+    // Neighbour discovery from outside, by ICMPv6 type.
+    let nd = |name: &str, t: u8, action| Rule {
+        icmp6_type: Some(t),
+        protocol: Some(ipv6::next_header::ICMPV6),
+        ..r(name, External, ip6, None, None, None, action)
+    };
     vec![
         r(
             "ext-arp-request",
@@ -201,6 +232,10 @@ pub fn default_rules() -> Vec<Rule> {
             VirtualCp,
         ),
         r("ext-ip", External, ip, None, None, None, Balance),
+        nd("ext-nd-solicit", icmpv6::kind::NEIGHBOR_SOLICIT, ExternalNd),
+        nd("ext-nd-advert", icmpv6::kind::NEIGHBOR_ADVERT, InternalNd),
+        nd("ext-router-solicit", icmpv6::kind::ROUTER_SOLICIT, Drop),
+        r("ext-ip6", External, ip6, None, None, None, Balance),
         r("ext-dist", External, d, None, None, None, Drop),
         r("int-dist", Internal, d, None, None, None, Dist),
         r("int-arp", Internal, arpt, None, None, None, InternalArp),
@@ -327,6 +362,7 @@ impl Balancer {
             ethertype,
             arp_op: None,
             protocol: None,
+            icmp6_type: None,
             ports: None,
             to_router: false,
         };
@@ -349,6 +385,27 @@ impl Balancer {
                             u16::from_be_bytes([p[2], p[3]]),
                         ));
                     }
+                }
+            }
+            ethertype::IPV6 if payload.len() >= ipv6::HEADER_LEN && payload[0] >> 4 == 6 => {
+                let next = payload[6];
+                k.protocol = Some(next);
+                let mut d = [0u8; 16];
+                d.copy_from_slice(&payload[24..40]);
+                let dst = Ipv6Addr::from(d);
+                // To one of its addresses, or to a link-local multicast group (ff02::/16,
+                // where OSPFv3 and RIPng speak).
+                k.to_router = me.is_ours6(dst) || (d[0] == 0xff && d[1] & 0x0f == 2);
+                let upper = &payload[ipv6::HEADER_LEN..];
+                match next {
+                    ipv6::next_header::ICMPV6 => k.icmp6_type = upper.first().copied(),
+                    protocol::TCP | protocol::UDP if upper.len() >= 4 => {
+                        k.ports = Some((
+                            u16::from_be_bytes([upper[0], upper[1]]),
+                            u16::from_be_bytes([upper[2], upper[3]]),
+                        ));
+                    }
+                    _ => {}
                 }
             }
             _ => {}
@@ -387,7 +444,11 @@ impl Balancer {
             Some(Action::Balance) => self.balance(p, now, tx),
             Some(Action::ExternalArp) => self.external_arp(p, tx),
             Some(Action::InternalArp) if from == PortRole::External => self.arp_reply_in(p, tx),
-            Some(Action::InternalArp) | Some(Action::IntToExt) => self.int_to_ext(p, k, vid, tx),
+            Some(Action::ExternalNd) => self.external_nd(p, tx),
+            Some(Action::InternalNd) if from == PortRole::External => self.nd_advert_in(p, tx),
+            Some(Action::InternalArp) | Some(Action::InternalNd) | Some(Action::IntToExt) => {
+                self.int_to_ext(p, k, vid, tx)
+            }
             Some(Action::VirtualCp) => self.virtual_cp(p, tx),
             Some(Action::Dist) => self.dist_input(p, now),
             Some(Action::Drop) | None => {
@@ -405,18 +466,28 @@ impl Balancer {
     fn balance(&mut self, mut p: Pkt, now: Instant, tx: &mut TxQueues) {
         let _ = now;
         let port = p.meta.rx_port as usize;
+        let six = u16::from_be_bytes([p.data[12], p.data[13]]) == ethertype::IPV6;
         let ip = &p.data[ETH..];
-        if ip.len() < 20 {
-            return self.drop_pkt(p, Drop::Ip4Truncated);
-        }
-        let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
-        if p.data[0] & 1 == 1 || dst.is_multicast() || dst.is_broadcast() {
-            return self.drop_pkt(p, Drop::BalanceIp4Broadcast);
-        }
-        let hash = if self.table.mode == Mode::RoundRobin {
-            0
+        if six {
+            if ip.len() < ipv6::HEADER_LEN {
+                return self.drop_pkt(p, Drop::Ip6Malformed);
+            }
+            if p.data[0] & 1 == 1 || ip[24] == 0xff {
+                return self.drop_pkt(p, Drop::BalanceIp6Multicast);
+            }
         } else {
-            flow_hash(ip)
+            if ip.len() < 20 {
+                return self.drop_pkt(p, Drop::Ip4Truncated);
+            }
+            let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+            if p.data[0] & 1 == 1 || dst.is_multicast() || dst.is_broadcast() {
+                return self.drop_pkt(p, Drop::BalanceIp4Broadcast);
+            }
+        }
+        let hash = match (self.table.mode, six) {
+            (Mode::RoundRobin, _) => 0,
+            (_, true) => crate::routes::flow_hash6(ip),
+            (_, false) => flow_hash(ip),
         };
         let Some(i) = self.table.pick(hash) else {
             return self.drop_pkt(p, Drop::BalanceNoBackend);
@@ -470,6 +541,77 @@ impl Balancer {
         } else {
             self.drop_pkt(p, Drop::ArpMalformed);
         }
+    }
+
+    /// External ND: answer neighbor solicitations for the router's IPv6 addresses on this
+    /// port (RFC 4861 7.2.4: a solicited advertisement with the router flag and our MAC).
+    fn external_nd(&mut self, mut p: Pkt, tx: &mut TxQueues) {
+        let port = p.meta.rx_port;
+        let frame_src = MacAddr::from_slice(&p.data[6..12]);
+        let Some((src, hops, r)) = parse_nd(&p.data[ETH..]) else {
+            return self.drop_pkt(p, Drop::LbNdMalformed);
+        };
+        let me = &self.ports[port as usize];
+        let icmpv6::Repr::NeighborSolicit { target, options } = r else {
+            return self.drop_pkt(p, Drop::LbNdMalformed);
+        };
+        let unspecified = src.is_unspecified();
+        if hops != 255 || !me.is_ours6(target) || (unspecified && options.source_lladdr.is_some()) {
+            return self.drop_pkt(p, Drop::ExtNdNotForUs);
+        }
+        let all_nodes = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+        let (to, to_mac) = if unspecified {
+            (all_nodes, ipv6::multicast_mac(all_nodes))
+        } else {
+            (src, options.source_lladdr.unwrap_or(frame_src))
+        };
+        let na = icmpv6::Repr::NeighborAdvert {
+            router: true,
+            solicited: !unspecified,
+            override_: true,
+            target,
+            options: NdOptions {
+                target_lladdr: Some(me.mac),
+                ..NdOptions::default()
+            },
+        };
+        let mac = me.mac;
+        p.data.clear();
+        p.data.resize(ETH + ipv6::HEADER_LEN + na.buffer_len(), 0);
+        let eth = ethernet::Repr {
+            dst: to_mac,
+            src: mac,
+            vlan: None,
+            ethertype: ethertype::IPV6,
+        };
+        if eth.emit(&mut p.data).is_ok()
+            && icmpv6::emit_packet(&mut p.data[ETH..], target, to, 255, &na).is_ok()
+        {
+            self.counters.event(Event::ExtNdAdvertsSent);
+            tx.push(port, p);
+        } else {
+            self.drop_pkt(p, Drop::LbNdMalformed);
+        }
+    }
+
+    /// Internal ND, inward: a neighbor advertisement from outside (an answer to a
+    /// back-end's solicitation, or news) goes to every back-end, tagged with this port's
+    /// VLAN.
+    fn nd_advert_in(&mut self, mut p: Pkt, tx: &mut TxQueues) {
+        let vlan = self.ports[p.meta.rx_port as usize].vlan;
+        p.data[0..6].copy_from_slice(&MacAddr::BROADCAST.0);
+        ethernet::push_vlan(&mut p.data, vlan);
+        let internal: Vec<u16> = self.internal_ports().collect();
+        let Some((&last, rest)) = internal.split_last() else {
+            return self.drop_pkt(p, Drop::ClassifyNoRule);
+        };
+        for &i in rest {
+            let mut c = self.pool.get();
+            c.data.extend_from_slice(&p.data);
+            tx.push(i, c);
+        }
+        self.counters.event(Event::IntNdAdvertsIn);
+        tx.push(last, p);
     }
 
     /// Internal ARP, inward: a reply for the router's address goes to every back-end
@@ -528,6 +670,18 @@ impl Balancer {
                 a.set_sender_mac(mac);
             }
             self.counters.event(Event::IntArpRequestsOut);
+        } else if k.ethertype == ethertype::IPV6
+            && matches!(
+                k.icmp6_type,
+                Some(icmpv6::kind::NEIGHBOR_SOLICIT | icmpv6::kind::NEIGHBOR_ADVERT)
+            )
+        {
+            // Hosts outside must learn the router's addresses at the LB's MAC, not at the
+            // back-end's: the link-layer options say ours.
+            if !set_nd_lladdr(&mut p.data[ETH..], ext.mac) {
+                return self.drop_pkt(p, Drop::LbNdMalformed);
+            }
+            self.counters.event(Event::IntNdOut);
         } else {
             self.counters.event(Event::IntToExt);
         }
@@ -771,6 +925,60 @@ impl Balancer {
             }
         }
     }
+}
+
+/// A neighbour discovery message right behind an IPv6 header (checksum checked): its
+/// source, hop limit and message.
+fn parse_nd(ip: &[u8]) -> Option<(Ipv6Addr, u8, icmpv6::Repr<'static>)> {
+    let p = ipv6::Packet::new_checked(ip).ok()?;
+    if p.next_header() != ipv6::next_header::ICMPV6 {
+        return None;
+    }
+    let u = p.upper().ok()?;
+    if !p.verify_upper_checksum(&u) {
+        return None;
+    }
+    let m = icmpv6::Packet::new_checked(p.payload()).ok()?;
+    let r = match icmpv6::Repr::parse(&m).ok()? {
+        icmpv6::Repr::NeighborSolicit { target, options } => {
+            icmpv6::Repr::NeighborSolicit { target, options }
+        }
+        _ => return None,
+    };
+    Some((p.src(), p.hop_limit(), r))
+}
+
+/// Writes `mac` into the link-layer address options of the neighbor solicitation or
+/// advertisement behind the IPv6 header `ip`, and its checksum again. False if the message
+/// is not one.
+fn set_nd_lladdr(ip: &mut [u8], mac: MacAddr) -> bool {
+    let Ok(p) = ipv6::Packet::new_checked(&*ip) else {
+        return false;
+    };
+    let (src, dst, total) = (p.src(), p.dst(), p.total_len());
+    let msg_at = ipv6::HEADER_LEN;
+    // Type, code, checksum, flags, target: 24 bytes, then the options.
+    let mut at = msg_at + 24;
+    if total < at {
+        return false;
+    }
+    while at + 8 <= total {
+        let len = ip[at + 1] as usize * 8;
+        if len == 0 || at + len > total {
+            return false;
+        }
+        if matches!(ip[at], 1 | 2) && len == 8 {
+            ip[at + 2..at + 8].copy_from_slice(&mac.0);
+        }
+        at += len;
+    }
+    let msg = &mut ip[msg_at..total];
+    msg[2..4].fill(0);
+    let s = wire::checksum::pseudo_header6(src, dst, ipv6::next_header::ICMPV6, msg.len() as u32)
+        + wire::checksum::sum(msg);
+    let c = !wire::checksum::fold(s);
+    msg[2..4].copy_from_slice(&c.to_be_bytes());
+    true
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ impl Default for Pkt {
     }
 }
 
-/// Fills in the TCP/UDP checksum of an IPv4 frame (untagged, the IPv4 header at byte 14)
+/// Fills in the TCP/UDP checksum of an IPv4 or IPv6 frame (untagged, the IP header at byte 14)
 /// whose sender left it to offload (`meta.csum_partial`, or `csum_unknown` and a field
 /// that holds just the pseudo-header sum): past an element that forwards the frame as it
 /// is, nobody knows it is missing. True if it filled one in.
@@ -69,7 +69,17 @@ pub fn complete_offloaded_checksum(p: &mut Pkt) -> bool {
         return false;
     }
     let partial = p.meta.csum_partial;
-    match wire::ipv4::Packet::new_checked(p.data.get_mut(14..).unwrap_or_default()) {
+    let six = p.data.get(12..14) == Some(&[0x86, 0xdd][..]);
+    let l3 = p.data.get_mut(14..).unwrap_or_default();
+    if six {
+        return match wire::ipv6::Packet::new_checked(l3) {
+            Ok(mut ip) => {
+                (partial || ip.transport_checksum_looks_partial()) && ip.fill_transport_checksum()
+            }
+            Err(_) => false,
+        };
+    }
+    match wire::ipv4::Packet::new_checked(l3) {
         Ok(mut ip) => {
             (partial || ip.transport_checksum_looks_partial()) && ip.fill_transport_checksum()
         }

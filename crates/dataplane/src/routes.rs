@@ -289,3 +289,28 @@ pub fn flow_hash(ip: &[u8]) -> u32 {
     h = (h ^ (h >> 27)).wrapping_mul(0x81da_def4_bc2d_d44d);
     (h ^ (h >> 33)) as u32
 }
+
+/// The flow hash of an IPv6 packet: source, destination, flow label, next header and, for
+/// TCP and UDP right behind the fixed header, the ports (RFC 6438: the flow label
+/// identifies a flow as well as the 5-tuple; a packet with extension headers hashes
+/// without ports, so every fragment of one hashes alike).
+#[inline]
+pub fn flow_hash6(ip: &[u8]) -> u32 {
+    let Some(h) = ip.get(..wire::ipv6::HEADER_LEN) else {
+        return 0;
+    };
+    let w = |i: usize| u64::from_be_bytes(h[i..i + 8].try_into().unwrap_or([0; 8]));
+    let label = (u32::from_be_bytes([h[0], h[1], h[2], h[3]]) & 0xf_ffff) as u64;
+    let next = h[6];
+    let mut x = w(8) ^ w(16).rotate_left(21) ^ w(24).rotate_left(42) ^ w(32).rotate_left(11);
+    x ^= label << 20 ^ (next as u64) << 44;
+    if matches!(next, 6 | 17) {
+        if let Some(ports) = ip.get(wire::ipv6::HEADER_LEN..wire::ipv6::HEADER_LEN + 4) {
+            x ^= (u32::from_be_bytes([ports[0], ports[1], ports[2], ports[3]]) as u64)
+                .rotate_left(23);
+        }
+    }
+    x = (x ^ (x >> 31)).wrapping_mul(0x7fb5_d329_728e_a185);
+    x = (x ^ (x >> 27)).wrapping_mul(0x81da_def4_bc2d_d44d);
+    (x ^ (x >> 33)) as u32
+}

@@ -222,3 +222,63 @@ fn two_workers_forward_ipv6() {
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The multistage router (labs/multistage.toml: LB, three back-ends, LB) made dual-stack:
+/// hosts on either side ping each other over IPv6 with one hop-limit decrement (the LBs
+/// answer neighbour discovery for the router and balance the rest, the back-ends forward),
+/// the router's own address answers, and TCP runs over IPv6.
+#[test]
+fn ipv6_through_the_multistage_router() {
+    let dir = std::env::temp_dir().join(format!("tessera-ms6-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("multistage")).unwrap();
+    let six = |t: String| {
+        t.replace(
+            "address = \"10.1.0.1/24\"",
+            "address = [\"10.1.0.1/24\", \"2001:db8:1::1/64\"]",
+        )
+        .replace(
+            "address = \"10.2.0.1/24\"",
+            "address = [\"10.2.0.1/24\", \"2001:db8:2::1/64\"]",
+        )
+    };
+    for f in ["lba", "lbb", "r1", "r2", "r3"] {
+        let t = std::fs::read_to_string(repo_path(&format!("labs/multistage/{f}.toml"))).unwrap();
+        std::fs::write(dir.join(format!("multistage/{f}.toml")), six(t)).unwrap();
+    }
+    let mut topo = std::fs::read_to_string(repo_path("labs/multistage.toml")).unwrap();
+    for (n, h) in [(1, "a1"), (2, "b1")] {
+        topo = topo
+            .replace(
+                &format!("address = \"10.{n}.0.10/24\" }}"),
+                &format!("address = \"10.{n}.0.10/24\", address6 = \"2001:db8:{n}::10/64\" }}"),
+            )
+            .replace(
+                &format!("routes = [\"default via 10.{n}.0.1\"]"),
+                &format!("routes = [\"default via 10.{n}.0.1\", \"default via 2001:db8:{n}::1\"]"),
+            );
+        assert!(topo.contains(&format!("2001:db8:{n}::10")), "{h}");
+    }
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    // The back-ends say hello before the LBs balance to them.
+    let mut tries = 0;
+    let (ok, out) = loop {
+        let (ok, out) = ping6(&lab, "a1", &["2001:db8:2::10"]);
+        tries += 1;
+        if ok || tries == 10 {
+            break (ok, out);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    assert!(ok && out.contains("ttl=63"), "{out}");
+    for a in ["2001:db8:1::1", "2001:db8:2::1"] {
+        let (ok, out) = ping6(&lab, "a1", &[a]);
+        assert!(ok && out.contains("ttl=64"), "{a}: {out}");
+    }
+    lab.iperf3("a1", "b1", "2001:db8:2::10", &["-6", "-t", "1"]);
+    let c = lab.counters("lba");
+    assert!(event_count(&c, "ext_nd_adverts_sent") >= 1, "{c}");
+    assert!(event_count(&c, "balance_packets") > 100, "{c}");
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

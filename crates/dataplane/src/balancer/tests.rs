@@ -28,6 +28,7 @@ fn lb(mode: Mode) -> (Balancer, Instant) {
             vlan: 10,
             addr: ip("10.1.0.1"),
             prefix_len: 24,
+            addrs6: vec!["2001:db8:1::1".parse().unwrap()],
             speed_mbps: 0,
         },
         LbPort {
@@ -37,6 +38,7 @@ fn lb(mode: Mode) -> (Balancer, Instant) {
             vlan: 0,
             addr: Ipv4Addr::UNSPECIFIED,
             prefix_len: 0,
+            addrs6: Vec::new(),
             speed_mbps: 0,
         },
     ];
@@ -123,6 +125,7 @@ fn rules_are_ordered_most_specific_first() {
         ethertype: None,
         arp_op: None,
         protocol: None,
+        icmp6_type: None,
         port: None,
         to_router: None,
         action: Action::Drop,
@@ -131,10 +134,10 @@ fn rules_are_ordered_most_specific_first() {
     let (mut b, now) = lb(Mode::Maglev);
     b.cfg.rules = order_rules(rs);
     assert_eq!(run(&mut b, now, 0, udp(5000, 80)).len(), 1);
-    // ... and catches what nothing else does (IPv6 here).
-    let mut v6 = udp(5000, 80);
-    v6[12..14].copy_from_slice(&[0x86, 0xdd]);
-    assert!(run(&mut b, now, 0, v6).is_empty());
+    // ... and catches what nothing else does (LLDP here).
+    let mut lldp = udp(5000, 80);
+    lldp[12..14].copy_from_slice(&[0x88, 0xcc]);
+    assert!(run(&mut b, now, 0, lldp).is_empty());
     assert_eq!(b.counters.drops(Drop::ClassifyNoRule), 1);
 }
 
@@ -463,5 +466,224 @@ fn hashing_never_reorders_a_flow() {
             expect_reorder,
             "{mode:?}: {reordered} reordered"
         );
+    }
+}
+
+mod ipv6_path {
+    //! IPv6 through the LB: neighbour discovery handled as ARP is, data balanced.
+    use super::*;
+    use wire::icmpv6::{Packet as Icmp6, Repr as Nd};
+
+    fn a6(s: &str) -> Ipv6Addr {
+        s.parse().unwrap()
+    }
+
+    /// An IPv6 frame (tagged with `vlan` if any) carrying `msg`, or UDP 5000 -> 80.
+    fn frame6(
+        src_mac: MacAddr,
+        dst_mac: MacAddr,
+        vlan: Option<u16>,
+        src: &str,
+        dst: &str,
+        msg: Option<&Nd>,
+    ) -> Vec<u8> {
+        let len = msg.map_or(8 + 18, |m| m.buffer_len());
+        let mut f = vec![0u8; ETH + 40 + len];
+        ethernet::Repr {
+            dst: dst_mac,
+            src: src_mac,
+            vlan: None,
+            ethertype: ethertype::IPV6,
+        }
+        .emit(&mut f)
+        .unwrap();
+        match msg {
+            Some(m) => icmpv6::emit_packet(&mut f[ETH..], a6(src), a6(dst), 255, m).unwrap(),
+            None => {
+                ipv6::Repr {
+                    src: a6(src),
+                    dst: a6(dst),
+                    next_header: ipv6::next_header::UDP,
+                    hop_limit: 64,
+                    traffic_class: 0,
+                    flow_label: 0,
+                    payload_len: len,
+                }
+                .emit(&mut f[ETH..])
+                .unwrap();
+                wire::udp::Repr {
+                    src_port: 5000,
+                    dst_port: 80,
+                    payload_len: 18,
+                }
+                .emit6(&mut f[ETH + 40..], a6(src), a6(dst))
+                .unwrap();
+            }
+        }
+        if let Some(v) = vlan {
+            ethernet::push_vlan(&mut f, v);
+        }
+        f
+    }
+
+    /// The ND message of an untagged IPv6 frame, checksum checked.
+    fn nd_of(f: &[u8]) -> (ipv6::Packet<&[u8]>, Nd<'static>) {
+        let p = ipv6::Packet::new_checked(&f[ETH..]).unwrap();
+        let u = p.upper().unwrap();
+        assert!(p.verify_upper_checksum(&u));
+        let bytes: &'static [u8] = f[ETH + u.offset..].to_vec().leak();
+        let m: &'static Icmp6<&'static [u8]> =
+            Box::leak(Box::new(Icmp6::new_checked(bytes).unwrap()));
+        (p, Nd::parse(m).unwrap())
+    }
+
+    fn ns(target: &str, mac: MacAddr) -> Nd<'static> {
+        Nd::NeighborSolicit {
+            target: a6(target),
+            options: NdOptions {
+                source_lladdr: Some(mac),
+                ..NdOptions::default()
+            },
+        }
+    }
+
+    #[test]
+    fn solicitations_for_the_router_are_answered_by_the_lb() {
+        let (mut b, now) = lb(Mode::Maglev);
+        let group = ipv6::multicast_mac(ipv6::solicited_node(a6("2001:db8:1::1")));
+        let f = frame6(
+            HOST,
+            group,
+            None,
+            "2001:db8:1::10",
+            "ff02::1:ff00:1",
+            Some(&ns("2001:db8:1::1", HOST)),
+        );
+        let out = run(&mut b, now, 0, f);
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].0, eth(&out[0].1).dst()), (0, HOST));
+        let (ip, m) = nd_of(&out[0].1);
+        assert_eq!(
+            (ip.src(), ip.dst()),
+            (a6("2001:db8:1::1"), a6("2001:db8:1::10"))
+        );
+        match m {
+            Nd::NeighborAdvert {
+                router,
+                solicited,
+                target,
+                options,
+                ..
+            } => {
+                assert!(router && solicited);
+                assert_eq!(
+                    (target, options.target_lladdr),
+                    (a6("2001:db8:1::1"), Some(EXT))
+                );
+            }
+            m => panic!("{m:?}"),
+        }
+        assert_eq!(b.counters.events(Event::ExtNdAdvertsSent), 1);
+        // The port's link-local address too; another address is not ours.
+        let ll = ipv6::link_local_of(EXT).to_string();
+        let f = frame6(HOST, EXT, None, "2001:db8:1::10", &ll, Some(&ns(&ll, HOST)));
+        assert_eq!(run(&mut b, now, 0, f).len(), 1);
+        let f = frame6(
+            HOST,
+            EXT,
+            None,
+            "2001:db8:1::10",
+            "2001:db8:1::9",
+            Some(&ns("2001:db8:1::9", HOST)),
+        );
+        assert!(run(&mut b, now, 0, f).is_empty());
+        assert_eq!(b.counters.drops(Drop::ExtNdNotForUs), 1);
+        // Router solicitations: the LB sends no advertisements.
+        let rs = Nd::RouterSolicit {
+            options: NdOptions::default(),
+        };
+        let f = frame6(
+            HOST,
+            ipv6::multicast_mac(a6("ff02::2")),
+            None,
+            "fe80::10",
+            "ff02::2",
+            Some(&rs),
+        );
+        assert!(run(&mut b, now, 0, f).is_empty());
+    }
+
+    #[test]
+    fn data_is_balanced_and_nd_crosses_as_arp_does() {
+        let (mut b, now) = lb(Mode::Maglev);
+        // Data: to one back-end, tagged, the same for the whole flow.
+        let f = frame6(HOST, EXT, None, "2001:db8:1::10", "2001:db8:2::10", None);
+        let out = run(&mut b, now, 0, f.clone());
+        assert_eq!(out.len(), 1);
+        let first = eth(&out[0].1).dst();
+        assert!([be(1), be(2), be(3)].contains(&first));
+        assert_eq!(eth(&out[0].1).vlan(), Some(10));
+        for _ in 0..3 {
+            assert_eq!(eth(&run(&mut b, now, 0, f.clone())[0].1).dst(), first);
+        }
+        // Multicast data is not balanced.
+        let m = frame6(
+            HOST,
+            MacAddr([0x33, 0x33, 0, 0, 0, 1]),
+            None,
+            "2001:db8:1::10",
+            "ff0e::1",
+            None,
+        );
+        assert!(run(&mut b, now, 0, m).is_empty());
+        assert_eq!(b.counters.drops(Drop::BalanceIp6Multicast), 1);
+        // A back-end's solicitation goes out untagged with the LB's MAC, in the frame and
+        // in its option (hosts must learn the router at the LB).
+        let group = ipv6::multicast_mac(ipv6::solicited_node(a6("2001:db8:1::10")));
+        let f = frame6(
+            be(2),
+            group,
+            Some(10),
+            "2001:db8:1::1",
+            "ff02::1:ff00:10",
+            Some(&ns("2001:db8:1::10", be(2))),
+        );
+        let out = run(&mut b, now, 1, f);
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            (out[0].0, eth(&out[0].1).src(), eth(&out[0].1).vlan()),
+            (0, EXT, None)
+        );
+        match nd_of(&out[0].1).1 {
+            Nd::NeighborSolicit { options, .. } => assert_eq!(options.source_lladdr, Some(EXT)),
+            m => panic!("{m:?}"),
+        }
+        assert_eq!(b.counters.events(Event::IntNdOut), 1);
+        // The host's answer goes to every back-end, tagged.
+        let na = Nd::NeighborAdvert {
+            router: false,
+            solicited: true,
+            override_: true,
+            target: a6("2001:db8:1::10"),
+            options: NdOptions {
+                target_lladdr: Some(HOST),
+                ..NdOptions::default()
+            },
+        };
+        let f = frame6(
+            HOST,
+            EXT,
+            None,
+            "2001:db8:1::10",
+            "2001:db8:1::1",
+            Some(&na),
+        );
+        let out = run(&mut b, now, 0, f);
+        assert_eq!(out.len(), 1, "one internal port");
+        assert_eq!(
+            (eth(&out[0].1).dst(), eth(&out[0].1).vlan()),
+            (MacAddr::BROADCAST, Some(10))
+        );
+        assert_eq!(b.counters.events(Event::IntNdAdvertsIn), 1);
     }
 }
