@@ -5,7 +5,8 @@
 //! [[interface]]
 //! name = "lba-ext"
 //! role = "external"            # faces an external network
-//! address = "10.1.0.1/24"      # the router's address there (answered by external ARP)
+//! address = "10.1.0.1/24"      # the router's address there (answered by external ARP); or
+//!                              # ["10.1.0.1/24", "2001:db8:1::1/64"]: IPv6 ones too (external ND)
 //! vlan = 10                    # carries this network's traffic on the interconnection
 //!
 //! [[interface]]

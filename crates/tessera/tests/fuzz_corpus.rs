@@ -102,7 +102,13 @@ fn balance_corpus() {
     assert!(
         b.counters.events(dataplane::Event::Balanced) > 0,
         "the seeds include balanced frames"
-    );
+    ); // The IPv6 seeds reach neighbour discovery both ways.
+    for e in [
+        dataplane::Event::ExtNdAdvertsSent,
+        dataplane::Event::IntNdOut,
+    ] {
+        assert!(b.counters.events(e) > 0, "{e:?}");
+    }
 }
 
 /// The switch on the LB's corpus (frames behind a control byte): no panic, and frames
