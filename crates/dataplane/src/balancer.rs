@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 pub use table::{BalanceTable, Mode};
 use wire::dist::{self, PortRole};
 use wire::ethernet::{self, ethertype};
-use wire::icmpv6::{self, NdOptions};
+use wire::icmpv6;
 use wire::ipv4::protocol;
 use wire::{arp, ipv6, MacAddr};
 
@@ -559,23 +559,9 @@ impl Balancer {
         if hops != 255 || !me.is_ours6(target) || (unspecified && options.source_lladdr.is_some()) {
             return self.drop_pkt(p, Drop::ExtNdNotForUs);
         }
-        let all_nodes = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
-        let (to, to_mac) = if unspecified {
-            (all_nodes, ipv6::multicast_mac(all_nodes))
-        } else {
-            (src, options.source_lladdr.unwrap_or(frame_src))
-        };
-        let na = icmpv6::Repr::NeighborAdvert {
-            router: true,
-            solicited: !unspecified,
-            override_: true,
-            target,
-            options: NdOptions {
-                target_lladdr: Some(me.mac),
-                ..NdOptions::default()
-            },
-        };
         let mac = me.mac;
+        let (to, to_mac, na) =
+            icmpv6::answer_solicit(src, options.source_lladdr, frame_src, target, mac);
         p.data.clear();
         p.data.resize(ETH + ipv6::HEADER_LEN + na.buffer_len(), 0);
         let eth = ethernet::Repr {
@@ -597,8 +583,13 @@ impl Balancer {
     /// Internal ND, inward: a neighbor advertisement from outside (an answer to a
     /// back-end's solicitation, or news) goes to every back-end, tagged with this port's
     /// VLAN.
-    fn nd_advert_in(&mut self, mut p: Pkt, tx: &mut TxQueues) {
+    fn nd_advert_in(&mut self, p: Pkt, tx: &mut TxQueues) {
         let vlan = self.ports[p.meta.rx_port as usize].vlan;
+        self.broadcast_inside(p, vlan, Event::IntNdAdvertsIn, tx);
+    }
+
+    /// Broadcasts `p` to the back-ends on every internal port, tagged with `vlan`.
+    fn broadcast_inside(&mut self, mut p: Pkt, vlan: u16, e: Event, tx: &mut TxQueues) {
         p.data[0..6].copy_from_slice(&MacAddr::BROADCAST.0);
         ethernet::push_vlan(&mut p.data, vlan);
         let internal: Vec<u16> = self.internal_ports().collect();
@@ -610,7 +601,7 @@ impl Balancer {
             c.data.extend_from_slice(&p.data);
             tx.push(i, c);
         }
-        self.counters.event(Event::IntNdAdvertsIn);
+        self.counters.event(e);
         tx.push(last, p);
     }
 
@@ -628,19 +619,7 @@ impl Balancer {
         }
         let vlan = me.vlan;
         p.data.truncate(ETH + arp::PACKET_LEN);
-        p.data[0..6].copy_from_slice(&MacAddr::BROADCAST.0);
-        ethernet::push_vlan(&mut p.data, vlan);
-        let internal: Vec<u16> = self.internal_ports().collect();
-        let Some((&last, rest)) = internal.split_last() else {
-            return self.drop_pkt(p, Drop::ClassifyNoRule);
-        };
-        for &i in rest {
-            let mut c = self.pool.get();
-            c.data.extend_from_slice(&p.data);
-            tx.push(i, c);
-        }
-        self.counters.event(Event::IntArpRepliesIn);
-        tx.push(last, p);
+        self.broadcast_inside(p, vlan, Event::IntArpRepliesIn, tx);
     }
 
     fn internal_ports(&self) -> impl Iterator<Item = u16> + '_ {

@@ -495,6 +495,40 @@ pub enum Suppressed {
 /// and parameter problem code 2 about an option whose type says "report even if
 /// multicast" (high bits 10) may answer a multicast (RFC 4443 2.4 (e.3)). A non-first
 /// fragment's upper layer is unknown and is not taken for an ICMPv6 error.
+/// The all-nodes group.
+pub const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+
+/// A router's answer to a neighbor solicitation for its address `target` (RFC 4861 7.2.4):
+/// a solicited advertisement with the router flag and `mac`, to the soliciting address at
+/// the MAC it gave (`source_lladdr`, else the frame's source `frame_src`), or unsolicited
+/// to all-nodes when it came from the unspecified address. Returns the destination, its
+/// MAC and the message.
+pub fn answer_solicit(
+    src: Ipv6Addr,
+    source_lladdr: Option<MacAddr>,
+    frame_src: MacAddr,
+    target: Ipv6Addr,
+    mac: MacAddr,
+) -> (Ipv6Addr, MacAddr, Repr<'static>) {
+    let unspecified = src.is_unspecified();
+    let (to, to_mac) = if unspecified {
+        (ALL_NODES, crate::ipv6::multicast_mac(ALL_NODES))
+    } else {
+        (src, source_lladdr.unwrap_or(frame_src))
+    };
+    let na = Repr::NeighborAdvert {
+        router: true,
+        solicited: !unspecified,
+        override_: true,
+        target,
+        options: NdOptions {
+            target_lladdr: Some(mac),
+            ..NdOptions::default()
+        },
+    };
+    (to, to_mac, na)
+}
+
 pub fn error_allowed(packet: &[u8], kind: ErrorKind, l2_group: bool) -> Result<(), Suppressed> {
     let p = crate::ipv6::Packet::new_checked(packet).map_err(|_| Suppressed::Malformed)?;
     let src = p.src();

@@ -472,7 +472,7 @@ fn hashing_never_reorders_a_flow() {
 mod ipv6_path {
     //! IPv6 through the LB: neighbour discovery handled as ARP is, data balanced.
     use super::*;
-    use wire::icmpv6::{Packet as Icmp6, Repr as Nd};
+    use wire::icmpv6::{NdOptions, Packet as Icmp6, Repr as Nd};
 
     fn a6(s: &str) -> Ipv6Addr {
         s.parse().unwrap()

@@ -620,22 +620,9 @@ impl Forwarder {
                 if !ours {
                     return self.drop_pkt(p, Drop::Nd6NotForUs);
                 }
-                let to = if unspecified { ALL_NODES } else { src };
-                let to_mac = if unspecified {
-                    ipv6::multicast_mac(ALL_NODES)
-                } else {
-                    options.source_lladdr.unwrap_or(frame_src)
-                };
-                let na = icmpv6::Repr::NeighborAdvert {
-                    router: true,
-                    solicited: !unspecified,
-                    override_: true,
-                    target,
-                    options: NdOptions {
-                        target_lladdr: Some(self.ifaces[in_if as usize].mac),
-                        ..NdOptions::default()
-                    },
-                };
+                let mac = self.ifaces[in_if as usize].mac;
+                let (to, to_mac, na) =
+                    icmpv6::answer_solicit(src, options.source_lladdr, frame_src, target, mac);
                 self.pool.put(p);
                 self.send6(in_if, target, to, to_mac, 255, &na, tx);
                 self.counters.event(Event::Nd6AdvertsSent);
