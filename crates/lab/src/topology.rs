@@ -1283,7 +1283,11 @@ impl Lab {
                         .as_array()
                         .into_iter()
                         .flatten()
-                        .filter(|a| a["family"] == "inet")
+                        // IPv4, and IPv6 but its link-local addresses.
+                        .filter(|a| {
+                            a["family"] == "inet"
+                                || (a["family"] == "inet6" && a["scope"] != "link")
+                        })
                         .map(|a| {
                             format!("{}/{}", a["local"].as_str().unwrap_or(""), a["prefixlen"])
                         })
@@ -1304,20 +1308,18 @@ impl Lab {
                             for c in &cfg.interfaces {
                                 // Sub-interfaces' addresses belong to their port.
                                 let port = c.vlan.map(|(p, _)| &cfg.interfaces[p]).unwrap_or(c);
-                                addrs
-                                    .entry(port.name.clone())
-                                    .or_default()
-                                    .push(format!("{}/{}", c.addr, c.prefix_len));
+                                let a = addrs.entry(port.name.clone()).or_default();
+                                a.push(format!("{}/{}", c.addr, c.prefix_len));
+                                a.extend(c.addrs6.iter().map(|(x, l)| format!("{x}/{l}")));
                             }
                         }
                     } else if let Ok(cfg) =
                         control::balancer::BalancerFile::load(&self.config_path(e))
                     {
                         for c in cfg.interfaces.iter().filter(|c| c.prefix_len > 0) {
-                            addrs
-                                .entry(c.name.clone())
-                                .or_default()
-                                .push(format!("{}/{}", c.addr, c.prefix_len));
+                            let a = addrs.entry(c.name.clone()).or_default();
+                            a.push(format!("{}/{}", c.addr, c.prefix_len));
+                            a.extend(c.addrs6.iter().map(|x| x.to_string()));
                         }
                     }
                     for i in entry["interfaces"].as_array_mut().into_iter().flatten() {

@@ -20,6 +20,17 @@ fn ping6(lab: &TestLab, from: &str, args: &[&str]) -> (bool, String) {
 #[test]
 fn hosts_ping_and_talk_tcp_over_ipv6_through_the_router() {
     let lab = TestLab::up(test_path("labs/dual-stack.toml"), &[]);
+    // `lab show` lists the IPv6 addresses too, hosts' and the router's.
+    let h1 = lab.node("h1")["interfaces"][0]["addresses"].to_string();
+    assert!(
+        h1.contains("2001:db8:1::10/64") && !h1.contains("fe80"),
+        "{h1}"
+    );
+    let r = lab.node("r")["interfaces"].to_string();
+    assert!(
+        r.contains("2001:db8:1::1/64") && r.contains("2001:db8:2::1/64"),
+        "{r}"
+    );
     // Across the router: one hop-limit decrement (64 at the sender).
     let (ok, out) = ping6(&lab, "h1", &["2001:db8:2::10"]);
     assert!(ok, "{out}");
