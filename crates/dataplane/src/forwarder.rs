@@ -213,7 +213,8 @@ pub struct Forwarder {
     icmp_from: Option<Ipv4Addr>,
     /// A back-end's counter reports to the controller.
     pub report: crate::element::Reporter,
-    /// IPv6, once [`Forwarder::enable_ipv6`] turned it on (worker 0 only).
+    /// IPv6, once [`Forwarder::enable_ipv6`] turned it on (every worker: siblings share the
+    /// first one's table and groups, see `Six::for_worker`).
     six: Option<Box<ip6::Six>>,
     /// The IPv6 table snapshot of the current batch (as `snap` for IPv4).
     snap6: Option<ip6::Snapshot6>,
