@@ -4,7 +4,7 @@
 //! the published one, which readers load, and a spare. An update changes the trie, then
 //! brings the spare up to date by recompiling only what changed since the spare was last
 //! current (for IPv4's [`Poptrie`] the direct-pointing slots, /18s, a prefix covers; for
-//! IPv6's [`Poptrie6`] the node a prefix ends in, with copies of the nodes above it), and
+//! IPv6's [`Poptrie6`] the node a prefix ends in, in place), and
 //! publishes it with one atomic pointer swap; the previous snapshot becomes
 //! the spare. Before touching the spare, the writer waits until no reader still holds it
 //! (readers hold a snapshot for one batch). Readers therefore never block and never see a

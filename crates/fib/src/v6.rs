@@ -9,56 +9,58 @@
 //! DPDK's rte_lpm6 and rte_fib6, which then walk 8-bit tables, one load per byte past /24).
 //!
 //! Poptrie6 is an IPv6 form of Poptrie (Asai and Ohara, SIGCOMM 2015): a 16-bit
-//! direct-pointing array `dir` (256 KiB, which stays in the L2 cache), then nodes of 8-bit
-//! stride, so that below `dir` every step resolves one byte of the address and a /48 is
-//! four nodes down. A node is four quarters of 64 positions, each as a node of the paper
+//! direct-pointing array `dir` (256 KiB), then for each /16 that holds longer prefixes one
+//! *wide* node of 16-bit stride (bits 16 to 31; 59 of them on the full table, 24 KiB
+//! each), then nodes of 8-bit stride, so that a /32 is resolved one step below `dir` and a
+//! /48 three. A node is a run of quarters of 64 positions, each as a node of the paper
 //! (24 bytes): `vector` marks the positions that are internal children, `leafvec` where a
 //! run of equal leaves starts, and `base1`/`base0` say where the quarter's first child and
-//! first run are among the node's children (contiguous) and leaves (16-bit, in an array of
-//! their own). A lookup reads one quarter per step; a child's or a leaf's place is a
-//! population count below its position. A `dir` entry is a node, or ([`DIR_LEAF`] set) the
-//! index of its leaf.
+//! first run are among the quarters (children contiguous, four quarters each) and the
+//! leaves (16-bit, in an array of their own). A lookup reads one quarter per step; a
+//! child's or a leaf's place is a population count below its position. A `dir` entry is a
+//! wide node's first quarter, or ([`DIR_LEAF`] set) the value itself.
 //!
-//! The structure is compiled from a [`BinaryTrie6`] (the control side's table) and never
-//! changed in place; [`crate::table::Writer`] publishes it loss-free. An update
-//! recompiles the node its prefix ends in and copies the nodes above it
-//! ([`Poptrie6::rebuild_prefix`]): on `ipv6-bgp-2023`, 4,486 single updates/s and 33,810/s
-//! in batches of 1,000 (withdraw and re-add, each published), where recompiling the whole
-//! /16 of each update gave 168 and 15,458 in the same session. The copies of a wide node's
-//! block of children are garbage that brings a full rebuild every few hundred updates
-//! (21 in that run).
+//! The structure is compiled from a [`BinaryTrie6`] (the control side's table);
+//! [`crate::table::Writer`] publishes it loss-free. Quarters depend on no other quarter,
+//! so an update recompiles in place, in the copy no reader holds, only the node its prefix
+//! ends in (or the wide node's quarters it covers) with the subtree below appended
+//! ([`Poptrie6::rebuild_prefix`]); the old subtree is garbage that brings a full rebuild
+//! when it grows as large as the table.
 //!
 //! Measured with `tessera bench fib --dpdk --table ../shared/data/ipv6-bgp-2023.txt.gz`
-//! (DPDK 22.11 on 2 MiB huge pages, 4 Mi lookups per workload, M lookups/s; one run with
-//! the software-pipelined batch that preceded the kept one):
+//! (DPDK 22.11, 4 Mi lookups per workload, M lookups/s, random-prefix workload; one run
+//! with DPDK on ordinary pages, one with DPDK on 2 MiB huge pages, the same session):
 //!
-//! | structure | build | memory | random-prefix single / batched | uniform single / batched |
+//! | structure | build | memory | single / batched, ordinary pages | single / batched, huge pages |
 //! |---|---|---|---|---|
-//! | **Poptrie6, 8-bit strides** | 45 ms | 4.4 MB (27.4 B/prefix) | **25.1 / 21.8** | 436 / 235 |
-//! | DPDK rte_lpm6 | 48 ms | 76,448 8-bit tables | 20.2 / 24.7 | 48 / 76 |
-//! | DPDK rte_fib6 (TRIE, 4-byte next hops) | 333 ms | 395,739 8-bit tables | 20.6 / 29.4 | 48 / 94 |
-//! | reference binary trie | - | - | 2.9 / - | 31 / - |
+//! | **Poptrie6, wide node below `dir`** | 44 ms | 5.4 MB (33.7 B/prefix) | **25.2 / 31.0** | **23.8 / 30.3** |
+//! | DPDK rte_lpm6 | 47 ms | 76,448 8-bit tables | 13.5 / 15.5 | 16.8 / 21.6 |
+//! | DPDK rte_fib6 (TRIE, 4-byte next hops) | 343 ms | 395,739 8-bit tables | 13.4 / 19.8 | 17.8 / 25.3 |
 //!
-//! Single lookups beat both DPDK structures (1.2-1.4 times in every run); batched ones do
-//! not (0.74-0.91 times rte_fib6's batched rate). Tried for the batch, each in a run with
-//! DPDK: a software pipeline (the `dir` entry 16 addresses ahead and the first node 8
-//! ahead prefetched; 21.8-27.0 against 25.1-29.4 single); 16 addresses walked side by
-//! side in rounds without data-dependent branches (17.7-18.4); and the kept one,
-//! asynchronous memory access chaining over [`LANES`] lanes (19.8 against 21.3 single and
-//! rte_fib6's 24.6 in a noisier run). Which bound holds shows on synthetic tables
-//! (`bench fib --synthetic N --ipv6`, one run): with 1,000 prefixes (0.6 MB, in the L2
-//! cache) single lookups run at 42 M/s and the chained batch at 23, its instructions and
-//! one mispredicted branch per address; with 160,000 random prefixes (38 MB, nodes
-//! rarely shared) the batch runs 2.6 times single (11.1 against 4.3), its misses
-//! overlapped. Also tried since: 16 lanes (22.1-22.2 against 26.2-28.0 single, two runs),
-//! and every address through a fixed six node steps without a data-dependent branch
-//! (15.3-16.1; 27 M/s where the table is hot, against 63 single: each step's
-//! instructions cost more than the mispredictions they remove). The real table (4.4 MB,
-//! top nodes shared and hot) sits between: single
-//! lookups are bound by their chain of five or six dependent loads, the batch by its
-//! instructions. Six-bit strides (the paper's) gave 18.9 B/prefix and 23.2 / 24.1 in one
-//! run. Fewer dependent steps per address (a wider first level below `dir`) and a batch
-//! step with fewer instructions are what is left to try for issue 18's 1.5 times.
+//! Batched lookups run at 1.57 times rte_fib6's batched rate with DPDK on ordinary pages
+//! and 1.20 times with DPDK on huge pages. Updates: 125,000-139,000 single updates/s and
+//! 225,000-244,000/s in batches of 1,000 (withdraw and re-add, each published).
+//!
+//! How it got there (each step measured in one run against the step before it):
+//! - The form before this one had 8-bit nodes right below `dir` (a /48 five steps below
+//!   it, 27.4 B/prefix). Its single lookups ran at 22.8 M/s and its batch at 18.9 against
+//!   rte_fib6's 20.3 (ordinary pages); its updates copied the path above the changed node
+//!   (4,486 single updates/s). The wide node took single lookups to 30.7 in the same kind
+//!   of run, and in-place updates took single updates 30 times faster.
+//! - Batches tried on the wide form (a scratch harness over the full table, medians of
+//!   eight rounds): the asynchronous memory access chaining kept from the 8-bit form
+//!   (eight lanes, a lane that finds its leaf takes the next address) ran at 0.65 times
+//!   the plain loop of single lookups, its bookkeeping costing more than it hid; the loop
+//!   with the wide quarter prefetched six addresses ahead, and the loop with the first
+//!   two levels prefetched for groups of eight, were within the noise of the plain loop;
+//!   the kept one (levels walked group by group with no data-dependent branch) ran at
+//!   1.19 times the plain loop with groups of 8, 1.11 with 4 or 16, 0.92 with 128.
+//!   Quarters padded to 32 bytes (never straddling a cache line, 7 MB) were slower.
+//! - Where the time goes: with only 500 of the table's prefixes looked up (everything in
+//!   the cache) single lookups run at 51 M/s, about 50 cycles each at this machine's
+//!   2.6 GHz: the instructions of three population-count steps, not memory. DPDK's
+//!   8-bit tables take one load per step and no count, and win on a single hot address
+//!   (the `one` workload, about 180 against 65 M/s batched).
 
 use crate::poptrie::{MAX_VALUE, NO_ROUTE};
 use std::net::Ipv6Addr;
@@ -315,9 +317,10 @@ impl BinaryTrie6 {
 }
 
 impl BinaryTrie6 {
-    /// The trie node `depth` bits down the path of `a`, with the value the prefixes above
-    /// it give (`NONE` for none); `None` if the path ends sooner.
-    fn node_at(&self, a: u128, depth: u32) -> Option<(u32, u32)> {
+    /// The `1 << bits` positions `bits` levels below the trie node `depth` bits down the
+    /// path of `a`, as [`BinaryTrie6::expand`] gives them (all the inherited value if the
+    /// path ends sooner).
+    fn slots_at(&self, a: u128, depth: u32, bits: u32, out: &mut Vec<Slot>) {
         let mut n = 0u32;
         let mut inh = NONE;
         for i in 0..depth {
@@ -327,10 +330,11 @@ impl BinaryTrie6 {
             }
             n = self.nodes[n as usize][bit(a, i)];
             if n == NONE {
-                return None;
+                out.extend(std::iter::repeat_n(Slot::Leaf(inh), 1 << bits));
+                return;
             }
         }
-        Some((n, inh))
+        self.expand(n, bits, inh, out);
     }
 }
 
@@ -344,25 +348,44 @@ enum Slot {
 
 /// Bits resolved by the direct-pointing array.
 pub const DIR6_BITS: u32 = 16;
-/// Bits resolved by each node below `dir`.
+/// Bits resolved by the wide node below a `dir` entry (bits 16 to 31).
+const WIDE: u32 = 16;
+/// Bits resolved by each node below the wide one.
 const STRIDE: u32 = 8;
-/// Addresses in flight in [`Poptrie6::lookup_batch_raw`].
-pub const LANES: usize = 8;
-/// A `dir` entry with this bit set resolves there: its low bits index the leaf array.
-/// Otherwise it is a node's index.
+/// Quarters of a node below the wide one.
+const NODE_QUARTERS: u32 = 1 << (STRIDE - 6);
+/// Addresses looked up side by side in [`Poptrie6::lookup_batch_raw`].
+pub const GROUP: usize = 8;
+/// A `dir` entry with this bit set resolves there: its low bits are the value. Otherwise
+/// it is the index of a wide node's first quarter.
 pub const DIR_LEAF: u32 = 1 << 31;
 
-/// A quarter of a node: 64 of its 256 positions, 24 bytes. `vector` marks the positions
-/// that are children and `leafvec` where a run of leaves starts; `base1` and `base0` are
-/// where this quarter's first child and first run are, counted over the whole node
-/// (so a quarter whose first positions continue the previous quarter's run finds it at
-/// `base0 - 1`).
+/// A quarter of a node: 64 of its positions, 24 bytes. `vector` marks the positions that
+/// are children and `leafvec` where a run of leaves starts (at the quarter's first leaf
+/// and wherever the value changes); `base1` is the index of the first quarter of this
+/// quarter's first child (its children are contiguous, [`NODE_QUARTERS`] quarters each)
+/// and `base0` the index of its first run's leaf. A quarter depends on no other, so that
+/// one can be recompiled alone.
 #[derive(Clone, Copy, Debug, Default)]
 struct Quarter {
     vector: u64,
     leafvec: u64,
     base1: u32,
     base0: u32,
+}
+
+impl Quarter {
+    /// Where position `v` (0..64) leads: `Ok(first quarter of the child node)` or
+    /// `Err(leaf index)`.
+    #[inline(always)]
+    fn at(&self, v: u32) -> Result<u32, u32> {
+        let m = upto(v);
+        if self.vector >> v & 1 != 0 {
+            Ok(self.base1 + NODE_QUARTERS * ((self.vector & m).count_ones() - 1))
+        } else {
+            Err(self.base0 + (self.leafvec & m).count_ones() - 1)
+        }
+    }
 }
 
 /// Bits `0..=v` set.
@@ -390,11 +413,9 @@ fn leaf16(v: u32) -> u16 {
 #[derive(Debug, Clone)]
 pub struct Poptrie6 {
     dir: Box<[u32]>,
-    /// Nodes, four quarters each; node `n` is `quarters[4n..4n + 4]`.
+    /// The quarters of every node; a node is named by the index of its first quarter.
     quarters: Vec<Quarter>,
     leaves: Vec<u16>,
-    /// The leaf index of each value that `dir` resolves directly.
-    dir_leaves: std::collections::HashMap<u16, u32>,
     count: usize,
 }
 
@@ -403,10 +424,9 @@ impl Poptrie6 {
     pub fn build(t: &BinaryTrie6) -> Poptrie6 {
         let mut p = Poptrie6 {
             dir: vec![0; 1 << DIR6_BITS].into_boxed_slice(),
-            // Node 0 is never named (a `dir` entry of 0 would be ambiguous to read).
-            quarters: vec![Quarter::default(); 4],
+            // Quarter 0 is never a node's, so that a zeroed `dir` entry names none.
+            quarters: vec![Quarter::default()],
             leaves: Vec::new(),
-            dir_leaves: Default::default(),
             count: t.len(),
         };
         let mut slots = Vec::with_capacity(1 << DIR6_BITS);
@@ -425,230 +445,142 @@ impl Poptrie6 {
         self.set_slot(t, slot as usize, s);
     }
 
-    /// Recompiles what a change of prefix `p` in `t` touches: the node that `p` ends in
-    /// (the deepest node on its path that exists, if the path ends sooner) with all below
-    /// it, then copies of the nodes above it, each parent with its block of children
-    /// copied so that they stay contiguous, up to a new `dir` entry. A prefix shorter than
-    /// the `dir` slots, or in a slot without nodes, recompiles its slots. The old nodes
-    /// stay behind as garbage.
+    /// Recompiles what a change of prefix `p` in `t` touches, in place (the writer
+    /// changes only the copy no reader holds): the node that `p` ends in (the deepest
+    /// node on its path that exists, if the path ends sooner) is filled anew with its
+    /// subtree appended, or, in a wide node, the quarters it covers are. A prefix of 16
+    /// bits or fewer, or in a slot without a node, recompiles its slots. What the old
+    /// subtree held stays behind as garbage.
     pub fn rebuild_prefix(&mut self, t: &BinaryTrie6, p: Prefix6) {
         self.count = t.len();
         let (a, len) = (p.bits(), p.len() as u32);
         let slot = (a >> (128 - DIR6_BITS)) as u32;
         let top = self.dir[slot as usize];
-        if len < DIR6_BITS || top & DIR_LEAF != 0 {
+        if len <= DIR6_BITS || top & DIR_LEAF != 0 {
             let n = 1u32 << DIR6_BITS.saturating_sub(len);
             for s in slot..slot + n {
                 self.rebuild_slot(t, s);
             }
             return;
         }
-        // The nodes on the path, each with the offset of the bits it resolves.
-        let mut path = vec![(top, DIR6_BITS)];
-        loop {
-            let (g, off) = path[path.len() - 1];
-            if off + STRIDE >= len {
-                break;
+        let pos = chunk16(a);
+        let quarter_of = |pos: u32| {
+            a & mask6(DIR6_BITS as u8) | ((pos >> 6) as u128) << (128 - DIR6_BITS - WIDE + 6)
+        };
+        if len <= DIR6_BITS + WIDE {
+            let last = pos + (1 << (DIR6_BITS + WIDE - len)) - 1;
+            for qi in pos >> 6..=last >> 6 {
+                self.rebuild_quarter(t, top + qi, quarter_of(qi << 6));
             }
-            let c = chunk(a, off);
-            let q = self.quarters[(4 * g + (c >> 6)) as usize];
-            let v = c & 63;
-            if q.vector >> v & 1 == 0 {
-                break;
-            }
-            path.push((
-                q.base1 + (q.vector & upto(v)).count_ones() - 1,
-                off + STRIDE,
-            ));
-        }
-        let Some((mut old, off)) = path.pop() else {
             return;
-        };
-        let Some((n, inh)) = t.node_at(a, off) else {
-            // Cannot happen (a node is compiled from a trie node, and trie nodes stay);
-            // the slot is recompiled whole if it does.
-            return self.rebuild_slot(t, slot);
-        };
-        let mut new = (self.quarters.len() / 4) as u32;
-        self.quarters.extend([Quarter::default(); 4]);
-        self.build_node(t, new as usize, n, inh);
-        while let Some((parent, _)) = path.pop() {
-            let pq = 4 * parent as usize;
-            let first = self.quarters[pq].base1;
-            let count: u32 = self.quarters[pq..pq + 4]
-                .iter()
-                .map(|q| q.vector.count_ones())
-                .sum();
-            let moved = (self.quarters.len() / 4) as u32;
-            self.quarters
-                .extend_from_within(4 * first as usize..4 * (first + count) as usize);
-            let at = 4 * (moved + old - first) as usize;
-            self.quarters
-                .copy_within(4 * new as usize..4 * new as usize + 4, at);
-            let copy = (self.quarters.len() / 4) as u32;
-            self.quarters.extend_from_within(pq..pq + 4);
-            for q in &mut self.quarters[4 * copy as usize..] {
-                q.base1 = q.base1.wrapping_add(moved).wrapping_sub(first);
-            }
-            (old, new) = (parent, copy);
         }
-        self.dir[slot as usize] = new;
+        let Ok(mut node) = self.quarters[(top + (pos >> 6)) as usize].at(pos & 63) else {
+            return self.rebuild_quarter(t, top + (pos >> 6), quarter_of(pos));
+        };
+        let mut off = DIR6_BITS + WIDE;
+        while off + STRIDE < len {
+            let c = chunk(a, off);
+            match self.quarters[(node + (c >> 6)) as usize].at(c & 63) {
+                Ok(child) => (node, off) = (child, off + STRIDE),
+                Err(_) => break,
+            }
+        }
+        let mut slots = Vec::with_capacity(1 << STRIDE);
+        t.slots_at(a, off, STRIDE, &mut slots);
+        self.fill(t, node, &slots);
+    }
+
+    /// Recompiles the wide node's quarter `qi` whose first position is address `a`.
+    fn rebuild_quarter(&mut self, t: &BinaryTrie6, qi: u32, a: u128) {
+        let mut slots = Vec::with_capacity(64);
+        t.slots_at(a, DIR6_BITS + WIDE - 6, 6, &mut slots);
+        self.fill(t, qi, &slots);
     }
 
     fn set_slot(&mut self, t: &BinaryTrie6, i: usize, s: Slot) {
         self.dir[i] = match s {
-            Slot::Leaf(v) => {
-                let v = leaf16(v);
-                let leaves = &mut self.leaves;
-                DIR_LEAF
-                    | *self.dir_leaves.entry(v).or_insert_with(|| {
-                        leaves.push(v);
-                        leaves.len() as u32 - 1
-                    })
-            }
+            Slot::Leaf(v) => DIR_LEAF | leaf16(v) as u32,
             Slot::Child(n, inh) => {
-                let at = self.quarters.len() / 4;
-                self.quarters.extend([Quarter::default(); 4]);
-                self.build_node(t, at, n, inh);
-                at as u32
+                let at = self.alloc(1 << (WIDE - 6));
+                let mut slots = Vec::with_capacity(1 << WIDE);
+                t.expand(n, WIDE, inh, &mut slots);
+                self.fill(t, at, &slots);
+                at
             }
         };
     }
 
-    /// Fills node `at` with the 256 positions below trie node `n`; its children follow,
-    /// contiguous, each filled in turn (depth first).
-    fn build_node(&mut self, t: &BinaryTrie6, at: usize, n: u32, inh: u32) {
-        let mut slots = Vec::with_capacity(1 << STRIDE);
-        t.expand(n, STRIDE, inh, &mut slots);
-        let first = self.quarters.len() / 4;
-        let mut children = Vec::new();
-        let mut prev = None;
-        let mut q = [Quarter::default(); 4];
-        for (pos, s) in slots.iter().enumerate() {
-            let (qi, v) = (pos / 64, pos % 64);
-            if v == 0 {
-                q[qi].base1 = (first + children.len()) as u32;
-                q[qi].base0 = self.leaves.len() as u32;
-            }
-            match *s {
-                Slot::Child(c, ci) => {
-                    q[qi].vector |= 1 << v;
-                    children.push((c, ci));
-                }
-                Slot::Leaf(x) => {
+    /// Appends `n` zeroed quarters; returns the index of the first.
+    fn alloc(&mut self, n: u32) -> u32 {
+        let at = self.quarters.len() as u32;
+        self.quarters
+            .resize(self.quarters.len() + n as usize, Quarter::default());
+        at
+    }
+
+    /// Fills the quarters from `at` on with `slots`, 64 positions each: the children are
+    /// appended as one block and each filled in turn (depth first), the runs of leaves
+    /// appended to the leaves.
+    fn fill(&mut self, t: &BinaryTrie6, at: u32, slots: &[Slot]) {
+        let children = slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Child(..)))
+            .count() as u32;
+        let first = self.alloc(NODE_QUARTERS * children);
+        let mut kids = Vec::with_capacity(children as usize);
+        for (k, part) in slots.chunks(64).enumerate() {
+            let mut q = Quarter {
+                base1: first + NODE_QUARTERS * kids.len() as u32,
+                base0: self.leaves.len() as u32,
+                ..Quarter::default()
+            };
+            let mut prev = None;
+            for (v, s) in part.iter().enumerate() {
+                match *s {
+                    Slot::Child(c, ci) => {
+                        q.vector |= 1 << v;
+                        kids.push((c, ci));
+                    }
                     // A run starts at the first leaf and wherever the value changes
                     // (child positions in between do not break a run).
-                    if prev != Some(x) {
-                        q[qi].leafvec |= 1 << v;
-                        self.leaves.push(leaf16(x));
-                        prev = Some(x);
+                    Slot::Leaf(x) => {
+                        if prev != Some(x) {
+                            q.leafvec |= 1 << v;
+                            self.leaves.push(leaf16(x));
+                            prev = Some(x);
+                        }
                     }
                 }
             }
+            self.quarters[at as usize + k] = q;
         }
-        self.quarters[4 * at..4 * at + 4].copy_from_slice(&q);
-        self.quarters
-            .resize(4 * (first + children.len()), Quarter::default());
-        for (k, (c, ci)) in children.into_iter().enumerate() {
-            self.build_node(t, first + k, c, ci);
+        for (k, (c, ci)) in kids.into_iter().enumerate() {
+            let mut below = Vec::with_capacity(1 << STRIDE);
+            t.expand(c, STRIDE, ci, &mut below);
+            self.fill(t, first + NODE_QUARTERS * k as u32, &below);
         }
     }
 
     /// The value for `a` ([`NO_ROUTE`] if none).
     #[inline]
     pub fn lookup_raw(&self, a: u128) -> u32 {
-        let mut e = self.dir[(a >> (128 - DIR6_BITS)) as usize];
-        let mut off = DIR6_BITS;
-        while e & DIR_LEAF == 0 {
-            let c = chunk(a, off);
-            let q = &self.quarters[(4 * e + (c >> 6)) as usize];
-            let v = c & 63;
-            if q.vector & (1 << v) != 0 {
-                e = q.base1 + (q.vector & upto(v)).count_ones() - 1;
-                off += STRIDE;
-            } else {
-                let i = q.base0 + (q.leafvec & upto(v)).count_ones() - 1;
-                return self.leaves[i as usize] as u32;
-            }
+        let e = self.dir[(a >> (128 - DIR6_BITS)) as usize];
+        if e & DIR_LEAF != 0 {
+            return e & !DIR_LEAF;
         }
-        self.leaves[(e & !DIR_LEAF) as usize] as u32
-    }
-
-    /// Looks up every address of `addrs` into `out` (same length), [`LANES`] at a time
-    /// side by side: each lane moves its address one step (a node, or its leaf) per turn
-    /// and prefetches what that address reads next, and a lane whose address has its
-    /// leaf takes the next address at once (asynchronous memory access chaining), so that
-    /// a cache miss of one address waits while the others work.
-    pub fn lookup_batch_raw(&self, addrs: &[u128], out: &mut [u32]) {
-        /// A lane with nothing to do (the input ran out).
-        const IDLE: u32 = u32::MAX;
-        let n = addrs.len().min(out.len());
-        let mut state = [IDLE; LANES];
-        let mut rest = [0u128; LANES];
-        let mut index = [0usize; LANES];
-        let mut next = 0;
-        let mut busy = 0;
-        let quarters = self.quarters.as_ptr();
-        let leaves = self.leaves.as_ptr();
-        // Starts address `i` in lane `l`: its `dir` entry, and a prefetch of what follows.
-        let start = |i: usize, l: usize, state: &mut [u32; LANES], rest: &mut [u128; LANES]| {
-            let a = addrs[i];
-            let e = self.dir[(a >> (128 - DIR6_BITS)) as usize];
-            state[l] = e;
-            rest[l] = a << DIR6_BITS;
-            let q = (4 * e as usize) | (rest[l] >> 126) as usize;
-            let p = if e & DIR_LEAF != 0 {
-                leaves.wrapping_add((e & !DIR_LEAF) as usize) as *const u8
-            } else {
-                quarters.wrapping_add(q) as *const u8
-            };
-            prefetch_ptr(p);
-        };
-        for (l, ix) in index.iter_mut().enumerate().take(n) {
-            start(l, l, &mut state, &mut rest);
-            *ix = l;
-            next += 1;
-            busy += 1;
-        }
-        while busy > 0 {
-            for l in 0..LANES {
-                let s = state[l];
-                if s & DIR_LEAF != 0 {
-                    if s == IDLE {
-                        continue;
-                    }
-                    out[index[l]] = self.leaves[(s & !DIR_LEAF) as usize] as u32;
-                    if next < n {
-                        start(next, l, &mut state, &mut rest);
-                        index[l] = next;
-                        next += 1;
-                    } else {
-                        state[l] = IDLE;
-                        busy -= 1;
-                    }
-                    continue;
+        let c = chunk16(a);
+        let mut q = &self.quarters[(e + (c >> 6)) as usize];
+        let mut v = c & 63;
+        let mut rest = a << (DIR6_BITS + WIDE);
+        loop {
+            match q.at(v) {
+                Ok(node) => {
+                    let c = (rest >> (128 - STRIDE)) as u32;
+                    rest <<= STRIDE;
+                    q = &self.quarters[(node + (c >> 6)) as usize];
+                    v = c & 63;
                 }
-                let c = (rest[l] >> (128 - STRIDE)) as u32;
-                let q = self.quarters[(4 * s + (c >> 6)) as usize];
-                let v = c & 63;
-                let m = upto(v);
-                let child = q.base1 + (q.vector & m).count_ones() - 1;
-                let leaf = q.base0 + (q.leafvec & m).count_ones();
-                let is_child = q.vector >> v & 1 != 0;
-                rest[l] <<= STRIDE;
-                let to_child =
-                    quarters.wrapping_add((4 * child as usize) | (rest[l] >> 126) as usize);
-                let to_leaf = leaves.wrapping_add(leaf as usize - 1);
-                prefetch_ptr(if is_child {
-                    to_child as *const u8
-                } else {
-                    to_leaf as *const u8
-                });
-                state[l] = if is_child {
-                    child
-                } else {
-                    (leaf - 1) | DIR_LEAF
-                };
+                Err(leaf) => return self.leaves[leaf as usize] as u32,
             }
         }
     }
@@ -657,6 +589,96 @@ impl Poptrie6 {
     pub fn lookup(&self, a: Ipv6Addr) -> Option<u32> {
         let v = self.lookup_raw(a.into());
         (v != NO_ROUTE).then_some(v)
+    }
+
+    /// Looks up every address of `addrs` into `out` (same length), [`GROUP`] at a time,
+    /// level by level: the `dir` entries and wide quarters of the whole group first,
+    /// then its first and second nodes below, then its leaves, each level's reads
+    /// prefetched by the level before, so that the group's cache misses overlap. The
+    /// steps have no branch that depends on the data: an address whose leaf is known
+    /// rides along. A group with an address whose prefix ends past bit 48 (a few hundred
+    /// of a full table's) is looked up again address by address.
+    pub fn lookup_batch_raw(&self, addrs: &[u128], out: &mut [u32]) {
+        let n = addrs.len().min(out.len());
+        for (addrs, out) in addrs[..n].chunks(GROUP).zip(out[..n].chunks_mut(GROUP)) {
+            self.lookup_group(addrs, out);
+        }
+    }
+
+    /// [`Poptrie6::lookup_batch_raw`] of at most [`GROUP`] addresses.
+    #[inline(always)]
+    fn lookup_group(&self, addrs: &[u128], out: &mut [u32]) {
+        const G: usize = GROUP;
+        let g = addrs.len().min(G);
+        let quarters = self.quarters.as_ptr();
+        let leaves = self.leaves.as_ptr();
+        let mut qi = [0u32; G];
+        let mut pos = [0u32; G];
+        // Per address: the quarter to read next and the position in it; the leaf's
+        // index (or DIR_LEAF and the value, from `dir`) once `done`.
+        let mut leaf = [0u32; G];
+        let mut done = [false; G];
+        for k in 0..g {
+            let a = addrs[k];
+            let e = self.dir[(a >> (128 - DIR6_BITS)) as usize];
+            let c = chunk16(a);
+            let d = e & DIR_LEAF != 0;
+            qi[k] = if d { 0 } else { e + (c >> 6) };
+            pos[k] = c & 63;
+            leaf[k] = e;
+            done[k] = d;
+            prefetch_ptr(quarters.wrapping_add(qi[k] as usize) as *const u8);
+        }
+        for step in 0..2u32 {
+            for k in 0..g {
+                let q = &self.quarters[qi[k] as usize];
+                let v = pos[k];
+                let m = upto(v);
+                let is_child = (q.vector >> v & 1 != 0) & !done[k];
+                let child = q
+                    .base1
+                    .wrapping_add(NODE_QUARTERS * (q.vector & m).count_ones())
+                    .wrapping_sub(NODE_QUARTERS);
+                let lf = q
+                    .base0
+                    .wrapping_add((q.leafvec & m).count_ones())
+                    .wrapping_sub(1);
+                let c = (addrs[k] >> (88 - 8 * step)) as u32 & 0xff;
+                leaf[k] = if done[k] { leaf[k] } else { lf };
+                qi[k] = if is_child { child + (c >> 6) } else { qi[k] };
+                pos[k] = if is_child { c & 63 } else { pos[k] };
+                done[k] |= !is_child;
+                prefetch_ptr(quarters.wrapping_add(qi[k] as usize) as *const u8);
+            }
+        }
+        let mut deep = false;
+        for k in 0..g {
+            let q = &self.quarters[qi[k] as usize];
+            let v = pos[k];
+            let m = upto(v);
+            let is_child = (q.vector >> v & 1 != 0) & !done[k];
+            deep |= is_child;
+            let lf = q
+                .base0
+                .wrapping_add((q.leafvec & m).count_ones())
+                .wrapping_sub(1);
+            leaf[k] = if done[k] { leaf[k] } else { lf };
+            prefetch_ptr(leaves.wrapping_add((leaf[k] & !DIR_LEAF) as usize) as *const u8);
+        }
+        for k in 0..g {
+            let l = leaf[k];
+            // (An address that goes deeper has no leaf yet: `deep` redoes it below.)
+            out[k] = if l & DIR_LEAF != 0 {
+                l & !DIR_LEAF
+            } else {
+                self.leaves.get(l as usize).map_or(NO_ROUTE, |&x| x as u32)
+            };
+        }
+        if deep {
+            for k in 0..g {
+                out[k] = self.lookup_raw(addrs[k]);
+            }
+        }
     }
 
     /// Bytes of `dir`, nodes and leaves.
@@ -676,6 +698,12 @@ impl Poptrie6 {
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
+}
+
+/// Bits 16 to 31 of `a`: the position in the wide node.
+#[inline(always)]
+fn chunk16(a: u128) -> u32 {
+    (a >> (128 - DIR6_BITS - WIDE)) as u32 & 0xffff
 }
 
 /// Asks the CPU to start loading the cache line at `p`, which may be any address: a
