@@ -454,6 +454,24 @@ pub(crate) enum Via {
 
 impl Via {
     /// The gateways, each checked; at least one.
+    /// The gateways as IPv6 addresses.
+    pub(crate) fn addresses6(&self) -> Result<Vec<std::net::Ipv6Addr>, String> {
+        let texts: Vec<&String> = match self {
+            Via::One(v) => vec![v],
+            Via::Many(v) => v.iter().collect(),
+        };
+        if texts.is_empty() {
+            return Err("no gateway given".into());
+        }
+        texts
+            .into_iter()
+            .map(|t| {
+                t.parse()
+                    .map_err(|_| format!("{t:?} is not an IPv6 address"))
+            })
+            .collect()
+    }
+
     pub(crate) fn addresses(&self) -> Result<Vec<Ipv4Addr>, String> {
         let texts: Vec<&String> = match self {
             Via::One(v) => vec![v],

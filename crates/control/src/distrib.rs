@@ -16,22 +16,100 @@
 //!   the whole snapshot as one publication (the difference to what it holds); and
 //!   acknowledges its version, route count and digest.
 //!
+//! One table holds both address families: a version counts the changes of either, and
+//! the digest covers both. A back-end installs IPv4 routes through its route table and
+//! hands IPv6 ones to the worker that holds its IPv6 table ([`Writer::take_routes6`]).
+//!
 //! The protocol is specified in `docs/dist.md`.
 
 use dataplane::routes::RouteTable;
-use fib::Prefix;
+use fib::{Prefix, Prefix6};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wire::dist::{self, FibAck, RouteBatch, RouteEntry};
 use wire::MacAddr;
 
-/// Gateways of a route: sorted, without duplicates, at most [`dist::MAX_GATEWAYS`].
-pub type Gateways = Box<[Ipv4Addr]>;
+/// A route's prefix, of either family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Net {
+    V4(Prefix),
+    V6(Prefix6),
+}
 
-/// A whole table, sorted by prefix, shared between the back-ends that receive it.
-pub type Snapshot = Arc<Vec<(Prefix, Gateways)>>;
+impl Net {
+    /// The prefix from an address and length (host bits cleared).
+    pub fn new(addr: IpAddr, len: u8) -> Net {
+        match addr {
+            IpAddr::V4(a) => Net::V4(Prefix::new(a, len)),
+            IpAddr::V6(a) => Net::V6(Prefix6::new(a, len)),
+        }
+    }
+
+    pub fn addr(&self) -> IpAddr {
+        match self {
+            Net::V4(p) => p.addr().into(),
+            Net::V6(p) => p.addr().into(),
+        }
+    }
+
+    #[expect(
+        clippy::len_without_is_empty,
+        reason = "the prefix length, not a collection size"
+    )]
+    pub fn len(&self) -> u8 {
+        match self {
+            Net::V4(p) => p.len(),
+            Net::V6(p) => p.len(),
+        }
+    }
+
+    /// The order of tables and snapshots: IPv4 first, then by address and length.
+    pub fn sort_key(&self) -> (bool, u128, u8) {
+        match self {
+            Net::V4(p) => (false, u32::from(p.addr()) as u128, p.len()),
+            Net::V6(p) => (true, p.bits(), p.len()),
+        }
+    }
+
+    /// Parses an IPv4 or IPv6 prefix (host bits must be clear).
+    pub fn parse_strict(s: &str) -> Result<Net, fib::PrefixError> {
+        if s.contains(':') {
+            Prefix6::parse_strict(s).map(Net::V6)
+        } else {
+            Prefix::parse_strict(s).map(Net::V4)
+        }
+    }
+}
+
+impl From<Prefix> for Net {
+    fn from(p: Prefix) -> Net {
+        Net::V4(p)
+    }
+}
+
+impl From<Prefix6> for Net {
+    fn from(p: Prefix6) -> Net {
+        Net::V6(p)
+    }
+}
+
+impl std::fmt::Display for Net {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Net::V4(p) => p.fmt(f),
+            Net::V6(p) => p.fmt(f),
+        }
+    }
+}
+
+/// Gateways of a route: sorted, without duplicates, at most [`dist::MAX_GATEWAYS`], of
+/// the route's family.
+pub type Gateways = Box<[IpAddr]>;
+
+/// A whole table, sorted by [`Net::sort_key`], shared between the back-ends that receive it.
+pub type Snapshot = Arc<Vec<(Net, Gateways)>>;
 
 /// Unacknowledged routes messages per back-end.
 pub const WINDOW: usize = 128;
@@ -47,25 +125,44 @@ pub const BODY_BUDGET: usize =
 pub const REPAIR_HOLDOFF: Duration = Duration::from_secs(5);
 
 /// Normalises gateways: sorted, deduplicated, capped.
-pub fn gateways(mut v: Vec<Ipv4Addr>) -> Gateways {
+pub fn gateways<A: Into<IpAddr>>(v: impl IntoIterator<Item = A>) -> Gateways {
+    let mut v: Vec<IpAddr> = v.into_iter().map(Into::into).collect();
     v.sort();
     v.dedup();
     v.truncate(dist::MAX_GATEWAYS);
     v.into_boxed_slice()
 }
 
-fn digest_of(p: Prefix, g: &[Ipv4Addr]) -> u64 {
-    dist::route_digest(p.addr(), p.len(), g)
+fn digest_of(p: Net, g: &[IpAddr]) -> u64 {
+    dist::route_digest_any(p.addr(), p.len(), g)
+}
+
+fn v4s(g: &[IpAddr]) -> Option<Vec<Ipv4Addr>> {
+    g.iter()
+        .map(|a| match a {
+            IpAddr::V4(a) => Some(*a),
+            IpAddr::V6(_) => None,
+        })
+        .collect()
+}
+
+fn v6s(g: &[IpAddr]) -> Option<Vec<Ipv6Addr>> {
+    g.iter()
+        .map(|a| match a {
+            IpAddr::V6(a) => Some(*a),
+            IpAddr::V4(_) => None,
+        })
+        .collect()
 }
 
 /// The controller's authoritative table.
 pub struct Fib {
     epoch: u32,
     version: u32,
-    routes: HashMap<Prefix, Gateways>,
+    routes: HashMap<Net, Gateways>,
     digest: u64,
     /// Changes; `log[i]` made version `log_first + i`.
-    log: VecDeque<(Prefix, Option<Gateways>)>,
+    log: VecDeque<(Net, Option<Gateways>)>,
     log_first: u32,
     log_cap: usize,
     /// The latest snapshot taken, while it is current.
@@ -107,18 +204,38 @@ impl Fib {
         self.routes.is_empty()
     }
 
-    pub fn get(&self, p: Prefix) -> Option<&Gateways> {
-        self.routes.get(&p)
+    pub fn get(&self, p: impl Into<Net>) -> Option<&Gateways> {
+        self.routes.get(&p.into())
     }
 
-    pub fn prefixes(&self) -> impl Iterator<Item = &Prefix> {
+    pub fn prefixes(&self) -> impl Iterator<Item = &Net> {
         self.routes.keys()
     }
 
+    /// Routes of each family: (IPv4, IPv6).
+    pub fn counts(&self) -> (usize, usize) {
+        let six = self
+            .routes
+            .keys()
+            .filter(|p| matches!(p, Net::V6(_)))
+            .count();
+        (self.routes.len() - six, six)
+    }
+
     /// Sets (`Some`) or withdraws (`None`) a route. True if the table changed, which
-    /// makes a new version.
-    pub fn set(&mut self, p: Prefix, via: Option<Gateways>) -> bool {
-        let via = via.filter(|g| !g.is_empty());
+    /// makes a new version. Gateways of the other family than the prefix's are left out.
+    pub fn set(&mut self, p: impl Into<Net>, via: Option<Gateways>) -> bool {
+        let p = p.into();
+        let six = matches!(p, Net::V6(_));
+        let via = via
+            .map(|g| {
+                if g.iter().all(|a| a.is_ipv6() == six) {
+                    g
+                } else {
+                    g.iter().filter(|a| a.is_ipv6() == six).copied().collect()
+                }
+            })
+            .filter(|g| !g.is_empty());
         let old = match &via {
             Some(g) => {
                 if self.routes.get(&p) == Some(g) {
@@ -151,7 +268,7 @@ impl Fib {
     fn changes_after(
         &self,
         v: u32,
-    ) -> Option<impl Iterator<Item = (u32, &(Prefix, Option<Gateways>))>> {
+    ) -> Option<impl Iterator<Item = (u32, &(Net, Option<Gateways>))>> {
         if v > self.version || v.wrapping_add(1) < self.log_first {
             return None;
         }
@@ -172,16 +289,17 @@ impl Fib {
                 return (*v, s.clone());
             }
         }
-        let mut all: Vec<(Prefix, Gateways)> =
+        let mut all: Vec<(Net, Gateways)> =
             self.routes.iter().map(|(p, g)| (*p, g.clone())).collect();
-        all.sort_unstable_by_key(|(p, _)| (u32::from(p.addr()), p.len()));
+        all.sort_unstable_by_key(|(p, _)| p.sort_key());
         let s = Arc::new(all);
         self.snapshot = Some((self.version, s.clone()));
         (self.version, s)
     }
 }
 
-fn entry(p: Prefix, via: Option<&Gateways>) -> RouteEntry {
+fn entry(p: impl Into<Net>, via: Option<&Gateways>) -> RouteEntry {
+    let p = p.into();
     RouteEntry {
         prefix: p.addr(),
         len: p.len(),
@@ -189,8 +307,12 @@ fn entry(p: Prefix, via: Option<&Gateways>) -> RouteEntry {
     }
 }
 
-fn entry_len(via: Option<&Gateways>) -> usize {
-    dist::ROUTE_ENTRY_FIXED_LEN + 4 * via.map_or(0, |g| g.len())
+fn entry_len(p: Net, via: Option<&Gateways>) -> usize {
+    let n = via.map_or(0, |g| g.len());
+    match p {
+        Net::V4(_) => dist::ROUTE_ENTRY_FIXED_LEN + 4 * n,
+        Net::V6(_) => dist::ROUTE_ENTRY6_FIXED_LEN + 16 * n,
+    }
 }
 
 /// A snapshot on its way to one back-end.
@@ -207,8 +329,8 @@ impl Snap {
     fn new(version: u32, routes: Snapshot) -> Snap {
         let mut starts = vec![0];
         let mut bytes = 0;
-        for (i, (_, g)) in routes.iter().enumerate() {
-            let n = entry_len(Some(g));
+        for (i, (p, g)) in routes.iter().enumerate() {
+            let n = entry_len(*p, Some(g));
             if bytes + n > BODY_BUDGET {
                 starts.push(i);
                 bytes = 0;
@@ -438,7 +560,7 @@ impl Distributor {
                         let mut bytes = 0;
                         let mut end = p.sent;
                         for (v, (pfx, via)) in changes {
-                            let n = entry_len(via.as_ref());
+                            let n = entry_len(*pfx, via.as_ref());
                             if bytes + n > BODY_BUDGET {
                                 break;
                             }
@@ -490,16 +612,21 @@ pub struct Writer {
     pub epoch: u32,
     pub version: u32,
     /// The distributed routes held (what the digest covers).
-    held: HashMap<Prefix, Gateways>,
+    held: HashMap<Net, Gateways>,
     digest: u64,
     /// Routes held but not installed (gateway on none of our networks).
-    unresolved: std::collections::HashSet<Prefix>,
+    unresolved: std::collections::HashSet<Net>,
     /// A snapshot being collected: epoch, version, routes so far, parts so far.
     staging: Option<(u32, u32, Vec<RouteEntry>, u32)>,
     pub controller: Option<MacAddr>,
     pub stats: WriterStats,
-    /// Changes accepted, not yet published.
+    /// IPv4 changes accepted, not yet published.
     pending: Vec<(Prefix, Option<Vec<Ipv4Addr>>)>,
+    /// IPv6 changes accepted, for the worker that holds the IPv6 table.
+    pending6: Vec<(Prefix6, Option<Vec<Ipv6Addr>>)>,
+    /// The back-end's IPv6 networks: IPv6 routes through gateways on none of them are
+    /// held, not installed (none: IPv6 is off).
+    nets6: Vec<Prefix6>,
 }
 
 impl Default for Writer {
@@ -520,7 +647,29 @@ impl Writer {
             controller: None,
             stats: WriterStats::default(),
             pending: Vec::new(),
+            pending6: Vec::new(),
+            nets6: Vec::new(),
         }
+    }
+
+    /// A back-end's writer, whose IPv6 networks are `nets6`.
+    pub fn with_nets6(nets6: Vec<Prefix6>) -> Writer {
+        Writer {
+            nets6,
+            ..Writer::new()
+        }
+    }
+
+    /// The IPv6 changes taken since the last call, in order, for the IPv6 table (one
+    /// publication).
+    pub fn take_routes6(&mut self) -> Vec<(Prefix6, Option<Vec<Ipv6Addr>>)> {
+        std::mem::take(&mut self.pending6)
+    }
+
+    /// Routes held of each family: (IPv4, IPv6).
+    pub fn counts(&self) -> (usize, usize) {
+        let six = self.held.keys().filter(|p| matches!(p, Net::V6(_))).count();
+        (self.held.len() - six, six)
     }
 
     pub fn len(&self) -> usize {
@@ -570,7 +719,7 @@ impl Writer {
     }
 
     /// The routes held.
-    pub fn routes(&self) -> impl Iterator<Item = (&Prefix, &Gateways)> {
+    pub fn routes(&self) -> impl Iterator<Item = (&Net, &Gateways)> {
         self.held.iter()
     }
 
@@ -603,13 +752,13 @@ impl Writer {
             let Some((epoch, version, routes, _)) = self.staging.take() else {
                 return false;
             };
-            let mut want: HashMap<Prefix, Gateways> = HashMap::with_capacity(routes.len());
+            let mut want: HashMap<Net, Gateways> = HashMap::with_capacity(routes.len());
             for r in routes {
                 if !r.via.is_empty() {
-                    want.insert(Prefix::new(r.prefix, r.len), gateways(r.via));
+                    want.insert(Net::new(r.prefix, r.len), gateways(r.via));
                 }
             }
-            let mut changes: Vec<(Prefix, Option<Gateways>)> = Vec::new();
+            let mut changes: Vec<(Net, Option<Gateways>)> = Vec::new();
             for (p, g) in &want {
                 if self.held.get(p) != Some(g) {
                     changes.push((*p, Some(g.clone())));
@@ -638,8 +787,11 @@ impl Writer {
             .routes
             .iter()
             .map(|r| {
-                let p = Prefix::new(r.prefix, r.len);
-                (p, (!r.via.is_empty()).then(|| gateways(r.via.clone())))
+                let p = Net::new(r.prefix, r.len);
+                (
+                    p,
+                    (!r.via.is_empty()).then(|| gateways(r.via.iter().copied())),
+                )
             })
             .collect();
         let changed = self.install(changes, table);
@@ -653,14 +805,14 @@ impl Writer {
     /// in one publication, to the route table.
     fn install(
         &mut self,
-        changes: Vec<(Prefix, Option<Gateways>)>,
+        changes: Vec<(Net, Option<Gateways>)>,
         table: Option<&RouteTable>,
     ) -> bool {
-        let mut last: HashMap<Prefix, Option<Gateways>> = HashMap::with_capacity(changes.len());
+        let mut last: HashMap<Net, Option<Gateways>> = HashMap::with_capacity(changes.len());
         for (p, g) in changes {
             last.insert(p, g);
         }
-        let mut to_table: Vec<(Prefix, Option<Vec<Ipv4Addr>>)> = Vec::with_capacity(last.len());
+        let mut to_table: Vec<(Net, Option<Vec<IpAddr>>)> = Vec::with_capacity(last.len());
         let mut any_mirror = false;
         for (p, g) in last {
             if let Some(o) = self.held.remove(&p) {
@@ -676,14 +828,26 @@ impl Writer {
                 continue;
             };
             let was_unresolved = self.unresolved.remove(&p);
-            let connected = table.is_connected(p);
+            let connected = match p {
+                Net::V4(q) => table.is_connected(q),
+                Net::V6(q) => self.nets6.contains(&q),
+            };
+            // Installed if every gateway is on one of our networks.
+            let install = |g: &Gateways| match p {
+                Net::V4(_) => v4s(g)
+                    .filter(|v| v.iter().all(|v| table.port_for_gateway(*v).is_some()))
+                    .map(|v| v.into_iter().map(IpAddr::V4).collect::<Vec<_>>()),
+                Net::V6(_) => v6s(g)
+                    .filter(|v| v.iter().all(|v| self.nets6.iter().any(|n| n.contains(*v))))
+                    .map(|v| v.into_iter().map(IpAddr::V6).collect()),
+            };
             match g {
                 Some(g) => {
                     self.digest ^= digest_of(p, &g);
                     if connected {
                         self.stats.connected_skipped += 1;
-                    } else if g.iter().all(|v| table.port_for_gateway(*v).is_some()) {
-                        to_table.push((p, Some(g.to_vec())));
+                    } else if let Some(v) = install(&g) {
+                        to_table.push((p, Some(v)));
                     } else {
                         self.stats.unresolved += 1;
                         self.unresolved.insert(p);
@@ -698,7 +862,16 @@ impl Writer {
             }
         }
         let any = !to_table.is_empty() || any_mirror;
-        self.pending.extend(to_table);
+        for (p, v) in to_table {
+            match p {
+                Net::V4(q) => self
+                    .pending
+                    .push((q, v.map(|v| v4s(&v).unwrap_or_default()))),
+                Net::V6(q) => self
+                    .pending6
+                    .push((q, v.map(|v| v6s(&v).unwrap_or_default()))),
+            }
+        }
         any
     }
 
@@ -821,6 +994,79 @@ mod tests {
         panic!("no convergence");
     }
 
+    /// IPv6 routes ride in the same table as IPv4 ones (one version sequence, one digest):
+    /// over a lossy channel each back-end ends with the controller's digest, and what it
+    /// handed to its IPv6 table, applied in order, is the controller's IPv6 routes through
+    /// gateways on its networks; the rest are held, counted unresolved or connected.
+    #[test]
+    fn ipv6_routes_converge_beside_ipv4_ones() {
+        let p6 = |s: &str| -> Prefix6 { s.parse().unwrap() };
+        let g6 = |s: &str| gateways([s.parse::<Ipv6Addr>().unwrap()]);
+        let mut fib = Fib::new(9, 300);
+        let mut d = Distributor::default();
+        let nets6 = vec![p6("2001:db8:1::/64"), p6("2001:db8:2::/64")];
+        let mut ws: Vec<_> = (1..=2)
+            .map(|i| {
+                (
+                    MacAddr([2, 0, 0, 0, 6, i]),
+                    Writer::with_nets6(nets6.clone()),
+                    table(),
+                )
+            })
+            .collect();
+        for i in 0..400u128 {
+            let p = Prefix6::new((0x2001_0db8_8000u128 << 80 | i << 80).into(), 48);
+            let via = if i % 2 == 0 {
+                "2001:db8:1::9"
+            } else {
+                "2001:db8:2::9"
+            };
+            fib.set(p, Some(g6(via)));
+            fib.set(
+                Prefix::new(Ipv4Addr::from(0xc000_0000 | (i as u32) << 8), 24),
+                Some(gw(2)),
+            );
+        }
+        fib.set(p6("2001:db8:77::/48"), Some(g6("2001:db8:99::1"))); // on no network
+        fib.set(p6("2001:db8:2::/64"), Some(g6("2001:db8:1::9"))); // connected
+                                                                   // ECMP over both networks.
+        let ecmp =
+            gateways(["2001:db8:2::5", "2001:db8:1::5"].map(|a| a.parse::<Ipv6Addr>().unwrap()));
+        fib.set(p6("2001:db8:55::/48"), Some(ecmp.clone()));
+        converge(&mut fib, &mut d, &mut ws, 11, true);
+        // Withdraw some while they are up.
+        for i in 0..100u128 {
+            let p = Prefix6::new((0x2001_0db8_8000u128 << 80 | i << 80).into(), 48);
+            fib.set(p, None);
+        }
+        converge(&mut fib, &mut d, &mut ws, 12, true);
+        assert_eq!(fib.counts(), (400, 303));
+        for (_, w, t) in &mut ws {
+            assert_eq!(w.digest(), fib.digest());
+            assert_eq!(w.counts(), (400, 303));
+            assert_eq!(w.ack().unresolved, 1);
+            let mut installed: HashMap<Prefix6, Vec<Ipv6Addr>> = HashMap::new();
+            for (p, v) in w.take_routes6() {
+                match v {
+                    Some(v) => installed.insert(p, v),
+                    None => installed.remove(&p),
+                };
+            }
+            assert_eq!(installed.len(), 301, "300 /48s and the ECMP one");
+            assert_eq!(
+                installed[&p6("2001:db8:55::/48")],
+                vec![
+                    "2001:db8:1::5".parse::<Ipv6Addr>().unwrap(),
+                    "2001:db8:2::5".parse().unwrap()
+                ]
+            );
+            assert!(!installed.contains_key(&p6("2001:db8:77::/48")));
+            assert!(!installed.contains_key(&p6("2001:db8:2::/64")));
+            // The IPv4 routes went to the route table, the IPv6 ones did not.
+            assert_eq!(t.len(), 2 + 400);
+        }
+    }
+
     #[test]
     fn back_ends_converge_over_a_lossy_channel() {
         let mut fib = Fib::new(7, 1000);
@@ -895,7 +1141,7 @@ mod tests {
         // Drift: the back-end loses a route behind the protocol's back.
         let p = pfx("192.0.2.0/24");
         let (_, w, t) = &mut ws[0];
-        w.install(vec![(p, None)], Some(t));
+        w.install(vec![(p.into(), None)], Some(t));
         w.flush(t);
         assert_eq!(ws[0].1.len(), 20);
         converge(&mut fib, &mut d, &mut ws, 5, false);

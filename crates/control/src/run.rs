@@ -395,6 +395,23 @@ pub(crate) fn vias_of(req: &Value) -> Result<Vec<Ipv4Addr>, String> {
     }
 }
 
+/// The `via` of a route command: an address of either family, or a list of them.
+pub(crate) fn ip_vias_of(req: &Value) -> Result<Vec<std::net::IpAddr>, String> {
+    let texts: Vec<&Value> = match &req["via"] {
+        Value::Array(a) if !a.is_empty() => a.iter().collect(),
+        v @ Value::String(_) => vec![v],
+        _ => return Err("missing \"via\" (an address or a list)".into()),
+    };
+    texts
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .and_then(|s| s.parse().ok())
+                .ok_or(format!("via {v} is not an IP address"))
+        })
+        .collect()
+}
+
 /// IPv6 routes read by `reload-routes` on the control thread, for the worker to take.
 type Pending6 = Mutex<Option<Routes6>>;
 
@@ -524,17 +541,21 @@ pub fn run<P: Port + Send>(
         Some(internal) => {
             let (to_writer, rx) = mpsc::sync_channel(WRITER_QUEUE);
             let (tx, from_writer) = mpsc::channel();
+            let (tx6, routes6) = mpsc::channel();
             f.set_fib_link(dataplane::forwarder::FibLink {
                 to_writer,
                 from_writer,
+                routes6,
             });
-            let w = Arc::new(Mutex::new(crate::distrib::Writer::new()));
+            let w = Arc::new(Mutex::new(crate::distrib::Writer::with_nets6(
+                f.networks6(),
+            )));
             let mac = f.ifaces[internal as usize].mac;
             let (w2, r2, fl, st) = (w.clone(), routes.clone(), fast.clone(), stop.clone());
             let signer = f.dist_auth.signer.clone();
             std::thread::Builder::new()
                 .name("route-writer".into())
-                .spawn(move || route_writer(rx, tx, w2, r2, fl, mac, signer, st))
+                .spawn(move || route_writer(rx, tx, tx6, w2, r2, fl, mac, signer, st))
                 .map_err(|e| e.to_string())?;
             Some(w)
         }
@@ -575,6 +596,7 @@ pub fn run<P: Port + Send>(
                             "epoch": w.epoch,
                             "version": w.version,
                             "routes": w.len(),
+                            "routes6": w.counts().1,
                             "digest": format!("{:016x}", w.digest()),
                             "controller": w.controller.map(|m| m.to_string()),
                             "writer": w.stats,
@@ -658,6 +680,7 @@ const ACK_INTERVAL: Duration = Duration::from_millis(500);
 fn route_writer(
     rx: mpsc::Receiver<(MacAddr, wire::dist::RouteBatch)>,
     to_worker: mpsc::Sender<Vec<u8>>,
+    routes6: mpsc::Sender<Vec<(fib::Prefix6, Option<Vec<std::net::Ipv6Addr>>)>>,
     writer: Arc<Mutex<crate::distrib::Writer>>,
     routes: Arc<Mutex<RouteTable>>,
     fast: Option<crate::fast::FastLink>,
@@ -688,6 +711,12 @@ fn route_writer(
             }
         }
         let changed = w.flush(&mut t);
+        // IPv6 changes go to the worker that holds the IPv6 table, before the
+        // acknowledgement that covers them (the worker takes both in that order).
+        let six = w.take_routes6();
+        if !six.is_empty() && routes6.send(six).is_err() {
+            return;
+        }
         if changed {
             if let Some(fl) = &fast {
                 if let Err(e) = fl.publish(&t) {

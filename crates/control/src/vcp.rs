@@ -50,7 +50,7 @@
 //! ```
 
 use crate::config::{from_toml, line_of, read, ConfigError, IoConfig, RawIo};
-use crate::distrib::{gateways, Distributor, Fib, Gateways};
+use crate::distrib::{gateways, Distributor, Fib, Gateways, Net};
 use dataplane::buf::{Pkt, Pool};
 use dataplane::port::Port;
 use fib::Prefix;
@@ -154,7 +154,8 @@ pub struct ControllerFile {
     pub terminate: bool,
     pub fpm_listen: Option<SocketAddr>,
     pub fpm_settle: Duration,
-    pub routes: Vec<(Prefix, Gateways)>,
+    /// `[[route]]`s of either family.
+    pub routes: Vec<(Net, Gateways)>,
     /// A table loaded at start: text ("PREFIX GATEWAY..." per line), or with
     /// `routes_file_via` any table the forwarder reads (text, MRT, gzip, bzip2), every route
     /// through those gateways.
@@ -288,19 +289,20 @@ impl ControllerFile {
         }
         let mut routes = Vec::new();
         for (i, r) in raw.route.iter().enumerate() {
-            let prefix = Prefix::parse_strict(r.prefix.get_ref()).map_err(|e| {
+            let prefix = Net::parse_strict(r.prefix.get_ref()).map_err(|e| {
                 err(
                     r.prefix.span().start,
                     &format!("route[{i}].prefix"),
                     e.to_string(),
                 )
             })?;
-            let via = r
-                .via
-                .get_ref()
-                .addresses()
-                .map_err(|m| err(r.via.span().start, &format!("route[{i}].via"), m))?;
-            routes.push((prefix, gateways(via)));
+            let key = format!("route[{i}].via");
+            let via = match prefix {
+                Net::V4(_) => r.via.get_ref().addresses().map(gateways),
+                Net::V6(_) => r.via.get_ref().addresses6().map(gateways),
+            }
+            .map_err(|m| err(r.via.span().start, &key, m))?;
+            routes.push((prefix, via));
         }
         let routes_file = crate::config::routes_file_path(path, src, raw.routes_file.as_ref())?;
         let routes_file_via = match &raw.routes_file_via {
@@ -379,8 +381,9 @@ struct Nh {
 #[derive(Default)]
 pub struct FpmState {
     nexthops: HashMap<u32, Nh>,
-    routes: HashMap<Prefix, RouteVia>,
-    stale: HashSet<Prefix>,
+    routes: HashMap<Net, RouteVia>,
+    /// Routes of the table (either family) that zebra has not sent again yet.
+    stale: HashSet<Net>,
     pub stats: FpmStats,
 }
 
@@ -410,12 +413,22 @@ impl FpmState {
         self.stale = self.routes.keys().copied().collect();
         // The new zebra numbers its next-hop objects afresh, and may give an old id to
         // another object: routes held through objects keep the gateways they had.
-        let frozen: Vec<(Prefix, RouteVia)> = self
+        let frozen: Vec<(Net, RouteVia)> = self
             .routes
             .iter()
             .filter(|(_, v)| matches!(v, RouteVia::Object(_)))
             .map(|(p, v)| {
-                let gateways = self.resolve(v).map(|g| g.to_vec()).unwrap_or_default();
+                let gateways = self
+                    .resolve(v)
+                    .map(|g| {
+                        g.iter()
+                            .filter_map(|a| match a {
+                                std::net::IpAddr::V4(a) => Some(*a),
+                                std::net::IpAddr::V6(_) => None,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 (
                     *p,
                     RouteVia::Inline {
@@ -434,8 +447,8 @@ impl FpmState {
     /// A takeover: `fib` holds the mirrored table, `own` the new controller's routes
     /// (config and zebra), which go over it; mirrored routes not among them are stale
     /// until the stream settles.
-    pub fn adopt(&mut self, fib: &mut Fib, own: Vec<(Prefix, Gateways)>) {
-        let mine: HashSet<Prefix> = own.iter().map(|(p, _)| *p).collect();
+    pub fn adopt(&mut self, fib: &mut Fib, own: Vec<(Net, Gateways)>) {
+        let mine: HashSet<Net> = own.iter().map(|(p, _)| *p).collect();
         self.stale = fib
             .prefixes()
             .filter(|p| !mine.contains(p))
@@ -462,7 +475,7 @@ impl FpmState {
     /// delete then a new route: zebra's replace) reach the table as one change.
     pub fn frame(&mut self, msgs: Vec<fpm::Message>, fib: &mut Fib) {
         self.stats.frames += 1;
-        let mut touched: Vec<Prefix> = Vec::new();
+        let mut touched: Vec<Net> = Vec::new();
         let mut nh_changed: HashSet<u32> = HashSet::new();
         for m in msgs {
             self.stats.messages += 1;
@@ -491,7 +504,7 @@ impl FpmState {
                         self.stats.skipped_other_table += 1;
                         continue;
                     }
-                    let p = Prefix::new(r.dst, r.dst_len);
+                    let p = Net::V4(Prefix::new(r.dst, r.dst_len));
                     if r.add && r.rtype != fpm::nl::RTN_UNICAST {
                         self.stats.skipped_not_unicast += 1;
                         continue;
@@ -522,7 +535,7 @@ impl FpmState {
             };
             touched.extend(self.routes.iter().filter(|(_, v)| uses(v)).map(|(p, _)| *p));
         }
-        touched.sort_unstable_by_key(|p| (u32::from(p.addr()), p.len()));
+        touched.sort_unstable_by_key(|p| p.sort_key());
         touched.dedup();
         for p in touched {
             let want = match self.routes.get(&p) {
@@ -569,7 +582,7 @@ pub fn take_over(c: &mut Controller, fpm: &mut FpmState, fib: &mut Fib, resettle
         new.set(*p, Some(g.clone()));
     }
     let mirrored = new.len();
-    let own: Vec<(Prefix, Gateways)> = fib
+    let own: Vec<(Net, Gateways)> = fib
         .prefixes()
         .filter_map(|p| fib.get(*p).map(|g| (*p, g.clone())))
         .collect();
@@ -1550,6 +1563,7 @@ impl Controller {
             "epoch": fib.epoch(),
             "version": fib.version(),
             "routes": fib.len(),
+            "routes6": fib.counts().1,
             "digest": format!("{:016x}", fib.digest()),
             "distributing": active && self.hold.is_none() && !self.takeover_pending,
             "backends": backends,
@@ -1561,6 +1575,7 @@ impl Controller {
             v["epoch"] = json!(m.epoch);
             v["version"] = json!(m.version);
             v["routes"] = json!(m.len());
+            v["routes6"] = json!(m.counts().1);
             v["digest"] = json!(format!("{:016x}", m.digest()));
             v["mirror_of"] = json!(m.controller.map(|c| c.to_string()));
         }
@@ -1667,11 +1682,19 @@ pub struct Report {
 /// A route command on the controller's table (`route-add`, `route-del`).
 fn route_command(fib: &Mutex<Fib>, cmd: &str, req: &Value) -> Result<Value, String> {
     let p = req["prefix"].as_str().ok_or("missing \"prefix\"")?;
-    let prefix = Prefix::parse_strict(p).map_err(|e| format!("prefix {p:?}: {e}"))?;
+    let prefix = Net::parse_strict(p).map_err(|e| format!("prefix {p:?}: {e}"))?;
     let mut fib = fib.lock().map_err(|_| "table poisoned")?;
     let changed = match cmd {
         "route-add" => {
-            let via = crate::run::vias_of(req)?;
+            let via = crate::run::ip_vias_of(req)?;
+            if via
+                .iter()
+                .any(|g| g.is_ipv6() != matches!(prefix, Net::V6(_)))
+            {
+                return Err(format!(
+                    "prefix {p}: every via must be of its address family"
+                ));
+            }
             fib.set(prefix, Some(gateways(via)))
         }
         _ => fib.set(prefix, None),
@@ -1695,8 +1718,15 @@ pub fn run<P: Port>(
     if let Some(file) = &cfg.routes_file {
         let t = Instant::now();
         if cfg.routes_file_via.is_empty() {
-            crate::routes::load(file, |p, vias, _| {
-                fib.set(p, Some(gateways(vias.to_vec())));
+            crate::routes::load_lines(file, |l, _| {
+                match l {
+                    crate::routes::Line::V4(p, vias) => {
+                        fib.set(p, Some(gateways(vias.iter().copied())))
+                    }
+                    crate::routes::Line::V6(p, vias) => {
+                        fib.set(p, Some(gateways(vias.iter().copied())))
+                    }
+                };
                 Ok(())
             })
             .map_err(|e| e.to_string())?;
@@ -2229,7 +2259,7 @@ mod tests {
         let now = Instant::now();
         let mut fib = Fib::new(1, 100);
         fib.set(
-            "10.9.0.0/16".parse().unwrap(),
+            "10.9.0.0/16".parse::<Prefix>().unwrap(),
             Some(gateways(vec![ip("10.2.0.10")])),
         );
         let routes_sent = |c: &mut Controller, fib: &mut Fib, at: Instant| {

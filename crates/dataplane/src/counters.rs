@@ -181,6 +181,8 @@ named_enum! {
         DistHellosSent = "dist_hellos_sent" in All: "DIST hellos sent",
         DistReportsSent = "dist_reports_sent" in All: "DIST counter reports sent to the controller (one per message)",
         DistRoutesReceived = "dist_routes_received" in Forwarder: "routes messages from the controller passed to the route writer",
+        DistRoutes6Applied = "dist_routes6_applied" in Forwarder: "IPv6 route changes from the controller applied to the IPv6 table",
+        DistRoutes6Skipped = "dist_routes6_skipped" in Forwarder: "IPv6 route changes from the controller not applied: a connected prefix, a gateway on none of our networks, or IPv6 off (the route is held, as the controller's digest expects)",
         DistHellosReceived = "dist_hellos_received" in Balancer: "DIST hellos received",
         DistBalanceApplied = "dist_balance_applied" in Balancer: "DIST balance messages applied to the balancing table",
         DistPortsApplied = "dist_ports_applied" in Balancer: "DIST port configuration messages applied",

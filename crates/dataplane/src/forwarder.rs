@@ -126,6 +126,9 @@ pub struct FibLink {
     pub to_writer: std::sync::mpsc::SyncSender<(MacAddr, wire::dist::RouteBatch)>,
     /// Whole Ethernet frames (acknowledgements) to send out of the internal port.
     pub from_writer: std::sync::mpsc::Receiver<Vec<u8>>,
+    /// IPv6 route changes, for the IPv6 table this worker holds: each message in order,
+    /// in one publication ([`Forwarder::apply_routes6`]).
+    pub routes6: std::sync::mpsc::Receiver<Vec<(fib::Prefix6, Option<Vec<std::net::Ipv6Addr>>)>>,
 }
 
 /// The back-end role: hellos out of the internal port.
@@ -725,10 +728,20 @@ impl Forwarder {
             return;
         };
         let internal = b.internal;
+        let mut six = Vec::new();
+        while let Ok(changes) = link.routes6.try_recv() {
+            six.extend(changes);
+        }
         while let Ok(frame) = link.from_writer.try_recv() {
             let mut p = self.pool.get();
             p.data.extend_from_slice(&frame);
             self.output(internal, p, tx);
+        }
+        if !six.is_empty() {
+            let (n, skipped) = self.apply_routes6(six);
+            self.counters.event_n(Event::DistRoutes6Applied, n as u64);
+            self.counters
+                .event_n(Event::DistRoutes6Skipped, skipped as u64);
         }
     }
 

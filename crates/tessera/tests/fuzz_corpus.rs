@@ -81,6 +81,16 @@ fn dist_corpus() {
         parsed >= 4,
         "the seeds include one valid message of each type"
     );
+    // The named seed of a routes message with an IPv6 entry beside an IPv4 one.
+    let d = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/dist/routes-ipv6-and-ipv4"),
+    )
+    .unwrap();
+    let r = wire::dist::Repr::parse(&d).unwrap();
+    let wire::dist::Message::Routes(b) = r.msg else {
+        panic!("{r:?}")
+    };
+    assert!(b.routes[0].prefix.is_ipv4() && b.routes[1].prefix.is_ipv6(), "{b:?}");
 }
 
 #[test]

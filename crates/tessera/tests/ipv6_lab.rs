@@ -234,13 +234,10 @@ fn two_workers_forward_ipv6() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The multistage router (labs/multistage.toml: LB, three back-ends, LB) made dual-stack:
-/// hosts on either side ping each other over IPv6 with one hop-limit decrement (the LBs
-/// answer neighbour discovery for the router and balance the rest, the back-ends forward),
-/// the router's own address answers, and TCP runs over IPv6.
-#[test]
-fn ipv6_through_the_multistage_router() {
-    let dir = std::env::temp_dir().join(format!("tessera-ms6-{}", std::process::id()));
+/// The multistage lab (labs/multistage.toml) made dual-stack in `dir`: the router is
+/// 2001:db8:1::1 and 2001:db8:2::1 beside its IPv4 addresses, a1 and b1 are ...::10 with
+/// default routes through it. Returns the topology's text, to be edited further.
+fn dual_stack_multistage(dir: &std::path::Path) -> String {
     std::fs::create_dir_all(dir.join("multistage")).unwrap();
     let six = |t: String| {
         t.replace(
@@ -269,6 +266,17 @@ fn ipv6_through_the_multistage_router() {
             );
         assert!(topo.contains(&format!("2001:db8:{n}::10")), "{h}");
     }
+    topo
+}
+
+/// The multistage router (labs/multistage.toml: LB, three back-ends, LB) made dual-stack:
+/// hosts on either side ping each other over IPv6 with one hop-limit decrement (the LBs
+/// answer neighbour discovery for the router and balance the rest, the back-ends forward),
+/// the router's own address answers, and TCP runs over IPv6.
+#[test]
+fn ipv6_through_the_multistage_router() {
+    let dir = std::env::temp_dir().join(format!("tessera-ms6-{}", std::process::id()));
+    let topo = dual_stack_multistage(&dir);
     std::fs::write(dir.join("lab.toml"), topo).unwrap();
     let lab = TestLab::up(dir.join("lab.toml"), &[]);
     // The back-ends say hello before the LBs balance to them.
@@ -290,6 +298,102 @@ fn ipv6_through_the_multistage_router() {
     let c = lab.counters("lba");
     assert!(event_count(&c, "ext_nd_adverts_sent") >= 1, "{c}");
     assert!(event_count(&c, "balance_packets") > 100, "{c}");
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// IPv6 routes from the Virtual-CP: the multistage lab's plain vcp host becomes a
+/// controller (`tessera controller`) whose config holds an IPv6 route and an IPv4 one;
+/// it distributes them over DIST to the three back-ends, which install them (the IPv6 one
+/// in the IPv6 table of their worker) and acknowledge the controller's digest. a1 then
+/// reaches b1's loopback addresses behind those routes, over either family.
+#[test]
+fn ipv6_routes_from_the_controller_reach_every_back_end() {
+    let dir = std::env::temp_dir().join(format!("tessera-ms6c-{}", std::process::id()));
+    let mut topo = dual_stack_multistage(&dir);
+    for (from, to) in [
+        (
+            "[[host]]\nname = \"vcp\"\ninterfaces = [{ name = \"eth0\", address = \"10.255.0.100/24\" }]\n",
+            "[[element]]\nname = \"vcp\"\nrole = \"controller\"\nconfig = \"multistage/vcp.toml\"\n",
+        ),
+        ("a = \"vcp:eth0\"", "a = \"vcp:vcp-int\""),
+        (
+            "address6 = \"2001:db8:2::10/64\" }",
+            "address6 = \"2001:db8:2::10/64\" },\n  { name = \"lo\", address = \"198.51.100.1/32\", address6 = \"2001:db8:99::1/128\" }",
+        ),
+    ] {
+        assert!(topo.contains(from), "{from}");
+        topo = topo.replace(from, to);
+    }
+    std::fs::write(
+        dir.join("multistage/vcp.toml"),
+        r#"[controller]
+interface = "vcp-int"
+hello_interval_ms = 200
+# The LBs keep their own (dual-stack) configuration; no TAPs, no routing suite.
+configure_lbs = false
+terminate = false
+
+[[route]]
+prefix = "2001:db8:99::/64"
+via = "2001:db8:2::10"
+
+[[route]]
+prefix = "198.51.100.0/24"
+via = "10.2.0.10"
+"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    // Every back-end holds the controller's table (both routes, the same digest).
+    let mut tries = 0;
+    let fib = loop {
+        let fib = lab.show_json("fib", "vcp");
+        let backends = fib["backends"].as_array().cloned().unwrap_or_default();
+        let done = backends.len() == 3
+            && backends
+                .iter()
+                .all(|b| b["consistent"] == true && b["routes"] == 2);
+        tries += 1;
+        if done || tries == 50 {
+            break fib;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(
+        fib["backends"].as_array().map(|b| b.len()),
+        Some(3),
+        "{fib}"
+    );
+    for b in fib["backends"].as_array().unwrap() {
+        assert!(b["consistent"] == true && b["routes"] == 2, "{fib}");
+    }
+    for r in ["r1", "r2", "r3"] {
+        let f = lab.show_json("fib", r);
+        assert_eq!(f["routes6"], 1, "{r}: {f}");
+        // The worker took the IPv6 route into its table.
+        let c = lab.counters(r);
+        assert_eq!(event_count(&c, "dist_routes6_applied"), 1, "{r}: {c}");
+    }
+    let (ok, out) = ping6(&lab, "a1", &["2001:db8:99::1"]);
+    assert!(ok && out.contains("ttl=63"), "{out}");
+    let o = lab.exec(
+        "a1",
+        &[
+            "ping",
+            "-n",
+            "-c",
+            "2",
+            "-i",
+            "0.2",
+            "-W",
+            "2",
+            "198.51.100.1",
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("ttl=63"), "{out}");
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -20,7 +20,7 @@
 pub mod auth;
 
 use crate::{be16, be32, need, put16, MacAddr, Truncated};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The EtherType of DIST frames.
 pub const ETHERTYPE: u16 = 0x88b5;
@@ -58,8 +58,12 @@ pub const VIRTUAL_CP_LEN: usize = 8;
 pub const BALANCE_FLUSH: u8 = 0x01;
 /// Bytes of a routes message before its entries.
 pub const ROUTES_FIXED_LEN: usize = 16;
-/// Bytes of a route entry before its gateways.
+/// Bytes of an IPv4 route entry before its gateways.
 pub const ROUTE_ENTRY_FIXED_LEN: usize = 6;
+/// Bytes of an IPv6 route entry before its gateways.
+pub const ROUTE_ENTRY6_FIXED_LEN: usize = 18;
+/// Bit of a route entry's gateway-count byte: an IPv6 entry (16-byte prefix and gateways).
+pub const ROUTE_IPV6: u8 = 0x80;
 /// Most gateways one route entry carries (an ECMP group).
 pub const MAX_GATEWAYS: usize = 16;
 /// Flag of a routes message: a part of a snapshot (the whole table), not a delta.
@@ -257,6 +261,7 @@ pub struct BalanceEntry {
 }
 
 /// One route of a routes message: a prefix and its gateways; no gateway withdraws it.
+/// IPv4 or IPv6; the gateways are of the prefix's family.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[cfg_attr(
     feature = "serde",
@@ -264,11 +269,21 @@ pub struct BalanceEntry {
     serde(deny_unknown_fields)
 )]
 pub struct RouteEntry {
-    pub prefix: Ipv4Addr,
+    pub prefix: IpAddr,
     pub len: u8,
     /// The gateways (ECMP when several, at most [`MAX_GATEWAYS`]); empty withdraws.
     #[cfg_attr(feature = "serde", serde(default))]
-    pub via: Vec<Ipv4Addr>,
+    pub via: Vec<IpAddr>,
+}
+
+impl RouteEntry {
+    /// Bytes of the entry in a routes message.
+    pub fn wire_len(&self) -> usize {
+        match self.prefix {
+            IpAddr::V4(_) => ROUTE_ENTRY_FIXED_LEN + 4 * self.via.len(),
+            IpAddr::V6(_) => ROUTE_ENTRY6_FIXED_LEN + 16 * self.via.len(),
+        }
+    }
 }
 
 /// Route changes from the controller to one back-end: a delta that takes the back-end's
@@ -325,15 +340,16 @@ pub struct FibAck {
     pub digest: u64,
 }
 
-/// The digest of one route: a 64-bit mix of its prefix (host bits cleared), length and
-/// gateways (in ascending order, without duplicates).
+/// splitmix64's finaliser.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The digest of one IPv4 route: a 64-bit mix of its prefix (host bits cleared), length
+/// and gateways (in ascending order, without duplicates).
 pub fn route_digest(prefix: Ipv4Addr, len: u8, via: &[Ipv4Addr]) -> u64 {
-    fn mix(mut z: u64) -> u64 {
-        // splitmix64's finaliser
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
     let mask = if len == 0 {
         0
     } else {
@@ -346,12 +362,59 @@ pub fn route_digest(prefix: Ipv4Addr, len: u8, via: &[Ipv4Addr]) -> u64 {
     h
 }
 
-/// The digest of a table: the XOR of its routes' [`route_digest`]s, so that it does not
-/// depend on order and follows each change in O(1) (XOR out the old, XOR in the new).
-pub fn table_digest<'a>(routes: impl IntoIterator<Item = (Ipv4Addr, u8, &'a [Ipv4Addr])>) -> u64 {
+/// The digest of one IPv6 route: as [`route_digest`], each 128-bit address mixed in as
+/// its high then its low 64 bits, the length with bit 8 set (so that no IPv6 route
+/// shares the first step of an IPv4 one).
+pub fn route_digest6(prefix: Ipv6Addr, len: u8, via: &[Ipv6Addr]) -> u64 {
+    let mask = if len == 0 {
+        0
+    } else {
+        u128::MAX << (128 - len.min(128) as u32)
+    };
+    let wide = |h: u64, a: u128| mix(mix(h ^ (a >> 64) as u64) ^ a as u64);
+    let mut h = wide(mix(0x100 | len as u64), u128::from(prefix) & mask);
+    for g in via {
+        h = wide(h, u128::from(*g));
+    }
+    h
+}
+
+/// The digest of a route of either family: [`route_digest`] or [`route_digest6`]
+/// (gateways of the other family are left out; a route never has them).
+pub fn route_digest_any(prefix: IpAddr, len: u8, via: &[IpAddr]) -> u64 {
+    match prefix {
+        IpAddr::V4(p) => {
+            let v: Vec<Ipv4Addr> = via.iter().filter_map(|g| v4(*g)).collect();
+            route_digest(p, len, &v)
+        }
+        IpAddr::V6(p) => {
+            let v: Vec<Ipv6Addr> = via.iter().filter_map(|g| v6(*g)).collect();
+            route_digest6(p, len, &v)
+        }
+    }
+}
+
+fn v4(a: IpAddr) -> Option<Ipv4Addr> {
+    match a {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(_) => None,
+    }
+}
+
+fn v6(a: IpAddr) -> Option<Ipv6Addr> {
+    match a {
+        IpAddr::V6(a) => Some(a),
+        IpAddr::V4(_) => None,
+    }
+}
+
+/// The digest of a table: the XOR of its routes' digests ([`route_digest_any`]), so that
+/// it does not depend on order and follows each change in O(1) (XOR out the old, XOR in
+/// the new).
+pub fn table_digest<'a>(routes: impl IntoIterator<Item = (IpAddr, u8, &'a [IpAddr])>) -> u64 {
     routes
         .into_iter()
-        .fold(0, |d, (p, l, v)| d ^ route_digest(p, l, v))
+        .fold(0, |d, (p, l, v)| d ^ route_digest_any(p, l, v))
 }
 
 /// The body of a DIST message.
@@ -499,6 +562,22 @@ fn be64(b: &[u8], at: usize) -> u64 {
     (be32(b, at) as u64) << 32 | be32(b, at + 4) as u64
 }
 
+fn ip6(b: &[u8], at: usize) -> Ipv6Addr {
+    let mut o = [0u8; 16];
+    o.copy_from_slice(&b[at..at + 16]);
+    Ipv6Addr::from(o)
+}
+
+fn prefix_len6(v: u8) -> Result<u8, Error> {
+    if v > 128 {
+        return Err(Error::BadField {
+            field: "prefix_len",
+            value: v as u32,
+        });
+    }
+    Ok(v)
+}
+
 fn prefix_len(v: u8) -> Result<u8, Error> {
     if v > 32 {
         return Err(Error::BadField {
@@ -559,11 +638,7 @@ impl Message {
             }
             Message::VirtualCp { .. } => VIRTUAL_CP_LEN,
             Message::Routes(b) => {
-                ROUTES_FIXED_LEN
-                    + b.routes
-                        .iter()
-                        .map(|r| ROUTE_ENTRY_FIXED_LEN + 4 * r.via.len())
-                        .sum::<usize>()
+                ROUTES_FIXED_LEN + b.routes.iter().map(RouteEntry::wire_len).sum::<usize>()
             }
             Message::FibAck(_) => FIB_ACK_LEN,
             Message::Counters(c) => c.body_len(),
@@ -688,23 +763,41 @@ impl Repr {
                 let mut routes = Vec::with_capacity(count.min(length / ROUTE_ENTRY_FIXED_LEN));
                 let mut at = ROUTES_FIXED_LEN;
                 for _ in 0..count {
-                    if at + ROUTE_ENTRY_FIXED_LEN > length {
+                    if at + 2 > length {
                         return Err(bad);
                     }
-                    let (len, n) = (prefix_len(body[at])?, body[at + 1] as usize);
+                    let six = body[at + 1] & ROUTE_IPV6 != 0;
+                    let n = (body[at + 1] & !ROUTE_IPV6) as usize;
                     if n > MAX_GATEWAYS {
                         return Err(Error::BadField {
                             field: "gateways",
                             value: n as u32,
                         });
                     }
-                    let prefix = ip(body, at + 2);
-                    at += ROUTE_ENTRY_FIXED_LEN;
-                    if at + 4 * n > length {
+                    let (fixed, width) = if six {
+                        (ROUTE_ENTRY6_FIXED_LEN, 16)
+                    } else {
+                        (ROUTE_ENTRY_FIXED_LEN, 4)
+                    };
+                    if at + fixed + width * n > length {
                         return Err(bad);
                     }
-                    let via = (0..n).map(|i| ip(body, at + 4 * i)).collect();
-                    at += 4 * n;
+                    let addr = |at: usize| -> IpAddr {
+                        if six {
+                            ip6(body, at).into()
+                        } else {
+                            ip(body, at).into()
+                        }
+                    };
+                    let len = if six {
+                        prefix_len6(body[at])?
+                    } else {
+                        prefix_len(body[at])?
+                    };
+                    let prefix = addr(at + 2);
+                    at += fixed;
+                    let via = (0..n).map(|i| addr(at + width * i)).collect();
+                    at += width * n;
                     routes.push(RouteEntry { prefix, len, via });
                 }
                 if at != length {
@@ -850,8 +943,17 @@ impl Repr {
             Message::Routes(b) => {
                 too_many("routes", b.routes.len(), u16::MAX as usize)?;
                 for r in &b.routes {
-                    prefix_len(r.len)?;
+                    match r.prefix {
+                        IpAddr::V4(_) => prefix_len(r.len)?,
+                        IpAddr::V6(_) => prefix_len6(r.len)?,
+                    };
                     too_many("gateways", r.via.len(), MAX_GATEWAYS)?;
+                    if r.via.iter().any(|g| g.is_ipv4() != r.prefix.is_ipv4()) {
+                        return Err(Error::BadField {
+                            field: "gateway_family",
+                            value: r.len as u32,
+                        });
+                    }
                 }
                 too_many("length", self.msg.body_len(), u16::MAX as usize)?;
             }
@@ -925,12 +1027,22 @@ impl Repr {
                 let mut at = ROUTES_FIXED_LEN;
                 for r in &b.routes {
                     body[at] = r.len;
-                    body[at + 1] = r.via.len() as u8;
-                    body[at + 2..at + 6].copy_from_slice(&r.prefix.octets());
-                    at += ROUTE_ENTRY_FIXED_LEN;
+                    body[at + 1] =
+                        r.via.len() as u8 | if r.prefix.is_ipv6() { ROUTE_IPV6 } else { 0 };
+                    let mut put = |at: &mut usize, a: &IpAddr| match a {
+                        IpAddr::V4(a) => {
+                            body[*at..*at + 4].copy_from_slice(&a.octets());
+                            *at += 4;
+                        }
+                        IpAddr::V6(a) => {
+                            body[*at..*at + 16].copy_from_slice(&a.octets());
+                            *at += 16;
+                        }
+                    };
+                    at += 2;
+                    put(&mut at, &r.prefix);
                     for g in &r.via {
-                        body[at..at + 4].copy_from_slice(&g.octets());
-                        at += 4;
+                        put(&mut at, g);
                     }
                 }
             }
@@ -1068,14 +1180,22 @@ mod tests {
                     last: false,
                     routes: vec![
                         RouteEntry {
-                            prefix: Ipv4Addr::new(198, 51, 100, 0),
+                            prefix: Ipv4Addr::new(198, 51, 100, 0).into(),
                             len: 24,
-                            via: vec![Ipv4Addr::new(10, 1, 0, 2), Ipv4Addr::new(10, 2, 0, 2)],
+                            via: vec![
+                                Ipv4Addr::new(10, 1, 0, 2).into(),
+                                Ipv4Addr::new(10, 2, 0, 2).into(),
+                            ],
                         },
                         RouteEntry {
-                            prefix: Ipv4Addr::new(192, 0, 2, 0),
+                            prefix: Ipv4Addr::new(192, 0, 2, 0).into(),
                             len: 24,
                             via: vec![],
+                        },
+                        RouteEntry {
+                            prefix: "2001:db8:100::".parse().unwrap(),
+                            len: 40,
+                            via: vec!["2001:db8:1::2".parse().unwrap()],
                         },
                     ],
                 }),
@@ -1186,9 +1306,34 @@ mod tests {
         let mut good = vec![0; r.buffer_len()];
         r.emit(&mut good).unwrap();
         let first = HEADER_LEN + ROUTES_FIXED_LEN;
+        let third = first + ROUTE_ENTRY_FIXED_LEN + 8 + ROUTE_ENTRY_FIXED_LEN;
         let mut b = good.clone();
-        b[first + 1 + ROUTE_ENTRY_FIXED_LEN + 8] = 1; // second entry: 1 gateway, none there
+        b[third + 1] = ROUTE_IPV6 | 2; // the IPv6 entry: 2 gateways, one there
         assert!(matches!(Repr::parse(&b), Err(Error::BadLength { .. })));
+        let mut b = good.clone();
+        b[third] = 129; // an IPv6 prefix length
+        assert!(matches!(
+            Repr::parse(&b),
+            Err(Error::BadField {
+                field: "prefix_len",
+                ..
+            })
+        ));
+        let mut b = good.clone();
+        b[third] = 33; // fine for IPv6
+        assert!(Repr::parse(&b).is_ok());
+        // An entry whose gateways are of the other family cannot be sent.
+        let mut mixed = r.clone();
+        if let Message::Routes(b) = &mut mixed.msg {
+            b.routes[0].via.push("2001:db8::1".parse().unwrap());
+        }
+        assert!(matches!(
+            mixed.validate(),
+            Err(Error::BadField {
+                field: "gateway_family",
+                ..
+            })
+        ));
         let mut b = good.clone();
         b[first + 1] = 17;
         assert!(matches!(
@@ -1199,7 +1344,7 @@ mod tests {
             })
         ));
         let mut b = good.clone();
-        b[HEADER_LEN + 15] = 1; // one entry announced, two present
+        b[HEADER_LEN + 15] = 2; // two entries announced, three present
         assert!(matches!(Repr::parse(&b), Err(Error::BadLength { .. })));
     }
 

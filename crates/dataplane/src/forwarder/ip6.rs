@@ -308,6 +308,54 @@ impl Forwarder {
         six.writer.as_mut().is_some_and(|w| w.remove(prefix))
     }
 
+    /// Applies IPv6 route changes in order (a later change of a prefix wins) in one
+    /// publication: `Some` adds or replaces the route through those gateways, `None`
+    /// removes it. Connected prefixes are left alone, as is a route whose gateways are on
+    /// none of our networks (the route writer has checked that already). Returns the
+    /// changes applied and those skipped.
+    pub fn apply_routes6(
+        &mut self,
+        changes: Vec<(Prefix6, Option<Vec<Ipv6Addr>>)>,
+    ) -> (usize, usize) {
+        self.snap6 = None;
+        let Some(six) = self.six.as_mut() else {
+            return (0, changes.len());
+        };
+        let connected: Vec<Prefix6> = six.connected().into_iter().map(|c| c.0).collect();
+        let mut out = Vec::with_capacity(changes.len());
+        let mut skipped = 0;
+        for (p, vias) in changes {
+            if connected.contains(&p) {
+                skipped += 1;
+                continue;
+            }
+            match vias.map(|v| six.group_via(&v)).transpose() {
+                Ok(v) => out.push((p, v)),
+                Err(_) => skipped += 1,
+            }
+        }
+        let n = out.len();
+        match six.writer.as_mut() {
+            Some(w) => {
+                w.apply(out);
+                (n, skipped)
+            }
+            None => (0, n + skipped),
+        }
+    }
+
+    /// Our IPv6 networks: the prefixes of the interfaces' global addresses.
+    pub fn networks6(&self) -> Vec<Prefix6> {
+        self.six.as_ref().map_or_else(Vec::new, |s| {
+            s.addrs
+                .iter()
+                .flatten()
+                .filter(|x| !is_link_local(x.0))
+                .map(|&(a, len)| Prefix6::new(a, len))
+                .collect()
+        })
+    }
+
     /// Prefixes in the IPv6 table, connected ones included (0 with IPv6 off).
     pub fn route_count6(&self) -> usize {
         self.six
