@@ -53,7 +53,6 @@ use crate::config::{from_toml, line_of, read, ConfigError, IoConfig, RawIo};
 use crate::distrib::{gateways, Distributor, Fib, Gateways, Net};
 use dataplane::buf::{Pkt, Pool};
 use dataplane::port::Port;
-use fib::Prefix;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -354,6 +353,8 @@ pub struct FpmStats {
     /// Frames or messages that did not parse (skipped; the stream goes on).
     pub malformed: u64,
     /// Routes not taken, by reason.
+    /// IPv6 routes whose gateways are all link-local (as OSPFv3 and BGP over link-local
+    /// sessions give them): a routes message names no interface (docs/virtual-cp.md).
     pub skipped_ipv6: u64,
     pub skipped_other_table: u64,
     pub skipped_not_unicast: u64,
@@ -373,8 +374,12 @@ pub struct FpmStats {
 
 #[derive(Debug, Clone)]
 struct Nh {
-    gateway: Option<Ipv4Addr>,
+    gateway: Option<std::net::IpAddr>,
     group: Vec<u32>,
+}
+
+fn is_link_local(a: &std::net::IpAddr) -> bool {
+    matches!(a, std::net::IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80)
 }
 
 /// zebra's view, as its FPM stream tells it, and what it makes of the [`Fib`].
@@ -388,7 +393,9 @@ pub struct FpmState {
 }
 
 impl FpmState {
-    /// The gateways of a route (none for a connected or unknown next hop).
+    /// The gateways of a route (none for a connected or unknown next hop). IPv6
+    /// link-local gateways are left out: a routes message names no interface, so a
+    /// back-end could not tell which link such a gateway is on.
     fn resolve(&self, via: &RouteVia) -> Option<Gateways> {
         let g = match via {
             RouteVia::Inline { gateways, .. } => gateways.clone(),
@@ -404,7 +411,25 @@ impl FpmState {
                 }
             }
         };
+        let g: Vec<std::net::IpAddr> = g.into_iter().filter(|a| !is_link_local(a)).collect();
         (!g.is_empty()).then(|| gateways(g))
+    }
+
+    /// Whether a route's gateways are all IPv6 link-local ones (see [`FpmState::resolve`]).
+    fn link_local_only(&self, via: &RouteVia) -> bool {
+        let g: Vec<std::net::IpAddr> = match via {
+            RouteVia::Inline { gateways, .. } => gateways.clone(),
+            RouteVia::Object(id) => match self.nexthops.get(id) {
+                None => return false,
+                Some(nh) if nh.group.is_empty() => nh.gateway.into_iter().collect(),
+                Some(nh) => nh
+                    .group
+                    .iter()
+                    .filter_map(|m| self.nexthops.get(m).and_then(|n| n.gateway))
+                    .collect(),
+            },
+        };
+        !g.is_empty() && g.iter().all(is_link_local)
     }
 
     /// A new connection: zebra will send its whole table again. What it held is kept
@@ -418,17 +443,7 @@ impl FpmState {
             .iter()
             .filter(|(_, v)| matches!(v, RouteVia::Object(_)))
             .map(|(p, v)| {
-                let gateways = self
-                    .resolve(v)
-                    .map(|g| {
-                        g.iter()
-                            .filter_map(|a| match a {
-                                std::net::IpAddr::V4(a) => Some(*a),
-                                std::net::IpAddr::V6(_) => None,
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let gateways = self.resolve(v).map(|g| g.to_vec()).unwrap_or_default();
                 (
                     *p,
                     RouteVia::Inline {
@@ -496,15 +511,14 @@ impl FpmState {
                     }
                 }
                 fpm::Message::Route(r) => {
-                    if r.family != fpm::Family::Ipv4 {
-                        self.stats.skipped_ipv6 += 1;
+                    if !matches!(r.family, fpm::Family::Ipv4 | fpm::Family::Ipv6) {
                         continue;
                     }
                     if r.table != 254 {
                         self.stats.skipped_other_table += 1;
                         continue;
                     }
-                    let p = Net::V4(Prefix::new(r.dst, r.dst_len));
+                    let p = Net::new(r.dst, r.dst_len);
                     if r.add && r.rtype != fpm::nl::RTN_UNICAST {
                         self.stats.skipped_not_unicast += 1;
                         continue;
@@ -547,6 +561,7 @@ impl FpmState {
                             RouteVia::Object(_) if !self.has_object(v) => {
                                 self.stats.unknown_nexthop += 1
                             }
+                            _ if self.link_local_only(v) => self.stats.skipped_ipv6 += 1,
                             _ => self.stats.skipped_no_gateway += 1,
                         }
                     }
@@ -1882,6 +1897,7 @@ fn send<P: Port>(port: &mut P, q: &mut Vec<Pkt>, pool: &mut Pool, ctl: &Mutex<Co
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fib::Prefix;
     use wire::fpm::build;
 
     fn ip(s: &str) -> Ipv4Addr {
@@ -1894,6 +1910,55 @@ mod tests {
         fpm.frame(fpm::messages(payload).unwrap(), fib);
     }
 
+    /// zebra's IPv6 routes reach the same table: inline gateways, ECMP, next-hop objects;
+    /// link-local gateways are left out, and a route with nothing else is counted.
+    #[test]
+    fn fpm_ipv6_routes_reach_the_table() {
+        let (mut s, mut fib) = (FpmState::default(), Fib::new(1, 100));
+        let g = |x: &str| -> std::net::Ipv6Addr { x.parse().unwrap() };
+        let p = |x: &str| -> fib::Prefix6 { x.parse().unwrap() };
+        frame(
+            &mut s,
+            &mut fib,
+            &[
+                build::nexthop(true, 20, Some(g("2001:db8:2::9").into()), &[]),
+                build::route6(true, g("2001:db8:99::"), 48, &[g("2001:db8:2::10")], None),
+                build::route6(
+                    true,
+                    g("2001:db8:98::"),
+                    48,
+                    &[g("2001:db8:1::5"), g("fe80::5"), g("2001:db8:2::5")],
+                    None,
+                ),
+                build::route6(true, g("2001:db8:97::"), 64, &[], Some(20)),
+                build::route6(true, g("2001:db8:96::"), 48, &[g("fe80::1")], None),
+                build::route(true, ip("192.0.2.0"), 24, &[ip("10.2.0.3")], None),
+            ],
+        );
+        assert_eq!(fib.counts(), (1, 3));
+        assert_eq!(s.stats.skipped_ipv6, 1);
+        let want = |a: &[&str]| -> Gateways { gateways(a.iter().map(|x| g(x))) };
+        assert_eq!(
+            fib.get(p("2001:db8:99::/48")),
+            Some(&want(&["2001:db8:2::10"]))
+        );
+        assert_eq!(
+            fib.get(p("2001:db8:98::/48")),
+            Some(&want(&["2001:db8:1::5", "2001:db8:2::5"]))
+        );
+        assert_eq!(
+            fib.get(p("2001:db8:97::/64")),
+            Some(&want(&["2001:db8:2::9"]))
+        );
+        // Withdrawn.
+        frame(
+            &mut s,
+            &mut fib,
+            &[build::route6(false, g("2001:db8:99::"), 48, &[], None)],
+        );
+        assert_eq!(fib.counts(), (1, 2));
+    }
+
     #[test]
     fn fpm_routes_reach_the_table() {
         let (mut s, mut fib) = (FpmState::default(), Fib::new(1, 100));
@@ -1903,8 +1968,8 @@ mod tests {
             &mut s,
             &mut fib,
             &[
-                build::nexthop(true, 6, Some(ip("10.1.0.2")), &[]),
-                build::nexthop(true, 8, Some(ip("10.2.0.2")), &[]),
+                build::nexthop(true, 6, Some(ip("10.1.0.2").into()), &[]),
+                build::nexthop(true, 8, Some(ip("10.2.0.2").into()), &[]),
                 build::nexthop(true, 7, None, &[6, 8]),
                 build::route(true, ip("192.0.2.0"), 24, &[], Some(6)),
                 build::route(true, ip("198.51.100.0"), 24, &[], Some(7)),
@@ -1931,7 +1996,7 @@ mod tests {
         frame(
             &mut s,
             &mut fib,
-            &[build::nexthop(true, 8, Some(ip("10.2.0.7")), &[])],
+            &[build::nexthop(true, 8, Some(ip("10.2.0.7").into()), &[])],
         );
         assert_eq!(
             &**fib.get(p("198.51.100.0/24")).unwrap(),
@@ -1954,7 +2019,7 @@ mod tests {
             &mut fib,
             &[
                 build::nexthop(true, 7, None, &[]),
-                build::nexthop(true, 8, Some(ip("10.1.0.99")), &[]),
+                build::nexthop(true, 8, Some(ip("10.1.0.99").into()), &[]),
             ],
         );
         assert_eq!(fib.version(), v, "stale routes do not follow reused ids");
@@ -1963,7 +2028,7 @@ mod tests {
             &mut s,
             &mut fib,
             &[
-                build::nexthop(true, 6, Some(ip("10.1.0.2")), &[]),
+                build::nexthop(true, 6, Some(ip("10.1.0.2").into()), &[]),
                 build::route(true, ip("192.0.2.0"), 24, &[ip("10.2.0.9")], None),
             ],
         );

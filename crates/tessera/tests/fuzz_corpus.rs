@@ -90,7 +90,10 @@ fn dist_corpus() {
     let wire::dist::Message::Routes(b) = r.msg else {
         panic!("{r:?}")
     };
-    assert!(b.routes[0].prefix.is_ipv4() && b.routes[1].prefix.is_ipv6(), "{b:?}");
+    assert!(
+        b.routes[0].prefix.is_ipv4() && b.routes[1].prefix.is_ipv6(),
+        "{b:?}"
+    );
 }
 
 #[test]
@@ -101,6 +104,19 @@ fn fpm_corpus() {
         frames += wire::fpm::split_frame(&d).is_ok_and(|f| f.is_some()) as usize;
     }
     assert!(frames >= 2, "the seeds include zebra's own frames");
+    // The named seed of IPv6 routes (one through a link-local gateway beside a global one).
+    let d = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/fpm/zebra-ipv6-routes"),
+    )
+    .unwrap();
+    let (_, payload) = wire::fpm::split_frame(&d).unwrap().unwrap();
+    let m = wire::fpm::messages(payload).unwrap();
+    assert!(
+        m.iter()
+            .all(|m| matches!(m, wire::fpm::Message::Route(r) if r.dst.is_ipv6()))
+            && m.len() == 2,
+        "{m:?}"
+    );
 }
 
 #[test]

@@ -17,7 +17,7 @@
 //! whatever the bytes; a malformed message is an error that names what was wrong.
 
 use crate::Truncated;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Bytes of the FPM header.
 pub const FPM_HEADER_LEN: usize = 4;
@@ -118,7 +118,7 @@ pub fn split_frame(stream: &[u8]) -> Result<Option<(usize, &[u8])>, Error> {
     Ok(Some((len, &stream[FPM_HEADER_LEN..len])))
 }
 
-/// A route's destination: IPv4 routes are read whole; IPv6 ones are only recognised.
+/// A route's or next hop's address family: IPv4 and IPv6 are read whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {
     Ipv4,
@@ -131,10 +131,7 @@ pub enum Family {
 pub enum RouteVia {
     /// Gateways given inline (`RTA_GATEWAY`, or each hop of `RTA_MULTIPATH`); hops that name
     /// only an interface are counted in `direct`.
-    Inline {
-        gateways: Vec<Ipv4Addr>,
-        direct: u32,
-    },
+    Inline { gateways: Vec<IpAddr>, direct: u32 },
     /// A next-hop object or group sent before (`RTA_NH_ID`).
     Object(u32),
 }
@@ -145,8 +142,8 @@ pub struct Route {
     /// `RTM_NEWROUTE` (true) or `RTM_DELROUTE`.
     pub add: bool,
     pub family: Family,
-    /// The destination (IPv4 routes; 0.0.0.0 otherwise), host bits as sent.
-    pub dst: Ipv4Addr,
+    /// The destination (0.0.0.0 for a family other than IPv4 and IPv6), host bits as sent.
+    pub dst: IpAddr,
     pub dst_len: u8,
     /// `RTA_TABLE` if present, else the `rtmsg` table byte.
     pub table: u32,
@@ -164,8 +161,8 @@ pub struct Nexthop {
     pub add: bool,
     pub id: u32,
     pub family: Family,
-    /// The IPv4 gateway of a single next hop.
-    pub gateway: Option<Ipv4Addr>,
+    /// The gateway of a single next hop (IPv4 or IPv6).
+    pub gateway: Option<IpAddr>,
     /// The member ids of a group (empty for a single next hop).
     pub group: Vec<u32>,
     pub blackhole: bool,
@@ -233,6 +230,26 @@ fn ip_attr(field: &'static str, v: &[u8]) -> Result<Ipv4Addr, Error> {
     Ok(Ipv4Addr::new(v[0], v[1], v[2], v[3]))
 }
 
+fn ip6_attr(field: &'static str, v: &[u8]) -> Result<Ipv6Addr, Error> {
+    if v.len() < 16 {
+        return Err(Error::BadField {
+            field,
+            value: v.len() as u32,
+        });
+    }
+    let mut o = [0u8; 16];
+    o.copy_from_slice(&v[..16]);
+    Ok(Ipv6Addr::from(o))
+}
+
+/// An address of `fam` (IPv4 or IPv6) from an attribute.
+fn addr_attr(fam: Family, field: &'static str, v: &[u8]) -> Result<IpAddr, Error> {
+    match fam {
+        Family::Ipv6 => ip6_attr(field, v).map(IpAddr::V6),
+        _ => ip_attr(field, v).map(IpAddr::V4),
+    }
+}
+
 fn family(f: u8) -> Family {
     match f {
         nl::AF_INET => Family::Ipv4,
@@ -290,7 +307,10 @@ fn route(b: &[u8], base: usize, add: bool) -> Result<Route, Error> {
     let mut r = Route {
         add,
         family: fam,
-        dst: Ipv4Addr::UNSPECIFIED,
+        dst: match fam {
+            Family::Ipv6 => Ipv6Addr::UNSPECIFIED.into(),
+            _ => Ipv4Addr::UNSPECIFIED.into(),
+        },
         dst_len,
         table: b[4] as u32,
         protocol: b[5],
@@ -301,20 +321,20 @@ fn route(b: &[u8], base: usize, add: bool) -> Result<Route, Error> {
             direct: 0,
         },
     };
-    let v4 = fam == Family::Ipv4;
+    let known = matches!(fam, Family::Ipv4 | Family::Ipv6);
     let mut gateways = Vec::new();
     let mut direct = 0u32;
     let mut oif = false;
     let mut nh_id = None;
     attrs(&b[RTMSG_LEN..], base + RTMSG_LEN, |t, v| {
         match t {
-            nl::RTA_DST if v4 => r.dst = ip_attr("RTA_DST", v)?,
-            nl::RTA_GATEWAY if v4 => gateways.push(ip_attr("RTA_GATEWAY", v)?),
+            nl::RTA_DST if known => r.dst = addr_attr(fam, "RTA_DST", v)?,
+            nl::RTA_GATEWAY if known => gateways.push(addr_attr(fam, "RTA_GATEWAY", v)?),
             nl::RTA_OIF => oif = true,
             nl::RTA_PRIORITY => r.metric = u32_attr("RTA_PRIORITY", v)?,
             nl::RTA_TABLE => r.table = u32_attr("RTA_TABLE", v)?,
             nl::RTA_NH_ID => nh_id = Some(u32_attr("RTA_NH_ID", v)?),
-            nl::RTA_MULTIPATH if v4 => {
+            nl::RTA_MULTIPATH if known => {
                 // struct rtnexthop { u16 len; u8 flags; u8 hops; i32 ifindex; } + attributes
                 let mut at = 0;
                 while at + 8 <= v.len() {
@@ -328,7 +348,7 @@ fn route(b: &[u8], base: usize, add: bool) -> Result<Route, Error> {
                     let mut gw = None;
                     attrs(&v[at + 8..at + len], base, |t, v| {
                         if t == nl::RTA_GATEWAY {
-                            gw = Some(ip_attr("RTA_GATEWAY", v)?);
+                            gw = Some(addr_attr(fam, "RTA_GATEWAY", v)?);
                         }
                         Ok(())
                     })?;
@@ -369,7 +389,9 @@ fn nexthop(b: &[u8], base: usize, add: bool) -> Result<Nexthop, Error> {
     attrs(&b[NHMSG_LEN..], base + NHMSG_LEN, |t, v| {
         match t {
             nl::NHA_ID => n.id = u32_attr("NHA_ID", v)?,
-            nl::NHA_GATEWAY if fam == Family::Ipv4 => n.gateway = Some(ip_attr("NHA_GATEWAY", v)?),
+            nl::NHA_GATEWAY if matches!(fam, Family::Ipv4 | Family::Ipv6) => {
+                n.gateway = Some(addr_attr(fam, "NHA_GATEWAY", v)?)
+            }
             nl::NHA_BLACKHOLE => n.blackhole = true,
             nl::NHA_GROUP => {
                 // struct nexthop_grp { u32 id; u8 weight; u8 resvd1; u16 resvd2; }
@@ -420,33 +442,44 @@ pub mod build {
         gateways: &[Ipv4Addr],
         nh_id: Option<u32>,
     ) -> Vec<u8> {
-        let mut b = vec![
-            nl::AF_INET,
-            len,
-            0,
-            0,
-            254,
-            196,
-            0,
-            nl::RTN_UNICAST,
-            0,
-            0,
-            0,
-            0,
-        ];
-        attr(&mut b, nl::RTA_DST, &dst.octets());
+        let g: Vec<Vec<u8>> = gateways.iter().map(|g| g.octets().to_vec()).collect();
+        any_route(add, nl::AF_INET, &dst.octets(), len, &g, nh_id)
+    }
+
+    /// An IPv6 route message, as [`route`].
+    pub fn route6(
+        add: bool,
+        dst: Ipv6Addr,
+        len: u8,
+        gateways: &[Ipv6Addr],
+        nh_id: Option<u32>,
+    ) -> Vec<u8> {
+        let g: Vec<Vec<u8>> = gateways.iter().map(|g| g.octets().to_vec()).collect();
+        any_route(add, nl::AF_INET6, &dst.octets(), len, &g, nh_id)
+    }
+
+    fn any_route(
+        add: bool,
+        family: u8,
+        dst: &[u8],
+        len: u8,
+        gateways: &[Vec<u8>],
+        nh_id: Option<u32>,
+    ) -> Vec<u8> {
+        let mut b = vec![family, len, 0, 0, 254, 196, 0, nl::RTN_UNICAST, 0, 0, 0, 0];
+        attr(&mut b, nl::RTA_DST, dst);
         attr(&mut b, nl::RTA_PRIORITY, &20u32.to_le_bytes());
         if let Some(id) = nh_id {
             attr(&mut b, nl::RTA_NH_ID, &id.to_le_bytes());
         } else if gateways.len() == 1 {
-            attr(&mut b, nl::RTA_GATEWAY, &gateways[0].octets());
+            attr(&mut b, nl::RTA_GATEWAY, &gateways[0]);
         } else if gateways.len() > 1 {
             let mut mp = Vec::new();
             for g in gateways {
-                mp.extend_from_slice(&16u16.to_le_bytes());
+                mp.extend_from_slice(&(12 + g.len() as u16).to_le_bytes());
                 mp.extend_from_slice(&[0, 0]);
                 mp.extend_from_slice(&2i32.to_le_bytes());
-                attr(&mut mp, nl::RTA_GATEWAY, &g.octets());
+                attr(&mut mp, nl::RTA_GATEWAY, g);
             }
             attr(&mut b, nl::RTA_MULTIPATH, &mp);
         }
@@ -459,11 +492,18 @@ pub mod build {
     }
 
     /// A next-hop object: a single gateway, or a group of other objects.
-    pub fn nexthop(add: bool, id: u32, gateway: Option<Ipv4Addr>, group: &[u32]) -> Vec<u8> {
-        let mut b = vec![nl::AF_INET, 0, 11, 0, 0, 0, 0, 0];
+    pub fn nexthop(add: bool, id: u32, gateway: Option<IpAddr>, group: &[u32]) -> Vec<u8> {
+        let family = match gateway {
+            Some(IpAddr::V6(_)) => nl::AF_INET6,
+            _ => nl::AF_INET,
+        };
+        let mut b = vec![family, 0, 11, 0, 0, 0, 0, 0];
         attr(&mut b, nl::NHA_ID, &id.to_le_bytes());
         if let Some(g) = gateway {
-            attr(&mut b, nl::NHA_GATEWAY, &g.octets());
+            match g {
+                IpAddr::V4(g) => attr(&mut b, nl::NHA_GATEWAY, &g.octets()),
+                IpAddr::V6(g) => attr(&mut b, nl::NHA_GATEWAY, &g.octets()),
+            }
             attr(&mut b, nl::NHA_OIF, &3u32.to_le_bytes());
         }
         if !group.is_empty() {
@@ -547,7 +587,7 @@ mod tests {
                 add: true,
                 id: 8,
                 family: Family::Ipv4,
-                gateway: Some(Ipv4Addr::new(10, 9, 0, 3)),
+                gateway: Some(Ipv4Addr::new(10, 9, 0, 3).into()),
                 group: vec![],
                 blackhole: false,
             })
@@ -557,7 +597,7 @@ mod tests {
         let Message::Route(r) = &m[6] else { panic!() };
         assert_eq!(
             (r.dst, r.protocol, &r.via),
-            (Ipv4Addr::new(10, 9, 0, 0), 2, &RouteVia::Object(2))
+            (Ipv4Addr::new(10, 9, 0, 0).into(), 2, &RouteVia::Object(2))
         );
         let Message::Route(r) = &m[7] else {
             panic!("{:?}", m[7])
@@ -567,7 +607,7 @@ mod tests {
             (
                 true,
                 Family::Ipv4,
-                Ipv4Addr::new(192, 0, 2, 0),
+                IpAddr::from(Ipv4Addr::new(192, 0, 2, 0)),
                 24,
                 254,
                 196,
@@ -578,16 +618,70 @@ mod tests {
         let Message::Route(r) = &m[8] else { panic!() };
         assert_eq!(
             (r.dst, r.via.clone()),
-            (Ipv4Addr::new(198, 51, 100, 0), RouteVia::Object(7))
+            (Ipv4Addr::new(198, 51, 100, 0).into(), RouteVia::Object(7))
         );
         assert!(matches!(&m[9], Message::Route(r) if r.family == Family::Ipv6 && r.dst_len == 64));
+        // zebra's IPv6 route and next hop, read whole.
+        let Message::Route(r) = &m[9] else { panic!() };
+        assert!(r.dst.is_ipv6(), "{r:?}");
+        let Message::Nexthop(n) = &m[1] else { panic!() };
+        assert!(n.gateway.is_none_or(|g| g.is_ipv6()), "{n:?}");
+    }
+
+    #[test]
+    fn ipv6_builders_round_trip() {
+        let g = |s: &str| -> Ipv6Addr { s.parse().unwrap() };
+        let f = build::frame(&[
+            build::nexthop(true, 9, Some(g("2001:db8:2::9").into()), &[]),
+            build::route6(true, g("2001:db8:99::"), 48, &[g("2001:db8:2::9")], None),
+            build::route6(
+                true,
+                g("2001:db8:98::"),
+                48,
+                &[g("2001:db8:1::5"), g("2001:db8:2::5")],
+                None,
+            ),
+            build::route6(true, g("2001:db8:97::"), 64, &[], Some(9)),
+            build::route6(false, g("2001:db8:99::"), 48, &[], None),
+        ]);
+        let m = all(&f);
+        assert_eq!(m.len(), 5);
+        let Message::Nexthop(n) = &m[0] else { panic!() };
+        assert_eq!(
+            (n.family, n.gateway),
+            (Family::Ipv6, Some(g("2001:db8:2::9").into()))
+        );
+        let Message::Route(r) = &m[1] else { panic!() };
+        assert_eq!(
+            (r.add, r.family, r.dst, r.dst_len, &r.via),
+            (
+                true,
+                Family::Ipv6,
+                IpAddr::from(g("2001:db8:99::")),
+                48,
+                &RouteVia::Inline {
+                    gateways: vec![g("2001:db8:2::9").into()],
+                    direct: 0
+                }
+            )
+        );
+        let Message::Route(r) = &m[2] else { panic!() };
+        assert_eq!(
+            r.via,
+            RouteVia::Inline {
+                gateways: vec![g("2001:db8:1::5").into(), g("2001:db8:2::5").into()],
+                direct: 0
+            }
+        );
+        assert!(matches!(&m[3], Message::Route(r) if r.via == RouteVia::Object(9)));
+        assert!(matches!(&m[4], Message::Route(r) if !r.add && r.dst_len == 48));
     }
 
     #[test]
     fn builders_round_trip() {
         let g = |d| Ipv4Addr::new(10, 1, 0, d);
         let f = build::frame(&[
-            build::nexthop(true, 5, Some(g(2)), &[]),
+            build::nexthop(true, 5, Some(g(2).into()), &[]),
             build::nexthop(true, 6, None, &[5, 7]),
             build::route(false, Ipv4Addr::new(192, 0, 2, 0), 24, &[], None),
             build::route(true, Ipv4Addr::new(192, 0, 2, 0), 24, &[g(2), g(3)], None),
@@ -601,10 +695,10 @@ mod tests {
         );
         assert!(matches!(&m[2], Message::Route(r) if !r.add && r.dst_len == 24));
         assert!(
-            matches!(&m[3], Message::Route(r) if r.via == RouteVia::Inline { gateways: vec![g(2), g(3)], direct: 0 })
+            matches!(&m[3], Message::Route(r) if r.via == RouteVia::Inline { gateways: vec![g(2).into(), g(3).into()], direct: 0 })
         );
         assert!(
-            matches!(&m[4], Message::Route(r) if r.via == RouteVia::Inline { gateways: vec![g(4)], direct: 0 } && r.dst_len == 25)
+            matches!(&m[4], Message::Route(r) if r.via == RouteVia::Inline { gateways: vec![g(4).into()], direct: 0 } && r.dst_len == 25)
         );
         // A stream cut anywhere waits for the rest.
         for cut in 0..f.len() {
