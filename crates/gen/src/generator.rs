@@ -121,9 +121,6 @@ impl GenConfig {
         if !family_ok {
             return Err("--src and the destinations are of different families".into());
         }
-        if self.xdp && matches!(self.dst, Destinations::Prefixes6(_)) {
-            return Err("--xdp --dst-prefixes takes IPv4 prefixes only (the XDP program writes 4-byte destinations)".into());
-        }
         if self.xdp && self.sleep_us > 0 {
             return Err(
                 "--sleep-us paces the AF_PACKET ring; the XDP generator is paced in the kernel"
@@ -337,12 +334,32 @@ fn xdp_dests(frame: &[u8], prefixes: &[Prefix], seed: u64) -> io::xdp::Dests {
             hdr[16..20].copy_from_slice(&dst);
             hdr[10..12].fill(0);
             let c = wire::checksum::checksum(&hdr).to_be_bytes();
-            (dst, c)
+            [dst[0], dst[1], dst[2], dst[3], c[0], c[1], 0, 0]
         })
         .collect();
     io::xdp::Dests {
         addr_at: V4.dst_at as u16,
-        csum_at: V4.csum_at as u16,
+        csum_at: Some(V4.csum_at as u16),
+        entries,
+    }
+}
+
+/// As [`xdp_dests`] over IPv6: the upper 64 bits of each destination (drawn as
+/// [`random_dst6`] draws them; the lower 64 stay the template's, so a prefix longer than
+/// /64 is reached only by chance).
+fn xdp_dests6(dst_at: usize, prefixes: &[Prefix6], seed: u64) -> io::xdp::Dests {
+    let mut rng = seed.max(1);
+    let entries = (0..XDP_DESTS)
+        .map(|_| {
+            let d = random_dst6(&mut rng, prefixes).to_be_bytes();
+            let mut e = [0u8; 8];
+            e.copy_from_slice(&d[..8]);
+            e
+        })
+        .collect();
+    io::xdp::Dests {
+        addr_at: dst_at as u16,
+        csum_at: None,
         entries,
     }
 }
@@ -514,7 +531,11 @@ fn run_xdp(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
             let d = xdp_dests(&t, p, cfg.seed);
             (vec![t], Some(d))
         }
-        Destinations::Prefixes6(_) => return Err("--xdp takes IPv4 prefixes only".into()),
+        Destinations::Prefixes6(p) => {
+            let t = template(cfg, src_mac, 0, cfg.first_dst());
+            let d = xdp_dests6(cfg.layout().dst_at, p, cfg.seed);
+            (vec![t], Some(d))
+        }
     };
     let flows = templates.len() as u64;
     let lay = cfg.layout();
@@ -755,15 +776,31 @@ mod tests {
                 ..six.clone()
             },
             GenConfig {
-                xdp: true,
-                ..six.clone()
-            },
-            GenConfig {
                 dst: Destinations::Prefixes6(vec![]),
-                ..six
+                ..six.clone()
             },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
+        // The XDP generator's IPv6 destinations: the upper halves of addresses in the
+        // prefixes, spread over them.
+        let prefixes: Vec<Prefix6> = ["2001:db8:100::/40", "2001:db8:7:8::/64"]
+            .iter()
+            .map(|p| p.parse().unwrap())
+            .collect();
+        let d = xdp_dests6(V6.dst_at, &prefixes, 5);
+        assert_eq!((d.addr_at as usize, d.csum_at), (V6.dst_at, None));
+        assert!(d.entries.len().is_power_of_two());
+        let mut per = [0usize; 2];
+        for e in &d.entries {
+            let a = (u64::from_be_bytes(*e) as u128) << 64;
+            let k = prefixes
+                .iter()
+                .position(|p| p.contains(a.into()))
+                .unwrap_or_else(|| panic!("{e:?}"));
+            per[k] += 1;
+        }
+        assert!(per.iter().all(|&n| n > d.entries.len() / 3), "{per:?}");
+        assert!(GenConfig { xdp: true, ..six }.validate().is_ok());
     }
 }

@@ -41,17 +41,20 @@ pub struct Offsets {
 }
 
 /// Destinations the program picks from, one at random per frame (`bpf_get_prandom_u32`),
-/// for traffic to many destinations: the program writes the chosen address and the IPv4
+/// for traffic to many destinations. IPv4: the program writes the chosen address and the
 /// header checksum that goes with it (both computed here, so the program does no checksum
-/// arithmetic).
+/// arithmetic). IPv6: it writes the upper 64 bits of the destination (the lower ones stay
+/// the template's; IPv6 has no header checksum, and the generator's IPv6 frames carry no
+/// UDP checksum).
 pub struct Dests {
-    /// Where the IPv4 destination address sits in the frame.
+    /// Where the IPv4 destination address, or the IPv6 one, sits in the frame.
     pub addr_at: u16,
-    /// Where the IPv4 header checksum sits in the frame.
-    pub csum_at: u16,
-    /// Each destination's address and header checksum as the frame carries them (network
-    /// order). A power of two of them, at least one.
-    pub entries: Vec<([u8; 4], [u8; 2])>,
+    /// Where the IPv4 header checksum sits in the frame; `None` for IPv6.
+    pub csum_at: Option<u16>,
+    /// Each destination as the frame carries it (network order): IPv4, the address then
+    /// the header checksum (six bytes, two of padding); IPv6, the address's upper 64 bits.
+    /// A power of two of them, at least one.
+    pub entries: Vec<[u8; 8]>,
 }
 
 /// How many intervals late a frame may be and still be sent (see [`XdpGen::arm`]).
@@ -217,11 +220,19 @@ fn program(
             i(0, 0, 0, 0, 0),
             i(CALL, 0, 0, 0, MAP_LOOKUP),
             j(JEQ_K, 0, 0), // cannot happen (an array, key in range); the verifier asks
-            i(LDX_W, 1, 0, 0, 0),
-            i(STX_W, 7, 1, d.addr_at as i16, 0), // destination address
-            i(LDX_H, 1, 0, 4, 0),
-            i(STX_H, 7, 1, d.csum_at as i16, 0), // its header checksum
         ]);
+        match d.csum_at {
+            Some(csum_at) => p.extend([
+                i(LDX_W, 1, 0, 0, 0),
+                i(STX_W, 7, 1, d.addr_at as i16, 0), // destination address
+                i(LDX_H, 1, 0, 4, 0),
+                i(STX_H, 7, 1, csum_at as i16, 0), // its header checksum
+            ]),
+            None => p.extend([
+                i(LDX_DW, 1, 0, 0, 0),
+                i(STX_DW, 7, 1, d.addr_at as i16, 0), // the IPv6 destination's upper half
+            ]),
+        }
     }
     p.extend([
         i(MOV_K, 1, 0, 0, ifindex),
@@ -286,9 +297,8 @@ fn dest_map(d: &Dests) -> io::Result<OwnedFd> {
         .map_err(|e| io::Error::new(e.kind(), format!("bpf map create (destinations): {e}")))?;
     // SAFETY: the kernel just returned this descriptor to us.
     let map = unsafe { OwnedFd::from_raw_fd(fd) };
-    for (k, (a, c)) in d.entries.iter().enumerate() {
+    for (k, value) in d.entries.iter().enumerate() {
         let key = k as u32;
-        let value = [a[0], a[1], a[2], a[3], c[0], c[1], 0, 0];
         let mut attr = [0u64; 16];
         attr[0] = u32s(fd as u32, 0);
         attr[1] = &key as *const u32 as u64;
@@ -356,7 +366,10 @@ impl XdpGen {
             .max()
             .unwrap_or(0) as usize;
         if let Some(d) = &dests {
-            need = need.max(d.addr_at as usize + 4).max(d.csum_at as usize + 2);
+            need = need.max(d.addr_at as usize + 8);
+            if let Some(c) = d.csum_at {
+                need = need.max(c as usize + 2);
+            }
             if !d.entries.len().is_power_of_two() || d.entries.len() > 1 << 24 {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,

@@ -289,4 +289,73 @@ fn xdp_generator_counts_rate_and_sequence() {
         "{} distinct destinations",
         distinct.len()
     );
+
+    // The same over IPv6: the program writes each frame's destination (its upper half).
+    let dir = std::env::temp_dir().join(format!("ts-xdp6-{}", lab.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pfx = dir.join("prefixes6.txt");
+    std::fs::write(&pfx, "2001:db8:100::/40\n2001:db8:7:8::/64\n").unwrap();
+    let cap = std::process::Command::new("timeout")
+        .args(["10", "ip", "netns", "exec", &format!("ts-{}-b", lab.name)])
+        .args([
+            "tcpdump",
+            "-nn",
+            "-c",
+            "2000",
+            "-i",
+            "eth0",
+            "ip6 and udp dst port 1234",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let out = lab.sh(
+        "a",
+        &[
+            exe(),
+            "gen",
+            "--xdp",
+            "--iface",
+            "eth0",
+            "--dst-mac",
+            &bmac,
+            "--src",
+            "2001:db8:9::1",
+            "--dst-prefixes",
+            pfx.to_str().unwrap(),
+            "--size",
+            "84",
+            "--rate",
+            "20kpps",
+            "--count",
+            "2000",
+            "--json",
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let g: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(g["sent"], 2000, "{g}");
+    let text = String::from_utf8_lossy(&cap.wait_with_output().unwrap().stdout).into_owned();
+    // "IP6 SRC.PORT > DST.PORT: UDP, length N"
+    let dsts: Vec<std::net::Ipv6Addr> = text
+        .lines()
+        .filter_map(|l| l.split_once(" > ")?.1.split_once(": UDP"))
+        .map(|(d, _)| d.rsplit_once('.').unwrap().0.parse().unwrap())
+        .collect();
+    assert!(dsts.len() >= 2000, "{} captured:\n{text}", dsts.len());
+    let prefixes: Vec<fib::Prefix6> = ["2001:db8:100::/40", "2001:db8:7:8::/64"]
+        .iter()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let mut per = [0usize; 2];
+    for a in &dsts[..2000] {
+        let k = prefixes
+            .iter()
+            .position(|p| p.contains(*a))
+            .unwrap_or_else(|| panic!("{a} is in none of the prefixes"));
+        per[k] += 1;
+    }
+    assert!(per.iter().all(|&n| (800..1200).contains(&n)), "{per:?}");
 }
