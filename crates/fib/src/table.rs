@@ -99,6 +99,11 @@ impl Family for V6 {
     }
 }
 
+/// Changes to the spare beyond which it is compiled whole instead: a full IPv6 table
+/// builds in about 45 ms, about as long as 11,000 changes recompiled one by one (a
+/// snapshot of a whole table, say, arriving at a back-end).
+pub const FULL_BUILD_AFTER: usize = 8192;
+
 /// What readers hold: load a snapshot with `load_full()` once per batch.
 pub type Reader<F> = Arc<ArcSwap<<F as Family>::Table>>;
 /// The IPv4 readers' handle.
@@ -207,7 +212,9 @@ impl<F: Family> Writer<F> {
         };
         self.dirty.sort_unstable();
         self.dirty.dedup();
-        let full = self.spare_stale || F::arena_words(spare) > 2 * self.built_words + 4096 * 6;
+        let many = self.dirty.len() + self.spare_dirty.len() > FULL_BUILD_AFTER;
+        let full =
+            self.spare_stale || many || F::arena_words(spare) > 2 * self.built_words + 4096 * 6;
         if full {
             *spare = F::build(&self.rib);
             self.built_words = F::arena_words(spare);
