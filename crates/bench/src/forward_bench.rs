@@ -575,7 +575,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
     let contenders = &opts.contenders;
     let labname = format!("bf{}", std::process::id());
     if opts.ipv6 && contenders.iter().any(|(c, _)| c == STAR || c == MULTISTAGE) {
-        return Err("--ipv6 measures the single router: the star does not forward IPv6 yet, and the multistage router is not measured over IPv6 yet".into());
+        return Err("--ipv6 measures the single router: the star and the multistage router are not measured over IPv6 yet".into());
     }
     let families: &[bool] = if opts.ipv6 { &[false, true] } else { &[false] };
     // IPv6 at its smallest frame where IPv4 is at a size below it.

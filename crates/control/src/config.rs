@@ -513,6 +513,8 @@ pub struct StarConfig {
     pub internal: usize,
     /// (network, the forwarder's internal MAC, its port index on the network).
     pub members: Vec<(Prefix, wire::MacAddr, u8)>,
+    /// The same for IPv6 networks (`networks` entries with an IPv6 prefix).
+    pub members6: Vec<(fib::Prefix6, wire::MacAddr, u8)>,
 }
 
 /// The back-end role.
@@ -690,6 +692,7 @@ pub(crate) fn cidr6(s: &str) -> Result<(std::net::Ipv6Addr, u8), String> {
 fn route6(
     src: &str,
     interfaces: &[InterfaceConfig],
+    star6: &[fib::Prefix6],
     r: &RawRoute,
     i: usize,
 ) -> Result<Route6Config, (usize, String, String)> {
@@ -705,7 +708,7 @@ fn route6(
         Via::One(v) => vec![v],
         Via::Many(v) => v.iter().collect(),
     };
-    let via = gateways6(&texts, interfaces).map_err(|m| (at, key, m))?;
+    let via = gateways6(&texts, interfaces, star6).map_err(|m| (at, key, m))?;
     Ok(Route6Config {
         prefix,
         via,
@@ -713,10 +716,12 @@ fn route6(
     })
 }
 
-/// IPv6 gateways (several: ECMP), each on an interface's IPv6 network; at least one.
+/// IPv6 gateways (several: ECMP), each on an interface's IPv6 network (or, for a star
+/// member, another member's, `star6`); at least one.
 fn gateways6(
     texts: &[&String],
     interfaces: &[InterfaceConfig],
+    star6: &[fib::Prefix6],
 ) -> Result<Vec<std::net::Ipv6Addr>, String> {
     if texts.is_empty() {
         return Err("no gateway given".into());
@@ -730,7 +735,8 @@ fn gateways6(
             x.addrs6
                 .iter()
                 .any(|&(n, l)| fib::Prefix6::new(n, l).contains(a))
-        }) {
+        }) && !star6.iter().any(|p| p.contains(a))
+        {
             return Err(format!(
                 "gateway {a} is on none of the interfaces' IPv6 networks"
             ));
@@ -885,6 +891,13 @@ impl ForwarderFile {
             .flat_map(|m| m.networks.iter())
             .filter_map(|n| Prefix::parse_strict(n.prefix.get_ref()).ok())
             .collect();
+        let star_nets6: Vec<fib::Prefix6> = raw
+            .star
+            .iter()
+            .flat_map(|s| s.member.iter())
+            .flat_map(|m| m.networks.iter())
+            .filter_map(|n| fib::Prefix6::parse_strict(n.prefix.get_ref()).ok())
+            .collect();
         let gateways = |v: &Spanned<Via>, key: String| -> Result<Vec<Ipv4Addr>, ConfigError> {
             let texts: Vec<&String> = match v.get_ref() {
                 Via::One(v) => vec![v],
@@ -921,8 +934,10 @@ impl ForwarderFile {
         let mut routes6 = Vec::new();
         for (i, r) in raw.route.iter().enumerate() {
             if r.prefix.get_ref().contains(':') {
-                routes6
-                    .push(route6(src, &interfaces, r, i).map_err(|(at, key, m)| err(at, key, m))?);
+                routes6.push(
+                    route6(src, &interfaces, &star_nets6, r, i)
+                        .map_err(|(at, key, m)| err(at, key, m))?,
+                );
                 continue;
             }
             let prefix = Prefix::parse_strict(r.prefix.get_ref()).map_err(|e| {
@@ -959,7 +974,7 @@ impl ForwarderFile {
                 .into_iter()
                 .partition(|t| t.contains(':'));
                 if !six.is_empty() {
-                    routes_file_via6 = gateways6(&six, &interfaces)
+                    routes_file_via6 = gateways6(&six, &interfaces, &star_nets6)
                         .map_err(|m| err(v.span().start, key.clone(), m))?;
                 }
                 if four.is_empty() {
@@ -1029,6 +1044,7 @@ impl ForwarderFile {
                     ));
                 }
                 let mut members = Vec::new();
+                let mut members6 = Vec::new();
                 for (i, m) in s.member.iter().enumerate() {
                     let mac: wire::MacAddr = m.mac.get_ref().parse().map_err(|_| {
                         err(
@@ -1038,6 +1054,16 @@ impl ForwarderFile {
                         )
                     })?;
                     for (j, n) in m.networks.iter().enumerate() {
+                        let key = format!("star.member[{i}].networks[{j}].prefix");
+                        let at = n.prefix.span().start;
+                        let text = n.prefix.get_ref();
+                        let port = *n.port.get_ref();
+                        if text.contains(':') && (0..=254).contains(&port) {
+                            let p = fib::Prefix6::parse_strict(text)
+                                .map_err(|e| err(at, key, format!("{text:?}: {e}")))?;
+                            members6.push((p, mac, port as u8));
+                            continue;
+                        }
                         let prefix = Prefix::parse_strict(n.prefix.get_ref()).map_err(|e| {
                             err(
                                 n.prefix.span().start,
@@ -1055,7 +1081,11 @@ impl ForwarderFile {
                         members.push((prefix, mac, *n.port.get_ref() as u8));
                     }
                 }
-                Some(StarConfig { internal, members })
+                Some(StarConfig {
+                    internal,
+                    members,
+                    members6,
+                })
             }
         };
         Ok(ForwarderFile {

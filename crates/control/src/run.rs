@@ -140,12 +140,17 @@ pub fn config_routes_all(
     cfg: &ForwarderFile,
     port_for: impl Fn(Ipv4Addr) -> Option<u16>,
 ) -> Result<(Routes4, Routes6), String> {
+    // A star member's gateways may be on another member's network too.
     let on_net6 = |a: std::net::Ipv6Addr| {
         cfg.interfaces.iter().any(|i| {
             i.addrs6
                 .iter()
                 .any(|&(n, l)| fib::Prefix6::new(n, l).contains(a))
-        })
+        }) || cfg
+            .star
+            .iter()
+            .flat_map(|s| s.members6.iter())
+            .any(|m| m.0.contains(a))
     };
     let mut routes6: Routes6 = cfg
         .routes6
@@ -275,6 +280,9 @@ pub fn build(cfg: &ForwarderFile, links: &[Link]) -> Result<Forwarder, String> {
             .map(|i| i.router_advertisements)
             .collect();
         f.set_router_advertisements(&ra, now);
+        if let Some(s) = &cfg.star {
+            f.set_star6(&s.members6);
+        }
         // Gateways were checked against the interfaces' IPv6 networks above.
         f.replace_routes6(routes6)
             .map_err(|e| format!("{}: {e}", cfg.path.display()))?;

@@ -985,6 +985,9 @@ impl Forwarder {
         if !untagged || p.meta.iface != internal {
             return self.drop_pkt(p, Drop::StarNotInternal);
         }
+        if p.data.get(ETH) == Some(&wire::star::VERSION6) {
+            return self.star_input6(p, now, tx);
+        }
         let Ok(h) = wire::star::Header::parse(&p.data[ETH..]) else {
             return self.drop_pkt(p, Drop::StarMalformed);
         };

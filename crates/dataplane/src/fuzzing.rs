@@ -44,18 +44,21 @@ pub fn forwarder() -> (Forwarder, Instant) {
 }
 
 /// The fuzzing forwarder as a star member: port 1 is the star's internal port, behind
-/// which 10.3.0.0/16 is another forwarder's network (its port 0); star frames arrive on
-/// port 1 (the first byte's low bit set).
+/// which 10.3.0.0/16 and 2001:db8:3::/48 are another forwarder's networks (its port 0);
+/// star frames (IPv4 or IPv6) arrive on port 1 (the first byte's low bit set).
 pub fn star_forwarder() -> (Forwarder, Instant) {
     let (mut f, now) = forwarder();
-    f.set_star(
-        1,
-        &[(
-            fib::Prefix::new([10, 3, 0, 0].into(), 16),
-            MacAddr([2, 0, 0, 0, 3, 1]),
-            0,
-        )],
-    );
+    let other = MacAddr([2, 0, 0, 0, 3, 1]);
+    f.set_star(1, &[(fib::Prefix::new([10, 3, 0, 0].into(), 16), other, 0)]);
+    f.set_star6(&[(
+        fib::Prefix6::new("2001:db8:3::".parse().unwrap(), 48),
+        other,
+        0,
+    )]);
+    let _ = f.replace_routes6(vec![(
+        fib::Prefix6::new(std::net::Ipv6Addr::UNSPECIFIED, 0),
+        vec!["2001:db8:1::2".parse().unwrap()],
+    )]);
     (f, now)
 }
 

@@ -198,6 +198,17 @@ fn star_corpus() {
     for d in corpus("star") {
         dataplane::fuzzing::forward(&mut f, now, &d);
     }
+    // The named seed of an IPv6 star frame, alone on a fresh member: taken.
+    let (mut f, now) = dataplane::fuzzing::star_forwarder();
+    let d = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/star/ipv6-star-frame"),
+    )
+    .unwrap();
+    dataplane::fuzzing::forward(&mut f, now, &d);
+    assert_eq!(
+        f.counters.events(dataplane::counters::Event::StarReceived),
+        1
+    );
 }
 
 #[test]

@@ -397,3 +397,80 @@ via = "10.2.0.10"
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The star router (labs/star.toml: four forwarders on a switch) made dual-stack: each
+/// member's network gets a /64 beside its IPv4 one, and every member names the others'
+/// IPv6 networks too. A packet between two networks is looked up once, at the member
+/// where it enters (hop limit 63 at the far host), and crosses the switch with an IPv6
+/// star header; the routes file's IPv6 route (through h4) works from every network.
+#[test]
+fn ipv6_through_the_star_router() {
+    let dir = std::env::temp_dir().join(format!("tessera-star6-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("star")).unwrap();
+    for n in 1..=4 {
+        let mut t = std::fs::read_to_string(repo_path(&format!("labs/star/s{n}.toml"))).unwrap();
+        let (from, to) = (
+            format!("address = \"10.{n}.0.1/24\""),
+            format!("address = [\"10.{n}.0.1/24\", \"2001:db8:{n}::1/64\"]"),
+        );
+        assert!(t.contains(&from), "s{n}");
+        t = t.replace(&from, &to);
+        for m in 1..=4 {
+            let (from, to) = (
+                format!("{{ prefix = \"10.{m}.0.0/24\", port = 0 }}"),
+                format!("{{ prefix = \"10.{m}.0.0/24\", port = 0 }}, {{ prefix = \"2001:db8:{m}::/64\", port = 0 }}"),
+            );
+            assert!(t.contains(&from), "s{n}, member {m}");
+            t = t.replace(&from, &to);
+        }
+        std::fs::write(dir.join(format!("star/s{n}.toml")), t).unwrap();
+    }
+    let routes = std::fs::read_to_string(repo_path("labs/star/routes.txt")).unwrap();
+    std::fs::write(
+        dir.join("star/routes.txt"),
+        format!("{routes}2001:db8:99::/48 2001:db8:4::10\n"),
+    )
+    .unwrap();
+    let mut topo = std::fs::read_to_string(repo_path("labs/star.toml")).unwrap();
+    for n in 1..=4 {
+        for (from, to) in [
+            (
+                format!("address = \"10.{n}.0.10/24\" }}"),
+                format!("address = \"10.{n}.0.10/24\", address6 = \"2001:db8:{n}::10/64\" }}"),
+            ),
+            (
+                format!("routes = [\"default via 10.{n}.0.1\"]"),
+                format!("routes = [\"default via 10.{n}.0.1\", \"default via 2001:db8:{n}::1\"]"),
+            ),
+        ] {
+            assert!(topo.contains(&from), "{from}");
+            topo = topo.replace(&from, &to);
+        }
+    }
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    lab.sh(
+        "h4",
+        &["ip", "-6", "addr", "add", "2001:db8:99::1/128", "dev", "lo"],
+    );
+    for (a, to) in [
+        (1, "2001:db8:3::10"),
+        (3, "2001:db8:1::10"),
+        (2, "2001:db8:4::10"),
+        (1, "2001:db8:99::1"),
+    ] {
+        let (ok, out) = ping6(&lab, &format!("h{a}"), &[to]);
+        assert!(
+            ok && out.matches("ttl=63").count() == 2,
+            "h{a} -> {to}: {out}"
+        );
+    }
+    // The router's own addresses answer, each from its member.
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:1::1"]);
+    assert!(ok && out.contains("ttl=64"), "{out}");
+    let c = lab.counters("s1");
+    assert!(event_count(&c, "star_sent") >= 4, "{c}");
+    assert!(event_count(&c, "star_received") >= 2, "{c}");
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

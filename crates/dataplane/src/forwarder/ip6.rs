@@ -73,7 +73,14 @@ pub struct Six {
     global: Vec<u128>,
     /// Router advertisements, per interface.
     ra: Vec<Ra>,
+    /// A star member's view of the other members' IPv6 networks: the internal port, and
+    /// (network, that member's internal MAC, its port there), longest prefixes first.
+    star: Option<(u16, Vec<StarMember6>)>,
 }
+
+/// Another star member's IPv6 network: (network, that member's internal MAC, its port
+/// index there).
+type StarMember6 = (Prefix6, MacAddr, u8);
 
 /// An interface's router advertisements.
 #[derive(Debug, Clone, Copy, Default)]
@@ -156,7 +163,20 @@ impl Six {
                     ..Ra::default()
                 })
                 .collect(),
+            star: self.star.clone(),
         }
+    }
+
+    /// The star member that faces `hop`'s network, if another does.
+    fn star_member(&self, iface: u16, hop: Ipv6Addr) -> Option<(MacAddr, u8)> {
+        let (internal, members) = self.star.as_ref()?;
+        if *internal != iface {
+            return None;
+        }
+        members
+            .iter()
+            .find(|(p, _, _)| p.contains(hop))
+            .map(|(_, m, port)| (*m, *port))
     }
 
     /// The group of routes through `vias`, each on a connected prefix.
@@ -174,7 +194,8 @@ impl Six {
         self.group_id(&hops)
     }
 
-    /// The interface whose connected prefix holds `a`.
+    /// The interface whose connected prefix holds `a` (a star member: the internal port
+    /// for the other members' networks).
     fn iface_for(&self, a: Ipv6Addr) -> Option<u16> {
         self.addrs
             .iter()
@@ -183,6 +204,10 @@ impl Six {
                     .any(|&(x, len)| !is_link_local(x) && Prefix6::new(x, len).contains(a))
             })
             .map(|i| i as u16)
+            .or_else(|| {
+                let (internal, members) = self.star.as_ref()?;
+                members.iter().any(|m| m.0.contains(a)).then_some(*internal)
+            })
     }
 
     /// Our address on `iface` to send from towards `to`: one whose prefix holds `to`, else
@@ -210,6 +235,13 @@ impl Six {
                 });
                 out.push((Prefix6::new(a, len), v));
             }
+        }
+        if let Some((internal, members)) = self.star.clone() {
+            let v = self.hop_id(Hop6 {
+                iface: internal,
+                via: None,
+            });
+            out.extend(members.iter().map(|m| (m.0, v)));
         }
         out
     }
@@ -266,9 +298,105 @@ impl Forwarder {
             frag_ident: 1,
             global,
             ra: vec![Ra::default(); self.ifaces.len()],
+            star: None,
         };
         self.six = Some(Box::new(six));
         let _ = self.replace_routes6(Vec::new());
+    }
+
+    /// Makes this star member (after [`Forwarder::set_star`] and
+    /// [`Forwarder::enable_ipv6`]) reach the other members' IPv6 networks (network, that
+    /// member's internal MAC, its port index there; this member's own are skipped) through
+    /// the internal port, as connected: packets to them cross the switch with an IPv6 star
+    /// header ([`wire::star::Header6`]). Takes effect at the next load of the IPv6 routes.
+    pub fn set_star6(&mut self, members: &[(Prefix6, MacAddr, u8)]) {
+        let Some(internal) = self.star.as_ref().map(|s| s.internal) else {
+            return;
+        };
+        let own = self.ifaces.get(internal as usize).map(|i| i.mac);
+        let Some(six) = self.six.as_mut() else {
+            return;
+        };
+        let mut m: Vec<(Prefix6, MacAddr, u8)> = members
+            .iter()
+            .copied()
+            .filter(|(_, mac, _)| Some(*mac) != own)
+            .collect();
+        m.sort_by_key(|(p, _, _)| std::cmp::Reverse(p.len()));
+        six.star = Some((internal, m));
+    }
+
+    /// The IPv6 MTU of the path out of `port`: the interface's, less the IPv6 star header
+    /// on a star's internal port.
+    fn out_mtu6(&self, port: u16) -> usize {
+        let mtu = self.ifaces[port as usize].mtu;
+        match &self.star {
+            Some(s) if s.internal == port => mtu.saturating_sub(wire::star::HEADER6_LEN),
+            _ => mtu,
+        }
+    }
+
+    /// An IPv6 packet another forwarder of the star looked up: out of the port and to the
+    /// neighbour its header names, with no lookup and no hop-limit decrement here; too big
+    /// for that port, packet too big from the address where it entered the router.
+    pub(super) fn star_input6(&mut self, mut p: Pkt, now: Instant, tx: &mut TxQueues) {
+        let Ok(h) = wire::star::Header6::parse(&p.data[ETH..]) else {
+            return self.drop_pkt(p, Drop::StarMalformed);
+        };
+        let port = h.port as u16;
+        let internal = self.star.as_ref().map_or(u16::MAX, |s| s.internal);
+        if port as usize >= self.ifaces.len() || port == internal || self.six.is_none() {
+            return self.drop_pkt(p, Drop::StarMalformed);
+        }
+        p.data.drain(ETH..ETH + wire::star::HEADER6_LEN);
+        let Ok(ip) = ipv6::Packet::new_checked(&p.data[ETH..]) else {
+            return self.drop_pkt(p, Drop::StarMalformed);
+        };
+        let total = ip.total_len();
+        p.data.truncate(ETH + total);
+        self.counters.event(Event::StarReceived);
+        let mtu = self.ifaces[port as usize].mtu;
+        if total > mtu {
+            let e = ErrorKind::PacketTooBig(mtu as u32);
+            let in_if = p.meta.iface;
+            self.icmp6_error_from(&p.data[ETH..], in_if, Some(h.ingress), e, now, tx);
+            return self.drop_pkt(p, Drop::Ip6TooBig);
+        }
+        self.neighbour_output6(p, port, h.next_hop, now, tx);
+    }
+
+    /// Hands a looked-up IPv6 packet to the star's forwarder that faces `hop`'s network.
+    fn star_output6(
+        &mut self,
+        mut p: Pkt,
+        member: (MacAddr, u8),
+        hop: Ipv6Addr,
+        tx: &mut TxQueues,
+    ) {
+        let Some(internal) = self.star.as_ref().map(|s| s.internal) else {
+            return self.drop_pkt(p, Drop::StarNotInternal);
+        };
+        let src =
+            ipv6::Packet::new_checked(&p.data[ETH..]).map_or(Ipv6Addr::UNSPECIFIED, |ip| ip.src());
+        let ingress = self
+            .six
+            .as_ref()
+            .map_or(Ipv6Addr::UNSPECIFIED, |s| s.source_for(p.meta.iface, src));
+        let h = wire::star::Header6 {
+            port: member.1,
+            next_hop: hop,
+            ingress,
+        };
+        p.data.splice(ETH..ETH, h.to_bytes());
+        let eth = ethernet::Repr {
+            dst: member.0,
+            src: self.ifaces[internal as usize].mac,
+            vlan: None,
+            ethertype: wire::star::ETHERTYPE,
+        };
+        let _ = eth.emit(&mut p.data[..]);
+        self.counters.event(Event::StarSent);
+        self.output(internal, p, tx);
     }
 
     /// Replaces the IPv6 routes with `routes` (prefix, gateways in connected prefixes;
@@ -547,7 +675,7 @@ impl Forwarder {
             self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
             return self.drop_pkt(p, Drop::Ip6NoRoute);
         };
-        let mtu = self.out_mtu(hop.iface);
+        let mtu = self.out_mtu6(hop.iface);
         if total > mtu {
             let e = ErrorKind::PacketTooBig(mtu as u32);
             self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
@@ -797,6 +925,9 @@ impl Forwarder {
         let Some(six) = self.six.as_mut() else {
             return self.drop_pkt(p, Drop::EthertypeUnsupported);
         };
+        if let Some(m) = six.star_member(iface, hop) {
+            return self.star_output6(p, m, hop, tx);
+        }
         let (full, queued) = (six.neighbours.len() >= n.max_entries, six.queued);
         match six.neighbours.get_mut(&(iface, hop)) {
             Some(e) if e.mac.is_some() && now < e.deadline => {
@@ -901,7 +1032,7 @@ impl Forwarder {
         if !build_ip6(&mut f, src, dst, 64, msg) {
             return self.pool.put(f);
         }
-        let (mtu, via) = (self.out_mtu(hop.iface), hop.via.unwrap_or(dst));
+        let (mtu, via) = (self.out_mtu6(hop.iface), hop.via.unwrap_or(dst));
         if f.data.len() - ETH <= mtu {
             return self.neighbour_output6(f, hop.iface, via, now, tx);
         }
@@ -945,6 +1076,20 @@ impl Forwarder {
         now: Instant,
         tx: &mut TxQueues,
     ) {
+        self.icmp6_error_from(orig, in_if, None, e, now, tx)
+    }
+
+    /// As [`Forwarder::icmp6_error`], from `from` if given (a star member's error about a
+    /// packet that entered the router elsewhere comes from that address).
+    fn icmp6_error_from(
+        &mut self,
+        orig: &[u8],
+        in_if: u16,
+        from: Option<Ipv6Addr>,
+        e: ErrorKind,
+        now: Instant,
+        tx: &mut TxQueues,
+    ) {
         if icmpv6::error_allowed(orig, e, false).is_err() {
             return self.counters.count(Drop::IcmpSuppressed);
         }
@@ -958,7 +1103,9 @@ impl Forwarder {
         // RFC 4443 2.2: about a packet sent to one of our unicast addresses, from that
         // address; otherwise from the interface's address that suits the destination.
         let Some(src) = self.six.as_ref().map(|s| {
-            if s.is_ours(in_if, dst) || s.is_ours_anywhere(dst) {
+            if let Some(f) = from {
+                f
+            } else if s.is_ours(in_if, dst) || s.is_ours_anywhere(dst) {
                 dst
             } else {
                 s.source_for(in_if, to)

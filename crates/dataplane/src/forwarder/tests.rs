@@ -986,6 +986,134 @@ mod ipv6_path {
         (f, now)
     }
 
+    /// The star router over IPv6: member A looks a packet up once (hop limit 63) and hands
+    /// it across the switch with an IPv6 star header to member B, which faces the next hop
+    /// (a host on its network, or the gateway of a route on it) and sends it on without a
+    /// lookup, after resolving the neighbour; a packet too big for B's port gets packet too
+    /// big from the address where it entered (A's).
+    #[test]
+    fn star_members_look_ipv6_up_once() {
+        let now = Instant::now();
+        let (ma, mb) = (MacAddr([2, 0, 0, 0, 5, 1]), MacAddr([2, 0, 0, 0, 5, 2]));
+        let members6 = [
+            (
+                fib::Prefix6::parse_strict("2001:db8:1::/64").unwrap(),
+                ma,
+                0,
+            ),
+            (
+                fib::Prefix6::parse_strict("2001:db8:2::/64").unwrap(),
+                mb,
+                0,
+            ),
+        ];
+        let mk = |ext: &str, int: &str, mac, mtu: usize| {
+            let mut e = Iface::new("ext", R0, ip("10.9.0.1"), 24);
+            e.mtu = mtu;
+            let ifaces = vec![e, Iface::new("int", mac, ip(int), 24)];
+            let mut f = Forwarder::new(ifaces, ForwarderConfig::default(), now);
+            f.set_star(1, &[]);
+            f.enable_ipv6(vec![vec![(a6(ext), 64)], vec![]]);
+            f.set_star6(&members6);
+            f.replace_routes6(vec![]).unwrap();
+            f
+        };
+        let mut a = mk("2001:db8:1::1", "10.255.1.1", ma, 1500);
+        let mut b = mk("2001:db8:2::1", "10.255.1.2", mb, 1280);
+        // A route through a gateway on B's network.
+        a.add_route6(
+            fib::Prefix6::parse_strict("2001:db8:77::/48").unwrap(),
+            &[a6("2001:db8:2::20")],
+        )
+        .unwrap();
+        for (dst, n) in [("2001:db8:2::20", 1), ("2001:db8:77::5", 2)] {
+            let pkt = frame6(H1, R0, "2001:db8:1::10", dst, 64, None, 100);
+            let out = run(&mut a, now, 0, pkt.clone());
+            assert_eq!(out.len(), 1, "{dst}");
+            let (port, f) = &out[0];
+            let eth = ethernet::Frame::new_checked(&f[..]).unwrap();
+            assert_eq!(
+                (*port, eth.dst(), eth.src(), eth.ethertype()),
+                (1, mb, ma, wire::star::ETHERTYPE)
+            );
+            let h = wire::star::Header6::parse(&f[ETH..]).unwrap();
+            assert_eq!(
+                (h.port, h.next_hop, h.ingress),
+                (0, a6("2001:db8:2::20"), a6("2001:db8:1::1"))
+            );
+            let inner = &f[ETH + wire::star::HEADER6_LEN..];
+            assert_eq!(inner[7], 63, "one decrement, at A");
+            let out = run(&mut b, now, 1, f.clone());
+            assert_eq!(out.len(), 1, "{dst}");
+            if n == 1 {
+                // B resolves the next hop first (the packet waits)...
+                let (ip6, r) = icmp6(&out[0].1);
+                assert_eq!(ip6.src(), a6("2001:db8:2::1"));
+                assert!(
+                    matches!(r, icmpv6::Repr::NeighborSolicit { target, .. } if target == a6("2001:db8:2::20"))
+                );
+                let na = icmpv6::Repr::NeighborAdvert {
+                    router: false,
+                    solicited: true,
+                    override_: true,
+                    target: a6("2001:db8:2::20"),
+                    options: NdOptions {
+                        target_lladdr: Some(H2),
+                        ..NdOptions::default()
+                    },
+                };
+                let out = run(
+                    &mut b,
+                    now,
+                    0,
+                    frame6(H2, R0, "2001:db8:2::20", "2001:db8:2::1", 255, Some(&na), 0),
+                );
+                assert_eq!(out.len(), 1);
+                let (port, fwd) = &out[0];
+                assert_eq!((*port, &fwd[..6]), (0, &H2.0[..]));
+                assert_eq!(&fwd[ETH..], inner, "sent on as it came");
+            } else {
+                let (port, fwd) = &out[0];
+                assert_eq!((*port, &fwd[..6]), (0, &H2.0[..]));
+                assert_eq!(&fwd[ETH..], inner, "sent on as it came");
+            }
+        }
+        assert_eq!(
+            b.counters.events(Event::Forwarded6),
+            0,
+            "no second lookup at B"
+        );
+        assert_eq!(b.counters.events(Event::StarReceived), 2);
+        assert_eq!(a.counters.events(Event::StarSent), 2);
+        // Too big for B's port (1280): packet too big from A's address, sent back across.
+        let big = frame6(H1, R0, "2001:db8:1::10", "2001:db8:2::20", 64, None, 1300);
+        let out = run(&mut a, now, 0, big);
+        let out = run(&mut b, now, 1, out[0].1.clone());
+        assert_eq!(b.counters.drops(Drop::Ip6TooBig), 1);
+        assert_eq!(out.len(), 1);
+        let (port, f) = &out[0];
+        assert_eq!(*port, 1, "back across the switch, to A");
+        let h = wire::star::Header6::parse(&f[ETH..]).unwrap();
+        assert_eq!(h.next_hop, a6("2001:db8:1::10"));
+        let inner = ipv6::Packet::new_checked(&f[ETH + wire::star::HEADER6_LEN..]).unwrap();
+        assert_eq!(inner.src(), a6("2001:db8:1::1"));
+        assert_eq!(inner.next_header(), ipv6::next_header::ICMPV6);
+        assert_eq!(inner.payload()[0], 2, "packet too big");
+        // A malformed IPv6 star frame is counted.
+        let mut f = vec![0u8; ETH + wire::star::HEADER6_LEN + 10];
+        ethernet::Repr {
+            dst: mb,
+            src: ma,
+            vlan: None,
+            ethertype: wire::star::ETHERTYPE,
+        }
+        .emit(&mut f)
+        .unwrap();
+        f[ETH] = wire::star::VERSION6;
+        assert!(run(&mut b, now, 1, f).is_empty());
+        assert_eq!(b.counters.drops(Drop::StarMalformed), 1);
+    }
+
     /// An Ethernet frame carrying an IPv6 packet with `next` and `upper`.
     fn frame6(
         src_mac: MacAddr,
