@@ -453,26 +453,18 @@ pub(crate) enum Via {
 }
 
 impl Via {
-    /// The gateways, each checked; at least one.
-    /// The gateways as IPv6 addresses.
+    /// The gateways as IPv6 addresses; at least one.
     pub(crate) fn addresses6(&self) -> Result<Vec<std::net::Ipv6Addr>, String> {
-        let texts: Vec<&String> = match self {
-            Via::One(v) => vec![v],
-            Via::Many(v) => v.iter().collect(),
-        };
-        if texts.is_empty() {
-            return Err("no gateway given".into());
-        }
-        texts
-            .into_iter()
-            .map(|t| {
-                t.parse()
-                    .map_err(|_| format!("{t:?} is not an IPv6 address"))
-            })
-            .collect()
+        self.parsed("IPv6")
     }
 
+    /// The gateways as IPv4 addresses; at least one.
     pub(crate) fn addresses(&self) -> Result<Vec<Ipv4Addr>, String> {
+        self.parsed("IPv4")
+    }
+
+    /// The gateways as addresses of one family (`what` names it in the error).
+    fn parsed<A: std::str::FromStr>(&self, what: &str) -> Result<Vec<A>, String> {
         let texts: Vec<&String> = match self {
             Via::One(v) => vec![v],
             Via::Many(v) => v.iter().collect(),
@@ -484,7 +476,7 @@ impl Via {
             .into_iter()
             .map(|t| {
                 t.parse()
-                    .map_err(|_| format!("{t:?} is not an IPv4 address"))
+                    .map_err(|_| format!("{t:?} is not an {what} address"))
             })
             .collect()
     }

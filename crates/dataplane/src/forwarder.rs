@@ -1018,10 +1018,7 @@ impl Forwarder {
     }
 
     /// Hands a looked-up packet to the star's forwarder that faces `hop`'s network.
-    fn star_output(&mut self, mut p: Pkt, member: (MacAddr, u8), hop: Ipv4Addr, tx: &mut TxQueues) {
-        let Some(internal) = self.star.as_ref().map(|s| s.internal) else {
-            return self.drop_pkt(p, Drop::StarNotInternal);
-        };
+    fn star_output(&mut self, p: Pkt, member: (MacAddr, u8), hop: Ipv4Addr, tx: &mut TxQueues) {
         let ingress = p
             .meta
             .error_src
@@ -1032,9 +1029,18 @@ impl Forwarder {
             next_hop: hop,
             ingress,
         };
-        p.data.splice(ETH..ETH, h.to_bytes());
+        self.star_send(p, member.0, &h.to_bytes(), tx);
+    }
+
+    /// Sends a packet across the star's switch to the member at `to`, behind `header` (a
+    /// star header of either version).
+    fn star_send(&mut self, mut p: Pkt, to: MacAddr, header: &[u8], tx: &mut TxQueues) {
+        let Some(internal) = self.star.as_ref().map(|s| s.internal) else {
+            return self.drop_pkt(p, Drop::StarNotInternal);
+        };
+        p.data.splice(ETH..ETH, header.iter().copied());
         let eth = ethernet::Repr {
-            dst: member.0,
+            dst: to,
             src: self.ifaces[internal as usize].mac,
             vlan: None,
             ethertype: wire::star::ETHERTYPE,

@@ -210,52 +210,14 @@ fn xdp_generator_counts_rate_and_sequence() {
 
     // Many destinations: every frame goes to an address of the prefixes, with a valid
     // header checksum (tcpdump -v flags a bad one), and they are spread over the prefixes.
-    let dir = std::env::temp_dir().join(format!("ts-xdp-{}", lab.name));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pfx = dir.join("prefixes.txt");
-    std::fs::write(&pfx, "10.9.0.0/24\n192.0.2.0/25\n198.51.100.7/32\n").unwrap();
-    let cap = std::process::Command::new("timeout")
-        .args(["10", "ip", "netns", "exec", &format!("ts-{}-b", lab.name)])
-        .args([
-            "tcpdump",
-            "-nn",
-            "-v",
-            "-c",
-            "3000",
-            "-i",
-            "eth0",
-            "udp dst port 1234",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1000));
-    let out = lab.sh(
-        "a",
-        &[
-            exe(),
-            "gen",
-            "--xdp",
-            "--iface",
-            "eth0",
-            "--dst-mac",
-            &bmac,
-            "--src",
-            "10.9.0.1",
-            "--dst-prefixes",
-            pfx.to_str().unwrap(),
-            "--rate",
-            "20kpps",
-            "--count",
-            "3000",
-            "--json",
-        ],
+    let text = xdp_to_prefixes(
+        &lab,
+        &bmac,
+        "10.9.0.1",
+        "10.9.0.0/24\n192.0.2.0/25\n198.51.100.7/32\n",
+        &["-v", "udp dst port 1234"],
+        3000,
     );
-    let _ = std::fs::remove_dir_all(&dir);
-    let g: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(g["sent"], 3000, "{g}");
-    let text = String::from_utf8_lossy(&cap.wait_with_output().unwrap().stdout).into_owned();
     // tcpdump -v prints two lines a packet: the IP header, then "src > dst: UDP ...".
     let dsts: Vec<std::net::Ipv4Addr> = text
         .lines()
@@ -291,53 +253,14 @@ fn xdp_generator_counts_rate_and_sequence() {
     );
 
     // The same over IPv6: the program writes each frame's destination (its upper half).
-    let dir = std::env::temp_dir().join(format!("ts-xdp6-{}", lab.name));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pfx = dir.join("prefixes6.txt");
-    std::fs::write(&pfx, "2001:db8:100::/40\n2001:db8:7:8::/64\n").unwrap();
-    let cap = std::process::Command::new("timeout")
-        .args(["10", "ip", "netns", "exec", &format!("ts-{}-b", lab.name)])
-        .args([
-            "tcpdump",
-            "-nn",
-            "-c",
-            "2000",
-            "-i",
-            "eth0",
-            "ip6 and udp dst port 1234",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1000));
-    let out = lab.sh(
-        "a",
-        &[
-            exe(),
-            "gen",
-            "--xdp",
-            "--iface",
-            "eth0",
-            "--dst-mac",
-            &bmac,
-            "--src",
-            "2001:db8:9::1",
-            "--dst-prefixes",
-            pfx.to_str().unwrap(),
-            "--size",
-            "84",
-            "--rate",
-            "20kpps",
-            "--count",
-            "2000",
-            "--json",
-        ],
+    let text = xdp_to_prefixes(
+        &lab,
+        &bmac,
+        "2001:db8:9::1",
+        "2001:db8:100::/40\n2001:db8:7:8::/64\n",
+        &["ip6 and udp dst port 1234"],
+        2000,
     );
-    let _ = std::fs::remove_dir_all(&dir);
-    let g: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(g["sent"], 2000, "{g}");
-    let text = String::from_utf8_lossy(&cap.wait_with_output().unwrap().stdout).into_owned();
     // "IP6 SRC.PORT > DST.PORT: UDP, length N"
     let dsts: Vec<std::net::Ipv6Addr> = text
         .lines()
@@ -358,4 +281,59 @@ fn xdp_generator_counts_rate_and_sequence() {
         per[k] += 1;
     }
     assert!(per.iter().all(|&n| (800..1200).contains(&n)), "{per:?}");
+}
+
+/// Runs the XDP generator on a (`src` of the prefixes' family) to `count` destinations
+/// drawn from `prefixes` (a table's text), while tcpdump on b prints what arrives
+/// (`tcpdump_args`: options, then the filter); returns tcpdump's output.
+fn xdp_to_prefixes(
+    lab: &TestLab,
+    bmac: &str,
+    src: &str,
+    prefixes: &str,
+    tcpdump_args: &[&str],
+    count: usize,
+) -> String {
+    let dir = std::env::temp_dir().join(format!("ts-xdp-{}-{count}", lab.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pfx = dir.join("prefixes.txt");
+    std::fs::write(&pfx, prefixes).unwrap();
+    let n = count.to_string();
+    let cap = std::process::Command::new("timeout")
+        .args(["10", "ip", "netns", "exec", &format!("ts-{}-b", lab.name)])
+        .args(["tcpdump", "-nn", "-c", &n, "-i", "eth0"])
+        .args(tcpdump_args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let size = if src.contains(':') { "84" } else { "64" };
+    let out = lab.sh(
+        "a",
+        &[
+            exe(),
+            "gen",
+            "--xdp",
+            "--iface",
+            "eth0",
+            "--dst-mac",
+            bmac,
+            "--src",
+            src,
+            "--dst-prefixes",
+            pfx.to_str().unwrap(),
+            "--size",
+            size,
+            "--rate",
+            "20kpps",
+            "--count",
+            &n,
+            "--json",
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let g: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(g["sent"], count, "{g}");
+    String::from_utf8_lossy(&cap.wait_with_output().unwrap().stdout).into_owned()
 }

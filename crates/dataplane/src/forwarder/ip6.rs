@@ -366,16 +366,7 @@ impl Forwarder {
     }
 
     /// Hands a looked-up IPv6 packet to the star's forwarder that faces `hop`'s network.
-    fn star_output6(
-        &mut self,
-        mut p: Pkt,
-        member: (MacAddr, u8),
-        hop: Ipv6Addr,
-        tx: &mut TxQueues,
-    ) {
-        let Some(internal) = self.star.as_ref().map(|s| s.internal) else {
-            return self.drop_pkt(p, Drop::StarNotInternal);
-        };
+    fn star_output6(&mut self, p: Pkt, member: (MacAddr, u8), hop: Ipv6Addr, tx: &mut TxQueues) {
         let src =
             ipv6::Packet::new_checked(&p.data[ETH..]).map_or(Ipv6Addr::UNSPECIFIED, |ip| ip.src());
         let ingress = self
@@ -387,16 +378,7 @@ impl Forwarder {
             next_hop: hop,
             ingress,
         };
-        p.data.splice(ETH..ETH, h.to_bytes());
-        let eth = ethernet::Repr {
-            dst: member.0,
-            src: self.ifaces[internal as usize].mac,
-            vlan: None,
-            ethertype: wire::star::ETHERTYPE,
-        };
-        let _ = eth.emit(&mut p.data[..]);
-        self.counters.event(Event::StarSent);
-        self.output(internal, p, tx);
+        self.star_send(p, member.0, &h.to_bytes(), tx);
     }
 
     /// Replaces the IPv6 routes with `routes` (prefix, gateways in connected prefixes;

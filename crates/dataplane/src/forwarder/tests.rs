@@ -1052,16 +1052,7 @@ mod ipv6_path {
                 assert!(
                     matches!(r, icmpv6::Repr::NeighborSolicit { target, .. } if target == a6("2001:db8:2::20"))
                 );
-                let na = icmpv6::Repr::NeighborAdvert {
-                    router: false,
-                    solicited: true,
-                    override_: true,
-                    target: a6("2001:db8:2::20"),
-                    options: NdOptions {
-                        target_lladdr: Some(H2),
-                        ..NdOptions::default()
-                    },
-                };
+                let na = na("2001:db8:2::20", H2);
                 let out = run(
                     &mut b,
                     now,
@@ -1170,6 +1161,20 @@ mod ipv6_path {
         }
     }
 
+    /// A solicited advertisement of `target` at `mac`.
+    fn na(target: &str, mac: MacAddr) -> icmpv6::Repr<'static> {
+        icmpv6::Repr::NeighborAdvert {
+            router: false,
+            solicited: true,
+            override_: true,
+            target: a6(target),
+            options: NdOptions {
+                target_lladdr: Some(mac),
+                ..NdOptions::default()
+            },
+        }
+    }
+
     /// The ICMPv6 message of an IPv6 frame, after checking its checksum.
     fn icmp6(frame: &[u8]) -> (ipv6::Packet<&[u8]>, icmpv6::Repr<'static>) {
         let e = ethernet::Frame::new_checked(frame).unwrap();
@@ -1249,16 +1254,7 @@ mod ipv6_path {
             matches!(r, icmpv6::Repr::NeighborSolicit { target, .. } if target == a6("2001:db8:2::20"))
         );
         // ...and sent, hop limit 63, once H2 advertises.
-        let na = icmpv6::Repr::NeighborAdvert {
-            router: false,
-            solicited: true,
-            override_: true,
-            target: a6("2001:db8:2::20"),
-            options: NdOptions {
-                target_lladdr: Some(H2),
-                ..NdOptions::default()
-            },
-        };
+        let na = na("2001:db8:2::20", H2);
         let out = run(
             &mut f,
             now,
