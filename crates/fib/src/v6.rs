@@ -38,7 +38,10 @@
 //! | DPDK rte_fib6 (TRIE, 4-byte next hops) | 343 ms | 395,739 8-bit tables | 13.4 / 19.8 | 17.8 / 25.3 |
 //!
 //! Batched lookups run at 1.57 times rte_fib6's batched rate with DPDK on ordinary pages
-//! and 1.20 times with DPDK on huge pages. Updates: 125,000-139,000 single updates/s and
+//! and 1.20 times with DPDK on huge pages. Four more runs with huge pages that session gave
+//! 1.47, 1.63, 1.22 and 1.12 times: rte_fib6 stays at 25-28 M/s (its tables are in DRAM
+//! either way), ours swings between 31 and 45 with what else the shared machine's 8 MB L3
+//! holds (this structure is 5.4 MB). Updates: 125,000-139,000 single updates/s and
 //! 225,000-244,000/s in batches of 1,000 (withdraw and re-add, each published).
 //!
 //! How it got there (each step measured in one run against the step before it):
