@@ -587,7 +587,6 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
         v.dedup();
         v
     };
-    let flows_of = |_six: bool| -> Vec<Flows> { flows.clone() };
     let ceiling_key = |size: usize, six: bool| {
         if six {
             format!("{size}-ipv6")
@@ -610,7 +609,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
     }
     let per_table: usize = families
         .iter()
-        .map(|&six| sizes_of(six).len() * flows_of(six).len())
+        .map(|&six| sizes_of(six).len() * flows.len())
         .sum();
     let total = contenders.len()
         * tables.len()
@@ -812,7 +811,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                     let contender = label.as_str();
                     for size in sizes_of(six) {
                         let ceil = ceilings[&ceiling_key(size, six)].as_f64().unwrap_or(1.0);
-                        for fl in flows_of(six) {
+                        for fl in flows.iter().copied() {
                             let gens_at = |rate: f64| -> Vec<(&str, Vec<String>, String)> {
                                 let n = if fl == Flows::Two { 2 } else { 1 };
                                 let rate = format!("{:.0}", (rate / n as f64).max(1.0));

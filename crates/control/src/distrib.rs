@@ -812,7 +812,7 @@ impl Writer {
         for (p, g) in changes {
             last.insert(p, g);
         }
-        let mut to_table: Vec<(Net, Option<Vec<IpAddr>>)> = Vec::with_capacity(last.len());
+        let mut to_table: Vec<(Net, Option<Gateways>)> = Vec::with_capacity(last.len());
         let mut any_mirror = false;
         for (p, g) in last {
             if let Some(o) = self.held.remove(&p) {
@@ -834,20 +834,19 @@ impl Writer {
             };
             // Installed if every gateway is on one of our networks.
             let install = |g: &Gateways| match p {
-                Net::V4(_) => v4s(g)
-                    .filter(|v| v.iter().all(|v| table.port_for_gateway(*v).is_some()))
-                    .map(|v| v.into_iter().map(IpAddr::V4).collect::<Vec<_>>()),
+                Net::V4(_) => {
+                    v4s(g).is_some_and(|v| v.iter().all(|v| table.port_for_gateway(*v).is_some()))
+                }
                 Net::V6(_) => v6s(g)
-                    .filter(|v| v.iter().all(|v| self.nets6.iter().any(|n| n.contains(*v))))
-                    .map(|v| v.into_iter().map(IpAddr::V6).collect()),
+                    .is_some_and(|v| v.iter().all(|v| self.nets6.iter().any(|n| n.contains(*v)))),
             };
             match g {
                 Some(g) => {
                     self.digest ^= digest_of(p, &g);
                     if connected {
                         self.stats.connected_skipped += 1;
-                    } else if let Some(v) = install(&g) {
-                        to_table.push((p, Some(v)));
+                    } else if install(&g) {
+                        to_table.push((p, Some(g.clone())));
                     } else {
                         self.stats.unresolved += 1;
                         self.unresolved.insert(p);
