@@ -6,7 +6,9 @@
 //! a random address in it), `uniform` (uniformly random addresses), `one` (one address,
 //! repeated). Modes: `single` (one call per address) and `batch` (256 addresses per call;
 //! structures without a batched lookup loop over `single`). Each rate is the best of three
-//! timed passes after a warm-up pass.
+//! timed passes after a warm-up pass; the contenders of a workload take their passes in
+//! turn (round by round), so that a noisy moment of the shared machine falls on all of
+//! them alike, not on whichever happened to run then.
 
 use crate::table::{Table, Table6};
 use crate::Rng;
@@ -52,6 +54,24 @@ fn rate<T>(addrs: &[T], mut f: impl FnMut(&[T]) -> u64) -> f64 {
             addrs.len() as f64 / t.elapsed().as_secs_f64()
         })
         .fold(0.0, f64::max)
+}
+
+/// The rates of `passes` (each one pass over `n` addresses), as [`rate`] but interleaved:
+/// a warm-up pass of each, then three rounds in which each takes one timed pass; the best
+/// of each one's three.
+fn rates(n: usize, passes: &mut [Box<dyn FnMut() -> u64 + '_>]) -> Vec<f64> {
+    for p in passes.iter_mut() {
+        black_box(p());
+    }
+    let mut best = vec![0.0f64; passes.len()];
+    for _ in 0..3 {
+        for (p, b) in passes.iter_mut().zip(&mut best) {
+            let t = Instant::now();
+            black_box(p());
+            *b = b.max(n as f64 / t.elapsed().as_secs_f64());
+        }
+    }
+    best
 }
 
 /// Looks `addrs` up in batches of [`BATCH`] through `look` (addresses, outputs), summing
@@ -137,19 +157,28 @@ pub fn run(
     let mut results = Vec::new();
     for (wl, addrs) in workloads(t, LOOKUPS, 1) {
         progress(wl);
-        let mut out = vec![0u32; BATCH];
-        let pop_single = rate(&addrs, |a| single(a, |x| pop.lookup_raw(x)));
-        let pop_batch = rate(&addrs, |a| {
-            batched(a, &mut out, |c, o| pop.lookup_batch_raw(c, o))
-        });
-        let d24_single = rate(&addrs, |a| single(a, |x| dir24.lookup_raw(x)));
-        let d24_batch = rate(&addrs, |a| {
-            batched(a, &mut out, |c, o| dir24.lookup_batch_raw(c, o))
-        });
-        let d24h_single = rate(&addrs, |a| single(a, |x| dir24_huge.lookup_raw(x)));
-        let d24h_batch = rate(&addrs, |a| {
-            batched(a, &mut out, |c, o| dir24_huge.lookup_batch_raw(c, o))
-        });
+        let a = &addrs[..];
+        let mut passes: Vec<Box<dyn FnMut() -> u64 + '_>> = vec![
+            Box::new(|| single(a, |x| pop.lookup_raw(x))),
+            Box::new(|| batched(a, &mut [0; BATCH], |c, o| pop.lookup_batch_raw(c, o))),
+            Box::new(|| single(a, |x| dir24.lookup_raw(x))),
+            Box::new(|| batched(a, &mut [0; BATCH], |c, o| dir24.lookup_batch_raw(c, o))),
+            Box::new(|| single(a, |x| dir24_huge.lookup_raw(x))),
+            Box::new(|| batched(a, &mut [0; BATCH], |c, o| dir24_huge.lookup_batch_raw(c, o))),
+        ];
+        #[cfg(feature = "dpdk")]
+        if let Some(d) = &dpdk {
+            passes.push(Box::new(|| d.lpm.pass_single(a)));
+            passes.push(Box::new(|| d.lpm.pass_bulk(a)));
+            passes.push(Box::new(|| d.lpm.pass_x4(a)));
+            passes.push(Box::new(|| d.fib.pass_single(a)));
+            passes.push(Box::new(|| d.fib.pass_bulk(a)));
+        }
+        let r = rates(a.len(), &mut passes);
+        drop(passes);
+        let (pop_single, pop_batch, d24_single, d24_batch, d24h_single, d24h_batch) =
+            (r[0], r[1], r[2], r[3], r[4], r[5]);
+        // The slow references take their passes alone.
         let trie_single = rate(&addrs, |a| single(a, |x| rib.lookup(x.into()).unwrap_or(0)));
         let tbm_single = rate(&addrs, |a| {
             single(a, |x| {
@@ -173,17 +202,13 @@ pub fn run(
             );
         }
         #[cfg(feature = "dpdk")]
-        if let Some(d) = &dpdk {
+        if dpdk.is_some() {
             for (s, mode, r) in [
-                ("rte_lpm", "single", rate(&addrs, |a| d.lpm.pass_single(a))),
-                ("rte_lpm", "batch", rate(&addrs, |a| d.lpm.pass_bulk(a))),
-                (
-                    "rte_lpm-lookupx4",
-                    "batch",
-                    rate(&addrs, |a| d.lpm.pass_x4(a)),
-                ),
-                ("rte_fib", "single", rate(&addrs, |a| d.fib.pass_single(a))),
-                ("rte_fib", "batch", rate(&addrs, |a| d.fib.pass_bulk(a))),
+                ("rte_lpm", "single", r[6]),
+                ("rte_lpm", "batch", r[7]),
+                ("rte_lpm-lookupx4", "batch", r[8]),
+                ("rte_fib", "single", r[9]),
+                ("rte_fib", "batch", r[10]),
             ] {
                 results.push(json!({"structure": s, "workload": wl, "mode": mode, "lookups_per_sec": r.round()}));
             }
@@ -337,31 +362,32 @@ pub fn run6(
     };
     for (wl, addrs) in workloads6(t, LOOKUPS, 1) {
         progress(wl);
-        push(
-            "poptrie",
-            wl,
-            "single",
-            rate(&addrs, |a| single(a, |x| pop.lookup_raw(x))),
-        );
-        push(
-            "poptrie",
-            wl,
-            "batch",
-            rate(&addrs, |a| {
-                batched(a, &mut out, |c, o| pop.lookup_batch_raw(c, o))
-            }),
-        );
+        #[cfg(feature = "dpdk")]
+        let bytes: Vec<[u8; 16]> = addrs.iter().map(|a| a.to_be_bytes()).collect();
+        let a = &addrs[..];
+        #[cfg_attr(not(feature = "dpdk"), allow(unused_mut))]
+        let mut names = vec![("poptrie", "single"), ("poptrie", "batch")];
+        let mut passes: Vec<Box<dyn FnMut() -> u64 + '_>> = vec![
+            Box::new(|| single(a, |x| pop.lookup_raw(x))),
+            Box::new(|| batched(a, &mut [0; BATCH], |c, o| pop.lookup_batch_raw(c, o))),
+        ];
+        #[cfg(feature = "dpdk")]
+        for d in &dpdk {
+            let b = &bytes[..];
+            names.push((d.name, "single"));
+            passes.push(Box::new(move || d.pass_single(b)));
+            names.push((d.name, "batch"));
+            passes.push(Box::new(move || d.pass_bulk(b)));
+        }
+        let r = rates(a.len(), &mut passes);
+        drop(passes);
+        for ((s, mode), r) in names.into_iter().zip(r) {
+            push(s, wl, mode, r);
+        }
+        // The reference trie, slow, takes its passes alone.
         let trie = rate(&addrs, |a| single(a, |x| rib.lookup(x.into()).unwrap_or(0)));
         push("binary-trie", wl, "single", trie);
         push("binary-trie", wl, "batch", trie);
-        #[cfg(feature = "dpdk")]
-        {
-            let bytes: Vec<[u8; 16]> = addrs.iter().map(|a| a.to_be_bytes()).collect();
-            for d in &dpdk {
-                push(d.name, wl, "single", rate(&bytes, |a| d.pass_single(a)));
-                push(d.name, wl, "batch", rate(&bytes, |a| d.pass_bulk(a)));
-            }
-        }
     }
     progress("updates");
     let updates = update_rate6(t);
