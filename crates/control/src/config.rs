@@ -1046,31 +1046,26 @@ impl ForwarderFile {
                         )
                     })?;
                     for (j, n) in m.networks.iter().enumerate() {
-                        let key = format!("star.member[{i}].networks[{j}].prefix");
-                        let at = n.prefix.span().start;
-                        let text = n.prefix.get_ref();
                         let port = *n.port.get_ref();
-                        if text.contains(':') && (0..=254).contains(&port) {
-                            let p = fib::Prefix6::parse_strict(text)
-                                .map_err(|e| err(at, key, format!("{text:?}: {e}")))?;
-                            members6.push((p, mac, port as u8));
-                            continue;
-                        }
-                        let prefix = Prefix::parse_strict(n.prefix.get_ref()).map_err(|e| {
-                            err(
-                                n.prefix.span().start,
-                                format!("star.member[{i}].networks[{j}].prefix"),
-                                format!("{:?}: {e}", n.prefix.get_ref()),
-                            )
-                        })?;
-                        if !(0..=254).contains(n.port.get_ref()) {
+                        if !(0..=254).contains(&port) {
                             return Err(err(
                                 n.port.span().start,
                                 format!("star.member[{i}].networks[{j}].port"),
-                                format!("{} is not a port index (0 to 254)", n.port.get_ref()),
+                                format!("{port} is not a port index (0 to 254)"),
                             ));
                         }
-                        members.push((prefix, mac, *n.port.get_ref() as u8));
+                        let key = format!("star.member[{i}].networks[{j}].prefix");
+                        let at = n.prefix.span().start;
+                        let text = n.prefix.get_ref();
+                        if text.contains(':') {
+                            let p = fib::Prefix6::parse_strict(text)
+                                .map_err(|e| err(at, key, format!("{text:?}: {e}")))?;
+                            members6.push((p, mac, port as u8));
+                        } else {
+                            let p = Prefix::parse_strict(text)
+                                .map_err(|e| err(at, key, format!("{text:?}: {e}")))?;
+                            members.push((p, mac, port as u8));
+                        }
                     }
                 }
                 Some(StarConfig {
@@ -1308,6 +1303,18 @@ via = "10.2.0.2"
                 18,
                 "star.member[0].networks[0].port",
                 "is not a port index",
+            ),
+            (
+                format!("{EXAMPLE}\n[star]\ninternal = \"r-eth0\"\n[[star.member]]\nmac = \"02:00:00:00:05:01\"\nnetworks = [{{ prefix = \"fd00:1::/64\", port = 255 }}]\n"),
+                18,
+                "star.member[0].networks[0].port",
+                "is not a port index",
+            ),
+            (
+                format!("{EXAMPLE}\n[star]\ninternal = \"r-eth0\"\n[[star.member]]\nmac = \"02:00:00:00:05:01\"\nnetworks = [{{ prefix = \"fd00:1::1/64\", port = 1 }}]\n"),
+                18,
+                "star.member[0].networks[0].prefix",
+                "host bits",
             ),
             (
                 format!("{EXAMPLE}\n[metrics]\nlisten = \"9100\"\n"),
