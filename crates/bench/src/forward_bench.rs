@@ -15,7 +15,8 @@
 //! router get an IPv6 network beside each IPv4 one (2001:db8:N::/64 beside 10.N.0.0/24),
 //! the table file holds the IPv6 table too (synthetic with the IPv6 length mix, or a
 //! file's IPv6 routes), and each contender is measured over IPv4, then over IPv6 (rows with
-//! `"family": "ipv6"`, contender `NAME-ipv6`). IPv6's smallest test frame is 84 bytes
+//! `"family": "ipv6"`, contender `NAME-ipv6`); the star's and the multistage router's
+//! labs are made dual-stack the same way. IPv6's smallest test frame is 84 bytes
 //! (Ethernet, IPv6, UDP, the probe, the FCS): where IPv4 is measured at 64 bytes, IPv6 is
 //! at 84.
 
@@ -413,13 +414,33 @@ const MULTISTAGE_SOURCES: [Source; 2] = [
 fn site(
     out: &Path,
     contender: &str,
-    tsize: usize,
+    key: &str,
+    ipv6: bool,
 ) -> Result<Option<(PathBuf, [Source; 2])>, String> {
-    let table =
-        |via: &str| format!("routes_file = \"table-{tsize}.txt\"\nroutes_file_via = \"{via}\"\n");
+    // The table's routes go through one host (its IPv6 address too, with --ipv6).
+    let table = |via: &str| {
+        let via = if ipv6 {
+            format!("[\"{via}\", \"{}\"]", six_of(via))
+        } else {
+            format!("\"{via}\"")
+        };
+        format!("routes_file = \"table-{key}.txt\"\nroutes_file_via = {via}\n")
+    };
+    // With --ipv6 every element's and host's address gets its IPv6 twin.
+    let stack = |topo: String, element: String| {
+        if ipv6 {
+            dual_stack(&topo, &element)
+        } else {
+            (topo, element)
+        }
+    };
     match contender {
         STAR => {
-            let mut topo = include_str!("../../../labs/star.toml").to_string();
+            let mut topo = stack(
+                include_str!("../../../labs/star.toml").into(),
+                String::new(),
+            )
+            .0;
             for (h, n) in [
                 ("h1", "src1"),
                 ("h2", "src2"),
@@ -437,19 +458,32 @@ fn site(
                 include_str!("../../../labs/star/s4.toml"),
             ];
             for (i, c) in configs.iter().enumerate() {
-                let name = format!("star-s{}-{tsize}.toml", i + 1);
+                let name = format!("star-s{}-{key}.toml", i + 1);
+                let mut c = stack(String::new(), c.to_string()).1;
+                if ipv6 {
+                    // Each member's IPv6 network beside its IPv4 one in every list.
+                    for m in 1..=4 {
+                        let v4 = format!("{{ prefix = \"10.{m}.0.0/24\", port = 0 }}");
+                        let v6 = format!("{v4}, {{ prefix = \"2001:db8:{m}::/64\", port = 0 }}");
+                        c = c.replace(&v4, &v6);
+                    }
+                }
                 write(
                     &out.join(&name),
                     &c.replace("routes_file = \"routes.txt\"\n", &table("10.3.0.10")),
                 )?;
                 topo = topo.replace(&format!("star/s{}.toml", i + 1), &name);
             }
-            let p = out.join(format!("lab-star-{tsize}.toml"));
+            let p = out.join(format!("lab-star-{key}.toml"));
             write(&p, &topo)?;
             Ok(Some((p, STAR_SOURCES)))
         }
         MULTISTAGE => {
-            let mut topo = include_str!("../../../labs/multistage.toml").to_string();
+            let mut topo = stack(
+                include_str!("../../../labs/multistage.toml").into(),
+                String::new(),
+            )
+            .0;
             let configs = [
                 (
                     "lba",
@@ -466,17 +500,18 @@ fn site(
                 ("r3", include_str!("../../../labs/multistage/r3.toml"), true),
             ];
             for (n, c, backend) in configs {
-                let name = format!("ms-{n}-{tsize}.toml");
+                let name = format!("ms-{n}-{key}.toml");
+                let c = stack(String::new(), c.to_string()).1;
                 // Top-level keys come before the first table.
                 let text = if backend {
                     format!("{}{c}", table("10.2.0.10"))
                 } else {
-                    c.to_string()
+                    c
                 };
                 write(&out.join(&name), &text)?;
                 topo = topo.replace(&format!("multistage/{n}.toml"), &name);
             }
-            let p = out.join(format!("lab-ms-{tsize}.toml"));
+            let p = out.join(format!("lab-ms-{key}.toml"));
             write(&p, &topo)?;
             Ok(Some((p, MULTISTAGE_SOURCES)))
         }
@@ -574,9 +609,6 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
     let searches = if opts.quick { 3 } else { 6 };
     let contenders = &opts.contenders;
     let labname = format!("bf{}", std::process::id());
-    if opts.ipv6 && contenders.iter().any(|(c, _)| c == STAR || c == MULTISTAGE) {
-        return Err("--ipv6 measures the single router: the star and the multistage router are not measured over IPv6 yet".into());
-    }
     let families: &[bool] = if opts.ipv6 { &[false, true] } else { &[false] };
     // IPv6 at its smallest frame where IPv4 is at a size below it.
     let sizes_of = |six: bool| -> Vec<usize> {
@@ -689,7 +721,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
         for (contender, command) in contenders {
             let contender = contender.as_str();
             let fast = contender == FAST;
-            let other = site(&opts.out, contender, tsize)?;
+            let other = site(&opts.out, contender, &key, opts.ipv6)?;
             let sources = other.as_ref().map_or(SOURCES, |o| o.1);
             let mut l = lab::Lab::load(
                 match &other {

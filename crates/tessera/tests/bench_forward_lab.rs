@@ -182,8 +182,9 @@ fn quick_bench_over_ipv6_beside_ipv4() {
 }
 
 /// `--star` and `--multistage`: the same experiment through the star router and the
-/// multistage router, beside each other in one run; at a quarter of the generator's
-/// ceiling both forward most of what is offered, and the plot has both.
+/// multistage router, beside each other in one run, over IPv4 and (`--ipv6`, the labs
+/// made dual-stack) over IPv6; each forwards a real share of what is offered in either
+/// family, and the plot has both routers.
 #[test]
 fn quick_bench_through_the_star_and_the_multistage_router() {
     let _one = one_at_a_time();
@@ -197,6 +198,7 @@ fn quick_bench_through_the_star_and_the_multistage_router() {
             "0.3",
             "--star",
             "--multistage",
+            "--ipv6",
             "--only",
             "star,multistage",
             "--io",
@@ -208,7 +210,7 @@ fn quick_bench_through_the_star_and_the_multistage_router() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    for c in ["star", "multistage"] {
+    for c in ["star", "multistage", "star-ipv6", "multistage-ipv6"] {
         let steps: Vec<_> = v["points"]
             .as_array()
             .unwrap()
