@@ -21,6 +21,10 @@
 //!   the requester's Axon installs the route on the requester's port and answers its ARP.
 //!   ARP requests for a destination a port already has a route to (a unicast refresh, say)
 //!   are answered at once.
+//!   IPv6 hosts' neighbour solicitations and advertisements take the same way, with IPv6
+//!   addresses in the messages: the target is solicited in the requester's name and the
+//!   requester gets a solicited advertisement (duplicate address detection is left
+//!   unanswered).
 //! - **Output ports** keep one queue per input port (the control plane is one more input)
 //!   and serve them by deficit round robin, with an optional capacity, buffer and delay:
 //!   the switch's ports ([`crate::switch`]).
@@ -36,7 +40,7 @@ use crate::buf::{Pkt, Pool, TxQueues};
 use crate::counters::{Counters, Drop, Event};
 use crate::switch::{Mode, OutPort, PortConfig};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wire::axon::{self, Header, Kind, Msg, CONTROL};
@@ -128,7 +132,7 @@ pub struct Route {
     pub axon: u32,
     pub port: u8,
     pub mac: MacAddr,
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     /// The output ports from this Axon to the host, its own port last; None: the far
     /// Axon cannot be reached now.
     pub path: Option<Vec<u8>>,
@@ -159,7 +163,7 @@ struct Waiting {
     origin: u32,
     req: u32,
     src_mac: MacAddr,
-    src_ip: Ipv4Addr,
+    src_ip: IpAddr,
     src_port: u8,
     /// The way back to the origin's control plane.
     back: Vec<u8>,
@@ -200,14 +204,14 @@ pub struct Axon {
     /// Per port: destination MAC -> route.
     cam: Vec<HashMap<MacAddr, Route>>,
     /// Per port: destination address -> the MAC its host was given (ARP answered from it).
-    by_ip: Vec<HashMap<Ipv4Addr, MacAddr>>,
+    by_ip: Vec<HashMap<IpAddr, MacAddr>>,
     /// Per port: routes beyond the route memory, found by the index their masqueraded MAC
     /// carries ([`masq_mac`]), and the index of each destination MAC.
     masq: Vec<Vec<Route>>,
     masq_index: Vec<HashMap<MacAddr, u32>>,
-    hosts: HashMap<Ipv4Addr, Host>,
-    waiting: HashMap<(Ipv4Addr, MacAddr), Waiting>,
-    asked: HashMap<(u8, Ipv4Addr), Instant>,
+    hosts: HashMap<IpAddr, Host>,
+    waiting: HashMap<(IpAddr, MacAddr), Waiting>,
+    asked: HashMap<(u8, IpAddr), Instant>,
     leases: HashMap<MacAddr, Lease>,
     probes: BTreeMap<u32, ProbeResult>,
     segments: HashMap<Ipv4Addr, Segment>,
@@ -303,7 +307,7 @@ impl Axon {
             .collect()
     }
 
-    pub fn hosts(&self) -> Vec<(Ipv4Addr, Host)> {
+    pub fn hosts(&self) -> Vec<(IpAddr, Host)> {
         let mut v: Vec<_> = self.hosts.iter().map(|(a, h)| (*a, *h)).collect();
         v.sort_by_key(|x| x.0);
         v
@@ -497,13 +501,18 @@ impl Axon {
     /// times the Ethernet segment between the Axon and the host (send time taken as the
     /// frame is queued: a host port's queue is normally empty).
     fn ether_probes(&mut self, now: Instant) {
+        // (ARP probes: the hosts known by their IPv4 addresses.)
         let hosts: Vec<(Ipv4Addr, Host)> = self
             .hosts
             .iter()
             .filter(|(_, h)| !self.is_axon_port(h.port as usize))
-            .map(|(a, h)| (*a, *h))
+            .filter_map(|(a, h)| match a {
+                IpAddr::V4(a) => Some((*a, *h)),
+                IpAddr::V6(_) => None,
+            })
             .collect();
-        self.segments.retain(|a, _| self.hosts.contains_key(a));
+        self.segments
+            .retain(|a, _| self.hosts.contains_key(&IpAddr::V4(*a)));
         for (ip, h) in hosts {
             let port = h.port as usize;
             let sent_ns = realtime_ns();
@@ -584,10 +593,31 @@ impl Axon {
             if let Ok(ip) = wire::ipv4::Packet::new_checked_header(&p.data[14..]) {
                 let a = ip.src();
                 if !a.is_unspecified() && !a.is_broadcast() && !a.is_multicast() {
-                    self.learn(a, src, input as u8, now);
+                    self.learn(a.into(), src, input as u8, now);
                 }
                 if ip.protocol() == wire::ipv4::protocol::UDP && self.is_dhcp(&p.data[14..]) {
                     return self.dhcp(p, input, now);
+                }
+            }
+        }
+        if et == ethertype::IPV6 {
+            if let Ok(ip) = wire::ipv6::Packet::new_checked(&p.data[14..]) {
+                let a = ip.src();
+                if !a.is_unspecified() && !a.is_multicast() {
+                    self.learn(a.into(), src, input as u8, now);
+                }
+                // Neighbour discovery goes to the control plane, as ARP does.
+                let t = ip.payload().first().copied();
+                if ip.next_header() == wire::ipv6::next_header::ICMPV6
+                    && matches!(
+                        t,
+                        Some(
+                            wire::icmpv6::kind::NEIGHBOR_SOLICIT
+                                | wire::icmpv6::kind::NEIGHBOR_ADVERT
+                        )
+                    )
+                {
+                    return self.nd_from_host(p, input, now);
                 }
             }
         }
@@ -621,7 +651,9 @@ impl Axon {
             self.counters.count(Drop::AxonNoPath);
             return self.pool.put(p);
         };
-        if et == ethertype::IPV4 && crate::buf::complete_offloaded_checksum(&mut p) {
+        if (et == ethertype::IPV4 || et == ethertype::IPV6)
+            && crate::buf::complete_offloaded_checksum(&mut p)
+        {
             self.counters.event(Event::ChecksumFilled);
         }
         let mut c = self.pool.get();
@@ -695,7 +727,7 @@ impl Axon {
                     (a..=b).map(Ipv4Addr::from).find(|x| {
                         in_pool(*x)
                             && !self.leases.values().any(|l| l.ip == *x)
-                            && !self.hosts.contains_key(x)
+                            && !self.hosts.contains_key(&IpAddr::V4(*x))
                     })
                 };
                 let Some(ip) = mine.or(wanted).or_else(free) else {
@@ -736,7 +768,7 @@ impl Axon {
                             bound: true,
                         },
                     );
-                    self.learn(asked, r.chaddr, input as u8, now);
+                    self.learn(asked.into(), r.chaddr, input as u8, now);
                     self.counters.event(Event::AxonDhcpAcks);
                     (MsgType::Ack, asked)
                 } else {
@@ -805,7 +837,7 @@ impl Axon {
         buf.extend_from_slice(&axon::ETHERTYPE.to_be_bytes());
     }
 
-    fn learn(&mut self, ip: Ipv4Addr, mac: MacAddr, port: u8, now: Instant) {
+    fn learn(&mut self, ip: IpAddr, mac: MacAddr, port: u8, now: Instant) {
         self.hosts.insert(
             ip,
             Host {
@@ -829,7 +861,7 @@ impl Axon {
             self.counters.count(Drop::AxonArpIgnored);
             return;
         }
-        self.learn(a.sender_ip, a.sender_mac, input as u8, now);
+        self.learn(a.sender_ip.into(), a.sender_mac, input as u8, now);
         if a.operation == wire::arp::Operation::Reply {
             if a.target_ip.is_unspecified() && a.target_mac == self.cfg.macs[input] {
                 // The answer to an ether-probe: the segment to this host, timed.
@@ -844,8 +876,10 @@ impl Axon {
                 return;
             }
             // The target answers the ARP this Axon sent in a requester's name.
-            match self.waiting.remove(&(a.sender_ip, a.target_mac)) {
-                Some(w) => self.target_answered(w, a.sender_ip, a.sender_mac, input as u8, now),
+            match self.waiting.remove(&(a.sender_ip.into(), a.target_mac)) {
+                Some(w) => {
+                    self.target_answered(w, a.sender_ip.into(), a.sender_mac, input as u8, now)
+                }
                 None => self.counters.count(Drop::AxonArpIgnored),
             }
             return;
@@ -854,28 +888,91 @@ impl Axon {
             self.counters.count(Drop::AxonArpIgnored);
             return;
         }
-        // A route to the target from this port already: answer.
-        if let Some(&mac) = self.by_ip[input].get(&a.target_ip) {
-            self.arp_reply_to_host(input, a.sender_mac, a.sender_ip, mac, a.target_ip);
+        self.resolve(
+            input,
+            a.sender_mac,
+            a.sender_ip.into(),
+            a.target_ip.into(),
+            now,
+        );
+    }
+
+    /// A host's neighbour solicitation or advertisement, taken as its ARP would be: a
+    /// solicitation asks for its target (one for duplicate address detection, from the
+    /// unspecified address, is left unanswered, so that the address stays the host's); an
+    /// advertisement answers the solicitation this Axon sent in a requester's name.
+    fn nd_from_host(&mut self, p: Pkt, input: usize, now: Instant) {
+        use wire::icmpv6::Repr;
+        let eth_dst = MacAddr::from_slice(&p.data[0..6]);
+        let eth_src = MacAddr::from_slice(&p.data[6..12]);
+        let parsed = (|| {
+            let ip = wire::ipv6::Packet::new_checked(&p.data[14..]).ok()?;
+            let (src, dst) = (ip.src(), ip.dst());
+            let icmp = wire::icmpv6::Packet::new_checked(ip.payload()).ok()?;
+            if ip.hop_limit() != 255 || !icmp.verify_checksum(src, dst) {
+                return None;
+            }
+            match Repr::parse(&icmp).ok()? {
+                Repr::NeighborSolicit { target, options } => {
+                    Some((true, src, target, options.source_lladdr.unwrap_or(eth_src)))
+                }
+                Repr::NeighborAdvert {
+                    target, options, ..
+                } => Some((false, src, target, options.target_lladdr.unwrap_or(eth_src))),
+                _ => None,
+            }
+        })();
+        self.pool.put(p);
+        let Some((solicit, src, target, mac)) = parsed else {
+            self.counters.count(Drop::AxonNdMalformed);
+            return;
+        };
+        if target.is_multicast() || is_group(&mac) {
+            self.counters.count(Drop::AxonNdMalformed);
+            return;
+        }
+        if !solicit {
+            // The advertised address is the host's own.
+            self.learn(target.into(), mac, input as u8, now);
+            match self.waiting.remove(&(target.into(), eth_dst)) {
+                Some(w) => self.target_answered(w, target.into(), mac, input as u8, now),
+                None => self.counters.count(Drop::AxonArpIgnored),
+            }
+            return;
+        }
+        if src.is_unspecified() || src == target {
+            self.counters.count(Drop::AxonArpIgnored);
+            return;
+        }
+        self.learn(src.into(), mac, input as u8, now);
+        self.resolve(input, mac, src.into(), target.into(), now);
+    }
+
+    /// A host on `input` (`mac`, `ip`) asks for `target` (by ARP or neighbour
+    /// solicitation): answered at once where this port has a route to it, else asked of
+    /// every Axon (Axon-ARP).
+    fn resolve(&mut self, input: usize, mac: MacAddr, ip: IpAddr, target: IpAddr, now: Instant) {
+        if let Some(&shown) = self.by_ip[input].get(&target) {
+            self.reply_to_host(input, mac, ip, shown, target);
             return;
         }
         if self
             .asked
-            .get(&(input as u8, a.target_ip))
+            .get(&(input as u8, target))
             .is_some_and(|t| now.duration_since(*t) < ASK_EVERY)
         {
             return;
         }
-        self.asked.insert((input as u8, a.target_ip), now);
+        self.asked.insert((input as u8, target), now);
         let req = self.next_req;
         self.next_req = self.next_req.wrapping_add(1);
         let m = Msg::ArpRequest {
             origin: self.cfg.id,
             req,
-            src_mac: a.sender_mac,
-            src_ip: a.sender_ip,
+            src_mac: mac,
+            src_ip: ip,
             src_port: input as u8,
-            target: a.target_ip,
+            target,
         };
         self.counters.event(Event::AxonArpRequests);
         let targets: Vec<(u32, Vec<u8>)> = self.paths();
@@ -974,15 +1071,21 @@ impl Axon {
                 };
                 let dst = self.hosts.get(&target).map(|h| h.mac);
                 for p in ports {
-                    self.arp_to_host(
-                        p,
-                        wire::arp::Operation::Request,
-                        dst.unwrap_or(MacAddr::BROADCAST),
-                        src_mac,
-                        src_ip,
-                        dst.unwrap_or(MacAddr::ZERO),
-                        target,
-                    );
+                    match (src_ip, target) {
+                        (IpAddr::V4(src_ip), IpAddr::V4(target)) => self.arp_to_host(
+                            p,
+                            wire::arp::Operation::Request,
+                            dst.unwrap_or(MacAddr::BROADCAST),
+                            src_mac,
+                            src_ip,
+                            dst.unwrap_or(MacAddr::ZERO),
+                            target,
+                        ),
+                        (IpAddr::V6(src_ip), IpAddr::V6(target)) => {
+                            self.ns_to_host(p, dst, src_mac, src_ip, target)
+                        }
+                        _ => self.counters.count(Drop::AxonArpIgnored),
+                    }
                 }
             }
             Msg::ArpReply {
@@ -1010,7 +1113,7 @@ impl Axon {
                     target,
                     now,
                 ) {
-                    self.arp_reply_to_host(h.port as usize, src_mac, src_ip, shown, target);
+                    self.reply_to_host(h.port as usize, src_mac, src_ip, shown, target);
                 }
             }
         }
@@ -1018,7 +1121,7 @@ impl Axon {
 
     /// At the target's Axon: the target answered; install the route back to the
     /// requester and tell the requester's Axon.
-    fn target_answered(&mut self, w: Waiting, ip: Ipv4Addr, mac: MacAddr, port: u8, now: Instant) {
+    fn target_answered(&mut self, w: Waiting, ip: IpAddr, mac: MacAddr, port: u8, now: Instant) {
         let shown = self.install(
             port as usize,
             w.origin,
@@ -1030,15 +1133,21 @@ impl Axon {
         if let Some(m) = shown.filter(|m| *m != w.src_mac) {
             // The target learnt the requester's own MAC from the ARP asked in its name;
             // the route to it is masqueraded: correct the target's cache.
-            self.arp_to_host(
-                port as usize,
-                wire::arp::Operation::Reply,
-                mac,
-                m,
-                w.src_ip,
-                mac,
-                ip,
-            );
+            match (w.src_ip, ip) {
+                (IpAddr::V4(src_ip), IpAddr::V4(ip)) => self.arp_to_host(
+                    port as usize,
+                    wire::arp::Operation::Reply,
+                    mac,
+                    m,
+                    src_ip,
+                    mac,
+                    ip,
+                ),
+                (IpAddr::V6(src_ip), IpAddr::V6(ip)) => {
+                    self.na_to_host(port as usize, mac, ip, src_ip, m, false)
+                }
+                _ => {}
+            }
         }
         let m = Msg::ArpReply {
             origin: self.cfg.id,
@@ -1071,7 +1180,7 @@ impl Axon {
         axon: u32,
         far_port: u8,
         mac: MacAddr,
-        ip: Ipv4Addr,
+        ip: IpAddr,
         now: Instant,
     ) -> Option<MacAddr> {
         let path = self.route_path(axon, far_port, &mac);
@@ -1139,24 +1248,107 @@ impl Axon {
         self.enqueue(port, c, cp);
     }
 
-    fn arp_reply_to_host(
+    /// Tells the host (`host_mac`, `host_ip`) on `port` that `ip` is at `mac`: an ARP
+    /// reply, or a solicited neighbour advertisement.
+    fn reply_to_host(
         &mut self,
         port: usize,
         host_mac: MacAddr,
-        host_ip: Ipv4Addr,
+        host_ip: IpAddr,
         mac: MacAddr,
-        ip: Ipv4Addr,
+        ip: IpAddr,
     ) {
         self.counters.event(Event::AxonArpAnswered);
-        self.arp_to_host(
-            port,
-            wire::arp::Operation::Reply,
-            host_mac,
-            mac,
-            ip,
-            host_mac,
-            host_ip,
-        );
+        match (host_ip, ip) {
+            (IpAddr::V4(host_ip), IpAddr::V4(ip)) => self.arp_to_host(
+                port,
+                wire::arp::Operation::Reply,
+                host_mac,
+                mac,
+                ip,
+                host_mac,
+                host_ip,
+            ),
+            (IpAddr::V6(host_ip), IpAddr::V6(ip)) => {
+                self.na_to_host(port, host_mac, host_ip, ip, mac, true)
+            }
+            _ => {}
+        }
+    }
+
+    /// A neighbour solicitation for `target` on host port `port`, in the name of
+    /// `src_mac`/`src_ip`: to the target's MAC where it is known, else to its
+    /// solicited-node group.
+    fn ns_to_host(
+        &mut self,
+        port: usize,
+        dst: Option<MacAddr>,
+        src_mac: MacAddr,
+        src_ip: Ipv6Addr,
+        target: Ipv6Addr,
+    ) {
+        let group = wire::ipv6::solicited_node(target);
+        let (eth_dst, ip_dst) = match dst {
+            Some(m) => (m, target),
+            None => (wire::ipv6::multicast_mac(group), group),
+        };
+        let ns = wire::icmpv6::Repr::NeighborSolicit {
+            target,
+            options: wire::icmpv6::NdOptions {
+                source_lladdr: Some(src_mac),
+                ..Default::default()
+            },
+        };
+        self.icmp6_to_host(port, eth_dst, src_mac, src_ip, ip_dst, &ns);
+    }
+
+    /// A neighbour advertisement to `dst_mac`/`dst_ip` on host port `port`: `target`
+    /// is at `mac` (solicited or not; override set).
+    fn na_to_host(
+        &mut self,
+        port: usize,
+        dst_mac: MacAddr,
+        dst_ip: Ipv6Addr,
+        target: Ipv6Addr,
+        mac: MacAddr,
+        solicited: bool,
+    ) {
+        let na = wire::icmpv6::Repr::NeighborAdvert {
+            router: false,
+            solicited,
+            override_: true,
+            target,
+            options: wire::icmpv6::NdOptions {
+                target_lladdr: Some(mac),
+                ..Default::default()
+            },
+        };
+        self.icmp6_to_host(port, dst_mac, mac, target, dst_ip, &na);
+    }
+
+    /// An ICMPv6 frame (hop limit 255, as neighbour discovery needs) out of host port
+    /// `port`.
+    fn icmp6_to_host(
+        &mut self,
+        port: usize,
+        eth_dst: MacAddr,
+        eth_src: MacAddr,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        msg: &wire::icmpv6::Repr,
+    ) {
+        let mut c = self.pool.get();
+        c.data.clear();
+        c.data.extend_from_slice(&eth_dst.0);
+        c.data.extend_from_slice(&eth_src.0);
+        c.data.extend_from_slice(&ethertype::IPV6.to_be_bytes());
+        c.data
+            .resize(wire::ethernet::HEADER_LEN + 40 + msg.buffer_len(), 0);
+        if wire::icmpv6::emit_packet(&mut c.data[14..], src, dst, 255, msg).is_err() {
+            return self.pool.put(c);
+        }
+        let cp = self.cfg.ports.len();
+        self.enqueue(port, c, cp);
     }
 
     fn enqueue(&mut self, o: usize, p: Pkt, input: usize) {
@@ -1538,6 +1730,69 @@ mod tests {
         f
     }
 
+    /// An ND frame (`repr`) from `smac`/`src` to `dmac`/`dst`, at `hop` hops.
+    fn nd(
+        dmac: MacAddr,
+        smac: MacAddr,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        hop: u8,
+        repr: &wire::icmpv6::Repr,
+    ) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 40 + repr.buffer_len()];
+        f[0..6].copy_from_slice(&dmac.0);
+        f[6..12].copy_from_slice(&smac.0);
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        wire::icmpv6::emit_packet(&mut f[14..], src, dst, hop, repr).unwrap();
+        f
+    }
+
+    /// What an ND frame says: (Ethernet destination, IPv6 source and destination, type,
+    /// target, source or target link-layer address, solicited), its hop limit 255 and
+    /// checksum checked.
+    #[allow(clippy::type_complexity)]
+    fn nd_of(
+        f: &[u8],
+    ) -> Option<(
+        MacAddr,
+        Ipv6Addr,
+        Ipv6Addr,
+        u8,
+        Ipv6Addr,
+        Option<MacAddr>,
+        bool,
+    )> {
+        use wire::icmpv6::Repr;
+        if f[12..14] != [0x86, 0xdd] {
+            return None;
+        }
+        let ip = wire::ipv6::Packet::new_checked(&f[14..]).ok()?;
+        let icmp = wire::icmpv6::Packet::new_checked(ip.payload()).ok()?;
+        assert_eq!(ip.hop_limit(), 255);
+        assert!(icmp.verify_checksum(ip.src(), ip.dst()));
+        let (t, target, ll, sol) = match Repr::parse(&icmp).ok()? {
+            Repr::NeighborSolicit { target, options } => {
+                (135, target, options.source_lladdr, false)
+            }
+            Repr::NeighborAdvert {
+                target,
+                options,
+                solicited,
+                ..
+            } => (136, target, options.target_lladdr, solicited),
+            _ => return None,
+        };
+        Some((
+            MacAddr::from_slice(&f[0..6]),
+            ip.src(),
+            ip.dst(),
+            t,
+            target,
+            ll,
+            sol,
+        ))
+    }
+
     fn ring() -> Net {
         let now = Instant::now();
         // Three Axons in a ring on ports 0 and 1; a host on port 2 of each.
@@ -1547,6 +1802,112 @@ mod tests {
             to_hosts: Vec::new(),
             now,
         }
+    }
+
+    /// Neighbour discovery is Axon-ARP over IPv6: h1's solicitation for h3 reaches
+    /// h3's Axon, which solicits h3 in h1's name (to its solicited-node group, h3 not yet
+    /// known there); h3's advertisement installs the routes on both sides and h1 is
+    /// answered by its own Axon. Duplicate address detection is left unanswered, a
+    /// solicitation that fails RFC 4861's checks is counted, a later solicitation (the
+    /// host's reachability check) is answered at once, and data flows.
+    #[test]
+    fn hosts_find_each_other_by_neighbour_discovery() {
+        use wire::icmpv6::{NdOptions, Repr};
+        let mut n = ring();
+        for _ in 0..10 {
+            n.step();
+        }
+        let h1 = MacAddr([2, 0, 0, 0, 0, 1]);
+        let h3 = MacAddr([2, 0, 0, 0, 0, 3]);
+        let a1: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let a3: Ipv6Addr = "2001:db8::3".parse().unwrap();
+        let group = wire::ipv6::solicited_node(a3);
+        let ns = |ll: Option<MacAddr>| Repr::NeighborSolicit {
+            target: a3,
+            options: NdOptions {
+                source_lladdr: ll,
+                ..NdOptions::default()
+            },
+        };
+        let gmac = wire::ipv6::multicast_mac(group);
+        // Duplicate address detection (from ::) and a solicitation at hop limit 64: no
+        // answer, each counted.
+        n.to_hosts.clear();
+        n.host_sends(
+            0,
+            2,
+            nd(gmac, h1, Ipv6Addr::UNSPECIFIED, group, 255, &ns(None)),
+        );
+        n.host_sends(0, 2, nd(gmac, h1, a1, group, 64, &ns(Some(h1))));
+        n.step();
+        assert!(n.to_hosts.iter().all(|(_, _, f)| nd_of(f).is_none()));
+        assert_eq!(n.axons[0].counters.drops(Drop::AxonArpIgnored), 1);
+        assert_eq!(n.axons[0].counters.drops(Drop::AxonNdMalformed), 1);
+        // The real one.
+        n.host_sends(0, 2, nd(gmac, h1, a1, group, 255, &ns(Some(h1))));
+        n.step();
+        let asks: Vec<_> = n
+            .to_hosts
+            .iter()
+            .filter(|(a, p, _)| *a == 2 && *p == 2)
+            .filter_map(|(_, _, f)| nd_of(f))
+            .collect();
+        assert_eq!(asks, vec![(gmac, a1, group, 135, a3, Some(h1), false)]);
+        n.to_hosts.clear();
+        let na = Repr::NeighborAdvert {
+            router: false,
+            solicited: true,
+            override_: true,
+            target: a3,
+            options: NdOptions {
+                target_lladdr: Some(h3),
+                ..NdOptions::default()
+            },
+        };
+        n.host_sends(2, 2, nd(h1, h3, a3, a1, 255, &na));
+        n.step();
+        let answers: Vec<_> = n
+            .to_hosts
+            .iter()
+            .filter(|(a, p, _)| *a == 0 && *p == 2)
+            .filter_map(|(_, _, f)| nd_of(f))
+            .collect();
+        assert_eq!(answers, vec![(h1, a3, a1, 136, a3, Some(h3), true)]);
+        assert_eq!(n.axons[0].routes().len(), 1);
+        assert_eq!(n.axons[2].routes().len(), 1);
+        assert_eq!(n.axons[0].routes()[0].1.ip, IpAddr::V6(a3));
+        assert_eq!(n.axons[2].routes()[0].1.ip, IpAddr::V6(a1));
+        // h1 checks h3 is still there (a unicast solicitation): answered by axon 1 alone.
+        n.to_hosts.clear();
+        n.host_sends(0, 2, nd(h3, h1, a1, a3, 255, &ns(Some(h1))));
+        n.step();
+        let all: Vec<_> = n
+            .to_hosts
+            .iter()
+            .filter(|(_, _, f)| nd_of(f).is_some())
+            .collect();
+        assert_eq!(all.len(), 1);
+        assert_eq!((all[0].0, all[0].1), (0, 2));
+        // Data: an IPv6 frame from h1 reaches h3 unchanged.
+        let data = nd(
+            h3,
+            h1,
+            a1,
+            a3,
+            64,
+            &Repr::EchoRequest {
+                ident: 1,
+                seq: 1,
+                data: b"x",
+            },
+        );
+        n.to_hosts.clear();
+        n.host_sends(0, 2, data.clone());
+        n.step();
+        assert!(n
+            .to_hosts
+            .iter()
+            .any(|(a, p, f)| *a == 2 && *p == 2 && *f == data));
     }
 
     #[test]

@@ -194,3 +194,65 @@ fn hosts_talk_across_a_ring_of_axons_and_routes_move_off_a_cut_link() {
     assert!(event_count(&c, "axon_neighbour_down") >= 1, "{c}");
     assert_eq!(drop_count(&c, "axon_malformed"), 0, "{c}");
 }
+
+/// The ring with IPv6 beside IPv4: each host also gets 2001:db8:7::N/64. Hosts find each
+/// other by neighbour discovery, which the Axons carry as they carry ARP (Axon-ARP with
+/// IPv6 addresses): ping6 works across the ring with no hop-limit decrement (the Axons
+/// are a switch), the Axons know the hosts by their IPv6 addresses, and TCP over IPv6
+/// runs.
+#[test]
+fn hosts_find_each_other_by_neighbour_discovery_across_the_ring() {
+    let dir = std::env::temp_dir().join(format!("tessera-axon6-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("axon/ring")).unwrap();
+    for n in 1..=3 {
+        let f = format!("axon/ring/ax{n}.toml");
+        std::fs::copy(repo_path(&format!("labs/{f}")), dir.join(&f)).unwrap();
+    }
+    let mut topo = std::fs::read_to_string(repo_path(LAB)).unwrap();
+    for n in 1..=6 {
+        let (from, to) = (
+            format!("name = \"h{n}\"\ninterfaces = [{{ name = \"eth0\", dhcp = true }}]"),
+            format!(
+                "name = \"h{n}\"\ninterfaces = [{{ name = \"eth0\", dhcp = true, address6 = \"2001:db8:7::{n}/64\" }}]"
+            ),
+        );
+        assert!(topo.contains(&from), "h{n}");
+        topo = topo.replace(&from, &to);
+    }
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    for (src, dst) in [("h1", 2), ("h1", 3), ("h1", 5), ("h4", 6), ("h6", 2)] {
+        let dst = format!("2001:db8:7::{dst}");
+        let out = lab.sh(
+            src,
+            &["ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", &dst],
+        );
+        assert!(out.contains(" 0% packet loss"), "{src} -> {dst}: {out}");
+        assert!(out.contains("ttl=64"), "{src} -> {dst}: {out}");
+    }
+    let hosts = lab.show_json("hosts", "ax1").to_string();
+    assert!(
+        hosts.contains("2001:db8:7::1") && hosts.contains("2001:db8:7::2"),
+        "{hosts}"
+    );
+    let routes = lab.show_json("routes", "ax1").to_string();
+    assert!(routes.contains("2001:db8:7::5"), "{routes}");
+    let mut server = lab.spawn("h5", &["iperf3", "-s", "-1"]);
+    std::thread::sleep(Duration::from_millis(400));
+    let out = lab.sh(
+        "h2",
+        &["iperf3", "-6", "-c", "2001:db8:7::5", "-t", "1", "-J"],
+    );
+    let _ = server.wait();
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mbps = j["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or(0.0)
+        / 1e6;
+    assert!(
+        (5.0..=101.0).contains(&mbps),
+        "TCP over IPv6 h2 -> h5: {mbps} Mbit/s: {out}"
+    );
+    drop(lab);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -158,7 +158,8 @@ fn switch_on_frames() {
 /// The Axon on its whole corpus (frames behind a control byte): no panic. Then the
 /// named seeds alone, in order, on a fresh Axon (entries the fuzzer adds change what
 /// the state is when each seed arrives): a host learnt, an Axon-ARP reply that sets a
-/// route up, an ARP request answered from it, flooded links, a DHCP DISCOVER and REQUEST.
+/// route up, an ARP request answered from it, flooded links, a DHCP DISCOVER and REQUEST;
+/// then the IPv6 ones.
 #[test]
 fn axon_corpus() {
     let (mut a, now) = dataplane::fuzzing::axon();
@@ -183,6 +184,17 @@ fn axon_corpus() {
     assert!(a.counters.events(dataplane::Event::AxonTopologyRuns) > 1);
     assert!(a.counters.events(dataplane::Event::AxonDhcpOffers) > 0);
     assert!(a.counters.events(dataplane::Event::AxonDhcpAcks) > 0);
+    // The same over IPv6, on a fresh Axon: a host learnt from its IPv6 datagram, an
+    // Axon-ARP reply of IPv6 addresses that sets a route up (the host told by a
+    // neighbour advertisement), the host's neighbour solicitation answered from it.
+    let (mut a, now) = dataplane::fuzzing::axon();
+    for seed in ["ipv6-from-host", "axon-nd-reply", "nd-solicit"] {
+        let d = std::fs::read(dir.join(seed)).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        dataplane::fuzzing::axon_frame(&mut a, now, &d);
+    }
+    assert_eq!(a.counters.events(dataplane::Event::AxonRouteSetups), 1);
+    assert_eq!(a.counters.events(dataplane::Event::AxonArpAnswered), 2);
+    assert_eq!(a.counters.drops(dataplane::Drop::AxonNdMalformed), 0);
 }
 
 #[test]

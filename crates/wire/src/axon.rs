@@ -20,7 +20,7 @@
 //! data frame is the host's Ethernet frame.
 
 use crate::{be32, need, MacAddr, Truncated};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The outer Ethernet type of Axon frames.
 pub const ETHERTYPE: u16 = 0x88b6;
@@ -254,7 +254,10 @@ fn emit(buf: &mut [u8], kind: Kind, forward: &[u8], reverse: &[u8]) -> Option<us
 }
 
 /// A message between Axons' control planes (the payload of a [`Kind::Hello`] or
-/// [`Kind::Control`] frame). Axons are named by a 32-bit id; hosts by MAC and IPv4 address.
+/// [`Kind::Control`] frame). Axons are named by a 32-bit id; hosts by MAC and IPv4 or
+/// IPv6 address. An Axon-ARP message of IPv6 addresses (neighbour discovery's) has types
+/// of its own (5 and 6) with 16-byte addresses; the target's family decides, and the
+/// requester's address is of the same family (another is sent as the unspecified one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Msg {
     /// Sent on every port at each hello interval: who is there, and by which of its ports.
@@ -272,19 +275,19 @@ pub enum Msg {
         origin: u32,
         req: u32,
         src_mac: MacAddr,
-        src_ip: Ipv4Addr,
+        src_ip: IpAddr,
         src_port: u8,
-        target: Ipv4Addr,
+        target: IpAddr,
     },
     /// The answer: `target` is `target_mac` on port `target_port` of Axon `origin`.
     ArpReply {
         origin: u32,
         req: u32,
         target_mac: MacAddr,
-        target: Ipv4Addr,
+        target: IpAddr,
         target_port: u8,
         src_mac: MacAddr,
-        src_ip: Ipv4Addr,
+        src_ip: IpAddr,
     },
 }
 
@@ -313,6 +316,24 @@ mod msg {
     pub const LINKS: u8 = 2;
     pub const ARP_REQUEST: u8 = 3;
     pub const ARP_REPLY: u8 = 4;
+    pub const ND_REQUEST: u8 = 5;
+    pub const ND_REPLY: u8 = 6;
+}
+
+/// `a` as an IPv4 address (an IPv6 one as 0.0.0.0).
+fn octets4(a: IpAddr) -> [u8; 4] {
+    match a {
+        IpAddr::V4(a) => a.octets(),
+        IpAddr::V6(_) => [0; 4],
+    }
+}
+
+/// `a` as an IPv6 address (an IPv4 one as ::).
+fn octets6(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V6(a) => a.octets(),
+        IpAddr::V4(_) => [0; 16],
+    }
 }
 
 fn port(p: u8) -> Result<u8, MsgError> {
@@ -328,7 +349,12 @@ impl Msg {
         let t = |n: usize| need(b, n).map_err(MsgError::Truncated);
         t(1)?;
         let mac = |at: usize| MacAddr::from_slice(&b[at..at + 6]);
-        let ip = |at: usize| Ipv4Addr::from(be32(b, at));
+        let ip = |at: usize| IpAddr::V4(Ipv4Addr::from(be32(b, at)));
+        let ip6 = |at: usize| {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&b[at..at + 16]);
+            IpAddr::V6(Ipv6Addr::from(a))
+        };
         Ok(match b[0] {
             msg::HELLO => {
                 t(6)?;
@@ -378,6 +404,29 @@ impl Msg {
                     src_ip: ip(26),
                 }
             }
+            msg::ND_REQUEST => {
+                t(48)?;
+                Msg::ArpRequest {
+                    origin: be32(b, 1),
+                    req: be32(b, 5),
+                    src_mac: mac(9),
+                    src_ip: ip6(15),
+                    src_port: port(b[31])?,
+                    target: ip6(32),
+                }
+            }
+            msg::ND_REPLY => {
+                t(54)?;
+                Msg::ArpReply {
+                    origin: be32(b, 1),
+                    req: be32(b, 5),
+                    target_mac: mac(9),
+                    target: ip6(15),
+                    target_port: port(b[31])?,
+                    src_mac: mac(32),
+                    src_ip: ip6(38),
+                }
+            }
             other => return Err(MsgError::UnknownType(other)),
         })
     }
@@ -410,13 +459,24 @@ impl Msg {
                 src_port,
                 target,
             } => {
-                out.push(msg::ARP_REQUEST);
+                let six = target.is_ipv6();
+                out.push(if six {
+                    msg::ND_REQUEST
+                } else {
+                    msg::ARP_REQUEST
+                });
                 out.extend_from_slice(&origin.to_be_bytes());
                 out.extend_from_slice(&req.to_be_bytes());
                 out.extend_from_slice(&src_mac.0);
-                out.extend_from_slice(&src_ip.octets());
-                out.push(*src_port);
-                out.extend_from_slice(&target.octets());
+                if six {
+                    out.extend_from_slice(&octets6(*src_ip));
+                    out.push(*src_port);
+                    out.extend_from_slice(&octets6(*target));
+                } else {
+                    out.extend_from_slice(&octets4(*src_ip));
+                    out.push(*src_port);
+                    out.extend_from_slice(&octets4(*target));
+                }
             }
             Msg::ArpReply {
                 origin,
@@ -427,14 +487,23 @@ impl Msg {
                 src_mac,
                 src_ip,
             } => {
-                out.push(msg::ARP_REPLY);
+                let six = target.is_ipv6();
+                out.push(if six { msg::ND_REPLY } else { msg::ARP_REPLY });
                 out.extend_from_slice(&origin.to_be_bytes());
                 out.extend_from_slice(&req.to_be_bytes());
                 out.extend_from_slice(&target_mac.0);
-                out.extend_from_slice(&target.octets());
+                if six {
+                    out.extend_from_slice(&octets6(*target));
+                } else {
+                    out.extend_from_slice(&octets4(*target));
+                }
                 out.push(*target_port);
                 out.extend_from_slice(&src_mac.0);
-                out.extend_from_slice(&src_ip.octets());
+                if six {
+                    out.extend_from_slice(&octets6(*src_ip));
+                } else {
+                    out.extend_from_slice(&octets4(*src_ip));
+                }
             }
         }
     }
@@ -562,18 +631,35 @@ mod tests {
                 origin: 1,
                 req: 5,
                 src_mac: m,
-                src_ip: Ipv4Addr::new(10, 0, 0, 1),
+                src_ip: Ipv4Addr::new(10, 0, 0, 1).into(),
                 src_port: 2,
-                target: Ipv4Addr::new(10, 0, 0, 9),
+                target: Ipv4Addr::new(10, 0, 0, 9).into(),
+            },
+            Msg::ArpRequest {
+                origin: 1,
+                req: 6,
+                src_mac: m,
+                src_ip: "2001:db8::1".parse().unwrap(),
+                src_port: 2,
+                target: "fe80::9".parse().unwrap(),
+            },
+            Msg::ArpReply {
+                origin: 3,
+                req: 6,
+                target_mac: MacAddr([2, 0, 0, 0, 0, 9]),
+                target: "fe80::9".parse().unwrap(),
+                target_port: 4,
+                src_mac: m,
+                src_ip: "2001:db8::1".parse().unwrap(),
             },
             Msg::ArpReply {
                 origin: 3,
                 req: 5,
                 target_mac: MacAddr([2, 0, 0, 0, 0, 9]),
-                target: Ipv4Addr::new(10, 0, 0, 9),
+                target: Ipv4Addr::new(10, 0, 0, 9).into(),
                 target_port: 4,
                 src_mac: m,
-                src_ip: Ipv4Addr::new(10, 0, 0, 1),
+                src_ip: Ipv4Addr::new(10, 0, 0, 1).into(),
             },
         ] {
             let mut b = Vec::new();
