@@ -115,10 +115,12 @@ pub fn run(
     }
     let rib_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
+    let huge_before = anon_huge_kib();
     let pop = Poptrie::build(&rib);
+    let pop_huge_kib = anon_huge_kib().saturating_sub(huge_before);
     let build_ms = t1.elapsed().as_secs_f64() * 1e3;
     let t3 = Instant::now();
-    let dir24 = Dir24::build(&rib);
+    let dir24 = Dir24::build_in(&rib, small_pages_vec(1 << 24));
     let dir24_ms = t3.elapsed().as_secs_f64() * 1e3;
     let huge_before = anon_huge_kib();
     let dir24_huge = Dir24::build_in(&rib, huge_vec(1 << 24));
@@ -265,6 +267,7 @@ pub fn run(
         "dir24_memory_bytes": dir24.memory_bytes(),
         "dir24_huge_pages_kib": dir24_huge_kib,
         "memory_bytes": pop.memory_bytes(),
+        "poptrie_huge_pages_kib": pop_huge_kib,
         "bytes_per_prefix": (pop.memory_bytes() as f64 / t.routes.len().max(1) as f64 * 100.0).round() / 100.0,
         "reference_trie_memory_bytes": rib.memory_bytes(),
         "updates_per_sec": updates["single"],
@@ -333,7 +336,9 @@ pub fn run6(
     }
     let rib_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
+    let huge_before = anon_huge_kib();
     let pop = Poptrie6::build(&rib);
+    let pop_huge_kib = anon_huge_kib().saturating_sub(huge_before);
     let build_ms = t1.elapsed().as_secs_f64() * 1e3;
 
     // Agreement first: a fast wrong answer is no result.
@@ -423,6 +428,7 @@ pub fn run6(
         "build_ms": (build_ms * 10.0).round() / 10.0,
         "reference_trie_build_ms": rib_ms.round(),
         "memory_bytes": pop.memory_bytes(),
+        "poptrie_huge_pages_kib": pop_huge_kib,
         "bytes_per_prefix": (pop.memory_bytes() as f64 / t.routes.len().max(1) as f64 * 100.0).round() / 100.0,
         "reference_trie_memory_bytes": rib.memory_bytes(),
         "updates_per_sec": updates["single"],
@@ -616,6 +622,28 @@ fn huge_vec(n: usize) -> Vec<u32> {
         // memory; MADV_HUGEPAGE only advises how to back it and changes no contents.
         unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
     }
+    v
+}
+
+/// An empty vector with room for `n` words, whose memory the kernel is asked to back with
+/// ordinary pages: this binary's allocator advises every large block for huge pages
+/// (`crates/tessera/src/huge.rs`), and `dir-24-8` is measured without them, beside
+/// `dir-24-8-huge-pages`.
+#[allow(unsafe_code)]
+fn small_pages_vec(n: usize) -> Vec<u32> {
+    let v: Vec<u32> = Vec::with_capacity(n);
+    let start = v.as_ptr() as usize & !4095;
+    let end = (v.as_ptr() as usize + n * 4).next_multiple_of(4096);
+    // SAFETY: the range covers `v`'s allocation (rounded out to its pages, which the
+    // allocation owns: large blocks are mappings of their own), this process's memory;
+    // MADV_NOHUGEPAGE only advises how to back it and changes no contents.
+    unsafe {
+        libc::madvise(
+            start as *mut libc::c_void,
+            end - start,
+            libc::MADV_NOHUGEPAGE,
+        )
+    };
     v
 }
 

@@ -57,6 +57,28 @@
 //! out (a present-quarters mask in the parent, or 64-position nodes where a node is
 //! sparse) would take the structure from 5.4 MB towards 2.3 MB.
 //!
+//! **On huge pages.** The `tessera` binary's allocator puts every block of 2 MiB or more
+//! on a 2 MiB boundary advised for transparent huge pages (`crates/tessera/src/huge.rs`),
+//! so that the quarters (4.4 MB on the full table) are on huge pages as DPDK's tables are
+//! (`bench fib` reports `poptrie_huge_pages_kib`: 6,144 KiB, the whole array). With DPDK
+//! on huge pages too, random-prefix, the same session, alternating builds: single lookups
+//! 15.5-29.2 M/s against 13.2-16.9 on ordinary pages; batched 1.19-1.47 times rte_fib6
+//! over eight runs (1.19, 1.20, 1.23, 1.32, 1.39, 1.41, 1.41, 1.47) against 1.11-1.34
+//! over five without (1.11, 1.12, 1.13, 1.30, 1.34). The 1.5 times is still not reached.
+//!
+//! **Tried and not kept: compact nodes.** 75% of the nodes below the wide one (24,589 of
+//! 30,872) have at most one quarter that is more than one run of one leaf. A form that
+//! keeps such a node as that one quarter (naming it in `base1`'s top bits, the other
+//! three values stored before its leaves, the parent marking compact children with a
+//! `leafvec` bit where no run can start) took the structure from 5.4 MB to 3.6 MB (22.6
+//! B/prefix) and passed the tests (updates that outgrow a compact node recompile its
+//! parent). It was slower: a third population count and the compact case on every level,
+//! a branch in single lookups and more work per address in the batch; random-prefix
+//! batched 13.8-17.4 M/s against rte_fib6's 17.0-18.7 (0.76-0.96 times), single 13.6-15.5
+//! against 19.5-21.0 for this form the same session, and the cached `one` workload 0.26
+//! times DPDK against 0.35. The lookups here are bound as much by their instructions as
+//! by the memory they touch.
+//!
 //! The batch's group has a fixed size and stops at the level where all its addresses
 //! are resolved: on the `uniform` workload (most addresses resolved by `dir`) the batch
 //! went from 80 to 207 M/s (single lookups: 350), and random-prefix did not move.

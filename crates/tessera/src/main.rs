@@ -2,6 +2,10 @@
 //! only; the logic lives in the library crates.
 
 mod capture;
+mod huge;
+
+#[global_allocator]
+static ALLOC: huge::HugeAlloc = huge::HugeAlloc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
