@@ -12,6 +12,14 @@
 //! them for sending, and kicks the kernel once per batch with a zero-length `sendto`. A
 //! full ring is a counted drop, never a wait.
 //!
+//! An element's port also keeps the kernel's own stack off what it receives
+//! ([`AfPacket::keep_stack_off`]): a packet socket takes a copy of each frame and the frame
+//! then goes on into the kernel, which on an element's interface has nothing to do with it
+//! (no address, forwarding off: see `netdev::take_over`) but still runs its IPv4 input and
+//! a route lookup before it drops it, on the core the element shares. A tcx ingress
+//! program that drops every frame ends each one right after the packet sockets have had
+//! it.
+//!
 //! The socket ignores outgoing frames (`PACKET_IGNORE_OUTGOING`), so it never receives
 //! what it or the kernel sent, and bypasses the qdisc layer (`PACKET_QDISC_BYPASS`).
 //! Frames whose checksum the sending kernel left to offload arrive marked
@@ -105,6 +113,8 @@ pub struct AfPacket {
     tx_next: usize,
     /// In a fanout group (one socket of several workers).
     fanout: bool,
+    /// The tcx link of [`AfPacket::keep_stack_off`]'s program, detached when dropped.
+    stack_off: Option<std::os::fd::OwnedFd>,
 }
 
 // SAFETY: the mapping is owned by this value and used only through &mut self.
@@ -132,7 +142,51 @@ fn setsockopt<T>(fd: i32, level: i32, opt: i32, v: &T) -> libc::c_int {
     }
 }
 
+/// The kernel's numbers for a tcx ingress program: BPF_PROG_TYPE_SCHED_CLS,
+/// BPF_TCX_INGRESS, TCX_DROP, BPF_LINK_CREATE.
+const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+const BPF_TCX_INGRESS: u32 = 46;
+const TCX_DROP: i32 = 2;
+const BPF_LINK_CREATE: i32 = 28;
+
 impl AfPacket {
+    /// Keeps the kernel's own stack off the frames this interface receives, for as long
+    /// as this port lives: a tcx ingress program (two instructions: drop) runs after the
+    /// packet sockets, this one included, have taken their copies, and ends the frame
+    /// there, so that the kernel spends no IPv4 input or route lookup on it. For an
+    /// element's ports only (a host's packet socket, the sink's, must leave the stack its
+    /// frames). Kernels before 6.6 have no tcx: the error says so and the port works
+    /// without it.
+    pub fn keep_stack_off(&mut self) -> io::Result<()> {
+        use crate::xdp::insn;
+        let ifindex = crate::netdev::ifindex(&self.name)?;
+        // r0 = TCX_DROP; exit
+        let code: Vec<u8> = [insn(0xb7, 0, 0, 0, TCX_DROP), insn(0x95, 0, 0, 0, 0)].concat();
+        let prog = crate::xsk::load_program(
+            BPF_PROG_TYPE_SCHED_CLS,
+            BPF_TCX_INGRESS,
+            &code,
+            "tessera_nostack",
+        )?;
+        let mut attr = [0u64; 16];
+        attr[0] = crate::xdp::u32s(
+            std::os::fd::AsRawFd::as_raw_fd(&prog) as u32,
+            ifindex as u32,
+        );
+        attr[1] = crate::xdp::u32s(BPF_TCX_INGRESS, 0);
+        let link = crate::xdp::bpf(BPF_LINK_CREATE, &mut attr).map_err(|e| {
+            io::Error::new(e.kind(), format!("{}: tcx ingress link: {e}", self.name))
+        })?;
+        // SAFETY: the kernel just returned this descriptor to us.
+        self.stack_off = Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(link) });
+        Ok(())
+    }
+
+    /// Whether [`AfPacket::keep_stack_off`] holds.
+    pub fn stack_off(&self) -> bool {
+        self.stack_off.is_some()
+    }
+
     /// Opens a packet socket on `name` with rings sized for frames up to the interface MTU.
     pub fn open(name: &str, cfg: RingConfig) -> io::Result<AfPacket> {
         let ifindex = crate::netdev::ifindex(name)?;
@@ -173,6 +227,7 @@ impl AfPacket {
             tx_frames: 0,
             tx_next: 0,
             fanout: cfg.fanout.is_some(),
+            stack_off: None,
         };
         check(
             setsockopt(

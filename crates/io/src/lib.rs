@@ -78,14 +78,15 @@ pub fn open_with(
     let cfg = xsk::XskConfig::default();
     let mode = xsk::AttachMode::Auto;
     let packet = || {
-        AfPacket::open(
+        let mut p = AfPacket::open(
             name,
             RingConfig {
                 rx_ring: ring,
                 ..Default::default()
             },
-        )
-        .map(AnyPort::Packet)
+        )?;
+        stack_off(&mut p);
+        Ok(AnyPort::Packet(p))
     };
     match backend {
         Backend::Packet => packet(),
@@ -97,6 +98,14 @@ pub fn open_with(
                 packet()
             }
         },
+    }
+}
+
+/// Keeps the kernel's stack off an element's AF_PACKET port ([`AfPacket::keep_stack_off`]);
+/// where the kernel cannot, the port works on and a log line says why.
+fn stack_off(p: &mut AfPacket) {
+    if let Err(e) = p.keep_stack_off() {
+        tracing::warn!(interface = p.name(), reason = %e, "the kernel's stack still takes this port's frames");
     }
 }
 
@@ -119,7 +128,7 @@ pub fn open_workers(
         let mut ports = Vec::with_capacity(workers);
         let mut group = 0;
         for _ in 0..workers {
-            let p = AfPacket::open(
+            let mut p = AfPacket::open(
                 name,
                 RingConfig {
                     rx_ring: ring,
@@ -129,6 +138,7 @@ pub fn open_workers(
             )?;
             if group == 0 {
                 group = p.fanout_group()?;
+                stack_off(&mut p);
             }
             ports.push(AnyPort::Packet(p));
         }

@@ -703,10 +703,26 @@ fn attach(
 
 /// Loads an XDP program (attach type BPF_XDP); a verifier error comes with its log.
 pub(crate) fn load_xdp(code: &[u8], name: &str) -> io::Result<OwnedFd> {
+    load_program(
+        crate::xdp::BPF_PROG_TYPE_XDP,
+        crate::xdp::BPF_XDP,
+        code,
+        name,
+    )
+}
+
+/// Loads a program of type `prog_type` for attach type `attach`; a verifier error comes
+/// with its log.
+pub(crate) fn load_program(
+    prog_type: u32,
+    attach: u32,
+    code: &[u8],
+    name: &str,
+) -> io::Result<OwnedFd> {
     let license = b"GPL\0";
     let mut log = vec![0u8; 1 << 20];
     let mut attr = [0u64; 16];
-    attr[0] = u32s(crate::xdp::BPF_PROG_TYPE_XDP, (code.len() / 8) as u32);
+    attr[0] = u32s(prog_type, (code.len() / 8) as u32);
     attr[1] = code.as_ptr() as u64;
     attr[2] = license.as_ptr() as u64;
     attr[3] = u32s(1, log.len() as u32);
@@ -716,7 +732,7 @@ pub(crate) fn load_xdp(code: &[u8], name: &str) -> io::Result<OwnedFd> {
     n[..b.len().min(15)].copy_from_slice(&b[..b.len().min(15)]);
     attr[6] = u64::from_le_bytes(n[..8].try_into().unwrap_or_default());
     attr[7] = u64::from_le_bytes(n[8..].try_into().unwrap_or_default());
-    attr[8] = u32s(0, crate::xdp::BPF_XDP);
+    attr[8] = u32s(0, attach);
     let prog = bpf(crate::xdp::BPF_PROG_LOAD, &mut attr).map_err(|e| {
         let text = String::from_utf8_lossy(&log);
         let text = text.trim_end_matches('\0').trim();

@@ -103,6 +103,42 @@ fn arp_and_ping_through_the_router() {
     assert!(out(&o).contains("10.3.0.10"), "{}", out(&o));
 }
 
+/// The kernel's IPv4 input counter (`Ip: InReceives` of /proc/net/snmp) in `node`.
+fn kernel_ip_in_receives(lab: &TestLab, node: &str) -> u64 {
+    let snmp = lab.sh(node, &["cat", "/proc/net/snmp"]);
+    let mut ip = snmp.lines().filter(|l| l.starts_with("Ip:"));
+    let (names, values) = (ip.next().unwrap(), ip.next().unwrap());
+    let at = names
+        .split_whitespace()
+        .position(|n| n == "InReceives")
+        .unwrap();
+    values.split_whitespace().nth(at).unwrap().parse().unwrap()
+}
+
+/// The element's ports keep the kernel's own stack off what they receive, on either
+/// backend: AF_XDP takes every frame before the kernel builds a socket buffer, and an
+/// AF_PACKET port ends each frame in a tcx ingress program once its socket has the copy.
+/// Before the latter, every frame the forwarder forwarded on AF_PACKET also went through
+/// the kernel's IPv4 input in the router's namespace (counted as an address error).
+#[test]
+fn the_kernel_stack_in_the_routers_namespace_sees_none_of_its_frames() {
+    let lab = single();
+    let before = kernel_ip_in_receives(&lab, "r");
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "5", "-i", "0.2", "-W", "2", "10.3.0.10"],
+    );
+    assert!(p.contains("5 received"), "{p}");
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.1.0.1"],
+    );
+    assert!(p.contains("2 received"), "{p}");
+    let c = lab.counters("r");
+    assert!(event_count(&c, "ip4_forwarded") >= 10, "{c}");
+    assert_eq!(kernel_ip_in_receives(&lab, "r"), before, "{c}");
+}
+
 #[test]
 fn icmp_errors_reach_the_sender() {
     let lab = single();
