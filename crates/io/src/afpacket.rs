@@ -182,11 +182,6 @@ impl AfPacket {
         Ok(())
     }
 
-    /// Whether [`AfPacket::keep_stack_off`] holds.
-    pub fn stack_off(&self) -> bool {
-        self.stack_off.is_some()
-    }
-
     /// Opens a packet socket on `name` with rings sized for frames up to the interface MTU.
     pub fn open(name: &str, cfg: RingConfig) -> io::Result<AfPacket> {
         let ifindex = crate::netdev::ifindex(name)?;
@@ -735,13 +730,18 @@ impl Port for AfPacket {
         PortInfo {
             backend: "packet",
             mode: format!(
-                "{}{}",
+                "{}{}{}",
                 match self.version {
                     RxRing::Frames => "TPACKET_V2 frame ring",
                     RxRing::Blocks => "TPACKET_V3 block ring",
                 },
                 if self.fanout {
                     ", fanout by flow hash"
+                } else {
+                    ""
+                },
+                if self.stack_off.is_some() {
+                    ", kernel stack off (tcx)"
                 } else {
                     ""
                 }
