@@ -576,11 +576,13 @@ pub fn run<P: Port + Send>(
             let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
                 match cmd {
                 "counters" => {
-                    let sum = dataplane::counters::Snapshot::sum(&all_counters).unwrap_or_else(|| c.snapshot());
+                    // One read of each worker's counters gives both the sum and the shares.
+                    let parts: Vec<_> = all_counters.iter().map(|w| w.snapshot()).collect();
+                    let sum = dataplane::counters::Snapshot::sum_of(parts.clone()).unwrap_or_else(|| c.snapshot());
                     let mut v = serde_json::to_value(sum).map_err(|e| e.to_string())?;
-                    if all_counters.len() > 1 {
+                    if parts.len() > 1 {
                         // Each worker's share, to see how the queues spread the load.
-                        v["workers"] = all_counters
+                        v["workers"] = parts
                             .iter()
                             .map(|w| {
                                 let (rx, tx, dropped) = w.totals();

@@ -375,10 +375,16 @@ pub struct Snapshot {
 impl Snapshot {
     /// The counters of several workers of one element, summed (None for no workers).
     pub fn sum(all: &[Arc<Counters>]) -> Option<Snapshot> {
-        let mut it = all.iter();
-        let mut s = it.next()?.snapshot();
-        for c in it {
-            let o = c.snapshot();
+        Snapshot::sum_of(all.iter().map(|c| c.snapshot()).collect())
+    }
+
+    /// Snapshots of several workers, summed (None for none): with the same snapshots
+    /// giving each worker's [`Snapshot::totals`], the sum and the shares agree however
+    /// the counters move meanwhile.
+    pub fn sum_of(parts: Vec<Snapshot>) -> Option<Snapshot> {
+        let mut it = parts.into_iter();
+        let mut s = it.next()?;
+        for o in it {
             for (name, p) in o.interfaces {
                 let t = s.interfaces.entry(name).or_insert(PortSnapshot {
                     rx_packets: 0,
@@ -399,6 +405,15 @@ impl Snapshot {
             }
         }
         Some(s)
+    }
+}
+
+impl Snapshot {
+    /// Packets received and sent over all ports, and drops of every reason.
+    pub fn totals(&self) -> (u64, u64, u64) {
+        let rx = self.interfaces.values().map(|p| p.rx_packets).sum();
+        let tx = self.interfaces.values().map(|p| p.tx_packets).sum();
+        (rx, tx, self.drops.values().sum())
     }
 }
 
