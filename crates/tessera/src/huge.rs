@@ -3,7 +3,7 @@
 //! A forwarding table is read at random, a cache line here and one there over megabytes:
 //! on 4 KiB pages nearly every lookup step also misses the TLB, which DPDK avoids by
 //! putting its tables on 2 MiB huge pages. Here every allocation of 2 MiB or more (the
-//! tables' arrays, the packet pools' backing) is mapped on its own, placed on a 2 MiB
+//! forwarding tables' arrays, chiefly) is mapped on its own, placed on a 2 MiB
 //! boundary and advised for transparent huge pages (`MADV_HUGEPAGE`), so that the kernel
 //! backs it with huge pages where it can; smaller ones go to the system allocator as
 //! before. Nothing needs reserving: where transparent huge pages are off
