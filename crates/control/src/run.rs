@@ -578,17 +578,18 @@ pub fn run<P: Port + Send>(
                 "counters" => {
                     // One read of each worker's counters gives both the sum and the shares.
                     let parts: Vec<_> = all_counters.iter().map(|w| w.snapshot()).collect();
-                    let sum = dataplane::counters::Snapshot::sum_of(parts.clone()).unwrap_or_else(|| c.snapshot());
+                    // Each worker's share, to see how the queues spread the load.
+                    let shares: Vec<Value> = parts
+                        .iter()
+                        .map(|w| {
+                            let (rx, tx, dropped) = w.totals();
+                            json!({"rx_packets": rx, "tx_packets": tx, "dropped": dropped})
+                        })
+                        .collect();
+                    let sum = dataplane::counters::Snapshot::sum_of(parts).unwrap_or_else(|| c.snapshot());
                     let mut v = serde_json::to_value(sum).map_err(|e| e.to_string())?;
-                    if parts.len() > 1 {
-                        // Each worker's share, to see how the queues spread the load.
-                        v["workers"] = parts
-                            .iter()
-                            .map(|w| {
-                                let (rx, tx, dropped) = w.totals();
-                                json!({"rx_packets": rx, "tx_packets": tx, "dropped": dropped})
-                            })
-                            .collect();
+                    if shares.len() > 1 {
+                        v["workers"] = Value::Array(shares);
                     }
                     if let Some(fl) = &fast_ctl {
                         v["fast_path"] = fl.counters();

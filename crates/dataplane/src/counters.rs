@@ -406,9 +406,7 @@ impl Snapshot {
         }
         Some(s)
     }
-}
 
-impl Snapshot {
     /// Packets received and sent over all ports, and drops of every reason.
     pub fn totals(&self) -> (u64, u64, u64) {
         let rx = self.interfaces.values().map(|p| p.rx_packets).sum();

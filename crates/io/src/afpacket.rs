@@ -143,11 +143,10 @@ fn setsockopt<T>(fd: i32, level: i32, opt: i32, v: &T) -> libc::c_int {
 }
 
 /// The kernel's numbers for a tcx ingress program: BPF_PROG_TYPE_SCHED_CLS,
-/// BPF_TCX_INGRESS, TCX_DROP, BPF_LINK_CREATE.
+/// BPF_TCX_INGRESS, TCX_DROP.
 const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
 const BPF_TCX_INGRESS: u32 = 46;
 const TCX_DROP: i32 = 2;
-const BPF_LINK_CREATE: i32 = 28;
 
 impl AfPacket {
     /// Keeps the kernel's own stack off the frames this interface receives, for as long
@@ -174,7 +173,7 @@ impl AfPacket {
             ifindex as u32,
         );
         attr[1] = crate::xdp::u32s(BPF_TCX_INGRESS, 0);
-        let link = crate::xdp::bpf(BPF_LINK_CREATE, &mut attr).map_err(|e| {
+        let link = crate::xdp::bpf(crate::xdp::BPF_LINK_CREATE, &mut attr).map_err(|e| {
             io::Error::new(e.kind(), format!("{}: tcx ingress link: {e}", self.name))
         })?;
         // SAFETY: the kernel just returned this descriptor to us.

@@ -23,6 +23,7 @@ pub(crate) const BPF_MAP_CREATE: i32 = 0;
 const BPF_MAP_LOOKUP_ELEM: i32 = 1;
 pub(crate) const BPF_MAP_UPDATE_ELEM: i32 = 2;
 pub(crate) const BPF_PROG_LOAD: i32 = 5;
+pub(crate) const BPF_LINK_CREATE: i32 = 28;
 const BPF_PROG_TEST_RUN: i32 = 10;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub(crate) const BPF_PROG_TYPE_XDP: u32 = 6;

@@ -52,7 +52,6 @@ const XDP_UMEM_PGOFF_COMPLETION_RING: i64 = 0x1_8000_0000;
 /// kernel reports more.
 const XDP_MAX_TX_SKB_BUDGET: i32 = 9;
 pub(crate) const BPF_MAP_TYPE_XSKMAP: u32 = 17;
-const BPF_LINK_CREATE: i32 = 28;
 const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 const XDP_PASS: i32 = 2;
@@ -681,7 +680,7 @@ fn attach(
         let mut attr = [0u64; 16];
         attr[0] = u32s(prog.as_raw_fd() as u32, ifindex);
         attr[1] = u32s(crate::xdp::BPF_XDP, flags);
-        bpf(BPF_LINK_CREATE, &mut attr)
+        bpf(crate::xdp::BPF_LINK_CREATE, &mut attr)
     };
     let (fd, native) = match mode {
         AttachMode::Auto => match link(XDP_FLAGS_DRV_MODE) {
