@@ -1,4 +1,4 @@
-//! The fast structure against the reference on a full table: the first, last and a random
+//! The fast structures (IPv4 and IPv6) against the reference on a full table: the first, last and a random
 //! address of every prefix, and the addresses just outside it.
 //!
 //! The table is ../shared/data/ipv4-bgp-2023.txt.gz (901,899 prefixes), which lives outside
@@ -62,6 +62,65 @@ fn full_table_matches_the_reference() {
         addrs.len(),
         pop.memory_bytes(),
         pop.memory_bytes() as f64 / t.routes.len() as f64
+    );
+    assert_eq!(mismatches, 0, "of {} addresses", addrs.len());
+}
+
+/// The same for IPv6: Poptrie6's single and batched lookups against the reference trie on
+/// ../shared/data/ipv6-bgp-2023.txt.gz (160,147 prefixes), or a synthetic table of that
+/// size and mix when it is absent.
+#[test]
+fn full_ipv6_table_matches_the_reference() {
+    use fib::v6::{mask6, BinaryTrie6, Poptrie6};
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/data/ipv6-bgp-2023.txt.gz"
+    );
+    let (t, what) = match bench::table::read6(std::path::Path::new(path)) {
+        Ok((t, _)) => {
+            assert_eq!(t.routes.len(), 160_147, "{path}");
+            (t, "ipv6-bgp-2023")
+        }
+        Err(e) => {
+            eprintln!(
+                "REAL TABLE ABSENT ({e}): checking a synthetic table of 160,147 prefixes instead"
+            );
+            (bench::table::synthetic6(160_147, 2023), "synthetic")
+        }
+    };
+    let mut rib = BinaryTrie6::new();
+    for (i, (p, _)) in t.routes.iter().enumerate() {
+        rib.insert(*p, i as u32 % (fib::poptrie::MAX_VALUE + 1));
+    }
+    let pop = Poptrie6::build(&rib);
+    let mut rng = bench::Rng::new(9);
+    let mut addrs = Vec::with_capacity(t.routes.len() * 5);
+    for (p, _) in &t.routes {
+        let first = p.bits();
+        let last = first | !mask6(p.len());
+        let random = (rng.next_u64() as u128) << 64 | rng.next_u64() as u128;
+        addrs.extend([
+            first,
+            last,
+            first | (random & !mask6(p.len())),
+            first.wrapping_sub(1),
+            last.wrapping_add(1),
+        ]);
+    }
+    let mut batch = vec![0u32; addrs.len()];
+    pop.lookup_batch_raw(&addrs, &mut batch);
+    let mut mismatches = 0;
+    for (a, b) in addrs.iter().zip(&batch) {
+        let want = rib.lookup((*a).into());
+        if pop.lookup((*a).into()) != want || *b != want.unwrap_or(fib::poptrie::NO_ROUTE) {
+            mismatches += 1;
+        }
+    }
+    eprintln!(
+        "{what}: {} prefixes, {} addresses checked; poptrie6 {} bytes",
+        t.routes.len(),
+        addrs.len(),
+        pop.memory_bytes()
     );
     assert_eq!(mismatches, 0, "of {} addresses", addrs.len());
 }

@@ -79,6 +79,22 @@
 //! times DPDK against 0.35. The lookups here are bound as much by their instructions as
 //! by the memory they touch.
 //!
+//! **No per-level leaf in the batch, groups of 16** (another machine of this kind: AMD
+//! EPYC, 32 MiB L3, where the whole structure stays in the cache and DPDK's tables
+//! mostly do not). The batch computed every level's leaf index and kept a `done` flag per
+//! address; an address that reaches a leaf now just keeps its quarter and position (the
+//! position's `vector` bit is clear, so the levels below leave it alone) and its leaf is
+//! counted once at the end. Alternating runs of `bench fib --dpdk` (DPDK on huge pages),
+//! random-prefix batched: 56-70 M/s (mean 66) against 55-68 (mean 62) for the loop
+//! before; the `one` workload 121-126 against 106-109. Groups of 16 instead of 8 then
+//! gave 71.5-78.8 M/s (four runs, mean 75) against 60.8-72.8 (mean 68) the same hour,
+//! `one` 137-141 against 126-127, and `uniform` 283-333 against 333-357 (a group of 16 is
+//! resolved whole by `dir` less often): kept for the full table's workloads. Prefetching
+//! the next group's `dir` entries during a group, and testing a position's bit through
+//! the sign of the shifted vector, did not move the rate. On that machine rte_fib6's
+//! batch ran at 32-53 M/s from run to run (its tables reach memory), so the ratio is
+//! 1.48-2.28 times: see the issue notes for the runs of the final build.
+//!
 //! The batch's group has a fixed size and stops at the level where all its addresses
 //! are resolved: on the `uniform` workload (most addresses resolved by `dir`) the batch
 //! went from 80 to 207 M/s (single lookups: 350), and random-prefix did not move.
@@ -397,7 +413,7 @@ const STRIDE: u32 = 8;
 /// Quarters of a node below the wide one.
 const NODE_QUARTERS: u32 = 1 << (STRIDE - 6);
 /// Addresses looked up side by side in [`Poptrie6::lookup_batch_raw`].
-pub const GROUP: usize = 8;
+pub const GROUP: usize = 16;
 /// A `dir` entry with this bit set resolves there: its low bits are the value. Otherwise
 /// it is the index of a wide node's first quarter.
 pub const DIR_LEAF: u32 = 1 << 31;
@@ -421,19 +437,21 @@ impl Quarter {
     /// `Err(leaf index)`.
     #[inline(always)]
     fn at(&self, v: u32) -> Result<u32, u32> {
-        let m = upto(v);
-        if self.vector >> v & 1 != 0 {
-            Ok(self.base1 + NODE_QUARTERS * ((self.vector & m).count_ones() - 1))
+        let t = upto(self.vector, v);
+        if (t as i64) < 0 {
+            Ok(self.base1 + NODE_QUARTERS * (t.count_ones() - 1))
         } else {
-            Err(self.base0 + (self.leafvec & m).count_ones() - 1)
+            Err(self.base0 + upto(self.leafvec, v).count_ones() - 1)
         }
     }
 }
 
-/// Bits `0..=v` set.
+/// Bits `0..=v` of `x`, shifted to the top: bit `v` lands in the sign bit, and the
+/// population count is that of bits `0..=v` (two instructions fewer than a mask and a
+/// separate bit test, on every level of every lookup).
 #[inline(always)]
-fn upto(v: u32) -> u64 {
-    u64::MAX >> (63 - v)
+fn upto(x: u64, v: u32) -> u64 {
+    x << (63 - v)
 }
 
 /// The 8-bit chunk of `a` that starts `off` bits from the top (`off` at most 120).
@@ -663,89 +681,82 @@ impl Poptrie6 {
     /// [`Poptrie6::lookup_batch_raw`] of [`GROUP`] addresses (a batch's tail is padded):
     /// a group of fixed size lets the compiler unroll every level's loop, 10-15% faster
     /// than a group of any size when the table is in the cache.
+    ///
+    /// An address whose position at some level is a leaf keeps that quarter and position
+    /// through the levels below: the position's `vector` bit is clear, so it stays put
+    /// with no flag of its own, and its leaf's index is computed once, after the last
+    /// level, from the quarter it stopped in.
     #[inline(always)]
     fn lookup_group(&self, addrs: &[u128; GROUP], out: &mut [u32; GROUP]) {
         const G: usize = GROUP;
         let quarters = self.quarters.as_ptr();
         let leaves = self.leaves.as_ptr();
+        // Per address: the quarter it is in and its position there; `dir`'s entry, whose
+        // DIR_LEAF bit says that `dir` resolved it (the value is then in its low bits).
         let mut qi = [0u32; G];
         let mut pos = [0u32; G];
-        // Per address: the quarter to read next and the position in it; the leaf's
-        // index (or DIR_LEAF and the value, from `dir`) once `done`.
-        let mut leaf = [0u32; G];
-        let mut done = [false; G];
+        let mut dir = [0u32; G];
+        let mut live = [false; G];
         for k in 0..G {
             let a = addrs[k];
             let e = self.dir[(a >> (128 - DIR6_BITS)) as usize];
             let c = chunk16(a);
-            let d = e & DIR_LEAF != 0;
-            qi[k] = if d { 0 } else { e + (c >> 6) };
+            live[k] = e & DIR_LEAF == 0;
+            qi[k] = if live[k] { e + (c >> 6) } else { 0 };
             pos[k] = c & 63;
-            leaf[k] = e;
-            done[k] = d;
+            dir[k] = e;
             prefetch_ptr(quarters.wrapping_add(qi[k] as usize) as *const u8);
         }
         // A group that `dir` resolves whole (addresses outside the busy /16s) stops here,
-        // and one resolved whole by a level stops there: a branch per group, not per
-        // address, that costs a random-prefix workload nothing and spares the others
-        // the levels below.
-        if done.iter().all(|&d| d) {
+        // and one whose addresses all reach a leaf at some level stops there: a branch
+        // per group, not per address, that costs a random-prefix workload nothing and
+        // spares the others the levels below.
+        let mut deeper = live.iter().any(|&l| l);
+        if !deeper {
             for k in 0..G {
-                out[k] = leaf[k] & !DIR_LEAF;
+                out[k] = dir[k] & !DIR_LEAF;
             }
             return;
         }
         for step in 0..2u32 {
-            if done.iter().all(|&d| d) {
+            if !deeper {
                 break;
             }
+            deeper = false;
             for k in 0..G {
                 let q = &self.quarters[qi[k] as usize];
-                let v = pos[k];
-                let m = upto(v);
-                let is_child = (q.vector >> v & 1 != 0) & !done[k];
+                let t = upto(q.vector, pos[k]);
+                let is_child = ((t as i64) < 0) & live[k];
                 let child = q
                     .base1
-                    .wrapping_add(NODE_QUARTERS * (q.vector & m).count_ones())
+                    .wrapping_add(NODE_QUARTERS * t.count_ones())
                     .wrapping_sub(NODE_QUARTERS);
-                let lf = q
-                    .base0
-                    .wrapping_add((q.leafvec & m).count_ones())
-                    .wrapping_sub(1);
                 let c = (addrs[k] >> (88 - 8 * step)) as u32 & 0xff;
-                leaf[k] = if done[k] { leaf[k] } else { lf };
                 qi[k] = if is_child { child + (c >> 6) } else { qi[k] };
                 pos[k] = if is_child { c & 63 } else { pos[k] };
-                done[k] |= !is_child;
+                deeper |= is_child;
                 prefetch_ptr(quarters.wrapping_add(qi[k] as usize) as *const u8);
             }
         }
         let mut deep = false;
-        let all_done = done.iter().all(|&d| d);
+        let mut leaf = [0u32; G];
         for k in 0..G {
-            if all_done {
-                break;
-            }
             let q = &self.quarters[qi[k] as usize];
             let v = pos[k];
-            let m = upto(v);
-            let is_child = (q.vector >> v & 1 != 0) & !done[k];
-            deep |= is_child;
-            let lf = q
+            deep |= ((upto(q.vector, v) as i64) < 0) & live[k];
+            leaf[k] = q
                 .base0
-                .wrapping_add((q.leafvec & m).count_ones())
+                .wrapping_add(upto(q.leafvec, v).count_ones())
                 .wrapping_sub(1);
-            leaf[k] = if done[k] { leaf[k] } else { lf };
-            prefetch_ptr(leaves.wrapping_add((leaf[k] & !DIR_LEAF) as usize) as *const u8);
+            prefetch_ptr(leaves.wrapping_add(leaf[k] as usize) as *const u8);
         }
         for k in 0..G {
-            let l = leaf[k];
             // (An address that goes deeper has no leaf yet: `deep` redoes it below.)
-            out[k] = if l & DIR_LEAF != 0 {
-                l & !DIR_LEAF
-            } else {
-                self.leaves.get(l as usize).map_or(NO_ROUTE, |&x| x as u32)
-            };
+            let l = self
+                .leaves
+                .get(leaf[k] as usize)
+                .map_or(NO_ROUTE, |&x| x as u32);
+            out[k] = if live[k] { l } else { dir[k] & !DIR_LEAF };
         }
         if deep {
             for k in 0..G {
