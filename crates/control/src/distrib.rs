@@ -607,6 +607,15 @@ pub struct WriterStats {
     pub connected_skipped: u64,
 }
 
+/// Whether an IPv6 gateway is on one of a back-end's networks, or link-local on one of
+/// its VLANs.
+fn reaches6(nets6: &[Prefix6], vlans6: &[u16], g: Ipv6Addr) -> bool {
+    match wire::ipv6::link_local_scope(g) {
+        Some((_, vlan)) => vlans6.contains(&vlan),
+        None => nets6.iter().any(|n| n.contains(g)),
+    }
+}
+
 /// The back-end's side: applies the controller's messages to its route table.
 pub struct Writer {
     pub epoch: u32,
@@ -627,6 +636,9 @@ pub struct Writer {
     /// The back-end's IPv6 networks: IPv6 routes through gateways on none of them are
     /// held, not installed (none: IPv6 is off).
     nets6: Vec<Prefix6>,
+    /// The VLANs of its interfaces with IPv6: a link-local gateway (which names its VLAN,
+    /// `wire::ipv6::link_local_scope`) on one of them is installed.
+    vlans6: Vec<u16>,
 }
 
 impl Default for Writer {
@@ -649,13 +661,15 @@ impl Writer {
             pending: Vec::new(),
             pending6: Vec::new(),
             nets6: Vec::new(),
+            vlans6: Vec::new(),
         }
     }
 
-    /// A back-end's writer, whose IPv6 networks are `nets6`.
-    pub fn with_nets6(nets6: Vec<Prefix6>) -> Writer {
+    /// A back-end's writer, whose IPv6 networks are `nets6`, on the VLANs `vlans6`.
+    pub fn with_nets6(nets6: Vec<Prefix6>, vlans6: Vec<u16>) -> Writer {
         Writer {
             nets6,
+            vlans6,
             ..Writer::new()
         }
     }
@@ -833,12 +847,12 @@ impl Writer {
                 Net::V6(q) => self.nets6.contains(&q),
             };
             // Installed if every gateway is on one of our networks.
+            let (nets6, vlans6) = (&self.nets6, &self.vlans6);
             let install = |g: &Gateways| match p {
                 Net::V4(_) => {
                     v4s(g).is_some_and(|v| v.iter().all(|v| table.port_for_gateway(*v).is_some()))
                 }
-                Net::V6(_) => v6s(g)
-                    .is_some_and(|v| v.iter().all(|v| self.nets6.iter().any(|n| n.contains(*v)))),
+                Net::V6(_) => v6s(g).is_some_and(|v| v.iter().all(|v| reaches6(nets6, vlans6, *v))),
             };
             match g {
                 Some(g) => {
@@ -1008,7 +1022,7 @@ mod tests {
             .map(|i| {
                 (
                     MacAddr([2, 0, 0, 0, 6, i]),
-                    Writer::with_nets6(nets6.clone()),
+                    Writer::with_nets6(nets6.clone(), vec![10, 20]),
                     table(),
                 )
             })
@@ -1027,6 +1041,9 @@ mod tests {
             );
         }
         fib.set(p6("2001:db8:77::/48"), Some(g6("2001:db8:99::1"))); // on no network
+                                                                     // Link-local, on VLAN 20 (installed) and on VLAN 30 (not ours: held).
+        fib.set(p6("2001:db8:66::/48"), Some(g6("fe80:14::b1")));
+        fib.set(p6("2001:db8:65::/48"), Some(g6("fe80:1e::b1")));
         fib.set(p6("2001:db8:2::/64"), Some(g6("2001:db8:1::9"))); // connected
                                                                    // ECMP over both networks.
         let ecmp =
@@ -1039,11 +1056,11 @@ mod tests {
             fib.set(p, None);
         }
         converge(&mut fib, &mut d, &mut ws, 12, true);
-        assert_eq!(fib.counts(), (400, 303));
+        assert_eq!(fib.counts(), (400, 305));
         for (_, w, t) in &mut ws {
             assert_eq!(w.digest(), fib.digest());
-            assert_eq!(w.counts(), (400, 303));
-            assert_eq!(w.ack().unresolved, 1);
+            assert_eq!(w.counts(), (400, 305));
+            assert_eq!(w.ack().unresolved, 2);
             let mut installed: HashMap<Prefix6, Vec<Ipv6Addr>> = HashMap::new();
             for (p, v) in w.take_routes6() {
                 match v {
@@ -1051,7 +1068,16 @@ mod tests {
                     None => installed.remove(&p),
                 };
             }
-            assert_eq!(installed.len(), 301, "300 /48s and the ECMP one");
+            assert_eq!(
+                installed.len(),
+                302,
+                "300 /48s, the ECMP one, the link-local one"
+            );
+            assert_eq!(
+                installed[&p6("2001:db8:66::/48")],
+                vec!["fe80:14::b1".parse::<Ipv6Addr>().unwrap()]
+            );
+            assert!(!installed.contains_key(&p6("2001:db8:65::/48")));
             assert_eq!(
                 installed[&p6("2001:db8:55::/48")],
                 vec![

@@ -557,6 +557,7 @@ pub fn run<P: Port + Send>(
             });
             let w = Arc::new(Mutex::new(crate::distrib::Writer::with_nets6(
                 f.networks6(),
+                f.vlans6(),
             )));
             let mac = f.ifaces[internal as usize].mac;
             let (w2, r2, fl, st) = (w.clone(), routes.clone(), fast.clone(), stop.clone());

@@ -404,6 +404,27 @@ pub fn is_link_local(a: Ipv6Addr) -> bool {
     a.segments()[0] & 0xffc0 == 0xfe80
 }
 
+/// A link-local address with the VLAN of the link it is on written into its second 16-bit
+/// group: `fe80:VLAN::IID`, the form in which the router's control plane hands link-local
+/// next hops to its back-ends (a route names no interface; BSD kernels keep a link-local
+/// address's scope the same way). RFC 4291 2.5.6 leaves those bits zero on the wire, so
+/// the form cannot be mistaken for an address a host uses.
+pub fn scoped_link_local(a: Ipv6Addr, vlan: u16) -> Ipv6Addr {
+    let mut s = a.segments();
+    s[1] = vlan;
+    Ipv6Addr::from(s)
+}
+
+/// The link-local address and VLAN of a [`scoped_link_local`] address; `None` for any
+/// other address (a link-local one with no VLAN written in it included).
+pub fn link_local_scope(a: Ipv6Addr) -> Option<(Ipv6Addr, u16)> {
+    let s = a.segments();
+    if !is_link_local(a) || s[1] == 0 {
+        return None;
+    }
+    Some((scoped_link_local(a, 0), s[1]))
+}
+
 /// The solicited-node multicast address of `a` (RFC 4291 2.7.1): ff02::1:ffXX:XXXX.
 pub fn solicited_node(a: Ipv6Addr) -> Ipv6Addr {
     let o = a.octets();
@@ -453,6 +474,20 @@ pub fn link_local_of(mac: crate::MacAddr) -> Ipv6Addr {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_link_local_next_hop_carries_its_vlan() {
+        let ll: Ipv6Addr = "fe80::a8bb:ccff:fe00:10".parse().unwrap();
+        let scoped = scoped_link_local(ll, 20);
+        assert_eq!(
+            scoped,
+            "fe80:14::a8bb:ccff:fe00:10".parse::<Ipv6Addr>().unwrap()
+        );
+        assert_eq!(link_local_scope(scoped), Some((ll, 20)));
+        // No VLAN written, or not link-local: no scope.
+        assert_eq!(link_local_scope(ll), None);
+        assert_eq!(link_local_scope("2001:14::1".parse().unwrap()), None);
+    }
 
     fn packet(next: u8, payload: &[u8]) -> Vec<u8> {
         let r = Repr {

@@ -71,6 +71,9 @@ pub struct Six {
     frag_ident: u32,
     /// The global addresses of `addrs`, as words.
     global: Vec<u128>,
+    /// Each interface's VLAN id (0: untagged): where a link-local next hop from the
+    /// control plane, which names its VLAN ([`ipv6::link_local_scope`]), is.
+    vlans: Vec<u16>,
     /// Router advertisements, per interface.
     ra: Vec<Ra>,
     /// A star member's view of the other members' IPv6 networks: the internal port, and
@@ -155,6 +158,7 @@ impl Six {
             queued: 0,
             frag_ident: seed,
             global: self.global.clone(),
+            vlans: self.vlans.clone(),
             ra: self
                 .ra
                 .iter()
@@ -179,17 +183,22 @@ impl Six {
             .map(|(_, m, port)| (*m, *port))
     }
 
-    /// The group of routes through `vias`, each on a connected prefix.
+    /// The group of routes through `vias`, each on a connected prefix, or link-local with
+    /// the VLAN of one of our interfaces written in it (as the control plane sends them).
     fn group_via(&mut self, vias: &[Ipv6Addr]) -> Result<u32, RouteError> {
         let mut hops = Vec::with_capacity(vias.len());
         for &via in vias {
-            let iface = self
-                .iface_for(via)
-                .ok_or(RouteError::Gateway6Unreachable(via))?;
-            hops.push(Hop6 {
-                iface,
-                via: Some(via),
-            });
+            let hop = match ipv6::link_local_scope(via) {
+                Some((ll, vlan)) => self.vlans.iter().position(|&v| v == vlan).map(|i| Hop6 {
+                    iface: i as u16,
+                    via: Some(ll),
+                }),
+                None => self.iface_for(via).map(|iface| Hop6 {
+                    iface,
+                    via: Some(via),
+                }),
+            };
+            hops.push(hop.ok_or(RouteError::Gateway6Unreachable(via))?);
         }
         self.group_id(&hops)
     }
@@ -297,6 +306,11 @@ impl Forwarder {
             queued: 0,
             frag_ident: 1,
             global,
+            vlans: self
+                .ifaces
+                .iter()
+                .map(|i| i.vlan.map_or(0, |v| v.id))
+                .collect(),
             ra: vec![Ra::default(); self.ifaces.len()],
             star: None,
         };
@@ -452,6 +466,14 @@ impl Forwarder {
             }
             None => (0, n + skipped),
         }
+    }
+
+    /// The VLANs of our sub-interfaces, where link-local next hops can be (none with IPv6
+    /// off).
+    pub fn vlans6(&self) -> Vec<u16> {
+        self.six.as_ref().map_or_else(Vec::new, |s| {
+            s.vlans.iter().copied().filter(|&v| v != 0).collect()
+        })
     }
 
     /// Our IPv6 networks: the prefixes of the interfaces' global addresses.

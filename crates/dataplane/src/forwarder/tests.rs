@@ -1190,6 +1190,73 @@ mod ipv6_path {
         (p, icmpv6::Repr::parse(m).unwrap())
     }
 
+    /// A back-end takes a route through a link-local next hop with its VLAN written in
+    /// it (as the controller distributes OSPFv3's and BGP's): it solicits the neighbour on
+    /// that VLAN's sub-interface, from its link-local address there, and forwards through
+    /// it. A VLAN it does not have, or a link-local next hop with no VLAN, is skipped.
+    #[test]
+    fn a_link_local_next_hop_is_resolved_on_its_vlan() {
+        let (mut f, now) = backend();
+        f.enable_ipv6(vec![
+            vec![],
+            vec![(a6("2001:db8:1::1"), 64)],
+            vec![(a6("2001:db8:2::1"), 64)],
+        ]);
+        let net = |s| fib::Prefix6::parse_strict(s).unwrap();
+        let gw = ipv6::scoped_link_local(a6("fe80::b1"), 20);
+        assert_eq!(
+            f.apply_routes6(vec![
+                (net("2001:db8:99::/48"), Some(vec![gw])),
+                (
+                    net("2001:db8:98::/48"),
+                    Some(vec![ipv6::scoped_link_local(a6("fe80::b1"), 30)])
+                ),
+                (net("2001:db8:97::/48"), Some(vec![a6("fe80::b1")])),
+            ]),
+            (1, 2)
+        );
+        assert_eq!(
+            f.route6(a6("2001:db8:99::1")),
+            Some(Hop6 {
+                iface: 2,
+                via: Some(a6("fe80::b1"))
+            })
+        );
+        assert_eq!(f.route6(a6("2001:db8:98::1")), None);
+        // A packet from VLAN 10: held while the back-end solicits fe80::b1 on VLAN 20...
+        let pkt = frame6(H1, R0, "2001:db8:1::10", "2001:db8:99::1", 64, None, 40);
+        let out = run(&mut f, now, 0, tagged(pkt, 10));
+        assert_eq!(out.len(), 1, "{:?}", f.counters.snapshot().drops);
+        let mut solicit = out[0].1.clone();
+        assert_eq!(
+            ethernet::Frame::new_checked(&solicit[..]).unwrap().vlan(),
+            Some(20)
+        );
+        ethernet::pop_vlan(&mut solicit);
+        let (ip, r) = icmp6(&solicit);
+        assert_eq!(
+            (ip.src(), ip.dst()),
+            (
+                ipv6::link_local_of(R0),
+                ipv6::solicited_node(a6("fe80::b1"))
+            )
+        );
+        assert!(
+            matches!(r, icmpv6::Repr::NeighborSolicit { target, .. } if target == a6("fe80::b1"))
+        );
+        // ...and sent on VLAN 20 to its MAC, hop limit 63, once it advertises.
+        let ll = ipv6::link_local_of(R0).to_string();
+        let advert = frame6(H2, R0, "fe80::b1", &ll, 255, Some(&na("fe80::b1", H2)), 0);
+        let out = run(&mut f, now, 0, tagged(advert, 20));
+        assert_eq!(out.len(), 1, "{:?}", f.counters.snapshot().drops);
+        let e = ethernet::Frame::new_checked(&out[0].1[..]).unwrap();
+        assert_eq!((e.dst(), e.vlan()), (H2, Some(20)));
+        let mut fwd = out[0].1.clone();
+        ethernet::pop_vlan(&mut fwd);
+        let p = ipv6::Packet::new_checked(&fwd[ETH..]).unwrap();
+        assert_eq!((p.dst(), p.hop_limit()), (a6("2001:db8:99::1"), 63));
+    }
+
     #[test]
     fn neighbour_discovery_forwarding_and_errors() {
         let (mut f, now) = router6();
