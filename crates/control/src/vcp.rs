@@ -375,6 +375,8 @@ pub struct FpmStats {
 #[derive(Debug, Clone)]
 struct Nh {
     gateway: Option<std::net::IpAddr>,
+    /// The gateway's interface (a TAP `vlan<ID>` for the router's external networks).
+    ifindex: u32,
     group: Vec<u32>,
 }
 
@@ -389,47 +391,89 @@ pub struct FpmState {
     routes: HashMap<Net, RouteVia>,
     /// Routes of the table (either family) that zebra has not sent again yet.
     stale: HashSet<Net>,
+    /// The VLAN of each TAP (`vlan<ID>`) by interface index, learnt from the interface's
+    /// name when a link-local gateway first names it.
+    scopes: HashMap<u32, u16>,
     pub stats: FpmStats,
 }
 
 impl FpmState {
-    /// The gateways of a route (none for a connected or unknown next hop). IPv6
-    /// link-local gateways are left out: a routes message names no interface, so a
-    /// back-end could not tell which link such a gateway is on.
-    fn resolve(&self, via: &RouteVia) -> Option<Gateways> {
-        let g = match via {
-            RouteVia::Inline { gateways, .. } => gateways.clone(),
+    /// Tells which VLAN the interface `ifindex` is (what [`FpmState::resolve`] otherwise
+    /// learns from the name of a TAP `vlan<ID>`).
+    pub fn set_scope(&mut self, ifindex: u32, vlan: u16) {
+        self.scopes.insert(ifindex, vlan);
+    }
+
+    /// The VLAN of the TAP with index `ifindex`, if it is one.
+    fn scope(&mut self, ifindex: u32) -> Option<u16> {
+        if let Some(&v) = self.scopes.get(&ifindex) {
+            return Some(v);
+        }
+        let name = io::netdev::ifname(ifindex)?;
+        let v: u16 = name.strip_prefix("vlan")?.parse().ok()?;
+        if !(1..=4094).contains(&v) {
+            return None;
+        }
+        self.scopes.insert(ifindex, v);
+        Some(v)
+    }
+
+    /// A route's gateways, each with its interface (0 where none is known).
+    fn hops(&self, via: &RouteVia) -> Vec<(std::net::IpAddr, u32)> {
+        match via {
+            RouteVia::Inline {
+                gateways,
+                ifindexes,
+                ..
+            } => gateways
+                .iter()
+                .zip(ifindexes.iter().chain(std::iter::repeat(&0)))
+                .map(|(g, i)| (*g, *i))
+                .collect(),
             RouteVia::Object(id) => {
-                let nh = self.nexthops.get(id)?;
+                let Some(nh) = self.nexthops.get(id) else {
+                    return Vec::new();
+                };
+                let hop = |n: &Nh| n.gateway.map(|g| (g, n.ifindex));
                 if nh.group.is_empty() {
-                    nh.gateway.into_iter().collect()
+                    hop(nh).into_iter().collect()
                 } else {
                     nh.group
                         .iter()
-                        .filter_map(|m| self.nexthops.get(m).and_then(|n| n.gateway))
+                        .filter_map(|m| self.nexthops.get(m).and_then(hop))
                         .collect()
                 }
             }
-        };
-        let g: Vec<std::net::IpAddr> = g.into_iter().filter(|a| !is_link_local(a)).collect();
+        }
+    }
+
+    /// The gateways of a route (none for a connected or unknown next hop). An IPv6
+    /// link-local gateway names its interface; on a TAP `vlan<ID>` it is distributed with
+    /// that VLAN written in it (`wire::ipv6::scoped_link_local`: a routes message names
+    /// no interface), so that a back-end resolves it on that VLAN. One on any other
+    /// interface is left out: the back-ends have no such link.
+    fn resolve(&mut self, via: &RouteVia) -> Option<Gateways> {
+        let mut g = Vec::new();
+        for (a, ifindex) in self.hops(via) {
+            match a {
+                std::net::IpAddr::V6(v) if is_link_local(&a) => {
+                    if wire::ipv6::link_local_scope(v).is_some() {
+                        // Scoped already (a route kept across a reconnection).
+                        g.push(a);
+                    } else if let Some(vlan) = self.scope(ifindex) {
+                        g.push(wire::ipv6::scoped_link_local(v, vlan).into());
+                    }
+                }
+                _ => g.push(a),
+            }
+        }
         (!g.is_empty()).then(|| gateways(g))
     }
 
     /// Whether a route's gateways are all IPv6 link-local ones (see [`FpmState::resolve`]).
     fn link_local_only(&self, via: &RouteVia) -> bool {
-        let g: Vec<std::net::IpAddr> = match via {
-            RouteVia::Inline { gateways, .. } => gateways.clone(),
-            RouteVia::Object(id) => match self.nexthops.get(id) {
-                None => return false,
-                Some(nh) if nh.group.is_empty() => nh.gateway.into_iter().collect(),
-                Some(nh) => nh
-                    .group
-                    .iter()
-                    .filter_map(|m| self.nexthops.get(m).and_then(|n| n.gateway))
-                    .collect(),
-            },
-        };
-        !g.is_empty() && g.iter().all(is_link_local)
+        let h = self.hops(via);
+        !h.is_empty() && h.iter().all(|(a, _)| is_link_local(a))
     }
 
     /// A new connection: zebra will send its whole table again. What it held is kept
@@ -438,15 +482,20 @@ impl FpmState {
         self.stale = self.routes.keys().copied().collect();
         // The new zebra numbers its next-hop objects afresh, and may give an old id to
         // another object: routes held through objects keep the gateways they had.
-        let frozen: Vec<(Net, RouteVia)> = self
+        let objects: Vec<(Net, RouteVia)> = self
             .routes
             .iter()
             .filter(|(_, v)| matches!(v, RouteVia::Object(_)))
+            .map(|(p, v)| (*p, v.clone()))
+            .collect();
+        let frozen: Vec<(Net, RouteVia)> = objects
+            .into_iter()
             .map(|(p, v)| {
-                let gateways = self.resolve(v).map(|g| g.to_vec()).unwrap_or_default();
+                let gateways = self.resolve(&v).map(|g| g.to_vec()).unwrap_or_default();
                 (
-                    *p,
+                    p,
                     RouteVia::Inline {
+                        ifindexes: vec![0; gateways.len()],
                         gateways,
                         direct: 0,
                     },
@@ -503,6 +552,7 @@ impl FpmState {
                             n.id,
                             Nh {
                                 gateway: n.gateway,
+                                ifindex: n.ifindex,
                                 group: n.group,
                             },
                         );
@@ -552,16 +602,16 @@ impl FpmState {
         touched.sort_unstable_by_key(|p| p.sort_key());
         touched.dedup();
         for p in touched {
-            let want = match self.routes.get(&p) {
+            let want = match self.routes.get(&p).cloned() {
                 None => None,
                 Some(v) => {
-                    let g = self.resolve(v);
+                    let g = self.resolve(&v);
                     if g.is_none() {
                         match v {
-                            RouteVia::Object(_) if !self.has_object(v) => {
+                            RouteVia::Object(_) if !self.has_object(&v) => {
                                 self.stats.unknown_nexthop += 1
                             }
-                            _ if self.link_local_only(v) => self.stats.skipped_ipv6 += 1,
+                            _ if self.link_local_only(&v) => self.stats.skipped_ipv6 += 1,
                             _ => self.stats.skipped_no_gateway += 1,
                         }
                     }
@@ -1911,7 +1961,8 @@ mod tests {
     }
 
     /// zebra's IPv6 routes reach the same table: inline gateways, ECMP, next-hop objects;
-    /// link-local gateways are left out, and a route with nothing else is counted.
+    /// link-local gateways on no TAP are left out, and a route with nothing else is
+    /// counted; those on a TAP carry its VLAN.
     #[test]
     fn fpm_ipv6_routes_reach_the_table() {
         let (mut s, mut fib) = (FpmState::default(), Fib::new(1, 100));
@@ -1950,6 +2001,47 @@ mod tests {
             fib.get(p("2001:db8:97::/64")),
             Some(&want(&["2001:db8:2::9"]))
         );
+        // Link-local gateways on the TAPs of VLANs 20 (ifindex 7) and 10 (ifindex 3, the
+        // builder's next-hop objects' interface) go out with their VLAN written in them;
+        // one on an interface that is no TAP is left out.
+        s.set_scope(7, 20);
+        s.set_scope(3, 10);
+        frame(
+            &mut s,
+            &mut fib,
+            &[
+                build::route6_on(true, g("2001:db8:95::"), 48, &[(g("fe80::b1"), 7)]),
+                build::route6_on(true, g("2001:db8:94::"), 48, &[(g("fe80::b1"), 999_999)]),
+                build::nexthop(true, 21, Some(g("fe80::a1").into()), &[]),
+                build::route6(true, g("2001:db8:93::"), 48, &[], Some(21)),
+            ],
+        );
+        assert_eq!(s.stats.skipped_ipv6, 2);
+        assert_eq!(
+            fib.get(p("2001:db8:95::/48")),
+            Some(&want(&["fe80:14::b1"]))
+        );
+        assert_eq!(fib.get(p("2001:db8:94::/48")), None);
+        assert_eq!(
+            fib.get(p("2001:db8:93::/48")),
+            Some(&want(&["fe80:a::a1"]))
+        );
+        // Across a reconnection the route through the object keeps its scoped gateway.
+        s.connection();
+        assert_eq!(
+            s.resolve(&s.routes[&Net::V6(p("2001:db8:93::/48"))].clone()),
+            Some(want(&["fe80:a::a1"]))
+        );
+        let (v4, v6) = fib.counts();
+        frame(
+            &mut s,
+            &mut fib,
+            &[
+                build::route6(false, g("2001:db8:95::"), 48, &[], None),
+                build::route6(false, g("2001:db8:93::"), 48, &[], None),
+            ],
+        );
+        assert_eq!(fib.counts(), (v4, v6 - 2));
         // Withdrawn.
         frame(
             &mut s,

@@ -63,6 +63,20 @@ pub fn ifindex(name: &str) -> io::Result<i32> {
     }
 }
 
+/// The name of the interface with index `index` in this namespace, if there is one.
+pub fn ifname(index: u32) -> Option<String> {
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: buf holds IF_NAMESIZE bytes, as if_indextoname(3) requires; it writes a
+    // NUL-terminated name there or returns NULL.
+    let p = unsafe { libc::if_indextoname(index, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: on success buf holds a NUL-terminated string.
+    let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+    Some(name.to_string_lossy().into_owned())
+}
+
 /// The hardware address.
 pub fn mac(name: &str) -> io::Result<[u8; 6]> {
     let mut r = ifreq(name)?;
@@ -238,6 +252,8 @@ mod tests {
     #[test]
     fn loopback_properties() {
         assert_eq!(ifindex("lo").unwrap(), 1);
+        assert_eq!(ifname(1).as_deref(), Some("lo"));
+        assert_eq!(ifname(u32::MAX), None);
         assert_eq!(mac("lo").unwrap(), [0; 6]);
         assert!(mtu("lo").unwrap() >= 1500);
         let e = ifindex("no-such-if0").unwrap_err().to_string();

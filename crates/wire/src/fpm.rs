@@ -129,9 +129,15 @@ pub enum Family {
 /// Where a route's packets go, as the message gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RouteVia {
-    /// Gateways given inline (`RTA_GATEWAY`, or each hop of `RTA_MULTIPATH`); hops that name
-    /// only an interface are counted in `direct`.
-    Inline { gateways: Vec<IpAddr>, direct: u32 },
+    /// Gateways given inline (`RTA_GATEWAY`, or each hop of `RTA_MULTIPATH`), and the
+    /// interface each is on (`ifindexes[i]` for `gateways[i]`: `RTA_OIF`, or the hop's
+    /// `rtnh_ifindex`; 0 where none is given), which an IPv6 link-local gateway needs;
+    /// hops that name only an interface are counted in `direct`.
+    Inline {
+        gateways: Vec<IpAddr>,
+        ifindexes: Vec<u32>,
+        direct: u32,
+    },
     /// A next-hop object or group sent before (`RTA_NH_ID`).
     Object(u32),
 }
@@ -163,6 +169,8 @@ pub struct Nexthop {
     pub family: Family,
     /// The gateway of a single next hop (IPv4 or IPv6).
     pub gateway: Option<IpAddr>,
+    /// Its interface (`NHA_OIF`; 0 if not given).
+    pub ifindex: u32,
     /// The member ids of a group (empty for a single next hop).
     pub group: Vec<u32>,
     pub blackhole: bool,
@@ -318,19 +326,27 @@ fn route(b: &[u8], base: usize, add: bool) -> Result<Route, Error> {
         metric: 0,
         via: RouteVia::Inline {
             gateways: Vec::new(),
+            ifindexes: Vec::new(),
             direct: 0,
         },
     };
     let known = matches!(fam, Family::Ipv4 | Family::Ipv6);
     let mut gateways = Vec::new();
+    // The hops' interfaces; `RTA_GATEWAY`'s is `RTA_OIF`, which may come after it.
+    let mut ifindexes = Vec::new();
+    let mut top_level = None;
     let mut direct = 0u32;
-    let mut oif = false;
+    let mut oif = None;
     let mut nh_id = None;
     attrs(&b[RTMSG_LEN..], base + RTMSG_LEN, |t, v| {
         match t {
             nl::RTA_DST if known => r.dst = addr_attr(fam, "RTA_DST", v)?,
-            nl::RTA_GATEWAY if known => gateways.push(addr_attr(fam, "RTA_GATEWAY", v)?),
-            nl::RTA_OIF => oif = true,
+            nl::RTA_GATEWAY if known => {
+                top_level = Some(gateways.len());
+                gateways.push(addr_attr(fam, "RTA_GATEWAY", v)?);
+                ifindexes.push(0);
+            }
+            nl::RTA_OIF => oif = Some(u32_attr("RTA_OIF", v)?),
             nl::RTA_PRIORITY => r.metric = u32_attr("RTA_PRIORITY", v)?,
             nl::RTA_TABLE => r.table = u32_attr("RTA_TABLE", v)?,
             nl::RTA_NH_ID => nh_id = Some(u32_attr("RTA_NH_ID", v)?),
@@ -353,7 +369,10 @@ fn route(b: &[u8], base: usize, add: bool) -> Result<Route, Error> {
                         Ok(())
                     })?;
                     match gw {
-                        Some(g) => gateways.push(g),
+                        Some(g) => {
+                            gateways.push(g);
+                            ifindexes.push(le32(v, at + 4));
+                        }
                         None => direct += 1,
                     }
                     at += align4(len);
@@ -366,10 +385,17 @@ fn route(b: &[u8], base: usize, add: bool) -> Result<Route, Error> {
     r.via = match nh_id {
         Some(id) => RouteVia::Object(id),
         None => {
-            if gateways.is_empty() && direct == 0 && oif {
+            if gateways.is_empty() && direct == 0 && oif.is_some() {
                 direct = 1;
             }
-            RouteVia::Inline { gateways, direct }
+            if let (Some(i), Some(oif)) = (top_level, oif) {
+                ifindexes[i] = oif;
+            }
+            RouteVia::Inline {
+                gateways,
+                ifindexes,
+                direct,
+            }
         }
     };
     Ok(r)
@@ -383,6 +409,7 @@ fn nexthop(b: &[u8], base: usize, add: bool) -> Result<Nexthop, Error> {
         id: 0,
         family: fam,
         gateway: None,
+        ifindex: 0,
         group: Vec::new(),
         blackhole: false,
     };
@@ -392,6 +419,7 @@ fn nexthop(b: &[u8], base: usize, add: bool) -> Result<Nexthop, Error> {
             nl::NHA_GATEWAY if matches!(fam, Family::Ipv4 | Family::Ipv6) => {
                 n.gateway = Some(addr_attr(fam, "NHA_GATEWAY", v)?)
             }
+            nl::NHA_OIF => n.ifindex = u32_attr("NHA_OIF", v)?,
             nl::NHA_BLACKHOLE => n.blackhole = true,
             nl::NHA_GROUP => {
                 // struct nexthop_grp { u32 id; u8 weight; u8 resvd1; u16 resvd2; }
@@ -442,7 +470,7 @@ pub mod build {
         gateways: &[Ipv4Addr],
         nh_id: Option<u32>,
     ) -> Vec<u8> {
-        let g: Vec<Vec<u8>> = gateways.iter().map(|g| g.octets().to_vec()).collect();
+        let g: Vec<(Vec<u8>, u32)> = gateways.iter().map(|g| (g.octets().to_vec(), 2)).collect();
         any_route(add, nl::AF_INET, &dst.octets(), len, &g, nh_id)
     }
 
@@ -454,8 +482,15 @@ pub mod build {
         gateways: &[Ipv6Addr],
         nh_id: Option<u32>,
     ) -> Vec<u8> {
-        let g: Vec<Vec<u8>> = gateways.iter().map(|g| g.octets().to_vec()).collect();
+        let g: Vec<(Vec<u8>, u32)> = gateways.iter().map(|g| (g.octets().to_vec(), 2)).collect();
         any_route(add, nl::AF_INET6, &dst.octets(), len, &g, nh_id)
+    }
+
+    /// An IPv6 route through gateways on the interfaces named (gateway, ifindex), as zebra
+    /// sends one through link-local next hops.
+    pub fn route6_on(add: bool, dst: Ipv6Addr, len: u8, hops: &[(Ipv6Addr, u32)]) -> Vec<u8> {
+        let g: Vec<(Vec<u8>, u32)> = hops.iter().map(|(g, i)| (g.octets().to_vec(), *i)).collect();
+        any_route(add, nl::AF_INET6, &dst.octets(), len, &g, None)
     }
 
     fn any_route(
@@ -463,7 +498,7 @@ pub mod build {
         family: u8,
         dst: &[u8],
         len: u8,
-        gateways: &[Vec<u8>],
+        gateways: &[(Vec<u8>, u32)],
         nh_id: Option<u32>,
     ) -> Vec<u8> {
         let mut b = vec![family, len, 0, 0, 254, 196, 0, nl::RTN_UNICAST, 0, 0, 0, 0];
@@ -471,14 +506,15 @@ pub mod build {
         attr(&mut b, nl::RTA_PRIORITY, &20u32.to_le_bytes());
         if let Some(id) = nh_id {
             attr(&mut b, nl::RTA_NH_ID, &id.to_le_bytes());
-        } else if gateways.len() == 1 {
-            attr(&mut b, nl::RTA_GATEWAY, &gateways[0]);
+        } else if let [(g, ifindex)] = gateways {
+            attr(&mut b, nl::RTA_GATEWAY, g);
+            attr(&mut b, nl::RTA_OIF, &ifindex.to_le_bytes());
         } else if gateways.len() > 1 {
             let mut mp = Vec::new();
-            for g in gateways {
+            for (g, ifindex) in gateways {
                 mp.extend_from_slice(&(12 + g.len() as u16).to_le_bytes());
                 mp.extend_from_slice(&[0, 0]);
-                mp.extend_from_slice(&2i32.to_le_bytes());
+                mp.extend_from_slice(&ifindex.to_le_bytes());
                 attr(&mut mp, nl::RTA_GATEWAY, g);
             }
             attr(&mut b, nl::RTA_MULTIPATH, &mp);
@@ -588,6 +624,7 @@ mod tests {
                 id: 8,
                 family: Family::Ipv4,
                 gateway: Some(Ipv4Addr::new(10, 9, 0, 3).into()),
+                ifindex: 3,
                 group: vec![],
                 blackhole: false,
             })
@@ -661,6 +698,7 @@ mod tests {
                 48,
                 &RouteVia::Inline {
                     gateways: vec![g("2001:db8:2::9").into()],
+                    ifindexes: vec![2],
                     direct: 0
                 }
             )
@@ -670,11 +708,71 @@ mod tests {
             r.via,
             RouteVia::Inline {
                 gateways: vec![g("2001:db8:1::5").into(), g("2001:db8:2::5").into()],
+                ifindexes: vec![2, 2],
                 direct: 0
             }
         );
         assert!(matches!(&m[3], Message::Route(r) if r.via == RouteVia::Object(9)));
         assert!(matches!(&m[4], Message::Route(r) if !r.add && r.dst_len == 48));
+    }
+
+    /// Link-local gateways come with their interfaces: `RTA_OIF` beside `RTA_GATEWAY`
+    /// (either order), each multipath hop's `rtnh_ifindex`, a next-hop object's `NHA_OIF`.
+    #[test]
+    fn gateways_come_with_their_interfaces() {
+        let g = |s: &str| -> Ipv6Addr { s.parse().unwrap() };
+        let f = build::frame(&[
+            build::route6_on(true, g("2001:db8:99::"), 48, &[(g("fe80::b1"), 7)]),
+            build::route6_on(
+                true,
+                g("2001:db8:98::"),
+                48,
+                &[(g("fe80::b1"), 7), (g("fe80::a1"), 9)],
+            ),
+        ]);
+        let m = all(&f);
+        let via = |i: usize| match &m[i] {
+            Message::Route(r) => r.via.clone(),
+            o => panic!("{o:?}"),
+        };
+        assert_eq!(
+            via(0),
+            RouteVia::Inline {
+                gateways: vec![g("fe80::b1").into()],
+                ifindexes: vec![7],
+                direct: 0
+            }
+        );
+        assert_eq!(
+            via(1),
+            RouteVia::Inline {
+                gateways: vec![g("fe80::b1").into(), g("fe80::a1").into()],
+                ifindexes: vec![7, 9],
+                direct: 0
+            }
+        );
+        // RTA_OIF before RTA_GATEWAY.
+        let mut b = vec![nl::AF_INET6, 48, 0, 0, 254, 196, 0, nl::RTN_UNICAST, 0, 0, 0, 0];
+        for (t, v) in [
+            (nl::RTA_DST, g("2001:db8:97::").octets().to_vec()),
+            (nl::RTA_OIF, 5u32.to_le_bytes().to_vec()),
+            (nl::RTA_GATEWAY, g("fe80::c1").octets().to_vec()),
+        ] {
+            b.extend_from_slice(&(4 + v.len() as u16).to_le_bytes());
+            b.extend_from_slice(&t.to_le_bytes());
+            b.extend_from_slice(&v);
+        }
+        let r = route(&b, 0, true).unwrap();
+        assert_eq!(
+            r.via,
+            RouteVia::Inline {
+                gateways: vec![g("fe80::c1").into()],
+                ifindexes: vec![5],
+                direct: 0
+            }
+        );
+        let n = all(&build::frame(&[build::nexthop(true, 4, Some(g("fe80::b1").into()), &[])]));
+        assert!(matches!(&n[0], Message::Nexthop(n) if n.ifindex == 3));
     }
 
     #[test]
@@ -695,10 +793,10 @@ mod tests {
         );
         assert!(matches!(&m[2], Message::Route(r) if !r.add && r.dst_len == 24));
         assert!(
-            matches!(&m[3], Message::Route(r) if r.via == RouteVia::Inline { gateways: vec![g(2).into(), g(3).into()], direct: 0 })
+            matches!(&m[3], Message::Route(r) if r.via == RouteVia::Inline { gateways: vec![g(2).into(), g(3).into()], ifindexes: vec![2, 2], direct: 0 })
         );
         assert!(
-            matches!(&m[4], Message::Route(r) if r.via == RouteVia::Inline { gateways: vec![g(4).into()], direct: 0 } && r.dst_len == 25)
+            matches!(&m[4], Message::Route(r) if r.via == RouteVia::Inline { gateways: vec![g(4).into()], ifindexes: vec![2], direct: 0 } && r.dst_len == 25)
         );
         // A stream cut anywhere waits for the rest.
         for cut in 0..f.len() {
