@@ -458,6 +458,47 @@ impl Via {
         self.parsed("IPv6")
     }
 
+    /// The gateways of a controller's IPv6 route; at least one. A link-local gateway names
+    /// the external network it is on, `fe80::1%vlan20` (or `fe80::1%20`), and is kept with
+    /// that VLAN written in it (`wire::ipv6::scoped_link_local`), as the back-ends take it.
+    pub(crate) fn addresses6_scoped(&self) -> Result<Vec<std::net::Ipv6Addr>, String> {
+        let texts: Vec<&String> = match self {
+            Via::One(v) => vec![v],
+            Via::Many(v) => v.iter().collect(),
+        };
+        if texts.is_empty() {
+            return Err("no gateway given".into());
+        }
+        let one = |t: &String| -> Result<std::net::Ipv6Addr, String> {
+            let (a, zone) = match t.split_once('%') {
+                Some((a, z)) => (a, Some(z)),
+                None => (t.as_str(), None),
+            };
+            let a: std::net::Ipv6Addr = a
+                .parse()
+                .map_err(|_| format!("{t:?} is not an IPv6 address"))?;
+            let ll = wire::ipv6::is_link_local(a);
+            match zone {
+                None if ll => Err(format!(
+                    "{t:?} is link-local: name its network, as in \"{t}%vlan20\""
+                )),
+                None => Ok(a),
+                Some(_) if !ll => Err(format!(
+                    "{t:?}: only a link-local gateway names its network"
+                )),
+                Some(z) => match z.strip_prefix("vlan").unwrap_or(z).parse::<u16>() {
+                    Ok(v) if (1..=4094).contains(&v) && a.segments()[1] == 0 => {
+                        Ok(wire::ipv6::scoped_link_local(a, v))
+                    }
+                    _ => Err(format!(
+                        "{t:?}: the network of a link-local gateway is vlan<ID> (1 to 4094) and its second group is 0"
+                    )),
+                },
+            }
+        };
+        texts.into_iter().map(one).collect()
+    }
+
     /// The gateways as IPv4 addresses; at least one.
     pub(crate) fn addresses(&self) -> Result<Vec<Ipv4Addr>, String> {
         self.parsed("IPv4")

@@ -43,7 +43,8 @@
 //!
 //! [[route]]                    # optional static routes, like a forwarder's
 //! prefix = "198.51.100.0/24"
-//! via = "10.2.0.2"
+//! via = "10.2.0.2"             # an IPv6 route's link-local gateway names its external
+//!                              # network: via = "fe80::1%vlan20"
 //!
 //! [io]                         # as for every element
 //! backend = "auto"
@@ -298,7 +299,7 @@ impl ControllerFile {
             let key = format!("route[{i}].via");
             let via = match prefix {
                 Net::V4(_) => r.via.get_ref().addresses().map(gateways),
-                Net::V6(_) => r.via.get_ref().addresses6().map(gateways),
+                Net::V6(_) => r.via.get_ref().addresses6_scoped().map(gateways),
             }
             .map_err(|m| err(r.via.span().start, &key, m))?;
             routes.push((prefix, via));
@@ -2022,10 +2023,7 @@ mod tests {
             Some(&want(&["fe80:14::b1"]))
         );
         assert_eq!(fib.get(p("2001:db8:94::/48")), None);
-        assert_eq!(
-            fib.get(p("2001:db8:93::/48")),
-            Some(&want(&["fe80:a::a1"]))
-        );
+        assert_eq!(fib.get(p("2001:db8:93::/48")), Some(&want(&["fe80:a::a1"])));
         // Across a reconnection the route through the object keeps its scoped gateway.
         s.connection();
         assert_eq!(
@@ -2144,6 +2142,41 @@ mod tests {
         assert_eq!((e.line, e.key.as_str()), (9, "route[0].via"));
         let e = ControllerFile::parse(path, &good.replace("[fpm]", "[fpm]\nport = 1")).unwrap_err();
         assert_eq!(e.line, 5, "{e}");
+        // An IPv6 route's link-local gateway names its external network.
+        let six = |via: &str| {
+            good.replace("198.51.100.0/24", "2001:db8:99::/48")
+                .replace("[\"10.2.0.2\", \"10.1.0.2\"]", via)
+        };
+        let c =
+            ControllerFile::parse(path, &six("[\"fe80::b1%vlan20\", \"2001:db8:2::9\"]")).unwrap();
+        let want: Vec<std::net::IpAddr> = vec![
+            "fe80:14::b1".parse().unwrap(),
+            "2001:db8:2::9".parse().unwrap(),
+        ];
+        assert_eq!(c.routes[0].1.to_vec(), {
+            let mut w = want.clone();
+            w.sort();
+            w
+        });
+        assert_eq!(
+            ControllerFile::parse(path, &six("\"fe80::b1%20\""))
+                .unwrap()
+                .routes[0]
+                .1
+                .to_vec(),
+            vec![want[0]]
+        );
+        for bad in [
+            "\"fe80::b1\"",
+            "\"fe80::b1%eth0\"",
+            "\"fe80::b1%vlan5000\"",
+            "\"2001:db8::1%vlan20\"",
+        ] {
+            let e = ControllerFile::parse(path, &six(bad)).unwrap_err();
+            assert_eq!((e.line, e.key.as_str()), (9, "route[0].via"), "{bad}: {e}");
+        }
+        let e = ControllerFile::parse(path, &six("\"fe80::b1\"")).unwrap_err();
+        assert!(e.to_string().contains("%vlan20"), "{e}");
         // Election and takeover keys.
         let ha = good.replace(
             "interface = \"vcp-int\"\n",

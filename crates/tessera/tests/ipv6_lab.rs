@@ -303,10 +303,12 @@ fn ipv6_through_the_multistage_router() {
 }
 
 /// IPv6 routes from the Virtual-CP: the multistage lab's plain vcp host becomes a
-/// controller (`tessera controller`) whose config holds an IPv6 route and an IPv4 one;
-/// it distributes them over DIST to the three back-ends, which install them (the IPv6 one
+/// controller (`tessera controller`) whose config holds two IPv6 routes and an IPv4 one;
+/// it distributes them over DIST to the three back-ends, which install them (the IPv6 ones
 /// in the IPv6 table of their worker) and acknowledge the controller's digest. a1 then
-/// reaches b1's loopback addresses behind those routes, over either family.
+/// reaches b1's loopback addresses behind those routes, over either family. One IPv6
+/// route goes through b1's link-local address on VLAN 20 (`fe80::b1%vlan20`, as OSPFv3
+/// gives routes): the back-ends resolve it on that VLAN.
 #[test]
 fn ipv6_routes_from_the_controller_reach_every_back_end() {
     let dir = std::env::temp_dir().join(format!("tessera-ms6c-{}", std::process::id()));
@@ -339,6 +341,10 @@ prefix = "2001:db8:99::/64"
 via = "2001:db8:2::10"
 
 [[route]]
+prefix = "2001:db8:98::/64"
+via = "fe80::b1%vlan20"
+
+[[route]]
 prefix = "198.51.100.0/24"
 via = "10.2.0.10"
 "#,
@@ -354,7 +360,7 @@ via = "10.2.0.10"
         let done = backends.len() == 3
             && backends
                 .iter()
-                .all(|b| b["consistent"] == true && b["routes"] == 2);
+                .all(|b| b["consistent"] == true && b["routes"] == 3);
         tries += 1;
         if done || tries == 50 {
             break fib;
@@ -367,17 +373,60 @@ via = "10.2.0.10"
         "{fib}"
     );
     for b in fib["backends"].as_array().unwrap() {
-        assert!(b["consistent"] == true && b["routes"] == 2, "{fib}");
+        assert!(b["consistent"] == true && b["routes"] == 3, "{fib}");
     }
     for r in ["r1", "r2", "r3"] {
         let f = lab.show_json("fib", r);
-        assert_eq!(f["routes6"], 1, "{r}: {f}");
-        // The worker took the IPv6 route into its table.
+        assert_eq!(f["routes6"], 2, "{r}: {f}");
+        // The worker took the IPv6 routes into its table.
         let c = lab.counters(r);
-        assert_eq!(event_count(&c, "dist_routes6_applied"), 1, "{r}: {c}");
+        assert_eq!(event_count(&c, "dist_routes6_applied"), 2, "{r}: {c}");
     }
     let (ok, out) = ping6(&lab, "a1", &["2001:db8:99::1"]);
     assert!(ok && out.contains("ttl=63"), "{out}");
+    // b1's link-local next hop (no duplicate address detection: usable at once).
+    for argv in [
+        [
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            "fe80::b1/64",
+            "dev",
+            "eth0",
+            "nodad",
+        ],
+        [
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            "2001:db8:98::1/128",
+            "dev",
+            "lo",
+            "nodad",
+        ],
+    ] {
+        lab.sh("b1", &argv);
+    }
+    // The back-end that a1's flow is balanced to resolves it on VLAN 20's sub-interface.
+    let (ok, out) = ping6(&lab, "a1", &["2001:db8:98::1"]);
+    assert!(ok && out.contains("ttl=63"), "{out}");
+    let resolved: Vec<serde_json::Value> = ["r1", "r2", "r3"]
+        .iter()
+        .flat_map(|r| {
+            lab.show_json("neighbours", r)
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter(|n| n["address"] == "fe80::b1")
+        .collect();
+    assert!(!resolved.is_empty(), "no back-end resolved fe80::b1");
+    assert!(
+        resolved.iter().all(|n| n["interface"] == "ext-b"),
+        "{resolved:?}"
+    );
     let o = lab.exec(
         "a1",
         &[

@@ -489,7 +489,10 @@ pub mod build {
     /// An IPv6 route through gateways on the interfaces named (gateway, ifindex), as zebra
     /// sends one through link-local next hops.
     pub fn route6_on(add: bool, dst: Ipv6Addr, len: u8, hops: &[(Ipv6Addr, u32)]) -> Vec<u8> {
-        let g: Vec<(Vec<u8>, u32)> = hops.iter().map(|(g, i)| (g.octets().to_vec(), *i)).collect();
+        let g: Vec<(Vec<u8>, u32)> = hops
+            .iter()
+            .map(|(g, i)| (g.octets().to_vec(), *i))
+            .collect();
         any_route(add, nl::AF_INET6, &dst.octets(), len, &g, None)
     }
 
@@ -752,7 +755,20 @@ mod tests {
             }
         );
         // RTA_OIF before RTA_GATEWAY.
-        let mut b = vec![nl::AF_INET6, 48, 0, 0, 254, 196, 0, nl::RTN_UNICAST, 0, 0, 0, 0];
+        let mut b = vec![
+            nl::AF_INET6,
+            48,
+            0,
+            0,
+            254,
+            196,
+            0,
+            nl::RTN_UNICAST,
+            0,
+            0,
+            0,
+            0,
+        ];
         for (t, v) in [
             (nl::RTA_DST, g("2001:db8:97::").octets().to_vec()),
             (nl::RTA_OIF, 5u32.to_le_bytes().to_vec()),
@@ -771,7 +787,12 @@ mod tests {
                 direct: 0
             }
         );
-        let n = all(&build::frame(&[build::nexthop(true, 4, Some(g("fe80::b1").into()), &[])]));
+        let n = all(&build::frame(&[build::nexthop(
+            true,
+            4,
+            Some(g("fe80::b1").into()),
+            &[],
+        )]));
         assert!(matches!(&n[0], Message::Nexthop(n) if n.ifindex == 3));
     }
 
