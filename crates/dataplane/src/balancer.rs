@@ -11,7 +11,7 @@
 //! | external | neighbor solicitation | external ND | answers for the port's router IPv6 addresses itself |
 //! | external | neighbor advertisement | internal ND | broadcasts it to the back-ends, tagged with the port's VLAN |
 //! | external | router solicitation | - | dropped: the LB sends no router advertisements |
-//! | external | OSPF, RIP, BGP, SNMP to the router | Virtual-CP | to the MAC of the back-end hosting the control plane |
+//! | external | OSPF, RIP, BGP, SNMP to the router; OSPFv3, RIPng, BGP over IPv6 to it | Virtual-CP | to the MAC of the back-end hosting the control plane |
 //! | external | other IPv4, other IPv6 | balance | to a back-end picked by the balancing table, tagged |
 //! | external | DIST | - | dropped: `dist_not_internal` (DIST is accepted only inside) |
 //! | internal | DIST | DIST | applies ports, balance and virtual-cp messages; hellos keep back-ends live |
@@ -102,9 +102,10 @@ pub struct Rule {
     /// TCP or UDP port, matched against the source and the destination port.
     #[serde(default)]
     pub port: Option<u16>,
-    /// IPv4 to the router itself: to the address of the port it arrived on, or to a
-    /// link-local multicast group (224.0.0.0/24, where OSPF and RIP speak). Without it a
-    /// rule for BGP would also catch BGP sessions between outside routers that merely
+    /// To the router itself: IPv4 to the address of the port it arrived on or to a
+    /// link-local multicast group (224.0.0.0/24, where OSPF and RIP speak); IPv6 to one of
+    /// the port's addresses, its link-local address, or ff02::/16 (OSPFv3, RIPng). Without
+    /// it a rule for BGP would also catch BGP sessions between outside routers that merely
     /// cross this one.
     #[serde(default)]
     pub to_router: Option<bool>,
@@ -229,6 +230,27 @@ pub fn default_rules() -> Vec<Rule> {
             None,
             Some(protocol::UDP),
             Some(162),
+            VirtualCp,
+        ),
+        // The same over IPv6 (OSPFv3 to ff02::5/6 or the router's link-local address,
+        // RIPng, BGP): the Virtual-CP's TAP has the port's MAC and so its link-local one.
+        r("ospf6", External, ip6, None, Some(89), None, VirtualCp),
+        r(
+            "ripng",
+            External,
+            ip6,
+            None,
+            Some(protocol::UDP),
+            Some(521),
+            VirtualCp,
+        ),
+        r(
+            "bgp6",
+            External,
+            ip6,
+            None,
+            Some(protocol::TCP),
+            Some(179),
             VirtualCp,
         ),
         r("ext-ip", External, ip, None, None, None, Balance),

@@ -614,6 +614,38 @@ mod ipv6_path {
     }
 
     #[test]
+    fn routing_protocols_over_ipv6_go_to_the_virtual_cp() {
+        let (mut b, now) = lb(Mode::Maglev);
+        let ll = ipv6::link_local_of(EXT).to_string();
+        // OSPFv3 to AllSPFRouters and to the router's link-local address (the TAP's, which
+        // has the port's MAC); BGP to the router's global address.
+        let with = |dst: &str, next: u8, port: Option<u16>| {
+            let mut f = frame6(HOST, EXT, None, "fe80::10", dst, None);
+            f[ETH + 6] = next;
+            if let Some(p) = port {
+                f[ETH + 40 + 2..ETH + 40 + 4].copy_from_slice(&p.to_be_bytes());
+            }
+            f
+        };
+        for (f, name) in [
+            (with("ff02::5", 89, None), "ospf6 hello"),
+            (with(&ll, 89, None), "ospf6 to the router"),
+            (with("ff02::9", 17, Some(521)), "ripng"),
+            (with("2001:db8:1::1", 6, Some(179)), "bgp6"),
+        ] {
+            let out = run(&mut b, now, 0, f);
+            assert_eq!(out.len(), 1, "{name}");
+            let e = eth(&out[0].1);
+            assert_eq!((out[0].0, e.dst(), e.vlan()), (1, CP, Some(10)), "{name}");
+        }
+        assert_eq!(b.counters.events(Event::VcpRedirected), 4);
+        // BGP over IPv6 between outside hosts that crosses the router is data: balanced.
+        let out = run(&mut b, now, 0, with("2001:db8:2::10", 6, Some(179)));
+        assert!([be(1), be(2), be(3)].contains(&eth(&out[0].1).dst()));
+        assert_eq!(b.counters.events(Event::VcpRedirected), 4);
+    }
+
+    #[test]
     fn data_is_balanced_and_nd_crosses_as_arp_does() {
         let (mut b, now) = lb(Mode::Maglev);
         // Data: to one back-end, tagged, the same for the whole flow.
