@@ -1343,6 +1343,12 @@ impl Controller {
             match io::tap::Tap::create(&name, p.mac.0, addr, 1500) {
                 Ok(tap) => {
                     tracing::info!(tap = %name, mac = %p.mac, address = %format!("{}/{}", p.addr, p.prefix_len), "external network presented");
+                    // IPv6 routing protocols (OSPFv3, BGP over link-local addresses) speak
+                    // from the TAP's link-local address, the port's (the TAP has its MAC),
+                    // even where the namespace keeps IPv6 off by default.
+                    if let Err(e) = io::netdev::set_ipv6(&name, true) {
+                        tracing::warn!(tap = %name, error = %e, "IPv6 stays off on the TAP: no IPv6 routing protocol there");
+                    }
                     let tap = Arc::new(tap);
                     let (t, tx, vlan) = (tap.clone(), self.tap_tx.clone(), p.vlan);
                     let spawned = std::thread::Builder::new()

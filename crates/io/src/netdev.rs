@@ -121,6 +121,14 @@ pub fn set_mac(name: &str, mac: [u8; 6]) -> io::Result<()> {
     with_socket(|fd| ioctl(fd, libc::SIOCSIFHWADDR, &mut r)).map_err(|e| named(name, e))
 }
 
+/// Turns IPv6 on or off on one interface (`net.ipv6.conf.<name>.disable_ipv6`), whatever
+/// the namespace's default: with it on, the kernel gives the interface its link-local
+/// address.
+pub fn set_ipv6(name: &str, on: bool) -> io::Result<()> {
+    let path = format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6");
+    std::fs::write(&path, if on { "0" } else { "1" }).map_err(|e| named(name, e))
+}
+
 /// Sets the interface's MTU.
 pub fn set_mtu(name: &str, mtu: u32) -> io::Result<()> {
     let mut r = ifreq(name)?;

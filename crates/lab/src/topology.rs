@@ -77,7 +77,7 @@ pub struct Element {
     /// The element's config file, relative to the topology file.
     pub config: String,
     /// FRR daemons to run in the element's namespace (a controller's routing suite):
-    /// daemon name (`zebra`, `staticd`, `bgpd`, `ospfd`) -> its config file, relative to
+    /// daemon name (`zebra`, `staticd`, `bgpd`, `ospfd`, `ospf6d`) -> its config file, relative to
     /// the topology file. zebra loads `dplane_fpm_nl`, so its config can point FPM at the
     /// controller. Needs Debian's `frr` package.
     #[serde(default)]
@@ -130,7 +130,7 @@ pub const ROLES: [&str; 7] = [
 ];
 
 /// The FRR daemons a lab element may run.
-pub const FRR_DAEMONS: [&str; 4] = ["zebra", "staticd", "bgpd", "ospfd"];
+pub const FRR_DAEMONS: [&str; 5] = ["zebra", "staticd", "bgpd", "ospfd", "ospf6d"];
 
 /// Roles whose element is a `tessera` process with a control socket.
 fn runs_process(role: &str) -> bool {

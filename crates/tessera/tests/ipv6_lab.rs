@@ -523,3 +523,145 @@ fn ipv6_through_the_star_router() {
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// OSPFv3 with the Virtual-CP: the dual-stack multistage router gets a controller with
+/// zebra and ospf6d in its namespace (the TAP vlan20 stands for the network to b1), and
+/// b1 runs ospf6d too, announcing its loopback 2001:db8:77::1/128. The adjacency forms
+/// across the LB (OSPFv3 to ff02::5 and to the router's link-local address goes to the
+/// controller), zebra's route through b1's link-local address reaches the controller
+/// over FPM with its interface, goes to the back-ends with VLAN 20 written in it, and a1
+/// pings the loopback through the router.
+#[test]
+fn ospfv3_routes_through_link_local_next_hops_reach_the_back_ends() {
+    assert!(
+        std::path::Path::new("/usr/lib/frr/ospf6d").exists(),
+        "this test needs FRR (Debian's frr): `bash scripts/setup` installs it"
+    );
+    let dir = std::env::temp_dir().join(format!("tessera-ospf6-{}", std::process::id()));
+    let mut topo = dual_stack_multistage(&dir);
+    for (from, to) in [
+        (
+            "[[host]]\nname = \"vcp\"\ninterfaces = [{ name = \"eth0\", address = \"10.255.0.100/24\" }]\n",
+            "[[element]]\nname = \"vcp\"\nrole = \"controller\"\nconfig = \"multistage/vcp.toml\"\nfrr = { zebra = \"multistage/vcp-zebra.conf\", ospf6d = \"multistage/vcp-ospf6d.conf\" }\n",
+        ),
+        ("a = \"vcp:eth0\"", "a = \"vcp:vcp-int\""),
+        (
+            "address6 = \"2001:db8:2::10/64\" }",
+            "address6 = \"2001:db8:2::10/64\" },\n  { name = \"lo\", address = \"198.51.100.1/32\", address6 = \"2001:db8:77::1/128\" }",
+        ),
+        (
+            "routes = [\"default via 10.2.0.1\", \"default via 2001:db8:2::1\"]",
+            "routes = [\"default via 10.2.0.1\", \"default via 2001:db8:2::1\"]\nfrr = { zebra = \"multistage/b1-zebra.conf\", ospf6d = \"multistage/b1-ospf6d.conf\" }",
+        ),
+    ] {
+        assert!(topo.contains(from), "{from}");
+        topo = topo.replace(from, to);
+    }
+    let files = [
+        (
+            "vcp.toml",
+            "[controller]\ninterface = \"vcp-int\"\nhello_interval_ms = 200\n# The LBs keep their own (dual-stack) configuration.\nconfigure_lbs = false\n\n[fpm]\nlisten = \"127.0.0.1:2620\"\n",
+        ),
+        (
+            "vcp-zebra.conf",
+            "hostname vcp\nfpm address 127.0.0.1 port 2620\ninterface vlan20\n no link-detect\n",
+        ),
+        (
+            "vcp-ospf6d.conf",
+            "hostname vcp\ninterface vlan20\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 hello-interval 1\n ipv6 ospf6 dead-interval 4\nrouter ospf6\n ospf6 router-id 10.255.0.1\n",
+        ),
+        ("b1-zebra.conf", "hostname b1\n"),
+        (
+            "b1-ospf6d.conf",
+            "hostname b1\ninterface eth0\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 hello-interval 1\n ipv6 ospf6 dead-interval 4\ninterface lo\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 passive\nrouter ospf6\n ospf6 router-id 10.2.0.10\n",
+        ),
+    ];
+    for (name, text) in files {
+        std::fs::write(dir.join("multistage").join(name), text).unwrap();
+    }
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let loopback: fib::Prefix6 = "2001:db8:77::1/128".parse().unwrap();
+    // The route reaches every back-end, through b1's link-local address on VLAN 20.
+    let b1_ll = {
+        let out = lab.sh(
+            "b1",
+            &[
+                "ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "link",
+            ],
+        );
+        let a = out
+            .split_whitespace()
+            .skip_while(|w| *w != "inet6")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no link-local address on b1: {out}"));
+        a.split('/')
+            .next()
+            .unwrap()
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+    };
+    let scoped = wire::ipv6::scoped_link_local(b1_ll, 20);
+    let t = std::time::Instant::now();
+    let fib = loop {
+        let fib = lab.show_json("fib", "vcp");
+        let backends = fib["backends"].as_array().cloned().unwrap_or_default();
+        let routes = fib["fpm"]["route_adds"].as_u64().unwrap_or(0);
+        if routes > 0
+            && backends.len() == 3
+            && backends.iter().all(|b| b["consistent"] == true)
+            && ["r1", "r2", "r3"]
+                .iter()
+                .all(|r| lab.show_json("fib", r)["routes6"].as_u64().unwrap_or(0) >= 1)
+        {
+            break fib;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "OSPFv3's route did not reach every back-end in 60 s: {fib}\n{}",
+            lab.sh("vcp", &["ip", "-6", "route"])
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    eprintln!(
+        "OSPFv3 route on every back-end {:?} after the lab came up",
+        t.elapsed()
+    );
+    let routes = lab.sh("vcp", &["ip", "-6", "route", "show", &loopback.to_string()]);
+    assert!(
+        routes.contains("via fe80::") && routes.contains("vlan20"),
+        "{routes}"
+    );
+    for r in ["r1", "r2", "r3"] {
+        let c = lab.counters(r);
+        assert!(event_count(&c, "dist_routes6_applied") >= 1, "{r}: {c}");
+    }
+    assert_eq!(fib["fpm"]["skipped_ipv6"], 0, "{fib}");
+    // a1 reaches the loopback through the router (one hop-limit decrement), and the
+    // back-end that forwards resolves b1's link-local address on VLAN 20.
+    let mut tries = 0;
+    let (ok, out) = loop {
+        let (ok, out) = ping6(&lab, "a1", &["2001:db8:77::1"]);
+        tries += 1;
+        if ok || tries == 5 {
+            break (ok, out);
+        }
+    };
+    assert!(ok && out.contains("ttl=63"), "{out}");
+    let resolved: Vec<serde_json::Value> = ["r1", "r2", "r3"]
+        .iter()
+        .flat_map(|r| {
+            lab.show_json("neighbours", r)
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter(|n| n["address"] == b1_ll.to_string())
+        .collect();
+    assert!(
+        !resolved.is_empty() && resolved.iter().all(|n| n["interface"] == "ext-b"),
+        "{resolved:?} (the route's gateway: {scoped})"
+    );
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
