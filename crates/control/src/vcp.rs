@@ -354,8 +354,8 @@ pub struct FpmStats {
     /// Frames or messages that did not parse (skipped; the stream goes on).
     pub malformed: u64,
     /// Routes not taken, by reason.
-    /// IPv6 routes whose gateways are all link-local (as OSPFv3 and BGP over link-local
-    /// sessions give them): a routes message names no interface (docs/virtual-cp.md).
+    /// IPv6 routes whose gateways are all link-local on interfaces that are no TAP
+    /// `vlan<ID>` (the back-ends have no such link; docs/virtual-cp.md).
     pub skipped_ipv6: u64,
     pub skipped_other_table: u64,
     pub skipped_not_unicast: u64,
