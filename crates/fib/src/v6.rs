@@ -472,7 +472,9 @@ fn leaf16(v: u32) -> u16 {
 /// A compiled, read-only IPv6 LPM table.
 #[derive(Debug, Clone)]
 pub struct Poptrie6 {
-    dir: Box<[u32]>,
+    /// A fixed-size array, so that its index (the top 16 bits of an address) needs no
+    /// bounds check.
+    dir: Box<[u32; 1 << DIR6_BITS]>,
     /// The quarters of every node; a node is named by the index of its first quarter.
     quarters: Vec<Quarter>,
     leaves: Vec<u16>,
@@ -483,7 +485,7 @@ impl Poptrie6 {
     /// Compiles `t`.
     pub fn build(t: &BinaryTrie6) -> Poptrie6 {
         let mut p = Poptrie6 {
-            dir: vec![0; 1 << DIR6_BITS].into_boxed_slice(),
+            dir: Box::new([0; 1 << DIR6_BITS]),
             // Quarter 0 is never a node's, so that a zeroed `dir` entry names none.
             quarters: vec![Quarter::default()],
             leaves: Vec::new(),
