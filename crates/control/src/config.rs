@@ -453,22 +453,10 @@ pub(crate) enum Via {
 }
 
 impl Via {
-    /// The gateways as IPv6 addresses; at least one.
-    pub(crate) fn addresses6(&self) -> Result<Vec<std::net::Ipv6Addr>, String> {
-        self.parsed("IPv6")
-    }
-
     /// The gateways of a controller's IPv6 route; at least one. A link-local gateway names
     /// the external network it is on, `fe80::1%vlan20` (or `fe80::1%20`), and is kept with
     /// that VLAN written in it (`wire::ipv6::scoped_link_local`), as the back-ends take it.
     pub(crate) fn addresses6_scoped(&self) -> Result<Vec<std::net::Ipv6Addr>, String> {
-        let texts: Vec<&String> = match self {
-            Via::One(v) => vec![v],
-            Via::Many(v) => v.iter().collect(),
-        };
-        if texts.is_empty() {
-            return Err("no gateway given".into());
-        }
         let one = |t: &String| -> Result<std::net::Ipv6Addr, String> {
             let (a, zone) = match t.split_once('%') {
                 Some((a, z)) => (a, Some(z)),
@@ -496,7 +484,19 @@ impl Via {
                 },
             }
         };
-        texts.into_iter().map(one).collect()
+        self.texts()?.into_iter().map(one).collect()
+    }
+
+    /// The gateways as written; at least one.
+    fn texts(&self) -> Result<Vec<&String>, String> {
+        let texts: Vec<&String> = match self {
+            Via::One(v) => vec![v],
+            Via::Many(v) => v.iter().collect(),
+        };
+        if texts.is_empty() {
+            return Err("no gateway given".into());
+        }
+        Ok(texts)
     }
 
     /// The gateways as IPv4 addresses; at least one.
@@ -506,14 +506,7 @@ impl Via {
 
     /// The gateways as addresses of one family (`what` names it in the error).
     fn parsed<A: std::str::FromStr>(&self, what: &str) -> Result<Vec<A>, String> {
-        let texts: Vec<&String> = match self {
-            Via::One(v) => vec![v],
-            Via::Many(v) => v.iter().collect(),
-        };
-        if texts.is_empty() {
-            return Err("no gateway given".into());
-        }
-        texts
+        self.texts()?
             .into_iter()
             .map(|t| {
                 t.parse()
