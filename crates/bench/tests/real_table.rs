@@ -7,24 +7,36 @@
 
 use fib::{BinaryTrie, Lpm, Poptrie};
 
-#[test]
-fn full_table_matches_the_reference() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/data/ipv4-bgp-2023.txt.gz"
-    );
-    let (t, what) = match bench::table::read(std::path::Path::new(path)) {
-        Ok((t, _)) => {
-            assert_eq!(t.routes.len(), 901_899, "{path}");
-            (t, "ipv4-bgp-2023")
-        }
+/// The table `name` of ../shared/data (`name`.txt.gz, `prefixes` of them), or, when it is
+/// absent, a seeded synthetic one of that size and mix, said so on stderr.
+fn real_or_synthetic<T>(
+    name: &'static str,
+    prefixes: usize,
+    read: fn(&std::path::Path) -> Result<(T, usize), String>,
+    synthetic: fn(usize, u64) -> T,
+) -> (T, &'static str) {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../../../shared/data/{name}.txt.gz"));
+    match read(&path) {
+        Ok((t, _)) => (t, name),
         Err(e) => {
             eprintln!(
-                "REAL TABLE ABSENT ({e}): checking a synthetic table of 901,899 prefixes instead"
+                "REAL TABLE ABSENT ({e}): checking a synthetic table of {prefixes} prefixes instead"
             );
-            (bench::table::synthetic(901_899, 2023), "synthetic")
+            (synthetic(prefixes, 2023), "synthetic")
         }
-    };
+    }
+}
+
+#[test]
+fn full_table_matches_the_reference() {
+    let (t, what) = real_or_synthetic(
+        "ipv4-bgp-2023",
+        901_899,
+        bench::table::read,
+        bench::table::synthetic,
+    );
+    assert_eq!(t.routes.len(), 901_899);
     let mut rib = BinaryTrie::new();
     for (i, (p, _)) in t.routes.iter().enumerate() {
         // Values as distinct as 16-bit leaves allow: neighbouring prefixes never share
@@ -72,22 +84,13 @@ fn full_table_matches_the_reference() {
 #[test]
 fn full_ipv6_table_matches_the_reference() {
     use fib::v6::{mask6, BinaryTrie6, Poptrie6};
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/data/ipv6-bgp-2023.txt.gz"
+    let (t, what) = real_or_synthetic(
+        "ipv6-bgp-2023",
+        160_147,
+        bench::table::read6,
+        bench::table::synthetic6,
     );
-    let (t, what) = match bench::table::read6(std::path::Path::new(path)) {
-        Ok((t, _)) => {
-            assert_eq!(t.routes.len(), 160_147, "{path}");
-            (t, "ipv6-bgp-2023")
-        }
-        Err(e) => {
-            eprintln!(
-                "REAL TABLE ABSENT ({e}): checking a synthetic table of 160,147 prefixes instead"
-            );
-            (bench::table::synthetic6(160_147, 2023), "synthetic")
-        }
-    };
+    assert_eq!(t.routes.len(), 160_147);
     let mut rib = BinaryTrie6::new();
     for (i, (p, _)) in t.routes.iter().enumerate() {
         rib.insert(*p, i as u32 % (fib::poptrie::MAX_VALUE + 1));

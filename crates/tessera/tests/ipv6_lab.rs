@@ -269,6 +269,38 @@ fn dual_stack_multistage(dir: &std::path::Path) -> String {
     topo
 }
 
+/// `topo` (from [`dual_stack_multistage`]) with a controller (config
+/// `multistage/vcp.toml`, then the element's further lines `element_extra`) in place of the
+/// plain vcp host, a loopback on b1 with IPv4 198.51.100.1/32 and IPv6 `loopback6`, and
+/// the further replacements `more`.
+fn with_controller(
+    mut topo: String,
+    element_extra: &str,
+    loopback6: &str,
+    more: &[(&str, &str)],
+) -> String {
+    let controller = format!(
+        "[[element]]\nname = \"vcp\"\nrole = \"controller\"\nconfig = \"multistage/vcp.toml\"\n{element_extra}"
+    );
+    let lo = format!(
+        "address6 = \"2001:db8:2::10/64\" }},\n  {{ name = \"lo\", address = \"198.51.100.1/32\", address6 = \"{loopback6}\" }}"
+    );
+    let mut all = vec![
+        (
+            "[[host]]\nname = \"vcp\"\ninterfaces = [{ name = \"eth0\", address = \"10.255.0.100/24\" }]\n",
+            controller.as_str(),
+        ),
+        ("a = \"vcp:eth0\"", "a = \"vcp:vcp-int\""),
+        ("address6 = \"2001:db8:2::10/64\" }", lo.as_str()),
+    ];
+    all.extend_from_slice(more);
+    for (from, to) in all {
+        assert!(topo.contains(from), "{from}");
+        topo = topo.replace(from, to);
+    }
+    topo
+}
+
 /// The multistage router (labs/multistage.toml: LB, three back-ends, LB) made dual-stack:
 /// hosts on either side ping each other over IPv6 with one hop-limit decrement (the LBs
 /// answer neighbour discovery for the router and balance the rest, the back-ends forward),
@@ -312,21 +344,7 @@ fn ipv6_through_the_multistage_router() {
 #[test]
 fn ipv6_routes_from_the_controller_reach_every_back_end() {
     let dir = std::env::temp_dir().join(format!("tessera-ms6c-{}", std::process::id()));
-    let mut topo = dual_stack_multistage(&dir);
-    for (from, to) in [
-        (
-            "[[host]]\nname = \"vcp\"\ninterfaces = [{ name = \"eth0\", address = \"10.255.0.100/24\" }]\n",
-            "[[element]]\nname = \"vcp\"\nrole = \"controller\"\nconfig = \"multistage/vcp.toml\"\n",
-        ),
-        ("a = \"vcp:eth0\"", "a = \"vcp:vcp-int\""),
-        (
-            "address6 = \"2001:db8:2::10/64\" }",
-            "address6 = \"2001:db8:2::10/64\" },\n  { name = \"lo\", address = \"198.51.100.1/32\", address6 = \"2001:db8:99::1/128\" }",
-        ),
-    ] {
-        assert!(topo.contains(from), "{from}");
-        topo = topo.replace(from, to);
-    }
+    let topo = with_controller(dual_stack_multistage(&dir), "", "2001:db8:99::1/128", &[]);
     std::fs::write(
         dir.join("multistage/vcp.toml"),
         r#"[controller]
@@ -538,25 +556,15 @@ fn ospfv3_routes_through_link_local_next_hops_reach_the_back_ends() {
         "this test needs FRR (Debian's frr): `bash scripts/setup` installs it"
     );
     let dir = std::env::temp_dir().join(format!("tessera-ospf6-{}", std::process::id()));
-    let mut topo = dual_stack_multistage(&dir);
-    for (from, to) in [
-        (
-            "[[host]]\nname = \"vcp\"\ninterfaces = [{ name = \"eth0\", address = \"10.255.0.100/24\" }]\n",
-            "[[element]]\nname = \"vcp\"\nrole = \"controller\"\nconfig = \"multistage/vcp.toml\"\nfrr = { zebra = \"multistage/vcp-zebra.conf\", ospf6d = \"multistage/vcp-ospf6d.conf\" }\n",
-        ),
-        ("a = \"vcp:eth0\"", "a = \"vcp:vcp-int\""),
-        (
-            "address6 = \"2001:db8:2::10/64\" }",
-            "address6 = \"2001:db8:2::10/64\" },\n  { name = \"lo\", address = \"198.51.100.1/32\", address6 = \"2001:db8:77::1/128\" }",
-        ),
-        (
+    let topo = with_controller(
+        dual_stack_multistage(&dir),
+        "frr = { zebra = \"multistage/vcp-zebra.conf\", ospf6d = \"multistage/vcp-ospf6d.conf\" }\n",
+        "2001:db8:77::1/128",
+        &[(
             "routes = [\"default via 10.2.0.1\", \"default via 2001:db8:2::1\"]",
             "routes = [\"default via 10.2.0.1\", \"default via 2001:db8:2::1\"]\nfrr = { zebra = \"multistage/b1-zebra.conf\", ospf6d = \"multistage/b1-ospf6d.conf\" }",
-        ),
-    ] {
-        assert!(topo.contains(from), "{from}");
-        topo = topo.replace(from, to);
-    }
+        )],
+    );
     let files = [
         (
             "vcp.toml",
