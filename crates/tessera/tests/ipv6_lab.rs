@@ -269,6 +269,20 @@ fn dual_stack_multistage(dir: &std::path::Path) -> String {
     topo
 }
 
+/// The three back-ends' neighbour entries for `address`.
+fn backends_resolving(lab: &TestLab, address: &str) -> Vec<serde_json::Value> {
+    ["r1", "r2", "r3"]
+        .iter()
+        .flat_map(|r| {
+            lab.show_json("neighbours", r)
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter(|n| n["address"] == address)
+        .collect()
+}
+
 /// `topo` (from [`dual_stack_multistage`]) with a controller (config
 /// `multistage/vcp.toml`, then the element's further lines `element_extra`) in place of the
 /// plain vcp host, a loopback on b1 with IPv4 198.51.100.1/32 and IPv6 `loopback6`, and
@@ -430,16 +444,7 @@ via = "10.2.0.10"
     // The back-end that a1's flow is balanced to resolves it on VLAN 20's sub-interface.
     let (ok, out) = ping6(&lab, "a1", &["2001:db8:98::1"]);
     assert!(ok && out.contains("ttl=63"), "{out}");
-    let resolved: Vec<serde_json::Value> = ["r1", "r2", "r3"]
-        .iter()
-        .flat_map(|r| {
-            lab.show_json("neighbours", r)
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .filter(|n| n["address"] == "fe80::b1")
-        .collect();
+    let resolved = backends_resolving(&lab, "fe80::b1");
     assert!(!resolved.is_empty(), "no back-end resolved fe80::b1");
     assert!(
         resolved.iter().all(|n| n["interface"] == "ext-b"),
@@ -656,16 +661,7 @@ fn ospfv3_routes_through_link_local_next_hops_reach_the_back_ends() {
         }
     };
     assert!(ok && out.contains("ttl=63"), "{out}");
-    let resolved: Vec<serde_json::Value> = ["r1", "r2", "r3"]
-        .iter()
-        .flat_map(|r| {
-            lab.show_json("neighbours", r)
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .filter(|n| n["address"] == b1_ll.to_string())
-        .collect();
+    let resolved = backends_resolving(&lab, &b1_ll.to_string());
     assert!(
         !resolved.is_empty() && resolved.iter().all(|n| n["interface"] == "ext-b"),
         "{resolved:?} (the route's gateway: {scoped})"
