@@ -91,9 +91,12 @@
 //! `one` 137-141 against 126-127, and `uniform` 283-333 against 333-357 (a group of 16 is
 //! resolved whole by `dir` less often): kept for the full table's workloads. Prefetching
 //! the next group's `dir` entries during a group, and testing a position's bit through
-//! the sign of the shifted vector, did not move the rate. On that machine rte_fib6's
-//! batch ran at 32-53 M/s from run to run (its tables reach memory), so the ratio is
-//! 1.48-2.28 times: see the issue notes for the runs of the final build.
+//! the sign of the shifted vector, did not move the rate; nor did groups of 32 (the
+//! batch is bound by its instructions and the cache, not by the misses in flight). Eight
+//! runs of this form in a row: 74-79 M/s batched, 51-56 single, against rte_fib6's
+//! batched 42-55 from run to run (its tables reach memory), so 1.37-1.84 times (four of
+//! the eight at 1.5 or more) and 1.47-1.88 times rte_lpm6. At DPDK's best the ratio is
+//! about 1.4: the 1.5 in every run needs fewer instructions per level or fewer levels.
 //!
 //! The batch's group has a fixed size and stops at the level where all its addresses
 //! are resolved: on the `uniform` workload (most addresses resolved by `dir`) the batch
