@@ -1040,12 +1040,14 @@ mod tests {
                 Some(gw(2)),
             );
         }
-        fib.set(p6("2001:db8:77::/48"), Some(g6("2001:db8:99::1"))); // on no network
-                                                                     // Link-local, on VLAN 20 (installed) and on VLAN 30 (not ours: held).
+        // On no network.
+        fib.set(p6("2001:db8:77::/48"), Some(g6("2001:db8:99::1")));
+        // Link-local, on VLAN 20 (installed) and on VLAN 30 (not ours: held).
         fib.set(p6("2001:db8:66::/48"), Some(g6("fe80:14::b1")));
         fib.set(p6("2001:db8:65::/48"), Some(g6("fe80:1e::b1")));
-        fib.set(p6("2001:db8:2::/64"), Some(g6("2001:db8:1::9"))); // connected
-                                                                   // ECMP over both networks.
+        // Connected.
+        fib.set(p6("2001:db8:2::/64"), Some(g6("2001:db8:1::9")));
+        // ECMP over both networks.
         let ecmp =
             gateways(["2001:db8:2::5", "2001:db8:1::5"].map(|a| a.parse::<Ipv6Addr>().unwrap()));
         fib.set(p6("2001:db8:55::/48"), Some(ecmp.clone()));

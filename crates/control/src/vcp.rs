@@ -1346,7 +1346,7 @@ impl Controller {
                     // IPv6 routing protocols (OSPFv3, BGP over link-local addresses) speak
                     // from the TAP's link-local address, the port's (the TAP has its MAC),
                     // even where the namespace keeps IPv6 off by default.
-                    if let Err(e) = io::netdev::set_ipv6(&name, true) {
+                    if let Err(e) = io::netdev::enable_ipv6(&name) {
                         tracing::warn!(tap = %name, error = %e, "IPv6 stays off on the TAP: no IPv6 routing protocol there");
                     }
                     let tap = Arc::new(tap);

@@ -121,12 +121,10 @@ pub fn set_mac(name: &str, mac: [u8; 6]) -> io::Result<()> {
     with_socket(|fd| ioctl(fd, libc::SIOCSIFHWADDR, &mut r)).map_err(|e| named(name, e))
 }
 
-/// Turns IPv6 on or off on one interface (`net.ipv6.conf.<name>.disable_ipv6`), whatever
-/// the namespace's default: with it on, the kernel gives the interface its link-local
-/// address.
-pub fn set_ipv6(name: &str, on: bool) -> io::Result<()> {
-    let path = format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6");
-    std::fs::write(&path, if on { "0" } else { "1" }).map_err(|e| named(name, e))
+/// Turns IPv6 on on one interface (`ipv6/conf/IF/disable_ipv6=0`), whatever the
+/// namespace's default: the kernel gives it its link-local address.
+pub fn enable_ipv6(name: &str) -> io::Result<()> {
+    write_sysctl(&format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "0")
 }
 
 /// Sets the interface's MTU.
