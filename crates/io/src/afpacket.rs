@@ -60,6 +60,10 @@ pub struct RingConfig {
     /// hash of each frame's flow (one socket per worker): `Some(0)` makes a new group
     /// (read its id with [`AfPacket::fanout_group`]), `Some(id)` joins group `id`.
     pub fanout: Option<u16>,
+    /// Receives only frames that carry this mark (a socket filter, attached before the
+    /// socket is bound): with the fast path in the port's tcx program, the frames that
+    /// program leaves to user space (see [`AfPacket::attach_fast_path`]).
+    pub accept_mark: Option<u32>,
 }
 
 impl Default for RingConfig {
@@ -71,6 +75,7 @@ impl Default for RingConfig {
             tx_frames: 1024,
             rx_ring: RxRing::Frames,
             fanout: None,
+            accept_mark: None,
         }
     }
 }
@@ -113,8 +118,9 @@ pub struct AfPacket {
     tx_next: usize,
     /// In a fanout group (one socket of several workers).
     fanout: bool,
-    /// The tcx link of [`AfPacket::keep_stack_off`]'s program, detached when dropped.
-    stack_off: Option<std::os::fd::OwnedFd>,
+    /// The tcx link of the port's ingress program ([`AfPacket::keep_stack_off`]'s or
+    /// [`AfPacket::attach_fast_path`]'s), detached when dropped, and what it is.
+    tcx: Option<(std::os::fd::OwnedFd, Tcx)>,
 }
 
 // SAFETY: the mapping is owned by this value and used only through &mut self.
@@ -144,9 +150,18 @@ fn setsockopt<T>(fd: i32, level: i32, opt: i32, v: &T) -> libc::c_int {
 
 /// The kernel's numbers for a tcx ingress program: BPF_PROG_TYPE_SCHED_CLS,
 /// BPF_TCX_INGRESS, TCX_DROP.
-const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
-const BPF_TCX_INGRESS: u32 = 46;
+pub(crate) const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+pub(crate) const BPF_TCX_INGRESS: u32 = 46;
 const TCX_DROP: i32 = 2;
+
+/// What a port's tcx ingress program does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tcx {
+    /// Drops every frame after the packet sockets have had it.
+    StackOff,
+    /// The forwarder's fast path (`fastpath`).
+    FastPath,
+}
 
 impl AfPacket {
     /// Keeps the kernel's own stack off the frames this interface receives, for as long
@@ -158,14 +173,32 @@ impl AfPacket {
     /// without it.
     pub fn keep_stack_off(&mut self) -> io::Result<()> {
         use crate::xdp::insn;
-        let ifindex = crate::netdev::ifindex(&self.name)?;
         // r0 = TCX_DROP; exit
         let code: Vec<u8> = [insn(0xb7, 0, 0, 0, TCX_DROP), insn(0x95, 0, 0, 0, 0)].concat();
+        self.tcx_ingress(&code, Tcx::StackOff)
+    }
+
+    /// Runs the forwarder's fast path (`code`, made by `fastpath` for [`crate::xsk::Hook::Tc`])
+    /// in this port's tcx ingress hook, for as long as the port lives. It forwards the
+    /// frames it takes itself, before any socket, with their socket buffers (a checksum
+    /// left to offload stays so); it marks every other frame and receives it again, and
+    /// only then may this socket take it (open it with [`RingConfig::accept_mark`]); the
+    /// marked frame then ends in the program, so the kernel's stack sees none of the
+    /// port's frames.
+    pub fn attach_fast_path(&mut self, code: &[u8]) -> io::Result<()> {
+        self.tcx_ingress(code, Tcx::FastPath)
+    }
+
+    fn tcx_ingress(&mut self, code: &[u8], what: Tcx) -> io::Result<()> {
+        let ifindex = crate::netdev::ifindex(&self.name)?;
         let prog = crate::xsk::load_program(
             BPF_PROG_TYPE_SCHED_CLS,
             BPF_TCX_INGRESS,
-            &code,
-            "tessera_nostack",
+            code,
+            match what {
+                Tcx::StackOff => "tessera_nostack",
+                Tcx::FastPath => "tessera_fast",
+            },
         )?;
         let mut attr = [0u64; 16];
         attr[0] = crate::xdp::u32s(
@@ -177,7 +210,7 @@ impl AfPacket {
             io::Error::new(e.kind(), format!("{}: tcx ingress link: {e}", self.name))
         })?;
         // SAFETY: the kernel just returned this descriptor to us.
-        self.stack_off = Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(link) });
+        self.tcx = Some((unsafe { std::os::fd::FromRawFd::from_raw_fd(link) }, what));
         Ok(())
     }
 
@@ -221,7 +254,7 @@ impl AfPacket {
             tx_frames: 0,
             tx_next: 0,
             fanout: cfg.fanout.is_some(),
-            stack_off: None,
+            tcx: None,
         };
         check(
             setsockopt(
@@ -343,6 +376,45 @@ impl AfPacket {
             "PACKET_QDISC_BYPASS",
             name,
         )?;
+        if let Some(mark) = cfg.accept_mark {
+            // Classic BPF: A = skb->mark; accept the whole frame if it is `mark`, else
+            // nothing (the frame is not copied).
+            let code = [
+                libc::sock_filter {
+                    code: 0x20, // BPF_LD | BPF_W | BPF_ABS
+                    jt: 0,
+                    jf: 0,
+                    k: (libc::SKF_AD_OFF + libc::SKF_AD_MARK) as u32,
+                },
+                libc::sock_filter {
+                    code: 0x15, // BPF_JMP | BPF_JEQ | BPF_K
+                    jt: 0,
+                    jf: 1,
+                    k: mark,
+                },
+                libc::sock_filter {
+                    code: 0x06, // BPF_RET | BPF_K
+                    jt: 0,
+                    jf: 0,
+                    k: u32::MAX,
+                },
+                libc::sock_filter {
+                    code: 0x06,
+                    jt: 0,
+                    jf: 0,
+                    k: 0,
+                },
+            ];
+            let prog = libc::sock_fprog {
+                len: code.len() as u16,
+                filter: code.as_ptr() as *mut libc::sock_filter,
+            };
+            check(
+                setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog),
+                "SO_ATTACH_FILTER",
+                name,
+            )?;
+        }
         // SAFETY: sockaddr_ll is plain old data.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -739,10 +811,10 @@ impl Port for AfPacket {
                 } else {
                     ""
                 },
-                if self.stack_off.is_some() {
-                    ", kernel stack off (tcx)"
-                } else {
-                    ""
+                match self.tcx {
+                    Some((_, Tcx::StackOff)) => ", kernel stack off (tcx)",
+                    Some((_, Tcx::FastPath)) => ", fast path (tcx)",
+                    None => "",
                 }
             ),
         }

@@ -31,6 +31,7 @@
 //!   forwarded out (sent).
 
 use crate::xdp::{bpf, insn, map_create, map_update, u32s, BPF_PSEUDO_MAP_FD};
+use crate::xsk::Hook;
 use std::collections::HashMap;
 use std::io;
 use std::net::Ipv4Addr;
@@ -63,6 +64,22 @@ const SLOW: u16 = 0x7fff;
 /// Per port and CPU: frames the fast path forwarded in, sent to user space, forwarded out.
 pub const STATS: usize = 3;
 
+/// In the tcx hook, the mark of a frame left to user space: the program marks it and
+/// receives it again on its port; the port's packet socket takes only frames with this
+/// mark, and the program drops them when they come by again.
+pub const TO_USER_SPACE_MARK: u32 = 0x7e55_0001;
+
+/// The kernel's numbers for tcx programs: verdicts and `bpf_redirect`'s ingress flag.
+const TCX_DROP: i32 = 2;
+const TCX_REDIRECT: u32 = 7;
+const BPF_F_INGRESS: i32 = 1;
+/// `__sk_buff` offsets: len, mark, data, data_end; and its size.
+const SKB_LEN: i16 = 0;
+const SKB_MARK: i16 = 8;
+const SKB_DATA: i16 = 76;
+const SKB_DATA_END: i16 = 80;
+const SKB_SIZE: usize = 192;
+
 /// Where a next-hop group sends frames, as the fast path sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hop {
@@ -90,6 +107,8 @@ pub struct FastPath {
     tx: OwnedFd,
     stats: OwnedFd,
     nports: u32,
+    /// The ports' interface indices, in port order.
+    ifindexes: Vec<u32>,
     /// Neighbours as last written to `neigh`.
     neigh_written: HashMap<u64, u64>,
     /// Frames the fast path forwarded, per port, as last read (for counters).
@@ -146,7 +165,7 @@ impl FastPath {
         )?;
         drop(template);
         let neigh = map_create(BPF_MAP_TYPE_HASH, 8, 8, 65536, 0, 0, "neighbours")?;
-        let pmap = map_create(BPF_MAP_TYPE_ARRAY, 4, 8, n.max(1), 0, 0, "ports")?;
+        let pmap = map_create(BPF_MAP_TYPE_ARRAY, 4, 16, n.max(1), 0, 0, "ports")?;
         let tx = map_create(BPF_MAP_TYPE_DEVMAP, 4, 4, n.max(1), 0, 0, "tx ports")?;
         let stats = map_create(
             BPF_MAP_TYPE_PERCPU_ARRAY,
@@ -157,11 +176,13 @@ impl FastPath {
             0,
             "stats",
         )?;
+        let mut ifindexes = Vec::with_capacity(ports.len());
         for (i, p) in ports.iter().enumerate() {
             let k = i as u32;
-            let v = mac_u64(&p.mac) | (p.mtu as u64) << 48;
-            map_update(&pmap, &k, &v)?;
             let ifindex = crate::netdev::ifindex(&p.ifname)? as u32;
+            ifindexes.push(ifindex);
+            let v = [mac_u64(&p.mac) | (p.mtu as u64) << 48, ifindex as u64];
+            map_update(&pmap, &k, &v)?;
             map_update(&tx, &k, &ifindex)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: device map: {e}", p.ifname)))?;
         }
@@ -172,6 +193,7 @@ impl FastPath {
             tx,
             stats,
             nports: n,
+            ifindexes,
             neigh_written: HashMap::new(),
             last: vec![[0; STATS]; ports.len()],
         };
@@ -315,67 +337,133 @@ impl FastPath {
             .collect()
     }
 
-    /// The program of one port: the fast path, and every other frame to `xsk` (the port's
-    /// socket map, by receive queue).
-    pub fn program(&self, f: &ProgramFacts, xsk: i32) -> Vec<u8> {
+    /// The program of one port for `hook`: the fast path, and every other frame to the
+    /// port's sockets (XDP: the socket map, by receive queue; tcx: marked and received
+    /// again).
+    pub fn program(&self, f: &ProgramFacts, hook: Hook) -> Vec<u8> {
+        let me = self.ifindexes.get(f.port as usize).copied().unwrap_or(0);
         program(
             f,
+            hook,
+            me,
             [
                 self.fib.as_raw_fd(),
                 self.neigh.as_raw_fd(),
                 self.ports.as_raw_fd(),
                 self.tx.as_raw_fd(),
                 self.stats.as_raw_fd(),
-                xsk,
+                match hook {
+                    Hook::Xdp(xsk) => xsk,
+                    Hook::Tc => -1,
+                },
             ],
         )
     }
 }
 
-/// A fast-path program loaded but attached nowhere, with an empty socket map: for checking
-/// its verdicts with `BPF_PROG_TEST_RUN` ([`Detached::run`]).
-pub struct Detached {
-    prog: OwnedFd,
-    _xsk: OwnedFd,
+/// Which hook a [`Detached`] program is made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At {
+    Xdp,
+    Tc,
 }
 
-/// [`Detached::run`]'s verdict when the fast path forwards the frame.
-pub const XDP_REDIRECT: u32 = 4;
-/// ... and when it leaves the frame to user space (no socket in the map: the default).
-pub const TO_USER_SPACE: u32 = XDP_PASS as u32;
+/// A fast-path program loaded but attached nowhere (XDP: with an empty socket map): for
+/// checking its verdicts with `BPF_PROG_TEST_RUN` ([`Detached::run`]).
+pub struct Detached {
+    prog: OwnedFd,
+    at: At,
+    _xsk: Option<OwnedFd>,
+}
+
+/// What the program did with a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Forwarded it (redirected out of a port).
+    Forward,
+    /// Left it to user space (XDP: to the socket map, empty here; tcx: marked and
+    /// received again).
+    ToUserSpace,
+    /// Dropped it (tcx: a marked frame, back for the socket).
+    Drop,
+    /// Anything else: the program's return value.
+    Other(u32),
+}
 
 impl FastPath {
-    /// The program of a port, loaded and not attached.
-    pub fn detached(&self, f: &ProgramFacts) -> io::Result<Detached> {
-        let xsk = map_create(crate::xsk::BPF_MAP_TYPE_XSKMAP, 4, 4, 1, 0, 0, "XSKMAP")?;
-        let code = self.program(f, xsk.as_raw_fd());
-        Ok(Detached {
-            prog: crate::xsk::load_xdp(&code, "tessera_fast")?,
-            _xsk: xsk,
+    /// The program of a port for the hook `at`, loaded and not attached.
+    pub fn detached(&self, f: &ProgramFacts, at: At) -> io::Result<Detached> {
+        Ok(match at {
+            At::Xdp => {
+                let xsk = map_create(crate::xsk::BPF_MAP_TYPE_XSKMAP, 4, 4, 1, 0, 0, "XSKMAP")?;
+                let code = self.program(f, Hook::Xdp(xsk.as_raw_fd()));
+                Detached {
+                    prog: crate::xsk::load_xdp(&code, "tessera_fast")?,
+                    at,
+                    _xsk: Some(xsk),
+                }
+            }
+            At::Tc => Detached {
+                prog: crate::xsk::load_program(
+                    crate::afpacket::BPF_PROG_TYPE_SCHED_CLS,
+                    crate::afpacket::BPF_TCX_INGRESS,
+                    &self.program(f, Hook::Tc),
+                    "tessera_fast",
+                )?,
+                at,
+                _xsk: None,
+            },
         })
     }
 }
 
 impl Detached {
-    /// Runs the program once on `frame`: its verdict ([`XDP_REDIRECT`] or
-    /// [`TO_USER_SPACE`]) and the frame as the program left it.
-    pub fn run(&self, frame: &[u8]) -> io::Result<(u32, Vec<u8>)> {
+    /// Runs the program once on `frame` (in the tcx hook, as a frame with mark `mark`):
+    /// its verdict and the frame as the program left it.
+    pub fn run_marked(&self, frame: &[u8], mark: u32) -> io::Result<(Verdict, Vec<u8>)> {
         let mut out = vec![0u8; frame.len() + 256];
+        let mut ctx_in = [0u8; SKB_SIZE];
+        let m = SKB_MARK as usize;
+        ctx_in[m..m + 4].copy_from_slice(&mark.to_ne_bytes());
+        let mut ctx_out = [0u8; SKB_SIZE];
+        // bpf_attr.test: prog_fd, retval; data_size_in, data_size_out; data_in; data_out;
+        // repeat, duration; ctx_size_in, ctx_size_out; ctx_in; ctx_out.
         let mut attr = [0u64; 16];
         attr[0] = u32s(self.prog.as_raw_fd() as u32, 0);
         attr[1] = u32s(frame.len() as u32, out.len() as u32);
         attr[2] = frame.as_ptr() as u64;
         attr[3] = out.as_mut_ptr() as u64;
-        attr[4] = u32s(1, 0); // repeat
-                              // bpf_attr.test: prog_fd, retval; data_size_in, data_size_out; data_in; data_out;
-                              // repeat, duration.
+        attr[4] = u32s(1, 0);
+        if self.at == At::Tc {
+            attr[5] = u32s(SKB_SIZE as u32, SKB_SIZE as u32);
+            attr[6] = ctx_in.as_ptr() as u64;
+            attr[7] = ctx_out.as_mut_ptr() as u64;
+        }
         bpf(10, &mut attr).map_err(|e| io::Error::new(e.kind(), format!("bpf test run: {e}")))?;
         let retval = (attr[0] >> 32) as u32;
         let size = (attr[1] >> 32) as usize;
         out.truncate(size.min(out.len()));
-        Ok((retval, out))
+        let marked = u32::from_ne_bytes([ctx_out[m], ctx_out[m + 1], ctx_out[m + 2], ctx_out[m + 3]])
+            == TO_USER_SPACE_MARK;
+        let v = match (self.at, retval) {
+            (At::Xdp, XDP_REDIRECT) => Verdict::Forward,
+            (At::Xdp, r) if r == XDP_PASS as u32 => Verdict::ToUserSpace,
+            (At::Tc, TCX_REDIRECT) if marked => Verdict::ToUserSpace,
+            (At::Tc, TCX_REDIRECT) => Verdict::Forward,
+            (At::Tc, r) if r == TCX_DROP as u32 => Verdict::Drop,
+            (_, r) => Verdict::Other(r),
+        };
+        Ok((v, out))
+    }
+
+    /// As [`Detached::run_marked`], for a frame as it arrives (no mark).
+    pub fn run(&self, frame: &[u8]) -> io::Result<(Verdict, Vec<u8>)> {
+        self.run_marked(frame, 0)
     }
 }
+
+/// XDP_REDIRECT.
+const XDP_REDIRECT: u32 = 4;
 
 /// CPUs the kernel sizes per-CPU maps for.
 fn possible_cpus() -> usize {
@@ -445,6 +533,7 @@ const CALL: u8 = 0x85;
 const EXIT: u8 = 0x95;
 const MAP_LOOKUP: i32 = 1;
 const REDIRECT_MAP: i32 = 51;
+const REDIRECT: i32 = 23;
 
 impl Asm {
     fn new() -> Asm {
@@ -531,19 +620,44 @@ impl Asm {
     }
 }
 
-/// The fast-path program. Registers: r6 the context, then the table; r7 the frame's start,
-/// r8 its end; r9 the destination (host order). Stack: -8 a 32-bit key, -16 a 64-bit key,
-/// -24 the total length, -32 the receive queue, -40 the egress port, -48 the egress port's
-/// MAC and MTU.
-fn program(f: &ProgramFacts, [fib, neigh, ports, tx, stats, xsk]: [i32; 6]) -> Vec<u8> {
+/// The fast-path program for `hook` on the port whose interface index is `me`. Registers:
+/// r6 the context, then the table; r7 the frame's start, r8 the end of what the program
+/// may read (XDP: the frame; tcx: the socket buffer's linear part); r9 the destination
+/// (host order). Stack: -8 a 32-bit key, -16 a 64-bit key, -24 the total length, -32 the
+/// receive queue (XDP) or the context (tcx), -40 the egress port, -48 the egress port's MAC
+/// and MTU, -56 its interface index (tcx).
+///
+/// The two hooks differ in what they read from their contexts, in how a frame leaves
+/// (XDP: the device map; tcx: `bpf_redirect` to the interface index) and how it goes to
+/// user space (XDP: the socket map; tcx: marked and received again on its own port), and
+/// in the TCP and UDP checksums: an XDP frame has lost its socket buffer, so one whose
+/// checksum was left to offload must go to user space to be completed, where in tcx the
+/// socket buffer keeps that state and takes it along.
+fn program(
+    f: &ProgramFacts,
+    hook: Hook,
+    me: u32,
+    [fib, neigh, ports, tx, stats, xsk]: [i32; 6],
+) -> Vec<u8> {
+    let tc = hook == Hook::Tc;
     let mut a = Asm::new();
     let mac = mac_u64(&f.mac);
-    a.i(MOV_X, 6, 1, 0, 0)
-        .i(LDX_W, 1, 6, 16, 0) // rx_queue_index
-        .i(STX_DW, 10, 1, -32, 0)
-        .i(LDX_W, 7, 6, 0, 0) // data
-        .i(LDX_W, 8, 6, 4, 0) // data_end
-        .i(MOV_X, 1, 7, 0, 0)
+    a.i(MOV_X, 6, 1, 0, 0);
+    if tc {
+        // A marked frame is one this program left to user space, back after the socket
+        // took it: it ends here.
+        a.i(LDX_W, 1, 6, SKB_MARK, 0)
+            .j(JEQ32_K, 1, 0, TO_USER_SPACE_MARK as i32, "marked")
+            .i(STX_DW, 10, 6, -32, 0)
+            .i(LDX_W, 7, 6, SKB_DATA, 0)
+            .i(LDX_W, 8, 6, SKB_DATA_END, 0);
+    } else {
+        a.i(LDX_W, 1, 6, 16, 0) // rx_queue_index
+            .i(STX_DW, 10, 1, -32, 0)
+            .i(LDX_W, 7, 6, 0, 0) // data
+            .i(LDX_W, 8, 6, 4, 0); // data_end
+    }
+    a.i(MOV_X, 1, 7, 0, 0)
         .i(ADD_K, 1, 0, 0, 34)
         .j(JGT_X, 1, 8, 0, "slow") // shorter than Ethernet + IPv4 headers
         .i(LDX_W, 1, 7, 0, 0)
@@ -560,10 +674,13 @@ fn program(f: &ProgramFacts, [fib, neigh, ports, tx, stats, xsk]: [i32; 6]) -> V
         .i(LDX_B, 1, 7, 22, 0)
         .j(JLT_K, 1, 0, 2, "slow") // TTL would expire
         .i(LDX_H, 9, 7, 16, 0)
-        .i(TO_BE, 9, 0, 0, 16) // total length
-        .i(MOV_X, 1, 8, 0, 0)
-        .i(SUB_X, 1, 7, 0, 0)
-        .i(SUB_K, 1, 0, 0, 14)
+        .i(TO_BE, 9, 0, 0, 16); // total length
+    if tc {
+        a.i(LDX_W, 1, 6, SKB_LEN, 0);
+    } else {
+        a.i(MOV_X, 1, 8, 0, 0).i(SUB_X, 1, 7, 0, 0);
+    }
+    a.i(SUB_K, 1, 0, 0, 14)
         .j(JNE_X, 1, 9, 0, "slow") // link padding or truncated: user space trims or drops
         .i(STX_DW, 10, 9, -24, 0)
         .i(MOV_K, 1, 0, 0, 0);
@@ -584,38 +701,9 @@ fn program(f: &ProgramFacts, [fib, neigh, ports, tx, stats, xsk]: [i32; 6]) -> V
         }
     }
     // A TCP or UDP checksum left to offload (the field holds the pseudo-header sum).
-    a.i(LDX_B, 3, 7, 23, 0)
-        .i(MOV_K, 4, 0, 0, 0)
-        .j(JEQ_K, 3, 0, 6, "tcp")
-        .j(JEQ_K, 3, 0, 17, "udp")
-        .j(JA, 0, 0, 0, "lookup")
-        .label("tcp")
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, 52)
-        .j(JGT_X, 1, 8, 0, "slow")
-        .i(LDX_H, 4, 7, 50, 0)
-        .j(JA, 0, 0, 0, "pseudo")
-        .label("udp")
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, 42)
-        .j(JGT_X, 1, 8, 0, "slow")
-        .i(LDX_H, 4, 7, 40, 0)
-        .label("pseudo")
-        // In the little-endian reading of the words: addresses, protocol << 8, and the
-        // byte-swapped transport length.
-        .i(MOV_X, 1, 3, 0, 0)
-        .i(LSH_K, 1, 0, 0, 8);
-    for off in [26i16, 28, 30, 32] {
-        a.i(LDX_H, 2, 7, off, 0).i(ADD_X, 1, 2, 0, 0);
+    if !tc {
+        offload_check(&mut a);
     }
-    a.i(MOV_X, 2, 9, 0, 0)
-        .i(SUB_K, 2, 0, 0, 20)
-        .i(TO_BE, 2, 0, 0, 16)
-        .i(ADD_X, 1, 2, 0, 0)
-        .fold(1, 2)
-        .j(JNE_X, 1, 4, 0, "lookup")
-        .j(JA, 0, 0, 0, "slow");
-    // The table.
     a.label("lookup")
         .i(LDX_W, 9, 7, 30, 0)
         .i(TO_BE, 9, 0, 0, 32) // destination, host order
@@ -660,6 +748,8 @@ fn program(f: &ProgramFacts, [fib, neigh, ports, tx, stats, xsk]: [i32; 6]) -> V
         // The egress port: MAC and MTU.
         .i(LDX_DW, 1, 10, -40, 0)
         .lookup(0, ports, 1)
+        .i(LDX_DW, 1, 0, 8, 0)
+        .i(STX_DW, 10, 1, -56, 0) // interface index
         .i(LDX_DW, 1, 0, 0, 0)
         .i(STX_DW, 10, 1, -48, 0)
         .i(RSH_K, 1, 0, 0, 48) // MTU
@@ -696,30 +786,86 @@ fn program(f: &ProgramFacts, [fib, neigh, ports, tx, stats, xsk]: [i32; 6]) -> V
         .i(MOV_K, 1, 0, 0, f.port as i32)
         .count(stats, 1, 0, "out")
         .i(LDX_DW, 1, 10, -40, 0)
-        .count(stats, 1, 16, "counted")
-        .i(LDX_DW, 2, 10, -40, 0)
-        .map(1, tx)
-        .i(MOV_K, 3, 0, 0, 0)
-        .i(CALL, 0, 0, 0, REDIRECT_MAP)
-        .i(EXIT, 0, 0, 0, 0)
+        .count(stats, 1, 16, "counted");
+    if tc {
+        a.i(LDX_DW, 1, 10, -56, 0)
+            .i(MOV_K, 2, 0, 0, 0)
+            .i(CALL, 0, 0, 0, REDIRECT);
+    } else {
+        a.i(LDX_DW, 2, 10, -40, 0)
+            .map(1, tx)
+            .i(MOV_K, 3, 0, 0, 0)
+            .i(CALL, 0, 0, 0, REDIRECT_MAP);
+    }
+    a.i(EXIT, 0, 0, 0, 0)
         // Everything else: to the port's socket.
         .label("slow")
         .i(MOV_K, 1, 0, 0, f.port as i32)
-        .count(stats, 1, 8, "xsk")
-        .i(LDX_DW, 2, 10, -32, 0)
-        .map(1, xsk)
-        .i(MOV_K, 3, 0, 0, XDP_PASS)
-        .i(CALL, 0, 0, 0, REDIRECT_MAP)
-        .i(EXIT, 0, 0, 0, 0);
+        .count(stats, 1, 8, "xsk");
+    if tc {
+        a.i(LDX_DW, 1, 10, -32, 0)
+            .i(MOV_K, 2, 0, 0, TO_USER_SPACE_MARK as i32)
+            .i(STX_W, 1, 2, SKB_MARK, 0)
+            .i(MOV_K, 1, 0, 0, me as i32)
+            .i(MOV_K, 2, 0, 0, BPF_F_INGRESS)
+            .i(CALL, 0, 0, 0, REDIRECT)
+            .i(EXIT, 0, 0, 0, 0)
+            .label("marked")
+            .i(MOV_K, 0, 0, 0, TCX_DROP)
+            .i(EXIT, 0, 0, 0, 0);
+    } else {
+        a.i(LDX_DW, 2, 10, -32, 0)
+            .map(1, xsk)
+            .i(MOV_K, 3, 0, 0, XDP_PASS)
+            .i(CALL, 0, 0, 0, REDIRECT_MAP)
+            .i(EXIT, 0, 0, 0, 0);
+    }
     a.finish()
+}
+
+/// Goes to `slow` when the frame is TCP or UDP with its checksum left to offload (the field
+/// holds just the pseudo-header sum), else on at `lookup`. r9 holds the total length.
+fn offload_check(a: &mut Asm) {
+    a.i(LDX_B, 3, 7, 23, 0)
+        .i(MOV_K, 4, 0, 0, 0)
+        .j(JEQ_K, 3, 0, 6, "tcp")
+        .j(JEQ_K, 3, 0, 17, "udp")
+        .j(JA, 0, 0, 0, "lookup")
+        .label("tcp")
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, 52)
+        .j(JGT_X, 1, 8, 0, "slow")
+        .i(LDX_H, 4, 7, 50, 0)
+        .j(JA, 0, 0, 0, "pseudo")
+        .label("udp")
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, 42)
+        .j(JGT_X, 1, 8, 0, "slow")
+        .i(LDX_H, 4, 7, 40, 0)
+        .label("pseudo")
+        // In the little-endian reading of the words: addresses, protocol << 8, and the
+        // byte-swapped transport length.
+        .i(MOV_X, 1, 3, 0, 0)
+        .i(LSH_K, 1, 0, 0, 8);
+    for off in [26i16, 28, 30, 32] {
+        a.i(LDX_H, 2, 7, off, 0).i(ADD_X, 1, 2, 0, 0);
+    }
+    a.i(MOV_X, 2, 9, 0, 0)
+        .i(SUB_K, 2, 0, 0, 20)
+        .i(TO_BE, 2, 0, 0, 16)
+        .i(ADD_X, 1, 2, 0, 0)
+        .fold(1, 2)
+        .j(JNE_X, 1, 4, 0, "lookup")
+        .j(JA, 0, 0, 0, "slow");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The program passes the verifier, and a frame the fast path cannot take (an ARP
-    /// request) goes to user space. Needs root (BPF).
+    /// The program of each hook passes the verifier, and a frame the fast path cannot take
+    /// (an ARP request) goes to user space; in tcx, marked, and dropped when it comes back
+    /// with its mark. Needs root (BPF).
     #[test]
     fn program_loads_and_leaves_arp_to_user_space() {
         let fp = FastPath::new(&[FastPort {
@@ -733,13 +879,18 @@ mod tests {
             mac: [2, 0, 0, 0, 0, 1],
             special: vec![Ipv4Addr::new(10, 0, 0, 1)],
         };
-        let d = fp.detached(&facts).unwrap();
         let mut arp = vec![0xffu8; 6];
         arp.extend([2, 0, 0, 0, 0, 2, 0x08, 0x06]);
         arp.resize(60, 0);
-        let (v, out) = d.run(&arp).unwrap();
-        assert_eq!(v, TO_USER_SPACE);
-        assert_eq!(out, arp);
+        for at in [At::Xdp, At::Tc] {
+            let d = fp.detached(&facts, at).unwrap();
+            let (v, out) = d.run(&arp).unwrap();
+            assert_eq!(v, Verdict::ToUserSpace, "{at:?}");
+            assert_eq!(out, arp);
+        }
+        let d = fp.detached(&facts, At::Tc).unwrap();
+        let (v, _) = d.run_marked(&arp, TO_USER_SPACE_MARK).unwrap();
+        assert_eq!(v, Verdict::Drop);
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         assert!(possible_cpus() >= cpus, "{} < {cpus}", possible_cpus());
     }

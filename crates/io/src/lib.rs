@@ -66,9 +66,9 @@ pub fn open(name: &str, backend: Backend) -> std::io::Result<AnyPort> {
     open_with(name, backend, RxRing::Frames, None)
 }
 
-/// As [`open`], with the AF_PACKET receive ring `ring`, and the AF_XDP port's program made
-/// by `program` (given the port's socket map) instead of the plain redirect: the fast
-/// path's. AF_PACKET ports have none.
+/// As [`open`], with the AF_PACKET receive ring `ring`, and the port's program made by
+/// `program` (the fast path's) instead of the plain redirect (AF_XDP) or the drop after
+/// the socket (AF_PACKET, whose socket then takes only what the program leaves to it).
 pub fn open_with(
     name: &str,
     backend: Backend,
@@ -82,10 +82,11 @@ pub fn open_with(
             name,
             RingConfig {
                 rx_ring: ring,
+                accept_mark: program.map(|_| fastpath::TO_USER_SPACE_MARK),
                 ..Default::default()
             },
         )?;
-        stack_off(&mut p);
+        packet_program(&mut p, program)?;
         Ok(AnyPort::Packet(p))
     };
     match backend {
@@ -101,12 +102,20 @@ pub fn open_with(
     }
 }
 
-/// Keeps the kernel's stack off an element's AF_PACKET port ([`AfPacket::keep_stack_off`]);
-/// where the kernel cannot, the port works on and a log line says why.
-fn stack_off(p: &mut AfPacket) {
+/// An element's AF_PACKET port's tcx program: `program`'s (the fast path), which must
+/// attach, or else the drop that keeps the kernel's stack off the port
+/// ([`AfPacket::keep_stack_off`]); where the kernel cannot, the port works on and a log
+/// line says why.
+fn packet_program(p: &mut AfPacket, program: Option<xsk::ProgramFor>) -> std::io::Result<()> {
+    if let Some(make) = program {
+        return p.attach_fast_path(&make(xsk::Hook::Tc)).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("{}: fast path (tcx): {e}", p.name()))
+        });
+    }
     if let Err(e) = p.keep_stack_off() {
         tracing::warn!(interface = p.name(), reason = %e, "the kernel's stack still takes this port's frames");
     }
+    Ok(())
 }
 
 /// The ports of `name` for `workers` workers, one each: on AF_XDP, worker `w` gets the
@@ -133,12 +142,13 @@ pub fn open_workers(
                 RingConfig {
                     rx_ring: ring,
                     fanout: Some(group),
+                    accept_mark: program.map(|_| fastpath::TO_USER_SPACE_MARK),
                     ..Default::default()
                 },
             )?;
             if group == 0 {
                 group = p.fanout_group()?;
-                stack_off(&mut p);
+                packet_program(&mut p, program)?;
             }
             ports.push(AnyPort::Packet(p));
         }

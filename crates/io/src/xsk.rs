@@ -654,8 +654,20 @@ pub enum AttachMode {
     Generic,
 }
 
-/// A program other than the plain redirect: given the XSKMAP's descriptor, its code.
-pub type ProgramFor<'a> = &'a dyn Fn(i32) -> Vec<u8>;
+/// Where a port's own program runs, as its maker is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// The XDP hook of an AF_XDP port; frames it does not take go to the sockets of the
+    /// XSKMAP with this descriptor.
+    Xdp(i32),
+    /// The tcx ingress hook of an AF_PACKET port; frames it does not take are marked
+    /// [`crate::fastpath::TO_USER_SPACE_MARK`] and received again, for the port's socket.
+    Tc,
+}
+
+/// A program other than the plain redirect (or, on AF_PACKET, the drop after the socket):
+/// given the hook it runs in, its code.
+pub type ProgramFor<'a> = &'a dyn Fn(Hook) -> Vec<u8>;
 
 fn attach(
     ifindex: u32,
@@ -665,7 +677,7 @@ fn attach(
 ) -> io::Result<Attached> {
     let map = crate::xdp::map_create(BPF_MAP_TYPE_XSKMAP, 4, 4, queues.max(1), 0, 0, "XSKMAP")?;
     let code = match program {
-        Some(p) => p(map.as_raw_fd()),
+        Some(p) => p(Hook::Xdp(map.as_raw_fd())),
         None => redirect_program(map.as_raw_fd()),
     };
     let prog = load_xdp(

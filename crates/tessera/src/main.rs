@@ -1435,12 +1435,6 @@ fn forwarder(a: &ElementArgs) -> Result<i32> {
                 config.display()
             );
         }
-        if cfg.io.backend == io::Backend::Packet {
-            bail!(
-                "{}: [io] fast_path needs AF_XDP ports: backend \"xdp\" or \"auto\", not \"packet\"",
-                config.display()
-            );
-        }
         Some(control::fast::FastLink::new(&f.ifaces).map_err(anyhow::Error::msg)?)
     } else {
         None
@@ -1459,8 +1453,8 @@ fn forwarder(a: &ElementArgs) -> Result<i32> {
         let mine = match &fast {
             Some(fl) => {
                 let facts = control::fast::FastLink::facts(&f.ifaces, k as u32, link.mac.0);
-                let program = |xsk: i32| match fl.fp.lock() {
-                    Ok(fp) => fp.program(&facts, xsk),
+                let program = |hook: io::xsk::Hook| match fl.fp.lock() {
+                    Ok(fp) => fp.program(&facts, hook),
                     Err(_) => Vec::new(),
                 };
                 io::open_workers(name, backend, ring, Some(&program), workers)?
