@@ -367,8 +367,11 @@ pub(crate) fn lab_point(
     Ok(p)
 }
 
-/// The contender that runs our forwarder with `[io] fast_path = true` (`--fast-path`).
+/// The contender that runs our forwarder with `[io] fast_path = true` (`--fast-path`), on
+/// AF_XDP ports (the fast path in their XDP programs).
 pub const FAST: &str = "forwarder-fast";
+/// ... and on AF_PACKET ports (the fast path in their tcx programs).
+pub const FAST_TC: &str = "forwarder-fast-tc";
 
 /// Loads, as shares of the zero-loss rate, at which latency is measured.
 const LATENCY_LOADS: [f64; 3] = [0.1, 0.5, 0.9];
@@ -720,7 +723,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
         )?;
         for (contender, command) in contenders {
             let contender = contender.as_str();
-            let fast = contender == FAST;
+            let fast = contender == FAST || contender == FAST_TC;
             let other = site(&opts.out, contender, &key, opts.ipv6)?;
             let sources = other.as_ref().map_or(SOURCES, |o| o.1);
             let mut l = lab::Lab::load(
@@ -743,7 +746,14 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 l.roles.insert("r".into(), role.into());
             }
             if fast {
-                l.io = Some("xdp".into());
+                l.io = Some(
+                    if contender == FAST_TC {
+                        "packet"
+                    } else {
+                        "xdp"
+                    }
+                    .into(),
+                );
             } else if role == "forwarder" {
                 l.io = match (contender.strip_prefix("forwarder-"), opts.io.first()) {
                     (Some(b), _) => Some(b.to_string()),

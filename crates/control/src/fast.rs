@@ -260,7 +260,9 @@ mod tests {
                 return;
             }
             let prog = &self.progs[port as usize];
-            let (v, out) = prog.run(frame).unwrap_or_else(|e| panic!("{e}: {frame:02x?}"));
+            let (v, out) = prog
+                .run(frame)
+                .unwrap_or_else(|e| panic!("{e}: {frame:02x?}"));
             let mut p = Pkt::from_bytes(frame);
             // An XDP frame has lost its socket buffer's checksum state; in tcx the socket
             // buffer keeps it (here: complete) and goes out with it.

@@ -443,8 +443,9 @@ impl Detached {
         let retval = (attr[0] >> 32) as u32;
         let size = (attr[1] >> 32) as usize;
         out.truncate(size.min(out.len()));
-        let marked = u32::from_ne_bytes([ctx_out[m], ctx_out[m + 1], ctx_out[m + 2], ctx_out[m + 3]])
-            == TO_USER_SPACE_MARK;
+        let marked =
+            u32::from_ne_bytes([ctx_out[m], ctx_out[m + 1], ctx_out[m + 2], ctx_out[m + 3]])
+                == TO_USER_SPACE_MARK;
         let v = match (self.at, retval) {
             (At::Xdp, XDP_REDIRECT) => Verdict::Forward,
             (At::Xdp, r) if r == XDP_PASS as u32 => Verdict::ToUserSpace,

@@ -153,6 +153,9 @@ struct State {
     /// The packet I/O backend given with `--io` at `up`.
     #[serde(default)]
     io: Option<String>,
+    /// `--fast-path` given at `up`.
+    #[serde(default)]
+    fast_path: bool,
 }
 
 /// A topology bound to a lab name and to the directory its relative paths start from.
@@ -169,6 +172,8 @@ pub struct Lab {
     pub roles: BTreeMap<String, String>,
     /// The packet I/O backend every element runs on (`--io`), overriding their configs.
     pub io: Option<String>,
+    /// Every forwarder runs its fast path (`--fast-path`), whatever its config says.
+    pub fast_path: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,6 +234,7 @@ impl Lab {
             exe,
             roles: BTreeMap::new(),
             io: None,
+            fast_path: false,
         };
         lab.validate()
             .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -454,6 +460,7 @@ impl Lab {
         let mut st = State {
             roles: self.roles.clone(),
             io: self.io.clone(),
+            fast_path: self.fast_path,
             ..Default::default()
         };
         // IPv6 is off in every namespace (the kernel's router solicitations and listener
@@ -916,15 +923,18 @@ impl Lab {
             std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
         let io = self.io.clone().or_else(|| self.load_state().io);
+        let role = self.role(e);
+        let fast = role == "forwarder" && (self.fast_path || self.load_state().fast_path);
         let child = std::process::Command::new("ip")
             .args(["netns", "exec", &ns])
             .arg(&self.exe)
-            .arg(self.role(e))
+            .arg(&role)
             .arg("--config")
             .arg(self.config_path(e))
             .arg("--control")
             .arg(&sock)
             .args(io.iter().flat_map(|b| ["--io", b.as_str()]))
+            .args(fast.then_some("--fast-path"))
             .args(
                 self.topo
                     .dist_key

@@ -199,6 +199,10 @@ struct ElementArgs {
     /// Packet I/O backend, overriding the config's `[io] backend`: auto, xdp or packet.
     #[arg(long, value_name = "BACKEND")]
     io: Option<String>,
+    /// Run the fast path (`[io] fast_path = true`), whatever the config says: in the
+    /// ports' XDP programs on AF_XDP, in their tcx programs on AF_PACKET. Forwarders only.
+    #[arg(long)]
+    fast_path: bool,
     /// The DIST key (hex digits in a file), overriding the config's `[dist] key_file`.
     #[arg(long, value_name = "FILE")]
     dist_key_file: Option<PathBuf>,
@@ -451,7 +455,8 @@ enum Bench {
         #[arg(long, value_delimiter = ',', value_name = "BYTES")]
         sizes: Vec<usize>,
         /// Also measure our forwarder with its XDP fast path (`[io] fast_path = true`), as
-        /// contender `forwarder-fast`.
+        /// contender `forwarder-fast`; with `packet` among `--io`, also with the fast path
+        /// in its AF_PACKET ports' tcx programs, as `forwarder-fast-tc`.
         #[arg(long)]
         fast_path: bool,
         /// Also measure the star router of labs/star.toml (four forwarders; sources on
@@ -609,6 +614,10 @@ enum LabCmd {
         /// its config says; kept for `lab start`.
         #[arg(long, value_name = "BACKEND")]
         io: Option<String>,
+        /// Run every forwarder with its fast path (`[io] fast_path = true`: XDP on AF_XDP
+        /// ports, tcx on AF_PACKET ones), whatever its config says; kept for `lab start`.
+        #[arg(long)]
+        fast_path: bool,
     },
     /// Stop the elements and remove every namespace, link and bridge of the lab.
     Down {
@@ -769,6 +778,9 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Leases { control } => ask(&control, "leases"),
             Show::Probes { control } => ask(&control, "probes"),
         },
+        Cmd::Balancer(a) | Cmd::Controller(a) | Cmd::Switch(a) | Cmd::Axon(a) if a.fast_path => {
+            bail!("--fast-path is for forwarders")
+        }
         Cmd::Balancer(a) => balancer(&a),
         Cmd::Controller(a) => controller(&a),
         Cmd::Switch(a) => switch(&a),
@@ -1056,6 +1068,9 @@ fn run(cli: Cli) -> Result<i32> {
                 };
                 if fast_path {
                     contenders.push((bench::forward_bench::FAST.into(), None));
+                    if io.iter().any(|b| b == "packet") {
+                        contenders.push((bench::forward_bench::FAST_TC.into(), None));
+                    }
                 }
                 if star {
                     contenders.push((bench::forward_bench::STAR.into(), None));
@@ -1274,10 +1289,16 @@ fn run(cli: Cli) -> Result<i32> {
 
 fn lab_cmd(cmd: LabCmd) -> Result<i32> {
     match cmd {
-        LabCmd::Up { lab, role, io } => {
+        LabCmd::Up {
+            lab,
+            role,
+            io,
+            fast_path,
+        } => {
             let mut l = load_lab(&lab)?;
             backend_arg(io.as_deref())?;
             l.io = io;
+            l.fast_path = fast_path;
             for r in role {
                 let (node, role) = r
                     .split_once('=')
@@ -1408,6 +1429,7 @@ fn forwarder(a: &ElementArgs) -> Result<i32> {
     if let Some(b) = backend_arg(a.io.as_deref())? {
         cfg.io.backend = b;
     }
+    cfg.io.fast_path |= a.fast_path;
     if cfg.backend.is_some() {
         a.dist(&mut cfg.dist, "back-end")?;
     }
