@@ -29,7 +29,8 @@
 //! backend = "auto"             # "auto" (AF_XDP, else AF_PACKET with a log line saying why),
 //!                              # "xdp" (AF_XDP or an error) or "packet" (AF_PACKET)
 //! busy_poll = false            # true: never sleep when idle (a dedicated core at 100%)
-//! fast_path = false            # true: forward the common case in the ports' XDP programs
+//! fast_path = false            # true: forward the common case in the ports' own programs
+//!                              # (XDP on AF_XDP ports, tcx on AF_PACKET ones)
 //! packet_ring = "frames"       # AF_PACKET: "frames" (a wake-up per frame) or "blocks"
 //!                              # (per block or timer tick: throughput over latency)
 //!
@@ -341,8 +342,9 @@ pub struct IoConfig {
     /// it checks them again at once. A frame then waits for no wake-up, at the cost of a
     /// whole core at 100% even when idle (for dedicated cores).
     pub busy_poll: bool,
-    /// `fast_path = true`: the forwarder's common case runs in each port's XDP program
-    /// (AF_XDP ports only; docs/forwarder.md). Default false.
+    /// `fast_path = true`: the forwarder's common case runs in each port's own program: its
+    /// XDP program on AF_XDP ports, its tcx ingress program on AF_PACKET ones
+    /// (docs/forwarder.md). Default false.
     pub fast_path: bool,
     /// `packet_ring = "frames" | "blocks"`: how AF_PACKET ports receive. `frames`
     /// (TPACKET_V2, the default) wakes the worker per frame: no added latency. `blocks`

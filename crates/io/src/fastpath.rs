@@ -1,15 +1,19 @@
-//! The XDP fast path: the forwarder's common case run inside the kernel, in the XDP
-//! program of each port, before any socket sees the frame.
+//! The fast path: the forwarder's common case run inside the kernel, in the program of
+//! each port, before any socket sees the frame: its XDP program on AF_XDP ports, its tcx
+//! ingress program on AF_PACKET ones ([`Hook`]).
 //!
 //! A frame takes the fast path when it is an unfragmented IPv4 packet without options, to
 //! the port's own MAC, of exactly the frame's length, with a valid header checksum, a TTL
 //! above 1, a source and a destination that are neither martian nor the router's own (nor
-//! a connected network's broadcast address), a TCP or UDP checksum that is not left to
-//! offload, and a route whose next-hop group is a single next hop on an untagged port whose
-//! MTU it fits, whose neighbour is resolved. The program then rewrites the MACs, decrements
-//! the TTL with the RFC 1624 checksum update the user-space path uses, counts it and
-//! redirects it out of the egress port through a device map. Every other frame goes to the
-//! port's AF_XDP socket, to the user-space element, which stays the one source of truth:
+//! a connected network's broadcast address), in XDP a TCP or UDP checksum that is not left
+//! to offload (in tcx the socket buffer keeps that state and takes it along), and a route
+//! whose next-hop group is a single next hop on an untagged port whose MTU it fits, whose
+//! neighbour is resolved. The program then rewrites the MACs, decrements the TTL with the
+//! RFC 1624 checksum update the user-space path uses, counts it and redirects it out of the
+//! egress port (XDP: through a device map; tcx: `bpf_redirect`). Every other frame goes to
+//! the port's sockets (XDP: the AF_XDP socket of its queue; tcx: marked
+//! [`TO_USER_SPACE_MARK`] and received again, for the packet socket, which takes only
+//! marked frames), to the user-space element, which stays the one source of truth:
 //! ARP, ICMP errors, options, fragments, ECMP, unresolved next hops, everything.
 //!
 //! Maps (one set per element, shared by its ports' programs):
@@ -25,7 +29,8 @@
 //!   half a table.
 //! - `neigh`: a hash of `port << 32 | address` to the neighbour's MAC, kept by the worker
 //!   from its neighbour table.
-//! - `ports`: per port, its MAC (low 48 bits) and IP MTU (high 16 bits).
+//! - `ports`: per port, its MAC (low 48 bits) and IP MTU (high 16 bits), then its interface
+//!   index.
 //! - `tx`: a device map of the ports' interfaces.
 //! - `stats`: per CPU and port, frames forwarded in (received), sent to user space, and
 //!   forwarded out (sent).
