@@ -23,7 +23,7 @@
 //! The socket ignores outgoing frames (`PACKET_IGNORE_OUTGOING`), so it never receives
 //! what it or the kernel sent, and bypasses the qdisc layer (`PACKET_QDISC_BYPASS`).
 //! Frames whose checksum the sending kernel left to offload arrive marked
-//! `TP_STATUS_CSUMNOTREADY`; that becomes [`Meta::csum_partial`]. A VLAN tag the kernel
+//! `TP_STATUS_CSUMNOTREADY`; that becomes `Meta::csum_partial`. A VLAN tag the kernel
 //! took out of the frame (`TP_STATUS_VLAN_VALID`) is put back in.
 
 use dataplane::buf::{Pkt, Pool, BUF_CAP};
