@@ -133,9 +133,9 @@ pub struct LbInterface {
     pub role: PortRole,
     pub addr: Ipv4Addr,
     pub prefix_len: u8,
-    /// The router's IPv6 addresses on an external interface (`address` lists them after
-    /// the IPv4 one).
-    pub addrs6: Vec<std::net::Ipv6Addr>,
+    /// The router's IPv6 addresses on an external interface and their prefix lengths
+    /// (`address` lists them after the IPv4 one).
+    pub addrs6: Vec<(std::net::Ipv6Addr, u8)>,
     pub vlan: u16,
 }
 
@@ -198,9 +198,9 @@ impl BalancerFile {
                     let mut v4 = Vec::new();
                     for t in texts {
                         if t.contains(':') {
-                            let (a6, _) =
-                                cidr6(t).map_err(|m| err(a.span().start, key("address"), m))?;
-                            ifc.addrs6.push(a6);
+                            ifc.addrs6.push(
+                                cidr6(t).map_err(|m| err(a.span().start, key("address"), m))?,
+                            );
                         } else {
                             v4.push(cidr(t).map_err(|m| err(a.span().start, key("address"), m))?);
                         }
@@ -444,7 +444,7 @@ fn answer(b: &mut Balancer, cmd: &str, _req: &Value) -> Value {
                 .map(|p| {
                     let mut v = json!({"name": p.name, "mac": p.mac.to_string(), "role": p.role, "vlan": p.vlan, "address": format!("{}/{}", p.addr, p.prefix_len)});
                     if !p.addrs6.is_empty() {
-                        v["addresses6"] = json!(p.addrs6.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+                        v["addresses6"] = json!(p.addrs6.iter().map(|(a, l)| format!("{a}/{l}")).collect::<Vec<_>>());
                     }
                     v
                 })

@@ -1284,7 +1284,7 @@ impl Controller {
                     self.dist.remove(src);
                 }
                 if h.element == ElementKind::Balancer && self.terminate {
-                    self.make_taps(&ports);
+                    self.make_taps(&ports, &h.addrs6);
                 }
             }
             dist::Message::Routes(b) => {
@@ -1331,9 +1331,9 @@ impl Controller {
     }
 
     /// A TAP for each external port of an LB that has none yet: that port's VLAN, MAC
-    /// and address, named `vlan<ID>`.
-    fn make_taps(&mut self, ports: &[dist::HelloPort]) {
-        for p in ports {
+    /// and addresses (IPv4, and the IPv6 ones the hello lists for it), named `vlan<ID>`.
+    fn make_taps(&mut self, ports: &[dist::HelloPort], addrs6: &[dist::HelloAddr6]) {
+        for (i, p) in ports.iter().enumerate() {
             if p.role != dist::PortRole::External || p.vlan == 0 || self.taps.contains_key(&p.vlan)
             {
                 continue;
@@ -1346,8 +1346,23 @@ impl Controller {
                     // IPv6 routing protocols (OSPFv3, BGP over link-local addresses) speak
                     // from the TAP's link-local address, the port's (the TAP has its MAC),
                     // even where the namespace keeps IPv6 off by default.
-                    if let Err(e) = io::netdev::enable_ipv6(&name) {
-                        tracing::warn!(tap = %name, error = %e, "IPv6 stays off on the TAP: no IPv6 routing protocol there");
+                    // Its global addresses, for sessions to them (BGP over IPv6) and next hops
+                    // on the network.
+                    let mine6: Vec<_> = addrs6.iter().filter(|a| a.port as usize == i).collect();
+                    match io::netdev::enable_ipv6(&name) {
+                        Err(e) => {
+                            tracing::warn!(tap = %name, error = %e, "IPv6 stays off on the TAP: no IPv6 routing protocol there");
+                        }
+                        Ok(()) => {
+                            for a in mine6 {
+                                if let Err(e) = tap.add_addr6(a.addr, a.prefix_len) {
+                                    self.stats.tap_errors += 1;
+                                    tracing::error!(tap = %name, error = %e, "an IPv6 address of the external network is missing on its TAP");
+                                } else {
+                                    tracing::info!(tap = %name, address = %format!("{}/{}", a.addr, a.prefix_len), "IPv6 address presented");
+                                }
+                            }
+                        }
                     }
                     let tap = Arc::new(tap);
                     let (t, tx, vlan) = (tap.clone(), self.tap_tx.clone(), p.vlan);
@@ -1477,6 +1492,7 @@ impl Controller {
                 priority: self.priority,
                 active: self.role == Role::Active,
                 ports: Vec::new(),
+                addrs6: Vec::new(),
             });
             if let Some(f) = self.frame(hello, MacAddr::BROADCAST) {
                 self.stats.hellos_sent += 1;
@@ -2252,6 +2268,7 @@ mod tests {
                     priority: 0,
                     active: false,
                     ports: Vec::new(),
+                    addrs6: Vec::new(),
                 }),
             }
             .to_frame(r1, MacAddr::BROADCAST)
@@ -2319,6 +2336,7 @@ mod tests {
                 priority,
                 active,
                 ports: Vec::new(),
+                addrs6: Vec::new(),
             }),
         }
         .to_frame(mac, MacAddr::BROADCAST)

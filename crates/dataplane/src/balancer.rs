@@ -51,16 +51,18 @@ pub struct LbPort {
     /// External ports: the router's address on this network (answered by external ARP).
     pub addr: Ipv4Addr,
     pub prefix_len: u8,
-    /// External ports: the router's IPv6 addresses on this network (answered by external
-    /// ND, with the port's link-local address, which comes from its MAC).
-    pub addrs6: Vec<Ipv6Addr>,
+    /// External ports: the router's IPv6 addresses on this network and their prefix
+    /// lengths (answered by external ND, with the port's link-local address, which comes
+    /// from its MAC; the hellos carry them to the Virtual-CP's TAPs).
+    pub addrs6: Vec<(Ipv6Addr, u8)>,
     pub speed_mbps: u32,
 }
 
 impl LbPort {
     /// One of the router's IPv6 addresses on this port (its link-local one included).
     fn is_ours6(&self, a: Ipv6Addr) -> bool {
-        self.addrs6.contains(&a) || (!self.addrs6.is_empty() && a == ipv6::link_local_of(self.mac))
+        self.addrs6.iter().any(|x| x.0 == a)
+            || (!self.addrs6.is_empty() && a == ipv6::link_local_of(self.mac))
     }
 }
 
@@ -878,6 +880,23 @@ impl Balancer {
                 speed_mbps: p.speed_mbps,
             })
             .collect();
+        // The router's IPv6 addresses on the listed ports, as many as a hello holds.
+        let addrs6 = self
+            .ports
+            .iter()
+            .take(255)
+            .enumerate()
+            .flat_map(|(i, p)| {
+                p.addrs6
+                    .iter()
+                    .map(move |&(addr, prefix_len)| dist::HelloAddr6 {
+                        port: i as u8,
+                        addr,
+                        prefix_len,
+                    })
+            })
+            .take(255)
+            .collect();
         dist::Repr {
             seq: self.seq,
             msg: crate::element::hello(
@@ -885,6 +904,7 @@ impl Balancer {
                 self.cfg.hello_interval,
                 &self.counters,
                 ports,
+                addrs6,
             ),
         }
     }

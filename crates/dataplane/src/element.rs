@@ -6,12 +6,14 @@ use crate::counters::Counters;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A DIST hello of an element: its kind, hello interval, traffic totals and ports.
+/// A DIST hello of an element: its kind, hello interval, traffic totals, ports and their
+/// IPv6 addresses.
 pub(crate) fn hello(
     element: wire::dist::ElementKind,
     interval: Duration,
     counters: &Counters,
     ports: Vec<wire::dist::HelloPort>,
+    addrs6: Vec<wire::dist::HelloAddr6>,
 ) -> wire::dist::Message {
     let (rx_packets, tx_packets, dropped) = counters.totals();
     wire::dist::Message::Hello(wire::dist::Hello {
@@ -23,6 +25,7 @@ pub(crate) fn hello(
         priority: 0,
         active: false,
         ports,
+        addrs6,
     })
 }
 

@@ -687,6 +687,8 @@ impl Forwarder {
                 interval,
                 &self.counters,
                 ports,
+                // The router's IPv6 addresses reach the Virtual-CP from the LBs' hellos.
+                Vec::new(),
             ),
         };
         let Some(ifc) = self.ifaces.get(internal as usize) else {

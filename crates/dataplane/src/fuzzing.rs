@@ -110,7 +110,7 @@ pub fn balancer_with(mode: crate::balancer::Mode) -> (crate::balancer::Balancer,
         prefix_len,
         // External ports speak IPv6 too: 2001:db8:1::1.
         addrs6: if role == PortRole::External {
-            vec![std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1)]
+            vec![(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1), 64)]
         } else {
             Vec::new()
         },

@@ -71,6 +71,30 @@ impl Tap {
         })
     }
 
+    /// Gives the TAP IPv6 address `addr/len` (without duplicate address detection: the
+    /// address is the router's, answered for on the wire by the element that owns the
+    /// port). IPv6 must be on on the TAP.
+    pub fn add_addr6(&self, addr: std::net::Ipv6Addr, len: u8) -> io::Result<()> {
+        let st = std::process::Command::new("ip")
+            .args([
+                "-6",
+                "addr",
+                "replace",
+                &format!("{addr}/{len}"),
+                "dev",
+                &self.name,
+                "nodad",
+            ])
+            .status()?;
+        if !st.success() {
+            return Err(io::Error::other(format!(
+                "ip -6 addr {addr}/{len} on {} failed",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -1329,7 +1329,7 @@ impl Lab {
                         for c in cfg.interfaces.iter().filter(|c| c.prefix_len > 0) {
                             let a = addrs.entry(c.name.clone()).or_default();
                             a.push(format!("{}/{}", c.addr, c.prefix_len));
-                            a.extend(c.addrs6.iter().map(|x| x.to_string()));
+                            a.extend(c.addrs6.iter().map(|(x, l)| format!("{x}/{l}")));
                         }
                     }
                     for i in entry["interfaces"].as_array_mut().into_iter().flatten() {

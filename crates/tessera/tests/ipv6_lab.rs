@@ -669,3 +669,90 @@ fn ospfv3_routes_through_link_local_next_hops_reach_the_back_ends() {
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// BGP over IPv6 between the router's global address and an outside router, the way most
+/// IPv6 peerings are set up: the LB's hellos carry its external ports' IPv6 addresses, so
+/// the Virtual-CP's TAP for network B holds 2001:db8:2::1/64, b1's session to that address
+/// reaches the controller's bgpd, and b1's route goes to every back-end.
+#[test]
+fn bgp_over_ipv6_to_the_routers_global_address_reaches_the_back_ends() {
+    assert!(
+        std::path::Path::new("/usr/lib/frr/bgpd").exists(),
+        "this test needs FRR (Debian's frr): `bash scripts/setup` installs it"
+    );
+    let dir = std::env::temp_dir().join(format!("tessera-bgp6-{}", std::process::id()));
+    let topo = with_controller(
+        dual_stack_multistage(&dir),
+        "frr = { zebra = \"multistage/vcp-zebra.conf\", bgpd = \"multistage/vcp-bgpd.conf\" }\n",
+        "2001:db8:77::2/128",
+        &[(
+            "routes = [\"default via 10.2.0.1\", \"default via 2001:db8:2::1\"]",
+            "routes = [\"default via 10.2.0.1\", \"default via 2001:db8:2::1\"]\nfrr = { zebra = \"multistage/b1-zebra.conf\", bgpd = \"multistage/b1-bgpd.conf\" }",
+        )],
+    );
+    let files = [
+        (
+            "vcp.toml",
+            "[controller]\ninterface = \"vcp-int\"\nhello_interval_ms = 200\n# The LBs keep their own (dual-stack) configuration.\nconfigure_lbs = false\n\n[fpm]\nlisten = \"127.0.0.1:2620\"\n",
+        ),
+        (
+            "vcp-zebra.conf",
+            "hostname vcp\nfpm address 127.0.0.1 port 2620\ninterface vlan20\n no link-detect\n",
+        ),
+        (
+            "vcp-bgpd.conf",
+            "hostname vcp\nrouter bgp 65000\n bgp router-id 10.255.0.1\n no bgp ebgp-requires-policy\n no bgp default ipv4-unicast\n neighbor 2001:db8:2::10 remote-as 65002\n neighbor 2001:db8:2::10 timers connect 1\n address-family ipv6 unicast\n  neighbor 2001:db8:2::10 activate\n exit-address-family\n",
+        ),
+        ("b1-zebra.conf", "hostname b1\n"),
+        (
+            "b1-bgpd.conf",
+            "hostname b1\nrouter bgp 65002\n bgp router-id 10.2.0.10\n no bgp ebgp-requires-policy\n no bgp default ipv4-unicast\n neighbor 2001:db8:2::1 remote-as 65000\n neighbor 2001:db8:2::1 timers connect 1\n address-family ipv6 unicast\n  neighbor 2001:db8:2::1 activate\n  network 2001:db8:77::2/128\n exit-address-family\n",
+        ),
+    ];
+    for (name, text) in files {
+        std::fs::write(dir.join("multistage").join(name), text).unwrap();
+    }
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let t = std::time::Instant::now();
+    let fib = loop {
+        let fib = lab.show_json("fib", "vcp");
+        let backends = fib["backends"].as_array().cloned().unwrap_or_default();
+        if fib["fpm"]["route_adds"].as_u64().unwrap_or(0) > 0
+            && backends.len() == 3
+            && backends.iter().all(|b| b["consistent"] == true)
+            && ["r1", "r2", "r3"]
+                .iter()
+                .all(|r| lab.show_json("fib", r)["routes6"].as_u64().unwrap_or(0) >= 1)
+        {
+            break fib;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "b1's BGP route did not reach every back-end in 60 s: {fib}\nTAP: {}\nroutes: {}",
+            lab.sh("vcp", &["ip", "-6", "addr", "show", "dev", "vlan20"]),
+            lab.sh("vcp", &["ip", "-6", "route"])
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    eprintln!(
+        "BGP route over IPv6 on every back-end {:?} after the lab came up",
+        t.elapsed()
+    );
+    assert_eq!(fib["fpm"]["skipped_ipv6"], 0, "{fib}");
+    let tap = lab.sh("vcp", &["ip", "-6", "addr", "show", "dev", "vlan20"]);
+    assert!(tap.contains("2001:db8:2::1/64"), "{tap}");
+    let route = lab.sh("vcp", &["ip", "-6", "route", "show", "2001:db8:77::2"]);
+    assert!(route.contains("vlan20"), "{route}");
+    let mut tries = 0;
+    let (ok, out) = loop {
+        let (ok, out) = ping6(&lab, "a1", &["2001:db8:77::2"]);
+        tries += 1;
+        if ok || tries == 5 {
+            break (ok, out);
+        }
+    };
+    assert!(ok && out.contains("ttl=63"), "{out}");
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

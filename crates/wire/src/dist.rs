@@ -41,6 +41,8 @@ pub mod kind {
 
 /// Bytes of one port in a hello.
 pub const HELLO_PORT_LEN: usize = 18;
+/// Bytes of one IPv6 port address in a hello (after the ports).
+pub const HELLO_ADDR6_LEN: usize = 18;
 /// Bytes of a hello before its ports.
 pub const HELLO_FIXED_LEN: usize = 32;
 /// Hello flag (byte 5 of the body): the sending controller is the active one.
@@ -192,6 +194,20 @@ pub struct HelloPort {
     pub speed_mbps: u32,
 }
 
+/// An IPv6 address of one of the ports a hello lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct HelloAddr6 {
+    /// The port's index in the hello's port list.
+    pub port: u8,
+    pub addr: Ipv6Addr,
+    pub prefix_len: u8,
+}
+
 /// The periodic "I am alive" of an element, with its ports and traffic counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(
@@ -217,6 +233,9 @@ pub struct Hello {
     pub active: bool,
     #[cfg_attr(feature = "serde", serde(default))]
     pub ports: Vec<HelloPort>,
+    /// The ports' IPv6 addresses (an LB's external ports: the router's addresses there).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub addrs6: Vec<HelloAddr6>,
 }
 
 /// Configuration of one port of the receiving element.
@@ -631,7 +650,9 @@ impl Message {
 
     fn body_len(&self) -> usize {
         match self {
-            Message::Hello(h) => HELLO_FIXED_LEN + h.ports.len() * HELLO_PORT_LEN,
+            Message::Hello(h) => {
+                HELLO_FIXED_LEN + h.ports.len() * HELLO_PORT_LEN + h.addrs6.len() * HELLO_ADDR6_LEN
+            }
             Message::Ports { ports } => 1 + ports.len() * PORT_CONFIG_LEN,
             Message::Balance { entries, .. } => {
                 BALANCE_FIXED_LEN + entries.len() * BALANCE_ENTRY_LEN
@@ -679,8 +700,25 @@ impl Repr {
                     }
                 };
                 let count = body[1] as usize;
-                if length != HELLO_FIXED_LEN + count * HELLO_PORT_LEN {
+                let count6 = body[6] as usize;
+                let at6 = HELLO_FIXED_LEN + count * HELLO_PORT_LEN;
+                if length != at6 + count6 * HELLO_ADDR6_LEN {
                     return Err(bad);
+                }
+                let mut addrs6 = Vec::with_capacity(count6);
+                for i in 0..count6 {
+                    let a = &body[at6 + i * HELLO_ADDR6_LEN..];
+                    if a[0] as usize >= count {
+                        return Err(Error::BadField {
+                            field: "hello address port",
+                            value: a[0] as u32,
+                        });
+                    }
+                    addrs6.push(HelloAddr6 {
+                        port: a[0],
+                        prefix_len: prefix_len6(a[1])?,
+                        addr: ip6(a, 2),
+                    });
                 }
                 let mut ports = Vec::with_capacity(count);
                 for i in 0..count {
@@ -703,6 +741,7 @@ impl Repr {
                     priority: body[4],
                     active: body[5] & HELLO_ACTIVE != 0,
                     ports,
+                    addrs6,
                 })
             }
             kind::PORTS => {
@@ -916,6 +955,15 @@ impl Repr {
                     prefix_len(p.prefix_len)?;
                     vlan(p.vlan)?;
                 }
+                too_many("hello IPv6 addresses", h.addrs6.len(), 255)?;
+                for a in &h.addrs6 {
+                    too_many(
+                        "hello address port",
+                        a.port as usize,
+                        h.ports.len().max(1) - 1,
+                    )?;
+                    prefix_len6(a.prefix_len)?;
+                }
             }
             Message::Ports { ports } => {
                 too_many("ports", ports.len(), 255)?;
@@ -979,6 +1027,7 @@ impl Repr {
                 put16(body, 2, h.interval_ms);
                 body[4] = h.priority;
                 body[5] = if h.active { HELLO_ACTIVE } else { 0 };
+                body[6] = h.addrs6.len() as u8;
                 body[8..16].copy_from_slice(&h.rx_packets.to_be_bytes());
                 body[16..24].copy_from_slice(&h.tx_packets.to_be_bytes());
                 body[24..32].copy_from_slice(&h.dropped.to_be_bytes());
@@ -990,6 +1039,13 @@ impl Repr {
                     o[11] = p.role.code();
                     put16(o, 12, p.vlan);
                     o[14..18].copy_from_slice(&p.speed_mbps.to_be_bytes());
+                }
+                let at6 = HELLO_FIXED_LEN + h.ports.len() * HELLO_PORT_LEN;
+                for (i, a) in h.addrs6.iter().enumerate() {
+                    let o = &mut body[at6 + i * HELLO_ADDR6_LEN..];
+                    o[0] = a.port;
+                    o[1] = a.prefix_len;
+                    o[2..18].copy_from_slice(&a.addr.octets());
                 }
             }
             Message::Ports { ports } => {
@@ -1131,6 +1187,11 @@ mod tests {
                         vlan: 10,
                         speed_mbps: 10_000,
                     }],
+                    addrs6: vec![HelloAddr6 {
+                        port: 0,
+                        addr: "2001:db8:1::1".parse().unwrap(),
+                        prefix_len: 64,
+                    }],
                 }),
             },
             Repr {
@@ -1224,6 +1285,7 @@ mod tests {
                     priority: 0,
                     active: false,
                     ports: vec![],
+                    addrs6: vec![],
                 }),
             },
             Repr {
@@ -1265,6 +1327,16 @@ mod tests {
             2, 0, 0, 0, 0, 3, 1, 0, 0, 0,               // weight 0: remove
         ];
         assert_eq!(buf, want);
+        // A hello's IPv6 addresses: their count in byte 6, after the ports (port index,
+        // prefix length, address).
+        let h = &samples()[0];
+        let mut buf = vec![0; h.buffer_len()];
+        h.emit(&mut buf).unwrap();
+        assert_eq!(buf.len(), HEADER_LEN + HELLO_FIXED_LEN + 18 + 18);
+        assert_eq!(buf[HEADER_LEN + 6], 1);
+        let a6 = &buf[HEADER_LEN + HELLO_FIXED_LEN + 18..];
+        assert_eq!(&a6[..4], &[0, 64, 0x20, 0x01]);
+        assert_eq!(a6[17], 1);
     }
 
     #[test]
@@ -1297,8 +1369,24 @@ mod tests {
                 value: 7
             })
         );
-        let mut b = good;
+        let mut b = good.clone();
         b[HEADER_LEN + HELLO_FIXED_LEN + 10] = 33; // prefix length
+        assert!(matches!(Repr::parse(&b), Err(Error::BadField { .. })));
+        let a6 = HEADER_LEN + HELLO_FIXED_LEN + HELLO_PORT_LEN;
+        let mut b = good.clone();
+        b[HEADER_LEN + 6] = 2; // two IPv6 addresses announced, one present
+        assert!(matches!(Repr::parse(&b), Err(Error::BadLength { .. })));
+        let mut b = good.clone();
+        b[a6] = 1; // the address of a port the hello does not list
+        assert!(matches!(
+            Repr::parse(&b),
+            Err(Error::BadField {
+                field: "hello address port",
+                ..
+            })
+        ));
+        let mut b = good;
+        b[a6 + 1] = 129; // an IPv6 prefix length
         assert!(matches!(Repr::parse(&b), Err(Error::BadField { .. })));
         // Routes: an entry that claims more gateways than the body holds, too many
         // gateways, and bytes left over after the last entry.

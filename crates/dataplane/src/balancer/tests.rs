@@ -28,7 +28,7 @@ fn lb(mode: Mode) -> (Balancer, Instant) {
             vlan: 10,
             addr: ip("10.1.0.1"),
             prefix_len: 24,
-            addrs6: vec!["2001:db8:1::1".parse().unwrap()],
+            addrs6: vec![("2001:db8:1::1".parse().unwrap(), 64)],
             speed_mbps: 0,
         },
         LbPort {
@@ -318,9 +318,35 @@ fn hello_from(mac: MacAddr) -> Vec<u8> {
             priority: 0,
             active: false,
             ports: vec![],
+            addrs6: vec![],
         }),
         mac,
     )
+}
+
+/// The LB's hello lists the router's IPv6 addresses on its external ports, with their
+/// prefix lengths, by port (the Virtual-CP gives them to its TAPs).
+#[test]
+fn hellos_carry_the_routers_ipv6_addresses() {
+    let (mut b, _) = lb(Mode::Maglev);
+    let r = b.hello();
+    let f = r.to_frame(b.ports[1].mac, MacAddr::BROADCAST).unwrap();
+    let Ok(dist::Repr {
+        msg: dist::Message::Hello(h),
+        ..
+    }) = dist::Repr::parse(&f[14..])
+    else {
+        panic!("not a hello: {r:?}");
+    };
+    assert_eq!(
+        h.addrs6,
+        vec![dist::HelloAddr6 {
+            port: 0,
+            addr: "2001:db8:1::1".parse().unwrap(),
+            prefix_len: 64,
+        }]
+    );
+    assert_eq!(h.ports[0].role, PortRole::External);
 }
 
 #[test]
