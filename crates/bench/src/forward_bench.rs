@@ -270,8 +270,20 @@ pub(crate) fn lab_mac(lab: &lab::Lab, node: &str, ifname: &str) -> Result<String
         .ok_or_else(|| format!("no interface {node}:{ifname}"))
 }
 
+/// How long a sink may run past a point's duration (a cap: it is stopped when the
+/// generators are done).
+const SINK_SPARE_S: f64 = 30.0;
+/// How long the sinks keep receiving after the generators have ended.
+const SINK_DRAIN: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// One measurement point in a lab: sinks (on `eth0` of each node of `sinks`) and
 /// generators (`gens`: source node, destination arguments, rate) for `secs` seconds.
+///
+/// Every frame the generators send counts: the sinks run until the generators have ended
+/// and a short drain has passed, then are told to stop (SIGINT) and report. (A sink with
+/// a fixed duration cut off the tail of a generator that took long to start, such as one
+/// drawing its destinations from a full table: a few milliseconds of frames counted lost
+/// at every rate.)
 pub(crate) fn lab_point(
     lab: &lab::Lab,
     exe: &Path,
@@ -284,11 +296,13 @@ pub(crate) fn lab_point(
         return Err("interrupted".into());
     }
     let exe = exe.to_string_lossy().to_string();
-    let sink_secs = format!("{}", secs + 1.0);
+    // A cap only: the sinks are stopped once the generators are done.
+    let sink_secs = format!("{}", secs + SINK_SPARE_S);
     let mut sink_procs = Vec::new();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     for s in sinks {
         let ns = lab.ns(s);
-        let c = Command::new("ip")
+        let mut c = Command::new("ip")
             .args([
                 "netns",
                 "exec",
@@ -303,13 +317,34 @@ pub(crate) fn lab_point(
                 "--json",
             ])
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| e.to_string())?;
+        // `ip netns exec` runs the sink in its own process: the PID is the sink's.
+        if let Some(err) = c.stderr.take() {
+            let tx = ready_tx.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(err).lines() {
+                    let Ok(line) = line else { break };
+                    if line.contains("sink: receiving") {
+                        let _ = tx.send(());
+                    }
+                }
+            });
+        }
         sink_procs.push(c);
     }
-    std::thread::sleep(std::time::Duration::from_millis(400));
+    // Each sink says when it receives; the generators start after that (or after 5 s).
+    let t = std::time::Instant::now();
+    for _ in sinks {
+        let left = std::time::Duration::from_secs(5).saturating_sub(t.elapsed());
+        if ready_rx.recv_timeout(left).is_err() {
+            break;
+        }
+    }
     let mut gen_procs = Vec::new();
+    let mut spawn_error = None;
     for (node, dst, rate) in gens {
         let ns = lab.ns(node);
         let mut args: Vec<String> = vec![
@@ -331,22 +366,49 @@ pub(crate) fn lab_point(
             secs.to_string(),
             "--json".into(),
         ]);
-        gen_procs.push(
-            Command::new("ip")
-                .args(&args)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| e.to_string())?,
-        );
+        match Command::new("ip")
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+        {
+            Ok(g) => gen_procs.push(g),
+            Err(e) => {
+                spawn_error = Some(format!("gen: {e}"));
+                break;
+            }
+        }
     }
     let mut p = Point::default();
+    let mut gen_error = spawn_error;
     for g in gen_procs {
-        let o = g.wait_with_output().map_err(|e| e.to_string())?;
-        let v: Value = serde_json::from_slice(&o.stdout)
-            .map_err(|e| format!("gen: {e}: {}", String::from_utf8_lossy(&o.stderr)))?;
-        p.offered_pps += v["achieved_pps"].as_f64().unwrap_or(0.0);
-        p.sent += v["sent"].as_u64().unwrap_or(0);
+        let r = g
+            .wait_with_output()
+            .map_err(|e| e.to_string())
+            .and_then(|o| {
+                serde_json::from_slice::<Value>(&o.stdout)
+                    .map_err(|e| format!("gen: {e}: {}", String::from_utf8_lossy(&o.stderr)))
+            });
+        match r {
+            Ok(v) => {
+                p.offered_pps += v["achieved_pps"].as_f64().unwrap_or(0.0);
+                p.sent += v["sent"].as_u64().unwrap_or(0);
+            }
+            Err(e) => gen_error = gen_error.or(Some(e)),
+        }
+    }
+    // What is still on its way arrives within the drain; then the sinks stop and report
+    // (on every path: a sink left running would hold its namespace).
+    std::thread::sleep(SINK_DRAIN);
+    for s in &sink_procs {
+        // SAFETY: kill(2) on a child of ours that has not been reaped yet.
+        unsafe { libc::kill(s.id() as libc::pid_t, libc::SIGINT) };
+    }
+    if let Some(e) = gen_error {
+        for s in sink_procs {
+            let _ = s.wait_with_output();
+        }
+        return Err(e);
     }
     for s in sink_procs {
         let o = s.wait_with_output().map_err(|e| e.to_string())?;
