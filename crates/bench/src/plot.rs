@@ -59,11 +59,17 @@ pub fn forward_plots(out: &Path, rows: &[Value]) -> Result<Vec<String>, String> 
             _ => {}
         }
     }
+    // As many colours as `bench forward` has built-in contenders (a run with every flag
+    // draws seven), told apart in print as on screen; more contenders reuse them.
     let colors = [
         RGBColor(0, 90, 180),
         RGBColor(210, 80, 0),
         RGBColor(0, 140, 70),
         RGBColor(140, 0, 140),
+        RGBColor(20, 20, 20),
+        RGBColor(200, 160, 0),
+        RGBColor(0, 170, 200),
+        RGBColor(200, 0, 60),
     ];
     let mut files = Vec::new();
     for (case, series) in &cases {
