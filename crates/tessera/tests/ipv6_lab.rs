@@ -547,6 +547,94 @@ fn ipv6_through_the_star_router() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The dual-stack multistage router with a controller running zebra (FPM to the
+/// controller) and `daemon` (FRR's, with `vcp_conf`), and b1 running zebra and `daemon`
+/// (with `b1_conf`) with `loopback6` on its loopback; up, with its directory.
+fn frr_lab(
+    tag: &str,
+    daemon: &str,
+    vcp_conf: &str,
+    b1_conf: &str,
+    loopback6: &str,
+) -> (TestLab, std::path::PathBuf) {
+    assert!(
+        std::path::Path::new(&format!("/usr/lib/frr/{daemon}")).exists(),
+        "this test needs FRR (Debian's frr): `bash scripts/setup` installs it"
+    );
+    let dir = std::env::temp_dir().join(format!("tessera-{tag}-{}", std::process::id()));
+    let b1_routes = "routes = [\"default via 10.2.0.1\", \"default via 2001:db8:2::1\"]";
+    let topo = with_controller(
+        dual_stack_multistage(&dir),
+        &format!("frr = {{ zebra = \"multistage/vcp-zebra.conf\", {daemon} = \"multistage/vcp-{daemon}.conf\" }}\n"),
+        loopback6,
+        &[(
+            b1_routes,
+            &format!("{b1_routes}\nfrr = {{ zebra = \"multistage/b1-zebra.conf\", {daemon} = \"multistage/b1-{daemon}.conf\" }}"),
+        )],
+    );
+    let files = [
+        (
+            "vcp.toml".to_string(),
+            "[controller]\ninterface = \"vcp-int\"\nhello_interval_ms = 200\n# The LBs keep their own (dual-stack) configuration.\nconfigure_lbs = false\n\n[fpm]\nlisten = \"127.0.0.1:2620\"\n",
+        ),
+        (
+            "vcp-zebra.conf".to_string(),
+            "hostname vcp\nfpm address 127.0.0.1 port 2620\ninterface vlan20\n no link-detect\n",
+        ),
+        (format!("vcp-{daemon}.conf"), vcp_conf),
+        ("b1-zebra.conf".to_string(), "hostname b1\n"),
+        (format!("b1-{daemon}.conf"), b1_conf),
+    ];
+    for (name, text) in files {
+        std::fs::write(dir.join("multistage").join(name), text).unwrap();
+    }
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    (TestLab::up(dir.join("lab.toml"), &[]), dir)
+}
+
+/// Waits (60 s at most) until the controller has a route from zebra and every back-end
+/// holds an IPv6 route and is consistent with it; the controller's `show fib`.
+fn route_on_every_back_end(lab: &TestLab, what: &str) -> serde_json::Value {
+    let t = std::time::Instant::now();
+    loop {
+        let fib = lab.show_json("fib", "vcp");
+        let backends = fib["backends"].as_array().cloned().unwrap_or_default();
+        if fib["fpm"]["route_adds"].as_u64().unwrap_or(0) > 0
+            && backends.len() == 3
+            && backends.iter().all(|b| b["consistent"] == true)
+            && ["r1", "r2", "r3"]
+                .iter()
+                .all(|r| lab.show_json("fib", r)["routes6"].as_u64().unwrap_or(0) >= 1)
+        {
+            eprintln!(
+                "{what} on every back-end {:?} after the lab came up",
+                t.elapsed()
+            );
+            return fib;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "{what} did not reach every back-end in 60 s: {fib}\nTAP: {}\nroutes: {}",
+            lab.sh("vcp", &["ip", "-6", "addr", "show", "dev", "vlan20"]),
+            lab.sh("vcp", &["ip", "-6", "route"])
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+/// a1 pings `dst` (five tries): through the router, with one hop-limit decrement.
+fn a1_reaches_through_the_router(lab: &TestLab, dst: &str) {
+    let mut tries = 0;
+    let (ok, out) = loop {
+        let (ok, out) = ping6(lab, "a1", &[dst]);
+        tries += 1;
+        if ok || tries == 5 {
+            break (ok, out);
+        }
+    };
+    assert!(ok && out.contains("ttl=63"), "{out}");
+}
+
 /// OSPFv3 with the Virtual-CP: the dual-stack multistage router gets a controller with
 /// zebra and ospf6d in its namespace (the TAP vlan20 stands for the network to b1), and
 /// b1 runs ospf6d too, announcing its loopback 2001:db8:77::1/128. The adjacency forms
@@ -556,44 +644,13 @@ fn ipv6_through_the_star_router() {
 /// pings the loopback through the router.
 #[test]
 fn ospfv3_routes_through_link_local_next_hops_reach_the_back_ends() {
-    assert!(
-        std::path::Path::new("/usr/lib/frr/ospf6d").exists(),
-        "this test needs FRR (Debian's frr): `bash scripts/setup` installs it"
-    );
-    let dir = std::env::temp_dir().join(format!("tessera-ospf6-{}", std::process::id()));
-    let topo = with_controller(
-        dual_stack_multistage(&dir),
-        "frr = { zebra = \"multistage/vcp-zebra.conf\", ospf6d = \"multistage/vcp-ospf6d.conf\" }\n",
+    let (lab, dir) = frr_lab(
+        "ospf6",
+        "ospf6d",
+        "hostname vcp\ninterface vlan20\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 hello-interval 1\n ipv6 ospf6 dead-interval 4\nrouter ospf6\n ospf6 router-id 10.255.0.1\n",
+        "hostname b1\ninterface eth0\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 hello-interval 1\n ipv6 ospf6 dead-interval 4\ninterface lo\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 passive\nrouter ospf6\n ospf6 router-id 10.2.0.10\n",
         "2001:db8:77::1/128",
-        &[(
-            "routes = [\"default via 10.2.0.1\", \"default via 2001:db8:2::1\"]",
-            "routes = [\"default via 10.2.0.1\", \"default via 2001:db8:2::1\"]\nfrr = { zebra = \"multistage/b1-zebra.conf\", ospf6d = \"multistage/b1-ospf6d.conf\" }",
-        )],
     );
-    let files = [
-        (
-            "vcp.toml",
-            "[controller]\ninterface = \"vcp-int\"\nhello_interval_ms = 200\n# The LBs keep their own (dual-stack) configuration.\nconfigure_lbs = false\n\n[fpm]\nlisten = \"127.0.0.1:2620\"\n",
-        ),
-        (
-            "vcp-zebra.conf",
-            "hostname vcp\nfpm address 127.0.0.1 port 2620\ninterface vlan20\n no link-detect\n",
-        ),
-        (
-            "vcp-ospf6d.conf",
-            "hostname vcp\ninterface vlan20\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 hello-interval 1\n ipv6 ospf6 dead-interval 4\nrouter ospf6\n ospf6 router-id 10.255.0.1\n",
-        ),
-        ("b1-zebra.conf", "hostname b1\n"),
-        (
-            "b1-ospf6d.conf",
-            "hostname b1\ninterface eth0\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 hello-interval 1\n ipv6 ospf6 dead-interval 4\ninterface lo\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 passive\nrouter ospf6\n ospf6 router-id 10.2.0.10\n",
-        ),
-    ];
-    for (name, text) in files {
-        std::fs::write(dir.join("multistage").join(name), text).unwrap();
-    }
-    std::fs::write(dir.join("lab.toml"), topo).unwrap();
-    let lab = TestLab::up(dir.join("lab.toml"), &[]);
     let loopback: fib::Prefix6 = "2001:db8:77::1/128".parse().unwrap();
     // The route reaches every back-end, through b1's link-local address on VLAN 20.
     let b1_ll = {
@@ -615,31 +672,7 @@ fn ospfv3_routes_through_link_local_next_hops_reach_the_back_ends() {
             .unwrap()
     };
     let scoped = wire::ipv6::scoped_link_local(b1_ll, 20);
-    let t = std::time::Instant::now();
-    let fib = loop {
-        let fib = lab.show_json("fib", "vcp");
-        let backends = fib["backends"].as_array().cloned().unwrap_or_default();
-        let routes = fib["fpm"]["route_adds"].as_u64().unwrap_or(0);
-        if routes > 0
-            && backends.len() == 3
-            && backends.iter().all(|b| b["consistent"] == true)
-            && ["r1", "r2", "r3"]
-                .iter()
-                .all(|r| lab.show_json("fib", r)["routes6"].as_u64().unwrap_or(0) >= 1)
-        {
-            break fib;
-        }
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(60),
-            "OSPFv3's route did not reach every back-end in 60 s: {fib}\n{}",
-            lab.sh("vcp", &["ip", "-6", "route"])
-        );
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    };
-    eprintln!(
-        "OSPFv3 route on every back-end {:?} after the lab came up",
-        t.elapsed()
-    );
+    let fib = route_on_every_back_end(&lab, "OSPFv3's route");
     let routes = lab.sh("vcp", &["ip", "-6", "route", "show", &loopback.to_string()]);
     assert!(
         routes.contains("via fe80::") && routes.contains("vlan20"),
@@ -652,15 +685,7 @@ fn ospfv3_routes_through_link_local_next_hops_reach_the_back_ends() {
     assert_eq!(fib["fpm"]["skipped_ipv6"], 0, "{fib}");
     // a1 reaches the loopback through the router (one hop-limit decrement), and the
     // back-end that forwards resolves b1's link-local address on VLAN 20.
-    let mut tries = 0;
-    let (ok, out) = loop {
-        let (ok, out) = ping6(&lab, "a1", &["2001:db8:77::1"]);
-        tries += 1;
-        if ok || tries == 5 {
-            break (ok, out);
-        }
-    };
-    assert!(ok && out.contains("ttl=63"), "{out}");
+    a1_reaches_through_the_router(&lab, "2001:db8:77::1");
     let resolved = backends_resolving(&lab, &b1_ll.to_string());
     assert!(
         !resolved.is_empty() && resolved.iter().all(|n| n["interface"] == "ext-b"),
@@ -676,83 +701,20 @@ fn ospfv3_routes_through_link_local_next_hops_reach_the_back_ends() {
 /// reaches the controller's bgpd, and b1's route goes to every back-end.
 #[test]
 fn bgp_over_ipv6_to_the_routers_global_address_reaches_the_back_ends() {
-    assert!(
-        std::path::Path::new("/usr/lib/frr/bgpd").exists(),
-        "this test needs FRR (Debian's frr): `bash scripts/setup` installs it"
-    );
-    let dir = std::env::temp_dir().join(format!("tessera-bgp6-{}", std::process::id()));
-    let topo = with_controller(
-        dual_stack_multistage(&dir),
-        "frr = { zebra = \"multistage/vcp-zebra.conf\", bgpd = \"multistage/vcp-bgpd.conf\" }\n",
+    let (lab, dir) = frr_lab(
+        "bgp6",
+        "bgpd",
+        "hostname vcp\nrouter bgp 65000\n bgp router-id 10.255.0.1\n no bgp ebgp-requires-policy\n no bgp default ipv4-unicast\n neighbor 2001:db8:2::10 remote-as 65002\n neighbor 2001:db8:2::10 timers connect 1\n address-family ipv6 unicast\n  neighbor 2001:db8:2::10 activate\n exit-address-family\n",
+        "hostname b1\nrouter bgp 65002\n bgp router-id 10.2.0.10\n no bgp ebgp-requires-policy\n no bgp default ipv4-unicast\n neighbor 2001:db8:2::1 remote-as 65000\n neighbor 2001:db8:2::1 timers connect 1\n address-family ipv6 unicast\n  neighbor 2001:db8:2::1 activate\n  network 2001:db8:77::2/128\n exit-address-family\n",
         "2001:db8:77::2/128",
-        &[(
-            "routes = [\"default via 10.2.0.1\", \"default via 2001:db8:2::1\"]",
-            "routes = [\"default via 10.2.0.1\", \"default via 2001:db8:2::1\"]\nfrr = { zebra = \"multistage/b1-zebra.conf\", bgpd = \"multistage/b1-bgpd.conf\" }",
-        )],
     );
-    let files = [
-        (
-            "vcp.toml",
-            "[controller]\ninterface = \"vcp-int\"\nhello_interval_ms = 200\n# The LBs keep their own (dual-stack) configuration.\nconfigure_lbs = false\n\n[fpm]\nlisten = \"127.0.0.1:2620\"\n",
-        ),
-        (
-            "vcp-zebra.conf",
-            "hostname vcp\nfpm address 127.0.0.1 port 2620\ninterface vlan20\n no link-detect\n",
-        ),
-        (
-            "vcp-bgpd.conf",
-            "hostname vcp\nrouter bgp 65000\n bgp router-id 10.255.0.1\n no bgp ebgp-requires-policy\n no bgp default ipv4-unicast\n neighbor 2001:db8:2::10 remote-as 65002\n neighbor 2001:db8:2::10 timers connect 1\n address-family ipv6 unicast\n  neighbor 2001:db8:2::10 activate\n exit-address-family\n",
-        ),
-        ("b1-zebra.conf", "hostname b1\n"),
-        (
-            "b1-bgpd.conf",
-            "hostname b1\nrouter bgp 65002\n bgp router-id 10.2.0.10\n no bgp ebgp-requires-policy\n no bgp default ipv4-unicast\n neighbor 2001:db8:2::1 remote-as 65000\n neighbor 2001:db8:2::1 timers connect 1\n address-family ipv6 unicast\n  neighbor 2001:db8:2::1 activate\n  network 2001:db8:77::2/128\n exit-address-family\n",
-        ),
-    ];
-    for (name, text) in files {
-        std::fs::write(dir.join("multistage").join(name), text).unwrap();
-    }
-    std::fs::write(dir.join("lab.toml"), topo).unwrap();
-    let lab = TestLab::up(dir.join("lab.toml"), &[]);
-    let t = std::time::Instant::now();
-    let fib = loop {
-        let fib = lab.show_json("fib", "vcp");
-        let backends = fib["backends"].as_array().cloned().unwrap_or_default();
-        if fib["fpm"]["route_adds"].as_u64().unwrap_or(0) > 0
-            && backends.len() == 3
-            && backends.iter().all(|b| b["consistent"] == true)
-            && ["r1", "r2", "r3"]
-                .iter()
-                .all(|r| lab.show_json("fib", r)["routes6"].as_u64().unwrap_or(0) >= 1)
-        {
-            break fib;
-        }
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(60),
-            "b1's BGP route did not reach every back-end in 60 s: {fib}\nTAP: {}\nroutes: {}",
-            lab.sh("vcp", &["ip", "-6", "addr", "show", "dev", "vlan20"]),
-            lab.sh("vcp", &["ip", "-6", "route"])
-        );
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    };
-    eprintln!(
-        "BGP route over IPv6 on every back-end {:?} after the lab came up",
-        t.elapsed()
-    );
+    let fib = route_on_every_back_end(&lab, "b1's BGP route");
     assert_eq!(fib["fpm"]["skipped_ipv6"], 0, "{fib}");
     let tap = lab.sh("vcp", &["ip", "-6", "addr", "show", "dev", "vlan20"]);
     assert!(tap.contains("2001:db8:2::1/64"), "{tap}");
     let route = lab.sh("vcp", &["ip", "-6", "route", "show", "2001:db8:77::2"]);
     assert!(route.contains("vlan20"), "{route}");
-    let mut tries = 0;
-    let (ok, out) = loop {
-        let (ok, out) = ping6(&lab, "a1", &["2001:db8:77::2"]);
-        tries += 1;
-        if ok || tries == 5 {
-            break (ok, out);
-        }
-    };
-    assert!(ok && out.contains("ttl=63"), "{out}");
+    a1_reaches_through_the_router(&lab, "2001:db8:77::2");
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
