@@ -78,9 +78,10 @@ pub const TO_USER_SPACE_MARK: u32 = 0x7e55_0001;
 const TCX_DROP: i32 = 2;
 const TCX_REDIRECT: u32 = 7;
 const BPF_F_INGRESS: i32 = 1;
-/// `__sk_buff` offsets: len, mark, data, data_end; and its size.
+/// `__sk_buff` offsets: len, mark, vlan_present, data, data_end; and its size.
 const SKB_LEN: i16 = 0;
 const SKB_MARK: i16 = 8;
+const SKB_VLAN_PRESENT: i16 = 20;
 const SKB_DATA: i16 = 76;
 const SKB_DATA_END: i16 = 80;
 const SKB_SIZE: usize = 192;
@@ -655,6 +656,11 @@ fn program(
         a.i(LDX_W, 1, 6, SKB_MARK, 0)
             .j(JEQ32_K, 1, 0, TO_USER_SPACE_MARK as i32, "marked")
             .i(STX_DW, 10, 6, -32, 0)
+            // An 802.1Q tag the driver took out of the frame into the socket buffer is
+            // not in the bytes the program reads: such a frame goes to user space, which
+            // puts the tag back.
+            .i(LDX_W, 1, 6, SKB_VLAN_PRESENT, 0)
+            .j(JNE_K, 1, 0, 0, "slow")
             .i(LDX_W, 7, 6, SKB_DATA, 0)
             .i(LDX_W, 8, 6, SKB_DATA_END, 0);
     } else {
