@@ -49,6 +49,8 @@ pub struct ForwardOpts {
     pub sizes: Vec<usize>,
     /// Measure IPv6 too (see the module's documentation).
     pub ipv6: bool,
+    /// The receiving ports' NAPI threads at SCHED_FIFO 50 (`--rt-napi`).
+    pub rt_napi: bool,
 }
 
 /// The smallest IPv6 test frame: Ethernet, IPv6 and UDP headers, the probe, the FCS.
@@ -88,13 +90,17 @@ fn dual_stack(topo: &str, router: &str) -> (String, String) {
 
 /// Lets `node:ifname` (a veth) take frames from the XDP generator: GRO on, so that the veth
 /// runs NAPI and accepts XDP frames, and NAPI in its own kernel thread, so that receiving
-/// is not charged to the sending core (see docs/measurement.md).
-fn xdp_receiver(lab: &lab::Lab, node: &str, ifname: &str) -> Result<(), String> {
+/// is not charged to the sending core (see docs/measurement.md); with `rt`, that thread at
+/// SCHED_FIFO priority 50.
+fn xdp_receiver(lab: &lab::Lab, node: &str, ifname: &str, rt: bool) -> Result<(), String> {
     let ns = lab.ns(node);
     sh(
         "ip",
         &["netns", "exec", &ns, "ethtool", "-K", ifname, "gro", "on"],
     )?;
+    // The interface's NAPI threads are the `napi/IFNAME-ID` threads that appear when it
+    // turns threaded (names are not unique across namespaces: only new ones are ours).
+    let before = napi_threads(ifname);
     sh(
         "ip",
         &[
@@ -106,7 +112,48 @@ fn xdp_receiver(lab: &lab::Lab, node: &str, ifname: &str) -> Result<(), String> 
             &format!("echo 1 > /sys/class/net/{ifname}/threaded"),
         ],
     )?;
+    if rt {
+        let t = std::time::Instant::now();
+        let mine = loop {
+            let mine: Vec<i32> = napi_threads(ifname)
+                .into_iter()
+                .filter(|p| !before.contains(p))
+                .collect();
+            if !mine.is_empty() || t.elapsed() > std::time::Duration::from_secs(2) {
+                break mine;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        if mine.is_empty() {
+            return Err(format!("--rt-napi: no NAPI thread appeared for {node}:{ifname}"));
+        }
+        for pid in mine {
+            let param = libc::sched_param { sched_priority: 50 };
+            // SAFETY: sched_setscheduler(2) on a kernel thread's PID with a valid param.
+            if unsafe { libc::sched_setscheduler(pid, libc::SCHED_FIFO, &param) } != 0 {
+                return Err(format!(
+                    "--rt-napi: {node}:{ifname}: NAPI thread {pid}: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+        }
+    }
     Ok(())
+}
+
+/// PIDs of the kernel's NAPI threads of interfaces named `ifname`, in any namespace.
+fn napi_threads(ifname: &str) -> Vec<i32> {
+    let prefix = format!("napi/{ifname}-");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end().starts_with(&prefix))
+        })
+        .collect()
 }
 
 /// A device under test started by command (`sh -c`) in its namespace, with `env` added
@@ -605,7 +652,7 @@ fn ceiling(opts: &ForwardOpts, size: usize, six: bool, name: &str) -> Result<f64
     };
     let r = (|| {
         if opts.xdp {
-            xdp_receiver(&l, "sink1", "eth0")?;
+            xdp_receiver(&l, "sink1", "eth0", opts.rt_napi)?;
         }
         let mac = b.mac("sink1", "eth0")?;
         let (src, dst) = if six {
@@ -844,7 +891,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 }
                 if opts.xdp {
                     for (_, rnode, rport, _, _, _) in sources {
-                        xdp_receiver(&l, rnode, rport)?;
+                        xdp_receiver(&l, rnode, rport, opts.rt_napi)?;
                     }
                 }
                 // Sinks take frames a router redirects in XDP (the fast path's): their
@@ -1034,7 +1081,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             r?;
         }
     }
-    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "ipv6": opts.ipv6, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "points": rows});
+    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "ipv6": opts.ipv6, "rt_napi": opts.rt_napi, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "points": rows});
     write(
         &opts.out.join("results.json"),
         &serde_json::to_string_pretty(&v).unwrap_or_default(),

@@ -467,6 +467,13 @@ enum Bench {
         /// two flows go both ways between networks A and B), as contender `multistage`.
         #[arg(long)]
         multistage: bool,
+        /// Run the receiving ports' NAPI threads (the router's, from the XDP generator) at
+        /// real-time priority (SCHED_FIFO 50) for every contender: a thread that waits for
+        /// a core lets the veth's 256-frame ring overflow at low rates, which otherwise
+        /// decides the zero-loss rates on a shared machine (docs/forwarder.md). At overload
+        /// that thread then takes its core before any user-space forwarder.
+        #[arg(long)]
+        rt_napi: bool,
         /// Measure IPv6 as well, on the same (dual-stack) lab in the same run: each
         /// contender over IPv4, then over IPv6 (as `NAME-ipv6`; 84-byte frames where IPv4
         /// has 64), the table's IPv6 part (synthetic, or a file's IPv6 routes) loaded too.
@@ -1053,6 +1060,7 @@ fn run(cli: Cli) -> Result<i32> {
                 star,
                 multistage,
                 ipv6,
+                rt_napi,
             } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
                 stop_lab_benches_on_signals()?;
@@ -1103,6 +1111,7 @@ fn run(cli: Cli) -> Result<i32> {
                     flows,
                     sizes,
                     ipv6,
+                    rt_napi,
                 };
                 let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
                 print(&v)
