@@ -125,7 +125,9 @@ fn xdp_receiver(lab: &lab::Lab, node: &str, ifname: &str, rt: bool) -> Result<()
             std::thread::sleep(std::time::Duration::from_millis(20));
         };
         if mine.is_empty() {
-            return Err(format!("--rt-napi: no NAPI thread appeared for {node}:{ifname}"));
+            return Err(format!(
+                "--rt-napi: no NAPI thread appeared for {node}:{ifname}"
+            ));
         }
         for pid in mine {
             let param = libc::sched_param { sched_priority: 50 };
