@@ -51,6 +51,8 @@ pub struct ForwardOpts {
     pub ipv6: bool,
     /// The receiving ports' NAPI threads at SCHED_FIFO 50 (`--rt-napi`).
     pub rt_napi: bool,
+    /// The sinks receive on AF_XDP sockets (`sink --xdp`) instead of AF_PACKET rings.
+    pub sink_xdp: bool,
 }
 
 /// The smallest IPv6 test frame: Ethernet, IPv6 and UDP headers, the probe, the FCS.
@@ -246,7 +248,11 @@ pub(crate) struct Point {
     pub forwarded_pps: f64,
     pub sent: u64,
     pub received: u64,
+    /// Sent, and neither received nor dropped by a sink's own socket.
     pub lost: u64,
+    /// Frames that reached a sink's interface but that its socket dropped (the sink fell
+    /// behind): forwarded by the router, so neither received nor lost.
+    pub sink_dropped: u64,
     /// One-way latency percentiles, nanoseconds (the worst of the sinks): p50, p99, max.
     pub latency_ns: [u64; 3],
 }
@@ -291,13 +297,14 @@ impl Bench<'_> {
         gens: &[(&str, Vec<String>, String)],
         sinks: &[&str],
     ) -> Result<Point, String> {
-        lab_point(
+        lab_point_with(
             &self.lab,
             &self.opts.exe,
             self.opts.seconds,
             size,
             gens,
             sinks,
+            self.opts.sink_xdp,
         )
     }
 }
@@ -341,6 +348,19 @@ pub(crate) fn lab_point(
     gens: &[(&str, Vec<String>, String)],
     sinks: &[&str],
 ) -> Result<Point, String> {
+    lab_point_with(lab, exe, secs, size, gens, sinks, false)
+}
+
+/// As [`lab_point`]; with `sink_xdp`, the sinks receive on AF_XDP sockets (`sink --xdp`).
+pub(crate) fn lab_point_with(
+    lab: &lab::Lab,
+    exe: &Path,
+    secs: f64,
+    size: usize,
+    gens: &[(&str, Vec<String>, String)],
+    sinks: &[&str],
+    sink_xdp: bool,
+) -> Result<Point, String> {
     if crate::interrupted() {
         return Err("interrupted".into());
     }
@@ -362,7 +382,7 @@ pub(crate) fn lab_point(
                 "eth0",
                 "--duration",
                 &sink_secs,
-                "--drop",
+                if sink_xdp { "--xdp" } else { "--drop" },
                 "--json",
             ])
             .stdout(Stdio::piped())
@@ -463,15 +483,17 @@ pub(crate) fn lab_point(
         let o = s.wait_with_output().map_err(|e| e.to_string())?;
         let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("sink: {e}"))?;
         p.received += v["received"].as_u64().unwrap_or(0);
+        p.sink_dropped += v["socket_dropped"].as_u64().unwrap_or(0);
         let l = &v["latency_ns_percentiles"];
         for (k, q) in ["p50", "p99", "max"].into_iter().enumerate() {
             p.latency_ns[k] = p.latency_ns[k].max(l[q].as_u64().unwrap_or(0));
         }
     }
-    p.lost = p.sent.saturating_sub(p.received);
+    let arrived = p.received + p.sink_dropped;
+    p.lost = p.sent.saturating_sub(arrived);
     // Forwarded rate: the offered rate scaled by the share that arrived.
     p.forwarded_pps = if p.sent > 0 {
-        p.offered_pps * p.received as f64 / p.sent as f64
+        p.offered_pps * arrived.min(p.sent) as f64 / p.sent as f64
     } else {
         0.0
     };
@@ -1010,7 +1032,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                                 rows.push(json!({
                                 "contender": contender, "family": family, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
                                 "kind": kind, "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(),
-                                "sent": p.sent, "received": p.received, "lost": p.lost, "generator_ceiling_pps": ceil.round(),
+                                "sent": p.sent, "received": p.received, "lost": p.lost, "sink_dropped": p.sink_dropped, "generator_ceiling_pps": ceil.round(),
                             }));
                             };
                             let mut best = 0.0f64;
@@ -1060,7 +1082,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                                     rows.push(json!({
                                     "contender": contender, "family": family, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
                                     "kind": "latency", "load_of_zero_loss": f, "offered_pps": p.offered_pps.round(),
-                                    "sent": p.sent, "received": p.received, "lost": p.lost,
+                                    "sent": p.sent, "received": p.received, "lost": p.lost, "sink_dropped": p.sink_dropped,
                                     "latency_p50_ns": p.latency_ns[0], "latency_p99_ns": p.latency_ns[1], "latency_max_ns": p.latency_ns[2],
                                     "generator_ceiling_pps": ceil.round(),
                                 }));
@@ -1083,7 +1105,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             r?;
         }
     }
-    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "ipv6": opts.ipv6, "rt_napi": opts.rt_napi, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "points": rows});
+    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "ipv6": opts.ipv6, "rt_napi": opts.rt_napi, "sink": if opts.sink_xdp { "xdp" } else { "afpacket" }, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "points": rows});
     write(
         &opts.out.join("results.json"),
         &serde_json::to_string_pretty(&v).unwrap_or_default(),
@@ -1127,6 +1149,7 @@ fn write_csv(path: &Path, rows: &[Value]) -> Result<(), String> {
         "latency_max_ns",
         "generator_ceiling_pps",
         "family",
+        "sink_dropped",
     ];
     let mut s = cols.join(",") + "\n";
     for r in rows {

@@ -29,6 +29,12 @@ pub struct SinkConfig {
     /// host's own stack then spends nothing on it (on a veth that work would run on the
     /// sender's CPU and cap the generator). ARP and everything else pass.
     pub drop: bool,
+    /// Receive on an AF_XDP socket ([`io::XdpPort::open_stamped`]) instead of the
+    /// AF_PACKET ring: UDP frames are stamped in the XDP hook and copied to the socket
+    /// without a socket buffer, so that receiving costs the sending side's core (a veth
+    /// receives on the sender's CPU) as little as the kernel allows; ARP and the rest go
+    /// to the host's stack. `drop` is then moot: UDP never reaches the stack.
+    pub xdp: bool,
     /// More intervals for the rate statistics (milliseconds, each a multiple of
     /// `interval_ms`): per flow, `rates` lists the statistics for every interval.
     pub more_intervals_ms: Vec<f64>,
@@ -196,6 +202,9 @@ struct Trace {
 pub struct Sink {
     pub flows: BTreeMap<u16, Flow>,
     pub other: u64,
+    /// Frames the sink's own socket dropped (its ring full, or no free buffer), by the
+    /// kernel's reason: they reached the sink's interface, and the sink fell behind.
+    pub socket_drops: BTreeMap<&'static str, u64>,
     /// One-way latency of every probe of every flow, for percentiles.
     pub latency: crate::Histogram,
     t0: Option<u64>,
@@ -334,6 +343,8 @@ impl Sink {
             "reordered": sum(|f| f.reordered),
             "duplicates": sum(|f| f.duplicates),
             "other_frames": self.other,
+            "socket_dropped": self.socket_drops.values().sum::<u64>(),
+            "socket_drops": self.socket_drops,
             "latency_ns_percentiles": self.latency.json(),
             "duration_s": duration_s,
             "interval_ms": iv * 1e3,
@@ -348,17 +359,27 @@ pub fn run(cfg: &SinkConfig, stop: &AtomicBool, ready: impl FnOnce()) -> Result<
     if !(1.0..=1000.0).contains(&cfg.interval_ms) {
         return Err(format!("--interval {}: use 1 to 1000 ms", cfg.interval_ms));
     }
-    // Blocks: at the rates a sink takes, a wake-up per block costs less than one per
-    // frame, and the kernel's receive timestamps do not depend on when we read them.
-    let mut port = io::AfPacket::open(
-        &cfg.iface,
-        io::RingConfig {
-            rx_ring: io::RxRing::Blocks,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let _drop = if cfg.drop {
+    let (mut xdp, mut packet) = (None, None);
+    let port: &mut dyn Port = if cfg.xdp {
+        xdp.insert(
+            io::XdpPort::open_stamped(&cfg.iface, io::XskConfig::default())
+                .map_err(|e| format!("--xdp: {e}"))?,
+        )
+    } else {
+        // Blocks: at the rates a sink takes, a wake-up per block costs less than one per
+        // frame, and the kernel's receive timestamps do not depend on when we read them.
+        packet.insert(
+            io::AfPacket::open(
+                &cfg.iface,
+                io::RingConfig {
+                    rx_ring: io::RxRing::Blocks,
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| e.to_string())?,
+        )
+    };
+    let _drop = if cfg.drop && !cfg.xdp {
         Some(IngressDrop::install(&cfg.iface, cfg.port)?)
     } else {
         None
@@ -403,8 +424,14 @@ pub fn run(cfg: &SinkConfig, stop: &AtomicBool, ready: impl FnOnce()) -> Result<
             unsafe { libc::poll(&mut pfd, 1, 5) };
         }
     }
+    port.take_backend_drops(&mut |why, n| *sink.socket_drops.entry(why.name()).or_default() += n);
     sink.finish()?;
-    Ok(sink.summary(start.elapsed().as_secs_f64()))
+    let mut v = sink.summary(start.elapsed().as_secs_f64());
+    if let Some(x) = &xdp {
+        // Frames whose receive time is when they were read, not the XDP hook's.
+        v["unstamped_frames"] = x.unstamped().into();
+    }
+    Ok(v)
 }
 
 #[cfg(test)]

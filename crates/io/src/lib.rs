@@ -17,7 +17,7 @@ pub mod xdp;
 pub mod xsk;
 
 pub use afpacket::{AfPacket, RingConfig, RxRing};
-pub use xsk::XdpPort;
+pub use xsk::{XdpPort, XskConfig};
 
 use dataplane::buf::{Pkt, Pool};
 use dataplane::port::{Port, PortInfo, TxResult};

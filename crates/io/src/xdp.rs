@@ -279,7 +279,7 @@ pub(crate) fn u32s(a: u32, b: u32) -> u64 {
     a as u64 | (b as u64) << 32
 }
 
-fn clock_ns(c: libc::clockid_t) -> i64 {
+pub(crate) fn clock_ns(c: libc::clockid_t) -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -70,6 +70,10 @@ pub struct XskConfig {
     pub tx: u32,
     /// Take copy mode even where the driver offers zero-copy.
     pub force_copy: bool,
+    /// Receive timestamps taken in the XDP hook ([`stamp_program`] writes the kernel's
+    /// clock into each frame's metadata): `recv` sets `rx_ns` (CLOCK_REALTIME) from them.
+    /// Only with [`XdpPort::open_stamped`], whose program writes them.
+    pub rx_stamp: bool,
 }
 
 impl Default for XskConfig {
@@ -78,6 +82,7 @@ impl Default for XskConfig {
             rx: 2048,
             tx: 2048,
             force_copy: false,
+            rx_stamp: false,
         }
     }
 }
@@ -246,6 +251,11 @@ struct Socket {
     zero_copy: bool,
     /// The kernel's statistics when last read.
     stats: Statistics,
+    /// CLOCK_REALTIME minus CLOCK_MONOTONIC when opened, where frames carry the XDP
+    /// hook's monotonic receive time in their metadata ([`XskConfig::rx_stamp`]).
+    stamp_offset: Option<i64>,
+    /// Frames received without the stamp program's time (`rx_stamp` only).
+    unstamped: u64,
 }
 
 fn sockopt<T>(fd: i32, opt: i32, v: &T, what: &str) -> io::Result<()> {
@@ -389,6 +399,11 @@ impl Socket {
             rx_spare: Vec::with_capacity(2 * cfg.rx as usize),
             zero_copy: false,
             stats: Statistics::default(),
+            stamp_offset: cfg.rx_stamp.then(|| {
+                crate::xdp::clock_ns(libc::CLOCK_REALTIME)
+                    - crate::xdp::clock_ns(libc::CLOCK_MONOTONIC)
+            }),
+            unstamped: 0,
         };
         // The receive frames go to the kernel (as many as the fill ring takes) before the
         // socket is bound; the others wait in `rx_spare`.
@@ -516,6 +531,9 @@ impl Socket {
                 // No socket-buffer flags reach an AF_XDP socket: a frame from a local
                 // sender on a virtual link may carry a partial checksum.
                 p.meta.csum_unknown = true;
+                if let Some(off) = self.stamp_offset {
+                    p.meta.rx_ns = self.take_stamp(d.addr, off);
+                }
                 out.push(p);
                 got += 1;
             } else {
@@ -526,6 +544,28 @@ impl Socket {
         self.rx.consume(n);
         self.refill();
         got
+    }
+
+    /// The receive time the stamp program left in the 8 bytes of metadata before the
+    /// frame at `addr` (CLOCK_REALTIME, ns), which it then clears: a frame without one
+    /// (metadata refused, or not copied) gets the time it is read here.
+    fn take_stamp(&mut self, addr: u64, offset: i64) -> u64 {
+        let chunk = addr & !(FRAME as u64 - 1);
+        let mut mono = 0u64;
+        if addr >= chunk + 8 {
+            // SAFETY: the 8 bytes lie within the frame's UMEM chunk, which is ours until
+            // its address goes back on the fill ring.
+            unsafe {
+                let at = self.umem.add(addr as usize - 8) as *mut u64;
+                mono = ptr::read_unaligned(at);
+                ptr::write_unaligned(at, 0);
+            }
+        }
+        if mono == 0 {
+            self.unstamped += 1;
+            mono = crate::xdp::clock_ns(libc::CLOCK_MONOTONIC) as u64;
+        }
+        (mono as i64 + offset) as u64
     }
 
     /// Gives the receive frames we hold back to the kernel, as far as the fill ring has
@@ -635,6 +675,67 @@ fn redirect_program(map_fd: i32) -> Vec<u8> {
     .concat()
 }
 
+/// A receiving program for measurement: IPv4 and IPv6 UDP frames get their receive time
+/// (the kernel's monotonic clock) in 8 bytes of metadata and go to the queue's socket,
+/// everything else (ARP, neighbour discovery) to the kernel's stack. A frame whose
+/// metadata the kernel refuses goes to the socket unstamped.
+pub fn stamp_program(map_fd: i32) -> Vec<u8> {
+    use crate::xdp::insn;
+    const LDX_B: u8 = 0x71;
+    const LDX_H: u8 = 0x69;
+    const LDX_W: u8 = 0x61;
+    const STX_DW: u8 = 0x7b;
+    const LD_IMM64: u8 = 0x18;
+    const MOV_K: u8 = 0xb7;
+    const MOV_X: u8 = 0xbf;
+    const ADD_K: u8 = 0x07;
+    const JEQ_K: u8 = 0x15;
+    const JNE_K: u8 = 0x55;
+    const JGT_X: u8 = 0x2d;
+    const JA: u8 = 0x05;
+    const CALL: u8 = 0x85;
+    const EXIT: u8 = 0x95;
+    const ADJUST_META: i32 = 54;
+    const KTIME_GET_NS: i32 = 5;
+    const REDIRECT_MAP: i32 = 51;
+    // Offsets are counted in instructions after the jump; LD_IMM64 takes two.
+    [
+        insn(MOV_X, 6, 1, 0, 0),                                     // 0: r6 = ctx
+        insn(LDX_W, 2, 6, 0, 0),                                     // 1: r2 = data
+        insn(LDX_W, 3, 6, 4, 0),                                     // 2: r3 = data_end
+        insn(MOV_X, 4, 2, 0, 0),                                     // 3
+        insn(ADD_K, 4, 0, 0, 24),                                    // 4: r4 = data + 24
+        insn(JGT_X, 4, 3, 24, 0),                                    // 5: short -> pass (30)
+        insn(LDX_H, 4, 2, 12, 0), // 6: EtherType, as loaded (little-endian)
+        insn(JEQ_K, 4, 0, 3, 0x0008), // 7: IPv4 -> 11
+        insn(JNE_K, 4, 0, 21, 0xdd86u16 as i32), // 8: not IPv6 -> pass (30)
+        insn(LDX_B, 5, 2, 20, 0), // 9: IPv6 next header
+        insn(JA, 0, 0, 1, 0),     // 10 -> 12
+        insn(LDX_B, 5, 2, 23, 0), // 11: IPv4 protocol
+        insn(JNE_K, 5, 0, 17, 17), // 12: not UDP -> pass (30)
+        insn(MOV_X, 1, 6, 0, 0),  // 13
+        insn(MOV_K, 2, 0, 0, -8), // 14
+        insn(CALL, 0, 0, 0, ADJUST_META), // 15
+        insn(JNE_K, 0, 0, 7, 0),  // 16: refused -> redirect (24)
+        insn(CALL, 0, 0, 0, KTIME_GET_NS), // 17
+        insn(LDX_W, 2, 6, 0, 0),  // 18: r2 = data
+        insn(LDX_W, 3, 6, 8, 0),  // 19: r3 = data_meta
+        insn(MOV_X, 4, 3, 0, 0),  // 20
+        insn(ADD_K, 4, 0, 0, 8),  // 21
+        insn(JGT_X, 4, 2, 1, 0),  // 22: no room -> redirect (24)
+        insn(STX_DW, 3, 0, 0, 0), // 23: *(u64 *)data_meta = now
+        insn(LDX_W, 2, 6, 16, 0), // 24: r2 = rx_queue_index
+        insn(LD_IMM64, 1, crate::xdp::BPF_PSEUDO_MAP_FD, 0, map_fd), // 25-26
+        insn(0, 0, 0, 0, 0),
+        insn(MOV_K, 3, 0, 0, XDP_PASS), // 27: no socket on the queue: to the stack
+        insn(CALL, 0, 0, 0, REDIRECT_MAP), // 28
+        insn(EXIT, 0, 0, 0, 0),         // 29
+        insn(MOV_K, 0, 0, 0, XDP_PASS), // 30: pass
+        insn(EXIT, 0, 0, 0, 0),         // 31
+    ]
+    .concat()
+}
+
 /// The redirect program attached to one interface, and its XSKMAP.
 struct Attached {
     map: OwnedFd,
@@ -674,20 +775,15 @@ fn attach(
     queues: u32,
     mode: AttachMode,
     program: Option<ProgramFor>,
+    stamp: bool,
 ) -> io::Result<Attached> {
     let map = crate::xdp::map_create(BPF_MAP_TYPE_XSKMAP, 4, 4, queues.max(1), 0, 0, "XSKMAP")?;
-    let code = match program {
-        Some(p) => p(Hook::Xdp(map.as_raw_fd())),
-        None => redirect_program(map.as_raw_fd()),
+    let (code, name) = match program {
+        Some(p) => (p(Hook::Xdp(map.as_raw_fd())), "tessera_fast"),
+        None if stamp => (stamp_program(map.as_raw_fd()), "tessera_stamp"),
+        None => (redirect_program(map.as_raw_fd()), "tessera_xsk"),
     };
-    let prog = load_xdp(
-        &code,
-        if program.is_some() {
-            "tessera_fast"
-        } else {
-            "tessera_xsk"
-        },
-    )?;
+    let prog = load_xdp(&code, name)?;
     let link = |flags: u32| {
         let mut attr = [0u64; 16];
         attr[0] = u32s(prog.as_raw_fd() as u32, ifindex);
@@ -807,6 +903,24 @@ impl XdpPort {
         Self::open_queues(name, cfg, shared, &(0..queues).collect::<Vec<_>>())
     }
 
+    /// A receiving port for measurement: [`stamp_program`] on `name` (IPv4 and IPv6 UDP
+    /// to the sockets, with their receive times; the rest to the kernel's stack) and a
+    /// socket on every receive queue, whose frames carry `rx_ns`.
+    pub fn open_stamped(name: &str, cfg: XskConfig) -> io::Result<XdpPort> {
+        let queues = rx_queues(name);
+        let ifindex = crate::netdev::ifindex(name)? as u32;
+        let shared = std::sync::Arc::new(
+            attach(ifindex, queues, AttachMode::Auto, None, true)
+                .map(AttachedShared)
+                .map_err(|e| io::Error::new(e.kind(), format!("{name}: XDP attach: {e}")))?,
+        );
+        let cfg = XskConfig {
+            rx_stamp: true,
+            ..cfg
+        };
+        Self::open_queues(name, cfg, shared, &(0..queues).collect::<Vec<_>>())
+    }
+
     /// The program on `name`, for ports that then open sockets on its queues
     /// ([`XdpPort::open_queues`]).
     pub fn attach(
@@ -826,7 +940,7 @@ impl XdpPort {
             ));
         }
         let ifindex = crate::netdev::ifindex(name)? as u32;
-        attach(ifindex, queues, mode, program)
+        attach(ifindex, queues, mode, program, false)
             .map(AttachedShared)
             .map_err(|e| io::Error::new(e.kind(), format!("{name}: XDP attach: {e}")))
     }
@@ -854,6 +968,12 @@ impl XdpPort {
             attached: shared,
             next: 0,
         })
+    }
+
+    /// Frames received without a receive time from the stamp program (a port of
+    /// [`XdpPort::open_stamped`]; they got the time they were read instead).
+    pub fn unstamped(&self) -> u64 {
+        self.sockets.iter().map(|s| s.unstamped).sum()
     }
 
     /// Whether every socket runs zero-copy.

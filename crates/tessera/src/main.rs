@@ -162,6 +162,12 @@ enum Cmd {
         /// ingress, removed at exit), so the host's stack does no work for it.
         #[arg(long)]
         drop: bool,
+        /// Receive on an AF_XDP socket with receive times taken in the XDP hook, instead
+        /// of the AF_PACKET ring: no socket buffer per frame, so the receiving costs the
+        /// sender's core (on a veth) far less. UDP only goes to the sink; ARP and the rest
+        /// to the host's stack.
+        #[arg(long)]
+        xdp: bool,
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
@@ -474,6 +480,13 @@ enum Bench {
         /// that thread then takes its core before any user-space forwarder.
         #[arg(long)]
         rt_napi: bool,
+        /// How the sinks receive: `xdp` (an AF_XDP socket, frames stamped in the XDP hook:
+        /// no socket buffer per frame) or `afpacket` (the AF_PACKET ring, as before).
+        /// A veth receives on the sender's core, the router's: the sink's own work there
+        /// is the same for every contender, and `xdp` makes it a fraction of
+        /// `afpacket`'s (docs/measurement.md).
+        #[arg(long, default_value = "xdp", value_parser = ["xdp", "afpacket"])]
+        sink: String,
         /// Measure IPv6 as well, on the same (dual-stack) lab in the same run: each
         /// contender over IPv4, then over IPv6 (as `NAME-ipv6`; 84-byte frames where IPv4
         /// has 64), the table's IPv6 part (synthetic, or a file's IPv6 routes) loaded too.
@@ -876,6 +889,7 @@ fn run(cli: Cli) -> Result<i32> {
             trace_max,
             port,
             drop,
+            xdp,
             json,
         } => {
             let stop = Arc::new(AtomicBool::new(false));
@@ -890,6 +904,7 @@ fn run(cli: Cli) -> Result<i32> {
                 trace_max,
                 port,
                 drop,
+                xdp,
             };
             let v = gen::sink::run(&cfg, &stop, || eprintln!("sink: receiving"))
                 .map_err(anyhow::Error::msg)?;
@@ -1061,6 +1076,7 @@ fn run(cli: Cli) -> Result<i32> {
                 multistage,
                 ipv6,
                 rt_napi,
+                sink,
             } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
                 stop_lab_benches_on_signals()?;
@@ -1112,6 +1128,7 @@ fn run(cli: Cli) -> Result<i32> {
                     sizes,
                     ipv6,
                     rt_napi,
+                    sink_xdp: sink == "xdp",
                 };
                 let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
                 print(&v)

@@ -6,6 +6,18 @@ use common::*;
 use serde_json::Value;
 
 fn run_pair(lab: &TestLab, gen_args: &[&str], sink_secs: &str) -> (Value, Value) {
+    run_pair_with(lab, gen_args, sink_secs, &[], || {})
+}
+
+/// As [`run_pair`], with `sink_args` added to the sink's and `meanwhile` run after the
+/// sink started, before the generator.
+fn run_pair_with(
+    lab: &TestLab,
+    gen_args: &[&str],
+    sink_secs: &str,
+    sink_args: &[&str],
+    meanwhile: impl FnOnce(),
+) -> (Value, Value) {
     let bmac = lab.mac("b", "eth0");
     let ns_b = format!("ts-{}-b", lab.name);
     let sink = std::process::Command::new("ip")
@@ -23,11 +35,13 @@ fn run_pair(lab: &TestLab, gen_args: &[&str], sink_secs: &str) -> (Value, Value)
             "100",
             "--json",
         ])
+        .args(sink_args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(500));
+    meanwhile();
     let mut args = vec![
         exe(),
         "gen",
@@ -281,6 +295,42 @@ fn xdp_generator_counts_rate_and_sequence() {
         per[k] += 1;
     }
     assert!(per.iter().all(|&n| (800..1200).contains(&n)), "{per:?}");
+}
+
+#[test]
+fn the_xdp_sink_counts_and_stamps_and_leaves_arp_to_the_host() {
+    let lab = TestLab::up(test_path("labs/pair.toml"), &[]);
+    let mut pinged = String::new();
+    let (g, s) = run_pair_with(
+        &lab,
+        &["--flows", "2", "--rate", "20kpps", "--duration", "1"],
+        "4",
+        &["--xdp"],
+        || {
+            // ARP goes to the host's stack, not to the sink: a fresh neighbour resolves.
+            lab.sh("a", &["ip", "neigh", "flush", "dev", "eth0"]);
+            pinged = lab.sh(
+                "a",
+                &["ping", "-c", "2", "-i", "0.2", "-W", "1", "10.9.0.2"],
+            );
+        },
+    );
+    assert!(pinged.contains("2 received"), "{pinged}");
+    let sent = g["sent"].as_u64().unwrap();
+    assert!(sent >= 19_000, "{g}");
+    assert_eq!(s["received"].as_u64(), Some(sent), "{s}");
+    assert_eq!(s["lost"].as_u64(), Some(0), "{s}");
+    assert_eq!(s["socket_dropped"].as_u64(), Some(0), "{s}");
+    assert_eq!(s["unstamped_frames"].as_u64(), Some(0), "{s}");
+    assert_eq!(s["flows"].as_array().unwrap().len(), 2, "{s}");
+    // Receive times come from the XDP hook (CLOCK_REALTIME, as the send times): one-way
+    // latency over one veth is positive and well under a millisecond at the median.
+    let l = &s["latency_ns_percentiles"];
+    let p50 = l["p50"].as_u64().unwrap();
+    assert!(p50 > 0 && p50 < 1_000_000, "{s}");
+    // The sink's program leaves with it.
+    let links = lab.sh("b", &["ip", "link", "show", "eth0"]);
+    assert!(!links.contains("xdp"), "{links}");
 }
 
 /// Runs the XDP generator on a (`src` of the prefixes' family) to `count` destinations
