@@ -362,7 +362,15 @@ pub fn run(cfg: &SinkConfig, stop: &AtomicBool, ready: impl FnOnce()) -> Result<
     let (mut xdp, mut packet) = (None, None);
     let port: &mut dyn Port = if cfg.xdp {
         xdp.insert(
-            io::XdpPort::open_stamped(&cfg.iface, io::XskConfig::default())
+            // A deep ring (8,192 frames, 64 MiB of buffers): the sink process waits for a
+            // core behind the kernel's receive threads, and what arrives meanwhile waits.
+            io::XdpPort::open_stamped(
+                &cfg.iface,
+                io::XskConfig {
+                    rx: 8192,
+                    ..Default::default()
+                },
+            )
                 .map_err(|e| format!("--xdp: {e}"))?,
         )
     } else {
