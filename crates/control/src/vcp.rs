@@ -816,6 +816,8 @@ pub fn serve_fpm(
 pub struct ElementInfo {
     pub kind: ElementKind,
     pub ports: Vec<dist::HelloPort>,
+    /// The IPv6 addresses its last hello listed, by port.
+    pub addrs6: Vec<dist::HelloAddr6>,
     pub interval: Duration,
     pub last_seen: Instant,
     pub since: Instant,
@@ -1254,6 +1256,7 @@ impl Controller {
                     ElementInfo {
                         kind: h.element,
                         ports: Vec::new(),
+                        addrs6: Vec::new(),
                         interval: Duration::ZERO,
                         last_seen: now,
                         since: now,
@@ -1266,6 +1269,7 @@ impl Controller {
                 });
                 e.kind = h.element;
                 e.ports = h.ports;
+                e.addrs6 = h.addrs6.clone();
                 e.interval = Duration::from_millis(h.interval_ms.max(1) as u64);
                 e.last_seen = now;
                 self.silent.remove(&src);
@@ -1747,8 +1751,9 @@ impl Controller {
                         "dropped": e.dropped,
                         "priority": e.priority,
                         "active": e.active,
-                        "ports": e.ports.iter().map(|p| json!({
+                        "ports": e.ports.iter().enumerate().map(|(i, p)| json!({
                             "mac": p.mac.to_string(), "address": format!("{}/{}", p.addr, p.prefix_len),
+                            "addresses6": e.addrs6.iter().filter(|a| a.port as usize == i).map(|a| format!("{}/{}", a.addr, a.prefix_len)).collect::<Vec<_>>(),
                             "role": format!("{:?}", p.role).to_lowercase(), "vlan": p.vlan, "speed_mbps": p.speed_mbps,
                         })).collect::<Vec<_>>(),
                     })
@@ -2322,6 +2327,53 @@ mod tests {
         c.guard = Guard::new(Some(Key::new(1, &[3; 32]).unwrap()), 60_000_000_000);
         c.receive(&old, &mut fib, now);
         assert_eq!(c.stats.dist_stale, 1);
+    }
+
+    /// `show elements` lists each port of an element with the IPv6 addresses its hello gave
+    /// for that port (a back-end's sub-interfaces, an LB's external ports).
+    #[test]
+    fn elements_show_the_ipv6_addresses_of_their_ports() {
+        let now = Instant::now();
+        let mut fib = Fib::new(1, 100);
+        let mut c = Controller::new(
+            MacAddr([2, 0, 0, 0, 0xc, 1]),
+            Duration::from_millis(100),
+            false,
+            now,
+        );
+        let port = |vlan| dist::HelloPort {
+            mac: MacAddr([2, 0, 0, 0, 1, 1]),
+            addr: "10.1.0.1".parse().unwrap(),
+            prefix_len: 24,
+            role: dist::PortRole::External,
+            vlan,
+            speed_mbps: 0,
+        };
+        let f = dist::Repr {
+            seq: 1,
+            msg: dist::Message::Hello(dist::Hello {
+                element: ElementKind::Forwarder,
+                interval_ms: 100,
+                rx_packets: 0,
+                tx_packets: 0,
+                dropped: 0,
+                priority: 0,
+                active: false,
+                ports: vec![port(10), port(20)],
+                addrs6: vec![dist::HelloAddr6 {
+                    port: 1,
+                    addr: "2001:db8:2::1".parse().unwrap(),
+                    prefix_len: 64,
+                }],
+            }),
+        }
+        .to_frame(MacAddr([2, 0, 0, 0, 1, 1]), MacAddr::BROADCAST)
+        .unwrap();
+        c.receive(&f, &mut fib, now);
+        let v = c.show_elements(now);
+        let ports = v[0]["ports"].as_array().unwrap();
+        assert_eq!(ports[0]["addresses6"], json!([]), "{v}");
+        assert_eq!(ports[1]["addresses6"], json!(["2001:db8:2::1/64"]), "{v}");
     }
 
     fn controller_hello(mac: MacAddr, priority: u8, active: bool) -> Vec<u8> {

@@ -651,6 +651,30 @@ impl Forwarder {
         tx.push(self.port_of[iface as usize], p);
     }
 
+    /// The global IPv6 addresses of the listed interfaces (the first 255), for a hello:
+    /// the Virtual-CP shows them with the element's ports (the router's addresses reach
+    /// its TAPs from the LBs' hellos).
+    fn hello_addrs6(&self) -> Vec<wire::dist::HelloAddr6> {
+        let Some(six) = self.six.as_ref() else {
+            return Vec::new();
+        };
+        six.addrs
+            .iter()
+            .take(255)
+            .enumerate()
+            .flat_map(|(i, l)| {
+                l.iter()
+                    .filter(|(a, _)| !wire::ipv6::is_link_local(*a))
+                    .map(move |&(addr, prefix_len)| wire::dist::HelloAddr6 {
+                        port: i as u8,
+                        addr,
+                        prefix_len,
+                    })
+            })
+            .take(255)
+            .collect()
+    }
+
     /// Sends a hello if one is due.
     fn send_hello(&mut self, now: Instant, tx: &mut TxQueues) {
         let Some(b) = self.backend.as_mut() else {
@@ -687,8 +711,7 @@ impl Forwarder {
                 interval,
                 &self.counters,
                 ports,
-                // The router's IPv6 addresses reach the Virtual-CP from the LBs' hellos.
-                Vec::new(),
+                self.hello_addrs6(),
             ),
         };
         let Some(ifc) = self.ifaces.get(internal as usize) else {

@@ -371,7 +371,7 @@ pub fn run(cfg: &SinkConfig, stop: &AtomicBool, ready: impl FnOnce()) -> Result<
                     ..Default::default()
                 },
             )
-                .map_err(|e| format!("--xdp: {e}"))?,
+            .map_err(|e| format!("--xdp: {e}"))?,
         )
     } else {
         // Blocks: at the rates a sink takes, a wake-up per block costs less than one per

@@ -709,6 +709,7 @@ fn backend_sends_hellos_and_takes_dist_only_on_its_internal_port() {
     assert_eq!(h.ports.len(), 3);
     assert_eq!(h.ports[0].role, wire::dist::PortRole::Internal);
     assert_eq!((h.ports[1].vlan, h.ports[1].addr), (10, ip("10.1.0.1")));
+    assert!(h.addrs6.is_empty(), "no IPv6: {:?}", h.addrs6);
     // DIST accepted untagged on the internal port, refused on a sub-interface (from outside).
     let mut d = hello.clone();
     assert_eq!(run(&mut f, now, 0, d.clone()), vec![]);
@@ -722,6 +723,31 @@ fn backend_sends_hellos_and_takes_dist_only_on_its_internal_port() {
     h[0..6].copy_from_slice(&R0.0);
     run(&mut r, now, 0, h);
     assert_eq!(r.counters.drops(Drop::DistNotInternal), 1);
+}
+
+/// A back-end with IPv6 lists its sub-interfaces' global IPv6 addresses in its hellos,
+/// by port (not the link-local ones every interface has).
+#[test]
+fn backend_hellos_list_its_ipv6_addresses() {
+    let (mut f, now) = backend();
+    let a: std::net::Ipv6Addr = "2001:db8:2::1".parse().unwrap();
+    f.enable_ipv6(vec![vec![], vec![], vec![(a, 64)]]);
+    let mut tx = TxQueues::new(1);
+    f.poll(now, &mut tx);
+    let sent = tx.drain_all();
+    let e = ethernet::Frame::new_checked(&sent[0].1.data[..]).unwrap();
+    let r = wire::dist::Repr::parse(e.payload()).unwrap();
+    let wire::dist::Message::Hello(h) = r.msg else {
+        panic!("not a hello: {r:?}")
+    };
+    assert_eq!(
+        h.addrs6,
+        vec![wire::dist::HelloAddr6 {
+            port: 2,
+            addr: a,
+            prefix_len: 64,
+        }]
+    );
 }
 
 /// A star of two forwarders: A (10.1.0.0/24 on port 0) and B (10.2.0.0/24 on port 0),
