@@ -509,6 +509,7 @@ pub fn run<P: Port>(
         }
         None => None,
     };
+    crate::run::set_priority(io.priority)?;
     run_element(b, ports, stop, qrx, answer, log_events, io.busy_poll)
 }
 

@@ -33,6 +33,8 @@
 //!                              # (XDP on AF_XDP ports, tcx on AF_PACKET ones)
 //! packet_ring = "frames"       # AF_PACKET: "frames" (a wake-up per frame) or "blocks"
 //!                              # (per block or timer tick: throughput over latency)
+//! # priority = 60              # workers at SCHED_FIFO 1-99, above the kernel's receive
+//!                              # threads: no collapse at overload (dedicated cores only)
 //!
 //! [dist]                       # optional; a back-end's DIST authentication (docs/dist.md)
 //! key_file = "dist.key"        # the router's shared key (hex digits), relative to this file;
@@ -168,6 +170,7 @@ pub(crate) struct RawIo {
     busy_poll: Option<bool>,
     fast_path: Option<bool>,
     packet_ring: Option<Spanned<String>>,
+    priority: Option<Spanned<i64>>,
     workers: Option<Spanned<i64>>,
 }
 
@@ -356,6 +359,13 @@ pub struct IoConfig {
     /// port's receive queues (AF_XDP) or one socket of a flow-hash fanout group
     /// (AF_PACKET), with its own buffers, route reader and counters. The forwarder only.
     pub workers: usize,
+    /// `priority = N` (1 to 99): the element's workers run at real-time priority
+    /// SCHED_FIFO N, above the kernel threads that receive for them (a threaded NAPI's
+    /// default, or `--rt-napi`'s 50 in the bench), so that at overload the kernel cannot
+    /// take the core the worker needs to drain what it already received; the excess is
+    /// then dropped at the device's own ring. A worker at 100% leaves its core to
+    /// nothing else but the kernel's 5% reserve: for dedicated cores. Default none.
+    pub priority: Option<u8>,
 }
 
 impl Default for IoConfig {
@@ -366,6 +376,7 @@ impl Default for IoConfig {
             fast_path: false,
             packet_ring: io::RxRing::Frames,
             workers: 1,
+            priority: None,
         }
     }
 }
@@ -406,6 +417,17 @@ impl IoConfig {
                 });
             }
             c.workers = *w.get_ref() as usize;
+        }
+        if let Some(p) = raw.and_then(|r| r.priority.as_ref()) {
+            if !(1..=99).contains(p.get_ref()) {
+                return Err(ConfigError {
+                    file: path.into(),
+                    line: line_of(src, p.span().start),
+                    key: "io.priority".into(),
+                    message: format!("{} is not a SCHED_FIFO priority from 1 to 99", p.get_ref()),
+                });
+            }
+            c.priority = Some(*p.get_ref() as u8);
         }
         if let Some(b) = raw.and_then(|r| r.backend.as_ref()) {
             c.backend = io::Backend::parse(b.get_ref()).ok_or_else(|| ConfigError {
@@ -1180,6 +1202,11 @@ via = "10.2.0.2"
             .unwrap()
             .io;
         assert_eq!(io.workers, 2);
+        assert_eq!(io.priority, None);
+        let io = parse(&format!("{EXAMPLE}\n[io]\npriority = 60\n"))
+            .unwrap()
+            .io;
+        assert_eq!(io.priority, Some(60));
         let m = parse(&format!(
             "{EXAMPLE}\n[metrics]\nlisten = \"127.0.0.1:9100\"\nelement = \"r1\"\n"
         ))
@@ -1327,6 +1354,18 @@ via = "10.2.0.2"
                 15,
                 "io.workers",
                 "from 1 to 64",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\npriority = 100\n"),
+                15,
+                "io.priority",
+                "from 1 to 99",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\npriority = 0\n"),
+                15,
+                "io.priority",
+                "from 1 to 99",
             ),
             (
                 format!("{EXAMPLE}\n[star]\ninternal = \"nope\"\n"),

@@ -535,6 +535,7 @@ pub fn run<P: Port + Send>(
             .ok_or("the forwarder's routes are already taken")?,
     ));
     let busy = cfg.is_some_and(|c| c.io.busy_poll);
+    let priority = cfg.and_then(|c| c.io.priority);
     let cfg = cfg.cloned();
     let ipv6 = f.ipv6_enabled();
     let pending6: Arc<Pending6> = Arc::new(Mutex::new(None));
@@ -663,7 +664,9 @@ pub fn run<P: Port + Send>(
                 .spawn_scoped(scope, move || {
                     // Nobody asks the other workers anything; the sender lives as long.
                     let (_asker, queries) = mpsc::channel::<Query>();
-                    let r = run_element(w, ports, stop.clone(), queries, answer, |_| {}, busy);
+                    let r = set_priority(priority).and_then(|()| {
+                        run_element(w, ports, stop.clone(), queries, answer, |_| {}, busy)
+                    });
                     // One worker failing ends them all: the forwarder is one process.
                     stop.store(true, Ordering::Relaxed);
                     r
@@ -672,13 +675,33 @@ pub fn run<P: Port + Send>(
             handles.push(h);
         }
         let answer = |f: &mut Forwarder, cmd: &str, req: &Value| answer6(f, cmd, req, &pending6w);
-        let r = run_element(f, mine, stop.clone(), qrx, answer, tick, busy);
+        let r = set_priority(priority)
+            .and_then(|()| run_element(f, mine, stop.clone(), qrx, answer, tick, busy));
         stop.store(true, Ordering::Relaxed);
         for h in handles {
             h.join().map_err(|_| "a worker panicked".to_string())??;
         }
         r
     })
+}
+
+/// Runs the calling thread (a worker) at SCHED_FIFO `priority` (`[io] priority`); nothing
+/// without one.
+pub(crate) fn set_priority(priority: Option<u8>) -> Result<(), String> {
+    let Some(p) = priority else {
+        return Ok(());
+    };
+    let param = libc::sched_param {
+        sched_priority: p as i32,
+    };
+    // SAFETY: sched_setscheduler(2) on the calling thread (0) with a valid param.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        return Err(format!(
+            "[io] priority = {p}: SCHED_FIFO refused: {} (it needs CAP_SYS_NICE)",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
 
 /// Routes messages a back-end's worker may hold for its writer.

@@ -249,6 +249,7 @@ pub fn run<P: Port>(
         metrics,
         "switch",
     )?;
+    crate::run::set_priority(io.priority)?;
     run_element(s, ports, stop, qrx, answer, |_| {}, io.busy_poll)
 }
 

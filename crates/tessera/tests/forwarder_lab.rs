@@ -772,12 +772,13 @@ fn auto_backend_serves_every_queue_and_falls_back_per_port() {
 
 /// `[io] workers = 2` over two-queue links: each worker owns one queue of every port (one
 /// socket of a fanout group on AF_PACKET), both carry flows, a next hop resolved by one is
-/// known to the other, and `show counters` sums the two.
+/// known to the other, and `show counters` sums the two. With `priority = 10` both run
+/// at SCHED_FIFO 10.
 #[test]
 fn two_workers_share_the_flows() {
     let dir = single_copy(
         "workers",
-        |r| format!("{r}\n[io]\nworkers = 2\n"),
+        |r| format!("{r}\n[io]\nworkers = 2\npriority = 10\n"),
         |mut t| {
             for i in 0..4 {
                 let b = format!("b = \"r:r-eth{i}\"");
@@ -832,6 +833,33 @@ fn two_workers_share_the_flows() {
         "packet" => assert!(i.contains("fanout by flow hash"), "{i}"),
         _ => assert!(i.contains("1 queue"), "{i}"),
     }
+    // The forwarder of this lab: the `tessera` process whose command line names a file
+    // of this test's directory. Its two workers (the main thread and `worker-1`) run at
+    // SCHED_FIFO 10; its other threads (control socket) do not.
+    let pids = std::process::Command::new("pgrep")
+        .args(["-f", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let pid = String::from_utf8_lossy(&pids.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "tessera")
+                && std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("forwarder"))
+        })
+        .expect("the lab's forwarder");
+    let ps = std::process::Command::new("ps")
+        .args(["-L", "-o", "cls=,rtprio=,comm=", "-p", &pid])
+        .output()
+        .unwrap();
+    let ps = String::from_utf8_lossy(&ps.stdout).to_string();
+    let fifo: Vec<&str> = ps
+        .lines()
+        .filter(|l| l.split_whitespace().take(2).eq(["FF", "10"]))
+        .collect();
+    assert_eq!(fifo.len(), 2, "{ps}");
+    assert!(fifo.iter().any(|l| l.contains("worker-1")), "{ps}");
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
