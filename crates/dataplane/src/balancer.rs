@@ -881,22 +881,8 @@ impl Balancer {
             })
             .collect();
         // The router's IPv6 addresses on the listed ports, as many as a hello holds.
-        let addrs6 = self
-            .ports
-            .iter()
-            .take(255)
-            .enumerate()
-            .flat_map(|(i, p)| {
-                p.addrs6
-                    .iter()
-                    .map(move |&(addr, prefix_len)| dist::HelloAddr6 {
-                        port: i as u8,
-                        addr,
-                        prefix_len,
-                    })
-            })
-            .take(255)
-            .collect();
+        let addrs6 =
+            crate::element::hello_addrs6(self.ports.iter().map(|p| p.addrs6.iter().copied()));
         dist::Repr {
             seq: self.seq,
             msg: crate::element::hello(

@@ -29,6 +29,29 @@ pub(crate) fn hello(
     })
 }
 
+/// The IPv6 addresses of a hello: `per_port[i]` are port `i`'s, for the first 255 ports
+/// and as many addresses as a hello holds.
+pub(crate) fn hello_addrs6<I, A>(per_port: I) -> Vec<wire::dist::HelloAddr6>
+where
+    I: IntoIterator<Item = A>,
+    A: IntoIterator<Item = (std::net::Ipv6Addr, u8)>,
+{
+    per_port
+        .into_iter()
+        .take(255)
+        .enumerate()
+        .flat_map(|(i, l)| {
+            l.into_iter()
+                .map(move |(addr, prefix_len)| wire::dist::HelloAddr6 {
+                    port: i as u8,
+                    addr,
+                    prefix_len,
+                })
+        })
+        .take(255)
+        .collect()
+}
+
 /// How often an element reports its counters to the controller.
 pub const REPORT_INTERVAL: Duration = Duration::from_secs(1);
 

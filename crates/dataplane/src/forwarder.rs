@@ -658,21 +658,11 @@ impl Forwarder {
         let Some(six) = self.six.as_ref() else {
             return Vec::new();
         };
-        six.addrs
-            .iter()
-            .take(255)
-            .enumerate()
-            .flat_map(|(i, l)| {
-                l.iter()
-                    .filter(|(a, _)| !wire::ipv6::is_link_local(*a))
-                    .map(move |&(addr, prefix_len)| wire::dist::HelloAddr6 {
-                        port: i as u8,
-                        addr,
-                        prefix_len,
-                    })
-            })
-            .take(255)
-            .collect()
+        crate::element::hello_addrs6(six.addrs.iter().map(|l| {
+            l.iter()
+                .copied()
+                .filter(|(a, _)| !wire::ipv6::is_link_local(*a))
+        }))
     }
 
     /// Sends a hello if one is due.
