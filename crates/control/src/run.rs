@@ -496,9 +496,6 @@ pub fn run<P: Port + Send>(
     let now = Instant::now();
     let mut others: Vec<Forwarder> = (1..ports.len()).map(|_| f.worker(now)).collect();
     if !others.is_empty() {
-        if f.backend_internal().is_some() {
-            return Err("[io] workers: a back-end runs one worker (DIST and its route writer are on the first)".into());
-        }
         let mut all = vec![f];
         all.append(&mut others);
         Forwarder::connect_workers(&mut all);

@@ -888,7 +888,7 @@ impl Balancer {
             msg: crate::element::hello(
                 dist::ElementKind::Balancer,
                 self.cfg.hello_interval,
-                &self.counters,
+                self.counters.totals(),
                 ports,
                 addrs6,
             ),

@@ -6,16 +6,17 @@ use crate::counters::Counters;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A DIST hello of an element: its kind, hello interval, traffic totals, ports and their
+/// A DIST hello of an element: its kind, hello interval, traffic totals (received, sent,
+/// dropped: [`Counters::totals`], summed over the element's workers), ports and their
 /// IPv6 addresses.
 pub(crate) fn hello(
     element: wire::dist::ElementKind,
     interval: Duration,
-    counters: &Counters,
+    totals: (u64, u64, u64),
     ports: Vec<wire::dist::HelloPort>,
     addrs6: Vec<wire::dist::HelloAddr6>,
 ) -> wire::dist::Message {
-    let (rx_packets, tx_packets, dropped) = counters.totals();
+    let (rx_packets, tx_packets, dropped) = totals;
     wire::dist::Message::Hello(wire::dist::Hello {
         element,
         interval_ms: interval.as_millis().min(u16::MAX as u128) as u16,
@@ -89,6 +90,17 @@ pub fn counter_reports(
     counters: &Counters,
     external: &[bool],
 ) -> Vec<wire::dist::Message> {
+    counter_reports_of(name, &counters.port_names, counters.snapshot(), external)
+}
+
+/// As [`counter_reports`], from a snapshot `s` (the sum of an element's workers) of
+/// counters whose ports are `port_names`.
+pub fn counter_reports_of(
+    name: &str,
+    port_names: &[String],
+    s: crate::counters::Snapshot,
+    external: &[bool],
+) -> Vec<wire::dist::Message> {
     use wire::dist::{CounterReport, Message, PortCounts, MAX_NAME};
     let ok = |n: &str| {
         !n.is_empty() && n.len() <= MAX_NAME && n.bytes().all(|b| (0x21..0x7f).contains(&b))
@@ -96,9 +108,7 @@ pub fn counter_reports(
     if !ok(name) {
         return Vec::new();
     }
-    let s = counters.snapshot();
-    let ports = counters
-        .port_names
+    let ports = port_names
         .iter()
         .enumerate()
         .filter(|(_, n)| ok(n))

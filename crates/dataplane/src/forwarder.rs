@@ -138,6 +138,25 @@ struct Backend {
     interval: Duration,
     next: Instant,
     seq: u32,
+    /// The first worker: it sends the hellos and counter reports, holds the link to the
+    /// route writer and takes every DIST frame; the other workers hand it theirs.
+    lead: bool,
+}
+
+/// DIST frames a back-end's other workers may hold for its first; more are dropped and
+/// counted (`dist_queue_full`), as when the route writer's queue is full.
+const DIST_HAND_QUEUE: usize = 1024;
+
+/// How the workers of a back-end share its DIST role (see [`Forwarder::connect_workers`]).
+#[derive(Debug, Default)]
+struct DistShare {
+    /// Another worker's: where it hands the DIST frames it receives.
+    to_lead: Option<std::sync::mpsc::SyncSender<Pkt>>,
+    /// The first worker's: the frames the others handed it.
+    from_others: Option<std::sync::mpsc::Receiver<Pkt>>,
+    /// The first worker's: every worker's counters (its own first), whose sum its hellos
+    /// and reports carry.
+    group: Vec<Arc<Counters>>,
 }
 
 /// A neighbour one worker learned: (port, address, MAC).
@@ -221,6 +240,8 @@ pub struct Forwarder {
     six: Option<Box<ip6::Six>>,
     /// The IPv6 table snapshot of the current batch (as `snap` for IPv4).
     snap6: Option<ip6::Snapshot6>,
+    /// A back-end's DIST role shared between its workers.
+    dist_share: DistShare,
 }
 
 impl Forwarder {
@@ -279,6 +300,7 @@ impl Forwarder {
             report: Default::default(),
             six: None,
             snap6: None,
+            dist_share: DistShare::default(),
         }
     }
 
@@ -308,8 +330,9 @@ impl Forwarder {
 
     /// Another worker of this forwarder: the same interfaces, configuration and routes
     /// (read from the same publications), with its own neighbour table, buffers, ICMP
-    /// budget and counters. It holds no route writer and plays no back-end role. Join
-    /// the workers with [`Forwarder::connect_workers`].
+    /// budget and counters. It holds no route writer; of a back-end, it sends no hellos
+    /// and hands the DIST frames it receives to the first worker. Join the workers with
+    /// [`Forwarder::connect_workers`].
     pub fn worker(&self, now: Instant) -> Forwarder {
         let counters = Arc::new(Counters::new(self.counters.port_names.clone()));
         // Its own fragment identifications: another start per worker.
@@ -319,7 +342,10 @@ impl Forwarder {
             port_of: self.port_of.clone(),
             untagged: self.untagged.clone(),
             subifs: self.subifs.clone(),
-            backend: None,
+            backend: self.backend.as_ref().map(|b| Backend {
+                lead: false,
+                ..b.clone()
+            }),
             fib_link: None,
             dist_auth: Default::default(),
             routes: None,
@@ -340,16 +366,28 @@ impl Forwarder {
             report: Default::default(),
             six: self.six.as_ref().map(|s| Box::new(s.for_worker(seed))),
             snap6: None,
+            dist_share: DistShare::default(),
         }
     }
 
     /// Joins the workers of one forwarder: each shares what it learns of its neighbours
     /// with the others ([`Forwarder::take_news`]), and the ICMP error budget is split
-    /// between them so that together they send no more than one forwarder would.
+    /// between them so that together they send no more than one forwarder would. Of a
+    /// back-end, the first worker takes the DIST frames the others receive and reports
+    /// the counters of all.
     pub fn connect_workers(workers: &mut [Forwarder]) {
         let n = workers.len();
         if n < 2 {
             return;
+        }
+        if workers[0].backend.is_some() {
+            let (to_lead, from_others) = std::sync::mpsc::sync_channel(DIST_HAND_QUEUE);
+            let group = workers.iter().map(|w| w.counters.clone()).collect();
+            for w in workers[1..].iter_mut() {
+                w.dist_share.to_lead = Some(to_lead.clone());
+            }
+            workers[0].dist_share.from_others = Some(from_others);
+            workers[0].dist_share.group = group;
         }
         let (txs, rxs): (Vec<_>, Vec<_>) = (0..n)
             .map(|_| std::sync::mpsc::sync_channel::<Learned>(PEER_QUEUE))
@@ -370,6 +408,12 @@ impl Forwarder {
 
     /// Takes the neighbours sibling workers learned, and sends what was waiting for them.
     pub fn take_news(&mut self, now: Instant, tx: &mut TxQueues) {
+        if let Some(from) = self.dist_share.from_others.take() {
+            for p in from.try_iter() {
+                self.dist_input(p, true);
+            }
+            self.dist_share.from_others = Some(from);
+        }
         let Some(peers) = self.peers.take() else {
             return;
         };
@@ -398,6 +442,7 @@ impl Forwarder {
             interval: hello_interval,
             next: now,
             seq: 0,
+            lead: true,
         });
     }
 
@@ -611,6 +656,17 @@ impl Forwarder {
         if !untagged || internal != Some(p.meta.iface) {
             return self.drop_pkt(p, Drop::DistNotInternal);
         }
+        if let Some(to_lead) = &self.dist_share.to_lead {
+            // The first worker checks and acts on every DIST frame (one replay window
+            // per sender, one route writer).
+            return match to_lead.try_send(p) {
+                Ok(()) => self.counters.event(Event::DistHandedToLead),
+                Err(
+                    std::sync::mpsc::TrySendError::Full(p)
+                    | std::sync::mpsc::TrySendError::Disconnected(p),
+                ) => self.drop_pkt(p, Drop::DistQueueFull),
+            };
+        }
         if let Err(d) = self.dist_auth.check(&p.data) {
             return self.drop_pkt(p, d);
         }
@@ -665,12 +721,18 @@ impl Forwarder {
         }))
     }
 
+    /// The counters of this forwarder: of every worker, summed, on a back-end's first.
+    fn group_counters(&self) -> crate::counters::Snapshot {
+        crate::counters::Snapshot::sum(&self.dist_share.group)
+            .unwrap_or_else(|| self.counters.snapshot())
+    }
+
     /// Sends a hello if one is due.
     fn send_hello(&mut self, now: Instant, tx: &mut TxQueues) {
         let Some(b) = self.backend.as_mut() else {
             return;
         };
-        if now < b.next {
+        if !b.lead || now < b.next {
             return;
         }
         b.next = now + b.interval;
@@ -699,7 +761,7 @@ impl Forwarder {
             msg: crate::element::hello(
                 wire::dist::ElementKind::Forwarder,
                 interval,
-                &self.counters,
+                self.group_counters().totals(),
                 ports,
                 self.hello_addrs6(),
             ),
@@ -717,7 +779,8 @@ impl Forwarder {
         }
         if let Some(name) = self.report.due(now) {
             // A back-end's ports all face the inside of the router.
-            for m in crate::element::counter_reports(&name, &self.counters, &[]) {
+            let (names, sum) = (&self.counters.port_names, self.group_counters());
+            for m in crate::element::counter_reports_of(&name, names, sum, &[]) {
                 let seq = match self.backend.as_mut() {
                     Some(b) => {
                         b.seq = b.seq.wrapping_add(1);

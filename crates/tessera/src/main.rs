@@ -1488,12 +1488,6 @@ fn forwarder(a: &ElementArgs) -> Result<i32> {
         None
     };
     let workers = cfg.io.workers;
-    if workers > 1 && cfg.backend.is_some() {
-        bail!(
-            "{}: [io] workers = {workers}: a back-end runs one worker (its DIST link and route writer live on it)",
-            config.display()
-        );
-    }
     // ports[w]: the ports worker w owns, one per interface.
     let mut ports: Vec<Vec<io::AnyPort>> = (0..workers).map(|_| Vec::new()).collect();
     for (k, (name, link)) in names.iter().zip(&links).enumerate() {

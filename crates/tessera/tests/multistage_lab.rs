@@ -661,3 +661,63 @@ fn exported_configs_bring_the_same_router_up() {
     drop(lab);
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+/// The multistage lab with every back-end at `[io] workers = 2` on a two-queue link: the
+/// LBs see three live back-ends (the first workers' hellos, authenticated), hosts see one
+/// router, and flows spread over both workers of the back-ends.
+#[test]
+fn backends_with_two_workers() {
+    let dir = std::env::temp_dir().join(format!("tessera-ms-workers-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("multistage")).unwrap();
+    for e in ["lba", "lbb", "r1", "r2", "r3"] {
+        let mut c =
+            std::fs::read_to_string(repo_path(&format!("labs/multistage/{e}.toml"))).unwrap();
+        if e.starts_with('r') {
+            c.push_str("\n[io]\nworkers = 2\n");
+        }
+        std::fs::write(dir.join(format!("multistage/{e}.toml")), c).unwrap();
+    }
+    let mut topo = std::fs::read_to_string(repo_path(LAB)).unwrap();
+    for r in ["r1", "r2", "r3"] {
+        let a = format!("a = \"{r}:{r}-int\"");
+        assert!(topo.contains(&a));
+        topo = topo.replace(&a, &format!("{a}\nqueues = 2"));
+    }
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let live = || {
+        ask(&lab, "lba", "balance")["entries"]
+            .as_array()
+            .map_or(0, |e| e.iter().filter(|x| x["live"] == true).count())
+    };
+    let t = Instant::now();
+    while live() < 3 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{}",
+            ask(&lab, "lba", "balance")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = lab.sh(
+        "a1",
+        &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.2.0.10"],
+    );
+    assert!(
+        out.contains("3 received") && out.matches("ttl=63").count() == 3,
+        "{out}"
+    );
+    // Sixteen TCP flows: the LBs spread them over the back-ends, and the bridge's veths
+    // over each back-end's two queues by their hash.
+    lab.iperf3("a1", "b1", "10.2.0.10", &["-t", "2", "-P", "16"]);
+    let mut second = 0;
+    for r in ["r1", "r2", "r3"] {
+        let c = lab.counters(r);
+        let w = c["workers"].as_array().unwrap_or_else(|| panic!("{r}: {c}"));
+        assert_eq!(w.len(), 2, "{r}: {c}");
+        second += w[1]["rx_packets"].as_u64().unwrap();
+        // Only the first worker sends hellos.
+        assert!(event_count(&c, "dist_hellos_sent") > 0, "{r}: {c}");
+    }
+    assert!(second > 1000, "the second workers took {second} frames");
+}

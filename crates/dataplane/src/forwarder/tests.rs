@@ -750,6 +750,65 @@ fn backend_hellos_list_its_ipv6_addresses() {
     );
 }
 
+/// A back-end of two workers: the second hands the DIST frames it receives to the first,
+/// which passes routes to the writer; only the first sends hellos, and they carry the
+/// traffic of both.
+#[test]
+fn backend_workers_hand_dist_to_the_first() {
+    let (f, now) = backend();
+    let mut ws = vec![f];
+    ws.push(ws[0].worker(now));
+    Forwarder::connect_workers(&mut ws);
+    let (to_writer, writer_rx) = std::sync::mpsc::sync_channel(8);
+    let (_tx, from_writer) = std::sync::mpsc::channel();
+    let (_tx6, routes6) = std::sync::mpsc::channel();
+    ws[0].set_fib_link(FibLink {
+        to_writer,
+        from_writer,
+        routes6,
+    });
+    let (a, b) = ws.split_at_mut(1);
+    let (a, b) = (&mut a[0], &mut b[0]);
+    let batch = wire::dist::RouteBatch {
+        epoch: 1,
+        version: 1,
+        base: 0,
+        snapshot: true,
+        last: true,
+        routes: Vec::new(),
+    };
+    let ctl = MacAddr([2, 0, 0, 0, 0, 0xc1]);
+    let frame = wire::dist::Repr {
+        seq: 1,
+        msg: wire::dist::Message::Routes(batch.clone()),
+    }
+    .to_frame(ctl, R0)
+    .unwrap();
+    // The second worker takes a frame to forward (it asks for the next hop) and the routes
+    // message.
+    assert_eq!(run(b, now, 0, tagged(udp_frame(Udp::default()), 10)).len(), 1);
+    assert!(run(b, now, 0, frame.clone()).is_empty());
+    assert_eq!(b.counters.events(Event::DistHandedToLead), 1);
+    assert_eq!(b.counters.events(Event::DistReceived), 0);
+    assert!(writer_rx.try_recv().is_err(), "not before the first takes it");
+    let mut tx = TxQueues::new(1);
+    a.take_news(now, &mut tx);
+    assert_eq!(writer_rx.try_recv().unwrap(), (ctl, batch));
+    assert_eq!(a.counters.events(Event::DistRoutesReceived), 1);
+    // Hellos: the first worker's, with both workers' frames; none from the second.
+    b.poll(now, &mut tx);
+    assert!(tx.drain_all().is_empty(), "the second worker sends no hello");
+    a.poll(now, &mut tx);
+    let sent = tx.drain_all();
+    assert_eq!(sent.len(), 1);
+    let e = ethernet::Frame::new_checked(&sent[0].1.data[..]).unwrap();
+    let wire::dist::Message::Hello(h) = wire::dist::Repr::parse(e.payload()).unwrap().msg else {
+        panic!("not a hello")
+    };
+    assert_eq!(h.rx_packets, 2, "the second worker's two frames");
+    assert_eq!(a.counters.totals().0, 0, "the first received nothing itself");
+}
+
 /// A star of two forwarders: A (10.1.0.0/24 on port 0) and B (10.2.0.0/24 on port 0),
 /// internal ports 1. A looks the packet up, decrements the TTL and hands it to B with a
 /// star header; B sends it out of the port the header names, to the neighbour it names,
