@@ -57,7 +57,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 use toml::Spanned;
@@ -470,21 +470,38 @@ fn log_events(b: &mut Balancer) {
     }
 }
 
-/// Runs the LB over `ports` until `stop` is set.
-pub fn run<P: Port>(
-    mut b: Balancer,
-    ports: Vec<P>,
+/// Runs the LB until `stop` is set: one worker per element of `ports` (the ports it owns:
+/// one share of every interface's queues), the first on this thread, holding the LB's
+/// state and answering the control socket, the others on threads of their own (see
+/// [`Balancer::connect_workers`]).
+pub fn run<P: Port + Send>(
+    b: Balancer,
+    mut ports: Vec<Vec<P>>,
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
     io: crate::config::IoConfig,
     metrics: &crate::metrics::MetricsConfig,
     external: Vec<String>,
 ) -> Result<(), String> {
+    if ports.is_empty() {
+        return Err("no worker".into());
+    }
+    let now = Instant::now();
+    let mut all = vec![b];
+    for _ in 1..ports.len() {
+        let w = all[0].worker(now);
+        all.push(w);
+    }
+    Balancer::connect_workers(&mut all);
+    let mut b = all.remove(0);
+    let all_counters: Vec<Arc<dataplane::Counters>> = std::iter::once(b.counters.clone())
+        .chain(all.iter().map(|w| w.counters.clone()))
+        .collect();
     let counters = b.counters.clone();
     let name = crate::metrics::element_name(metrics, control, "balancer");
     // The LB reports its counters to the controller under the same name.
     b.report.name = Some(name.clone());
-    let view = crate::metrics::element_source(vec![counters.clone()], name, "balancer", external);
+    let view = crate::metrics::element_source(all_counters.clone(), name, "balancer", external);
     let _metrics = crate::metrics::serve_if(metrics, &view)?;
     let (qtx, qrx) = mpsc::channel::<Query>();
     let _server = match control {
@@ -493,7 +510,7 @@ pub fn run<P: Port>(
             let c = counters.clone();
             let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
                 match cmd {
-                "counters" => serde_json::to_value(c.snapshot()).map_err(|e| e.to_string()),
+                "counters" => crate::run::workers_counters(&all_counters),
                 "describe" => serde_json::to_value(dataplane::counters::descriptions_for(c.role))
                     .map_err(|e| e.to_string()),
                 "router" => Ok(crate::metrics::router_json(&view())),
@@ -509,8 +526,43 @@ pub fn run<P: Port>(
         }
         None => None,
     };
-    crate::run::set_priority(io.priority)?;
-    run_element(b, ports, stop, qrx, answer, log_events, io.busy_poll)
+    let mine = ports.remove(0);
+    let busy = io.busy_poll;
+    std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for (i, (w, ports)) in all.into_iter().zip(ports).enumerate() {
+            let stop = stop.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("worker-{}", i + 1))
+                .spawn_scoped(scope, move || {
+                    // Nobody asks the other workers anything; the sender lives as long.
+                    let (_asker, queries) = mpsc::channel::<Query>();
+                    let r = crate::run::set_priority(io.priority).and_then(|()| {
+                        run_element(
+                            w,
+                            ports,
+                            stop.clone(),
+                            queries,
+                            answer,
+                            |b| b.log.clear(),
+                            busy,
+                        )
+                    });
+                    // One worker failing ends them all: the LB is one process.
+                    stop.store(true, Ordering::Relaxed);
+                    r
+                })
+                .map_err(|e| e.to_string())?;
+            handles.push(h);
+        }
+        let r = crate::run::set_priority(io.priority)
+            .and_then(|()| run_element(b, mine, stop.clone(), qrx, answer, log_events, busy));
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            h.join().map_err(|_| "a worker panicked".to_string())??;
+        }
+        r
+    })
 }
 
 #[cfg(test)]

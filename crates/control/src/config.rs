@@ -357,8 +357,8 @@ pub struct IoConfig {
     pub packet_ring: io::RxRing,
     /// `workers = N` (1 to 64, default 1): worker threads, each owning one share of every
     /// port's receive queues (AF_XDP) or one socket of a flow-hash fanout group
-    /// (AF_PACKET), with its own buffers, route reader and counters. Forwarders and
-    /// back-ends (the first worker holds the DIST role).
+    /// (AF_PACKET), with its own buffers, route reader and counters. Forwarders,
+    /// back-ends and LBs (the first worker holds the DIST role).
     pub workers: usize,
     /// `priority = N` (1 to 99): the element's workers run at real-time priority
     /// SCHED_FIFO N, above the kernel threads that receive for them (a threaded NAPI's

@@ -575,21 +575,7 @@ pub fn run<P: Port + Send>(
             let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
                 match cmd {
                 "counters" => {
-                    // One read of each worker's counters gives both the sum and the shares.
-                    let parts: Vec<_> = all_counters.iter().map(|w| w.snapshot()).collect();
-                    // Each worker's share, to see how the queues spread the load.
-                    let shares: Vec<Value> = parts
-                        .iter()
-                        .map(|w| {
-                            let (rx, tx, dropped) = w.totals();
-                            json!({"rx_packets": rx, "tx_packets": tx, "dropped": dropped})
-                        })
-                        .collect();
-                    let sum = dataplane::counters::Snapshot::sum_of(parts).unwrap_or_else(|| c.snapshot());
-                    let mut v = serde_json::to_value(sum).map_err(|e| e.to_string())?;
-                    if shares.len() > 1 {
-                        v["workers"] = Value::Array(shares);
-                    }
+                    let mut v = workers_counters(&all_counters)?;
                     if let Some(fl) = &fast_ctl {
                         v["fast_path"] = fl.counters();
                     }
@@ -680,6 +666,26 @@ pub fn run<P: Port + Send>(
         }
         r
     })
+}
+
+/// The `counters` answer of an element of several workers (`all`, the first's first):
+/// their sum and, with more than one, each worker's share (received, sent, dropped), to
+/// see how the queues spread the load. One read of each gives both.
+pub(crate) fn workers_counters(all: &[Arc<dataplane::Counters>]) -> Result<Value, String> {
+    let parts: Vec<_> = all.iter().map(|w| w.snapshot()).collect();
+    let shares: Vec<Value> = parts
+        .iter()
+        .map(|w| {
+            let (rx, tx, dropped) = w.totals();
+            json!({"rx_packets": rx, "tx_packets": tx, "dropped": dropped})
+        })
+        .collect();
+    let sum = dataplane::counters::Snapshot::sum_of(parts).ok_or("no worker")?;
+    let mut v = serde_json::to_value(sum).map_err(|e| e.to_string())?;
+    if shares.len() > 1 {
+        v["workers"] = Value::Array(shares);
+    }
+    Ok(v)
 }
 
 /// Runs the calling thread (a worker) at SCHED_FIFO `priority` (`[io] priority`); nothing

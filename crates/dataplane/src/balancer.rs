@@ -29,6 +29,7 @@ use crate::buf::{Pkt, Pool, TxQueues};
 use crate::counters::{Counters, Drop, Event, Scope};
 use crate::routes::flow_hash;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 pub use table::{BalanceTable, Mode};
@@ -310,6 +311,46 @@ pub enum LogEvent {
     Rejected { from: MacAddr, error: String },
 }
 
+/// What the first worker of an LB publishes to the others whenever it changes: the ports,
+/// the settings and the table (whose per-back-end packet counts each worker keeps for
+/// itself).
+#[derive(Debug, Clone)]
+pub struct LbState {
+    pub ports: Vec<LbPort>,
+    pub cfg: BalancerConfig,
+    pub table: BalanceTable,
+}
+
+/// Messages one worker may hold for another; more wait (packet counts) or are dropped
+/// and counted (DIST frames: `dist_queue_full`; the sender repeats hellos and the
+/// controller its messages).
+const SHARE_QUEUE: usize = 1024;
+
+/// Packets a worker sent to each back-end since it last handed its counts over.
+type Counts = Vec<(MacAddr, u64)>;
+
+/// How the workers of one LB share it (see [`Balancer::connect_workers`]). The first
+/// worker holds the state: it checks and applies every DIST frame, runs the back-ends'
+/// timeouts, sends the hellos and reports, and answers the control socket. The others
+/// balance with its latest state.
+#[derive(Debug, Default)]
+struct LbShare {
+    /// Another worker's: where it hands its DIST frames and its packet counts per back-end.
+    to_lead: Option<(SyncSender<Pkt>, SyncSender<Counts>)>,
+    /// Another worker's: the first worker's publications.
+    from_lead: Option<Receiver<Arc<LbState>>>,
+    /// The first worker's: what the others handed it.
+    from_others: Option<(Receiver<Pkt>, Receiver<Counts>)>,
+    /// The first worker's: where it publishes.
+    to_others: Vec<SyncSender<Arc<LbState>>>,
+    /// The first worker's: every worker's counters (its own first), whose sum its hellos
+    /// and reports carry.
+    group: Vec<Arc<Counters>>,
+    /// The first worker's: the state's version, and the version last published.
+    version: u64,
+    published: u64,
+}
+
 /// The LB's state and its per-packet path.
 pub struct Balancer {
     pub ports: Vec<LbPort>,
@@ -327,6 +368,8 @@ pub struct Balancer {
     pub log: Vec<(Instant, LogEvent)>,
     /// Counter reports to the controller (see [`crate::element::counter_reports`]).
     pub report: crate::element::Reporter,
+    /// The LB's workers (see [`Balancer::connect_workers`]).
+    share: LbShare,
 }
 
 impl Balancer {
@@ -348,9 +391,133 @@ impl Balancer {
             dist_auth: Default::default(),
             log: Vec::new(),
             report: Default::default(),
+            share: LbShare::default(),
         };
         b.index_vlans();
         b
+    }
+
+    /// Another worker of this LB: the same ports, settings and table, its own buffers and
+    /// counters. Join the workers with [`Balancer::connect_workers`].
+    pub fn worker(&self, now: Instant) -> Balancer {
+        let mut b = Balancer::new(self.ports.clone(), self.cfg.clone(), now);
+        b.table = self.table.clone();
+        b.table.entries.iter_mut().for_each(|e| e.packets = 0);
+        b
+    }
+
+    /// Joins the workers of one LB: the first takes the DIST frames the others receive and
+    /// their packet counts, and publishes its state to them whenever it changes; its hellos
+    /// and reports carry the counters of all.
+    pub fn connect_workers(workers: &mut [Balancer]) {
+        if workers.len() < 2 {
+            return;
+        }
+        let (dist_tx, dist_rx) = std::sync::mpsc::sync_channel(SHARE_QUEUE);
+        let (counts_tx, counts_rx) = std::sync::mpsc::sync_channel(SHARE_QUEUE);
+        let group = workers.iter().map(|w| w.counters.clone()).collect();
+        let mut to_others = Vec::new();
+        for w in workers[1..].iter_mut() {
+            let (tx, rx) = std::sync::mpsc::sync_channel(SHARE_QUEUE);
+            to_others.push(tx);
+            w.share.to_lead = Some((dist_tx.clone(), counts_tx.clone()));
+            w.share.from_lead = Some(rx);
+        }
+        let lead = &mut workers[0].share;
+        lead.from_others = Some((dist_rx, counts_rx));
+        lead.to_others = to_others;
+        lead.group = group;
+    }
+
+    /// The state changed: the other workers get it at the first worker's next pass.
+    fn changed(&mut self) {
+        self.share.version += 1;
+    }
+
+    /// Takes what the other workers handed over (first worker) or the first worker's
+    /// latest state (the others). Called after every pass over the ports.
+    pub fn sync(&mut self, now: Instant) {
+        if let Some((dist, counts)) = self.share.from_others.take() {
+            for p in dist.try_iter() {
+                self.dist_input(p, now);
+            }
+            for c in counts.try_iter() {
+                for (mac, n) in c {
+                    if let Some(e) = self.table.entries.iter_mut().find(|e| e.mac == mac) {
+                        e.packets += n;
+                    }
+                }
+            }
+            self.share.from_others = Some((dist, counts));
+            self.publish();
+        }
+        let Some(from) = &self.share.from_lead else {
+            return;
+        };
+        let Some(state) = from.try_iter().last() else {
+            return;
+        };
+        // Counts not yet handed over stay with their back-ends.
+        let mine: Vec<(MacAddr, u64)> = self
+            .table
+            .entries
+            .iter()
+            .filter(|e| e.packets > 0)
+            .map(|e| (e.mac, e.packets))
+            .collect();
+        self.ports = state.ports.clone();
+        self.cfg = state.cfg.clone();
+        self.table = state.table.clone();
+        for e in &mut self.table.entries {
+            e.packets = mine.iter().find(|m| m.0 == e.mac).map_or(0, |m| m.1);
+        }
+        self.index_vlans();
+    }
+
+    /// The first worker: its state to the others, if it changed since the last time.
+    fn publish(&mut self) {
+        if self.share.to_others.is_empty() || self.share.version == self.share.published {
+            return;
+        }
+        let mut table = self.table.clone();
+        table.entries.iter_mut().for_each(|e| e.packets = 0);
+        let state = Arc::new(LbState {
+            ports: self.ports.clone(),
+            cfg: self.cfg.clone(),
+            table,
+        });
+        // A full queue: the worker is far behind; it takes the next publication.
+        if self
+            .share
+            .to_others
+            .iter()
+            .all(|t| t.try_send(state.clone()).is_ok())
+        {
+            self.share.published = self.share.version;
+        }
+    }
+
+    /// Another worker: its packet counts per back-end to the first (kept if the queue is full).
+    fn hand_counts(&mut self) {
+        let Some((_, counts)) = &self.share.to_lead else {
+            return;
+        };
+        let c: Vec<(MacAddr, u64)> = self
+            .table
+            .entries
+            .iter()
+            .filter(|e| e.packets > 0)
+            .map(|e| (e.mac, e.packets))
+            .collect();
+        if !c.is_empty() && counts.try_send(c).is_ok() {
+            self.table.entries.iter_mut().for_each(|e| e.packets = 0);
+        }
+    }
+
+    /// The counters of this LB: of every worker, summed, on the first.
+    fn group_counters(&self) -> crate::counters::Snapshot {
+        crate::counters::Snapshot::sum(&self.share.group)
+            .unwrap_or_else(|| self.counters.snapshot())
     }
 
     fn index_vlans(&mut self) {
@@ -371,6 +538,7 @@ impl Balancer {
             self.table.set(mac, port, weight, now);
         }
         self.table.rebuild();
+        self.changed();
     }
 
     #[inline]
@@ -706,6 +874,16 @@ impl Balancer {
     }
 
     fn dist_input(&mut self, p: Pkt, now: Instant) {
+        if let Some((to_lead, _)) = &self.share.to_lead {
+            // The first worker checks and applies every DIST frame (one replay window per
+            // sender, one state).
+            return match to_lead.try_send(p) {
+                Ok(()) => self.counters.event(Event::DistHandedToLead),
+                Err(TrySendError::Full(p) | TrySendError::Disconnected(p)) => {
+                    self.drop_pkt(p, Drop::DistQueueFull)
+                }
+            };
+        }
         if let Err(d) = self.dist_auth.check(&p.data) {
             return self.drop_pkt(p, d);
         }
@@ -748,6 +926,7 @@ impl Balancer {
                 }
                 if changed {
                     self.table.rebuild();
+                    self.changed();
                 }
                 for m in ups {
                     self.note(now, LogEvent::Up(m));
@@ -800,12 +979,14 @@ impl Balancer {
                 }
                 self.ports = next;
                 self.index_vlans();
+                self.changed();
                 self.counters.event(Event::DistPortsApplied);
                 Ok(())
             }
             dist::Message::VirtualCp { mac, port } => {
                 self.internal_port(*port)?;
                 self.cfg.virtual_cp = Some((*mac, *port as u16));
+                self.changed();
                 self.counters.event(Event::DistVcpApplied);
                 Ok(())
             }
@@ -834,7 +1015,11 @@ impl Balancer {
     }
 
     /// Timers: back-ends whose hellos stopped leave the table; the LB's own hellos go out.
+    /// Another worker only hands its packet counts to the first.
     pub fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
+        if self.share.to_lead.is_some() {
+            return self.hand_counts();
+        }
         let mut changed = false;
         let mut downs = Vec::new();
         for e in &mut self.table.entries {
@@ -851,7 +1036,9 @@ impl Balancer {
         }
         if changed {
             self.table.rebuild();
+            self.changed();
         }
+        self.publish();
         for m in downs {
             self.note(now, LogEvent::Down(m));
         }
@@ -888,7 +1075,7 @@ impl Balancer {
             msg: crate::element::hello(
                 dist::ElementKind::Balancer,
                 self.cfg.hello_interval,
-                self.counters.totals(),
+                self.group_counters().totals(),
                 ports,
                 addrs6,
             ),
@@ -902,7 +1089,9 @@ impl Balancer {
             .iter()
             .map(|p| p.role == PortRole::External)
             .collect();
-        for m in crate::element::counter_reports(name, &self.counters, &external) {
+        let sum = self.group_counters();
+        let names = &self.counters.port_names;
+        for m in crate::element::counter_reports_of(name, names, sum, &external) {
             self.seq = self.seq.wrapping_add(1);
             let r = dist::Repr {
                 seq: self.seq,

@@ -348,6 +348,9 @@ impl Element for crate::balancer::Balancer {
         // Back-end timeouts are checked this often: failover takes at most this longer.
         Duration::from_millis(10)
     }
+    fn sync(&mut self, now: Instant, _tx: &mut TxQueues) {
+        crate::balancer::Balancer::sync(self, now)
+    }
     fn pool(&mut self) -> &mut Pool {
         &mut self.pool
     }

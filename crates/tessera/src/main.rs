@@ -1546,7 +1546,7 @@ fn open_port(
 ) -> Result<(io::AnyPort, control::run::Link)> {
     if io.workers > 1 {
         bail!(
-            "[io] workers = {}: only the forwarder runs several workers yet; this element runs one",
+            "[io] workers = {}: the forwarder, the back-end and the LB run several workers; this element runs one",
             io.workers
         );
     }
@@ -1573,18 +1573,25 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
-    let mut ports = Vec::new();
+    let workers = cfg.io.workers;
+    // ports[w]: the ports worker w owns, one per interface.
+    let mut ports: Vec<Vec<io::AnyPort>> = (0..workers).map(|_| Vec::new()).collect();
     let mut links = Vec::new();
     for i in &cfg.interfaces {
-        let (port, link) = open_port(&i.name, &cfg.io)?;
-        ports.push(port);
-        links.push(link);
+        links.push(take_port(&i.name)?);
+        let mine = io::open_workers(&i.name, cfg.io.backend, cfg.io.packet_ring, None, workers)?;
+        let info = dataplane::port::Port::info(&mine[0]);
+        tracing::info!(interface = %i.name, backend = info.backend, mode = %info.mode, workers, "port open");
+        for (w, p) in mine.into_iter().enumerate() {
+            ports[w].push(p);
+        }
     }
     let b = control::balancer::build(&cfg, &links).map_err(anyhow::Error::msg)?;
     tracing::info!(
         interfaces = %cfg.interfaces.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(","),
         backends = b.table.entries.len(),
         mode = ?b.table.mode,
+        workers,
         "balancer running"
     );
     let counters = b.counters.clone();

@@ -662,26 +662,32 @@ fn exported_configs_bring_the_same_router_up() {
     std::fs::remove_dir_all(&out).unwrap();
 }
 
-/// The multistage lab with every back-end at `[io] workers = 2` on a two-queue link: the
-/// LBs see three live back-ends (the first workers' hellos, authenticated), hosts see one
-/// router, and flows spread over both workers of the back-ends.
+/// The multistage lab with every element (LBs and back-ends) at `[io] workers = 2` on
+/// two-queue links: the LBs see three live back-ends (the first workers' hellos,
+/// authenticated, whichever worker they reach), hosts see one router, and flows spread
+/// over both workers of each LB and over the back-ends' second workers.
 #[test]
-fn backends_with_two_workers() {
+fn elements_with_two_workers() {
     let dir = std::env::temp_dir().join(format!("tessera-ms-workers-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("multistage")).unwrap();
     for e in ["lba", "lbb", "r1", "r2", "r3"] {
         let mut c =
             std::fs::read_to_string(repo_path(&format!("labs/multistage/{e}.toml"))).unwrap();
-        if e.starts_with('r') {
-            c.push_str("\n[io]\nworkers = 2\n");
-        }
+        c.push_str("\n[io]\nworkers = 2\n");
         std::fs::write(dir.join(format!("multistage/{e}.toml")), c).unwrap();
     }
     let mut topo = std::fs::read_to_string(repo_path(LAB)).unwrap();
-    for r in ["r1", "r2", "r3"] {
-        let a = format!("a = \"{r}:{r}-int\"");
-        assert!(topo.contains(&a));
-        topo = topo.replace(&a, &format!("{a}\nqueues = 2"));
+    for a in [
+        "b = \"lba:lba-ext\"",
+        "b = \"lbb:lbb-ext\"",
+        "a = \"lba:lba-int\"",
+        "a = \"lbb:lbb-int\"",
+        "a = \"r1:r1-int\"",
+        "a = \"r2:r2-int\"",
+        "a = \"r3:r3-int\"",
+    ] {
+        assert!(topo.contains(a), "{a}");
+        topo = topo.replace(a, &format!("{a}\nqueues = 2"));
     }
     std::fs::write(dir.join("lab.toml"), topo).unwrap();
     let lab = TestLab::up(dir.join("lab.toml"), &[]);
@@ -707,17 +713,40 @@ fn backends_with_two_workers() {
         out.contains("3 received") && out.matches("ttl=63").count() == 3,
         "{out}"
     );
-    // Sixteen TCP flows: the LBs spread them over the back-ends, and the bridge's veths
-    // over each back-end's two queues by their hash.
+    // Sixteen TCP flows: the hosts' kernels spread them over the LBs' two queues, the LBs
+    // over the back-ends, and the bridge's veths over each back-end's two queues, all by
+    // their hash.
     lab.iperf3("a1", "b1", "10.2.0.10", &["-t", "2", "-P", "16"]);
-    let mut second = 0;
-    for r in ["r1", "r2", "r3"] {
-        let c = lab.counters(r);
-        let w = c["workers"].as_array().unwrap_or_else(|| panic!("{r}: {c}"));
-        assert_eq!(w.len(), 2, "{r}: {c}");
-        second += w[1]["rx_packets"].as_u64().unwrap();
-        // Only the first worker sends hellos.
-        assert!(event_count(&c, "dist_hellos_sent") > 0, "{r}: {c}");
+    let workers = |e: &str| -> Vec<u64> {
+        let c = lab.counters(e);
+        let w = c["workers"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{e}: {c}"));
+        assert_eq!(w.len(), 2, "{e}: {c}");
+        w.iter()
+            .map(|x| x["rx_packets"].as_u64().unwrap())
+            .collect()
+    };
+    for lb in ["lba", "lbb"] {
+        let rx = workers(lb);
+        // Each worker carried a real share (16 flows all on one queue: 1 in 32,768).
+        assert!(rx.iter().all(|n| *n > 1000), "{lb}: {rx:?}");
     }
-    assert!(second > 1000, "the second workers took {second} frames");
+    let second: u64 = ["r1", "r2", "r3"].iter().map(|r| workers(r)[1]).sum();
+    assert!(
+        second > 1000,
+        "the back-ends' second workers took {second} frames"
+    );
+    // The LB's table counts every worker's packets (handed to the first every 10 ms):
+    // all that were balanced before, at least.
+    let c = lab.counters("lba");
+    std::thread::sleep(Duration::from_millis(100));
+    let balanced: u64 = packets_per_backend(&ask(&lab, "lba", "balance"))
+        .iter()
+        .sum();
+    let before = event_count(&c, "balance_packets");
+    assert!(
+        before > 1000 && balanced >= before,
+        "{balanced} in the table: {c}"
+    );
 }

@@ -745,3 +745,59 @@ mod ipv6_path {
         assert_eq!(b.counters.events(Event::IntNdAdvertsIn), 1);
     }
 }
+
+/// Two workers: a back-end's hellos reach the second, which hands them to the first; the
+/// first runs the timeouts and publishes its table, which the second balances with after
+/// its next pass; packet counts per back-end and the hellos' totals add up both.
+#[test]
+fn workers_share_one_state_held_by_the_first() {
+    let (b, t0) = lb(Mode::Maglev);
+    let mut ws = vec![b];
+    ws.push(ws[0].worker(t0));
+    Balancer::connect_workers(&mut ws);
+    let (a, rest) = ws.split_at_mut(1);
+    let (a, w) = (&mut a[0], &mut rest[0]);
+    let mut tx = TxQueues::new(2);
+    let ms = Duration::from_millis;
+    // Only back-end 1 speaks, and only to the second worker.
+    for k in 0..10 {
+        let now = t0 + ms(100 * k);
+        assert!(run(w, now, 1, hello_from(be(1))).is_empty());
+        w.sync(now);
+        a.sync(now);
+        a.poll(now, &mut tx);
+        w.poll(now, &mut tx);
+        w.sync(now);
+    }
+    assert_eq!(w.counters.events(Event::DistHandedToLead), 10);
+    assert_eq!(w.counters.events(Event::DistHellosReceived), 0);
+    assert_eq!(a.counters.events(Event::DistHellosReceived), 10);
+    assert_eq!(a.counters.events(Event::BackendDown), 2);
+    assert_eq!(w.counters.events(Event::BackendDown), 0);
+    assert_eq!((a.table.live(), w.table.live()), (1, 1));
+    // The second worker balances every flow to the one live back-end, as the first does.
+    for k in 0..100 {
+        let o = run(w, t0 + ms(1000), 0, udp(k, 80));
+        assert_eq!(eth(&o[0].1).dst(), be(1));
+    }
+    // Its packet counts reach the first at its next timer pass.
+    w.poll(t0 + ms(1000), &mut tx);
+    a.sync(t0 + ms(1000));
+    let e = a.table.entries.iter().find(|e| e.mac == be(1)).unwrap();
+    assert_eq!(e.packets, 100);
+    assert!(w.table.entries.iter().all(|e| e.packets == 0));
+    // Only the first sends hellos (one per interval), carrying both workers' frames.
+    assert_eq!(tx.drain_all().len(), 10);
+    a.poll(t0 + ms(2000), &mut tx);
+    let sent = tx.drain_all();
+    let h = dist::Repr::parse(eth(&sent[0].1.data).payload()).unwrap();
+    let dist::Message::Hello(h) = h.msg else {
+        panic!("not a hello: {h:?}")
+    };
+    assert_eq!(
+        h.rx_packets, 110,
+        "10 hellos and 100 frames, all on the second worker"
+    );
+    assert_eq!(a.counters.events(Event::DistHellosSent), 11);
+    assert_eq!(w.counters.events(Event::DistHellosSent), 0);
+}

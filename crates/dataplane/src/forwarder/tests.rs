@@ -786,18 +786,27 @@ fn backend_workers_hand_dist_to_the_first() {
     .unwrap();
     // The second worker takes a frame to forward (it asks for the next hop) and the routes
     // message.
-    assert_eq!(run(b, now, 0, tagged(udp_frame(Udp::default()), 10)).len(), 1);
+    assert_eq!(
+        run(b, now, 0, tagged(udp_frame(Udp::default()), 10)).len(),
+        1
+    );
     assert!(run(b, now, 0, frame.clone()).is_empty());
     assert_eq!(b.counters.events(Event::DistHandedToLead), 1);
     assert_eq!(b.counters.events(Event::DistReceived), 0);
-    assert!(writer_rx.try_recv().is_err(), "not before the first takes it");
+    assert!(
+        writer_rx.try_recv().is_err(),
+        "not before the first takes it"
+    );
     let mut tx = TxQueues::new(1);
     a.take_news(now, &mut tx);
     assert_eq!(writer_rx.try_recv().unwrap(), (ctl, batch));
     assert_eq!(a.counters.events(Event::DistRoutesReceived), 1);
     // Hellos: the first worker's, with both workers' frames; none from the second.
     b.poll(now, &mut tx);
-    assert!(tx.drain_all().is_empty(), "the second worker sends no hello");
+    assert!(
+        tx.drain_all().is_empty(),
+        "the second worker sends no hello"
+    );
     a.poll(now, &mut tx);
     let sent = tx.drain_all();
     assert_eq!(sent.len(), 1);
@@ -806,7 +815,11 @@ fn backend_workers_hand_dist_to_the_first() {
         panic!("not a hello")
     };
     assert_eq!(h.rx_packets, 2, "the second worker's two frames");
-    assert_eq!(a.counters.totals().0, 0, "the first received nothing itself");
+    assert_eq!(
+        a.counters.totals().0,
+        0,
+        "the first received nothing itself"
+    );
 }
 
 /// A star of two forwarders: A (10.1.0.0/24 on port 0) and B (10.2.0.0/24 on port 0),
