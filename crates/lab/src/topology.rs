@@ -524,6 +524,17 @@ impl Lab {
                 &["link", "add", "br0", "type", "bridge", "stp_state", "0"],
             )?;
             ip_n(&ns, &["link", "set", "br0", "up"])?;
+            // A lab switch is a plain Ethernet switch: where the host loaded br_netfilter,
+            // bridged frames would also cross the namespace's iptables hooks (and cost
+            // every frame through the interconnection their time).
+            in_ns(
+                &ns,
+                "sh",
+                &[
+                    "-c",
+                    "for f in /proc/sys/net/bridge/bridge-nf-call-*; do [ -e \"$f\" ] && echo 0 > \"$f\"; done; true",
+                ],
+            )?;
         }
         for (i, l) in self.topo.link.iter().enumerate() {
             let ends: Vec<(String, String, bool)> = [&l.a, &l.b]
