@@ -105,6 +105,7 @@ named_enum! {
         IcmpSuppressed = "icmp_error_suppressed" in Forwarder: "ICMP error not sent: about an ICMP error, a non-first fragment, a broadcast or a bad source",
         IcmpRateLimited = "icmp_error_rate_limited" in Forwarder: "ICMP error not sent: over the rate limit",
         RxRingFull = "rx_ring_full" in All: "frame the kernel dropped because the port's receive ring was full: the element fell behind, and the excess was shed before any work was spent on it",
+        DeviceRxDropped = "device_rx_dropped" in All: "frame the interface's driver dropped on receive (its ring full or out of buffers; on a veth, frames its peer could not queue to it), from the interface's statistics (AF_PACKET ports): the element fell behind, and the excess was shed before any work was spent on it",
         XskRxDropped = "xsk_rx_dropped" in All: "frame the kernel dropped on its way to the AF_XDP socket: no free UMEM frame on the fill ring, or larger than a UMEM frame",
         XskInvalidDescs = "xsk_invalid_descs" in All: "AF_XDP descriptors the kernel rejected (receive or transmit)",
         TxRingFull = "tx_ring_full" in All: "egress ring had no free slot",

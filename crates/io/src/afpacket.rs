@@ -121,6 +121,8 @@ pub struct AfPacket {
     /// The tcx link of the port's ingress program ([`AfPacket::keep_stack_off`]'s or
     /// [`AfPacket::attach_fast_path`]'s), detached when dropped, and what it is.
     tcx: Option<(std::os::fd::OwnedFd, Tcx)>,
+    /// The interface's own receive drops, if this port reports them.
+    device: Option<crate::netdev::RxDrops>,
 }
 
 // SAFETY: the mapping is owned by this value and used only through &mut self.
@@ -164,6 +166,11 @@ enum Tcx {
 }
 
 impl AfPacket {
+    /// This port reports its interface's own receive drops (`device_rx_dropped`).
+    pub fn report_device_drops(&mut self) {
+        self.device = crate::netdev::RxDrops::open(&self.name);
+    }
+
     /// Keeps the kernel's own stack off the frames this interface receives, for as long
     /// as this port lives: a tcx ingress program (two instructions: drop) runs after the
     /// packet sockets, this one included, have taken their copies, and ends the frame
@@ -255,6 +262,7 @@ impl AfPacket {
             tx_next: 0,
             fanout: cfg.fanout.is_some(),
             tcx: None,
+            device: None,
         };
         check(
             setsockopt(
@@ -841,6 +849,9 @@ impl Port for AfPacket {
         };
         if r == 0 && st.tp_drops > 0 {
             count(dataplane::Drop::RxRingFull, st.tp_drops as u64);
+        }
+        if let Some(n) = self.device.as_mut().map(|d| d.take()).filter(|&n| n > 0) {
+            count(dataplane::Drop::DeviceRxDropped, n);
         }
     }
 }

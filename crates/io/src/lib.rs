@@ -75,6 +75,17 @@ pub fn open_with(
     ring: RxRing,
     program: Option<xsk::ProgramFor>,
 ) -> std::io::Result<AnyPort> {
+    let mut p = open_one(name, backend, ring, program)?;
+    p.report_device_drops();
+    Ok(p)
+}
+
+fn open_one(
+    name: &str,
+    backend: Backend,
+    ring: RxRing,
+    program: Option<xsk::ProgramFor>,
+) -> std::io::Result<AnyPort> {
     let cfg = xsk::XskConfig::default();
     let mode = xsk::AttachMode::Auto;
     let packet = || {
@@ -178,7 +189,7 @@ pub fn open_workers(
             })
             .collect()
     };
-    match backend {
+    let mut ports = match backend {
         Backend::Packet => packet(),
         Backend::Xdp => xdp(),
         Backend::Auto => match xdp() {
@@ -188,6 +199,24 @@ pub fn open_workers(
                 packet()
             }
         },
+    }?;
+    // The first worker counts the interface's own drops, once for all.
+    if let Some(p) = ports.first_mut() {
+        p.report_device_drops();
+    }
+    Ok(ports)
+}
+
+impl AnyPort {
+    /// This port reports its interface's own receive drops (`device_rx_dropped`): one port
+    /// per interface should. AF_PACKET ports only: an XDP program's redirects that the
+    /// socket could not take count in a veth's `rx_dropped` too (measured: every one of
+    /// them), and those are `rx_ring_full` and `xsk_rx_dropped` already.
+    pub fn report_device_drops(&mut self) {
+        match self {
+            AnyPort::Packet(p) => p.report_device_drops(),
+            AnyPort::Xdp(_) => {}
+        }
     }
 }
 

@@ -4,6 +4,61 @@ use std::ffi::CString;
 use std::io;
 use std::net::Ipv4Addr;
 
+/// Frames an interface's driver dropped on receive, from its statistics in sysfs:
+/// `rx_dropped` (a ring with no room or no buffer; on a veth, frames its peer could not
+/// queue to it), `rx_missed_errors` and `rx_fifo_errors` (a NIC's own ring full). These
+/// are shed before any work is spent on them; an element counts them as
+/// `device_rx_dropped` (one port per interface reads them: the first worker's).
+#[derive(Debug)]
+pub struct RxDrops {
+    dir: std::path::PathBuf,
+    last: u64,
+}
+
+impl RxDrops {
+    /// The counts of interface `name` from now on; `None` (and a log line) where sysfs
+    /// shows another namespace's interface of that name, or none.
+    pub fn open(name: &str) -> Option<RxDrops> {
+        let dir = std::path::Path::new("/sys/class/net").join(name);
+        let sysfs = std::fs::read_to_string(dir.join("ifindex")).ok();
+        let same = sysfs
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .is_some_and(|i| ifindex(name).ok() == Some(i));
+        if !same {
+            tracing::warn!(
+                interface = name,
+                "its statistics are not in this namespace's /sys/class/net: device_rx_dropped stays 0"
+            );
+            return None;
+        }
+        Some(Self::at(dir.join("statistics")))
+    }
+
+    /// The counts in directory `dir` (a `statistics` directory) from now on.
+    pub fn at(dir: std::path::PathBuf) -> RxDrops {
+        let mut d = RxDrops { dir, last: 0 };
+        d.last = d.read();
+        d
+    }
+
+    fn read(&self) -> u64 {
+        ["rx_dropped", "rx_missed_errors", "rx_fifo_errors"]
+            .iter()
+            .filter_map(|f| std::fs::read_to_string(self.dir.join(f)).ok())
+            .filter_map(|s| s.trim().parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Drops since the last call (none if the counts went back, as when the interface
+    /// was made again).
+    pub fn take(&mut self) -> u64 {
+        let now = self.read();
+        let d = now.saturating_sub(self.last);
+        self.last = now;
+        d
+    }
+}
+
 pub(crate) fn ifreq(name: &str) -> io::Result<libc::ifreq> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ {
         return Err(io::Error::new(
@@ -265,5 +320,39 @@ mod tests {
         let e = ifindex("no-such-if0").unwrap_err().to_string();
         assert!(e.contains("no-such-if0"), "{e}");
         assert!(ifreq("a-name-longer-than-15").is_err());
+    }
+
+    #[test]
+    fn device_drops_are_the_growth_of_three_counts() {
+        let dir = std::env::temp_dir().join(format!("tessera-rxdrops-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let set = |d: u64, m: u64, f: u64| {
+            std::fs::write(dir.join("rx_dropped"), format!("{d}\n")).unwrap();
+            std::fs::write(dir.join("rx_missed_errors"), format!("{m}\n")).unwrap();
+            std::fs::write(dir.join("rx_fifo_errors"), format!("{f}\n")).unwrap();
+        };
+        set(5, 1, 0);
+        let mut r = RxDrops::at(dir.clone());
+        assert_eq!(r.take(), 0, "counted from now on");
+        set(7, 4, 1);
+        assert_eq!(r.take(), 6);
+        assert_eq!(r.take(), 0);
+        // An interface made again starts from zero: nothing is counted backwards.
+        set(1, 0, 0);
+        assert_eq!(r.take(), 0);
+        set(3, 0, 0);
+        assert_eq!(r.take(), 2);
+        // A count the driver does not keep is not there.
+        std::fs::remove_file(dir.join("rx_fifo_errors")).unwrap();
+        set_one(&dir, "rx_dropped", 10);
+        assert_eq!(r.take(), 7);
+        std::fs::remove_dir_all(&dir).unwrap();
+        // The loopback interface of this namespace is found; a missing one is not.
+        assert!(RxDrops::open("lo").is_some());
+        assert!(RxDrops::open("no-such-if0").is_none());
+    }
+
+    fn set_one(dir: &std::path::Path, f: &str, v: u64) {
+        std::fs::write(dir.join(f), v.to_string()).unwrap();
     }
 }

@@ -603,13 +603,16 @@ fn forwards_after_overload() {
         forwarded > 10_000,
         "sent {sent}, forwarded {forwarded}: {c}"
     );
-    // What was not received was shed at the input ring and counted there (the receiving
-    // veth may drop a few more of its own when its queue overflows: not ours to count).
+    // What was not received was shed at the input rings and counted there: the socket's
+    // ring, or on AF_PACKET the receiving veth's own queue when it overflows (its
+    // statistics). (Measured: both backends' counts add up to what was sent, to the frame,
+    // the pings and ARP aside.)
     let rx = c["interfaces"]["r-eth0"]["rx_packets"].as_u64().unwrap();
     let shed = drop_count(&c, "rx_ring_full") + drop_count(&c, "xsk_rx_dropped");
+    let device = drop_count(&c, "device_rx_dropped");
     assert!(
-        (rx + shed) as f64 >= 0.9 * sent as f64,
-        "sent {sent}, received {rx}, shed and counted {shed}: {c}"
+        (rx + shed + device) as f64 >= 0.99 * sent as f64,
+        "sent {sent}, received {rx}, shed and counted {shed} at the socket, {device} at the device: {c}"
     );
     let p = lab.sh(
         "src1",
