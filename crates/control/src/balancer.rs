@@ -473,7 +473,8 @@ fn log_events(b: &mut Balancer) {
 /// Runs the LB until `stop` is set: one worker per element of `ports` (the ports it owns:
 /// one share of every interface's queues), the first on this thread, holding the LB's
 /// state and answering the control socket, the others on threads of their own (see
-/// [`Balancer::connect_workers`]).
+/// [`Balancer::connect_workers`]). Returns the counters of all workers, summed, as they
+/// stood at the end.
 pub fn run<P: Port + Send>(
     b: Balancer,
     mut ports: Vec<Vec<P>>,
@@ -482,7 +483,7 @@ pub fn run<P: Port + Send>(
     io: crate::config::IoConfig,
     metrics: &crate::metrics::MetricsConfig,
     external: Vec<String>,
-) -> Result<(), String> {
+) -> Result<dataplane::counters::Snapshot, String> {
     if ports.is_empty() {
         return Err("no worker".into());
     }
@@ -498,6 +499,7 @@ pub fn run<P: Port + Send>(
         .chain(all.iter().map(|w| w.counters.clone()))
         .collect();
     let counters = b.counters.clone();
+    let at_end = all_counters.clone();
     let name = crate::metrics::element_name(metrics, control, "balancer");
     // The LB reports its counters to the controller under the same name.
     b.report.name = Some(name.clone());
@@ -562,7 +564,8 @@ pub fn run<P: Port + Send>(
             h.join().map_err(|_| "a worker panicked".to_string())??;
         }
         r
-    })
+    })?;
+    dataplane::counters::Snapshot::sum(&at_end).ok_or_else(|| "no worker".into())
 }
 
 #[cfg(test)]

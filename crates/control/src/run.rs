@@ -481,7 +481,8 @@ fn route_change(
 /// Runs the forwarder until `stop` is set: one worker per element of `ports` (the ports
 /// it owns: one share of every interface's queues), the first on this thread and answering
 /// the control socket's questions, the others on threads of their own (see
-/// [`Forwarder::worker`]). `cfg` is what `reload-routes` reads again.
+/// [`Forwarder::worker`]). `cfg` is what `reload-routes` reads again. Returns the
+/// counters of all workers, summed, as they stood at the end.
 pub fn run<P: Port + Send>(
     mut f: Forwarder,
     mut ports: Vec<Vec<P>>,
@@ -489,7 +490,7 @@ pub fn run<P: Port + Send>(
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
     fast: Option<crate::fast::FastLink>,
-) -> Result<(), String> {
+) -> Result<dataplane::counters::Snapshot, String> {
     if ports.is_empty() {
         return Err("no worker".into());
     }
@@ -506,6 +507,7 @@ pub fn run<P: Port + Send>(
         .chain(others.iter().map(|w| w.counters.clone()))
         .collect();
     let counters = f.counters.clone();
+    let at_end = all_counters.clone();
     // The router view of this element: a lone forwarder's ports all face the outside; a
     // back-end's face the inside of a multistage router.
     let metrics_cfg = cfg.map(|c| c.metrics.clone()).unwrap_or_default();
@@ -665,7 +667,8 @@ pub fn run<P: Port + Send>(
             h.join().map_err(|_| "a worker panicked".to_string())??;
         }
         r
-    })
+    })?;
+    dataplane::counters::Snapshot::sum(&at_end).ok_or_else(|| "no worker".into())
 }
 
 /// The `counters` answer of an element of several workers (`all`, the first's first):

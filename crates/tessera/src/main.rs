@@ -1517,9 +1517,8 @@ fn forwarder(a: &ElementArgs) -> Result<i32> {
         workers,
         "forwarder running"
     );
-    let counters = f.counters.clone();
-    control::run::run(f, ports, Some(&cfg), control, stop, fast).map_err(anyhow::Error::msg)?;
-    let s = counters.snapshot();
+    let s =
+        control::run::run(f, ports, Some(&cfg), control, stop, fast).map_err(anyhow::Error::msg)?;
     let dropped: u64 = s.drops.values().sum();
     tracing::info!(
         forwarded = s.events["ip4_forwarded"],
@@ -1594,16 +1593,14 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
         workers,
         "balancer running"
     );
-    let counters = b.counters.clone();
     let external = cfg
         .interfaces
         .iter()
         .filter(|i| i.role == wire::dist::PortRole::External)
         .map(|i| i.name.clone())
         .collect();
-    control::balancer::run(b, ports, control, stop, cfg.io, &cfg.metrics, external)
+    let s = control::balancer::run(b, ports, control, stop, cfg.io, &cfg.metrics, external)
         .map_err(anyhow::Error::msg)?;
-    let s = counters.snapshot();
     tracing::info!(
         balanced = s.events["balance_packets"],
         dropped = s.drops.values().sum::<u64>(),
