@@ -14,8 +14,9 @@ use std::time::Instant;
 #[derive(Clone)]
 pub struct FastLink {
     pub fp: Arc<Mutex<FastPath>>,
-    /// Per forwarder interface, its port if the fast path serves it (untagged ones).
-    pub port_of_iface: Vec<Option<u16>>,
+    /// Per forwarder interface, its port and VLAN id (0: untagged) if the fast path
+    /// serves it (see [`FastLink::ports_of`]).
+    pub port_of_iface: Vec<Option<(u16, u16)>>,
     /// Port names, in port order.
     pub names: Vec<String>,
 }
@@ -30,20 +31,16 @@ impl FastLink {
     /// As [`FastLink::new`], with the device map naming `device` for every port instead of
     /// the ports' own interfaces (for checking verdicts without the interfaces).
     pub fn on_devices(ifaces: &[Iface], device: Option<&str>) -> Result<FastLink, String> {
-        let mut port_of_iface = Vec::with_capacity(ifaces.len());
-        let mut ports = Vec::new();
-        for i in ifaces {
-            if i.vlan.is_some() {
-                port_of_iface.push(None);
-            } else {
-                port_of_iface.push(Some(ports.len() as u16));
-                ports.push(FastPort {
-                    ifname: device.unwrap_or(&i.name).to_string(),
-                    mac: i.mac.0,
-                    mtu: i.mtu.min(u16::MAX as usize) as u16,
-                });
-            }
-        }
+        let port_of_iface = Self::ports_of(ifaces);
+        let ports = ifaces
+            .iter()
+            .filter(|i| i.vlan.is_none())
+            .map(|i| FastPort {
+                ifname: device.unwrap_or(&i.name).to_string(),
+                mac: i.mac.0,
+                mtu: i.mtu.min(u16::MAX as usize) as u16,
+            })
+            .collect::<Vec<_>>();
         let fp = FastPath::new(&ports).map_err(|e| format!("fast path: {e}"))?;
         Ok(FastLink {
             fp: Arc::new(Mutex::new(fp)),
@@ -56,6 +53,33 @@ impl FastLink {
         })
     }
 
+    /// Per interface, the port and VLAN id (0: untagged) the fast path sends out of: the
+    /// untagged interfaces are the ports, in order; a sub-interface rides on its parent's
+    /// port where the fast path's checks (the port's MTU and MAC) are its own too, and is
+    /// left to user space otherwise (`None`).
+    fn ports_of(ifaces: &[Iface]) -> Vec<Option<(u16, u16)>> {
+        let mut out = Vec::with_capacity(ifaces.len());
+        let mut n = 0u16;
+        for i in ifaces {
+            out.push(i.vlan.is_none().then(|| {
+                n += 1;
+                (n - 1, 0)
+            }));
+        }
+        for (k, i) in ifaces.iter().enumerate() {
+            let Some(v) = i.vlan else { continue };
+            let (Some(parent), Some(Some((port, 0)))) =
+                (ifaces.get(v.parent as usize), out.get(v.parent as usize).copied())
+            else {
+                continue;
+            };
+            if parent.mtu == i.mtu && parent.mac == i.mac && (1..4095).contains(&v.id) {
+                out[k] = Some((port, v.id));
+            }
+        }
+        out
+    }
+
     /// What port `port`'s program needs to know of the forwarder.
     pub fn facts(ifaces: &[Iface], port: u32, mac: [u8; 6]) -> ProgramFacts {
         let mut special = Vec::new();
@@ -65,7 +89,21 @@ impl FastLink {
         }
         special.sort();
         special.dedup();
-        ProgramFacts { port, mac, special }
+        // The VLAN ids of the port's sub-interfaces that the fast path serves.
+        let mut vlans: Vec<u16> = Self::ports_of(ifaces)
+            .into_iter()
+            .flatten()
+            .filter(|&(p, v)| p as u32 == port && v != 0)
+            .map(|(_, v)| v)
+            .collect();
+        vlans.sort_unstable();
+        vlans.dedup();
+        ProgramFacts {
+            port,
+            mac,
+            special,
+            vlans,
+        }
     }
 
     /// Compiles the route table into the fast path's layout and publishes it.
@@ -78,8 +116,9 @@ impl FastLink {
             .iter()
             .map(|g| match &g[..] {
                 [h] => match self.port_of_iface.get(h.port as usize).copied().flatten() {
-                    Some(port) => Hop::Port {
+                    Some((port, vlan)) => Hop::Port {
                         port,
+                        vlan,
                         gateway: h.via,
                     },
                     None => Hop::Slow,
@@ -108,8 +147,8 @@ impl FastLink {
             .into_iter()
             .filter(|e| matches!(e.3, State::Reachable | State::Probe))
             .filter_map(|(i, ip, mac, _)| {
-                let port = self.port_of_iface.get(i as usize).copied().flatten()?;
-                Some((port, ip, mac.0))
+                let (port, vlan) = self.port_of_iface.get(i as usize).copied().flatten()?;
+                Some((port, vlan, ip, mac.0))
             })
             .collect();
         if let Ok(mut fp) = self.fp.lock() {
@@ -228,6 +267,48 @@ mod tests {
                 [10, 1, 0, 99].into(),
             )
             .unwrap();
+            Self::with(f, now, at)
+        }
+
+        /// A back-end of a multistage router: one port, its untagged interface on
+        /// 10.255.0.0/24 (the interconnection) and two sub-interfaces, VLAN 10 on
+        /// 10.1.0.0/24 and VLAN 20 on 10.2.0.0/24 (the external networks); the default
+        /// route through 10.2.0.2, 192.0.2.0/24 through 10.1.0.10.
+        fn backend(at: At) -> Check {
+            let now = Instant::now();
+            let sub = |name, id, addr: [u8; 4]| Iface {
+                vlan: Some(dataplane::forwarder::Vlan { parent: 0, id }),
+                ..Iface::new(name, wire::MacAddr(MAC0), addr.into(), 24)
+            };
+            let ifaces = vec![
+                Iface::new("int", wire::MacAddr(MAC0), [10, 255, 0, 11].into(), 24),
+                sub("ext-a", 10, [10, 1, 0, 1]),
+                sub("ext-b", 20, [10, 2, 0, 1]),
+            ];
+            let mut f = Forwarder::new(
+                ifaces,
+                dataplane::forwarder::ForwarderConfig::default(),
+                now,
+            );
+            f.set_backend(0, std::time::Duration::from_millis(100), now);
+            let learn = |f: &mut Forwarder, i: u16, a: [u8; 4], m: u8| {
+                f.neighbours
+                    .learn(i, a.into(), wire::MacAddr([2, 0, 0, 0, m, 0]), now, true)
+            };
+            learn(&mut f, 1, [10, 1, 0, 10], 1);
+            learn(&mut f, 2, [10, 2, 0, 2], 2);
+            learn(&mut f, 0, [10, 255, 0, 50], 3);
+            f.add_route(fib::Prefix::new([0, 0, 0, 0].into(), 0), [10, 2, 0, 2].into())
+                .unwrap();
+            f.add_route(
+                fib::Prefix::new([192, 0, 2, 0].into(), 24),
+                [10, 1, 0, 10].into(),
+            )
+            .unwrap();
+            Self::with(f, now, at)
+        }
+
+        fn with(mut f: Forwarder, now: std::time::Instant, at: At) -> Check {
             let fl = FastLink::on_devices(&f.ifaces, Some("lo")).unwrap();
             let t = f.take_routes().unwrap();
             fl.publish(&t).unwrap();
@@ -235,6 +316,7 @@ mod tests {
             let progs = f
                 .ifaces
                 .iter()
+                .filter(|i| i.vlan.is_none())
                 .enumerate()
                 .map(|(k, i)| {
                     let facts = FastLink::facts(&f.ifaces, k as u32, i.mac.0);
@@ -315,6 +397,97 @@ mod tests {
     #[test]
     fn the_tcx_fast_path_agrees_with_the_forwarder() {
         agrees(At::Tc);
+    }
+
+    /// A frame with an 802.1Q tag (`tci`) after the MACs.
+    fn tagged(f: &[u8], tci: u16) -> Vec<u8> {
+        let mut t = f[..12].to_vec();
+        t.extend([0x81, 0x00]);
+        t.extend(tci.to_be_bytes());
+        t.extend(&f[12..]);
+        t
+    }
+
+    #[test]
+    fn the_xdp_fast_path_agrees_with_a_backend_on_its_vlans() {
+        let mut c = Check::backend(At::Xdp);
+        // Forwarded by both: between the two VLANs either way, from a tag with priority
+        // bits (out with priority 0, as user space tags), from the untagged interface out
+        // of a VLAN and from a VLAN to the untagged interface.
+        for (tci, dst) in [
+            (Some(10), [8, 8, 8, 8]),
+            (Some(20), [192, 0, 2, 7]),
+            (Some(0xa00a), [8, 8, 4, 4]),
+            (None, [8, 8, 8, 8]),
+            (Some(10), [10, 255, 0, 50]),
+            (None, [10, 255, 0, 50]),
+            (Some(20), [10, 1, 0, 10]),
+        ] {
+            let f = udp(dst, 18);
+            let f = match tci {
+                Some(t) => tagged(&f, t),
+                None => f,
+            };
+            let before = c.fast;
+            c.frame(0, &f);
+            assert_eq!(c.fast, before + 1, "the fast path took none of {f:02x?}");
+        }
+        // To user space, with its tag as it came: an unknown VLAN, VLAN 0, TTL 1, a
+        // second tag, to the router, an unresolved next hop, truncated ones.
+        let good = tagged(&udp([8, 8, 8, 8], 18), 10);
+        let mut cases = vec![
+            tagged(&udp([8, 8, 8, 8], 18), 30),
+            tagged(&udp([8, 8, 8, 8], 18), 0),
+            tagged(&tagged(&udp([8, 8, 8, 8], 18), 10), 10),
+            tagged(&udp([10, 2, 0, 1], 18), 10),
+            tagged(&udp([10, 2, 0, 77], 18), 10),
+        ];
+        let mut ttl1 = good.clone();
+        ttl1[26] = 1;
+        fix(&mut ttl1[4..]);
+        cases.push(ttl1);
+        for n in [14, 16, 17, 18, 20, 37, 41] {
+            cases.push(good[..n].to_vec());
+        }
+        for f in &cases {
+            let before = c.fast;
+            c.frame(0, f);
+            assert_eq!(c.fast, before, "the fast path took {f:02x?}");
+        }
+        // Seeded random mutations of tagged frames, header checksum fixed or not.
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let fast = c.fast;
+        for i in 0..20_000 {
+            let mut f = good.clone();
+            for _ in 0..1 + next() % 3 {
+                let at = (next() % 48) as usize;
+                f[at] = next() as u8;
+            }
+            if i % 3 != 0 {
+                if let Ok(mut p) = ipv4::Packet::new_checked(&mut f[18..]) {
+                    p.fill_checksum();
+                }
+            }
+            c.frame(0, &f);
+        }
+        assert!(c.fast - fast > 1000, "forwarded {} mutated frames", c.fast - fast);
+    }
+
+    #[test]
+    fn the_tcx_fast_path_leaves_vlans_to_user_space() {
+        let mut c = Check::backend(At::Tc);
+        let before = c.fast;
+        c.frame(0, &tagged(&udp([8, 8, 8, 8], 18), 10));
+        c.frame(0, &udp([8, 8, 8, 8], 18)); // untagged in, out of VLAN 20
+        assert_eq!(c.fast, before, "tcx forwarded a frame of a sub-interface");
+        c.frame(0, &udp([10, 255, 0, 50], 18));
+        assert_eq!(c.fast, before + 1, "untagged to untagged is the fast path's");
     }
 
     fn agrees(at: At) {

@@ -22,13 +22,14 @@
 //!   written through a memory mapping) laid out as [`NH_BASE`] DIR-24-8 first-level words
 //!   (four 16-bit entries each), then [`NH_SLOTS`] next-hop words, then the 256-entry groups
 //!   of longer prefixes (64 words each). A 16-bit entry is a next-hop index, or `0x8000 |
-//!   group`. A next-hop word is `port << 32 | gateway` (gateway 0: the destination is on the
-//!   connected network), or [`NH_SLOW`]. The control thread compiles a new table after each
+//!   group`. A next-hop word is `vlan << 48 | port << 32 | gateway` (gateway 0: the
+//!   destination is on the connected network; `vlan` 0: the port's untagged interface),
+//!   or [`NH_SLOW`]. The control thread compiles a new table after each
 //!   route change and publishes it by replacing the one entry; the kernel waits for every
 //!   program that may still read the old table before the update returns, so no frame sees
 //!   half a table.
-//! - `neigh`: a hash of `port << 32 | address` to the neighbour's MAC, kept by the worker
-//!   from its neighbour table.
+//! - `neigh`: a hash of `(vlan << 16 | port) << 32 | address` to the neighbour's MAC, kept
+//!   by the worker from its neighbour table (`vlan` 0: the port's untagged interface).
 //! - `ports`: per port, its MAC (low 48 bits) and IP MTU (high 16 bits), then its interface
 //!   index.
 //! - `tx`: a device map of the ports' interfaces.
@@ -89,12 +90,16 @@ const SKB_SIZE: usize = 192;
 /// Where a next-hop group sends frames, as the fast path sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hop {
-    /// One next hop on an untagged port: `gateway` (`None`: the destination itself).
+    /// One next hop on a port's interface: its untagged one (`vlan` 0) or the 802.1Q
+    /// sub-interface `vlan` (XDP only: the tcx program leaves those to user space);
+    /// `gateway` (`None`: the destination itself).
     Port {
         port: u16,
+        vlan: u16,
         gateway: Option<Ipv4Addr>,
     },
-    /// Anything else (ECMP, a VLAN sub-interface): user space decides.
+    /// Anything else (ECMP, a sub-interface whose MTU is not its port's): user space
+    /// decides.
     Slow,
 }
 
@@ -138,6 +143,9 @@ pub struct ProgramFacts {
     /// Addresses the fast path never forwards from or to: the router's own and the
     /// connected networks' broadcast addresses.
     pub special: Vec<Ipv4Addr>,
+    /// The VLAN ids of the port's sub-interfaces: frames tagged with one of them take the
+    /// fast path too (XDP only).
+    pub vlans: Vec<u16>,
 }
 
 fn mac_u64(m: &[u8; 6]) -> u64 {
@@ -277,8 +285,14 @@ impl FastPath {
             .enumerate()
         {
             *w = match hops.get(i) {
-                Some(Hop::Port { port, gateway }) if (*port as u32) < self.nports => {
-                    (*port as u64) << 32 | gateway.map(u32::from).unwrap_or(0) as u64
+                Some(Hop::Port {
+                    port,
+                    vlan,
+                    gateway,
+                }) if (*port as u32) < self.nports && *vlan < 4095 => {
+                    (*vlan as u64) << 48
+                        | (*port as u64) << 32
+                        | gateway.map(u32::from).unwrap_or(0) as u64
                 }
                 _ => NH_SLOW,
             };
@@ -294,16 +308,21 @@ impl FastPath {
             .map_err(|e| io::Error::new(e.kind(), format!("publish fib table: {e}")))
     }
 
-    /// Makes `neigh` the neighbour map's content: (port, address, MAC) of resolved
-    /// neighbours on fast-path ports. Writes only what changed.
+    /// Makes `neigh` the neighbour map's content: (port, VLAN id or 0, address, MAC) of
+    /// resolved neighbours on fast-path ports. Writes only what changed.
     pub fn set_neighbours(
         &mut self,
-        resolved: impl IntoIterator<Item = (u16, Ipv4Addr, [u8; 6])>,
+        resolved: impl IntoIterator<Item = (u16, u16, Ipv4Addr, [u8; 6])>,
     ) -> io::Result<()> {
         let now: HashMap<u64, u64> = resolved
             .into_iter()
-            .filter(|(p, _, _)| (*p as u32) < self.nports)
-            .map(|(p, a, m)| ((p as u64) << 32 | u32::from(a) as u64, mac_u64(&m)))
+            .filter(|(p, v, _, _)| (*p as u32) < self.nports && *v < 4095)
+            .map(|(p, v, a, m)| {
+                (
+                    ((v as u64) << 16 | p as u64) << 32 | u32::from(a) as u64,
+                    mac_u64(&m),
+                )
+            })
             .collect();
         for k in self.neigh_written.keys() {
             if !now.contains_key(k) {
@@ -518,6 +537,7 @@ const ADD_K: u8 = 0x07;
 const SUB_X: u8 = 0x1f;
 const SUB_K: u8 = 0x17;
 const AND_K: u8 = 0x57;
+const OR_K: u8 = 0x47;
 const OR_X: u8 = 0x4f;
 const XOR_K: u8 = 0xa7;
 const LSH_K: u8 = 0x67;
@@ -541,6 +561,7 @@ const EXIT: u8 = 0x95;
 const MAP_LOOKUP: i32 = 1;
 const REDIRECT_MAP: i32 = 51;
 const REDIRECT: i32 = 23;
+const ADJUST_HEAD: i32 = 44;
 
 impl Asm {
     fn new() -> Asm {
@@ -666,8 +687,45 @@ fn program(
     } else {
         a.i(LDX_W, 1, 6, 16, 0) // rx_queue_index
             .i(STX_DW, 10, 1, -32, 0)
+            .i(STX_DW, 10, 6, -72, 0) // the context, for bpf_xdp_adjust_head
+            .i(MOV_K, 1, 0, 0, 0)
+            .i(STX_DW, 10, 1, -64, 0) // untagged (so far)
             .i(LDX_W, 7, 6, 0, 0) // data
             .i(LDX_W, 8, 6, 4, 0); // data_end
+        if !f.vlans.is_empty() {
+            // A frame tagged with one of the port's VLAN ids: its tag comes out (the MACs
+            // move up four bytes, the frame starts four later), and the rest runs as for
+            // an untagged frame; going to user space, it gets its tag back.
+            a.i(MOV_X, 1, 7, 0, 0)
+                .i(ADD_K, 1, 0, 0, 18)
+                .j(JGT_X, 1, 8, 0, "slow")
+                .i(LDX_H, 1, 7, 12, 0)
+                .j(JNE_K, 1, 0, 0x0081, "untagged") // 0x8100, read little-endian
+                .i(LDX_H, 9, 7, 14, 0) // the tag control information, as read
+                .i(MOV_X, 2, 9, 0, 0)
+                .i(TO_BE, 2, 0, 0, 16)
+                .i(AND_K, 2, 0, 0, 0xfff);
+            for &v in &f.vlans {
+                a.j(JEQ_K, 2, 0, v as i32, "our_vlan");
+            }
+            a.j(JA, 0, 0, 0, "slow")
+                .label("our_vlan")
+                .i(LDX_W, 1, 7, 8, 0)
+                .i(STX_W, 7, 1, 12, 0)
+                .i(LDX_W, 1, 7, 4, 0)
+                .i(STX_W, 7, 1, 8, 0)
+                .i(LDX_W, 1, 7, 0, 0)
+                .i(STX_W, 7, 1, 4, 0)
+                .i(MOV_X, 1, 6, 0, 0)
+                .i(MOV_K, 2, 0, 0, 4)
+                .i(CALL, 0, 0, 0, ADJUST_HEAD)
+                .j(JNE_K, 0, 0, 0, "aborted") // cannot fail: the frame has 18 bytes
+                .i(OR_K, 9, 0, 0, 0x10000)
+                .i(STX_DW, 10, 9, -64, 0) // tagged: 1 << 16 | the tag as read
+                .i(LDX_W, 7, 6, 0, 0)
+                .i(LDX_W, 8, 6, 4, 0)
+                .label("untagged");
+        }
     }
     a.i(MOV_X, 1, 7, 0, 0)
         .i(ADD_K, 1, 0, 0, 34)
@@ -747,9 +805,18 @@ fn program(
         .i(RSH_K, 2, 0, 0, 63)
         .j(JNE_K, 2, 0, 0, "slow")
         .i(MOV_X, 2, 1, 0, 0)
-        .i(RSH_K, 2, 0, 0, 32)
-        .i(STX_DW, 10, 2, -40, 0) // egress port
-        .i(LSH_K, 1, 0, 0, 32)
+        .i(RSH_K, 2, 0, 0, 32) // vlan << 16 | port
+        .i(MOV_X, 3, 2, 0, 0)
+        .i(AND_K, 3, 0, 0, 0xffff)
+        .i(STX_DW, 10, 3, -40, 0) // egress port
+        .i(MOV_X, 3, 2, 0, 0)
+        .i(RSH_K, 3, 0, 0, 16)
+        .i(STX_DW, 10, 3, -80, 0); // egress VLAN id (0: untagged)
+    if tc {
+        // A socket buffer's tag is its own business: sub-interfaces are user space's.
+        a.j(JNE_K, 3, 0, 0, "slow");
+    }
+    a.i(LSH_K, 1, 0, 0, 32)
         .i(RSH_K, 1, 0, 0, 32) // gateway
         .j(JNE_K, 1, 0, 0, "gw")
         .i(MOV_X, 1, 9, 0, 0) // connected: the destination
@@ -804,7 +871,26 @@ fn program(
             .i(MOV_K, 2, 0, 0, 0)
             .i(CALL, 0, 0, 0, REDIRECT);
     } else {
-        a.i(LDX_DW, 2, 10, -40, 0)
+        // Out of a sub-interface: the tag goes in (four bytes more at the front, the MACs
+        // move down, then 0x8100 and the VLAN id, priority 0, as user space tags).
+        a.i(LDX_DW, 1, 10, -80, 0)
+            .j(JEQ_K, 1, 0, 0, "send")
+            .i(LDX_DW, 1, 10, -72, 0)
+            .i(MOV_K, 2, 0, 0, -4)
+            .i(CALL, 0, 0, 0, ADJUST_HEAD)
+            .j(JNE_K, 0, 0, 0, "aborted")
+            .i(LDX_DW, 6, 10, -72, 0)
+            .i(LDX_W, 7, 6, 0, 0)
+            .i(LDX_W, 8, 6, 4, 0)
+            .i(MOV_X, 1, 7, 0, 0)
+            .i(ADD_K, 1, 0, 0, 18)
+            .j(JGT_X, 1, 8, 0, "aborted");
+        move_macs_down(&mut a);
+        a.i(LDX_DW, 1, 10, -80, 0)
+            .i(TO_BE, 1, 0, 0, 16)
+            .i(STX_H, 7, 1, 14, 0)
+            .label("send")
+            .i(LDX_DW, 2, 10, -40, 0)
             .map(1, tx)
             .i(MOV_K, 3, 0, 0, 0)
             .i(CALL, 0, 0, 0, REDIRECT_MAP);
@@ -826,13 +912,45 @@ fn program(
             .i(MOV_K, 0, 0, 0, TCX_DROP)
             .i(EXIT, 0, 0, 0, 0);
     } else {
+        if !f.vlans.is_empty() {
+            // A frame whose tag came out gets it back, as it arrived.
+            a.i(LDX_DW, 1, 10, -64, 0)
+                .j(JEQ_K, 1, 0, 0, "to_socket")
+                .i(LDX_DW, 1, 10, -72, 0)
+                .i(MOV_K, 2, 0, 0, -4)
+                .i(CALL, 0, 0, 0, ADJUST_HEAD)
+                .j(JNE_K, 0, 0, 0, "aborted")
+                .i(LDX_DW, 6, 10, -72, 0)
+                .i(LDX_W, 7, 6, 0, 0)
+                .i(LDX_W, 8, 6, 4, 0)
+                .i(MOV_X, 1, 7, 0, 0)
+                .i(ADD_K, 1, 0, 0, 18)
+                .j(JGT_X, 1, 8, 0, "aborted");
+            move_macs_down(&mut a);
+            a.i(LDX_DW, 1, 10, -64, 0)
+                .i(STX_H, 7, 1, 14, 0)
+                .label("to_socket");
+        }
         a.i(LDX_DW, 2, 10, -32, 0)
             .map(1, xsk)
             .i(MOV_K, 3, 0, 0, XDP_PASS)
             .i(CALL, 0, 0, 0, REDIRECT_MAP)
+            .i(EXIT, 0, 0, 0, 0)
+            // What cannot happen (a four-byte move of the frame's start refused).
+            .label("aborted")
+            .i(MOV_K, 0, 0, 0, 0)
             .i(EXIT, 0, 0, 0, 0);
     }
     a.finish()
+}
+
+/// Moves the MACs from bytes 4 to 16 of the frame (r7) to bytes 0 to 12, and writes
+/// 0x8100 at byte 12: the start of an 802.1Q tag, whose control information goes at 14.
+fn move_macs_down(a: &mut Asm) {
+    for off in [0i16, 4, 8] {
+        a.i(LDX_W, 1, 7, off + 4, 0).i(STX_W, 7, 1, off, 0);
+    }
+    a.i(MOV_K, 1, 0, 0, 0x0081).i(STX_H, 7, 1, 12, 0);
 }
 
 /// Goes to `slow` when the frame is TCP or UDP with its checksum left to offload (the field
@@ -890,6 +1008,7 @@ mod tests {
             port: 0,
             mac: [2, 0, 0, 0, 0, 1],
             special: vec![Ipv4Addr::new(10, 0, 0, 1)],
+            vlans: Vec::new(),
         };
         let mut arp = vec![0xffu8; 6];
         arp.extend([2, 0, 0, 0, 0, 2, 0x08, 0x06]);
