@@ -7,10 +7,17 @@
 //! above 1, a source and a destination that are neither martian nor the router's own (nor
 //! a connected network's broadcast address), in XDP a TCP or UDP checksum that is not left
 //! to offload (in tcx the socket buffer keeps that state and takes it along), and a route
-//! whose next-hop group is a single next hop on an untagged port whose MTU it fits, whose
+//! whose next-hop group is a single next hop on a port's interface whose MTU it fits, whose
 //! neighbour is resolved. The program then rewrites the MACs, decrements the TTL with the
 //! RFC 1624 checksum update the user-space path uses, counts it and redirects it out of the
-//! egress port (XDP: through a device map; tcx: `bpf_redirect`). Every other frame goes to
+//! egress port (XDP: through a device map; tcx: `bpf_redirect`).
+//!
+//! In XDP, 802.1Q sub-interfaces too (a back-end's external networks): a frame tagged with
+//! one of the port's VLAN ids loses its tag first (the MACs move up four bytes and
+//! `bpf_xdp_adjust_head` starts the frame there), runs as an untagged one, and out of a
+//! sub-interface gets the egress VLAN's tag (priority 0, as user space tags); on its way to
+//! user space it gets its own tag back, byte for byte. Ingress and egress may each be
+//! tagged or not. In tcx a sub-interface is user space's. Every other frame goes to
 //! the port's sockets (XDP: the AF_XDP socket of its queue; tcx: marked
 //! [`TO_USER_SPACE_MARK`] and received again, for the packet socket, which takes only
 //! marked frames), to the user-space element, which stays the one source of truth:

@@ -750,3 +750,46 @@ fn elements_with_two_workers() {
         "{balanced} in the table: {c}"
     );
 }
+
+/// The back-ends with their fast path (`[io] fast_path = true`): frames between the two
+/// external networks arrive tagged with one VLAN and leave tagged with the other, rewritten
+/// and redirected out of the same port in XDP (on AF_XDP ports); on AF_PACKET ports (tcx)
+/// sub-interfaces stay with user space. Either way one TTL decrement and TCP through. The
+/// bridge's ports run NAPI (GRO on) so that their veths take the back-ends' redirected
+/// frames.
+#[test]
+fn backends_with_the_fast_path() {
+    let dir = std::env::temp_dir().join(format!("tessera-ms-fast-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("multistage")).unwrap();
+    for e in ["lba", "lbb", "r1", "r2", "r3"] {
+        let mut c =
+            std::fs::read_to_string(repo_path(&format!("labs/multistage/{e}.toml"))).unwrap();
+        if e.starts_with('r') {
+            c.push_str("\n[io]\nfast_path = true\n");
+        }
+        std::fs::write(dir.join(format!("multistage/{e}.toml")), c).unwrap();
+    }
+    std::fs::copy(repo_path(LAB), dir.join("lab.toml")).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let ports = lab.sh("ic", &["ls", "/sys/class/net"]);
+    for p in ports.split_whitespace().filter(|p| p.starts_with('p')) {
+        lab.sh("ic", &["ethtool", "-K", p, "gro", "on"]);
+    }
+    let out = lab.sh(
+        "a1",
+        &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.2.0.10"],
+    );
+    assert!(
+        out.contains("3 received") && out.matches("ttl=63").count() == 3,
+        "{out}"
+    );
+    lab.iperf3("a1", "b1", "10.2.0.10", &["-t", "1", "-P", "4"]);
+    let fast: u64 = ["r1", "r2", "r3"]
+        .iter()
+        .map(|r| lab.counters(r)["fast_path"]["forwarded"].as_u64().unwrap())
+        .sum();
+    match io_backend() {
+        "packet" => assert_eq!(fast, 0, "tcx forwarded frames of sub-interfaces"),
+        _ => assert!(fast > 1000, "the back-ends' fast paths forwarded {fast} frames"),
+    }
+}
