@@ -68,9 +68,10 @@ impl FastLink {
         }
         for (k, i) in ifaces.iter().enumerate() {
             let Some(v) = i.vlan else { continue };
-            let (Some(parent), Some(Some((port, 0)))) =
-                (ifaces.get(v.parent as usize), out.get(v.parent as usize).copied())
-            else {
+            let (Some(parent), Some(Some((port, 0)))) = (
+                ifaces.get(v.parent as usize),
+                out.get(v.parent as usize).copied(),
+            ) else {
                 continue;
             };
             if parent.mtu == i.mtu && parent.mac == i.mac && (1..4095).contains(&v.id) {
@@ -298,8 +299,11 @@ mod tests {
             learn(&mut f, 1, [10, 1, 0, 10], 1);
             learn(&mut f, 2, [10, 2, 0, 2], 2);
             learn(&mut f, 0, [10, 255, 0, 50], 3);
-            f.add_route(fib::Prefix::new([0, 0, 0, 0].into(), 0), [10, 2, 0, 2].into())
-                .unwrap();
+            f.add_route(
+                fib::Prefix::new([0, 0, 0, 0].into(), 0),
+                [10, 2, 0, 2].into(),
+            )
+            .unwrap();
             f.add_route(
                 fib::Prefix::new([192, 0, 2, 0].into(), 24),
                 [10, 1, 0, 10].into(),
@@ -476,7 +480,11 @@ mod tests {
             }
             c.frame(0, &f);
         }
-        assert!(c.fast - fast > 1000, "forwarded {} mutated frames", c.fast - fast);
+        assert!(
+            c.fast - fast > 1000,
+            "forwarded {} mutated frames",
+            c.fast - fast
+        );
     }
 
     #[test]
@@ -487,7 +495,11 @@ mod tests {
         c.frame(0, &udp([8, 8, 8, 8], 18)); // untagged in, out of VLAN 20
         assert_eq!(c.fast, before, "tcx forwarded a frame of a sub-interface");
         c.frame(0, &udp([10, 255, 0, 50], 18));
-        assert_eq!(c.fast, before + 1, "untagged to untagged is the fast path's");
+        assert_eq!(
+            c.fast,
+            before + 1,
+            "untagged to untagged is the fast path's"
+        );
     }
 
     fn agrees(at: At) {

@@ -790,6 +790,9 @@ fn backends_with_the_fast_path() {
         .sum();
     match io_backend() {
         "packet" => assert_eq!(fast, 0, "tcx forwarded frames of sub-interfaces"),
-        _ => assert!(fast > 1000, "the back-ends' fast paths forwarded {fast} frames"),
+        _ => assert!(
+            fast > 1000,
+            "the back-ends' fast paths forwarded {fast} frames"
+        ),
     }
 }
