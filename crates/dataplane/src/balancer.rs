@@ -458,13 +458,7 @@ impl Balancer {
             return;
         };
         // Counts not yet handed over stay with their back-ends.
-        let mine: Vec<(MacAddr, u64)> = self
-            .table
-            .entries
-            .iter()
-            .filter(|e| e.packets > 0)
-            .map(|e| (e.mac, e.packets))
-            .collect();
+        let mine = self.counts();
         self.ports = state.ports.clone();
         self.cfg = state.cfg.clone();
         self.table = state.table.clone();
@@ -472,6 +466,16 @@ impl Balancer {
             e.packets = mine.iter().find(|m| m.0 == e.mac).map_or(0, |m| m.1);
         }
         self.index_vlans();
+    }
+
+    /// This worker's packet counts per back-end, where not zero.
+    fn counts(&self) -> Counts {
+        self.table
+            .entries
+            .iter()
+            .filter(|e| e.packets > 0)
+            .map(|e| (e.mac, e.packets))
+            .collect()
     }
 
     /// The first worker: its state to the others, if it changed since the last time.
@@ -499,16 +503,10 @@ impl Balancer {
 
     /// Another worker: its packet counts per back-end to the first (kept if the queue is full).
     fn hand_counts(&mut self) {
+        let c = self.counts();
         let Some((_, counts)) = &self.share.to_lead else {
             return;
         };
-        let c: Vec<(MacAddr, u64)> = self
-            .table
-            .entries
-            .iter()
-            .filter(|e| e.packets > 0)
-            .map(|e| (e.mac, e.packets))
-            .collect();
         if !c.is_empty() && counts.try_send(c).is_ok() {
             self.table.entries.iter_mut().for_each(|e| e.packets = 0);
         }

@@ -880,23 +880,9 @@ fn program(
     } else {
         // Out of a sub-interface: the tag goes in (four bytes more at the front, the MACs
         // move down, then 0x8100 and the VLAN id, priority 0, as user space tags).
-        a.i(LDX_DW, 1, 10, -80, 0)
-            .j(JEQ_K, 1, 0, 0, "send")
-            .i(LDX_DW, 1, 10, -72, 0)
-            .i(MOV_K, 2, 0, 0, -4)
-            .i(CALL, 0, 0, 0, ADJUST_HEAD)
-            .j(JNE_K, 0, 0, 0, "aborted")
-            .i(LDX_DW, 6, 10, -72, 0)
-            .i(LDX_W, 7, 6, 0, 0)
-            .i(LDX_W, 8, 6, 4, 0)
-            .i(MOV_X, 1, 7, 0, 0)
-            .i(ADD_K, 1, 0, 0, 18)
-            .j(JGT_X, 1, 8, 0, "aborted");
-        move_macs_down(&mut a);
-        a.i(LDX_DW, 1, 10, -80, 0)
-            .i(TO_BE, 1, 0, 0, 16)
-            .i(STX_H, 7, 1, 14, 0)
-            .label("send")
+        a.i(LDX_DW, 1, 10, -80, 0).j(JEQ_K, 1, 0, 0, "send");
+        push_tag(&mut a, -80, true);
+        a.label("send")
             .i(LDX_DW, 2, 10, -40, 0)
             .map(1, tx)
             .i(MOV_K, 3, 0, 0, 0)
@@ -921,22 +907,9 @@ fn program(
     } else {
         if !f.vlans.is_empty() {
             // A frame whose tag came out gets it back, as it arrived.
-            a.i(LDX_DW, 1, 10, -64, 0)
-                .j(JEQ_K, 1, 0, 0, "to_socket")
-                .i(LDX_DW, 1, 10, -72, 0)
-                .i(MOV_K, 2, 0, 0, -4)
-                .i(CALL, 0, 0, 0, ADJUST_HEAD)
-                .j(JNE_K, 0, 0, 0, "aborted")
-                .i(LDX_DW, 6, 10, -72, 0)
-                .i(LDX_W, 7, 6, 0, 0)
-                .i(LDX_W, 8, 6, 4, 0)
-                .i(MOV_X, 1, 7, 0, 0)
-                .i(ADD_K, 1, 0, 0, 18)
-                .j(JGT_X, 1, 8, 0, "aborted");
-            move_macs_down(&mut a);
-            a.i(LDX_DW, 1, 10, -64, 0)
-                .i(STX_H, 7, 1, 14, 0)
-                .label("to_socket");
+            a.i(LDX_DW, 1, 10, -64, 0).j(JEQ_K, 1, 0, 0, "to_socket");
+            push_tag(&mut a, -64, false);
+            a.label("to_socket");
         }
         a.i(LDX_DW, 2, 10, -32, 0)
             .map(1, xsk)
@@ -951,13 +924,32 @@ fn program(
     a.finish()
 }
 
-/// Moves the MACs from bytes 4 to 16 of the frame (r7) to bytes 0 to 12, and writes
-/// 0x8100 at byte 12: the start of an 802.1Q tag, whose control information goes at 14.
-fn move_macs_down(a: &mut Asm) {
+/// Puts an 802.1Q tag in front of the frame (XDP): four bytes more at its start
+/// (`bpf_xdp_adjust_head` on the context at -72; r6, r7 and r8 then the context and the
+/// frame's new bounds), the MACs moved down to them, 0x8100, and the tag control
+/// information from the stack slot `tci` (its low 16 bits; byte-swapped first with `swap`,
+/// for a VLAN id held in host order).
+fn push_tag(a: &mut Asm, tci: i16, swap: bool) {
+    a.i(LDX_DW, 1, 10, -72, 0)
+        .i(MOV_K, 2, 0, 0, -4)
+        .i(CALL, 0, 0, 0, ADJUST_HEAD)
+        .j(JNE_K, 0, 0, 0, "aborted")
+        .i(LDX_DW, 6, 10, -72, 0)
+        .i(LDX_W, 7, 6, 0, 0)
+        .i(LDX_W, 8, 6, 4, 0)
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, 18)
+        .j(JGT_X, 1, 8, 0, "aborted");
     for off in [0i16, 4, 8] {
         a.i(LDX_W, 1, 7, off + 4, 0).i(STX_W, 7, 1, off, 0);
     }
-    a.i(MOV_K, 1, 0, 0, 0x0081).i(STX_H, 7, 1, 12, 0);
+    a.i(MOV_K, 1, 0, 0, 0x0081)
+        .i(STX_H, 7, 1, 12, 0)
+        .i(LDX_DW, 1, 10, tci, 0);
+    if swap {
+        a.i(TO_BE, 1, 0, 0, 16);
+    }
+    a.i(STX_H, 7, 1, 14, 0);
 }
 
 /// Goes to `slow` when the frame is TCP or UDP with its checksum left to offload (the field

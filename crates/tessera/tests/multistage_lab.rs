@@ -662,20 +662,41 @@ fn exported_configs_bring_the_same_router_up() {
     std::fs::remove_dir_all(&out).unwrap();
 }
 
+/// Ping a1 to b1 through the router: three answers, one TTL decrement.
+fn ping_through(lab: &TestLab) {
+    let out = lab.sh(
+        "a1",
+        &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.2.0.10"],
+    );
+    assert!(
+        out.contains("3 received") && out.matches("ttl=63").count() == 3,
+        "{out}"
+    );
+}
+
+/// A directory of this test (`tag`) with the lab's element configs, an `[io]` section
+/// with `io(element)` added where it gives one (the caller writes `lab.toml`).
+fn lab_copy(tag: &str, io: impl Fn(&str) -> Option<&'static str>) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tessera-ms-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("multistage")).unwrap();
+    for e in ["lba", "lbb", "r1", "r2", "r3"] {
+        let mut c =
+            std::fs::read_to_string(repo_path(&format!("labs/multistage/{e}.toml"))).unwrap();
+        if let Some(line) = io(e) {
+            c.push_str(&format!("\n[io]\n{line}\n"));
+        }
+        std::fs::write(dir.join(format!("multistage/{e}.toml")), c).unwrap();
+    }
+    dir
+}
+
 /// The multistage lab with every element (LBs and back-ends) at `[io] workers = 2` on
 /// two-queue links: the LBs see three live back-ends (the first workers' hellos,
 /// authenticated, whichever worker they reach), hosts see one router, and flows spread
 /// over both workers of each LB and over the back-ends' second workers.
 #[test]
 fn elements_with_two_workers() {
-    let dir = std::env::temp_dir().join(format!("tessera-ms-workers-{}", std::process::id()));
-    std::fs::create_dir_all(dir.join("multistage")).unwrap();
-    for e in ["lba", "lbb", "r1", "r2", "r3"] {
-        let mut c =
-            std::fs::read_to_string(repo_path(&format!("labs/multistage/{e}.toml"))).unwrap();
-        c.push_str("\n[io]\nworkers = 2\n");
-        std::fs::write(dir.join(format!("multistage/{e}.toml")), c).unwrap();
-    }
+    let dir = lab_copy("workers", |_| Some("workers = 2"));
     let mut topo = std::fs::read_to_string(repo_path(LAB)).unwrap();
     for a in [
         "b = \"lba:lba-ext\"",
@@ -705,14 +726,7 @@ fn elements_with_two_workers() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let out = lab.sh(
-        "a1",
-        &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.2.0.10"],
-    );
-    assert!(
-        out.contains("3 received") && out.matches("ttl=63").count() == 3,
-        "{out}"
-    );
+    ping_through(&lab);
     // Sixteen TCP flows: the hosts' kernels spread them over the LBs' two queues, the LBs
     // over the back-ends, and the bridge's veths over each back-end's two queues, all by
     // their hash.
@@ -759,30 +773,14 @@ fn elements_with_two_workers() {
 /// frames.
 #[test]
 fn backends_with_the_fast_path() {
-    let dir = std::env::temp_dir().join(format!("tessera-ms-fast-{}", std::process::id()));
-    std::fs::create_dir_all(dir.join("multistage")).unwrap();
-    for e in ["lba", "lbb", "r1", "r2", "r3"] {
-        let mut c =
-            std::fs::read_to_string(repo_path(&format!("labs/multistage/{e}.toml"))).unwrap();
-        if e.starts_with('r') {
-            c.push_str("\n[io]\nfast_path = true\n");
-        }
-        std::fs::write(dir.join(format!("multistage/{e}.toml")), c).unwrap();
-    }
+    let dir = lab_copy("fast", |e| e.starts_with('r').then_some("fast_path = true"));
     std::fs::copy(repo_path(LAB), dir.join("lab.toml")).unwrap();
     let lab = TestLab::up(dir.join("lab.toml"), &[]);
     let ports = lab.sh("ic", &["ls", "/sys/class/net"]);
     for p in ports.split_whitespace().filter(|p| p.starts_with('p')) {
         lab.sh("ic", &["ethtool", "-K", p, "gro", "on"]);
     }
-    let out = lab.sh(
-        "a1",
-        &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.2.0.10"],
-    );
-    assert!(
-        out.contains("3 received") && out.matches("ttl=63").count() == 3,
-        "{out}"
-    );
+    ping_through(&lab);
     lab.iperf3("a1", "b1", "10.2.0.10", &["-t", "1", "-P", "4"]);
     let fast: u64 = ["r1", "r2", "r3"]
         .iter()
