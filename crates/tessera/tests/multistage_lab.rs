@@ -769,16 +769,21 @@ fn elements_with_two_workers() {
 /// external networks arrive tagged with one VLAN and leave tagged with the other, rewritten
 /// and redirected out of the same port in XDP (on AF_XDP ports); on AF_PACKET ports (tcx)
 /// sub-interfaces stay with user space. Either way one TTL decrement and TCP through. The
-/// bridge's ports run NAPI (GRO on) so that their veths take the back-ends' redirected
-/// frames.
+/// bridge's ports run NAPI (`gro = true` on the lab's switch) so that their veths take
+/// the back-ends' redirected frames.
 #[test]
 fn backends_with_the_fast_path() {
     let dir = lab_copy("fast", |e| e.starts_with('r').then_some("fast_path = true"));
-    std::fs::copy(repo_path(LAB), dir.join("lab.toml")).unwrap();
+    let topo = std::fs::read_to_string(repo_path(LAB)).unwrap();
+    let sw = "[[switch]]\nname = \"ic\"\n";
+    assert!(topo.contains(sw));
+    let topo = topo.replace(sw, &format!("{sw}gro = true\n"));
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
     let lab = TestLab::up(dir.join("lab.toml"), &[]);
     let ports = lab.sh("ic", &["ls", "/sys/class/net"]);
     for p in ports.split_whitespace().filter(|p| p.starts_with('p')) {
-        lab.sh("ic", &["ethtool", "-K", p, "gro", "on"]);
+        let k = lab.sh("ic", &["ethtool", "-k", p]);
+        assert!(k.contains("generic-receive-offload: on"), "{p}: {k}");
     }
     ping_through(&lab);
     lab.iperf3("a1", "b1", "10.2.0.10", &["-t", "1", "-P", "4"]);
