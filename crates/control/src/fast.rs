@@ -91,7 +91,9 @@ impl FastLink {
         special.sort();
         special.dedup();
         // The VLAN ids of the port's sub-interfaces that the fast path serves.
-        let mut vlans: Vec<u16> = Self::ports_of(ifaces)
+        let served = Self::ports_of(ifaces);
+        let tagged = served.iter().flatten().any(|&(_, v)| v != 0);
+        let mut vlans: Vec<u16> = served
             .into_iter()
             .flatten()
             .filter(|&(p, v)| p as u32 == port && v != 0)
@@ -104,6 +106,7 @@ impl FastLink {
             mac,
             special,
             vlans,
+            tagged,
         }
     }
 

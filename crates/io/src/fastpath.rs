@@ -153,6 +153,9 @@ pub struct ProgramFacts {
     /// The VLAN ids of the port's sub-interfaces: frames tagged with one of them take the
     /// fast path too (XDP only).
     pub vlans: Vec<u16>,
+    /// The element has sub-interfaces the fast path serves, on any port: next hops may
+    /// carry a VLAN id. Without any, the program has none of the tagging work.
+    pub tagged: bool,
 }
 
 fn mac_u64(m: &[u8; 6]) -> u64 {
@@ -693,11 +696,13 @@ fn program(
             .i(LDX_W, 8, 6, SKB_DATA_END, 0);
     } else {
         a.i(LDX_W, 1, 6, 16, 0) // rx_queue_index
-            .i(STX_DW, 10, 1, -32, 0)
-            .i(STX_DW, 10, 6, -72, 0) // the context, for bpf_xdp_adjust_head
-            .i(MOV_K, 1, 0, 0, 0)
-            .i(STX_DW, 10, 1, -64, 0) // untagged (so far)
-            .i(LDX_W, 7, 6, 0, 0) // data
+            .i(STX_DW, 10, 1, -32, 0);
+        if f.tagged || !f.vlans.is_empty() {
+            a.i(STX_DW, 10, 6, -72, 0) // the context, for bpf_xdp_adjust_head
+                .i(MOV_K, 1, 0, 0, 0)
+                .i(STX_DW, 10, 1, -64, 0); // untagged (so far)
+        }
+        a.i(LDX_W, 7, 6, 0, 0) // data
             .i(LDX_W, 8, 6, 4, 0); // data_end
         if !f.vlans.is_empty() {
             // A frame tagged with one of the port's VLAN ids: its tag comes out (the MACs
@@ -812,16 +817,20 @@ fn program(
         .i(RSH_K, 2, 0, 0, 63)
         .j(JNE_K, 2, 0, 0, "slow")
         .i(MOV_X, 2, 1, 0, 0)
-        .i(RSH_K, 2, 0, 0, 32) // vlan << 16 | port
-        .i(MOV_X, 3, 2, 0, 0)
-        .i(AND_K, 3, 0, 0, 0xffff)
-        .i(STX_DW, 10, 3, -40, 0) // egress port
-        .i(MOV_X, 3, 2, 0, 0)
-        .i(RSH_K, 3, 0, 0, 16)
-        .i(STX_DW, 10, 3, -80, 0); // egress VLAN id (0: untagged)
-    if tc {
-        // A socket buffer's tag is its own business: sub-interfaces are user space's.
-        a.j(JNE_K, 3, 0, 0, "slow");
+        .i(RSH_K, 2, 0, 0, 32); // vlan << 16 | port
+    if f.tagged {
+        a.i(MOV_X, 3, 2, 0, 0)
+            .i(AND_K, 3, 0, 0, 0xffff)
+            .i(STX_DW, 10, 3, -40, 0) // egress port
+            .i(MOV_X, 3, 2, 0, 0)
+            .i(RSH_K, 3, 0, 0, 16)
+            .i(STX_DW, 10, 3, -80, 0); // egress VLAN id (0: untagged)
+        if tc {
+            // A socket buffer's tag is its own business: sub-interfaces are user space's.
+            a.j(JNE_K, 3, 0, 0, "slow");
+        }
+    } else {
+        a.i(STX_DW, 10, 2, -40, 0); // egress port (no VLAN ids in this table)
     }
     a.i(LSH_K, 1, 0, 0, 32)
         .i(RSH_K, 1, 0, 0, 32) // gateway
@@ -878,10 +887,12 @@ fn program(
             .i(MOV_K, 2, 0, 0, 0)
             .i(CALL, 0, 0, 0, REDIRECT);
     } else {
-        // Out of a sub-interface: the tag goes in (four bytes more at the front, the MACs
-        // move down, then 0x8100 and the VLAN id, priority 0, as user space tags).
-        a.i(LDX_DW, 1, 10, -80, 0).j(JEQ_K, 1, 0, 0, "send");
-        push_tag(&mut a, -80, true);
+        if f.tagged {
+            // Out of a sub-interface: the tag goes in (four bytes more at the front, the
+            // MACs move down, then 0x8100 and the VLAN id, priority 0, as user space tags).
+            a.i(LDX_DW, 1, 10, -80, 0).j(JEQ_K, 1, 0, 0, "send");
+            push_tag(&mut a, -80, true);
+        }
         a.label("send")
             .i(LDX_DW, 2, 10, -40, 0)
             .map(1, tx)
@@ -915,11 +926,11 @@ fn program(
             .map(1, xsk)
             .i(MOV_K, 3, 0, 0, XDP_PASS)
             .i(CALL, 0, 0, 0, REDIRECT_MAP)
-            .i(EXIT, 0, 0, 0, 0)
-            // What cannot happen (a four-byte move of the frame's start refused).
-            .label("aborted")
-            .i(MOV_K, 0, 0, 0, 0)
             .i(EXIT, 0, 0, 0, 0);
+        if f.tagged || !f.vlans.is_empty() {
+            // What cannot happen (a four-byte move of the frame's start refused).
+            a.label("aborted").i(MOV_K, 0, 0, 0, 0).i(EXIT, 0, 0, 0, 0);
+        }
     }
     a.finish()
 }
@@ -1008,6 +1019,7 @@ mod tests {
             mac: [2, 0, 0, 0, 0, 1],
             special: vec![Ipv4Addr::new(10, 0, 0, 1)],
             vlans: Vec::new(),
+            tagged: false,
         };
         let mut arp = vec![0xffu8; 6];
         arp.extend([2, 0, 0, 0, 0, 2, 0x08, 0x06]);
