@@ -7,7 +7,8 @@
 //! from the back-ends to outside (untag, MAC rewrite); and the forwarder's path on the same
 //! frames with a 10-route table. Through the lab: the same generator at its highest rate
 //! through labs/multistage.toml (LB, back-end, LB) and through labs/single-router.toml (our
-//! forwarder alone); the generator's own ceiling is reported with them.
+//! forwarder alone), and the zero-loss rate found by a binary search below it; with
+//! `--fast-path`, a second pass with every element's fast path.
 
 use crate::forward_bench::{lab_mac, lab_point};
 use crate::pipeline_bench::{frame, measure};
@@ -107,7 +108,14 @@ pub struct LabOpts {
     pub seconds: f64,
     /// Packet I/O backends the elements run on, one pass each (empty: their configs').
     pub io: Vec<String>,
+    /// Also a pass with every element's fast path (`--fast-path`: the forwarders' and, on
+    /// AF_XDP ports, the LBs'), the switch's and the hosts' ports with GRO on (a veth takes
+    /// frames an XDP program redirects to it only then).
+    pub fast_path: bool,
 }
+
+/// Binary-search steps of the zero-loss rate through a lab.
+const SEARCHES: usize = 6;
 
 #[derive(Clone, Copy)]
 /// A path through a lab: topology, source host, first hop's interface, destination, sink.
@@ -141,6 +149,7 @@ fn through_lab(
     name: &str,
     flows: u16,
     io: Option<&String>,
+    fast: bool,
 ) -> Result<Value, String> {
     let LabPath {
         topo,
@@ -151,9 +160,40 @@ fn through_lab(
     } = *path;
     let mut l = lab::Lab::load(&opts.repo.join(topo), Some(name), opts.exe.clone())?;
     l.io = io.cloned();
+    l.fast_path = fast;
+    if fast {
+        for s in &mut l.topo.switch {
+            s.gro = true;
+        }
+    }
     let _ = l.down();
     l.up()?;
     let r = (|| {
+        if fast {
+            for h in [src, sink] {
+                let ifname = l
+                    .topo
+                    .host
+                    .iter()
+                    .find(|x| x.name == h)
+                    .and_then(|x| x.interfaces.first())
+                    .map(|i| i.name.clone())
+                    .unwrap_or_else(|| "eth0".into());
+                lab::cmd::run(
+                    "ip",
+                    &[
+                        "netns",
+                        "exec",
+                        &l.ns(h),
+                        "ethtool",
+                        "-K",
+                        &ifname,
+                        "gro",
+                        "on",
+                    ],
+                )?;
+            }
+        }
         let src_addr = l
             .topo
             .host
@@ -194,33 +234,51 @@ fn through_lab(
         .map(|s| s.to_string())
         .collect();
         let before = element_load(&l);
-        let gens = [(src, args, "max".to_string())];
+        let gens = [(src, args.clone(), "max".to_string())];
         let p = lab_point(&l, &opts.exe, opts.seconds, 64, &gens, &[sink])?;
         let after = element_load(&l);
+        // The zero-loss rate: a binary search on the rate asked for, below what the
+        // generator offered at its maximum; the highest load actually offered that
+        // arrived whole.
+        let (mut lo, mut hi, mut zero_loss) = (0.0f64, p.offered_pps, 0.0f64);
+        for _ in 0..SEARCHES {
+            let mid = (lo + hi) / 2.0;
+            let gens = [(src, args.clone(), format!("{mid:.0}"))];
+            let q = lab_point(&l, &opts.exe, opts.seconds, 64, &gens, &[sink])?;
+            if q.lost == 0 {
+                lo = mid;
+                zero_loss = zero_loss.max(q.offered_pps);
+            } else {
+                hi = mid;
+            }
+        }
         // Per element: frames received over CPU seconds used, i.e. packets per second per
         // core as the element ran in the lab, whatever else shared the cores.
         let elements: Vec<Value> = after
             .iter()
-            .filter_map(|(name, rx, cpu)| {
-                let (_, rx0, cpu0) = before.iter().find(|b| &b.0 == name)?;
-                let (drx, dcpu) = (rx - rx0, cpu - cpu0);
+            .filter_map(|(name, rx, cpu, fast)| {
+                let (_, rx0, cpu0, fast0) = before.iter().find(|b| &b.0 == name)?;
+                let (drx, dcpu) = (rx.saturating_sub(*rx0), cpu - cpu0);
                 let pps = if dcpu > 0.05 { drx as f64 / dcpu } else { 0.0 };
+                let fast = fast.saturating_sub(*fast0);
                 Some(json!({"element": name, "rx_packets": drx,
-                    "cpu_s": (dcpu * 100.0).round() / 100.0, "pps_per_core": pps.round()}))
+                    "cpu_s": (dcpu * 100.0).round() / 100.0, "pps_per_core": pps.round(),
+                    "fast_path_packets": fast}))
             })
             .collect();
-        Ok(
-            json!({"topology": topo, "flows": flows, "offered_pps": p.offered_pps.round(),
+        Ok(json!({"topology": topo, "flows": flows, "fast_path": fast,
+            "offered_pps": p.offered_pps.round(),
             "received_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received,
-            "lost": p.lost, "elements": elements}),
-        )
+            "lost": p.lost, "zero_loss_pps": zero_loss.round(), "elements": elements}))
     })();
     let _ = l.down();
     r
 }
 
-/// (element, frames received on all its ports, CPU seconds used) of each running element.
-fn element_load(l: &lab::Lab) -> Vec<(String, u64, f64)> {
+/// (element, frames received on all its user-space ports, CPU seconds its process used,
+/// frames its fast path took) of each running element. A fast path runs in the kernel's
+/// receive work, which no process is charged for: its frames are not in the first two.
+fn element_load(l: &lab::Lab) -> Vec<(String, u64, f64, u64)> {
     let mut v = Vec::new();
     for e in &l.topo.element {
         let pid = std::fs::read_to_string(l.run_dir().join(format!("{}.pid", e.name)))
@@ -230,15 +288,20 @@ fn element_load(l: &lab::Lab) -> Vec<(String, u64, f64)> {
         let Some(cpu) = crate::process_cpu_seconds(pid) else {
             continue;
         };
-        let rx = control::ctlsock::request(&l.control_socket(&e.name), "counters")
-            .ok()
+        let c = control::ctlsock::request(&l.control_socket(&e.name), "counters").ok();
+        let rx = c
+            .as_ref()
             .and_then(|c| {
                 c["interfaces"]
                     .as_object()
                     .map(|m| m.values().filter_map(|i| i["rx_packets"].as_u64()).sum())
             })
             .unwrap_or(0);
-        v.push((e.name.clone(), rx, cpu));
+        let fast = c
+            .as_ref()
+            .and_then(|c| c["fast_path"]["forwarded"].as_u64())
+            .unwrap_or(0);
+        v.push((e.name.clone(), rx, cpu, fast));
     }
     v
 }
@@ -252,19 +315,30 @@ pub fn in_lab(opts: &LabOpts, progress: &mut dyn FnMut(&str)) -> Result<Vec<Valu
     } else {
         opts.io.iter().map(Some).collect()
     };
+    let passes: &[bool] = if opts.fast_path {
+        &[false, true]
+    } else {
+        &[false]
+    };
     for io in ios {
-        let on = io.map(|b| format!(", io {b}")).unwrap_or_default();
-        for flows in [1u16, 64] {
-            progress(&format!("lab: multistage router, {flows} flow(s){on}"));
-            let mut r = through_lab(opts, &MULTISTAGE, &name, flows, io)?;
-            r["io"] = json!(io);
-            rows.push(r);
-            progress(&format!(
-                "lab: single router (our forwarder), {flows} flow(s){on}"
-            ));
-            let mut r = through_lab(opts, &SINGLE, &name, flows, io)?;
-            r["io"] = json!(io);
-            rows.push(r);
+        for &fast in passes {
+            let on = format!(
+                "{}{}",
+                io.map(|b| format!(", io {b}")).unwrap_or_default(),
+                if fast { ", fast path" } else { "" }
+            );
+            for flows in [1u16, 64] {
+                progress(&format!("lab: multistage router, {flows} flow(s){on}"));
+                let mut r = through_lab(opts, &MULTISTAGE, &name, flows, io, fast)?;
+                r["io"] = json!(io);
+                rows.push(r);
+                progress(&format!(
+                    "lab: single router (our forwarder), {flows} flow(s){on}"
+                ));
+                let mut r = through_lab(opts, &SINGLE, &name, flows, io, fast)?;
+                r["io"] = json!(io);
+                rows.push(r);
+            }
         }
     }
     Ok(rows)

@@ -514,6 +514,10 @@ pub const STAR: &str = "star";
 /// The contender that measures the multistage router of labs/multistage.toml
 /// (`--multistage`).
 pub const MULTISTAGE: &str = "multistage";
+/// ... with every element's fast path (`--multistage --fast-path`): the LBs' and the
+/// back-ends', in XDP on AF_XDP ports; the switch's ports with GRO on, so that their veths
+/// take what the elements redirect to them.
+pub const MULTISTAGE_FAST: &str = "multistage-fast";
 
 /// One traffic source of a site: source node, the router node and port it sends into,
 /// the sink node, the sink's address, the source's address.
@@ -614,7 +618,7 @@ fn site(
             write(&p, &topo)?;
             Ok(Some((p, STAR_SOURCES)))
         }
-        MULTISTAGE => {
+        MULTISTAGE | MULTISTAGE_FAST => {
             let mut topo = stack(
                 include_str!("../../../labs/multistage.toml").into(),
                 String::new(),
@@ -878,7 +882,13 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             if other.is_none() {
                 l.roles.insert("r".into(), role.into());
             }
-            if fast {
+            if contender == MULTISTAGE_FAST {
+                l.fast_path = true;
+                l.io = Some("xdp".into());
+                for sw in &mut l.topo.switch {
+                    sw.gro = true;
+                }
+            } else if fast {
                 l.io = Some(
                     if contender == FAST_TC {
                         "packet"

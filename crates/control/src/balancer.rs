@@ -470,6 +470,15 @@ fn log_events(b: &mut Balancer) {
     }
 }
 
+/// How [`run`] runs the LB: its `[io]` and `[metrics]` settings, the names of its external
+/// interfaces (for the metrics) and its fast path, if it runs one.
+pub struct RunWith {
+    pub io: crate::config::IoConfig,
+    pub metrics: crate::metrics::MetricsConfig,
+    pub external: Vec<String>,
+    pub fast: Option<crate::lbfast::LbFastLink>,
+}
+
 /// Runs the LB until `stop` is set: one worker per element of `ports` (the ports it owns:
 /// one share of every interface's queues), the first on this thread, holding the LB's
 /// state and answering the control socket, the others on threads of their own (see
@@ -480,13 +489,22 @@ pub fn run<P: Port + Send>(
     mut ports: Vec<Vec<P>>,
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
-    io: crate::config::IoConfig,
-    metrics: &crate::metrics::MetricsConfig,
-    external: Vec<String>,
+    how: RunWith,
 ) -> Result<dataplane::counters::Snapshot, String> {
+    let RunWith {
+        io,
+        metrics,
+        external,
+        mut fast,
+    } = how;
+    let metrics = &metrics;
     if ports.is_empty() {
         return Err("no worker".into());
     }
+    if let Some(fl) = &mut fast {
+        fl.publish(&b)?;
+    }
+    let fast_view = fast.as_ref().map(|fl| (fl.fp.clone(), fl.names.clone()));
     let now = Instant::now();
     let mut all = vec![b];
     for _ in 1..ports.len() {
@@ -512,7 +530,13 @@ pub fn run<P: Port + Send>(
             let c = counters.clone();
             let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
                 match cmd {
-                "counters" => crate::run::workers_counters(&all_counters),
+                "counters" => {
+                    let mut v = crate::run::workers_counters(&all_counters)?;
+                    if let Some((fp, names)) = &fast_view {
+                        v["fast_path"] = crate::lbfast::LbFastLink::counters(fp, names);
+                    }
+                    Ok(v)
+                }
                 "describe" => serde_json::to_value(dataplane::counters::descriptions_for(c.role))
                     .map_err(|e| e.to_string()),
                 "router" => Ok(crate::metrics::router_json(&view())),
@@ -557,8 +581,15 @@ pub fn run<P: Port + Send>(
                 .map_err(|e| e.to_string())?;
             handles.push(h);
         }
+        // The first worker logs what happened and keeps the fast path in step.
+        let tick = move |b: &mut Balancer| {
+            log_events(b);
+            if let Some(fl) = &mut fast {
+                fl.sync(b);
+            }
+        };
         let r = crate::run::set_priority(io.priority)
-            .and_then(|()| run_element(b, mine, stop.clone(), qrx, answer, log_events, busy));
+            .and_then(|()| run_element(b, mine, stop.clone(), qrx, answer, tick, busy));
         stop.store(true, Ordering::Relaxed);
         for h in handles {
             h.join().map_err(|_| "a worker panicked".to_string())??;

@@ -167,20 +167,25 @@ impl FastLink {
         let Ok(fp) = self.fp.lock() else {
             return Value::Null;
         };
-        let st = fp.stats();
-        let mut per = serde_json::Map::new();
-        for (name, s) in self.names.iter().zip(&st) {
-            per.insert(
-                name.clone(),
-                json!({"rx_forwarded": s[0], "to_user_space": s[1], "tx_forwarded": s[2]}),
-            );
-        }
-        json!({
-            "forwarded": st.iter().map(|s| s[0]).sum::<u64>(),
-            "to_user_space": st.iter().map(|s| s[1]).sum::<u64>(),
-            "interfaces": per,
-        })
+        stats_json(&self.names, &fp.stats())
     }
+}
+
+/// A fast path's counters per port (named `names`, in port order) as `show counters`
+/// prints them under `fast_path`: frames it took in, left to user space, sent out.
+pub fn stats_json(names: &[String], st: &[[u64; io::fastpath::STATS]]) -> Value {
+    let mut per = serde_json::Map::new();
+    for (name, s) in names.iter().zip(st) {
+        per.insert(
+            name.clone(),
+            json!({"rx_forwarded": s[0], "to_user_space": s[1], "tx_forwarded": s[2]}),
+        );
+    }
+    json!({
+        "forwarded": st.iter().map(|s| s[0]).sum::<u64>(),
+        "to_user_space": st.iter().map(|s| s[1]).sum::<u64>(),
+        "interfaces": per,
+    })
 }
 
 #[cfg(test)]

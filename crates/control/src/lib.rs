@@ -8,6 +8,7 @@ pub mod ctlsock;
 pub mod distrib;
 pub mod fast;
 pub mod fuzzing;
+pub mod lbfast;
 pub mod metrics;
 pub mod routes;
 pub mod run;

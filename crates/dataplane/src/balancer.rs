@@ -434,6 +434,21 @@ impl Balancer {
         self.share.version += 1;
     }
 
+    /// A number that changes whenever the LB's ports, settings or table change (what a
+    /// fast path publishes from them).
+    pub fn state_version(&self) -> u64 {
+        self.share.version
+    }
+
+    /// Adds packets sent to back-ends elsewhere (the fast path) to their counts.
+    pub fn add_counts(&mut self, counts: &[(MacAddr, u64)]) {
+        for &(mac, n) in counts {
+            if let Some(e) = self.table.entries.iter_mut().find(|e| e.mac == mac) {
+                e.packets += n;
+            }
+        }
+    }
+
     /// Takes what the other workers handed over (first worker) or the first worker's
     /// latest state (the others). Called after every pass over the ports.
     pub fn sync(&mut self, now: Instant) {

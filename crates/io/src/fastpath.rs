@@ -43,6 +43,8 @@
 //! - `stats`: per CPU and port, frames forwarded in (received), sent to user space, and
 //!   forwarded out (sent).
 
+pub mod lb;
+
 use crate::xdp::{bpf, insn, map_create, map_update, u32s, BPF_PSEUDO_MAP_FD};
 use crate::xsk::Hook;
 use std::collections::HashMap;
@@ -232,84 +234,57 @@ impl FastPath {
     pub fn publish(&mut self, tbl24: &[u32], tbl8: &[u32], hops: &[Hop]) -> io::Result<()> {
         let groups = (tbl8.len() / 256).min(0x7fff) as u32;
         let entries = TBL8_BASE + groups * 64;
-        let inner = map_create(
-            BPF_MAP_TYPE_ARRAY,
-            4,
-            8,
-            entries,
-            BPF_F_MMAPABLE | BPF_F_INNER_MAP,
-            0,
-            "fib table",
-        )?;
-        let len = (entries as usize * 8).next_multiple_of(4096);
-        // SAFETY: maps the array we just created (BPF_F_MMAPABLE), read-write, shared.
-        let m = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                inner.as_raw_fd(),
-                0,
-            )
-        };
-        if m == libc::MAP_FAILED {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("mmap fib table: {e}")));
-        }
-        // SAFETY: the mapping holds `entries` u64 words and is ours until munmap below.
-        let words = unsafe { std::slice::from_raw_parts_mut(m as *mut u64, entries as usize) };
-        let entry = |e: u32| -> u16 {
-            if e & (1 << 31) != 0 {
-                let g = e & !(1 << 31);
-                if g < groups {
-                    0x8000 | g as u16
+        let inner = filled_array(entries, "fib table", |words| {
+            let entry = |e: u32| -> u16 {
+                if e & (1 << 31) != 0 {
+                    let g = e & !(1 << 31);
+                    if g < groups {
+                        0x8000 | g as u16
+                    } else {
+                        SLOW
+                    }
+                } else if e == 0 {
+                    NO_ROUTE
+                } else if e - 1 < SLOW as u32 - 1 {
+                    (e - 1) as u16
                 } else {
                     SLOW
                 }
-            } else if e == 0 {
-                NO_ROUTE
-            } else if e - 1 < SLOW as u32 - 1 {
-                (e - 1) as u16
-            } else {
-                SLOW
-            }
-        };
-        // Four 16-bit entries to a word, the first in the low bits.
-        let pack = |words: &mut [u64], entries: &[u32]| {
-            for (w, c) in words.iter_mut().zip(entries.chunks_exact(4)) {
-                *w = c
-                    .iter()
-                    .rev()
-                    .fold(0u64, |acc, &e| acc << 16 | entry(e) as u64);
-            }
-        };
-        if tbl24.len() == 1 << 24 {
-            pack(&mut words[..NH_BASE as usize], tbl24);
-        } else {
-            let w = NO_ROUTE as u64;
-            words[..NH_BASE as usize].fill(w | w << 16 | w << 32 | w << 48);
-        }
-        for (i, w) in words[NH_BASE as usize..TBL8_BASE as usize]
-            .iter_mut()
-            .enumerate()
-        {
-            *w = match hops.get(i) {
-                Some(Hop::Port {
-                    port,
-                    vlan,
-                    gateway,
-                }) if (*port as u32) < self.nports && *vlan < 4095 => {
-                    (*vlan as u64) << 48
-                        | (*port as u64) << 32
-                        | gateway.map(u32::from).unwrap_or(0) as u64
-                }
-                _ => NH_SLOW,
             };
-        }
-        pack(&mut words[TBL8_BASE as usize..], tbl8);
-        // SAFETY: m/len came from mmap above; `words` is not used after this.
-        unsafe { libc::munmap(m, len) };
+            // Four 16-bit entries to a word, the first in the low bits.
+            let pack = |words: &mut [u64], entries: &[u32]| {
+                for (w, c) in words.iter_mut().zip(entries.chunks_exact(4)) {
+                    *w = c
+                        .iter()
+                        .rev()
+                        .fold(0u64, |acc, &e| acc << 16 | entry(e) as u64);
+                }
+            };
+            if tbl24.len() == 1 << 24 {
+                pack(&mut words[..NH_BASE as usize], tbl24);
+            } else {
+                let w = NO_ROUTE as u64;
+                words[..NH_BASE as usize].fill(w | w << 16 | w << 32 | w << 48);
+            }
+            for (i, w) in words[NH_BASE as usize..TBL8_BASE as usize]
+                .iter_mut()
+                .enumerate()
+            {
+                *w = match hops.get(i) {
+                    Some(Hop::Port {
+                        port,
+                        vlan,
+                        gateway,
+                    }) if (*port as u32) < self.nports && *vlan < 4095 => {
+                        (*vlan as u64) << 48
+                            | (*port as u64) << 32
+                            | gateway.map(u32::from).unwrap_or(0) as u64
+                    }
+                    _ => NH_SLOW,
+                };
+            }
+            pack(&mut words[TBL8_BASE as usize..], tbl8);
+        })?;
         let key = 0u32;
         let fd = inner.as_raw_fd() as u32;
         // Replacing the entry of an array of maps returns after every program that may
@@ -351,24 +326,8 @@ impl FastPath {
     /// Per port, the counters summed over CPUs: forwarded in, sent to user space,
     /// forwarded out.
     pub fn stats(&self) -> Vec<[u64; STATS]> {
-        let cpus = possible_cpus();
         (0..self.nports)
-            .map(|p| {
-                let mut v = vec![0u64; STATS * cpus];
-                let mut attr = [0u64; 16];
-                attr[0] = u32s(self.stats.as_raw_fd() as u32, 0);
-                attr[1] = &p as *const u32 as u64;
-                attr[2] = v.as_mut_ptr() as u64;
-                let mut s = [0u64; STATS];
-                if bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).is_ok() {
-                    for c in v.chunks_exact(STATS) {
-                        for (a, b) in s.iter_mut().zip(c) {
-                            *a += b;
-                        }
-                    }
-                }
-                s
-            })
+            .map(|p| percpu_sum(&self.stats, p))
             .collect()
     }
 
@@ -501,6 +460,60 @@ impl Detached {
 /// XDP_REDIRECT.
 const XDP_REDIRECT: u32 = 4;
 
+/// The entry `key` of a per-CPU array of `N` u64 counters, summed over CPUs (zeros if
+/// the map cannot be read).
+fn percpu_sum<const N: usize>(map: &OwnedFd, key: u32) -> [u64; N] {
+    let mut v = vec![0u64; N * possible_cpus()];
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(map.as_raw_fd() as u32, 0);
+    attr[1] = &key as *const u32 as u64;
+    attr[2] = v.as_mut_ptr() as u64;
+    let mut s = [0u64; N];
+    if bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).is_ok() {
+        for c in v.chunks_exact(N) {
+            for (a, b) in s.iter_mut().zip(c) {
+                *a += b;
+            }
+        }
+    }
+    s
+}
+
+/// A new array of `entries` u64 words (`BPF_F_MMAPABLE`, fit to be the inner map of an
+/// array of maps), written by `fill` through a memory mapping.
+fn filled_array(entries: u32, name: &str, fill: impl FnOnce(&mut [u64])) -> io::Result<OwnedFd> {
+    let inner = map_create(
+        BPF_MAP_TYPE_ARRAY,
+        4,
+        8,
+        entries,
+        BPF_F_MMAPABLE | BPF_F_INNER_MAP,
+        0,
+        name,
+    )?;
+    let len = (entries as usize * 8).next_multiple_of(4096);
+    // SAFETY: maps the array we just created (BPF_F_MMAPABLE), read-write, shared.
+    let m = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            inner.as_raw_fd(),
+            0,
+        )
+    };
+    if m == libc::MAP_FAILED {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("mmap {name}: {e}")));
+    }
+    // SAFETY: the mapping holds `entries` u64 words and is ours until munmap below.
+    fill(unsafe { std::slice::from_raw_parts_mut(m as *mut u64, entries as usize) });
+    // SAFETY: m/len came from mmap above; the slice given to `fill` is gone.
+    unsafe { libc::munmap(m, len) };
+    Ok(inner)
+}
+
 /// CPUs the kernel sizes per-CPU maps for.
 fn possible_cpus() -> usize {
     // "0-1", "0", "0-3,5"
@@ -527,8 +540,8 @@ fn possible_cpus() -> usize {
 struct Asm {
     code: Vec<[u8; 8]>,
     /// (instruction index, label) of jumps to patch.
-    fixups: Vec<(usize, &'static str)>,
-    labels: HashMap<&'static str, usize>,
+    fixups: Vec<(usize, String)>,
+    labels: HashMap<String, usize>,
 }
 
 // Opcodes.
@@ -586,16 +599,16 @@ impl Asm {
         self
     }
     /// A conditional (or, with JA, unconditional) jump to `label`.
-    fn j(&mut self, code: u8, dst: u8, src: u8, imm: i32, label: &'static str) -> &mut Self {
-        self.fixups.push((self.code.len(), label));
+    fn j(&mut self, code: u8, dst: u8, src: u8, imm: i32, label: &str) -> &mut Self {
+        self.fixups.push((self.code.len(), label.to_string()));
         self.i(code, dst, src, 0, imm)
     }
     fn map(&mut self, dst: u8, fd: i32) -> &mut Self {
         self.i(LD_IMM64, dst, BPF_PSEUDO_MAP_FD, 0, fd)
             .i(0, 0, 0, 0, 0)
     }
-    fn label(&mut self, l: &'static str) -> &mut Self {
-        self.labels.insert(l, self.code.len());
+    fn label(&mut self, l: &str) -> &mut Self {
+        self.labels.insert(l.to_string(), self.code.len());
         self
     }
     /// `r0 = lookup(map, key)` with the 32-bit key in register `key` (written to the
@@ -626,7 +639,7 @@ impl Asm {
     }
     /// Adds one to the counter at byte `off` of the stats entry of the port in register
     /// `port` (written to the stack at -8), then goes on at `next`.
-    fn count(&mut self, stats: i32, port: u8, off: i16, next: &'static str) -> &mut Self {
+    fn count(&mut self, stats: i32, port: u8, off: i16, next: &str) -> &mut Self {
         self.i(STX_W, 10, port, -8, 0)
             .i(MOV_X, 2, 10, 0, 0)
             .i(ADD_K, 2, 0, 0, -8)
@@ -650,7 +663,7 @@ impl Asm {
     }
     fn finish(mut self) -> Vec<u8> {
         for (at, l) in std::mem::take(&mut self.fixups) {
-            let to = self.labels[l] as i64;
+            let to = self.labels[&l] as i64;
             let off = (to - at as i64 - 1) as i16;
             self.code[at][2..4].copy_from_slice(&off.to_le_bytes());
         }

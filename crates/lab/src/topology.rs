@@ -178,7 +178,8 @@ pub struct Lab {
     pub roles: BTreeMap<String, String>,
     /// The packet I/O backend every element runs on (`--io`), overriding their configs.
     pub io: Option<String>,
-    /// Every forwarder runs its fast path (`--fast-path`), whatever its config says.
+    /// Every forwarder and LB runs its fast path (`--fast-path`), whatever its config says
+    /// (an LB's on AF_XDP ports only: with `--io packet` LBs run without).
     pub fast_path: bool,
 }
 
@@ -947,7 +948,9 @@ impl Lab {
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
         let io = self.io.clone().or_else(|| self.load_state().io);
         let role = self.role(e);
-        let fast = role == "forwarder" && (self.fast_path || self.load_state().fast_path);
+        // The LB's fast path is XDP's: not on AF_PACKET ports.
+        let fast = (role == "forwarder" || (role == "balancer" && io.as_deref() != Some("packet")))
+            && (self.fast_path || self.load_state().fast_path);
         let child = std::process::Command::new("ip")
             .args(["netns", "exec", &ns])
             .arg(&self.exe)

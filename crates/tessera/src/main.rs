@@ -206,7 +206,8 @@ struct ElementArgs {
     #[arg(long, value_name = "BACKEND")]
     io: Option<String>,
     /// Run the fast path (`[io] fast_path = true`), whatever the config says: in the
-    /// ports' XDP programs on AF_XDP, in their tcx programs on AF_PACKET. Forwarders only.
+    /// ports' XDP programs on AF_XDP, in their tcx programs on AF_PACKET (the forwarder's;
+    /// the LB's is XDP's alone). Forwarders and LBs.
     #[arg(long)]
     fast_path: bool,
     /// The DIST key (hex digits in a file), overriding the config's `[dist] key_file`.
@@ -462,7 +463,9 @@ enum Bench {
         sizes: Vec<usize>,
         /// Also measure our forwarder with its XDP fast path (`[io] fast_path = true`), as
         /// contender `forwarder-fast`; with `packet` among `--io`, also with the fast path
-        /// in its AF_PACKET ports' tcx programs, as `forwarder-fast-tc`.
+        /// in its AF_PACKET ports' tcx programs, as `forwarder-fast-tc`; with `--multistage`,
+        /// also the multistage router with every element's fast path (LBs and back-ends, on
+        /// AF_XDP ports), as `multistage-fast`.
         #[arg(long)]
         fast_path: bool,
         /// Also measure the star router of labs/star.toml (four forwarders; sources on
@@ -596,6 +599,10 @@ enum Bench {
         /// packet), one pass each; default: their configs'.
         #[arg(long, value_delimiter = ',', value_name = "BACKEND")]
         io: Vec<String>,
+        /// A second pass through the labs with every element's fast path (the forwarders'
+        /// and, on AF_XDP ports, the LBs'; GRO on the switch's and the hosts' ports).
+        #[arg(long)]
+        fast_path: bool,
     },
     /// The forwarder's per-packet path over in-memory ports: 64-byte frames, tables of 10 to
     /// 167,000 prefixes (and --table, the full real one), one, two and many flows.
@@ -798,8 +805,8 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Leases { control } => ask(&control, "leases"),
             Show::Probes { control } => ask(&control, "probes"),
         },
-        Cmd::Balancer(a) | Cmd::Controller(a) | Cmd::Switch(a) | Cmd::Axon(a) if a.fast_path => {
-            bail!("--fast-path is for forwarders")
+        Cmd::Controller(a) | Cmd::Switch(a) | Cmd::Axon(a) if a.fast_path => {
+            bail!("--fast-path is for forwarders and LBs")
         }
         Cmd::Balancer(a) => balancer(&a),
         Cmd::Controller(a) => controller(&a),
@@ -1101,6 +1108,9 @@ fn run(cli: Cli) -> Result<i32> {
                 }
                 if multistage {
                     contenders.push((bench::forward_bench::MULTISTAGE.into(), None));
+                    if fast_path {
+                        contenders.push((bench::forward_bench::MULTISTAGE_FAST.into(), None));
+                    }
                 }
                 contenders.push(("linux".into(), None));
                 for c in contender {
@@ -1261,6 +1271,7 @@ fn run(cli: Cli) -> Result<i32> {
                 seconds,
                 no_lab,
                 io,
+                fast_path,
             } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
                 for b in &io {
@@ -1275,6 +1286,7 @@ fn run(cli: Cli) -> Result<i32> {
                     exe,
                     seconds: secs,
                     io,
+                    fast_path,
                 };
                 let v = bench::balancer_bench::run(
                     std::time::Duration::from_secs_f64(secs),
@@ -1563,11 +1575,17 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
         cfg.io.backend = b;
     }
     a.dist(&mut cfg.dist, "balancer")?;
+    cfg.io.fast_path |= a.fast_path;
+    // The LB's fast path is an XDP program: its ports are AF_XDP's ("auto" does not fall
+    // back to AF_PACKET then).
     if cfg.io.fast_path {
-        bail!(
-            "{}: [io] fast_path is not built for the LB yet (the forwarder has it)",
-            config.display()
-        );
+        if cfg.io.backend == io::Backend::Packet {
+            bail!(
+                "{}: [io] fast_path of the LB runs in XDP: it needs backend = \"xdp\" or \"auto\", not \"packet\"",
+                config.display()
+            );
+        }
+        cfg.io.backend = io::Backend::Xdp;
     }
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
@@ -1578,18 +1596,39 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
     let mut links = Vec::new();
     for i in &cfg.interfaces {
         links.push(take_port(&i.name)?);
-        let mine = io::open_workers(&i.name, cfg.io.backend, cfg.io.packet_ring, None, workers)?;
+    }
+    let b = control::balancer::build(&cfg, &links).map_err(anyhow::Error::msg)?;
+    let fast = if cfg.io.fast_path {
+        let names: Vec<String> = cfg.interfaces.iter().map(|i| i.name.clone()).collect();
+        Some(control::lbfast::LbFastLink::new(&names).map_err(anyhow::Error::msg)?)
+    } else {
+        None
+    };
+    for (k, i) in cfg.interfaces.iter().enumerate() {
+        let facts = control::lbfast::LbFastLink::facts(&b, k as u32);
+        let program = |hook: io::xsk::Hook| match (&fast, hook) {
+            (Some(fl), io::xsk::Hook::Xdp(xsk)) => fl.fp.program(&facts, xsk),
+            _ => Vec::new(),
+        };
+        let program = fast.as_ref().map(|_| &program as io::xsk::ProgramFor);
+        let mine = io::open_workers(
+            &i.name,
+            cfg.io.backend,
+            cfg.io.packet_ring,
+            program,
+            workers,
+        )?;
         let info = dataplane::port::Port::info(&mine[0]);
         tracing::info!(interface = %i.name, backend = info.backend, mode = %info.mode, workers, "port open");
         for (w, p) in mine.into_iter().enumerate() {
             ports[w].push(p);
         }
     }
-    let b = control::balancer::build(&cfg, &links).map_err(anyhow::Error::msg)?;
     tracing::info!(
         interfaces = %cfg.interfaces.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(","),
         backends = b.table.entries.len(),
         mode = ?b.table.mode,
+        fast_path = fast.is_some(),
         workers,
         "balancer running"
     );
@@ -1599,8 +1638,13 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
         .filter(|i| i.role == wire::dist::PortRole::External)
         .map(|i| i.name.clone())
         .collect();
-    let s = control::balancer::run(b, ports, control, stop, cfg.io, &cfg.metrics, external)
-        .map_err(anyhow::Error::msg)?;
+    let how = control::balancer::RunWith {
+        io: cfg.io,
+        metrics: cfg.metrics.clone(),
+        external,
+        fast,
+    };
+    let s = control::balancer::run(b, ports, control, stop, how).map_err(anyhow::Error::msg)?;
     tracing::info!(
         balanced = s.events["balance_packets"],
         dropped = s.drops.values().sum::<u64>(),

@@ -765,15 +765,18 @@ fn elements_with_two_workers() {
     );
 }
 
-/// The back-ends with their fast path (`[io] fast_path = true`): frames between the two
-/// external networks arrive tagged with one VLAN and leave tagged with the other, rewritten
-/// and redirected out of the same port in XDP (on AF_XDP ports); on AF_PACKET ports (tcx)
-/// sub-interfaces stay with user space. Either way one TTL decrement and TCP through. The
-/// bridge's ports run NAPI (`gro = true` on the lab's switch) so that their veths take
-/// the back-ends' redirected frames.
+/// Every element with its fast path: the back-ends' (XDP on AF_XDP ports, which serves
+/// their VLAN sub-interfaces; tcx on AF_PACKET ones, which leaves those to user space) and,
+/// on AF_XDP ports, the LBs' (balance outward in, int-to-ext back out). The switch's and
+/// the hosts' ports run GRO, so that their veths take what an XDP program redirects to
+/// them. Hosts see one router (one TTL decrement), TCP goes through, and what the LBs'
+/// fast paths balanced reaches `show balance`.
 #[test]
-fn backends_with_the_fast_path() {
-    let dir = lab_copy("fast", |e| e.starts_with('r').then_some("fast_path = true"));
+fn elements_with_the_fast_path() {
+    let lbs = io_backend() != "packet";
+    let dir = lab_copy("fast", |e| {
+        (e.starts_with('r') || lbs).then_some("fast_path = true")
+    });
     let topo = std::fs::read_to_string(repo_path(LAB)).unwrap();
     let sw = "[[switch]]\nname = \"ic\"\n";
     assert!(topo.contains(sw));
@@ -785,7 +788,25 @@ fn backends_with_the_fast_path() {
         let k = lab.sh("ic", &["ethtool", "-k", p]);
         assert!(k.contains("generic-receive-offload: on"), "{p}: {k}");
     }
+    for h in ["a1", "b1"] {
+        lab.sh(h, &["ethtool", "-K", "eth0", "gro", "on"]);
+    }
     ping_through(&lab);
+    let p = lab.sh(
+        "a1",
+        &[
+            "ping",
+            "-q",
+            "-c",
+            "200",
+            "-i",
+            "0.005",
+            "-W",
+            "2",
+            "10.2.0.10",
+        ],
+    );
+    assert!(p.contains(" 200 received"), "{p}");
     lab.iperf3("a1", "b1", "10.2.0.10", &["-t", "1", "-P", "4"]);
     let fast: u64 = ["r1", "r2", "r3"]
         .iter()
@@ -797,5 +818,42 @@ fn backends_with_the_fast_path() {
             fast > 1000,
             "the back-ends' fast paths forwarded {fast} frames"
         ),
+    }
+    // The LBs' first workers add what their fast paths balanced every 100 ms.
+    std::thread::sleep(Duration::from_millis(300));
+    for (lb, ext, int, out) in [
+        ("lba", "lba-ext", "lba-int", 200),
+        ("lbb", "lbb-ext", "lbb-int", 1000),
+    ] {
+        let c = lab.counters(lb);
+        if !lbs {
+            assert!(c["fast_path"].is_null(), "{lb}: {c}");
+            continue;
+        }
+        let fp = &c["fast_path"]["interfaces"];
+        let (balanced, outward) = (
+            fp[ext]["rx_forwarded"].as_u64().unwrap(),
+            fp[int]["rx_forwarded"].as_u64().unwrap(),
+        );
+        // The echo requests (a1 to lba) and replies (b1 to lbb) are balanced there; TCP's
+        // segments with checksums left to offload are user space's.
+        assert!(
+            balanced >= 200,
+            "{lb} balanced {balanced} in its fast path: {c}"
+        );
+        assert!(
+            outward >= out,
+            "{lb} sent {outward} outward in its fast path: {c}"
+        );
+        let counted: u64 = ask(&lab, lb, "balance")["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["packets"].as_u64().unwrap())
+            .sum();
+        assert!(
+            counted >= balanced + event_count(&c, "balance_packets"),
+            "{lb}: show balance counts {counted}: {c}"
+        );
     }
 }

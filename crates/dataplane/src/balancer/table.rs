@@ -251,6 +251,12 @@ impl BalanceTable {
         Some(i as usize)
     }
 
+    /// The hash and Maglev modes' slots (entry indices; a flow's hash modulo their number
+    /// picks one); empty in the round-robin mode and when no entry is live.
+    pub fn slots(&self) -> &[u16] {
+        &self.slots
+    }
+
     /// Number of live entries.
     pub fn live(&self) -> usize {
         self.entries.iter().filter(|e| e.live).count()

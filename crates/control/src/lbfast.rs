@@ -1,0 +1,552 @@
+//! The LB's XDP fast path (see `io::fastpath::lb`), kept in step with the LB: its first
+//! worker publishes the LB's state (ports, back-ends, table) whenever it changes, and adds
+//! the frames the fast path balanced to its back-ends' counts.
+
+use dataplane::balancer::{Action, Balancer};
+use io::fastpath::lb::{LbEntry, LbFastPath, LbPortState, LbProgramFacts, LbRule, LbVerdict};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wire::dist::PortRole;
+use wire::ethernet::ethertype;
+use wire::MacAddr;
+
+/// An LB's fast path and what its first worker keeps to feed it.
+pub struct LbFastLink {
+    pub fp: Arc<LbFastPath>,
+    /// Port names, in port order.
+    pub names: Vec<String>,
+    /// Each back-end's counter in the fast path (given once, kept for the LB's life).
+    ids: HashMap<MacAddr, u8>,
+    /// The counters as last read.
+    last: Vec<u64>,
+    /// The LB state's version last published.
+    published: Option<u64>,
+    /// When the counters were last read.
+    read: Instant,
+}
+
+/// How often the first worker reads the fast path's per-back-end counters.
+const COUNTS_INTERVAL: Duration = Duration::from_millis(100);
+
+impl LbFastLink {
+    /// Creates the fast path's maps for the ports named `names`, in port order.
+    pub fn new(names: &[String]) -> Result<LbFastLink, String> {
+        Self::on_devices(names, None)
+    }
+
+    /// As [`LbFastLink::new`], with the device map naming `device` for every port (for
+    /// checking verdicts without the interfaces).
+    pub fn on_devices(names: &[String], device: Option<&str>) -> Result<LbFastLink, String> {
+        let devices: Vec<String> = names
+            .iter()
+            .map(|n| device.unwrap_or(n).to_string())
+            .collect();
+        let fp = LbFastPath::new(&devices).map_err(|e| format!("fast path: {e}"))?;
+        Ok(LbFastLink {
+            fp: Arc::new(fp),
+            names: names.to_vec(),
+            ids: HashMap::new(),
+            last: Vec::new(),
+            published: None,
+            read: Instant::now()
+                .checked_sub(COUNTS_INTERVAL)
+                .unwrap_or_else(Instant::now),
+        })
+    }
+
+    /// What port `port`'s program must know of the LB: its MAC and the classifier rules
+    /// that may match an IPv4 frame (a rule for another EtherType, an ARP operation or an
+    /// ICMPv6 type never does), in order, each with what the fast path does on a match.
+    pub fn facts(b: &Balancer, port: u32) -> LbProgramFacts {
+        let rules = b
+            .cfg
+            .rules
+            .iter()
+            .filter(|r| {
+                r.ethertype.is_none_or(|t| t == ethertype::IPV4)
+                    && r.arp_op.is_none()
+                    && r.icmp6_type.is_none()
+            })
+            .map(|r| LbRule {
+                external: r.from == PortRole::External,
+                protocol: r.protocol,
+                port: r.port,
+                to_router: r.to_router,
+                // What `Balancer::process` does with an IPv4 frame on this rule.
+                verdict: match (r.from, r.action) {
+                    (PortRole::External, Action::Balance) => LbVerdict::Balance,
+                    (
+                        PortRole::Internal,
+                        Action::IntToExt | Action::InternalArp | Action::InternalNd,
+                    ) => LbVerdict::IntToExt,
+                    _ => LbVerdict::Slow,
+                },
+            })
+            .collect();
+        LbProgramFacts {
+            port,
+            mac: b.ports.get(port as usize).map_or([0; 6], |p| p.mac.0),
+            rules,
+        }
+    }
+
+    /// Publishes the LB's state to the fast path if it changed since the last time.
+    pub fn publish(&mut self, b: &Balancer) -> Result<(), String> {
+        if self.published == Some(b.state_version()) {
+            return Ok(());
+        }
+        let ports: Vec<LbPortState> = b
+            .ports
+            .iter()
+            .map(|p| LbPortState {
+                mac: p.mac.0,
+                external: p.role == PortRole::External,
+                internal: p.role == PortRole::Internal,
+                vlan: p.vlan,
+                addr: p.addr,
+            })
+            .collect();
+        let entries: Vec<LbEntry> = b
+            .table
+            .entries
+            .iter()
+            .map(|e| {
+                let next = self.ids.len();
+                let id = match self.ids.get(&e.mac) {
+                    Some(&id) => Some(id),
+                    None if next < io::fastpath::lb::MAX_IDS => {
+                        self.ids.insert(e.mac, next as u8);
+                        Some(next as u8)
+                    }
+                    // Out of counters: this back-end's frames stay with user space.
+                    None => None,
+                };
+                LbEntry {
+                    mac: e.mac.0,
+                    port: e.port,
+                    id,
+                }
+            })
+            .collect();
+        self.fp
+            .publish(&ports, &entries, b.table.slots())
+            .map_err(|e| format!("fast path: {e}"))?;
+        self.published = Some(b.state_version());
+        Ok(())
+    }
+
+    /// Publishes what changed and adds what the fast path balanced since the last call
+    /// to the back-ends' counts (the first worker, after each poll).
+    pub fn sync(&mut self, b: &mut Balancer) {
+        if let Err(e) = self.publish(b) {
+            tracing::warn!(error = %e, "LB fast path not republished");
+        }
+        if self.read.elapsed() < COUNTS_INTERVAL {
+            return;
+        }
+        self.read = Instant::now();
+        let now = self.fp.counts(self.ids.len());
+        let mut add = Vec::new();
+        for (mac, &id) in &self.ids {
+            let (n, was) = (now[id as usize], self.last.get(id as usize).copied());
+            let d = n.saturating_sub(was.unwrap_or(0));
+            if d > 0 {
+                add.push((*mac, d));
+            }
+        }
+        self.last = now;
+        b.add_counts(&add);
+    }
+
+    /// The fast path's counters, as `show counters` prints them under `fast_path`.
+    pub fn counters(fp: &LbFastPath, names: &[String]) -> Value {
+        crate::fast::stats_json(names, &fp.stats())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The LB's fast path and the user-space LB give the same verdict: whenever the fast
+    //! path sends a frame out, the LB sends it out of the same port, byte for byte; every
+    //! other frame the fast path leaves untouched to user space. Checked over hand-made
+    //! cases (each a reason to leave the fast path) and seeded random mutations of them.
+    //! Needs root (BPF), as CI runs it.
+    use super::*;
+    use dataplane::balancer::{BalancerConfig, LbPort, Rule};
+    use dataplane::buf::{Pkt, TxQueues};
+    use io::fastpath::{Detached, Verdict};
+    use wire::ipv4;
+
+    const EXT_A: [u8; 6] = [2, 0, 0, 0, 0xa, 1];
+    const EXT_B: [u8; 6] = [2, 0, 0, 0, 0xb, 1];
+    const INT: [u8; 6] = [2, 0, 0, 0, 0xc, 1];
+    const HOST: [u8; 6] = [2, 0, 0, 0, 1, 0x10];
+
+    fn be(mac: u8) -> MacAddr {
+        MacAddr([2, 0, 0, 0, 0xbe, mac])
+    }
+
+    /// An IPv4 packet (protocol `proto`, with 8 bytes of ports and length or more) from
+    /// 10.1.0.10 to `dst` in a frame from HOST to `to`, behind `tag` (an 802.1Q tag
+    /// control information) if given; checksums complete.
+    fn frame(to: [u8; 6], tag: Option<u16>, proto: u8, dst: [u8; 4], ports: (u16, u16)) -> Vec<u8> {
+        let mut f = Vec::new();
+        f.extend(to);
+        f.extend(HOST);
+        if let Some(t) = tag {
+            f.extend([0x81, 0, (t >> 8) as u8, t as u8]);
+        }
+        f.extend([0x08, 0x00]);
+        let total = 20 + 8 + 10;
+        let mut ip = vec![
+            0x45,
+            0,
+            0,
+            total as u8,
+            0x12,
+            0x34,
+            0x40,
+            0,
+            64,
+            proto,
+            0,
+            0,
+            10,
+            1,
+            0,
+            10,
+        ];
+        ip.extend(dst);
+        ip.extend(ports.0.to_be_bytes());
+        ip.extend(ports.1.to_be_bytes());
+        ip.extend([0, 18, 0, 0]);
+        ip.extend(0..10u8);
+        let at = f.len();
+        f.extend(ip);
+        fix(&mut f[at..]);
+        f
+    }
+
+    fn fix(ip: &mut [u8]) {
+        if let Ok(mut p) = ipv4::Packet::new_checked(&mut ip[..]) {
+            p.fill_checksum();
+            if matches!(p.protocol(), 6 | 17) {
+                p.fill_transport_checksum();
+            }
+        }
+    }
+
+    struct Check {
+        b: Balancer,
+        now: Instant,
+        link: LbFastLink,
+        progs: Vec<Detached>,
+        fast: usize,
+        fast_balanced: u64,
+        user_balanced: u64,
+    }
+
+    impl Check {
+        /// Two external ports (VLAN 10 on 10.1.0.1/24, VLAN 20 on 10.2.0.1/24), one
+        /// internal port, three back-ends behind it; the default rules and `extra`.
+        fn new(mode: dataplane::balancer::Mode, extra: Vec<Rule>) -> Check {
+            let now = Instant::now();
+            let port = |name: &str, mac, role, vlan, addr: [u8; 4]| LbPort {
+                name: name.into(),
+                mac: MacAddr(mac),
+                role,
+                vlan,
+                addr: addr.into(),
+                prefix_len: 24,
+                addrs6: Vec::new(),
+                speed_mbps: 1000,
+            };
+            let ports = vec![
+                port("ext-a", EXT_A, PortRole::External, 10, [10, 1, 0, 1]),
+                port("ext-b", EXT_B, PortRole::External, 20, [10, 2, 0, 1]),
+                port("int", INT, PortRole::Internal, 0, [0, 0, 0, 0]),
+            ];
+            let mut rules = dataplane::balancer::default_rules();
+            rules.extend(extra);
+            let cfg = BalancerConfig {
+                mode,
+                virtual_cp: Some((be(9), 2)),
+                rules,
+                ..Default::default()
+            };
+            let mut b = Balancer::new(ports, cfg, now);
+            b.set_backends(&[(be(1), 2, 1), (be(2), 2, 2), (be(3), 2, 1)], true, now);
+            let names: Vec<String> = b.ports.iter().map(|p| p.name.clone()).collect();
+            let mut link = LbFastLink::on_devices(&names, Some("lo")).unwrap();
+            link.publish(&b).unwrap();
+            let progs = (0..b.ports.len() as u32)
+                .map(|k| link.fp.detached(&LbFastLink::facts(&b, k)).unwrap())
+                .collect();
+            Check {
+                b,
+                now,
+                link,
+                progs,
+                fast: 0,
+                fast_balanced: 0,
+                user_balanced: 0,
+            }
+        }
+
+        /// Both paths on `frame` from `port`; panics where they disagree.
+        fn frame(&mut self, port: u16, frame: &[u8]) {
+            if frame.len() < 14 {
+                return; // BPF_PROG_TEST_RUN refuses them
+            }
+            let (v, out) = self.progs[port as usize]
+                .run(frame)
+                .unwrap_or_else(|e| panic!("{e}: {frame:02x?}"));
+            let mut p = Pkt::from_bytes(frame);
+            p.meta.rx_port = port;
+            // An XDP frame has lost its socket buffer's checksum state.
+            p.meta.csum_unknown = true;
+            let mut tx = TxQueues::new(self.b.ports.len());
+            let before = self.b.counters.snapshot().events["balance_packets"];
+            self.b.process(p, self.now, &mut tx);
+            let balanced = self.b.counters.snapshot().events["balance_packets"] - before;
+            self.user_balanced += balanced;
+            let sent = tx.drain_all();
+            match v {
+                Verdict::Forward => {
+                    self.fast += 1;
+                    self.fast_balanced += balanced;
+                    assert_eq!(
+                        sent.len(),
+                        1,
+                        "fast path forwarded, user space sent {}: {frame:02x?}",
+                        sent.len()
+                    );
+                    let (eport, ref p) = sent[0];
+                    assert_eq!(p.data, out, "different bytes out: {frame:02x?}");
+                    if balanced == 1 {
+                        // To a back-end: the port that reaches it.
+                        let e = self.b.table.entries.iter().find(|e| e.mac.0 == out[..6]);
+                        assert_eq!(e.map(|e| e.port), Some(eport), "{frame:02x?}");
+                    } else {
+                        // Outward: our MAC on that port as the source.
+                        assert_eq!(&out[6..12], &self.b.ports[eport as usize].mac.0);
+                    }
+                }
+                Verdict::ToUserSpace => {
+                    assert_eq!(out, frame, "changed a frame it left to user space");
+                }
+                other => panic!("verdict {other:?} on {frame:02x?}"),
+            }
+            for (_, p) in sent {
+                self.b.pool.put(p);
+            }
+        }
+
+        /// The hand-made cases.
+        fn cases(&mut self) -> Vec<(u16, Vec<u8>)> {
+            let mut c = Vec::new();
+            let ext = |dst, proto, ports| frame(EXT_A, None, proto, dst, ports);
+            // Balanced, many flows.
+            for i in 0..64u16 {
+                c.push((0, ext([192, 0, 2, i as u8], 17, (1000 + i, 53))));
+                c.push((1, frame(EXT_B, None, 6, [198, 51, 100, 7], (40000 + i, 80))));
+            }
+            c.push((0, ext([192, 0, 2, 1], 1, (0x0800, 0)))); // ICMP: no ports
+            c.push((0, ext([192, 0, 2, 1], 47, (1, 2)))); // GRE
+            c.push((0, ext([240, 0, 0, 1], 17, (1, 2)))); // class E: balanced
+                                                          // Left to user space.
+            c.push((0, ext([10, 1, 0, 1], 17, (1, 2)))); // to the router's address
+            c.push((0, ext([224, 0, 0, 5], 89, (0, 0)))); // OSPF
+            c.push((0, ext([192, 0, 2, 1], 89, (0, 0)))); // OSPF through: to_router only
+            c.push((0, ext([10, 1, 0, 1], 6, (179, 40000)))); // BGP to us
+            c.push((0, ext([192, 0, 2, 1], 6, (179, 40000)))); // BGP through: balanced
+            c.push((0, ext([10, 1, 0, 1], 17, (520, 520)))); // RIP to us
+            c.push((0, ext([224, 0, 0, 9], 17, (520, 520)))); // RIP to its group
+            c.push((0, ext([10, 1, 0, 1], 6, (22, 50000)))); // the extra rule below
+            c.push((0, ext([192, 0, 2, 1], 6, (50000, 22)))); // the extra rule
+            c.push((0, ext([239, 1, 2, 3], 17, (1, 2)))); // multicast
+            c.push((0, ext([255, 255, 255, 255], 17, (1, 2)))); // broadcast
+            c.push((0, frame(EXT_B, None, 17, [192, 0, 2, 1], (1, 2)))); // not our MAC
+            c.push((0, frame([0xff; 6], None, 17, [192, 0, 2, 1], (1, 2))));
+            c.push((0, frame(EXT_A, Some(10), 17, [192, 0, 2, 1], (1, 2)))); // tagged
+            let mut f = ext([192, 0, 2, 1], 17, (1, 2));
+            f.extend([0; 6]); // link padding
+            c.push((0, f));
+            let mut f = ext([192, 0, 2, 1], 17, (1, 2));
+            f[14 + 6] = 0x20; // more fragments
+            fix(&mut f[14..]);
+            c.push((0, f));
+            let mut f = ext([192, 0, 2, 1], 17, (1, 2));
+            f[14 + 7] = 1; // an offset
+            fix(&mut f[14..]);
+            c.push((0, f));
+            let mut f = ext([192, 0, 2, 1], 6, (1, 2));
+            // A TCP checksum left to offload: the pseudo-header sum.
+            let ip = ipv4::Packet::new_checked(&f[14..]).unwrap();
+            let ph = wire::checksum::pseudo_header(ip.src(), ip.dst(), 6, 18);
+            let folded = wire::checksum::fold(ph);
+            f[14 + 20 + 16..14 + 20 + 18].copy_from_slice(&folded.to_be_bytes());
+            c.push((0, f));
+            let mut arp = EXT_A.to_vec();
+            arp.extend(HOST);
+            arp.extend([0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+            arp.resize(60, 0);
+            c.push((0, arp));
+            // From inside.
+            let int = |tag, dst, proto| frame(HOST, Some(tag), proto, dst, (80, 40000));
+            for i in 0..16u8 {
+                c.push((2, int(10, [10, 1, 0, i], 6)));
+                c.push((2, int(20, [10, 2, 0, i], 17)));
+            }
+            c.push((2, int(0x2000 | 10, [10, 1, 0, 9], 6))); // priority bits
+            c.push((2, int(30, [10, 1, 0, 9], 6))); // no external port has VLAN 30
+            c.push((2, int(0, [10, 1, 0, 9], 6))); // VLAN 0
+            c.push((2, frame(HOST, None, 6, [10, 1, 0, 9], (1, 2)))); // untagged
+            let mut f = int(10, [10, 1, 0, 9], 6);
+            f.truncate(f.len() - 3); // shorter than its IP total length
+            c.push((2, f));
+            let mut dist = HOST.to_vec();
+            dist.extend(INT);
+            dist.extend([0x88, 0xb5]);
+            dist.resize(60, 0);
+            c.push((2, dist));
+            c
+        }
+    }
+
+    /// A rule of the configuration: SSH to the router goes to the Virtual-CP.
+    fn ssh() -> Rule {
+        Rule {
+            name: "ssh-to-cp".into(),
+            from: PortRole::External,
+            ethertype: Some(ethertype::IPV4),
+            arp_op: None,
+            protocol: Some(6),
+            icmp6_type: None,
+            port: Some(22),
+            to_router: Some(true),
+            action: Action::VirtualCp,
+        }
+    }
+
+    fn agrees(mode: dataplane::balancer::Mode) {
+        let mut k = Check::new(mode, vec![ssh()]);
+        let cases = k.cases();
+        for (port, f) in &cases {
+            k.frame(*port, f);
+        }
+        // Every class of the common case went the fast way.
+        if mode == dataplane::balancer::Mode::RoundRobin {
+            assert_eq!(k.fast_balanced, 0, "round robin is user space's");
+        } else {
+            assert!(k.fast_balanced >= 128 + 5, "{}", k.fast_balanced);
+        }
+        assert!(k.fast >= k.fast_balanced as usize + 33, "{}", k.fast);
+        // Seeded mutations of every case (the same seed each run).
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let (port, f) = &cases[rnd() as usize % cases.len()];
+            let mut f = f.clone();
+            for _ in 0..1 + rnd() % 3 {
+                let i = rnd() as usize % f.len();
+                f[i] = rnd() as u8;
+            }
+            if rnd() % 2 == 0 {
+                let o = if f.get(12) == Some(&0x81) { 18 } else { 14 };
+                if f.len() > o {
+                    fix(&mut f[o..]);
+                }
+            }
+            if rnd() % 8 == 0 {
+                f.truncate(rnd() as usize % f.len());
+            }
+            k.frame(*port, &f);
+        }
+        // What the fast path balanced reaches the back-ends' counts with the next sync.
+        let before: u64 = k.b.table.entries.iter().map(|e| e.packets).sum();
+        assert_eq!(before, k.user_balanced);
+        k.link.sync(&mut k.b);
+        let after: u64 = k.b.table.entries.iter().map(|e| e.packets).sum();
+        assert_eq!(after - before, k.fast_balanced);
+        let st = k.link.fp.stats();
+        assert_eq!(st.iter().map(|s| s[0]).sum::<u64>(), k.fast as u64);
+    }
+
+    #[test]
+    fn the_lb_fast_path_agrees_with_the_lb() {
+        agrees(dataplane::balancer::Mode::Maglev);
+    }
+
+    #[test]
+    fn the_lb_fast_path_agrees_with_the_lb_in_hash_mode() {
+        agrees(dataplane::balancer::Mode::Hash);
+    }
+
+    #[test]
+    fn round_robin_is_left_to_user_space() {
+        agrees(dataplane::balancer::Mode::RoundRobin);
+    }
+
+    /// The state follows the LB: a back-end that goes, a port that changes its VLAN id.
+    #[test]
+    fn the_lb_fast_path_follows_the_state() {
+        let mut k = Check::new(dataplane::balancer::Mode::Maglev, Vec::new());
+        let flows: Vec<Vec<u8>> = (0..200u16)
+            .map(|i| frame(EXT_A, None, 17, [192, 0, 2, 1], (i, 53)))
+            .collect();
+        let to = |k: &mut Check| -> Vec<[u8; 6]> {
+            flows
+                .iter()
+                .map(|f| {
+                    let (v, out) = k.progs[0].run(f).unwrap();
+                    assert_eq!(v, Verdict::Forward);
+                    out[..6].try_into().unwrap()
+                })
+                .collect()
+        };
+        let first = to(&mut k);
+        assert!(first.contains(&be(1).0));
+        let now = k.now;
+        k.b.set_backends(&[(be(1), 2, 0)], false, now);
+        k.link.sync(&mut k.b);
+        let second = to(&mut k);
+        assert!(!second.contains(&be(1).0));
+        // Maglev: flows of the other back-ends stay where they were.
+        for (a, b) in first.iter().zip(&second) {
+            if *a != be(1).0 {
+                assert_eq!(a, b);
+            }
+        }
+        for f in &flows {
+            k.frame(0, f);
+        }
+        // Outward on VLAN 10, then on 11 once the controller says so.
+        let out = frame(HOST, Some(10), 6, [10, 1, 0, 9], (80, 4000));
+        assert_eq!(k.progs[2].run(&out).unwrap().0, Verdict::Forward);
+        let m = wire::dist::Message::Ports {
+            ports: vec![wire::dist::PortConfig {
+                index: 0,
+                role: PortRole::External,
+                vlan: 11,
+                addr: [10, 1, 0, 1].into(),
+                prefix_len: 24,
+            }],
+        };
+        k.b.apply(&m, be(9), now).unwrap();
+        k.link.sync(&mut k.b);
+        assert_eq!(k.progs[2].run(&out).unwrap().0, Verdict::ToUserSpace);
+        let out11 = frame(HOST, Some(11), 6, [10, 1, 0, 9], (80, 4000));
+        k.frame(2, &out11);
+        k.frame(2, &out);
+        let tagged = k.progs[0].run(&flows[0]).unwrap().1;
+        assert_eq!(&tagged[12..16], &[0x81, 0, 0, 11]);
+    }
+}
