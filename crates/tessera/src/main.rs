@@ -641,8 +641,10 @@ enum LabCmd {
         /// its config says; kept for `lab start`.
         #[arg(long, value_name = "BACKEND")]
         io: Option<String>,
-        /// Run every forwarder with its fast path (`[io] fast_path = true`: XDP on AF_XDP
-        /// ports, tcx on AF_PACKET ones), whatever its config says; kept for `lab start`.
+        /// Run every forwarder and LB with its fast path (`[io] fast_path = true`: XDP on
+        /// AF_XDP ports, tcx on AF_PACKET ones, where LBs run without), whatever its config
+        /// says; kept for `lab start`. Ports that take redirected frames need GRO on
+        /// (`gro = true` on a `[[switch]]`; `ethtool -K IF gro on` on a host).
         #[arg(long)]
         fast_path: bool,
     },
