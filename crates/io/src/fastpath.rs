@@ -733,19 +733,10 @@ fn program(
             for &v in &f.vlans {
                 a.j(JEQ_K, 2, 0, v as i32, "our_vlan");
             }
-            a.j(JA, 0, 0, 0, "slow")
-                .label("our_vlan")
-                .i(LDX_W, 1, 7, 8, 0)
-                .i(STX_W, 7, 1, 12, 0)
-                .i(LDX_W, 1, 7, 4, 0)
-                .i(STX_W, 7, 1, 8, 0)
-                .i(LDX_W, 1, 7, 0, 0)
-                .i(STX_W, 7, 1, 4, 0)
-                .i(MOV_X, 1, 6, 0, 0)
-                .i(MOV_K, 2, 0, 0, 4)
-                .i(CALL, 0, 0, 0, ADJUST_HEAD)
-                .j(JNE_K, 0, 0, 0, "aborted") // cannot fail: the frame has 18 bytes
-                .i(OR_K, 9, 0, 0, 0x10000)
+            a.j(JA, 0, 0, 0, "slow").label("our_vlan");
+            // (Cannot fail: the frame has 18 bytes.)
+            pop_tag(&mut a, false);
+            a.i(OR_K, 9, 0, 0, 0x10000)
                 .i(STX_DW, 10, 9, -64, 0) // tagged: 1 << 16 | the tag as read
                 .i(LDX_W, 7, 6, 0, 0)
                 .i(LDX_W, 8, 6, 4, 0)
@@ -946,6 +937,24 @@ fn program(
         }
     }
     a.finish()
+}
+
+/// Takes the 802.1Q tag out of the frame at r7 (XDP, at least 18 bytes checked): the MACs
+/// move up four bytes and the frame starts there (`bpf_xdp_adjust_head` on the context in
+/// r6, or with `ctx_on_stack` at -72); a refusal goes to `aborted`. The caller reloads the
+/// frame's bounds.
+fn pop_tag(a: &mut Asm, ctx_on_stack: bool) {
+    for off in [8i16, 4, 0] {
+        a.i(LDX_W, 1, 7, off, 0).i(STX_W, 7, 1, off + 4, 0);
+    }
+    if ctx_on_stack {
+        a.i(LDX_DW, 1, 10, -72, 0);
+    } else {
+        a.i(MOV_X, 1, 6, 0, 0);
+    }
+    a.i(MOV_K, 2, 0, 0, 4)
+        .i(CALL, 0, 0, 0, ADJUST_HEAD)
+        .j(JNE_K, 0, 0, 0, "aborted");
 }
 
 /// Puts an 802.1Q tag in front of the frame (XDP): four bytes more at its start

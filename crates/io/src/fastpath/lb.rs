@@ -28,9 +28,9 @@
 //! counter id: frames balanced to it, which the first worker adds to the table's counts).
 
 use super::{
-    filled_array, mac_u64, offload_check, percpu_sum, push_tag, Asm, At, Detached, ADD_K, AND_K,
-    BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_DEVMAP, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT, JA,
-    JEQ32_K, JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K, JNE_X, LDX_B, LDX_DW, LDX_H, LDX_W,
+    filled_array, mac_u64, offload_check, percpu_sum, pop_tag, push_tag, Asm, At, Detached, ADD_K,
+    AND_K, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_DEVMAP, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT,
+    JA, JEQ32_K, JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K, JNE_X, LDX_B, LDX_DW, LDX_H, LDX_W,
     LD_IMM64, LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X, REDIRECT_MAP, RSH_K, RSH_X, STATS, STX_DW,
     STX_H, STX_W, SUB_K, SUB_X, TO_BE, XDP_PASS,
 };
@@ -62,7 +62,6 @@ const MOD_X: u8 = 0x9f;
 const JEQ_X: u8 = 0x1d;
 const MUL_X: u8 = 0x2f;
 const XOR_X: u8 = 0xaf;
-const ADJUST_HEAD: i32 = 44;
 
 /// What a classifier rule does with an IPv4 frame, as the fast path sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -584,20 +583,10 @@ fn program(f: &LbProgramFacts, [state, tx, stats, counts, xsk]: [i32; 5]) -> Vec
         .i(LSH_K, 1, 0, 0, 1)
         .i(ADD_K, 1, 0, 0, PORT_BASE as i32);
     word(&mut a);
-    a.i(LDX_DW, 1, 0, 0, 0)
-        .i(STX_DW, 10, 1, -48, 0)
-        // The tag comes out: the MACs move up four bytes, the frame starts there.
-        .i(LDX_W, 1, 7, 8, 0)
-        .i(STX_W, 7, 1, 12, 0)
-        .i(LDX_W, 1, 7, 4, 0)
-        .i(STX_W, 7, 1, 8, 0)
-        .i(LDX_W, 1, 7, 0, 0)
-        .i(STX_W, 7, 1, 4, 0)
-        .i(LDX_DW, 1, 10, -72, 0)
-        .i(MOV_K, 2, 0, 0, 4)
-        .i(CALL, 0, 0, 0, ADJUST_HEAD)
-        .j(JNE_K, 0, 0, 0, "aborted")
-        .i(LDX_DW, 6, 10, -72, 0)
+    a.i(LDX_DW, 1, 0, 0, 0).i(STX_DW, 10, 1, -48, 0);
+    // The tag comes out: the MACs move up four bytes, the frame starts there.
+    pop_tag(&mut a, true);
+    a.i(LDX_DW, 6, 10, -72, 0)
         .i(LDX_W, 7, 6, 0, 0)
         .i(LDX_W, 8, 6, 4, 0)
         .i(MOV_X, 1, 7, 0, 0)
