@@ -278,6 +278,10 @@ mod tests {
             };
             let mut b = Balancer::new(ports, cfg, now);
             b.set_backends(&[(be(1), 2, 1), (be(2), 2, 2), (be(3), 2, 1)], true, now);
+            Self::with(b, now)
+        }
+
+        fn with(b: Balancer, now: Instant) -> Check {
             let names: Vec<String> = b.ports.iter().map(|p| p.name.clone()).collect();
             let mut link = LbFastLink::on_devices(&names, Some("lo")).unwrap();
             link.publish(&b).unwrap();
@@ -493,6 +497,28 @@ mod tests {
     #[test]
     fn round_robin_is_left_to_user_space() {
         agrees(dataplane::balancer::Mode::RoundRobin);
+    }
+
+    /// The `balance` fuzz corpus (first byte: port and flags) through the fuzzers' LB: DIST
+    /// frames among them change its state (it takes DIST unauthenticated), which reaches
+    /// the fast path as the first worker's next sync would bring it.
+    #[test]
+    fn the_lb_fast_path_agrees_on_the_balance_corpus() {
+        let (b, now) = dataplane::fuzzing::balancer();
+        let mut k = Check::with(b, now);
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/balance");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let data = std::fs::read(e.unwrap().path()).unwrap();
+            if let Some((&ctl, frame)) = data.split_first() {
+                k.frame((ctl & 1) as u16, frame);
+                k.link.sync(&mut k.b);
+                n += 1;
+            }
+        }
+        assert!(n > 20, "the balance corpus has {n} frames");
+        assert!(k.fast > 0, "none of {n} went the fast way");
     }
 
     /// The state follows the LB: a back-end that goes, a port that changes its VLAN id.
