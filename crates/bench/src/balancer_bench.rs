@@ -160,40 +160,11 @@ fn through_lab(
     } = *path;
     let mut l = lab::Lab::load(&opts.repo.join(topo), Some(name), opts.exe.clone())?;
     l.io = io.cloned();
+    // With it, the lab turns GRO on on the switch's ports and the hosts' interfaces.
     l.fast_path = fast;
-    if fast {
-        for s in &mut l.topo.switch {
-            s.gro = true;
-        }
-    }
     let _ = l.down();
     l.up()?;
     let r = (|| {
-        if fast {
-            for h in [src, sink] {
-                let ifname = l
-                    .topo
-                    .host
-                    .iter()
-                    .find(|x| x.name == h)
-                    .and_then(|x| x.interfaces.first())
-                    .map(|i| i.name.clone())
-                    .unwrap_or_else(|| "eth0".into());
-                lab::cmd::run(
-                    "ip",
-                    &[
-                        "netns",
-                        "exec",
-                        &l.ns(h),
-                        "ethtool",
-                        "-K",
-                        &ifname,
-                        "gro",
-                        "on",
-                    ],
-                )?;
-            }
-        }
         let src_addr = l
             .topo
             .host

@@ -883,11 +883,9 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 l.roles.insert("r".into(), role.into());
             }
             if contender == MULTISTAGE_FAST {
+                // (The lab turns GRO on on the switch's ports and the hosts' interfaces.)
                 l.fast_path = true;
                 l.io = Some("xdp".into());
-                for sw in &mut l.topo.switch {
-                    sw.gro = true;
-                }
             } else if fast {
                 l.io = Some(
                     if contender == FAST_TC {

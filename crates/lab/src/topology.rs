@@ -605,7 +605,12 @@ impl Lab {
                 // GRO turned on once the port is up: that is when a veth starts its NAPI
                 // for it (measured here: turned on while down, the port showed GRO on and
                 // still dropped the frames redirected to it).
-                if *is_switch && self.topo.switch.iter().any(|s| &s.name == node && s.gro) {
+                // With `--fast-path` too, on every switch port and host interface: the
+                // elements' XDP programs redirect frames to their peers.
+                let is_host = self.topo.host.iter().any(|h| &h.name == node);
+                if (*is_switch && self.topo.switch.iter().any(|s| &s.name == node && s.gro))
+                    || (self.fast_path && (*is_switch || is_host))
+                {
                     in_ns(&ns, "ethtool", &["-K", ifn, "gro", "on"])?;
                 }
             }
