@@ -763,6 +763,8 @@ fn elements_with_two_workers() {
         before > 1000 && balanced >= before,
         "{balanced} in the table: {c}"
     );
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Every element with its fast path: the back-ends' (from their configs: XDP on AF_XDP
@@ -852,4 +854,6 @@ fn elements_with_the_fast_path() {
             "{lb}: show balance counts {counted}: {c}"
         );
     }
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
