@@ -521,6 +521,25 @@ mod tests {
         assert!(k.fast > 0, "none of {n} went the fast way");
     }
 
+    /// A port beyond the fast path's [`io::fastpath::lb::MAX_PORTS`] gets a program that
+    /// leaves every frame to user space.
+    #[test]
+    fn a_port_beyond_the_fast_paths_reach_is_user_space() {
+        let max = io::fastpath::lb::MAX_PORTS;
+        let names: Vec<String> = (0..=max).map(|i| format!("p{i}")).collect();
+        let link = LbFastLink::on_devices(&names, Some("lo")).unwrap();
+        let facts = LbProgramFacts {
+            port: max as u32,
+            mac: EXT_A,
+            rules: Vec::new(),
+        };
+        let d = link.fp.detached(&facts).unwrap();
+        let f = frame(EXT_A, None, 17, [192, 0, 2, 1], (1, 2));
+        let (v, out) = d.run(&f).unwrap();
+        assert_eq!(v, Verdict::ToUserSpace);
+        assert_eq!(out, f);
+    }
+
     /// The state follows the LB: a back-end that goes, a port that changes its VLAN id.
     #[test]
     fn the_lb_fast_path_follows_the_state() {

@@ -408,27 +408,11 @@ fn packed(a: &mut Asm, base: u32) {
         .i(AND_K, 1, 0, 0, 0xffff);
 }
 
-/// Stack: -8 a 32-bit key, -32 the receive queue, -40 the egress port, -48 the port's
-/// state word (later the egress port's), -56 its address, -64 the back-end's counter id,
-/// -72 the context, -80 the VLAN id to tag with, -88 to -104 the classifier's key, -112
-/// the flow hash and then the back-end's word, -120 a shift. Registers: r6 the context,
-/// then the state; r7 and r8 the frame's bounds; r9 the total length.
-fn program(f: &LbProgramFacts, [state, tx, stats, counts, xsk]: [i32; 5]) -> Vec<u8> {
-    let mut a = Asm::new();
+/// The program's fast part (after its prologue; a port beyond [`MAX_PORTS`] has none):
+/// balance or int-to-ext, each frame it cannot take to `slow`.
+fn fast_part(a: &mut Asm, f: &LbProgramFacts, [state, tx, stats, counts]: [i32; 4]) {
     let mac = mac_u64(&f.mac);
     let me = f.port as i32;
-    a.i(MOV_X, 6, 1, 0, 0)
-        .i(LDX_W, 1, 6, 16, 0) // rx_queue_index
-        .i(STX_DW, 10, 1, -32, 0)
-        .i(STX_DW, 10, 6, -72, 0)
-        .i(LDX_W, 7, 6, 0, 0)
-        .i(LDX_W, 8, 6, 4, 0)
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, 34)
-        .j(JGT_X, 1, 8, 0, "slow");
-    if f.port as usize >= MAX_PORTS {
-        a.j(JA, 0, 0, 0, "slow");
-    }
     // The state, and this port's words in it.
     a.i(MOV_K, 1, 0, 0, 0)
         .i(STX_W, 10, 1, -8, 0)
@@ -439,7 +423,7 @@ fn program(f: &LbProgramFacts, [state, tx, stats, counts, xsk]: [i32; 5]) -> Vec
         .j(JEQ_K, 0, 0, 0, "slow")
         .i(MOV_X, 6, 0, 0, 0)
         .i(MOV_K, 1, 0, 0, PORT_BASE as i32 + 2 * me);
-    word(&mut a);
+    word(a);
     a.i(LDX_DW, 1, 0, 0, 0).i(STX_DW, 10, 1, -48, 0).i(
         MOV_K,
         1,
@@ -447,7 +431,7 @@ fn program(f: &LbProgramFacts, [state, tx, stats, counts, xsk]: [i32; 5]) -> Vec
         0,
         PORT_BASE as i32 + 2 * me + 1,
     );
-    word(&mut a);
+    word(a);
     a.i(LDX_DW, 1, 0, 0, 0)
         .i(STX_DW, 10, 1, -56, 0)
         .i(LDX_DW, 1, 10, -48, 0)
@@ -467,9 +451,9 @@ fn program(f: &LbProgramFacts, [state, tx, stats, counts, xsk]: [i32; 5]) -> Vec
         .j(JNE32_K, 1, 0, (mac >> 32) as u16 as i32, "slow")
         .i(LDX_H, 1, 7, 12, 0)
         .j(JNE_K, 1, 0, 0x0008, "slow"); // not IPv4 (tagged ones are dropped in user space)
-    plain_ipv4(&mut a, 14);
-    key(&mut a, 14, "ext");
-    rules(&mut a, &f.rules, true, LbVerdict::Balance, "balance", "ext");
+    plain_ipv4(a, 14);
+    key(a, 14, "ext");
+    rules(a, &f.rules, true, LbVerdict::Balance, "balance", "ext");
     a.label("balance")
         .i(LDX_B, 1, 7, 30, 0)
         .j(JGE_K, 1, 0, 224, "maybe_slow") // multicast; class E unless broadcast
@@ -480,7 +464,7 @@ fn program(f: &LbProgramFacts, [state, tx, stats, counts, xsk]: [i32; 5]) -> Vec
         .j(JEQ32_K, 1, 0, -1, "slow")
         .label("unicast");
     // A TCP or UDP checksum left to offload: user space fills it in. Goes on at "lookup".
-    offload_check(&mut a);
+    offload_check(a);
     // The flow hash: routes::flow_hash, step for step.
     a.label("lookup")
         .i(LDX_W, 1, 7, 26, 0)
@@ -508,7 +492,7 @@ fn program(f: &LbProgramFacts, [state, tx, stats, counts, xsk]: [i32; 5]) -> Vec
         a.i(MOV_X, 2, 1, 0, 0)
             .i(RSH_K, 2, 0, 0, shift)
             .i(XOR_X, 1, 2, 0, 0);
-        imm64(&mut a, 2, mul);
+        imm64(a, 2, mul);
         a.i(MUL_X, 1, 2, 0, 0);
     }
     a.i(MOV_X, 2, 1, 0, 0)
@@ -519,15 +503,15 @@ fn program(f: &LbProgramFacts, [state, tx, stats, counts, xsk]: [i32; 5]) -> Vec
         .i(STX_DW, 10, 1, -112, 0)
         // Its slot, and the slot's back-end.
         .i(MOV_K, 1, 0, 0, 0);
-    word(&mut a);
+    word(a);
     a.i(LDX_DW, 2, 0, 0, 0)
         .j(JEQ_K, 2, 0, 0, "slow") // no table here
         .i(LDX_DW, 1, 10, -112, 0)
         .i(MOD_X, 1, 2, 0, 0);
-    packed(&mut a, SLOT_BASE);
+    packed(a, SLOT_BASE);
     a.j(JGE_K, 1, 0, MAX_ENTRIES as i32, "slow")
         .i(ADD_K, 1, 0, 0, ENTRY_BASE as i32);
-    word(&mut a);
+    word(a);
     a.i(LDX_DW, 1, 0, 0, 0)
         .i(MOV_X, 2, 1, 0, 0)
         .i(RSH_K, 2, 0, 0, 63)
@@ -545,7 +529,7 @@ fn program(f: &LbProgramFacts, [state, tx, stats, counts, xsk]: [i32; 5]) -> Vec
         .i(AND_K, 1, 0, 0, 0xfff)
         .i(STX_DW, 10, 1, -80, 0); // the port's VLAN id
                                    // Tagged with it (priority 0, as user space tags), to the back-end's MAC.
-    push_tag(&mut a, -80, true);
+    push_tag(a, -80, true);
     a.i(LDX_DW, 1, 10, -112, 0)
         .i(STX_W, 7, 1, 0, 0)
         .i(RSH_K, 1, 0, 0, 32)
@@ -563,29 +547,22 @@ fn program(f: &LbProgramFacts, [state, tx, stats, counts, xsk]: [i32; 5]) -> Vec
         .j(JNE_K, 1, 0, 0x0081, "slow") // untagged: user space drops it
         .i(LDX_H, 1, 7, 16, 0)
         .j(JNE_K, 1, 0, 0x0008, "slow"); // not IPv4
-    plain_ipv4(&mut a, 18);
-    key(&mut a, 18, "int");
-    rules(
-        &mut a,
-        &f.rules,
-        false,
-        LbVerdict::IntToExt,
-        "to_ext",
-        "int",
-    );
+    plain_ipv4(a, 18);
+    key(a, 18, "int");
+    rules(a, &f.rules, false, LbVerdict::IntToExt, "to_ext", "int");
     a.label("to_ext")
         .i(LDX_H, 1, 7, 14, 0)
         .i(TO_BE, 1, 0, 0, 16)
         .i(AND_K, 1, 0, 0, 0xfff);
-    packed(&mut a, VLAN_BASE);
+    packed(a, VLAN_BASE);
     a.j(JGE_K, 1, 0, MAX_PORTS as i32, "slow") // no external port has it
         .i(STX_DW, 10, 1, -40, 0)
         .i(LSH_K, 1, 0, 0, 1)
         .i(ADD_K, 1, 0, 0, PORT_BASE as i32);
-    word(&mut a);
+    word(a);
     a.i(LDX_DW, 1, 0, 0, 0).i(STX_DW, 10, 1, -48, 0);
     // The tag comes out: the MACs move up four bytes, the frame starts there.
-    pop_tag(&mut a, true);
+    pop_tag(a, true);
     a.i(LDX_DW, 6, 10, -72, 0)
         .i(LDX_W, 7, 6, 0, 0)
         .i(LDX_W, 8, 6, 4, 0)
@@ -608,19 +585,41 @@ fn program(f: &LbProgramFacts, [state, tx, stats, counts, xsk]: [i32; 5]) -> Vec
         .map(1, tx)
         .i(MOV_K, 3, 0, 0, 0)
         .i(CALL, 0, 0, 0, REDIRECT_MAP)
-        .i(EXIT, 0, 0, 0, 0)
-        // Everything else: to the port's socket.
-        .label("slow")
+        .i(EXIT, 0, 0, 0, 0);
+}
+
+/// Stack: -8 a 32-bit key, -32 the receive queue, -40 the egress port, -48 the port's
+/// state word (later the egress port's), -56 its address, -64 the back-end's counter id,
+/// -72 the context, -80 the VLAN id to tag with, -88 to -104 the classifier's key, -112
+/// the flow hash and then the back-end's word, -120 a shift. Registers: r6 the context,
+/// then the state; r7 and r8 the frame's bounds; r9 the total length.
+fn program(f: &LbProgramFacts, [state, tx, stats, counts, xsk]: [i32; 5]) -> Vec<u8> {
+    let mut a = Asm::new();
+    let me = f.port as i32;
+    a.i(MOV_X, 6, 1, 0, 0)
+        .i(LDX_W, 1, 6, 16, 0) // rx_queue_index
+        .i(STX_DW, 10, 1, -32, 0)
+        .i(STX_DW, 10, 6, -72, 0)
+        .i(LDX_W, 7, 6, 0, 0)
+        .i(LDX_W, 8, 6, 4, 0)
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, 34)
+        .j(JGT_X, 1, 8, 0, "slow");
+    if (f.port as usize) < MAX_PORTS {
+        fast_part(&mut a, f, [state, tx, stats, counts]);
+    }
+    // Everything else: to the port's socket.
+    a.label("slow")
         .i(MOV_K, 1, 0, 0, me)
         .count(stats, 1, 8, "counted_slow")
         .i(LDX_DW, 2, 10, -32, 0)
         .map(1, xsk)
         .i(MOV_K, 3, 0, 0, XDP_PASS)
         .i(CALL, 0, 0, 0, REDIRECT_MAP)
-        .i(EXIT, 0, 0, 0, 0)
-        // What cannot happen (a four-byte move of the frame's start refused).
-        .label("aborted")
-        .i(MOV_K, 0, 0, 0, 0)
         .i(EXIT, 0, 0, 0, 0);
+    if (f.port as usize) < MAX_PORTS {
+        // What cannot happen (a four-byte move of the frame's start refused).
+        a.label("aborted").i(MOV_K, 0, 0, 0, 0).i(EXIT, 0, 0, 0, 0);
+    }
     a.finish()
 }
