@@ -606,10 +606,14 @@ impl Lab {
                 // for it (measured here: turned on while down, the port showed GRO on and
                 // still dropped the frames redirected to it).
                 // With `--fast-path` too, on every switch port and host interface: the
-                // elements' XDP programs redirect frames to their peers.
+                // elements' XDP programs redirect frames to their peers. Not with `--io
+                // packet`: the fast path is then tcx's, whose socket buffers need no NAPI
+                // on the far end, and hosts keep their wire-like receive (the demo compares
+                // TCP with the kernel's on the same hosts).
                 let is_host = self.topo.host.iter().any(|h| &h.name == node);
+                let xdp_fast = self.fast_path && self.io.as_deref() != Some("packet");
                 if (*is_switch && self.topo.switch.iter().any(|s| &s.name == node && s.gro))
-                    || (self.fast_path && (*is_switch || is_host))
+                    || (xdp_fast && (*is_switch || is_host))
                 {
                     in_ns(&ns, "ethtool", &["-K", ifn, "gro", "on"])?;
                 }

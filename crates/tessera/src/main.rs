@@ -643,8 +643,8 @@ enum LabCmd {
         io: Option<String>,
         /// Run every forwarder and LB with its fast path (`[io] fast_path = true`: XDP on
         /// AF_XDP ports, tcx on AF_PACKET ones, where LBs run without), whatever its config
-        /// says; kept for `lab start`. GRO goes on on every switch port and host interface,
-        /// so that their veths take the frames the elements' XDP programs redirect.
+        /// says; kept for `lab start`. GRO goes on on every switch port and host interface
+        /// (but with `--io packet`), so that their veths take what XDP programs redirect.
         #[arg(long)]
         fast_path: bool,
     },
