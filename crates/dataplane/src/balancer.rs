@@ -440,7 +440,8 @@ impl Balancer {
         self.share.version
     }
 
-    /// Adds packets sent to back-ends elsewhere (the fast path) to their counts.
+    /// Adds packets sent to back-ends elsewhere (another worker, the fast path) to their
+    /// counts.
     pub fn add_counts(&mut self, counts: &[(MacAddr, u64)]) {
         for &(mac, n) in counts {
             if let Some(e) = self.table.entries.iter_mut().find(|e| e.mac == mac) {
@@ -457,11 +458,7 @@ impl Balancer {
                 self.dist_input(p, now);
             }
             for c in counts.try_iter() {
-                for (mac, n) in c {
-                    if let Some(e) = self.table.entries.iter_mut().find(|e| e.mac == mac) {
-                        e.packets += n;
-                    }
-                }
+                self.add_counts(&c);
             }
             self.share.from_others = Some((dist, counts));
             self.publish();

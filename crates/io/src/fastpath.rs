@@ -957,6 +957,17 @@ fn pop_tag(a: &mut Asm, ctx_on_stack: bool) {
         .j(JNE_K, 0, 0, 0, "aborted");
 }
 
+/// After a move of the frame's start (XDP): r6 the context again (from -72), r7 and r8 the
+/// frame's new bounds, at least `len` bytes of it checked (else `aborted`).
+fn reload_frame(a: &mut Asm, len: i32) {
+    a.i(LDX_DW, 6, 10, -72, 0)
+        .i(LDX_W, 7, 6, 0, 0)
+        .i(LDX_W, 8, 6, 4, 0)
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, len)
+        .j(JGT_X, 1, 8, 0, "aborted");
+}
+
 /// Puts an 802.1Q tag in front of the frame (XDP): four bytes more at its start
 /// (`bpf_xdp_adjust_head` on the context at -72; r6, r7 and r8 then the context and the
 /// frame's new bounds), the MACs moved down to them, 0x8100, and the tag control
@@ -966,13 +977,8 @@ fn push_tag(a: &mut Asm, tci: i16, swap: bool) {
     a.i(LDX_DW, 1, 10, -72, 0)
         .i(MOV_K, 2, 0, 0, -4)
         .i(CALL, 0, 0, 0, ADJUST_HEAD)
-        .j(JNE_K, 0, 0, 0, "aborted")
-        .i(LDX_DW, 6, 10, -72, 0)
-        .i(LDX_W, 7, 6, 0, 0)
-        .i(LDX_W, 8, 6, 4, 0)
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, 18)
-        .j(JGT_X, 1, 8, 0, "aborted");
+        .j(JNE_K, 0, 0, 0, "aborted");
+    reload_frame(a, 18);
     for off in [0i16, 4, 8] {
         a.i(LDX_W, 1, 7, off + 4, 0).i(STX_W, 7, 1, off, 0);
     }

@@ -28,11 +28,11 @@
 //! counter id: frames balanced to it, which the first worker adds to the table's counts).
 
 use super::{
-    filled_array, mac_u64, offload_check, percpu_sum, pop_tag, push_tag, Asm, At, Detached, ADD_K,
-    AND_K, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_DEVMAP, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT,
-    JA, JEQ32_K, JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K, JNE_X, LDX_B, LDX_DW, LDX_H, LDX_W,
-    LD_IMM64, LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X, REDIRECT_MAP, RSH_K, RSH_X, STATS, STX_DW,
-    STX_H, STX_W, SUB_K, SUB_X, TO_BE, XDP_PASS,
+    filled_array, mac_u64, offload_check, percpu_sum, pop_tag, push_tag, reload_frame, Asm, At,
+    Detached, ADD_K, AND_K, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_DEVMAP,
+    BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT, JA, JEQ32_K, JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K,
+    JNE_X, LDX_B, LDX_DW, LDX_H, LDX_W, LD_IMM64, LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X,
+    REDIRECT_MAP, RSH_K, RSH_X, STATS, STX_DW, STX_H, STX_W, SUB_K, SUB_X, TO_BE, XDP_PASS,
 };
 use crate::xdp::{map_create, map_update};
 use std::io;
@@ -563,14 +563,9 @@ fn fast_part(a: &mut Asm, f: &LbProgramFacts, [state, tx, stats, counts]: [i32; 
     a.i(LDX_DW, 1, 0, 0, 0).i(STX_DW, 10, 1, -48, 0);
     // The tag comes out: the MACs move up four bytes, the frame starts there.
     pop_tag(a, true);
-    a.i(LDX_DW, 6, 10, -72, 0)
-        .i(LDX_W, 7, 6, 0, 0)
-        .i(LDX_W, 8, 6, 4, 0)
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, 14)
-        .j(JGT_X, 1, 8, 0, "aborted")
-        // Our external MAC as the source.
-        .i(LDX_DW, 1, 10, -48, 0)
+    reload_frame(a, 14);
+    // Our external MAC as the source.
+    a.i(LDX_DW, 1, 10, -48, 0)
         .i(STX_W, 7, 1, 6, 0)
         .i(RSH_K, 1, 0, 0, 32)
         .i(STX_H, 7, 1, 10, 0);
