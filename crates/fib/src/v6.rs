@@ -98,6 +98,24 @@
 //! the eight at 1.5 or more) and 1.47-1.88 times rte_lpm6. At DPDK's best the ratio is
 //! about 1.4: the 1.5 in every run needs fewer instructions per level or fewer levels.
 //!
+//! **Selects that stay selects** (this machine kind, 2026-11-25). The batch's steps were
+//! written without a branch on the data, but the compiler had turned its selects (go to
+//! the child or stay; `dir`'s value or the leaf's) into branches: in the disassembly, a
+//! conditional jump per address per level on whether its position is a child, which on
+//! a random-prefix workload is as good as a coin. `core::hint::select_unpredictable`
+//! keeps them conditional moves. Same session, alternating the two binaries, DPDK on huge
+//! pages: random-prefix batched 101.5-111.7 M/s against 64.9-71.7 for the loop before
+//! (three runs each); `uniform` and `one` unchanged. Then six runs in a row
+//! (`results/fib6/huge-pages-run1.json` to `run6`): 104.9-114.8 M/s against rte_fib6's
+//! 30.6-42.3 and rte_lpm6's 32.2-43.7, the lower of the two ratios 2.60-3.33; two runs
+//! with DPDK on ordinary pages 3.11 and 3.13. Against the best rte_fib6 rate this
+//! structure has met on this machine kind (58 M/s) the batch is 1.8 times. Groups of 8
+//! and 32 with the selects: 100-106 and 104-108 M/s against 107-114 for 16 (one process,
+//! round by round), so 16 stays. Quarters that hold their runs' leaves themselves (32
+//! bytes, up to six leaves; 96.5% of the quarters need no more) were tried beside this
+//! and were slower, 60-68 M/s against 104-108 in one process (both with the selects):
+//! the leaf read they save costs less than the instructions that choose where it is.
+//!
 //! The batch's group has a fixed size and stops at the level where all its addresses
 //! are resolved: on the `uniform` workload (most addresses resolved by `dir`) the batch
 //! went from 80 to 207 M/s (single lookups: 350), and random-prefix did not move.
