@@ -274,7 +274,7 @@ mod tests {
             let mut added: Vec<Prefix6> = Vec::new();
             // Prefixes share their top 16 to 24 bits half the time, so that slots are
             // recompiled with nodes below them.
-            let spread = |x: u128, i: usize| if i % 2 == 0 { base ^ (x >> 20) } else { x };
+            let spread = |x: u128, i: usize| if i.is_multiple_of(2) { base ^ (x >> 20) } else { x };
             for (i, (a, l, v)) in ops.into_iter().enumerate() {
                 let p = match (v, added.get(i % (added.len().max(1)))) {
                     (None, Some(&q)) if i % 2 == 0 => q,

@@ -1773,7 +1773,7 @@ fn parse_hex(hex: &str) -> Result<Vec<u8>> {
         .chars()
         .filter(|c| !c.is_whitespace() && *c != ':')
         .collect();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         bail!("--hex: odd number of hex digits");
     }
     (0..digits.len())

@@ -130,7 +130,7 @@ impl<T: AsRef<[u8]>> Header<T> {
 
     fn nibble(&self, i: usize) -> u8 {
         let byte = self.b()[FIXED_LEN + i / 2];
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             byte >> 4
         } else {
             byte & 0xf
@@ -172,7 +172,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Header<T> {
         let i = self.rev() as usize;
         let b = self.buf.as_mut();
         let at = FIXED_LEN + i / 2;
-        b[at] = if i % 2 == 0 {
+        b[at] = if i.is_multiple_of(2) {
             (b[at] & 0x0f) | (input & 0xf) << 4
         } else {
             (b[at] & 0xf0) | (input & 0xf)

@@ -446,7 +446,7 @@ pub mod build {
         out.extend_from_slice(&((4 + v.len()) as u16).to_le_bytes());
         out.extend_from_slice(&t.to_le_bytes());
         out.extend_from_slice(v);
-        while out.len() % 4 != 0 {
+        while !out.len().is_multiple_of(4) {
             out.push(0);
         }
     }

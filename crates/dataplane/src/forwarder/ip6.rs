@@ -707,7 +707,7 @@ impl Forwarder {
     ) -> Option<Pkt> {
         let total = ipv6::Packet::new_checked(&p.data[ETH..]).ok()?.total_len();
         let len = total - (f.at + 8);
-        let pointer = if f.more && len % 8 != 0 {
+        let pointer = if f.more && !len.is_multiple_of(8) {
             Some(4)
         } else if f.offset as usize + len > 65535 {
             Some(f.at as u32 + 2)

@@ -76,7 +76,7 @@ impl Key {
     /// A key written as hexadecimal digits (whitespace around them ignored).
     pub fn from_hex(id: u8, text: &str) -> Result<Key, String> {
         let t = text.trim();
-        if t.len() % 2 != 0 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !t.len().is_multiple_of(2) || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err("a DIST key is written as an even number of hex digits".into());
         }
         let bytes: Vec<u8> = (0..t.len())
