@@ -666,21 +666,34 @@ impl Poptrie6 {
         let c = (h >> (64 - DIR6_BITS - WIDE)) as u32 & 0xffff;
         let (mut qi, mut pos) = (e + (c >> 6), c & 63);
         for step in 0..2u32 {
-            let q = &self.quarters[qi as usize];
-            let t = upto(q.vector, pos);
-            let is_child = (t as i64) < 0;
-            let child = q
-                .base1
-                .wrapping_add(NODE_QUARTERS * t.count_ones())
-                .wrapping_sub(NODE_QUARTERS);
-            let c = (h >> (64 - DIR6_BITS - WIDE - STRIDE * (step + 1))) as u32 & 0xff;
-            qi = select_unpredictable(is_child, child + (c >> 6), qi);
-            pos = select_unpredictable(is_child, c & 63, pos);
+            (qi, pos, _) = self.descend(qi, pos, h, step);
         }
         match self.quarters[qi as usize].at(pos) {
             Err(leaf) => self.leaves[leaf as usize] as u32,
             Ok(_) => self.walk(a),
         }
+    }
+
+    /// One level below the wide quarter (`step` 0 is bits 32 to 39, 1 is 40 to 47) for the
+    /// address whose top half is `h`, from position `pos` of quarter `qi`: the child's
+    /// quarter and position if that position is a child, else the same ones; and whether
+    /// it was. `select_unpredictable`, not a branch: where an address ends is as good as
+    /// random, and the compiler otherwise makes these selects branches.
+    #[inline(always)]
+    fn descend(&self, qi: u32, pos: u32, h: u64, step: u32) -> (u32, u32, bool) {
+        let q = &self.quarters[qi as usize];
+        let t = upto(q.vector, pos);
+        let is_child = (t as i64) < 0;
+        let child = q
+            .base1
+            .wrapping_add(NODE_QUARTERS * t.count_ones())
+            .wrapping_sub(NODE_QUARTERS);
+        let c = (h >> (64 - DIR6_BITS - WIDE - STRIDE * (step + 1))) as u32 & 0xff;
+        (
+            select_unpredictable(is_child, child + (c >> 6), qi),
+            select_unpredictable(is_child, c & 63, pos),
+            is_child,
+        )
     }
 
     /// [`Poptrie6::lookup_raw`] level by level, as deep as the address goes.
@@ -795,16 +808,8 @@ impl Poptrie6 {
             }
             deeper = false;
             for k in 0..G {
-                let q = &self.quarters[qi[k] as usize];
-                let t = upto(q.vector, pos[k]);
-                let is_child = (t as i64) < 0;
-                let child = q
-                    .base1
-                    .wrapping_add(NODE_QUARTERS * t.count_ones())
-                    .wrapping_sub(NODE_QUARTERS);
-                let c = (hi[k] >> (64 - DIR6_BITS - WIDE - STRIDE * (step + 1))) as u32 & 0xff;
-                qi[k] = select_unpredictable(is_child, child + (c >> 6), qi[k]);
-                pos[k] = select_unpredictable(is_child, c & 63, pos[k]);
+                let is_child;
+                (qi[k], pos[k], is_child) = self.descend(qi[k], pos[k], hi[k], step);
                 deeper |= is_child;
                 prefetch_ptr(quarters.wrapping_add(qi[k] as usize) as *const u8);
             }
