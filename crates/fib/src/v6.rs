@@ -105,11 +105,13 @@
 //! a random-prefix workload is as good as a coin. `core::hint::select_unpredictable`
 //! keeps them conditional moves. Same session, alternating the two binaries, DPDK on huge
 //! pages: random-prefix batched 101.5-111.7 M/s against 64.9-71.7 for the loop before
-//! (three runs each); `uniform` and `one` unchanged. Then six runs in a row
-//! (`results/fib6/huge-pages-run1.json` to `run6`): 104.9-114.8 M/s against rte_fib6's
-//! 30.6-42.3 and rte_lpm6's 32.2-43.7, the lower of the two ratios 2.60-3.33; two runs
-//! with DPDK on ordinary pages 3.11 and 3.13. Against the best rte_fib6 rate this
-//! structure has met on this machine kind (58 M/s) the batch is 1.8 times. Groups of 8
+//! (three runs each); `uniform` and `one` unchanged. Then six runs in a row: 104.9-114.8
+//! M/s against rte_fib6's 30.6-42.3 and rte_lpm6's 32.2-43.7, the lower of the two ratios
+//! 2.60-3.33; two runs with DPDK on ordinary pages 3.11 and 3.13. Six more on the final
+//! form (with the single lookup below; `results/fib6/huge-pages-run1.json` to `run6`, the
+//! machine busier): 71.8-104.8 M/s against rte_fib6's 25.8-30.2 and rte_lpm6's 23.5-30.9,
+//! the lower ratio 2.52-3.47; on ordinary pages 3.81 and 3.98. Against the best rte_fib6
+//! rate this structure has met on this machine kind (58 M/s) the batch is 1.8 times. Groups of 8
 //! and 32 with the selects: 100-106 and 104-108 M/s against 107-114 for 16 (one process,
 //! round by round), so 16 stays. Quarters that hold their runs' leaves themselves (32
 //! bytes, up to six leaves; 96.5% of the quarters need no more) were tried beside this
