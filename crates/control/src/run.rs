@@ -635,6 +635,7 @@ pub fn run<P: Port + Send>(
         if let Some(fl) = &fast {
             if synced.elapsed() >= STATS_INTERVAL {
                 synced = Instant::now();
+                fl.sync_routes6(f);
                 fl.sync_neighbours(f);
             }
         }

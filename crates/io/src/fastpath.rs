@@ -49,7 +49,7 @@ use crate::xdp::{bpf, insn, map_create, map_update, u32s, BPF_PSEUDO_MAP_FD};
 use crate::xsk::Hook;
 use std::collections::HashMap;
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, OwnedFd};
 
 const BPF_MAP_TYPE_HASH: u32 = 1;
@@ -57,6 +57,10 @@ const BPF_MAP_TYPE_ARRAY: u32 = 2;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 const BPF_MAP_TYPE_ARRAY_OF_MAPS: u32 = 12;
 const BPF_MAP_TYPE_DEVMAP: u32 = 14;
+const BPF_MAP_TYPE_LPM_TRIE: u32 = 11;
+const BPF_F_NO_PREALLOC: u32 = 1;
+/// Routes the IPv6 table holds at most (a full table is 160,000 and some).
+const FIB6_ENTRIES: u32 = 1 << 20;
 const BPF_MAP_DELETE_ELEM: i32 = 3;
 const BPF_MAP_LOOKUP_ELEM: i32 = 1;
 const BPF_F_MMAPABLE: u32 = 1 << 10;
@@ -98,14 +102,14 @@ const SKB_SIZE: usize = 192;
 
 /// Where a next-hop group sends frames, as the fast path sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hop {
+pub enum Hop<A = Ipv4Addr> {
     /// One next hop on a port's interface: its untagged one (`vlan` 0) or the 802.1Q
     /// sub-interface `vlan` (XDP only: the tcx program leaves those to user space);
     /// `gateway` (`None`: the destination itself).
     Port {
         port: u16,
         vlan: u16,
-        gateway: Option<Ipv4Addr>,
+        gateway: Option<A>,
     },
     /// Anything else (ECMP, a sub-interface whose MTU is not its port's): user space
     /// decides.
@@ -123,6 +127,9 @@ fn map_delete<K>(map: &OwnedFd, key: &K) -> io::Result<()> {
 pub struct FastPath {
     fib: OwnedFd,
     neigh: OwnedFd,
+    /// IPv6: the kernel's longest-prefix-match trie of routes, and the neighbours.
+    fib6: OwnedFd,
+    neigh6: OwnedFd,
     ports: OwnedFd,
     tx: OwnedFd,
     stats: OwnedFd,
@@ -131,6 +138,9 @@ pub struct FastPath {
     ifindexes: Vec<u32>,
     /// Neighbours as last written to `neigh`.
     neigh_written: HashMap<u64, u64>,
+    /// IPv6 routes and neighbours as last written to `fib6` and `neigh6`.
+    fib6_written: HashMap<Key6, Route6>,
+    neigh6_written: HashMap<Key6, u64>,
     /// Frames the fast path forwarded, per port, as last read (for counters).
     pub last: Vec<[u64; STATS]>,
 }
@@ -158,6 +168,55 @@ pub struct ProgramFacts {
     /// The element has sub-interfaces the fast path serves, on any port: next hops may
     /// carry a VLAN id. Without any, the program has none of the tagging work.
     pub tagged: bool,
+    /// The fast path forwards IPv6 too (XDP only): the element has IPv6 on.
+    pub ipv6: bool,
+    /// The router's own global IPv6 addresses, which the fast path never forwards from or
+    /// to (link-local and multicast ones it never forwards at all).
+    pub special6: Vec<Ipv6Addr>,
+}
+
+/// A key of the IPv6 maps: a 32-bit word (`fib6`: the prefix length; `neigh6`: `vlan << 16
+/// | port`), then an address in network order.
+type Key6 = [u8; 20];
+
+/// A value of `fib6`: the gateway (network order), the port, the VLAN id (0: untagged) and
+/// flags ([`ROUTE6_SLOW`], [`ROUTE6_CONNECTED`]), the numbers little-endian.
+type Route6 = [u8; 24];
+/// The route's frames go to user space.
+const ROUTE6_SLOW: u32 = 1;
+/// The destination is on the connected network: its neighbour is the destination itself.
+const ROUTE6_CONNECTED: u32 = 2;
+
+fn key6(word: u32, a: Ipv6Addr) -> Key6 {
+    let mut k = [0u8; 20];
+    k[..4].copy_from_slice(&word.to_ne_bytes());
+    k[4..].copy_from_slice(&a.octets());
+    k
+}
+
+/// Makes `map`'s content `now`, given what was last written to it (`written`): writes what
+/// changed or is new, then deletes what is gone. Each write replaces one element whole.
+fn write_diff<K, V>(
+    map: &OwnedFd,
+    written: &mut HashMap<K, V>,
+    now: HashMap<K, V>,
+) -> io::Result<()>
+where
+    K: std::hash::Hash + Eq,
+    V: PartialEq,
+{
+    for (k, v) in &now {
+        if written.get(k) != Some(v) {
+            map_update(map, k, v)?;
+        }
+    }
+    for k in written.keys() {
+        if !now.contains_key(k) {
+            let _ = map_delete(map, k);
+        }
+    }
+    *written = now;
+    Ok(())
 }
 
 fn mac_u64(m: &[u8; 6]) -> u64 {
@@ -191,6 +250,16 @@ impl FastPath {
         )?;
         drop(template);
         let neigh = map_create(BPF_MAP_TYPE_HASH, 8, 8, 65536, 0, 0, "neighbours")?;
+        let fib6 = map_create(
+            BPF_MAP_TYPE_LPM_TRIE,
+            20,
+            24,
+            FIB6_ENTRIES,
+            BPF_F_NO_PREALLOC,
+            0,
+            "fib6",
+        )?;
+        let neigh6 = map_create(BPF_MAP_TYPE_HASH, 20, 8, 65536, 0, 0, "neighbours6")?;
         let pmap = map_create(BPF_MAP_TYPE_ARRAY, 4, 16, n.max(1), 0, 0, "ports")?;
         let tx = map_create(BPF_MAP_TYPE_DEVMAP, 4, 4, n.max(1), 0, 0, "tx ports")?;
         let stats = map_create(
@@ -215,6 +284,10 @@ impl FastPath {
         let mut me = FastPath {
             fib,
             neigh,
+            fib6,
+            neigh6,
+            fib6_written: HashMap::new(),
+            neigh6_written: HashMap::new(),
             ports: pmap,
             tx,
             stats,
@@ -309,18 +382,59 @@ impl FastPath {
                 )
             })
             .collect();
-        for k in self.neigh_written.keys() {
-            if !now.contains_key(k) {
-                let _ = map_delete(&self.neigh, k);
-            }
-        }
-        for (k, v) in &now {
-            if self.neigh_written.get(k) != Some(v) {
-                map_update(&self.neigh, k, v)?;
-            }
-        }
-        self.neigh_written = now;
-        Ok(())
+        write_diff(&self.neigh, &mut self.neigh_written, now)
+    }
+
+    /// Makes `routes` (prefix, length, where it sends frames) the IPv6 table's content.
+    /// Writes only what changed, each route one element of the kernel's trie replaced
+    /// whole: a frame finds the route before a change or after it, never none.
+    pub fn publish6(
+        &mut self,
+        routes: impl IntoIterator<Item = (Ipv6Addr, u8, Hop<Ipv6Addr>)>,
+    ) -> io::Result<()> {
+        let nports = self.nports;
+        let now = routes
+            .into_iter()
+            .take(FIB6_ENTRIES as usize)
+            .map(|(a, len, hop)| {
+                let mut v = [0u8; 24];
+                let flags = match hop {
+                    Hop::Port {
+                        port,
+                        vlan,
+                        gateway,
+                    } if (port as u32) < nports && vlan < 4095 => {
+                        v[16..18].copy_from_slice(&port.to_ne_bytes());
+                        v[18..20].copy_from_slice(&vlan.to_ne_bytes());
+                        match gateway {
+                            Some(g) => {
+                                v[..16].copy_from_slice(&g.octets());
+                                0
+                            }
+                            None => ROUTE6_CONNECTED,
+                        }
+                    }
+                    _ => ROUTE6_SLOW,
+                };
+                v[20..].copy_from_slice(&flags.to_ne_bytes());
+                (key6(len.min(128) as u32, a), v)
+            })
+            .collect();
+        write_diff(&self.fib6, &mut self.fib6_written, now)
+            .map_err(|e| io::Error::new(e.kind(), format!("publish fib6: {e}")))
+    }
+
+    /// As [`FastPath::set_neighbours`], for IPv6.
+    pub fn set_neighbours6(
+        &mut self,
+        resolved: impl IntoIterator<Item = (u16, u16, Ipv6Addr, [u8; 6])>,
+    ) -> io::Result<()> {
+        let now = resolved
+            .into_iter()
+            .filter(|(p, v, _, _)| (*p as u32) < self.nports && *v < 4095)
+            .map(|(p, v, a, m)| (key6((v as u32) << 16 | p as u32, a), mac_u64(&m)))
+            .collect();
+        write_diff(&self.neigh6, &mut self.neigh6_written, now)
     }
 
     /// Per port, the counters summed over CPUs: forwarded in, sent to user space,
@@ -350,6 +464,8 @@ impl FastPath {
                     Hook::Xdp(xsk) => xsk,
                     Hook::Tc => -1,
                 },
+                self.fib6.as_raw_fd(),
+                self.neigh6.as_raw_fd(),
             ],
         )
     }
@@ -572,6 +688,7 @@ const JA: u8 = 0x05;
 const JEQ_K: u8 = 0x15;
 const JNE_K: u8 = 0x55;
 const JNE_X: u8 = 0x5d;
+const JEQ_X: u8 = 0x1d;
 const JGT_X: u8 = 0x2d;
 const JGE_K: u8 = 0x35;
 const JLT_K: u8 = 0xa5;
@@ -688,7 +805,7 @@ fn program(
     f: &ProgramFacts,
     hook: Hook,
     me: u32,
-    [fib, neigh, ports, tx, stats, xsk]: [i32; 6],
+    [fib, neigh, ports, tx, stats, xsk, fib6, neigh6]: [i32; 8],
 ) -> Vec<u8> {
     let tc = hook == Hook::Tc;
     let mut a = Asm::new();
@@ -750,8 +867,12 @@ fn program(
         .j(JNE32_K, 1, 0, mac as u32 as i32, "slow") // not to our MAC
         .i(LDX_H, 1, 7, 4, 0)
         .j(JNE32_K, 1, 0, (mac >> 32) as u16 as i32, "slow")
-        .i(LDX_H, 1, 7, 12, 0)
-        .j(JNE_K, 1, 0, 0x0008, "slow") // not IPv4 (0x0800, read little-endian)
+        .i(LDX_H, 1, 7, 12, 0);
+    let six = f.ipv6 && !tc;
+    if six {
+        a.j(JEQ_K, 1, 0, 0xdd86, "ipv6"); // 0x86dd, read little-endian
+    }
+    a.j(JNE_K, 1, 0, 0x0008, "slow") // not IPv4 (0x0800, read little-endian)
         .i(LDX_B, 1, 7, 14, 0)
         .j(JNE_K, 1, 0, 0x45, "slow") // version 4, no options
         .i(LDX_H, 1, 7, 20, 0)
@@ -859,17 +980,10 @@ fn program(
         .i(ADD_K, 2, 0, 0, -16)
         .map(1, neigh)
         .i(CALL, 0, 0, 0, MAP_LOOKUP)
-        .j(JEQ_K, 0, 0, 0, "slow") // not resolved
-        // Rewrite: MACs, TTL and checksum.
-        .i(LDX_DW, 1, 0, 0, 0)
-        .i(STX_W, 7, 1, 0, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, 4, 0)
-        .i(LDX_DW, 1, 10, -48, 0)
-        .i(STX_W, 7, 1, 6, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, 10, 0)
-        .i(LDX_B, 1, 7, 22, 0)
+        .j(JEQ_K, 0, 0, 0, "slow"); // not resolved
+                                    // Rewrite: MACs, TTL and checksum.
+    rewrite_macs(&mut a);
+    a.i(LDX_B, 1, 7, 22, 0)
         .i(SUB_K, 1, 0, 0, 1)
         .i(STX_B, 7, 1, 22, 0)
         // RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'); with m' = m - 0x100, ~m + m' = 0xfeff.
@@ -882,6 +996,7 @@ fn program(
         .i(TO_BE, 1, 0, 0, 16)
         .i(STX_H, 7, 1, 24, 0)
         // Count: forwarded in here, out there.
+        .label("counting")
         .i(MOV_K, 1, 0, 0, f.port as i32)
         .count(stats, 1, 0, "out")
         .i(LDX_DW, 1, 10, -40, 0)
@@ -936,7 +1051,159 @@ fn program(
             a.label("aborted").i(MOV_K, 0, 0, 0, 0).i(EXIT, 0, 0, 0, 0);
         }
     }
+    if six {
+        ipv6(&mut a, f, [fib6, neigh6, ports]);
+    }
     a.finish()
+}
+
+/// The egress MACs into the frame at r7: the neighbour's (the u64 at r0) and the egress
+/// port's (at -48 on the stack).
+fn rewrite_macs(a: &mut Asm) {
+    a.i(LDX_DW, 1, 0, 0, 0)
+        .i(STX_W, 7, 1, 0, 0)
+        .i(RSH_K, 1, 0, 0, 32)
+        .i(STX_H, 7, 1, 4, 0)
+        .i(LDX_DW, 1, 10, -48, 0)
+        .i(STX_W, 7, 1, 6, 0)
+        .i(RSH_K, 1, 0, 0, 32)
+        .i(STX_H, 7, 1, 10, 0);
+}
+
+/// The IPv6 fast path (XDP), from label `ipv6` (an untagged frame to the port's MAC, with
+/// 34 bytes checked) to `counting` (forwarded) or `slow`: an IPv6 packet of exactly the
+/// frame's length, whose next header is TCP, UDP or ICMPv6 (no extension header: no
+/// hop-by-hop options, no fragment), with a hop limit above 1, a source and a destination
+/// that are neither multicast, link-local, in ::/8 nor the router's own, in XDP a TCP or
+/// UDP checksum not left to offload, and a route in `fib6` out of a port whose MTU it
+/// fits, to a resolved neighbour. The MACs are rewritten and the hop limit decremented
+/// (IPv6 has no header checksum). Stack: -104 the route key (prefix length 128 and the
+/// destination), -128 the neighbour key; the egress port at -40 and VLAN id at -80, the
+/// packet's length at -24, as the IPv4 path keeps them.
+fn ipv6(a: &mut Asm, f: &ProgramFacts, [fib6, neigh6, ports]: [i32; 3]) {
+    a.label("ipv6")
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, 54)
+        .j(JGT_X, 1, 8, 0, "slow") // shorter than Ethernet + IPv6 headers
+        .i(LDX_B, 1, 7, 14, 0)
+        .i(AND_K, 1, 0, 0, 0xf0)
+        .j(JNE_K, 1, 0, 0x60, "slow") // not version 6
+        .i(LDX_H, 9, 7, 18, 0)
+        .i(TO_BE, 9, 0, 0, 16) // payload length
+        .i(MOV_X, 1, 8, 0, 0)
+        .i(SUB_X, 1, 7, 0, 0)
+        .i(SUB_K, 1, 0, 0, 54)
+        .j(JNE_X, 1, 9, 0, "slow") // link padding or truncated: user space trims or drops
+        .i(ADD_K, 9, 0, 0, 40)
+        .i(STX_DW, 10, 9, -24, 0) // the packet's length, for the MTU
+        .i(LDX_B, 1, 7, 21, 0)
+        .j(JLT_K, 1, 0, 2, "slow"); // hop limit would expire
+    for (which, off) in [("src", 22i16), ("dst", 38)] {
+        let ok = format!("{which}6_scope");
+        a.i(LDX_B, 1, 7, off, 0)
+            .j(JEQ_K, 1, 0, 0, "slow") // ::/8: unspecified, loopback, mapped
+            .j(JEQ_K, 1, 0, 0xff, "slow") // multicast
+            .j(JNE_K, 1, 0, 0xfe, &ok)
+            .i(LDX_B, 1, 7, off + 1, 0)
+            .i(AND_K, 1, 0, 0, 0xc0)
+            .j(JEQ_K, 1, 0, 0x80, "slow") // fe80::/10, link-local
+            .label(&ok);
+        for (k, s) in f.special6.iter().enumerate() {
+            let other = format!("{which}6_not_{k}");
+            for (w, word) in s.octets().chunks_exact(4).enumerate() {
+                let le = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+                a.i(LDX_W, 1, 7, off + 4 * w as i16, 0)
+                    .j(JNE32_K, 1, 0, le as i32, &other);
+            }
+            a.j(JA, 0, 0, 0, "slow").label(&other); // one of the router's addresses
+        }
+    }
+    a.i(LDX_B, 3, 7, 20, 0)
+        .j(JEQ_K, 3, 0, 58, "lookup6")
+        .j(JEQ_K, 3, 0, 6, "tcp6")
+        .j(JEQ_K, 3, 0, 17, "udp6")
+        .j(JA, 0, 0, 0, "slow"); // an extension header, or another protocol
+                                 // A TCP or UDP checksum left to offload (the field holds the pseudo-header sum).
+    a.label("tcp6")
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, 72)
+        .j(JGT_X, 1, 8, 0, "slow")
+        .i(LDX_H, 4, 7, 70, 0)
+        .j(JA, 0, 0, 0, "pseudo6")
+        .label("udp6")
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, 62)
+        .j(JGT_X, 1, 8, 0, "slow")
+        .i(LDX_H, 4, 7, 60, 0)
+        .label("pseudo6")
+        // In the little-endian reading of the words: addresses, next header << 8, and
+        // the byte-swapped payload length.
+        .i(MOV_X, 1, 3, 0, 0)
+        .i(LSH_K, 1, 0, 0, 8);
+    for off in (22i16..54).step_by(2) {
+        a.i(LDX_H, 2, 7, off, 0).i(ADD_X, 1, 2, 0, 0);
+    }
+    a.i(MOV_X, 2, 9, 0, 0)
+        .i(SUB_K, 2, 0, 0, 40)
+        .i(TO_BE, 2, 0, 0, 16)
+        .i(ADD_X, 1, 2, 0, 0)
+        .fold(1, 2)
+        .j(JEQ_X, 1, 4, 0, "slow")
+        // The route: the key is the prefix length 128 and the destination.
+        .label("lookup6")
+        .i(MOV_K, 1, 0, 0, 128)
+        .i(STX_W, 10, 1, -104, 0);
+    for w in 0..4i16 {
+        a.i(LDX_W, 1, 7, 38 + 4 * w, 0)
+            .i(STX_W, 10, 1, -100 + 4 * w, 0);
+    }
+    a.i(MOV_X, 2, 10, 0, 0)
+        .i(ADD_K, 2, 0, 0, -104)
+        .map(1, fib6)
+        .i(CALL, 0, 0, 0, MAP_LOOKUP)
+        .j(JEQ_K, 0, 0, 0, "slow") // no route: user space answers
+        .i(LDX_W, 1, 0, 20, 0)
+        .j(JSET_K, 1, 0, ROUTE6_SLOW as i32, "slow")
+        .i(LDX_H, 2, 0, 16, 0)
+        .i(STX_DW, 10, 2, -40, 0) // egress port
+        .i(LDX_H, 3, 0, 18, 0);
+    if f.tagged {
+        a.i(STX_DW, 10, 3, -80, 0); // egress VLAN id (0: untagged)
+    } else {
+        a.j(JNE_K, 3, 0, 0, "slow");
+    }
+    // The neighbour's key: vlan << 16 | port, then the gateway or the destination.
+    a.i(LSH_K, 3, 0, 0, 16)
+        .i(OR_X, 3, 2, 0, 0)
+        .i(STX_W, 10, 3, -128, 0)
+        .j(JSET_K, 1, 0, ROUTE6_CONNECTED as i32, "connected6");
+    for w in 0..4i16 {
+        a.i(LDX_W, 2, 0, 4 * w, 0).i(STX_W, 10, 2, -124 + 4 * w, 0);
+    }
+    a.j(JA, 0, 0, 0, "egress6").label("connected6");
+    for w in 0..4i16 {
+        a.i(LDX_W, 2, 7, 38 + 4 * w, 0)
+            .i(STX_W, 10, 2, -124 + 4 * w, 0);
+    }
+    a.label("egress6")
+        // The egress port: MAC and MTU.
+        .i(LDX_DW, 1, 10, -40, 0)
+        .lookup(0, ports, 1)
+        .i(LDX_DW, 1, 0, 0, 0)
+        .i(STX_DW, 10, 1, -48, 0)
+        .i(RSH_K, 1, 0, 0, 48) // MTU
+        .i(LDX_DW, 2, 10, -24, 0)
+        .j(JGT_X, 2, 1, 0, "slow") // larger than the egress MTU: packet too big
+        .i(MOV_X, 2, 10, 0, 0)
+        .i(ADD_K, 2, 0, 0, -128)
+        .map(1, neigh6)
+        .i(CALL, 0, 0, 0, MAP_LOOKUP)
+        .j(JEQ_K, 0, 0, 0, "slow"); // not resolved
+    rewrite_macs(a);
+    a.i(LDX_B, 1, 7, 21, 0)
+        .i(SUB_K, 1, 0, 0, 1)
+        .i(STX_B, 7, 1, 21, 0)
+        .j(JA, 0, 0, 0, "counting");
 }
 
 /// Takes the 802.1Q tag out of the frame at r7 (XDP, at least 18 bytes checked): the MACs
@@ -1048,6 +1315,8 @@ mod tests {
             special: vec![Ipv4Addr::new(10, 0, 0, 1)],
             vlans: Vec::new(),
             tagged: false,
+            ipv6: true,
+            special6: vec!["2001:db8::1".parse().unwrap()],
         };
         let mut arp = vec![0xffu8; 6];
         arp.extend([2, 0, 0, 0, 0, 2, 0x08, 0x06]);

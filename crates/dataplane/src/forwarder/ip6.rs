@@ -79,6 +79,8 @@ pub struct Six {
     /// A star member's view of the other members' IPv6 networks: the internal port, and
     /// (network, that member's internal MAC, its port there), longest prefixes first.
     star: Option<(u16, Vec<StarMember6>)>,
+    /// Bumped by every change of the routes (for those who copy them, as the fast path).
+    epoch: u64,
 }
 
 /// Another star member's IPv6 network: (network, that member's internal MAC, its port
@@ -168,6 +170,7 @@ impl Six {
                 })
                 .collect(),
             star: self.star.clone(),
+            epoch: 0,
         }
     }
 
@@ -313,6 +316,7 @@ impl Forwarder {
                 .collect(),
             ra: vec![Ra::default(); self.ifaces.len()],
             star: None,
+            epoch: 0,
         };
         self.six = Some(Box::new(six));
         let _ = self.replace_routes6(Vec::new());
@@ -415,6 +419,7 @@ impl Forwarder {
         for (p, v) in six.connected() {
             rib.insert(p, v);
         }
+        six.epoch += 1;
         let w = six.writer.as_mut().ok_or(RouteError::Ipv6Off)?;
         w.replace(rib);
         Ok(w.rib().len())
@@ -429,6 +434,7 @@ impl Forwarder {
         if six.connected().iter().any(|c| c.0 == prefix) {
             return false;
         }
+        six.epoch += 1;
         six.writer.as_mut().is_some_and(|w| w.remove(prefix))
     }
 
@@ -459,6 +465,7 @@ impl Forwarder {
             }
         }
         let n = out.len();
+        six.epoch += 1;
         match six.writer.as_mut() {
             Some(w) => {
                 w.apply(out);
@@ -502,6 +509,7 @@ impl Forwarder {
         self.snap6 = None;
         let six = self.six.as_mut().ok_or(RouteError::Ipv6Off)?;
         let v = six.group_via(vias)?;
+        six.epoch += 1;
         six.writer
             .as_mut()
             .ok_or(RouteError::Ipv6Off)?
@@ -619,6 +627,46 @@ impl Forwarder {
     pub fn addresses6(&self, i: usize) -> Option<Vec<String>> {
         let l = self.six.as_ref()?.addrs.get(i)?;
         Some(l.iter().map(|(a, n)| format!("{a}/{n}")).collect())
+    }
+
+    /// The router's global IPv6 addresses (none with IPv6 off).
+    pub fn global6(&self) -> Vec<Ipv6Addr> {
+        self.six.as_ref().map_or_else(Vec::new, |s| {
+            s.global.iter().map(|&a| Ipv6Addr::from(a)).collect()
+        })
+    }
+
+    /// A number that changes whenever the IPv6 routes do (`None` with IPv6 off, in a
+    /// worker without the route writer, or in a star member, whose routes to the other
+    /// members' networks are not in the table).
+    pub fn routes6_epoch(&self) -> Option<u64> {
+        let s = self.six.as_ref()?;
+        (s.writer.is_some() && s.star.is_none() && self.star.is_none()).then_some(s.epoch)
+    }
+
+    /// Every IPv6 route with its next hops (several: ECMP), as the route writer holds them
+    /// (empty where [`Forwarder::routes6_epoch`] is `None`).
+    pub fn routes6(&self) -> Vec<(Prefix6, Vec<Hop6>)> {
+        if self.routes6_epoch().is_none() {
+            return Vec::new();
+        }
+        let Some(six) = self.six.as_ref() else {
+            return Vec::new();
+        };
+        let Some(w) = six.writer.as_ref() else {
+            return Vec::new();
+        };
+        let groups = six.groups.load();
+        w.rib()
+            .iter()
+            .into_iter()
+            .map(|(p, v)| {
+                (
+                    p,
+                    groups.get(v as usize).map_or_else(Vec::new, |g| g.to_vec()),
+                )
+            })
+            .collect()
     }
 
     /// Resolved IPv6 neighbours: (interface, address, MAC).
