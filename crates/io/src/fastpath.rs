@@ -23,6 +23,12 @@
 //! marked frames), to the user-space element, which stays the one source of truth:
 //! ARP, ICMP errors, options, fragments, ECMP, unresolved next hops, everything.
 //!
+//! In XDP, IPv6 too: a packet of exactly the frame's length whose next header is TCP, UDP
+//! or ICMPv6, with a hop limit above 1, a source and a destination neither multicast,
+//! link-local, in ::/8 nor the router's own, a TCP or UDP checksum not left to offload,
+//! and a single-next-hop route in `fib6` out of a port whose MTU it fits, to a resolved
+//! neighbour: the MACs rewritten, the hop limit decremented, out as IPv4 goes.
+//!
 //! Maps (one set per element, shared by its ports' programs):
 //!
 //! - `fib`: an array of maps with one entry, the current table: an array of u64 (`BPF_F_MMAPABLE`,
@@ -42,6 +48,10 @@
 //! - `tx`: a device map of the ports' interfaces.
 //! - `stats`: per CPU and port, frames forwarded in (received), sent to user space, and
 //!   forwarded out (sent).
+//! - `fib6`: the kernel's longest-prefix-match trie, keyed by prefix length and address;
+//!   a value is the gateway, the port, the VLAN id and flags (to user space; connected).
+//!   [`FastPath::publish6`] writes what changed, one element replaced whole per route.
+//! - `neigh6`: a hash of `vlan << 16 | port` and an address to the neighbour's MAC.
 
 pub mod lb;
 

@@ -234,6 +234,57 @@ fn two_workers_forward_ipv6() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The router with `[io] fast_path = true` forwards IPv6 in its fast path too (XDP: the
+/// hosts' echoes and replies never reach user space once the neighbours are known); what
+/// the fast path leaves to user space still works: time exceeded, echo to the router, TCP
+/// (whose checksums the hosts leave to offload). With AF_PACKET the fast path is tcx's,
+/// which leaves IPv6 to user space.
+#[test]
+fn ipv6_through_the_fast_path() {
+    let dir = std::env::temp_dir().join(format!("tessera-f6-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("dual-stack")).unwrap();
+    for f in ["dual-stack/r.toml", "dual-stack/routes.txt"] {
+        let text = std::fs::read_to_string(test_path(&format!("labs/{f}"))).unwrap();
+        let text = if f.ends_with(".toml") {
+            format!("{text}\n[io]\nfast_path = true\n")
+        } else {
+            text
+        };
+        std::fs::write(dir.join(f), text).unwrap();
+    }
+    std::fs::copy(test_path("labs/dual-stack.toml"), dir.join("lab.toml")).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    // A veth takes XDP-redirected frames only when its peer runs NAPI.
+    for h in ["h1", "h2"] {
+        lab.sh(h, &["ethtool", "-K", "eth0", "gro", "on"]);
+    }
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:2::10"]);
+    assert!(ok && out.contains("ttl=63"), "{out}");
+    std::thread::sleep(std::time::Duration::from_millis(300)); // neighbours reach the fast path
+    let fwd = |lab: &TestLab| {
+        lab.counters("r")["fast_path"]["forwarded"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = fwd(&lab);
+    let (ok, out) = ping6(&lab, "h1", &["-c", "5", "-i", "0.1", "2001:db8:2::10"]);
+    assert!(ok && out.matches("ttl=63").count() == 5, "{out}");
+    let taken = fwd(&lab) - before;
+    if io_backend() == "packet" {
+        assert_eq!(taken, 0, "{}", lab.counters("r"));
+    } else {
+        // Five echoes and five replies, none through user space.
+        assert_eq!(taken, 10, "{}", lab.counters("r"));
+    }
+    let (ok, out) = ping6(&lab, "h1", &["-t", "1", "2001:db8:2::10"]);
+    assert!(!ok && out.contains("Time exceeded"), "{out}");
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:2::1"]);
+    assert!(ok && out.contains("ttl=64"), "{out}");
+    lab.iperf3("h1", "h2", "2001:db8:2::10", &["-6", "-n", "5M"]);
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// The multistage lab (labs/multistage.toml) made dual-stack in `dir`: the router is
 /// 2001:db8:1::1 and 2001:db8:2::1 beside its IPv4 addresses, a1 and b1 are ...::10 with
 /// default routes through it. Returns the topology's text, to be edited further.
