@@ -927,14 +927,21 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                     }
                 }
                 // Sinks take frames a router redirects in XDP (the fast path's): their
-                // veths run NAPI, with GRO on. The same for every contender.
-                for (_, _, _, sink, _, _) in sources {
+                // veths run NAPI, with GRO on; so do the sources, which take the replies to
+                // the pings below. The same for every contender.
+                let mut hosts: Vec<&str> = Vec::new();
+                for (src, _, _, sink, _, _) in sources {
+                    hosts.extend([src, sink]);
+                }
+                hosts.sort_unstable();
+                hosts.dedup();
+                for host in hosts {
                     sh(
                         "ip",
                         &[
                             "netns",
                             "exec",
-                            &l.ns(sink),
+                            &l.ns(host),
                             "ethtool",
                             "-K",
                             "eth0",
