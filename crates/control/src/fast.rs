@@ -2,13 +2,12 @@
 //! the control thread compiles the route table into the fast path's table after every
 //! change, and the worker writes its resolved neighbours into the fast path's map.
 
-use dataplane::forwarder::{Forwarder, Iface};
+use dataplane::forwarder::{Forwarder, Hop6, Iface, RouteChanges6};
 use dataplane::neighbour::State;
 use dataplane::routes::RouteTable;
-use io::fastpath::{FastPath, FastPort, Hop, ProgramFacts};
+use io::fastpath::{FastPath, FastPort, Hop, ProgramFacts, Routes6};
 use serde_json::{json, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
 
 /// A forwarder's fast path and how its interfaces map to ports.
@@ -20,9 +19,10 @@ pub struct FastLink {
     pub port_of_iface: Vec<Option<(u16, u16)>>,
     /// Port names, in port order.
     pub names: Vec<String>,
-    /// The [`Forwarder::routes6_epoch`] of the IPv6 routes last published (`u64::MAX`:
-    /// none yet).
-    epoch6: Arc<AtomicU64>,
+    /// The IPv6 routes (written apart from the rest of the fast path).
+    routes6: Arc<Mutex<Routes6>>,
+    /// Hands IPv6 route changes to the thread that writes them (started with the first).
+    tx6: Arc<Mutex<Option<mpsc::Sender<RouteChanges6>>>>,
 }
 
 impl FastLink {
@@ -47,6 +47,8 @@ impl FastLink {
             .collect::<Vec<_>>();
         let fp = FastPath::new(&ports).map_err(|e| format!("fast path: {e}"))?;
         Ok(FastLink {
+            routes6: fp.routes6(),
+            tx6: Arc::default(),
             fp: Arc::new(Mutex::new(fp)),
             port_of_iface,
             names: ifaces
@@ -54,7 +56,6 @@ impl FastLink {
                 .filter(|i| i.vlan.is_none())
                 .map(|i| i.name.clone())
                 .collect(),
-            epoch6: Arc::new(AtomicU64::new(u64::MAX)),
         })
     }
 
@@ -151,50 +152,42 @@ impl FastLink {
         Ok(())
     }
 
-    /// Publishes the forwarder's IPv6 routes to the fast path when they have changed
-    /// since the last time (the worker that holds the route writer calls it; in the
-    /// others, and with IPv6 off, there is nothing to publish). A route that is ECMP, or
-    /// out of an interface the fast path does not serve, sends its frames to user space.
-    pub fn sync_routes6(&self, f: &Forwarder) {
-        let Some(epoch) = f.routes6_epoch() else {
+    /// Takes the forwarder's IPv6 route changes and has a thread of its own write them to
+    /// the fast path, in order: a full table is 160,000 writes, which the worker must not
+    /// wait for. Until a change is written, its frames take the route before it (in the
+    /// fast path) or go to user space, which has the change already.
+    pub fn sync_routes6(&self, f: &mut Forwarder) {
+        let Some(c) = f.take_route_changes6() else {
             return;
         };
-        if self.epoch6.load(Ordering::Relaxed) == epoch {
+        if matches!(&c, RouteChanges6::Some(l) if l.is_empty()) {
             return;
         }
-        let time = Instant::now();
-        let routes: Vec<_> = f
-            .routes6()
-            .into_iter()
-            .map(|(p, hops)| {
-                let hop = match &hops[..] {
-                    [h] => match self.port_of_iface.get(h.iface as usize).copied().flatten() {
-                        Some((port, vlan)) => Hop::Port {
-                            port,
-                            vlan,
-                            gateway: h.via,
-                        },
-                        None => Hop::Slow,
-                    },
-                    _ => Hop::Slow,
-                };
-                (p.addr(), p.len(), hop)
-            })
-            .collect();
-        let n = routes.len();
-        let Ok(mut fp) = self.fp.lock() else {
+        let Ok(mut tx) = self.tx6.lock() else {
             return;
         };
-        match fp.publish6(routes) {
-            Ok(()) => {
-                self.epoch6.store(epoch, Ordering::Relaxed);
-                tracing::debug!(
-                    routes = n,
-                    ms = time.elapsed().as_millis() as u64,
-                    "fast path IPv6 table published"
-                );
+        let tx = tx.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::channel::<RouteChanges6>();
+            let (routes6, ports) = (self.routes6.clone(), self.port_of_iface.clone());
+            let spawned = std::thread::Builder::new()
+                .name("fast-path-ipv6".into())
+                .spawn(move || {
+                    for c in rx {
+                        write_routes6(&routes6, &ports, c);
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "fast path: no thread for the IPv6 routes");
             }
-            Err(e) => tracing::warn!(error = %e, "fast path: IPv6 table"),
+            tx
+        });
+        let _ = tx.send(c);
+    }
+
+    /// As [`FastLink::sync_routes6`], written before it returns (for tests).
+    pub fn sync_routes6_now(&self, f: &mut Forwarder) {
+        if let Some(c) = f.take_route_changes6() {
+            write_routes6(&self.routes6, &self.port_of_iface, c);
         }
     }
 
@@ -234,6 +227,41 @@ impl FastLink {
             return Value::Null;
         };
         stats_json(&self.names, &fp.stats())
+    }
+}
+
+/// Writes IPv6 route changes to the fast path's table. A route that is ECMP, or out of an
+/// interface the fast path does not serve, sends its frames to user space.
+fn write_routes6(routes6: &Mutex<Routes6>, ports: &[Option<(u16, u16)>], c: RouteChanges6) {
+    let hop = |hops: &[Hop6]| match hops {
+        [h] => match ports.get(h.iface as usize).copied().flatten() {
+            Some((port, vlan)) => Hop::Port {
+                port,
+                vlan,
+                gateway: h.via,
+            },
+            None => Hop::Slow,
+        },
+        _ => Hop::Slow,
+    };
+    let time = Instant::now();
+    let Ok(mut r) = routes6.lock() else {
+        return;
+    };
+    let result = match c {
+        RouteChanges6::All(l) => r.replace(l.iter().map(|(p, h)| (p.addr(), p.len(), hop(h)))),
+        RouteChanges6::Some(l) => r.apply(
+            l.iter()
+                .map(|(p, h)| (p.addr(), p.len(), h.as_deref().map(hop))),
+        ),
+    };
+    match result {
+        Ok(()) => tracing::debug!(
+            routes = r.len(),
+            ms = time.elapsed().as_millis() as u64,
+            "fast path IPv6 table written"
+        ),
+        Err(e) => tracing::warn!(error = %e, "fast path: IPv6 table"),
     }
 }
 
@@ -391,7 +419,7 @@ mod tests {
             let fl = FastLink::on_devices(&f.ifaces, Some("lo")).unwrap();
             let t = f.take_routes().unwrap();
             fl.publish(&t).unwrap();
-            fl.sync_routes6(&f);
+            fl.sync_routes6_now(&mut f);
             fl.sync_neighbours(&f);
             let progs = f
                 .ifaces
@@ -619,6 +647,18 @@ mod tests {
         });
         for f in &cases {
             c.frame(0, f);
+        }
+        // Route changes reach the fast path one by one: a new route is taken; once
+        // 2001:db8:100::/48 is gone, its addresses follow the default route (through
+        // the other gateway: other bytes out, which the check compares).
+        c.f.add_route6(p6("2001:db8:400::/48"), &[a6("2001:db8:1::3")])
+            .unwrap();
+        assert!(c.f.remove_route6(p6("2001:db8:100::/48")));
+        c.fl.sync_routes6_now(&mut c.f);
+        for to in ["2001:db8:400::1", "2001:db8:100::7"] {
+            let before = c.fast;
+            c.frame(0, &frame6(H, to, 64, None, 18));
+            assert_eq!(c.fast, before + 1, "{to}");
         }
         let fast = c.fast;
         let mut rng = 0x2545_f491_4f6c_dd1du64;

@@ -1514,7 +1514,7 @@ pub const WRITER_POLL_INTERVAL: Duration = Duration::from_millis(2);
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 mod ip6;
-pub use ip6::Hop6;
+pub use ip6::{Hop6, RouteChanges6};
 
 #[cfg(test)]
 mod tests;

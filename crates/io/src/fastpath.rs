@@ -61,6 +61,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
 
 const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
@@ -137,8 +138,10 @@ fn map_delete<K>(map: &OwnedFd, key: &K) -> io::Result<()> {
 pub struct FastPath {
     fib: OwnedFd,
     neigh: OwnedFd,
-    /// IPv6: the kernel's longest-prefix-match trie of routes, and the neighbours.
-    fib6: OwnedFd,
+    /// IPv6: the routes (the kernel's longest-prefix-match trie, written under a lock of
+    /// its own) and the neighbours.
+    routes6: Arc<Mutex<Routes6>>,
+    fib6_fd: i32,
     neigh6: OwnedFd,
     ports: OwnedFd,
     tx: OwnedFd,
@@ -148,11 +151,100 @@ pub struct FastPath {
     ifindexes: Vec<u32>,
     /// Neighbours as last written to `neigh`.
     neigh_written: HashMap<u64, u64>,
-    /// IPv6 routes and neighbours as last written to `fib6` and `neigh6`.
-    fib6_written: HashMap<Key6, Route6>,
+    /// IPv6 neighbours as last written to `neigh6`.
     neigh6_written: HashMap<Key6, u64>,
     /// Frames the fast path forwarded, per port, as last read (for counters).
     pub last: Vec<[u64; STATS]>,
+}
+
+/// The IPv6 routes of a fast path: the kernel's longest-prefix-match trie, and what was
+/// last written to it. Every write replaces one element whole, so a frame finds a route as
+/// it was before a change or after it, never none.
+pub struct Routes6 {
+    map: OwnedFd,
+    written: HashMap<Key6, Route6>,
+    nports: u32,
+}
+
+impl Routes6 {
+    fn key_value(&self, a: Ipv6Addr, len: u8, hop: Hop<Ipv6Addr>) -> (Key6, Route6) {
+        let mut v = [0u8; 24];
+        let flags = match hop {
+            Hop::Port {
+                port,
+                vlan,
+                gateway,
+            } if (port as u32) < self.nports && vlan < 4095 => {
+                v[16..18].copy_from_slice(&port.to_ne_bytes());
+                v[18..20].copy_from_slice(&vlan.to_ne_bytes());
+                match gateway {
+                    Some(g) => {
+                        v[..16].copy_from_slice(&g.octets());
+                        0
+                    }
+                    None => ROUTE6_CONNECTED,
+                }
+            }
+            _ => ROUTE6_SLOW,
+        };
+        v[20..].copy_from_slice(&flags.to_ne_bytes());
+        (key6(len.min(128) as u32, a), v)
+    }
+
+    /// Makes `routes` (prefix, length, where it sends frames) the table's content, writing
+    /// only what differs from what is there.
+    pub fn replace(
+        &mut self,
+        routes: impl IntoIterator<Item = (Ipv6Addr, u8, Hop<Ipv6Addr>)>,
+    ) -> io::Result<()> {
+        let now = routes
+            .into_iter()
+            .take(FIB6_ENTRIES as usize)
+            .map(|(a, len, hop)| self.key_value(a, len, hop))
+            .collect();
+        write_diff(&self.map, &mut self.written, now)
+            .map_err(|e| io::Error::new(e.kind(), format!("publish fib6: {e}")))
+    }
+
+    /// Applies changes in order: a route (prefix, length) is set (`Some`) or removed.
+    pub fn apply(
+        &mut self,
+        changes: impl IntoIterator<Item = (Ipv6Addr, u8, Option<Hop<Ipv6Addr>>)>,
+    ) -> io::Result<()> {
+        for (a, len, hop) in changes {
+            match hop {
+                Some(h) => {
+                    let (k, v) = self.key_value(a, len, h);
+                    if self.written.get(&k) != Some(&v) {
+                        if self.written.len() >= FIB6_ENTRIES as usize
+                            && !self.written.contains_key(&k)
+                        {
+                            continue;
+                        }
+                        map_update(&self.map, &k, &v)
+                            .map_err(|e| io::Error::new(e.kind(), format!("fib6: {e}")))?;
+                        self.written.insert(k, v);
+                    }
+                }
+                None => {
+                    let k = key6(len.min(128) as u32, a);
+                    if self.written.remove(&k).is_some() {
+                        let _ = map_delete(&self.map, &k);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Routes in the table.
+    pub fn len(&self) -> usize {
+        self.written.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.written.is_empty()
+    }
 }
 
 /// A port of the fast path: its interface, MAC and IP MTU.
@@ -291,12 +383,17 @@ impl FastPath {
             map_update(&tx, &k, &ifindex)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: device map: {e}", p.ifname)))?;
         }
+        let fib6_fd = fib6.as_raw_fd();
         let mut me = FastPath {
             fib,
             neigh,
-            fib6,
+            routes6: Arc::new(Mutex::new(Routes6 {
+                map: fib6,
+                written: HashMap::new(),
+                nports: n,
+            })),
+            fib6_fd,
             neigh6,
-            fib6_written: HashMap::new(),
             neigh6_written: HashMap::new(),
             ports: pmap,
             tx,
@@ -395,43 +492,10 @@ impl FastPath {
         write_diff(&self.neigh, &mut self.neigh_written, now)
     }
 
-    /// Makes `routes` (prefix, length, where it sends frames) the IPv6 table's content.
-    /// Writes only what changed, each route one element of the kernel's trie replaced
-    /// whole: a frame finds the route before a change or after it, never none.
-    pub fn publish6(
-        &mut self,
-        routes: impl IntoIterator<Item = (Ipv6Addr, u8, Hop<Ipv6Addr>)>,
-    ) -> io::Result<()> {
-        let nports = self.nports;
-        let now = routes
-            .into_iter()
-            .take(FIB6_ENTRIES as usize)
-            .map(|(a, len, hop)| {
-                let mut v = [0u8; 24];
-                let flags = match hop {
-                    Hop::Port {
-                        port,
-                        vlan,
-                        gateway,
-                    } if (port as u32) < nports && vlan < 4095 => {
-                        v[16..18].copy_from_slice(&port.to_ne_bytes());
-                        v[18..20].copy_from_slice(&vlan.to_ne_bytes());
-                        match gateway {
-                            Some(g) => {
-                                v[..16].copy_from_slice(&g.octets());
-                                0
-                            }
-                            None => ROUTE6_CONNECTED,
-                        }
-                    }
-                    _ => ROUTE6_SLOW,
-                };
-                v[20..].copy_from_slice(&flags.to_ne_bytes());
-                (key6(len.min(128) as u32, a), v)
-            })
-            .collect();
-        write_diff(&self.fib6, &mut self.fib6_written, now)
-            .map_err(|e| io::Error::new(e.kind(), format!("publish fib6: {e}")))
+    /// The IPv6 route table, to write apart from the rest of the fast path (a long write
+    /// holds up nothing else, the neighbours' sync included).
+    pub fn routes6(&self) -> Arc<Mutex<Routes6>> {
+        self.routes6.clone()
     }
 
     /// As [`FastPath::set_neighbours`], for IPv6.
@@ -474,7 +538,7 @@ impl FastPath {
                     Hook::Xdp(xsk) => xsk,
                     Hook::Tc => -1,
                 },
-                self.fib6.as_raw_fd(),
+                self.fib6_fd,
                 self.neigh6.as_raw_fd(),
             ],
         )

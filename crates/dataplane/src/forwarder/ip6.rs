@@ -79,8 +79,34 @@ pub struct Six {
     /// A star member's view of the other members' IPv6 networks: the internal port, and
     /// (network, that member's internal MAC, its port there), longest prefixes first.
     star: Option<(u16, Vec<StarMember6>)>,
-    /// Bumped by every change of the routes (for those who copy them, as the fast path).
-    epoch: u64,
+    /// The prefixes whose routes changed since [`Forwarder::take_route_changes6`] last
+    /// took them (for those who copy the routes, as the fast path); `None`: all of them
+    /// (at the start, after a bulk load, or after more changes than are worth a list).
+    changed: Option<Vec<Prefix6>>,
+}
+
+/// At most this many changed prefixes are listed; past it, all the routes count as changed.
+const CHANGES_LISTED: usize = 100_000;
+
+/// IPv6 route changes, as [`Forwarder::take_route_changes6`] gives them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RouteChanges6 {
+    /// Every route (prefix, next hops; several: ECMP).
+    All(Vec<(Prefix6, Vec<Hop6>)>),
+    /// The changed prefixes, each with its next hops now (`None`: removed).
+    Some(Vec<(Prefix6, Option<Vec<Hop6>>)>),
+}
+
+impl Six {
+    /// Notes that the routes of `prefixes` changed.
+    fn changed(&mut self, prefixes: impl IntoIterator<Item = Prefix6>) {
+        if let Some(l) = self.changed.as_mut() {
+            l.extend(prefixes);
+            if l.len() > CHANGES_LISTED {
+                self.changed = None;
+            }
+        }
+    }
 }
 
 /// Another star member's IPv6 network: (network, that member's internal MAC, its port
@@ -170,7 +196,7 @@ impl Six {
                 })
                 .collect(),
             star: self.star.clone(),
-            epoch: 0,
+            changed: None,
         }
     }
 
@@ -316,7 +342,7 @@ impl Forwarder {
                 .collect(),
             ra: vec![Ra::default(); self.ifaces.len()],
             star: None,
-            epoch: 0,
+            changed: None,
         };
         self.six = Some(Box::new(six));
         let _ = self.replace_routes6(Vec::new());
@@ -419,7 +445,7 @@ impl Forwarder {
         for (p, v) in six.connected() {
             rib.insert(p, v);
         }
-        six.epoch += 1;
+        six.changed = None;
         let w = six.writer.as_mut().ok_or(RouteError::Ipv6Off)?;
         w.replace(rib);
         Ok(w.rib().len())
@@ -434,7 +460,7 @@ impl Forwarder {
         if six.connected().iter().any(|c| c.0 == prefix) {
             return false;
         }
-        six.epoch += 1;
+        six.changed([prefix]);
         six.writer.as_mut().is_some_and(|w| w.remove(prefix))
     }
 
@@ -465,7 +491,7 @@ impl Forwarder {
             }
         }
         let n = out.len();
-        six.epoch += 1;
+        six.changed(out.iter().map(|c| c.0));
         match six.writer.as_mut() {
             Some(w) => {
                 w.apply(out);
@@ -509,7 +535,7 @@ impl Forwarder {
         self.snap6 = None;
         let six = self.six.as_mut().ok_or(RouteError::Ipv6Off)?;
         let v = six.group_via(vias)?;
-        six.epoch += 1;
+        six.changed([prefix]);
         six.writer
             .as_mut()
             .ok_or(RouteError::Ipv6Off)?
@@ -636,37 +662,40 @@ impl Forwarder {
         })
     }
 
-    /// A number that changes whenever the IPv6 routes do (`None` with IPv6 off, in a
-    /// worker without the route writer, or in a star member, whose routes to the other
-    /// members' networks are not in the table).
-    pub fn routes6_epoch(&self) -> Option<u64> {
-        let s = self.six.as_ref()?;
-        (s.writer.is_some() && s.star.is_none() && self.star.is_none()).then_some(s.epoch)
-    }
-
-    /// Every IPv6 route with its next hops (several: ECMP), as the route writer holds them
-    /// (empty where [`Forwarder::routes6_epoch`] is `None`).
-    pub fn routes6(&self) -> Vec<(Prefix6, Vec<Hop6>)> {
-        if self.routes6_epoch().is_none() {
-            return Vec::new();
+    /// The IPv6 routes that changed since the last call: all of them the first time, after
+    /// a bulk load or after very many changes. `None` with IPv6 off, in a worker without
+    /// the route writer, and in a star member (whose routes to the other members'
+    /// networks are not in the table).
+    pub fn take_route_changes6(&mut self) -> Option<RouteChanges6> {
+        if self.star.is_some() {
+            return None;
         }
-        let Some(six) = self.six.as_ref() else {
-            return Vec::new();
-        };
-        let Some(w) = six.writer.as_ref() else {
-            return Vec::new();
-        };
+        let six = self.six.as_mut()?;
+        if six.star.is_some() {
+            return None;
+        }
+        let w = six.writer.as_ref()?;
         let groups = six.groups.load();
-        w.rib()
-            .iter()
-            .into_iter()
-            .map(|(p, v)| {
-                (
-                    p,
-                    groups.get(v as usize).map_or_else(Vec::new, |g| g.to_vec()),
+        let hops = |v: u32| groups.get(v as usize).map_or_else(Vec::new, |g| g.to_vec());
+        let changes = match six.changed.replace(Vec::new()) {
+            None => RouteChanges6::All(
+                w.rib()
+                    .iter()
+                    .into_iter()
+                    .map(|(p, v)| (p, hops(v)))
+                    .collect(),
+            ),
+            Some(mut l) => {
+                l.sort_unstable();
+                l.dedup();
+                RouteChanges6::Some(
+                    l.into_iter()
+                        .map(|p| (p, w.rib().get(p).map(hops)))
+                        .collect(),
                 )
-            })
-            .collect()
+            }
+        };
+        Some(changes)
     }
 
     /// Resolved IPv6 neighbours: (interface, address, MAC).
