@@ -562,6 +562,12 @@ mod tests {
             .unwrap();
         f.add_route6(p6("2001:db8:200::/48"), &[a6("2001:db8:1::99")])
             .unwrap();
+        // Prefixes past /64 are user space's (the fast path's table stops at bit 64), and
+        // so is the rest of the /64 they are in; the /64s beside it are not.
+        f.add_route6(p6("2001:db8:600::/64"), &[a6("2001:db8:1::3")])
+            .unwrap();
+        f.add_route6(p6("2001:db8:600::/80"), &[a6("2001:db8:1::2")])
+            .unwrap();
         f.add_route6(
             p6("2001:db8:300::/48"),
             &[a6("2001:db8:1::2"), a6("2001:db8:1::3")],
@@ -601,6 +607,8 @@ mod tests {
             frame6(H, "2001:db8:5::1", 64, None, 18), // the default route
             frame6(H, "2001:db8:100::8", 2, None, 1000),
             frame6(H, "2001:db8:100::9", 64, Some(&echo), 0),
+            frame6(H, "2001:db8:1::2", 64, None, 18), // connected (a /64), resolved
+            frame6(H, "2001:db8:600:1::1", 64, None, 18), // beside a /64 with a /80 in it
         ] {
             let before = c.fast;
             c.frame(0, &f);
@@ -613,7 +621,8 @@ mod tests {
             frame6(H, "2001:db8:300::1", 64, None, 18), // ECMP
             frame6(H, "2001:db8:1::1", 64, None, 18),   // to the router
             frame6(H, "2001:db8:1::44", 64, None, 18),  // connected, unresolved
-            frame6(H, "2001:db8:1::2", 64, None, 18),   // connected, resolved
+            frame6(H, "2001:db8:600::5", 64, None, 18), // past /64
+            frame6(H, "2001:db8:600::1:0:0:1", 64, None, 18), // that /64, not the /80
             frame6(H, "fe80::1", 64, None, 18),         // link-local
             frame6(H, "ff02::1", 64, None, 18),         // multicast
             frame6(H, "ff0e::1", 64, None, 18),

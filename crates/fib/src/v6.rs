@@ -843,6 +843,25 @@ impl Poptrie6 {
         }
     }
 
+    /// The structure as records of three 64-bit words, for a copy elsewhere (the fast
+    /// path's BPF table): `dir`'s 65,536 entries first (word 0; [`DIR_LEAF`] and a value,
+    /// or a wide node's first quarter, counted from the first quarter's record), then each
+    /// quarter (`vector`, `leafvec`, `base1 | base0 << 32`), then each leaf (word 0).
+    /// Returns the records and where the quarters and the leaves start.
+    pub fn records(&self) -> (Vec<[u64; 3]>, usize, usize) {
+        let q0 = self.dir.len();
+        let l0 = q0 + self.quarters.len();
+        let mut out = Vec::with_capacity(l0 + self.leaves.len());
+        out.extend(self.dir.iter().map(|&e| [e as u64, 0, 0]));
+        out.extend(
+            self.quarters
+                .iter()
+                .map(|q| [q.vector, q.leafvec, q.base1 as u64 | (q.base0 as u64) << 32]),
+        );
+        out.extend(self.leaves.iter().map(|&l| [l as u64, 0, 0]));
+        (out, q0, l0)
+    }
+
     /// Bytes of `dir`, nodes and leaves.
     pub fn memory_bytes(&self) -> usize {
         self.dir.len() * 4 + self.quarters.len() * 24 + self.leaves.len() * 2

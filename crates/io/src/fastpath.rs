@@ -68,10 +68,7 @@ const BPF_MAP_TYPE_ARRAY: u32 = 2;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 const BPF_MAP_TYPE_ARRAY_OF_MAPS: u32 = 12;
 const BPF_MAP_TYPE_DEVMAP: u32 = 14;
-const BPF_MAP_TYPE_LPM_TRIE: u32 = 11;
-const BPF_F_NO_PREALLOC: u32 = 1;
-/// Routes the IPv6 table holds at most (a full table is 160,000 and some).
-const FIB6_ENTRIES: u32 = 1 << 20;
+
 const BPF_MAP_DELETE_ELEM: i32 = 3;
 const BPF_MAP_LOOKUP_ELEM: i32 = 1;
 const BPF_F_MMAPABLE: u32 = 1 << 10;
@@ -142,6 +139,7 @@ pub struct FastPath {
     /// its own) and the neighbours.
     routes6: Arc<Mutex<Routes6>>,
     fib6_fd: i32,
+    hops6_fd: i32,
     neigh6: OwnedFd,
     ports: OwnedFd,
     tx: OwnedFd,
@@ -157,17 +155,53 @@ pub struct FastPath {
     pub last: Vec<[u64; STATS]>,
 }
 
-/// The IPv6 routes of a fast path: the kernel's longest-prefix-match trie, and what was
-/// last written to it. Every write replaces one element whole, so a frame finds a route as
-/// it was before a change or after it, never none.
+/// The IPv6 routes of a fast path: the table in the layout of [`fib::Poptrie6`] (records of
+/// three words: `dir`, then quarters, then leaves; [`fib::Poptrie6::records`]), rebuilt
+/// after each batch of changes and published by replacing the one entry of an array of
+/// maps, as IPv4's table is (a frame sees one table or the other); the values are indices
+/// into `hops6`, which only grows, so that any table's values keep their meaning.
 pub struct Routes6 {
-    map: OwnedFd,
-    written: HashMap<Key6, Route6>,
+    fib6: OwnedFd,
+    hops: OwnedFd,
+    /// Every hop written to `hops6`, by its index.
+    hop_ids: HashMap<Route6, u16>,
+    /// The routes: prefix to hop index.
+    rib: fib::BinaryTrie6,
     nports: u32,
 }
 
+/// Hops `hops6` holds at most; the first is the one that sends frames to user space.
+const HOPS6: u32 = 1 << 15;
+
 impl Routes6 {
-    fn key_value(&self, a: Ipv6Addr, len: u8, hop: Hop<Ipv6Addr>) -> (Key6, Route6) {
+    fn new(nports: u32) -> io::Result<Routes6> {
+        let template = filled_records(1, 3, "fib6 template", |_| {})?;
+        let fib6 = map_create(
+            BPF_MAP_TYPE_ARRAY_OF_MAPS,
+            4,
+            4,
+            1,
+            0,
+            template.as_raw_fd(),
+            "fib6",
+        )?;
+        let hops = map_create(BPF_MAP_TYPE_ARRAY, 4, 24, HOPS6, 0, 0, "hops6")?;
+        let mut slow = [0u8; 24];
+        slow[20..].copy_from_slice(&ROUTE6_SLOW.to_ne_bytes());
+        map_update(&hops, &0u32, &slow)?;
+        let mut r = Routes6 {
+            fib6,
+            hops,
+            hop_ids: HashMap::from([(slow, 0)]),
+            rib: fib::BinaryTrie6::new(),
+            nports,
+        };
+        r.publish()?;
+        Ok(r)
+    }
+
+    /// The index in `hops6` of `hop` (written there first if new; the slow hop when full).
+    fn hop_id(&mut self, hop: Hop<Ipv6Addr>) -> io::Result<u32> {
         let mut v = [0u8; 24];
         let flags = match hop {
             Hop::Port {
@@ -188,62 +222,74 @@ impl Routes6 {
             _ => ROUTE6_SLOW,
         };
         v[20..].copy_from_slice(&flags.to_ne_bytes());
-        (key6(len.min(128) as u32, a), v)
+        if let Some(&id) = self.hop_ids.get(&v) {
+            return Ok(id as u32);
+        }
+        let id = self.hop_ids.len() as u32;
+        if id >= HOPS6 {
+            return Ok(0);
+        }
+        map_update(&self.hops, &id, &v)?;
+        self.hop_ids.insert(v, id as u16);
+        Ok(id)
     }
 
-    /// Makes `routes` (prefix, length, where it sends frames) the table's content, writing
-    /// only what differs from what is there.
+    /// Compiles the routes and publishes the table.
+    fn publish(&mut self) -> io::Result<()> {
+        let (records, _, leaves) = fib::Poptrie6::build(&self.rib).records();
+        let inner = filled_records(records.len() as u32, 3, "fib6 table", |w| {
+            for (r, chunk) in records.iter().zip(w.chunks_exact_mut(3)) {
+                chunk.copy_from_slice(r);
+            }
+            // Where the leaves start, in `dir`'s first record (its other words are free).
+            w[1] = leaves as u64;
+        })?;
+        let fd = inner.as_raw_fd() as u32;
+        map_update(&self.fib6, &0u32, &fd)
+            .map_err(|e| io::Error::new(e.kind(), format!("publish fib6 table: {e}")))
+    }
+
+    /// Makes `routes` (prefix, length, where it sends frames) the table's content.
     pub fn replace(
         &mut self,
         routes: impl IntoIterator<Item = (Ipv6Addr, u8, Hop<Ipv6Addr>)>,
     ) -> io::Result<()> {
-        let now = routes
-            .into_iter()
-            .take(FIB6_ENTRIES as usize)
-            .map(|(a, len, hop)| self.key_value(a, len, hop))
-            .collect();
-        write_diff(&self.map, &mut self.written, now)
-            .map_err(|e| io::Error::new(e.kind(), format!("publish fib6: {e}")))
+        let mut rib = fib::BinaryTrie6::new();
+        for (a, len, hop) in routes {
+            rib.insert(fib::Prefix6::new(a, len), self.hop_id(hop)?);
+        }
+        self.rib = rib;
+        self.publish()
     }
 
-    /// Applies changes in order: a route (prefix, length) is set (`Some`) or removed.
+    /// Applies changes in order, then publishes: a route (prefix, length) is set (`Some`)
+    /// or removed.
     pub fn apply(
         &mut self,
         changes: impl IntoIterator<Item = (Ipv6Addr, u8, Option<Hop<Ipv6Addr>>)>,
     ) -> io::Result<()> {
         for (a, len, hop) in changes {
+            let p = fib::Prefix6::new(a, len);
             match hop {
                 Some(h) => {
-                    let (k, v) = self.key_value(a, len, h);
-                    if self.written.get(&k) != Some(&v) {
-                        if self.written.len() >= FIB6_ENTRIES as usize
-                            && !self.written.contains_key(&k)
-                        {
-                            continue;
-                        }
-                        map_update(&self.map, &k, &v)
-                            .map_err(|e| io::Error::new(e.kind(), format!("fib6: {e}")))?;
-                        self.written.insert(k, v);
-                    }
+                    let id = self.hop_id(h)?;
+                    self.rib.insert(p, id);
                 }
                 None => {
-                    let k = key6(len.min(128) as u32, a);
-                    if self.written.remove(&k).is_some() {
-                        let _ = map_delete(&self.map, &k);
-                    }
+                    self.rib.remove(p);
                 }
             }
         }
-        Ok(())
+        self.publish()
     }
 
     /// Routes in the table.
     pub fn len(&self) -> usize {
-        self.written.len()
+        self.rib.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.written.is_empty()
+        self.rib.is_empty()
     }
 }
 
@@ -352,15 +398,7 @@ impl FastPath {
         )?;
         drop(template);
         let neigh = map_create(BPF_MAP_TYPE_HASH, 8, 8, 65536, 0, 0, "neighbours")?;
-        let fib6 = map_create(
-            BPF_MAP_TYPE_LPM_TRIE,
-            20,
-            24,
-            FIB6_ENTRIES,
-            BPF_F_NO_PREALLOC,
-            0,
-            "fib6",
-        )?;
+        let routes6 = Routes6::new(n)?;
         let neigh6 = map_create(BPF_MAP_TYPE_HASH, 20, 8, 65536, 0, 0, "neighbours6")?;
         let pmap = map_create(BPF_MAP_TYPE_ARRAY, 4, 16, n.max(1), 0, 0, "ports")?;
         let tx = map_create(BPF_MAP_TYPE_DEVMAP, 4, 4, n.max(1), 0, 0, "tx ports")?;
@@ -383,16 +421,14 @@ impl FastPath {
             map_update(&tx, &k, &ifindex)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: device map: {e}", p.ifname)))?;
         }
-        let fib6_fd = fib6.as_raw_fd();
+        let fib6_fd = routes6.fib6.as_raw_fd();
+        let hops6_fd = routes6.hops.as_raw_fd();
         let mut me = FastPath {
             fib,
             neigh,
-            routes6: Arc::new(Mutex::new(Routes6 {
-                map: fib6,
-                written: HashMap::new(),
-                nports: n,
-            })),
+            routes6: Arc::new(Mutex::new(routes6)),
             fib6_fd,
+            hops6_fd,
             neigh6,
             neigh6_written: HashMap::new(),
             ports: pmap,
@@ -540,6 +576,7 @@ impl FastPath {
                 },
                 self.fib6_fd,
                 self.neigh6.as_raw_fd(),
+                self.hops6_fd,
             ],
         )
     }
@@ -672,16 +709,28 @@ fn percpu_sum<const N: usize>(map: &OwnedFd, key: u32) -> [u64; N] {
 /// A new array of `entries` u64 words (`BPF_F_MMAPABLE`, fit to be the inner map of an
 /// array of maps), written by `fill` through a memory mapping.
 fn filled_array(entries: u32, name: &str, fill: impl FnOnce(&mut [u64])) -> io::Result<OwnedFd> {
+    filled_records(entries, 1, name, fill)
+}
+
+/// As [`filled_array`], with values of `words` 64-bit words each (the slice given to
+/// `fill` holds `entries * words` words, value after value).
+fn filled_records(
+    entries: u32,
+    words: u32,
+    name: &str,
+    fill: impl FnOnce(&mut [u64]),
+) -> io::Result<OwnedFd> {
     let inner = map_create(
         BPF_MAP_TYPE_ARRAY,
         4,
-        8,
+        8 * words,
         entries,
         BPF_F_MMAPABLE | BPF_F_INNER_MAP,
         0,
         name,
     )?;
-    let len = (entries as usize * 8).next_multiple_of(4096);
+    let n = entries as usize * words as usize;
+    let len = (n * 8).next_multiple_of(4096);
     // SAFETY: maps the array we just created (BPF_F_MMAPABLE), read-write, shared.
     let m = unsafe {
         libc::mmap(
@@ -697,8 +746,9 @@ fn filled_array(entries: u32, name: &str, fill: impl FnOnce(&mut [u64])) -> io::
         let e = io::Error::last_os_error();
         return Err(io::Error::new(e.kind(), format!("mmap {name}: {e}")));
     }
-    // SAFETY: the mapping holds `entries` u64 words and is ours until munmap below.
-    fill(unsafe { std::slice::from_raw_parts_mut(m as *mut u64, entries as usize) });
+    // SAFETY: the mapping holds `n` u64 words (values of 8-byte multiples lie back to
+    // back) and is ours until munmap below.
+    fill(unsafe { std::slice::from_raw_parts_mut(m as *mut u64, n) });
     // SAFETY: m/len came from mmap above; the slice given to `fill` is gone.
     unsafe { libc::munmap(m, len) };
     Ok(inner)
@@ -763,6 +813,11 @@ const JEQ_K: u8 = 0x15;
 const JNE_K: u8 = 0x55;
 const JNE_X: u8 = 0x5d;
 const JEQ_X: u8 = 0x1d;
+const JSGE_K: u8 = 0x75;
+const JSLT_K: u8 = 0xc5;
+const LSH_X: u8 = 0x6f;
+const AND_X: u8 = 0x5f;
+const MUL_X: u8 = 0x2f;
 const JGT_X: u8 = 0x2d;
 const JGE_K: u8 = 0x35;
 const JLT_K: u8 = 0xa5;
@@ -879,7 +934,7 @@ fn program(
     f: &ProgramFacts,
     hook: Hook,
     me: u32,
-    [fib, neigh, ports, tx, stats, xsk, fib6, neigh6]: [i32; 8],
+    [fib, neigh, ports, tx, stats, xsk, fib6, neigh6, hops6]: [i32; 9],
 ) -> Vec<u8> {
     let tc = hook == Hook::Tc;
     let mut a = Asm::new();
@@ -1126,9 +1181,116 @@ fn program(
         }
     }
     if six {
-        ipv6(&mut a, f, [fib6, neigh6, ports]);
+        ipv6(&mut a, f, [fib6, hops6, neigh6, ports]);
     }
     a.finish()
+}
+
+/// r0 = the hop (in `hops6`) of the IPv6 destination at r7 + 38, looked up in the table
+/// of `fib6` as [`fib::Poptrie6::lookup_raw`] does: `dir`, the wide quarter and up to four
+/// levels below (to bit 64: a connected /64 network), then the leaf; an address whose
+/// prefix goes on past bit 64, or without a route, goes to `slow`. r6 holds the table, r9 the destination's first 64 bits; the
+/// quarter and position at -136 and -144.
+fn route6(a: &mut Asm, fib6: i32, hops6: i32) {
+    a.i(LDX_DW, 9, 7, 38, 0)
+        .i(TO_BE, 9, 0, 0, 64)
+        .i(MOV_K, 1, 0, 0, 0)
+        .lookup(0, fib6, 1)
+        .i(MOV_X, 6, 0, 0, 0) // r6 = the table
+        .i(MOV_X, 1, 9, 0, 0)
+        .i(RSH_K, 1, 0, 0, 48)
+        .lookup(6, 0, 1)
+        .i(LDX_DW, 1, 0, 0, 0) // dir's entry
+        .j(JSET_K, 1, 0, fib::v6::DIR_LEAF as i32, "dir_leaf6")
+        .i(MOV_X, 2, 9, 0, 0)
+        .i(RSH_K, 2, 0, 0, 32)
+        .i(AND_K, 2, 0, 0, 0xffff)
+        .i(MOV_X, 3, 2, 0, 0)
+        .i(RSH_K, 3, 0, 0, 6)
+        .i(ADD_X, 1, 3, 0, 0)
+        .i(STX_DW, 10, 1, -136, 0) // the wide node's quarter
+        .i(AND_K, 2, 0, 0, 63)
+        .i(STX_DW, 10, 2, -144, 0); // the position in it
+    for step in 0..4 {
+        // The quarter's record; its position's bit in `vector` at the top.
+        a.i(LDX_DW, 1, 10, -136, 0)
+            .i(ADD_K, 1, 0, 0, 1 << fib::v6::DIR6_BITS)
+            .lookup(6, 0, 1)
+            .i(LDX_DW, 3, 0, 0, 0)
+            .i(LDX_DW, 2, 10, -144, 0)
+            .i(MOV_K, 4, 0, 0, 63)
+            .i(SUB_X, 4, 2, 0, 0)
+            .i(LSH_X, 3, 4, 0, 0)
+            .j(JSGE_K, 3, 0, 0, "leaf6"); // a leaf: it stays in this quarter
+        popcount(a, 3, 4, 5);
+        a.i(LSH_K, 3, 0, 0, 2)
+            .i(LDX_W, 4, 0, 16, 0) // base1
+            .i(ADD_X, 3, 4, 0, 0)
+            .i(SUB_K, 3, 0, 0, 4)
+            .i(MOV_X, 2, 9, 0, 0)
+            .i(RSH_K, 2, 0, 0, 24 - 8 * step)
+            .i(AND_K, 2, 0, 0, 0xff)
+            .i(MOV_X, 4, 2, 0, 0)
+            .i(RSH_K, 4, 0, 0, 6)
+            .i(ADD_X, 3, 4, 0, 0)
+            .i(STX_DW, 10, 3, -136, 0)
+            .i(AND_K, 2, 0, 0, 63)
+            .i(STX_DW, 10, 2, -144, 0);
+    }
+    a.label("leaf6")
+        .i(LDX_DW, 1, 10, -136, 0)
+        .i(ADD_K, 1, 0, 0, 1 << fib::v6::DIR6_BITS)
+        .lookup(6, 0, 1)
+        .i(LDX_DW, 3, 0, 0, 0)
+        .i(LDX_DW, 2, 10, -144, 0)
+        .i(MOV_K, 4, 0, 0, 63)
+        .i(SUB_X, 4, 2, 0, 0)
+        .i(LSH_X, 3, 4, 0, 0)
+        .j(JSLT_K, 3, 0, 0, "slow") // a child still: past /64, user space's
+        .i(LDX_DW, 3, 0, 8, 0) // leafvec
+        .i(LSH_X, 3, 4, 0, 0)
+        .i(LDX_W, 2, 0, 20, 0) // base0
+        .i(STX_DW, 10, 2, -136, 0);
+    popcount(a, 3, 4, 5);
+    a.i(LDX_DW, 2, 10, -136, 0)
+        .i(ADD_X, 3, 2, 0, 0)
+        .i(SUB_K, 3, 0, 0, 1)
+        .i(STX_DW, 10, 3, -136, 0)
+        // Where the leaves start: dir's first record, second word.
+        .i(MOV_K, 1, 0, 0, 0)
+        .lookup(6, 0, 1)
+        .i(LDX_DW, 1, 0, 8, 0)
+        .i(LDX_DW, 3, 10, -136, 0)
+        .i(ADD_X, 1, 3, 0, 0)
+        .lookup(6, 0, 1)
+        .i(LDX_DW, 1, 0, 0, 0)
+        .label("dir_leaf6")
+        .i(AND_K, 1, 0, 0, 0xffff)
+        .j(JEQ_K, 1, 0, fib::poptrie::NO_ROUTE as i32, "slow") // no route: user space answers
+        .lookup(0, hops6, 1);
+}
+
+/// `x` = the number of bits set in `x` (`t` and `k`: scratch), without a loop.
+fn popcount(a: &mut Asm, x: u8, t: u8, k: u8) {
+    let imm64 = |a: &mut Asm, r: u8, v: u64| {
+        a.i(LD_IMM64, r, 0, 0, v as u32 as i32)
+            .i(0, 0, 0, 0, (v >> 32) as u32 as i32);
+    };
+    a.i(MOV_X, t, x, 0, 0).i(RSH_K, t, 0, 0, 1);
+    imm64(a, k, 0x5555_5555_5555_5555);
+    a.i(AND_X, t, k, 0, 0).i(SUB_X, x, t, 0, 0);
+    a.i(MOV_X, t, x, 0, 0).i(RSH_K, t, 0, 0, 2);
+    imm64(a, k, 0x3333_3333_3333_3333);
+    a.i(AND_X, t, k, 0, 0)
+        .i(AND_X, x, k, 0, 0)
+        .i(ADD_X, x, t, 0, 0)
+        .i(MOV_X, t, x, 0, 0)
+        .i(RSH_K, t, 0, 0, 4)
+        .i(ADD_X, x, t, 0, 0);
+    imm64(a, k, 0x0f0f_0f0f_0f0f_0f0f);
+    a.i(AND_X, x, k, 0, 0);
+    imm64(a, k, 0x0101_0101_0101_0101);
+    a.i(MUL_X, x, k, 0, 0).i(RSH_K, x, 0, 0, 56);
 }
 
 /// The egress MACs into the frame at r7: the neighbour's (the u64 at r0) and the egress
@@ -1154,7 +1316,7 @@ fn rewrite_macs(a: &mut Asm) {
 /// (IPv6 has no header checksum). Stack: -104 the route key (prefix length 128 and the
 /// destination), -128 the neighbour key; the egress port at -40 and VLAN id at -80, the
 /// packet's length at -24, as the IPv4 path keeps them.
-fn ipv6(a: &mut Asm, f: &ProgramFacts, [fib6, neigh6, ports]: [i32; 3]) {
+fn ipv6(a: &mut Asm, f: &ProgramFacts, [fib6, hops6, neigh6, ports]: [i32; 4]) {
     a.label("ipv6")
         .i(MOV_X, 1, 7, 0, 0)
         .i(ADD_K, 1, 0, 0, 54)
@@ -1223,20 +1385,9 @@ fn ipv6(a: &mut Asm, f: &ProgramFacts, [fib6, neigh6, ports]: [i32; 3]) {
         .i(ADD_X, 1, 2, 0, 0)
         .fold(1, 2)
         .j(JEQ_X, 1, 4, 0, "slow")
-        // The route: the key is the prefix length 128 and the destination.
-        .label("lookup6")
-        .i(MOV_K, 1, 0, 0, 128)
-        .i(STX_W, 10, 1, -104, 0);
-    for w in 0..4i16 {
-        a.i(LDX_W, 1, 7, 38 + 4 * w, 0)
-            .i(STX_W, 10, 1, -100 + 4 * w, 0);
-    }
-    a.i(MOV_X, 2, 10, 0, 0)
-        .i(ADD_K, 2, 0, 0, -104)
-        .map(1, fib6)
-        .i(CALL, 0, 0, 0, MAP_LOOKUP)
-        .j(JEQ_K, 0, 0, 0, "slow") // no route: user space answers
-        .i(LDX_W, 1, 0, 20, 0)
+        .label("lookup6");
+    route6(a, fib6, hops6);
+    a.i(LDX_W, 1, 0, 20, 0)
         .j(JSET_K, 1, 0, ROUTE6_SLOW as i32, "slow")
         .i(LDX_H, 2, 0, 16, 0)
         .i(STX_DW, 10, 2, -40, 0) // egress port
