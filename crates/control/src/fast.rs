@@ -1,6 +1,8 @@
 //! The forwarder's XDP fast path (see `io::fastpath`), kept in step with the forwarder:
-//! the control thread compiles the route table into the fast path's table after every
-//! change, and the worker writes its resolved neighbours into the fast path's map.
+//! the control thread compiles the IPv4 route table into the fast path's table after
+//! every change; the worker holding the IPv6 route writer hands its IPv6 route changes to
+//! a thread that compiles and publishes the IPv6 table; the worker writes its resolved
+//! neighbours (both families) into the fast path's maps.
 
 use dataplane::forwarder::{Forwarder, Hop6, Iface, RouteChanges6};
 use dataplane::neighbour::State;

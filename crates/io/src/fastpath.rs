@@ -48,9 +48,11 @@
 //! - `tx`: a device map of the ports' interfaces.
 //! - `stats`: per CPU and port, frames forwarded in (received), sent to user space, and
 //!   forwarded out (sent).
-//! - `fib6`: the kernel's longest-prefix-match trie, keyed by prefix length and address;
-//!   a value is the gateway, the port, the VLAN id and flags (to user space; connected).
-//!   [`FastPath::publish6`] writes what changed, one element replaced whole per route.
+//! - `fib6`: an array of maps with one entry, the current IPv6 table: Poptrie6's records
+//!   ([`fib::Poptrie6::records`]: `dir`, quarters, leaves, three words each; where the
+//!   leaves start in `dir`'s first record), published whole as `fib` is ([`Routes6`]).
+//! - `hops6`: the IPv6 hops the leaves name: the gateway, the port, the VLAN id and flags
+//!   (to user space; connected). It only grows.
 //! - `neigh6`: a hash of `vlan << 16 | port` and an address to the neighbour's MAC.
 
 pub mod lb;
@@ -323,12 +325,11 @@ pub struct ProgramFacts {
     pub special6: Vec<Ipv6Addr>,
 }
 
-/// A key of the IPv6 maps: a 32-bit word (`fib6`: the prefix length; `neigh6`: `vlan << 16
-/// | port`), then an address in network order.
+/// A key of `neigh6`: `vlan << 16 | port`, then an address in network order.
 type Key6 = [u8; 20];
 
-/// A value of `fib6`: the gateway (network order), the port, the VLAN id (0: untagged) and
-/// flags ([`ROUTE6_SLOW`], [`ROUTE6_CONNECTED`]), the numbers little-endian.
+/// A value of `hops6`: the gateway (network order), the port, the VLAN id (0: untagged)
+/// and flags ([`ROUTE6_SLOW`], [`ROUTE6_CONNECTED`]), the numbers in host order.
 type Route6 = [u8; 24];
 /// The route's frames go to user space.
 const ROUTE6_SLOW: u32 = 1;
