@@ -499,6 +499,16 @@ mod tests {
         }
     }
 
+    /// A seeded xorshift generator, for mutations.
+    fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
     /// An IPv6 frame from the host H (2001:db8:1::10 at 02:00:00:00:01:00) or `src` to
     /// `dst` through port 0's MAC: an ICMPv6 message, or UDP with `udp_len` bytes and a
     /// complete checksum.
@@ -672,13 +682,7 @@ mod tests {
             assert_eq!(c.fast, before + 1, "{to}");
         }
         let fast = c.fast;
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         for i in 0..20_000 {
             let mut f = if i % 2 == 0 {
                 good.clone()
@@ -769,13 +773,7 @@ mod tests {
             assert_eq!(c.fast, before, "the fast path took {f:02x?}");
         }
         // Seeded random mutations of tagged frames, header checksum fixed or not.
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let fast = c.fast;
         for i in 0..20_000 {
             let mut f = good.clone();
@@ -906,13 +904,7 @@ mod tests {
         assert!(n > 20, "the forward corpus has {n} frames");
         // Seeded random mutations of forwardable frames: one to three bytes of the headers
         // changed, with the header checksum recomputed or not.
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         for i in 0..20_000 {
             let mut f = if i % 2 == 0 {
                 good.clone()

@@ -813,7 +813,6 @@ const JA: u8 = 0x05;
 const JEQ_K: u8 = 0x15;
 const JNE_K: u8 = 0x55;
 const JNE_X: u8 = 0x5d;
-const JEQ_X: u8 = 0x1d;
 const JSGE_K: u8 = 0x75;
 const JSLT_K: u8 = 0xc5;
 const LSH_X: u8 = 0x6f;
@@ -1314,9 +1313,9 @@ fn rewrite_macs(a: &mut Asm) {
 /// that are neither multicast, link-local, in ::/8 nor the router's own, in XDP a TCP or
 /// UDP checksum not left to offload, and a route in `fib6` out of a port whose MTU it
 /// fits, to a resolved neighbour. The MACs are rewritten and the hop limit decremented
-/// (IPv6 has no header checksum). Stack: -104 the route key (prefix length 128 and the
-/// destination), -128 the neighbour key; the egress port at -40 and VLAN id at -80, the
-/// packet's length at -24, as the IPv4 path keeps them.
+/// (IPv6 has no header checksum). Stack: -128 the neighbour key, -136 and -144 the
+/// table walk's ([`route6`]); the egress port at -40 and VLAN id at -80, the packet's
+/// length at -24, as the IPv4 path keeps them.
 fn ipv6(a: &mut Asm, f: &ProgramFacts, [fib6, hops6, neigh6, ports]: [i32; 4]) {
     a.label("ipv6")
         .i(MOV_X, 1, 7, 0, 0)
@@ -1355,38 +1354,11 @@ fn ipv6(a: &mut Asm, f: &ProgramFacts, [fib6, hops6, neigh6, ports]: [i32; 4]) {
             a.j(JA, 0, 0, 0, "slow").label(&other); // one of the router's addresses
         }
     }
-    a.i(LDX_B, 3, 7, 20, 0)
-        .j(JEQ_K, 3, 0, 58, "lookup6")
-        .j(JEQ_K, 3, 0, 6, "tcp6")
-        .j(JEQ_K, 3, 0, 17, "udp6")
-        .j(JA, 0, 0, 0, "slow"); // an extension header, or another protocol
-                                 // A TCP or UDP checksum left to offload (the field holds the pseudo-header sum).
-    a.label("tcp6")
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, 72)
-        .j(JGT_X, 1, 8, 0, "slow")
-        .i(LDX_H, 4, 7, 70, 0)
-        .j(JA, 0, 0, 0, "pseudo6")
-        .label("udp6")
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, 62)
-        .j(JGT_X, 1, 8, 0, "slow")
-        .i(LDX_H, 4, 7, 60, 0)
-        .label("pseudo6")
-        // In the little-endian reading of the words: addresses, next header << 8, and
-        // the byte-swapped payload length.
-        .i(MOV_X, 1, 3, 0, 0)
-        .i(LSH_K, 1, 0, 0, 8);
-    for off in (22i16..54).step_by(2) {
-        a.i(LDX_H, 2, 7, off, 0).i(ADD_X, 1, 2, 0, 0);
-    }
-    a.i(MOV_X, 2, 9, 0, 0)
-        .i(SUB_K, 2, 0, 0, 40)
-        .i(TO_BE, 2, 0, 0, 16)
-        .i(ADD_X, 1, 2, 0, 0)
-        .fold(1, 2)
-        .j(JEQ_X, 1, 4, 0, "slow")
-        .label("lookup6");
+    // ICMPv6 on to the route; TCP and UDP too unless their checksum is left to offload;
+    // an extension header, or another protocol, to user space.
+    a.i(LDX_B, 3, 7, 20, 0).j(JEQ_K, 3, 0, 58, "lookup6");
+    offload_check_for(a, Family::V6, "lookup6", "slow");
+    a.label("lookup6");
     route6(a, fib6, hops6);
     a.i(LDX_W, 1, 0, 20, 0)
         .j(JSET_K, 1, 0, ROUTE6_SLOW as i32, "slow")
@@ -1485,38 +1457,58 @@ fn push_tag(a: &mut Asm, tci: i16, swap: bool) {
 }
 
 /// Goes to `slow` when the frame is TCP or UDP with its checksum left to offload (the field
-/// holds just the pseudo-header sum), else on at `lookup`. r9 holds the total length.
+/// holds just the pseudo-header sum), else on at `lookup`. r9 holds the IP packet's length.
 fn offload_check(a: &mut Asm) {
-    a.i(LDX_B, 3, 7, 23, 0)
+    offload_check_for(a, Family::V4, "lookup", "lookup");
+}
+
+/// The IP header an offload check reads.
+#[derive(Clone, Copy, PartialEq)]
+enum Family {
+    V4,
+    V6,
+}
+
+/// [`offload_check`] for `family` (IPv4 without options, or IPv6 without extension
+/// headers): TCP or UDP with a checksum left to offload goes to `slow`, with a complete
+/// one on at `next`; another protocol on at `other`.
+fn offload_check_for(a: &mut Asm, family: Family, next: &str, other: &str) {
+    // Where the protocol, the transport header and the addresses are; the header's length.
+    let (proto, l4, addrs, header, sfx) = match family {
+        Family::V4 => (23i16, 34i16, 26i16..34, 20, ""),
+        Family::V6 => (20, 54, 22..54, 40, "6"),
+    };
+    let l = |name: &str| format!("{name}{sfx}");
+    a.i(LDX_B, 3, 7, proto, 0)
         .i(MOV_K, 4, 0, 0, 0)
-        .j(JEQ_K, 3, 0, 6, "tcp")
-        .j(JEQ_K, 3, 0, 17, "udp")
-        .j(JA, 0, 0, 0, "lookup")
-        .label("tcp")
+        .j(JEQ_K, 3, 0, 6, &l("tcp"))
+        .j(JEQ_K, 3, 0, 17, &l("udp"))
+        .j(JA, 0, 0, 0, other)
+        .label(&l("tcp"))
         .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, 52)
+        .i(ADD_K, 1, 0, 0, (l4 + 18) as i32)
         .j(JGT_X, 1, 8, 0, "slow")
-        .i(LDX_H, 4, 7, 50, 0)
-        .j(JA, 0, 0, 0, "pseudo")
-        .label("udp")
+        .i(LDX_H, 4, 7, l4 + 16, 0)
+        .j(JA, 0, 0, 0, &l("pseudo"))
+        .label(&l("udp"))
         .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, 42)
+        .i(ADD_K, 1, 0, 0, (l4 + 8) as i32)
         .j(JGT_X, 1, 8, 0, "slow")
-        .i(LDX_H, 4, 7, 40, 0)
-        .label("pseudo")
+        .i(LDX_H, 4, 7, l4 + 6, 0)
+        .label(&l("pseudo"))
         // In the little-endian reading of the words: addresses, protocol << 8, and the
         // byte-swapped transport length.
         .i(MOV_X, 1, 3, 0, 0)
         .i(LSH_K, 1, 0, 0, 8);
-    for off in [26i16, 28, 30, 32] {
+    for off in addrs.step_by(2) {
         a.i(LDX_H, 2, 7, off, 0).i(ADD_X, 1, 2, 0, 0);
     }
     a.i(MOV_X, 2, 9, 0, 0)
-        .i(SUB_K, 2, 0, 0, 20)
+        .i(SUB_K, 2, 0, 0, header)
         .i(TO_BE, 2, 0, 0, 16)
         .i(ADD_X, 1, 2, 0, 0)
         .fold(1, 2)
-        .j(JNE_X, 1, 4, 0, "lookup")
+        .j(JNE_X, 1, 4, 0, next)
         .j(JA, 0, 0, 0, "slow");
 }
 
