@@ -130,14 +130,7 @@ impl FastLink {
         let hops: Vec<Hop> = groups
             .iter()
             .map(|g| match &g[..] {
-                [h] => match self.port_of_iface.get(h.port as usize).copied().flatten() {
-                    Some((port, vlan)) => Hop::Port {
-                        port,
-                        vlan,
-                        gateway: h.via,
-                    },
-                    None => Hop::Slow,
-                },
+                [h] => fast_hop(&self.port_of_iface, h.port, h.via),
                 _ => Hop::Slow,
             })
             .collect();
@@ -232,18 +225,25 @@ impl FastLink {
     }
 }
 
+/// Where a single next hop out of forwarder interface `iface` (through `via`, or to the
+/// destination itself) sends frames in the fast path: its port and VLAN id, or user space
+/// for an interface the fast path does not serve.
+fn fast_hop<A>(ports: &[Option<(u16, u16)>], iface: u16, via: Option<A>) -> Hop<A> {
+    match ports.get(iface as usize).copied().flatten() {
+        Some((port, vlan)) => Hop::Port {
+            port,
+            vlan,
+            gateway: via,
+        },
+        None => Hop::Slow,
+    }
+}
+
 /// Writes IPv6 route changes to the fast path's table. A route that is ECMP, or out of an
 /// interface the fast path does not serve, sends its frames to user space.
 fn write_routes6(routes6: &Mutex<Routes6>, ports: &[Option<(u16, u16)>], c: RouteChanges6) {
     let hop = |hops: &[Hop6]| match hops {
-        [h] => match ports.get(h.iface as usize).copied().flatten() {
-            Some((port, vlan)) => Hop::Port {
-                port,
-                vlan,
-                gateway: h.via,
-            },
-            None => Hop::Slow,
-        },
+        [h] => fast_hop(ports, h.iface, h.via),
         _ => Hop::Slow,
     };
     let time = Instant::now();

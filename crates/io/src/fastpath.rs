@@ -1212,16 +1212,8 @@ fn route6(a: &mut Asm, fib6: i32, hops6: i32) {
         .i(AND_K, 2, 0, 0, 63)
         .i(STX_DW, 10, 2, -144, 0); // the position in it
     for step in 0..4 {
-        // The quarter's record; its position's bit in `vector` at the top.
-        a.i(LDX_DW, 1, 10, -136, 0)
-            .i(ADD_K, 1, 0, 0, 1 << fib::v6::DIR6_BITS)
-            .lookup(6, 0, 1)
-            .i(LDX_DW, 3, 0, 0, 0)
-            .i(LDX_DW, 2, 10, -144, 0)
-            .i(MOV_K, 4, 0, 0, 63)
-            .i(SUB_X, 4, 2, 0, 0)
-            .i(LSH_X, 3, 4, 0, 0)
-            .j(JSGE_K, 3, 0, 0, "leaf6"); // a leaf: it stays in this quarter
+        quarter_at(a);
+        a.j(JSGE_K, 3, 0, 0, "leaf6"); // a leaf: it stays in this quarter
         popcount(a, 3, 4, 5);
         a.i(LSH_K, 3, 0, 0, 2)
             .i(LDX_W, 4, 0, 16, 0) // base1
@@ -1237,16 +1229,9 @@ fn route6(a: &mut Asm, fib6: i32, hops6: i32) {
             .i(AND_K, 2, 0, 0, 63)
             .i(STX_DW, 10, 2, -144, 0);
     }
-    a.label("leaf6")
-        .i(LDX_DW, 1, 10, -136, 0)
-        .i(ADD_K, 1, 0, 0, 1 << fib::v6::DIR6_BITS)
-        .lookup(6, 0, 1)
-        .i(LDX_DW, 3, 0, 0, 0)
-        .i(LDX_DW, 2, 10, -144, 0)
-        .i(MOV_K, 4, 0, 0, 63)
-        .i(SUB_X, 4, 2, 0, 0)
-        .i(LSH_X, 3, 4, 0, 0)
-        .j(JSLT_K, 3, 0, 0, "slow") // a child still: past /64, user space's
+    a.label("leaf6");
+    quarter_at(a);
+    a.j(JSLT_K, 3, 0, 0, "slow") // a child still: past /64, user space's
         .i(LDX_DW, 3, 0, 8, 0) // leafvec
         .i(LSH_X, 3, 4, 0, 0)
         .i(LDX_W, 2, 0, 20, 0) // base0
@@ -1268,6 +1253,20 @@ fn route6(a: &mut Asm, fib6: i32, hops6: i32) {
         .i(AND_K, 1, 0, 0, 0xffff)
         .j(JEQ_K, 1, 0, fib::poptrie::NO_ROUTE as i32, "slow") // no route: user space answers
         .lookup(0, hops6, 1);
+}
+
+/// r0 = the record of the quarter at -136 (in the table at r6), r4 = 63 - the position at
+/// -144, r3 = the quarter's `vector` shifted left by r4: the position's bit on top, the
+/// bits before it below.
+fn quarter_at(a: &mut Asm) {
+    a.i(LDX_DW, 1, 10, -136, 0)
+        .i(ADD_K, 1, 0, 0, 1 << fib::v6::DIR6_BITS)
+        .lookup(6, 0, 1)
+        .i(LDX_DW, 3, 0, 0, 0)
+        .i(LDX_DW, 2, 10, -144, 0)
+        .i(MOV_K, 4, 0, 0, 63)
+        .i(SUB_X, 4, 2, 0, 0)
+        .i(LSH_X, 3, 4, 0, 0);
 }
 
 /// `x` = the number of bits set in `x` (`t` and `k`: scratch), without a loop.
