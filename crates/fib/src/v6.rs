@@ -110,9 +110,10 @@
 //! 2.60-3.33; two runs with DPDK on ordinary pages 3.11 and 3.13. Six more on the final
 //! form (with the single lookup below; `results/fib6/huge-pages-run1.json` to `run6`, the
 //! machine busier): 71.8-104.8 M/s against rte_fib6's 25.8-30.2 and rte_lpm6's 23.5-30.9,
-//! the lower ratio 2.52-3.47; on ordinary pages 3.81 and 3.98. Against the best rte_fib6
-//! rate this structure has met on this machine kind (58 M/s) the batch is 1.8 times. Groups of 8
-//! and 32 with the selects: 100-106 and 104-108 M/s against 107-114 for 16 (one process,
+//! the lower ratio 2.52-3.47; on ordinary pages 3.81 and 3.98. (The best rte_fib6 rate
+//! met on this machine kind, 58 M/s in an earlier week, is 1.8 times below the first six
+//! runs' batch and 1.24 times below the slowest run here: the ratio that counts is the
+//! same run's.) Groups of 8 and 32 with the selects: 100-106 and 104-108 M/s against 107-114 for 16 (one process,
 //! round by round), so 16 stays. Quarters that hold their runs' leaves themselves (32
 //! bytes, up to six leaves; 96.5% of the quarters need no more) were tried beside this
 //! and were slower, 60-68 M/s against 104-108 in one process (both with the selects):
