@@ -36,7 +36,7 @@
 //! not installed, counted), latency probes, pacing a host port for the header's length
 //! (self-congestion), spreading paths over redundant links.
 
-use crate::buf::{Pkt, Pool, TxQueues};
+use crate::buf::{Buf, Pkt, Pool, TxQueues};
 use crate::counters::{Counters, Drop, Event};
 use crate::switch::{Mode, OutPort, PortConfig};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -430,7 +430,7 @@ impl Axon {
         }
         // Out to the host: the host's own frame, without the Axon's header.
         let hlen = h.header_len();
-        p.data.drain(..14 + hlen);
+        p.data.remove_at(0, 14 + hlen);
         if p.data.len() < 14 {
             self.counters.count(Drop::EthTruncated);
             return self.pool.put(p);
@@ -831,7 +831,7 @@ impl Axon {
         self.enqueue(input, c, cp);
     }
 
-    fn outer(&self, buf: &mut Vec<u8>, dst: MacAddr, out: usize) {
+    fn outer(&self, buf: &mut Buf, dst: MacAddr, out: usize) {
         buf.extend_from_slice(&dst.0);
         buf.extend_from_slice(&self.cfg.macs[out].0);
         buf.extend_from_slice(&axon::ETHERTYPE.to_be_bytes());
@@ -1675,7 +1675,7 @@ mod tests {
                                 let mut tx2 = TxQueues::new(0);
                                 self.axons[j].process(p, self.now, &mut tx2);
                             }
-                            None => self.to_hosts.push((i, port, p.data)),
+                            None => self.to_hosts.push((i, port, p.data.to_vec())),
                         }
                     }
                 }
@@ -1699,7 +1699,7 @@ mod tests {
 
         fn host_sends(&mut self, axon: usize, port: u16, frame: Vec<u8>) {
             let mut p = Pkt::new();
-            p.data = frame;
+            p.data = frame.into();
             p.meta.rx_port = port;
             let mut tx = TxQueues::new(0);
             self.axons[axon].process(p, self.now, &mut tx);

@@ -31,17 +31,20 @@ pub struct Meta {
     pub rx_ns: u64,
 }
 
-/// One frame: its bytes (`data.len()` is the frame length) and metadata.
+pub use pktbuf::{Buf, FrameStore, Splice};
+
+/// One frame: its bytes (`data.len()` is the frame length; in a heap buffer of its own or
+/// in a port's UMEM frame, see [`Buf`]) and metadata.
 #[derive(Debug, Clone)]
 pub struct Pkt {
-    pub data: Vec<u8>,
+    pub data: Buf,
     pub meta: Meta,
 }
 
 impl Pkt {
     pub fn new() -> Pkt {
         Pkt {
-            data: Vec::with_capacity(BUF_CAP),
+            data: Buf::with_capacity(BUF_CAP),
             meta: Meta::default(),
         }
     }
@@ -117,8 +120,9 @@ impl Pool {
 
     #[inline]
     pub fn put(&mut self, p: Pkt) {
-        // Keep at most MAX_FREE buffers of the standard size; others are freed.
-        if self.free.len() < MAX_FREE && p.data.capacity() <= BUF_CAP * 2 {
+        // Keep at most MAX_FREE heap buffers of the standard size; others are freed, and
+        // a frame lent by a port goes back to the port's UMEM.
+        if self.free.len() < MAX_FREE && !p.data.is_lent() && p.data.capacity() <= BUF_CAP * 2 {
             self.free.push(p);
         }
     }

@@ -1073,7 +1073,7 @@ impl Forwarder {
         if port as usize >= self.ifaces.len() || port == internal {
             return self.drop_pkt(p, Drop::StarMalformed);
         }
-        p.data.drain(ETH..ETH + wire::star::HEADER_LEN);
+        p.data.remove_at(ETH, wire::star::HEADER_LEN);
         let Ok(ip) = ipv4::Packet::new_checked(&p.data[ETH..]) else {
             return self.drop_pkt(p, Drop::StarMalformed);
         };
@@ -1116,7 +1116,7 @@ impl Forwarder {
         let Some(internal) = self.star.as_ref().map(|s| s.internal) else {
             return self.drop_pkt(p, Drop::StarNotInternal);
         };
-        p.data.splice(ETH..ETH, header.iter().copied());
+        p.data.insert_at(ETH, header);
         let eth = ethernet::Repr {
             dst: to,
             src: self.ifaces[internal as usize].mac,

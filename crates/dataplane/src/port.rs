@@ -123,7 +123,7 @@ impl Port for MemPort {
         for p in frames.drain(..) {
             r.sent += 1;
             r.sent_bytes += p.data.len();
-            w.from_element.push(p.data.clone());
+            w.from_element.push(p.data.to_vec());
             pool.put(p);
         }
         Ok(r)

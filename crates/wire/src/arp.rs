@@ -148,7 +148,7 @@ impl Repr {
     }
 
     /// Appends the packet to `buf` in an Ethernet frame from its sender's MAC to `eth_dst`.
-    pub fn append_frame(&self, eth_dst: MacAddr, buf: &mut Vec<u8>) {
+    pub fn append_frame<B: crate::Splice + ?Sized>(&self, eth_dst: MacAddr, buf: &mut B) {
         let at = buf.len();
         buf.resize(at + crate::ethernet::HEADER_LEN + PACKET_LEN, 0);
         let eth = crate::ethernet::Repr {

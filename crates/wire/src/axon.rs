@@ -19,7 +19,7 @@
 //! nibble zero. Port [`CONTROL`] (0xf) is an Axon's own control plane. The payload of a
 //! data frame is the host's Ethernet frame.
 
-use crate::{be32, need, MacAddr, Truncated};
+use crate::{be32, need, MacAddr, Splice, Truncated};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The outer Ethernet type of Axon frames.
@@ -225,7 +225,12 @@ impl Repr {
 /// Appends a header of `kind` with `forward` (next hop first) and `reverse` (most recent
 /// first) to `buf`, without building a [`Repr`] (the per-frame path); None, and `buf`
 /// unchanged, if the path is too long or a port does not fit in 4 bits.
-pub fn append(buf: &mut Vec<u8>, kind: Kind, forward: &[u8], reverse: &[u8]) -> Option<usize> {
+pub fn append<B: Splice + ?Sized>(
+    buf: &mut B,
+    kind: Kind,
+    forward: &[u8],
+    reverse: &[u8],
+) -> Option<usize> {
     let at = buf.len();
     buf.resize(at + header_len(forward.len() + reverse.len()), 0);
     let n = emit(&mut buf[at..], kind, forward, reverse);
@@ -432,7 +437,7 @@ impl Msg {
     }
 
     /// Appends the message to `out`.
-    pub fn emit(&self, out: &mut Vec<u8>) {
+    pub fn emit<B: Splice + ?Sized>(&self, out: &mut B) {
         match self {
             Msg::Hello { id, port } => {
                 out.push(msg::HELLO);
@@ -561,7 +566,12 @@ pub mod probe {
 
     /// Appends a record to the probe whose payload starts at `at` in `frame` (which ends
     /// with it); false if the payload is malformed or full.
-    pub fn push(frame: &mut Vec<u8>, at: usize, axon: u32, in_ns: u64) -> bool {
+    pub fn push<B: crate::Splice + ?Sized>(
+        frame: &mut B,
+        at: usize,
+        axon: u32,
+        in_ns: u64,
+    ) -> bool {
         let Some(p) = frame.get(at..) else {
             return false;
         };

@@ -6,6 +6,7 @@
 //!                 0x8100 -> | TCI (PCP:3 DEI:1 VID:12) | inner type | payload ...
 //! ```
 
+use crate::Splice;
 use crate::{be16, need, put16, MacAddr, Truncated};
 
 pub const HEADER_LEN: usize = 14;
@@ -171,24 +172,24 @@ impl Repr {
 
 /// Inserts an 802.1Q tag with VLAN id `vid` after the MAC addresses of the frame in `buf`.
 /// Returns false (and leaves `buf` alone) if `buf` holds no Ethernet header.
-pub fn push_vlan(buf: &mut Vec<u8>, vid: u16) -> bool {
+pub fn push_vlan<B: Splice + ?Sized>(buf: &mut B, vid: u16) -> bool {
     if buf.len() < HEADER_LEN {
         return false;
     }
     let tci = (vid & 0x0fff).to_be_bytes();
     let tpid = ethertype::VLAN.to_be_bytes();
-    buf.splice(field::TYPE..field::TYPE, [tpid[0], tpid[1], tci[0], tci[1]]);
+    buf.insert_at(field::TYPE, &[tpid[0], tpid[1], tci[0], tci[1]]);
     true
 }
 
 /// Removes the 802.1Q tag of the frame in `buf`, returning its VLAN id; `None` (and `buf`
 /// untouched) if the frame is not tagged or too short to be.
-pub fn pop_vlan(buf: &mut Vec<u8>) -> Option<u16> {
+pub fn pop_vlan<B: Splice + ?Sized>(buf: &mut B) -> Option<u16> {
     if buf.len() < HEADER_LEN + VLAN_TAG_LEN || be16(buf, field::TYPE) != ethertype::VLAN {
         return None;
     }
     let vid = be16(buf, field::VLAN_TCI) & 0x0fff;
-    buf.drain(field::TYPE..field::VLAN_TYPE);
+    buf.remove_at(field::TYPE, VLAN_TAG_LEN);
     Some(vid)
 }
 

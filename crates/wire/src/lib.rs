@@ -9,6 +9,9 @@
 //! This is the only crate that knows header offsets.
 #![forbid(unsafe_code)]
 
+/// Growing and editing a frame's bytes in place (`Vec<u8>` and the dataplane's buffers).
+pub use pktbuf::Splice;
+
 pub mod arp;
 pub mod axon;
 pub mod checksum;

@@ -59,7 +59,7 @@ fn run(b: &mut Balancer, now: Instant, port: u16, frame: Vec<u8>) -> Vec<(u16, V
     b.process(p, now, &mut tx);
     tx.drain_all()
         .into_iter()
-        .map(|(p, k)| (p, k.data))
+        .map(|(p, k)| (p, k.data.to_vec()))
         .collect()
 }
 

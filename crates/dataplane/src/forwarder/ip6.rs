@@ -392,7 +392,7 @@ impl Forwarder {
         if port as usize >= self.ifaces.len() || port == internal || self.six.is_none() {
             return self.drop_pkt(p, Drop::StarMalformed);
         }
-        p.data.drain(ETH..ETH + wire::star::HEADER6_LEN);
+        p.data.remove_at(ETH, wire::star::HEADER6_LEN);
         let Ok(ip) = ipv6::Packet::new_checked(&p.data[ETH..]) else {
             return self.drop_pkt(p, Drop::StarMalformed);
         };

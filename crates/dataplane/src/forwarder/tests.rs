@@ -101,7 +101,7 @@ fn run(f: &mut Forwarder, now: Instant, port: u16, frame: Vec<u8>) -> Vec<(u16, 
     f.process(p, now, &mut tx);
     tx.drain_all()
         .into_iter()
-        .map(|(p, k)| (p, k.data))
+        .map(|(p, k)| (p, k.data.to_vec()))
         .collect()
 }
 
@@ -694,7 +694,7 @@ fn backend_sends_hellos_and_takes_dist_only_on_its_internal_port() {
     f.poll(now + Duration::from_millis(100), &mut tx);
     let sent = tx.drain_all();
     assert_eq!(sent.len(), 2, "one hello per interval");
-    let (port, hello) = (&sent[0].0, &sent[0].1.data);
+    let (port, hello) = (&sent[0].0, sent[0].1.data.to_vec());
     assert_eq!(*port, 0);
     let e = ethernet::Frame::new_checked(&hello[..]).unwrap();
     assert_eq!(
@@ -1032,7 +1032,7 @@ fn fragments_to_the_router_are_reassembled() {
     let out: Vec<(u16, Vec<u8>)> = tx
         .drain_all()
         .into_iter()
-        .map(|(port, p)| (port, p.data))
+        .map(|(port, p)| (port, p.data.to_vec()))
         // (An ARP probe for the host, whose entry is 30 s old, goes out too.)
         .filter(|(_, d)| {
             ethernet::Frame::new_checked(&d[..]).unwrap().ethertype() == ethertype::IPV4
