@@ -35,6 +35,8 @@
 //!                              # (per block or timer tick: throughput over latency)
 //! # priority = 60              # workers at SCHED_FIFO 1-99, above the kernel's receive
 //!                              # threads: no collapse at overload (dedicated cores only)
+//! shared_umem = true           # AF_XDP: a worker's ports share one UMEM, so a frame leaves
+//!                              # by another port without a copy (false: one per port)
 //!
 //! [dist]                       # optional; a back-end's DIST authentication (docs/dist.md)
 //! key_file = "dist.key"        # the router's shared key (hex digits), relative to this file;
@@ -172,6 +174,7 @@ pub(crate) struct RawIo {
     packet_ring: Option<Spanned<String>>,
     priority: Option<Spanned<i64>>,
     workers: Option<Spanned<i64>>,
+    shared_umem: Option<bool>,
 }
 
 /// The `[dist]` table, common to every element that speaks DIST.
@@ -367,6 +370,11 @@ pub struct IoConfig {
     /// then dropped at the device's own ring. A worker at 100% leaves its core to
     /// nothing else but the kernel's 5% reserve: for dedicated cores. Default none.
     pub priority: Option<u8>,
+    /// `shared_umem = true` (the default): on AF_XDP, the sockets of a worker's ports share
+    /// one UMEM, so a frame received on one port leaves by another from where it was
+    /// received, without a copy in user space (none at all on NICs in zero-copy mode).
+    /// `false`: each port has its own, and a forwarded frame is copied once.
+    pub shared_umem: bool,
 }
 
 impl Default for IoConfig {
@@ -378,6 +386,7 @@ impl Default for IoConfig {
             packet_ring: io::RxRing::Frames,
             workers: 1,
             priority: None,
+            shared_umem: true,
         }
     }
 }
@@ -392,6 +401,7 @@ impl IoConfig {
         let mut c = IoConfig {
             busy_poll: raw.and_then(|r| r.busy_poll).unwrap_or(false),
             fast_path: raw.and_then(|r| r.fast_path).unwrap_or(false),
+            shared_umem: raw.and_then(|r| r.shared_umem).unwrap_or(true),
             ..Default::default()
         };
         if let Some(r) = raw.and_then(|r| r.packet_ring.as_ref()) {
@@ -1199,6 +1209,11 @@ via = "10.2.0.2"
             .unwrap()
             .io;
         assert_eq!((io.packet_ring, io.workers), (io::RxRing::Blocks, 1));
+        assert!(io.shared_umem);
+        let io = parse(&format!("{EXAMPLE}\n[io]\nshared_umem = false\n"))
+            .unwrap()
+            .io;
+        assert!(!io.shared_umem);
         let io = parse(&format!("{EXAMPLE}\n[io]\nworkers = 2\n"))
             .unwrap()
             .io;
@@ -1342,6 +1357,12 @@ via = "10.2.0.2"
                 format!("{EXAMPLE}\n[io]\nbusy_poll = 1\n"),
                 15,
                 "busy_poll",
+                "invalid type",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\nshared_umem = \"yes\"\n"),
+                15,
+                "shared_umem",
                 "invalid type",
             ),
             (

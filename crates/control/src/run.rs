@@ -863,6 +863,7 @@ pub fn run_element<E: Element, P: Port>(
                 last_stats = now;
                 for p in ports.iter_mut() {
                     p.take_backend_drops(&mut |d, n| counters.count_n(d, n));
+                    p.take_backend_events(&mut |e, n| counters.event_n(e, n));
                 }
             }
         }
@@ -900,6 +901,7 @@ pub fn run_element<E: Element, P: Port>(
     }
     for p in ports.iter_mut() {
         p.take_backend_drops(&mut |d, n| counters.count_n(d, n));
+        p.take_backend_events(&mut |e, n| counters.event_n(e, n));
     }
     Ok(())
 }

@@ -53,6 +53,10 @@ pub trait Port {
     /// Drops the backend counted itself (the kernel's ring statistics) since the last
     /// call, by reason: `count(reason, n)`.
     fn take_backend_drops(&mut self, _count: &mut dyn FnMut(crate::Drop, u64)) {}
+
+    /// Events the backend counted itself since the last call (AF_XDP: frames sent in
+    /// place or copied): `count(event, n)`.
+    fn take_backend_events(&mut self, _count: &mut dyn FnMut(crate::counters::Event, u64)) {}
 }
 
 /// What a port runs on.

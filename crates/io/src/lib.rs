@@ -63,19 +63,68 @@ pub enum AnyPort {
 /// Opens `name` on `backend`. With [`Backend::Auto`], an AF_XDP failure falls back to
 /// AF_PACKET and is logged with its reason.
 pub fn open(name: &str, backend: Backend) -> std::io::Result<AnyPort> {
-    open_with(name, backend, RxRing::Frames, None)
+    open_with(name, backend, RxRing::Frames, None, None)
+}
+
+/// The UMEMs an element's AF_XDP ports share, one per worker: a frame a worker receives on
+/// one port leaves by another without a copy in user space (and without any on NICs in
+/// zero-copy mode). Sized before the ports open for the sockets each worker will have
+/// (twice the receive ring and the transmit ring in frames for each, as a socket of its
+/// own had); each is mapped when its worker's first AF_XDP socket opens, so an element
+/// on AF_PACKET maps none.
+pub struct Umems {
+    sockets: Vec<usize>,
+    made: Vec<Option<std::sync::Arc<xsk::Umem>>>,
+}
+
+impl Umems {
+    /// For the ports on `interfaces` of an element with `workers` workers (each worker
+    /// has one socket per receive queue it owns, as [`open_workers`] shares them out).
+    pub fn new(interfaces: &[&str], workers: usize) -> Umems {
+        let workers = workers.max(1);
+        let mut sockets = vec![0; workers];
+        for name in interfaces {
+            let queues = xsk::rx_queues(name) as usize;
+            if workers == 1 {
+                sockets[0] += queues;
+            } else {
+                for q in 0..queues {
+                    sockets[q % workers] += 1;
+                }
+            }
+        }
+        Umems {
+            made: vec![None; workers],
+            sockets,
+        }
+    }
+
+    /// Worker `w`'s UMEM, mapped on first use.
+    fn of(&mut self, w: usize) -> std::io::Result<std::sync::Arc<xsk::Umem>> {
+        if let Some(u) = self.made.get(w).and_then(|u| u.clone()) {
+            return Ok(u);
+        }
+        let n = self.sockets.get(w).copied().unwrap_or(1);
+        let u = xsk::Umem::for_sockets(n, &xsk::XskConfig::default())?;
+        if let Some(slot) = self.made.get_mut(w) {
+            *slot = Some(u.clone());
+        }
+        Ok(u)
+    }
 }
 
 /// As [`open`], with the AF_PACKET receive ring `ring`, and the port's program made by
 /// `program` (the fast path's) instead of the plain redirect (AF_XDP) or the drop after
 /// the socket (AF_PACKET, whose socket then takes only what the program leaves to it).
+/// With `umems`, an AF_XDP port's sockets use the element's shared UMEM (its one worker's).
 pub fn open_with(
     name: &str,
     backend: Backend,
     ring: RxRing,
     program: Option<xsk::ProgramFor>,
+    umems: Option<&mut Umems>,
 ) -> std::io::Result<AnyPort> {
-    let mut p = open_one(name, backend, ring, program)?;
+    let mut p = open_one(name, backend, ring, program, umems)?;
     p.report_device_drops();
     Ok(p)
 }
@@ -85,9 +134,16 @@ fn open_one(
     backend: Backend,
     ring: RxRing,
     program: Option<xsk::ProgramFor>,
+    umems: Option<&mut Umems>,
 ) -> std::io::Result<AnyPort> {
     let cfg = xsk::XskConfig::default();
     let mode = xsk::AttachMode::Auto;
+    let xdp = |umems: Option<&mut Umems>| -> std::io::Result<XdpPort> {
+        let queues = xsk::rx_queues(name);
+        let shared = std::sync::Arc::new(XdpPort::attach(name, queues, mode, program)?);
+        let umem = umems.map(|u| u.of(0)).transpose()?;
+        XdpPort::open_queues(name, cfg, shared, &(0..queues).collect::<Vec<_>>(), umem)
+    };
     let packet = || {
         let mut p = AfPacket::open(
             name,
@@ -102,8 +158,8 @@ fn open_one(
     };
     match backend {
         Backend::Packet => packet(),
-        Backend::Xdp => XdpPort::open_with(name, cfg, mode, program).map(AnyPort::Xdp),
-        Backend::Auto => match XdpPort::open_with(name, cfg, mode, program) {
+        Backend::Xdp => xdp(umems).map(AnyPort::Xdp),
+        Backend::Auto => match xdp(umems) {
             Ok(p) => Ok(AnyPort::Xdp(p)),
             Err(e) => {
                 tracing::warn!(interface = name, reason = %e, "AF_XDP unavailable; using AF_PACKET");
@@ -133,16 +189,18 @@ fn packet_program(p: &mut AfPacket, program: Option<xsk::ProgramFor>) -> std::io
 /// sockets of the receive queues `q` with `q % workers == w` (so the interface needs at
 /// least as many queues as there are workers); on AF_PACKET, one socket each in a fanout
 /// group that spreads frames by a hash of their flow. With [`Backend::Auto`], an AF_XDP
-/// failure falls back to AF_PACKET for every worker and is logged with its reason.
+/// failure falls back to AF_PACKET for every worker and is logged with its reason. With
+/// `umems`, worker `w`'s sockets use the element's UMEM of worker `w`.
 pub fn open_workers(
     name: &str,
     backend: Backend,
     ring: RxRing,
     program: Option<xsk::ProgramFor>,
     workers: usize,
+    mut umems: Option<&mut Umems>,
 ) -> std::io::Result<Vec<AnyPort>> {
     if workers <= 1 {
-        return open_with(name, backend, ring, program).map(|p| vec![p]);
+        return open_with(name, backend, ring, program, umems).map(|p| vec![p]);
     }
     let packet = || -> std::io::Result<Vec<AnyPort>> {
         let mut ports = Vec::with_capacity(workers);
@@ -165,7 +223,7 @@ pub fn open_workers(
         }
         Ok(ports)
     };
-    let xdp = || -> std::io::Result<Vec<AnyPort>> {
+    let mut xdp = || -> std::io::Result<Vec<AnyPort>> {
         let queues = xsk::rx_queues(name);
         if (queues as usize) < workers {
             return Err(std::io::Error::new(
@@ -184,7 +242,8 @@ pub fn open_workers(
         (0..workers)
             .map(|w| {
                 let mine: Vec<u32> = (0..queues).filter(|q| *q as usize % workers == w).collect();
-                XdpPort::open_queues(name, xsk::XskConfig::default(), shared.clone(), &mine)
+                let umem = umems.as_deref_mut().map(|u| u.of(w)).transpose()?;
+                XdpPort::open_queues(name, xsk::XskConfig::default(), shared.clone(), &mine, umem)
                     .map(AnyPort::Xdp)
             })
             .collect()
@@ -275,6 +334,13 @@ impl Port for AnyPort {
         match self {
             AnyPort::Packet(p) => p.take_backend_drops(count),
             AnyPort::Xdp(p) => p.take_backend_drops(count),
+        }
+    }
+
+    fn take_backend_events(&mut self, count: &mut dyn FnMut(dataplane::counters::Event, u64)) {
+        match self {
+            AnyPort::Packet(_) => {}
+            AnyPort::Xdp(p) => p.take_backend_events(count),
         }
     }
 }

@@ -20,13 +20,15 @@
 //! shared by the ports) would save that copy on zero-copy NICs; it is not done yet.
 
 use crate::xdp::{bpf, insn, u32s};
-use dataplane::buf::{Pkt, Pool};
+use dataplane::buf::{Buf, FrameStore, Pkt, Pool};
+use dataplane::counters::Event;
 use dataplane::port::{Port, PortInfo, TxResult};
 use dataplane::Drop as Reason;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::ptr;
+use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 const AF_XDP: i32 = 44;
 const SOL_XDP: i32 = 283;
@@ -39,6 +41,7 @@ const XDP_UMEM_COMPLETION_RING: i32 = 6;
 const XDP_STATISTICS: i32 = 7;
 const XDP_OPTIONS: i32 = 8;
 const XDP_OPTIONS_ZEROCOPY: u32 = 1;
+const XDP_SHARED_UMEM: u16 = 1 << 0;
 const XDP_COPY: u16 = 1 << 1;
 const XDP_ZEROCOPY: u16 = 1 << 2;
 const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
@@ -234,20 +237,108 @@ struct Desc {
     options: u32,
 }
 
-/// One AF_XDP socket on one receive queue, with its UMEM and rings.
+/// The frames of one UMEM: a mapping of [`FRAME`]-byte frames registered by the first
+/// socket that binds with it and shared by the others (`XDP_SHARED_UMEM`: each has its own
+/// fill and completion rings), so that a frame received by one socket leaves by another
+/// without a copy. Frames are with the kernel (fill, RX, TX and completion rings), in a
+/// packet buffer lent to the element ([`Buf::lend`]), or here, free.
+pub struct Umem {
+    mem: *mut u8,
+    len: usize,
+    free: Mutex<Vec<u64>>,
+    /// Frames kept back from the fill rings for transmitting copies (frames built by the
+    /// element, or from another UMEM); below it, received frames are copied to the heap
+    /// and their UMEM frames go back at once, so frames held by the element never starve
+    /// the rings.
+    reserve: usize,
+    /// The socket that registered the UMEM, while it is open: the others bind to it.
+    registered: Mutex<Option<i32>>,
+    /// Sockets bound with it.
+    sockets: AtomicU32,
+}
+
+// SAFETY: the mapping lives as long as the Umem; a frame is used by one owner at a time
+// (the kernel, one buffer, or the free list behind its lock).
+unsafe impl Send for Umem {}
+// SAFETY: as above; the shared state is behind locks and atomics.
+unsafe impl Sync for Umem {}
+
+impl Umem {
+    /// A UMEM for `sockets` sockets of ring sizes `cfg`: twice the receive ring and the
+    /// transmit ring in frames for each, as a socket of its own had.
+    pub fn for_sockets(sockets: usize, cfg: &XskConfig) -> io::Result<Arc<Umem>> {
+        let frames = sockets.max(1) * (2 * cfg.rx as usize + cfg.tx as usize);
+        let len = frames * FRAME;
+        // SAFETY: an anonymous private mapping; checked for MAP_FAILED.
+        let mem = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if mem == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("mmap UMEM: {e}")));
+        }
+        Ok(Arc::new(Umem {
+            mem: mem as *mut u8,
+            len,
+            free: Mutex::new((0..frames as u64).rev().map(|i| i * FRAME as u64).collect()),
+            reserve: cfg.tx as usize,
+            registered: Mutex::new(None),
+            sockets: AtomicU32::new(0),
+        }))
+    }
+
+    fn free(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+        // A panic while holding the lock leaves a plain Vec of addresses: still good.
+        self.free.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Frames free now (neither with the kernel nor lent).
+    pub fn free_frames(&self) -> usize {
+        self.free().len()
+    }
+
+    /// Frames in all.
+    pub fn frames(&self) -> usize {
+        self.len / FRAME
+    }
+}
+
+impl FrameStore for Umem {
+    fn release(&self, id: u64) {
+        self.free().push(id);
+    }
+}
+
+impl Drop for Umem {
+    fn drop(&mut self) {
+        // SAFETY: mem/len came from mmap and are released once, when no socket and no
+        // buffer holds the UMEM any more.
+        unsafe { libc::munmap(self.mem as *mut libc::c_void, self.len) };
+    }
+}
+
+/// One AF_XDP socket on one receive queue, with its rings, on a UMEM it may share.
 struct Socket {
-    // Rings before the socket and the UMEM: unmapped first when dropped.
+    // Rings before the socket: unmapped first when dropped; the UMEM outlives both.
     fill: Ring<u64>,
     comp: Ring<u64>,
     rx: Ring<Desc>,
     tx: Ring<Desc>,
     fd: OwnedFd,
-    umem: *mut u8,
-    umem_len: usize,
-    /// UMEM frames free for transmit.
-    tx_free: Vec<u64>,
-    /// Receive frames taken from the RX ring and not yet back on the fill ring.
-    rx_spare: Vec<u64>,
+    umem: Arc<Umem>,
+    /// The same UMEM as the store that received frames are lent from.
+    store: Arc<dyn FrameStore>,
+    /// Whether this socket registered the UMEM (the others bind to it).
+    registers: bool,
+    /// Frames taken from the UMEM for one batch (transmit copies, frames to give back).
+    scratch: Vec<u64>,
     zero_copy: bool,
     /// The kernel's statistics when last read.
     stats: Statistics,
@@ -256,6 +347,12 @@ struct Socket {
     stamp_offset: Option<i64>,
     /// Frames received without the stamp program's time (`rx_stamp` only).
     unstamped: u64,
+    /// Frames received while the UMEM ran low, copied to the heap instead of lent.
+    copied_low: u64,
+    /// Frames sent from the UMEM frame they arrived in.
+    tx_in_place: u64,
+    /// Frames copied into a UMEM frame to be sent.
+    tx_copied: u64,
 }
 
 fn sockopt<T>(fd: i32, opt: i32, v: &T, what: &str) -> io::Result<()> {
@@ -298,7 +395,7 @@ fn getsockopt<T: Default>(fd: i32, opt: i32) -> io::Result<T> {
 }
 
 impl Socket {
-    fn open(ifindex: u32, queue: u32, cfg: XskConfig) -> io::Result<Socket> {
+    fn open(ifindex: u32, queue: u32, cfg: XskConfig, umem: Arc<Umem>) -> io::Result<Socket> {
         if !cfg.rx.is_power_of_two() || !cfg.tx.is_power_of_two() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -313,90 +410,72 @@ impl Socket {
         }
         // SAFETY: the kernel just returned this descriptor to us.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let frames = 2 * cfg.rx as usize + cfg.tx as usize;
-        let umem_len = frames * FRAME;
-        // SAFETY: an anonymous private mapping; checked for MAP_FAILED.
-        let umem = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                umem_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if umem == libc::MAP_FAILED {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("mmap UMEM: {e}")));
-        }
-        let umem = umem as *mut u8;
-        let unmap = |e: io::Error| {
-            // SAFETY: umem/umem_len came from mmap above and are not used after this.
-            unsafe { libc::munmap(umem as *mut libc::c_void, umem_len) };
-            e
-        };
-        // struct xdp_umem_reg: addr, len, chunk_size, headroom, flags (24 bytes, which
-        // every kernel with AF_XDP takes).
-        #[repr(C)]
-        struct UmemReg {
-            addr: u64,
-            len: u64,
-            chunk_size: u32,
-            headroom: u32,
-            flags: u32,
-            pad: u32,
-        }
-        let reg = UmemReg {
-            addr: umem as u64,
-            len: umem_len as u64,
-            chunk_size: FRAME as u32,
-            headroom: 0,
-            flags: 0,
-            pad: 0,
-        };
         let s = fd.as_raw_fd();
-        sockopt(s, XDP_UMEM_REG, &reg, "XDP_UMEM_REG").map_err(unmap)?;
-        sockopt(s, XDP_UMEM_FILL_RING, &cfg.rx, "XDP_UMEM_FILL_RING").map_err(unmap)?;
+        // The registration lock is held until bind: one socket registers, the others
+        // bind to it.
+        let mut registered = umem.registered.lock().unwrap_or_else(|e| e.into_inner());
+        let shared_with = *registered;
+        if shared_with.is_none() {
+            if umem.sockets.load(Ordering::Relaxed) > 0 {
+                return Err(io::Error::other(
+                    "the socket that registered this UMEM is closed: open the ports of a UMEM together",
+                ));
+            }
+            // struct xdp_umem_reg: addr, len, chunk_size, headroom, flags (24 bytes,
+            // which every kernel with AF_XDP takes).
+            #[repr(C)]
+            struct UmemReg {
+                addr: u64,
+                len: u64,
+                chunk_size: u32,
+                headroom: u32,
+                flags: u32,
+                pad: u32,
+            }
+            let reg = UmemReg {
+                addr: umem.mem as u64,
+                len: umem.len as u64,
+                chunk_size: FRAME as u32,
+                headroom: 0,
+                flags: 0,
+                pad: 0,
+            };
+            sockopt(s, XDP_UMEM_REG, &reg, "XDP_UMEM_REG")?;
+        }
+        // Every socket has fill and completion rings of its own (a socket sharing the UMEM
+        // on another queue or device must).
+        sockopt(s, XDP_UMEM_FILL_RING, &cfg.rx, "XDP_UMEM_FILL_RING")?;
         sockopt(
             s,
             XDP_UMEM_COMPLETION_RING,
             &cfg.tx,
             "XDP_UMEM_COMPLETION_RING",
-        )
-        .map_err(unmap)?;
-        sockopt(s, XDP_RX_RING, &cfg.rx, "XDP_RX_RING").map_err(unmap)?;
-        sockopt(s, XDP_TX_RING, &cfg.tx, "XDP_TX_RING").map_err(unmap)?;
+        )?;
+        sockopt(s, XDP_RX_RING, &cfg.rx, "XDP_RX_RING")?;
+        sockopt(s, XDP_TX_RING, &cfg.tx, "XDP_TX_RING")?;
         let off: MmapOffsets = getsockopt(s, XDP_MMAP_OFFSETS)
-            .map_err(|e| io::Error::new(e.kind(), format!("XDP_MMAP_OFFSETS: {e}")))
-            .map_err(unmap)?;
-        let rings = (|| -> io::Result<_> {
-            Ok((
-                Ring::<u64>::map(s, &off.fr, cfg.rx, XDP_UMEM_PGOFF_FILL_RING, "fill")?,
-                Ring::<u64>::map(
-                    s,
-                    &off.cr,
-                    cfg.tx,
-                    XDP_UMEM_PGOFF_COMPLETION_RING,
-                    "completion",
-                )?,
-                Ring::<Desc>::map(s, &off.rx, cfg.rx, XDP_PGOFF_RX_RING, "RX")?,
-                Ring::<Desc>::map(s, &off.tx, cfg.tx, XDP_PGOFF_TX_RING, "TX")?,
-            ))
-        })();
-        let (fill, comp, rx, tx) = rings.map_err(unmap)?;
+            .map_err(|e| io::Error::new(e.kind(), format!("XDP_MMAP_OFFSETS: {e}")))?;
+        let fill = Ring::<u64>::map(s, &off.fr, cfg.rx, XDP_UMEM_PGOFF_FILL_RING, "fill")?;
+        let comp = Ring::<u64>::map(
+            s,
+            &off.cr,
+            cfg.tx,
+            XDP_UMEM_PGOFF_COMPLETION_RING,
+            "completion",
+        )?;
+        let rx = Ring::<Desc>::map(s, &off.rx, cfg.rx, XDP_PGOFF_RX_RING, "RX")?;
+        let tx = Ring::<Desc>::map(s, &off.tx, cfg.tx, XDP_PGOFF_TX_RING, "TX")?;
+        let store: Arc<dyn FrameStore> = umem.clone();
         let mut me = Socket {
             fill,
             comp,
             rx,
             tx,
             fd,
-            umem,
-            umem_len,
-            tx_free: (2 * cfg.rx as u64..frames as u64)
-                .map(|i| i * FRAME as u64)
-                .collect(),
-            rx_spare: Vec::with_capacity(2 * cfg.rx as usize),
+            umem: umem.clone(),
+            store,
+            registers: shared_with.is_none(),
+            scratch: Vec::with_capacity(cfg.tx.max(cfg.rx) as usize),
             zero_copy: false,
             stats: Statistics::default(),
             stamp_offset: cfg.rx_stamp.then(|| {
@@ -404,11 +483,12 @@ impl Socket {
                     - crate::xdp::clock_ns(libc::CLOCK_MONOTONIC)
             }),
             unstamped: 0,
+            copied_low: 0,
+            tx_in_place: 0,
+            tx_copied: 0,
         };
         // The receive frames go to the kernel (as many as the fill ring takes) before the
-        // socket is bound; the others wait in `rx_spare`.
-        me.rx_spare
-            .extend((0..2 * cfg.rx as u64).rev().map(|i| i * FRAME as u64));
+        // socket is bound.
         me.refill();
         // A bigger copy-mode transmit budget where the kernel has it; harmless otherwise.
         let _ = sockopt(s, XDP_MAX_TX_SKB_BUDGET, &(cfg.tx as i32), "budget");
@@ -426,7 +506,7 @@ impl Socket {
                 flags,
                 ifindex,
                 queue_id: queue,
-                shared_umem_fd: 0,
+                shared_umem_fd: shared_with.unwrap_or(0) as u32,
             };
             // SAFETY: a is a valid sockaddr_xdp of the size given.
             let r = unsafe {
@@ -442,32 +522,71 @@ impl Socket {
                 Ok(())
             }
         };
-        let zc = if cfg.force_copy {
+        // A socket sharing the UMEM takes its mode (zero-copy or copy, need_wakeup) from
+        // the socket that registered it: the kernel refuses any other flag with
+        // XDP_SHARED_UMEM.
+        let zc = if shared_with.is_some() {
+            bind(XDP_SHARED_UMEM)
+        } else if cfg.force_copy {
             Err(io::Error::from(io::ErrorKind::Unsupported))
         } else {
             bind(XDP_USE_NEED_WAKEUP | XDP_ZEROCOPY)
         };
-        if zc.is_err() {
-            bind(XDP_USE_NEED_WAKEUP | XDP_COPY)
-                .map_err(|e| io::Error::new(e.kind(), format!("bind queue {queue}: {e}")))?;
+        if let (Err(e), Some(_)) = (&zc, shared_with) {
+            let e = io::Error::new(e.kind(), format!("bind queue {queue} to a shared UMEM: {e}"));
+            me.give_back_fill();
+            return Err(e);
         }
+        if zc.is_err() {
+            if let Err(e) = bind(XDP_USE_NEED_WAKEUP | XDP_COPY) {
+                // The frames on the fill ring go back: the socket never ran.
+                me.give_back_fill();
+                return Err(io::Error::new(e.kind(), format!("bind queue {queue}: {e}")));
+            }
+        }
+        if shared_with.is_none() {
+            *registered = Some(s);
+        }
+        umem.sockets.fetch_add(1, Ordering::Relaxed);
+        drop(registered);
         me.zero_copy = getsockopt::<u32>(s, XDP_OPTIONS)
             .map(|o| o & XDP_OPTIONS_ZEROCOPY != 0)
             .unwrap_or(false);
         Ok(me)
     }
 
-    /// Returns the frames the kernel has finished sending to the transmit free list.
+    /// Takes back the frames put on the fill ring of a socket that was never bound.
+    fn give_back_fill(&mut self) {
+        let n = self
+            .fill
+            .head
+            .wrapping_sub(self.fill.consumer().load(Ordering::Acquire));
+        let mut free = self.umem.free();
+        for i in 0..n {
+            // SAFETY: the n entries before our producer index are ours (the kernel never
+            // consumed them: the socket is not bound).
+            free.push(unsafe {
+                *self
+                    .fill
+                    .desc
+                    .add((self.fill.head.wrapping_sub(n - i) & self.fill.mask) as usize)
+            });
+        }
+    }
+
+    /// Returns the frames the kernel has finished sending to the UMEM's free frames.
     fn reap(&mut self) {
         let n = self.comp.ready();
+        if n == 0 {
+            return;
+        }
+        let mut free = self.umem.free();
         for i in 0..n {
             // SAFETY: i < ready entries, written by the kernel.
-            self.tx_free
-                .push(unsafe { *self.comp.at(i) } & !(FRAME as u64 - 1));
+            free.push(unsafe { *self.comp.at(i) } & !(FRAME as u64 - 1));
         }
-        if n > 0 {
-            self.comp.consume(n);
-        }
+        drop(free);
+        self.comp.consume(n);
     }
 
     fn kick(&self) -> io::Result<()> {
@@ -498,9 +617,7 @@ impl Socket {
     fn recv(&mut self, pool: &mut Pool, out: &mut Vec<Pkt>, max: u32, oversize: &mut u64) -> u32 {
         let n = self.rx.ready().min(max);
         if n == 0 {
-            if !self.rx_spare.is_empty() {
-                self.refill();
-            }
+            self.refill();
             if self.fill.needs_wakeup() {
                 // SAFETY: a non-blocking zero-length receive: wakes the driver to refill.
                 unsafe {
@@ -516,32 +633,72 @@ impl Socket {
             }
             return 0;
         }
+        // Lend the frames to the element while the UMEM has frames to spare; else copy.
+        let lend = self.umem.free_frames() >= self.umem.reserve;
         let mut got = 0;
         for i in 0..n {
             // SAFETY: i < ready entries, written by the kernel.
             let d = unsafe { *self.rx.at(i) };
             let len = d.len as usize;
-            if d.addr as usize + len <= self.umem_len && (14..=MAX_FRAME).contains(&len) {
-                let mut p = pool.get();
-                // SAFETY: the frame lies within the UMEM (checked above) and is ours until
-                // its address goes back on the fill ring.
-                p.data.extend_from_slice(unsafe {
-                    std::slice::from_raw_parts(self.umem.add(d.addr as usize), len)
-                });
+            let chunk = d.addr & !(FRAME as u64 - 1);
+            let head = (d.addr - chunk) as usize;
+            if (chunk as usize) < self.umem.len
+                && head + len <= FRAME
+                && (14..=MAX_FRAME).contains(&len)
+            {
+                let rx_ns = match self.stamp_offset {
+                    Some(off) => self.take_stamp(d.addr, off),
+                    None => 0,
+                };
+                let p = if lend {
+                    // SAFETY: the frame's chunk lies within the UMEM (checked above), the
+                    // kernel gave it to us on the RX ring and nobody else uses it until
+                    // it comes back to the free frames (the buffer's release, or the
+                    // completion ring after a transmit); the buffer's store keeps the
+                    // mapping alive.
+                    let data = unsafe {
+                        Buf::lend(
+                            self.store.clone(),
+                            chunk,
+                            NonNull::new_unchecked(self.umem.mem.add(chunk as usize)),
+                            FRAME,
+                            head,
+                            len,
+                        )
+                    };
+                    Pkt {
+                        data,
+                        meta: Default::default(),
+                    }
+                } else {
+                    let mut p = pool.get();
+                    // SAFETY: the frame lies within the UMEM (checked above) and is ours
+                    // until it goes back to the free frames.
+                    p.data.extend_from_slice(unsafe {
+                        std::slice::from_raw_parts(self.umem.mem.add(d.addr as usize), len)
+                    });
+                    self.scratch.push(chunk);
+                    self.copied_low += 1;
+                    p
+                };
+                let mut p = p;
                 // No socket-buffer flags reach an AF_XDP socket: a frame from a local
                 // sender on a virtual link may carry a partial checksum.
                 p.meta.csum_unknown = true;
-                if let Some(off) = self.stamp_offset {
-                    p.meta.rx_ns = self.take_stamp(d.addr, off);
-                }
+                p.meta.rx_ns = rx_ns;
                 out.push(p);
                 got += 1;
             } else {
                 *oversize += 1;
+                if (chunk as usize) < self.umem.len {
+                    self.scratch.push(chunk);
+                }
             }
-            self.rx_spare.push(d.addr & !(FRAME as u64 - 1));
         }
         self.rx.consume(n);
+        if !self.scratch.is_empty() {
+            self.umem.free().append(&mut self.scratch);
+        }
         self.refill();
         got
     }
@@ -554,9 +711,9 @@ impl Socket {
         let mut mono = 0u64;
         if addr >= chunk + 8 {
             // SAFETY: the 8 bytes lie within the frame's UMEM chunk, which is ours until
-            // its address goes back on the fill ring.
+            // it goes back to the free frames.
             unsafe {
-                let at = self.umem.add(addr as usize - 8) as *mut u64;
+                let at = self.umem.mem.add(addr as usize - 8) as *mut u64;
                 mono = ptr::read_unaligned(at);
                 ptr::write_unaligned(at, 0);
             }
@@ -568,17 +725,21 @@ impl Socket {
         (mono as i64 + offset) as u64
     }
 
-    /// Gives the receive frames we hold back to the kernel, as far as the fill ring has
-    /// room (the rest wait for the next call: none is ever lost).
+    /// Gives free frames to the kernel, as far as the fill ring has room and the UMEM
+    /// has frames beyond its transmit reserve.
     fn refill(&mut self) {
-        let k = self.fill.free().min(self.rx_spare.len() as u32);
+        let room = self.fill.free();
+        if room == 0 {
+            return;
+        }
+        let mut free = self.umem.free();
+        let k = room.min(free.len().saturating_sub(self.umem.reserve) as u32);
         for i in 0..k {
             // SAFETY: i < free entries of the fill ring; the entry is ours before produce().
-            unsafe { *self.fill.at(i) = self.rx_spare[self.rx_spare.len() - 1 - i as usize] };
+            unsafe { *self.fill.at(i) = free.pop().unwrap_or_default() };
         }
+        drop(free);
         if k > 0 {
-            let keep = self.rx_spare.len() - k as usize;
-            self.rx_spare.truncate(keep);
             self.fill.produce(k);
         }
     }
@@ -590,7 +751,15 @@ impl Socket {
         r: &mut TxResult,
     ) -> io::Result<()> {
         self.reap();
-        let room = self.tx.free().min(self.tx_free.len() as u32);
+        let room = self.tx.free();
+        let me = Arc::as_ptr(&self.umem) as *const ();
+        // Frames for copies (buffers not of this UMEM), taken at once; the rest go back.
+        {
+            let mut free = self.umem.free();
+            let k = (room as usize).min(frames.len()).min(free.len());
+            let at = free.len() - k;
+            self.scratch.extend(free.drain(at..));
+        }
         let mut n = 0;
         for p in frames.by_ref() {
             if n == room || p.data.len() > MAX_FRAME {
@@ -598,29 +767,51 @@ impl Socket {
                 pool.put(p);
                 continue;
             }
-            let Some(addr) = self.tx_free.pop() else {
-                r.ring_full += 1;
-                pool.put(p);
-                continue;
+            let Pkt { data, meta } = p;
+            let bytes = data.len();
+            let desc = match data.take_lent(me) {
+                // A frame of this UMEM leaves from where it is.
+                Ok((chunk, head, len)) => {
+                    self.tx_in_place += 1;
+                    Desc {
+                        addr: chunk + head as u64,
+                        len: len as u32,
+                        options: 0,
+                    }
+                }
+                Err(data) => {
+                    let Some(addr) = self.scratch.pop() else {
+                        r.ring_full += 1;
+                        pool.put(Pkt { data, meta });
+                        continue;
+                    };
+                    // SAFETY: addr is a free frame of the UMEM, FRAME bytes long, and
+                    // the frame is at most MAX_FRAME bytes.
+                    unsafe {
+                        ptr::copy_nonoverlapping(
+                            data.as_ptr(),
+                            self.umem.mem.add(addr as usize),
+                            bytes,
+                        );
+                    }
+                    pool.put(Pkt { data, meta });
+                    self.tx_copied += 1;
+                    Desc {
+                        addr,
+                        len: bytes as u32,
+                        options: 0,
+                    }
+                }
             };
-            // SAFETY: addr is a free transmit frame of the UMEM, FRAME bytes long, and the
-            // frame is at most MAX_FRAME bytes; the TX entry is ours before produce().
-            unsafe {
-                ptr::copy_nonoverlapping(
-                    p.data.as_ptr(),
-                    self.umem.add(addr as usize),
-                    p.data.len(),
-                );
-                *self.tx.at(n) = Desc {
-                    addr,
-                    len: p.data.len() as u32,
-                    options: 0,
-                };
-            }
+            // SAFETY: n < room free entries of the TX ring; the entry is ours before
+            // produce().
+            unsafe { *self.tx.at(n) = desc };
             n += 1;
             r.sent += 1;
-            r.sent_bytes += p.data.len();
-            pool.put(p);
+            r.sent_bytes += bytes;
+        }
+        if !self.scratch.is_empty() {
+            self.umem.free().append(&mut self.scratch);
         }
         if n == 0 {
             return Ok(());
@@ -646,9 +837,17 @@ impl Socket {
 
 impl Drop for Socket {
     fn drop(&mut self) {
-        // SAFETY: umem/umem_len came from mmap and are released once; the rings (fields)
-        // are unmapped after this, and the socket that uses the UMEM is closed with them.
-        unsafe { libc::munmap(self.umem as *mut libc::c_void, self.umem_len) };
+        // Sockets opened later cannot bind to a closed one. (The frames this socket's
+        // rings held stay with the kernel until the UMEM goes.)
+        let mut registered = self
+            .umem
+            .registered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if self.registers {
+            *registered = None;
+        }
+        self.umem.sockets.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -879,6 +1078,10 @@ pub struct XdpPort {
     attached: std::sync::Arc<AttachedShared>,
     /// The socket the next receive starts at (round robin over queues).
     next: usize,
+    /// The UMEM of its sockets, which other ports' sockets may share.
+    umem: Arc<Umem>,
+    /// Frames sent in place, sent copied, and received copied, when last reported.
+    reported: [u64; 3],
 }
 
 /// The attachment, shared by the ports (one per worker) of one interface.
@@ -900,7 +1103,7 @@ impl XdpPort {
     ) -> io::Result<XdpPort> {
         let queues = rx_queues(name);
         let shared = std::sync::Arc::new(Self::attach(name, queues, mode, program)?);
-        Self::open_queues(name, cfg, shared, &(0..queues).collect::<Vec<_>>())
+        Self::open_queues(name, cfg, shared, &(0..queues).collect::<Vec<_>>(), None)
     }
 
     /// A receiving port for measurement: [`stamp_program`] on `name` (IPv4 and IPv6 UDP
@@ -918,7 +1121,7 @@ impl XdpPort {
             rx_stamp: true,
             ..cfg
         };
-        Self::open_queues(name, cfg, shared, &(0..queues).collect::<Vec<_>>())
+        Self::open_queues(name, cfg, shared, &(0..queues).collect::<Vec<_>>(), None)
     }
 
     /// The program on `name`, for ports that then open sockets on its queues
@@ -945,17 +1148,24 @@ impl XdpPort {
             .map_err(|e| io::Error::new(e.kind(), format!("{name}: XDP attach: {e}")))
     }
 
-    /// Opens sockets on `queues` of `name`, whose program `shared` is.
+    /// Opens sockets on `queues` of `name`, whose program `shared` is, on `umem` (shared
+    /// with the other ports of a worker, [`Umem::for_sockets`]) or on a UMEM of their own.
     pub fn open_queues(
         name: &str,
         cfg: XskConfig,
         shared: std::sync::Arc<AttachedShared>,
         queues: &[u32],
+        umem: Option<Arc<Umem>>,
     ) -> io::Result<XdpPort> {
         let ifindex = crate::netdev::ifindex(name)? as u32;
+        let umem = match umem {
+            Some(u) => u,
+            None => Umem::for_sockets(queues.len(), &cfg)
+                .map_err(|e| io::Error::new(e.kind(), format!("{name}: {e}")))?,
+        };
         let mut sockets = Vec::with_capacity(queues.len());
         for &q in queues {
-            let s = Socket::open(ifindex, q, cfg)
+            let s = Socket::open(ifindex, q, cfg, umem.clone())
                 .map_err(|e| io::Error::new(e.kind(), format!("{name}: AF_XDP queue {q}: {e}")))?;
             let fd = s.fd.as_raw_fd() as u32;
             crate::xdp::map_update(&shared.0.map, &q, &fd)
@@ -967,6 +1177,8 @@ impl XdpPort {
             sockets,
             attached: shared,
             next: 0,
+            umem,
+            reported: [0; 3],
         })
     }
 
@@ -984,6 +1196,22 @@ impl XdpPort {
     /// Whether the program runs in the driver's XDP hook (else the generic one).
     pub fn native(&self) -> bool {
         self.attached.0.native
+    }
+
+    /// The UMEM its sockets use.
+    pub fn umem(&self) -> &Arc<Umem> {
+        &self.umem
+    }
+
+    /// Frames sent in place (from the UMEM frame they arrived in), sent copied into a UMEM
+    /// frame, and received while the UMEM ran low (copied to the heap).
+    pub fn copies(&self) -> [u64; 3] {
+        let sum = |f: fn(&Socket) -> u64| self.sockets.iter().map(f).sum();
+        [
+            sum(|s| s.tx_in_place),
+            sum(|s| s.tx_copied),
+            sum(|s| s.copied_low),
+        ]
     }
 }
 
@@ -1039,7 +1267,7 @@ impl Port for XdpPort {
         PortInfo {
             backend: "xdp",
             mode: format!(
-                "{}, {} XDP, {} queue{}{}",
+                "{}, {} XDP, {} queue{}{}{}",
                 if self.zero_copy() {
                     "zero-copy"
                 } else {
@@ -1048,12 +1276,30 @@ impl Port for XdpPort {
                 if self.native() { "native" } else { "generic" },
                 self.sockets.len(),
                 if self.sockets.len() == 1 { "" } else { "s" },
+                match self.umem.sockets.load(Ordering::Relaxed) as usize {
+                    n if n > self.sockets.len() => format!(", UMEM shared by {n} sockets"),
+                    _ => String::new(),
+                },
                 if self.attached.0.fast {
                     ", fast path"
                 } else {
                     ""
                 }
             ),
+        }
+    }
+
+    fn take_backend_events(&mut self, count: &mut dyn FnMut(Event, u64)) {
+        let now = self.copies();
+        let was = std::mem::replace(&mut self.reported, now);
+        for (e, i) in [
+            (Event::XskTxInPlace, 0),
+            (Event::XskTxCopied, 1),
+            (Event::XskRxCopied, 2),
+        ] {
+            if now[i] > was[i] {
+                count(e, now[i] - was[i]);
+            }
         }
     }
 

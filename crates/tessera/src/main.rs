@@ -1504,6 +1504,7 @@ fn forwarder(a: &ElementArgs) -> Result<i32> {
     let workers = cfg.io.workers;
     // ports[w]: the ports worker w owns, one per interface.
     let mut ports: Vec<Vec<io::AnyPort>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut umems = cfg.io.shared_umem.then(|| io::Umems::new(&names, workers));
     for (k, (name, link)) in names.iter().zip(&links).enumerate() {
         let (backend, ring) = (cfg.io.backend, cfg.io.packet_ring);
         let mine = match &fast {
@@ -1513,9 +1514,9 @@ fn forwarder(a: &ElementArgs) -> Result<i32> {
                     Ok(fp) => fp.program(&facts, hook),
                     Err(_) => Vec::new(),
                 };
-                io::open_workers(name, backend, ring, Some(&program), workers)?
+                io::open_workers(name, backend, ring, Some(&program), workers, umems.as_mut())?
             }
-            None => io::open_workers(name, backend, ring, None, workers)?,
+            None => io::open_workers(name, backend, ring, None, workers, umems.as_mut())?,
         };
         let info = mine[0].info();
         tracing::info!(interface = name, backend = info.backend, mode = %info.mode, workers, "port open");
@@ -1552,10 +1553,12 @@ fn take_port(name: &str) -> Result<control::run::Link> {
     })
 }
 
-/// Takes an interface from the kernel's IP stack and opens its port as `io` says.
+/// Takes an interface from the kernel's IP stack and opens its port as `io` says (on the
+/// element's shared UMEM `umems`, if given).
 fn open_port(
     name: &str,
     io: &control::config::IoConfig,
+    umems: Option<&mut io::Umems>,
 ) -> Result<(io::AnyPort, control::run::Link)> {
     if io.workers > 1 {
         bail!(
@@ -1564,7 +1567,7 @@ fn open_port(
         );
     }
     let link = take_port(name)?;
-    let port = io::open_with(name, io.backend, io.packet_ring, None)?;
+    let port = io::open_with(name, io.backend, io.packet_ring, None, umems)?;
     let info = dataplane::port::Port::info(&port);
     tracing::info!(interface = name, backend = info.backend, mode = %info.mode, "port open");
     Ok((port, link))
@@ -1599,6 +1602,10 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
     for i in &cfg.interfaces {
         links.push(take_port(&i.name)?);
     }
+    let mut umems = cfg.io.shared_umem.then(|| {
+        let names: Vec<&str> = cfg.interfaces.iter().map(|i| i.name.as_str()).collect();
+        io::Umems::new(&names, workers)
+    });
     let b = control::balancer::build(&cfg, &links).map_err(anyhow::Error::msg)?;
     let fast = if cfg.io.fast_path {
         let names: Vec<String> = cfg.interfaces.iter().map(|i| i.name.clone()).collect();
@@ -1619,6 +1626,7 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
             cfg.io.packet_ring,
             program,
             workers,
+            umems.as_mut(),
         )?;
         let info = dataplane::port::Port::info(&mine[0]);
         tracing::info!(interface = %i.name, backend = info.backend, mode = %info.mode, workers, "port open");
@@ -1671,8 +1679,12 @@ fn switch(a: &ElementArgs) -> Result<i32> {
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
     let mut ports = Vec::new();
+    let mut umems = cfg.io.shared_umem.then(|| {
+        let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
+        io::Umems::new(&names, 1)
+    });
     for p in &cfg.cfg.ports {
-        let (port, _) = open_port(&p.name, &cfg.io)?;
+        let (port, _) = open_port(&p.name, &cfg.io, umems.as_mut())?;
         // A switch port takes frames for every MAC.
         io::netdev::set_promisc(&p.name)
             .with_context(|| format!("{}: promiscuous mode", p.name))?;
@@ -1716,8 +1728,12 @@ fn axon(a: &ElementArgs) -> Result<i32> {
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
     let mut ports = Vec::new();
+    let mut umems = cfg.io.shared_umem.then(|| {
+        let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
+        io::Umems::new(&names, 1)
+    });
     for (i, p) in cfg.cfg.ports.clone().iter().enumerate() {
-        let (port, _) = open_port(&p.name, &cfg.io)?;
+        let (port, _) = open_port(&p.name, &cfg.io, umems.as_mut())?;
         // A host port takes frames for every MAC (the far hosts').
         io::netdev::set_promisc(&p.name)
             .with_context(|| format!("{}: promiscuous mode", p.name))?;
@@ -1756,7 +1772,7 @@ fn controller(a: &ElementArgs) -> Result<i32> {
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
-    let (port, link) = open_port(&cfg.interface, &cfg.io)?;
+    let (port, link) = open_port(&cfg.interface, &cfg.io, None)?;
     tracing::info!(interface = %cfg.interface, mac = %link.mac, "controller running");
     control::vcp::run(&cfg, port, link.mac, control, stop).map_err(anyhow::Error::msg)?;
     tracing::info!("controller stopped");

@@ -556,6 +556,64 @@ fn ports_report_their_backend() {
     }
 }
 
+/// On AF_XDP the ports of a worker share one UMEM (`[io] shared_umem`, the default): a
+/// forwarded frame leaves from the UMEM frame it arrived in, without a copy in user space
+/// (`xsk_tx_in_place`), as do replies made from a received frame (ARP); frames the router
+/// builds from nothing (its ARP requests) are copied in (`xsk_tx_copied`). With `shared_umem = false` each port has its own UMEM and every frame
+/// forwarded is a copy. AF_PACKET ports count neither.
+#[test]
+fn forwarded_frames_leave_from_the_umem_frame_they_arrived_in() {
+    for shared in [true, false] {
+        let dir = single_copy(
+            &format!("umem-{shared}"),
+            |r| format!("{r}\n[io]\nshared_umem = {shared}\n"),
+            |t| t,
+        );
+        let lab = TestLab::up(dir.join("lab.toml"), &[]);
+        let p = lab.sh(
+            "src1",
+            &["ping", "-c", "5", "-i", "0.1", "-W", "2", "10.3.0.10"],
+        );
+        assert!(p.contains("5 received"), "{p}");
+        // The workers add the ports' counts to the element's every 100 ms.
+        std::thread::sleep(Duration::from_millis(300));
+        let c = lab.counters("r");
+        let (forwarded, in_place, copied) = (
+            event_count(&c, "ip4_forwarded"),
+            event_count(&c, "xsk_tx_in_place"),
+            event_count(&c, "xsk_tx_copied"),
+        );
+        assert!(forwarded >= 10, "{c}");
+        let mode = lab.show_json("interfaces", "r")[0]["io_mode"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        match (io_backend(), shared) {
+            ("packet", _) => {
+                assert_eq!((in_place, copied), (0, 0), "{c}");
+                assert!(!mode.contains("UMEM"), "{mode}");
+            }
+            (_, true) => {
+                assert!(in_place >= forwarded, "{c}");
+                // The router's ARP request for the sink, built from nothing. (Its ARP
+                // reply to src1 is made from the request, in place.)
+                assert!(copied >= 1, "{c}");
+                assert!(mode.ends_with("UMEM shared by 4 sockets"), "{mode}");
+            }
+            (_, false) => {
+                // Only what leaves by the port it came in by (the ARP reply) is in place.
+                let back = event_count(&c, "arp_replies_sent")
+                    + event_count(&c, "icmp_echo_replies_sent");
+                assert_eq!(in_place, back, "{c}");
+                assert!(copied >= forwarded, "{c}");
+                assert!(!mode.contains("UMEM"), "{mode}");
+            }
+        }
+        assert_eq!(event_count(&c, "xsk_rx_copied"), 0, "{c}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// Offered more than it can forward (the XDP generator at full speed for two seconds),
 /// the router sheds the excess and keeps every buffer: afterwards it forwards as before.
 /// (A receive frame lost from the AF_XDP ring, or a slot from the AF_PACKET ring, would
@@ -736,11 +794,13 @@ fn auto_backend_serves_every_queue_and_falls_back_per_port() {
             .clone()
     };
     assert_eq!(port("r-eth0")["backend"], "xdp", "{v}");
+    // The AF_XDP ports' four sockets (two queues, one, one) share one UMEM
+    // (`[io] shared_umem`, on by default).
     assert!(
         port("r-eth0")["io_mode"]
             .as_str()
             .unwrap()
-            .ends_with("2 queues"),
+            .ends_with("2 queues, UMEM shared by 4 sockets"),
         "{v}"
     );
     assert_eq!(port("r-eth1")["backend"], "xdp", "{v}");
