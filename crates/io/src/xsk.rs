@@ -247,10 +247,13 @@ pub struct Umem {
     len: usize,
     free: Mutex<Vec<u64>>,
     /// Frames kept back from the fill rings for transmitting copies (frames built by the
-    /// element, or from another UMEM); below it, received frames are copied to the heap
-    /// and their UMEM frames go back at once, so frames held by the element never starve
-    /// the rings.
+    /// element, or from another UMEM): the transmit ring's size.
     reserve: usize,
+    /// Received frames are lent to the element only while this many are free: enough to
+    /// fill every socket's fill ring and keep the reserve. Below it they are copied to
+    /// the heap and their UMEM frames go back at once, so that frames the element holds
+    /// (queued for a neighbour's resolution, say) never starve the rings.
+    lend_floor: usize,
     /// The socket that registered the UMEM, while it is open: the others bind to it.
     registered: Mutex<Option<i32>>,
     /// Sockets bound with it.
@@ -289,6 +292,7 @@ impl Umem {
             len,
             free: Mutex::new((0..frames as u64).rev().map(|i| i * FRAME as u64).collect()),
             reserve: cfg.tx as usize,
+            lend_floor: sockets.max(1) * cfg.rx as usize + cfg.tx as usize,
             registered: Mutex::new(None),
             sockets: AtomicU32::new(0),
         }))
@@ -533,7 +537,10 @@ impl Socket {
             bind(XDP_USE_NEED_WAKEUP | XDP_ZEROCOPY)
         };
         if let (Err(e), Some(_)) = (&zc, shared_with) {
-            let e = io::Error::new(e.kind(), format!("bind queue {queue} to a shared UMEM: {e}"));
+            let e = io::Error::new(
+                e.kind(),
+                format!("bind queue {queue} to a shared UMEM: {e}"),
+            );
             me.give_back_fill();
             return Err(e);
         }
@@ -634,7 +641,7 @@ impl Socket {
             return 0;
         }
         // Lend the frames to the element while the UMEM has frames to spare; else copy.
-        let lend = self.umem.free_frames() >= self.umem.reserve;
+        let lend = self.umem.free_frames() >= self.umem.lend_floor;
         let mut got = 0;
         for i in 0..n {
             // SAFETY: i < ready entries, written by the kernel.
@@ -1329,6 +1336,150 @@ impl Port for XdpPort {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A network namespace of the test's own with a veth pair `a`/`b` in it, removed when
+    /// dropped (on failure too).
+    struct Netns(String);
+
+    impl Netns {
+        fn with_veth(tag: &str) -> Netns {
+            let ns = Netns(format!("tio-{tag}-{}", std::process::id()));
+            let ip = |args: &[&str]| {
+                let o = std::process::Command::new("ip")
+                    .args(args)
+                    .output()
+                    .unwrap();
+                assert!(o.status.success(), "ip {args:?}: {o:?}");
+            };
+            ip(&["netns", "add", &ns.0]);
+            ip(&[
+                "-n", &ns.0, "link", "add", "ua", "type", "veth", "peer", "name", "ub",
+            ]);
+            ip(&["-n", &ns.0, "link", "set", "ua", "up"]);
+            ip(&["-n", &ns.0, "link", "set", "ub", "up"]);
+            ns
+        }
+
+        /// Runs `f` on a thread inside the namespace.
+        fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+            let path = format!("/var/run/netns/{}", self.0);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let fd = std::fs::File::open(&path).unwrap();
+                    // SAFETY: setns on this thread alone, with a namespace file we opened.
+                    let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
+                    assert_eq!(r, 0, "setns: {}", io::Error::last_os_error());
+                    f()
+                })
+                .join()
+                .unwrap()
+            })
+        }
+    }
+
+    impl Drop for Netns {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", &self.0])
+                .output();
+        }
+    }
+
+    /// Two ports on one UMEM: frames received on `b` are lent (no copy) and sent back out
+    /// of `a` from where they are; while the element holds so many that the UMEM runs
+    /// low, `b` copies what it receives instead and keeps receiving; and every frame comes
+    /// back to the UMEM once its buffer is dropped or sent.
+    #[test]
+    fn a_shared_umem_lends_frames_and_gets_every_one_back() {
+        let ns = Netns::with_veth("umem");
+        ns.run(|| {
+            let cfg = XskConfig {
+                rx: 64,
+                tx: 64,
+                ..Default::default()
+            };
+            let umem = Umem::for_sockets(2, &cfg).unwrap();
+            let open = |name: &str| {
+                let at = Arc::new(XdpPort::attach(name, 1, AttachMode::Auto, None).unwrap());
+                XdpPort::open_queues(name, cfg, at, &[0], Some(umem.clone())).unwrap()
+            };
+            let (mut a, mut b) = (open("ua"), open("ub"));
+            assert!(
+                b.info().mode.ends_with("UMEM shared by 2 sockets"),
+                "{:?}",
+                b.info()
+            );
+            let mut pool = Pool::new();
+            let frame = |i: u32| {
+                let mut f = vec![0xff; 12];
+                f.extend_from_slice(&[0x88, 0xb5]);
+                f.extend_from_slice(&i.to_be_bytes());
+                f.resize(60, 0);
+                Pkt::from_bytes(&f)
+            };
+            // Receives on `port` until `n` frames are in `held` (or two seconds pass).
+            let take = |port: &mut XdpPort, pool: &mut Pool, held: &mut Vec<Pkt>, n: usize| {
+                let t = std::time::Instant::now();
+                while held.len() < n && t.elapsed() < std::time::Duration::from_secs(2) {
+                    let mut over = 0;
+                    port.recv(pool, held, 64, &mut over).unwrap();
+                    assert_eq!(over, 0);
+                }
+            };
+            // Send 400 frames from `a` to `b` in batches of 16, holding all received.
+            let mut held = Vec::new();
+            for k in 0..25u32 {
+                let mut batch: Vec<Pkt> = (0..16).map(|i| frame(k * 16 + i)).collect();
+                let r = a.send(&mut batch, &mut pool).unwrap();
+                assert_eq!(r.sent, 16);
+                take(&mut b, &mut pool, &mut held, (k as usize + 1) * 16);
+            }
+            assert_eq!(held.len(), 400, "every frame arrived");
+            for (i, p) in held.iter().enumerate() {
+                assert_eq!(p.data[14..18], (i as u32).to_be_bytes(), "in order, intact");
+            }
+            let lent = held.iter().filter(|p| p.data.is_lent()).count();
+            let [_, copied_in, copied_low] = b.copies();
+            assert_eq!(copied_in, 0);
+            // 384 frames: 128 on the fill rings; lent while 192 were free (the fill rings'
+            // and the 64 kept for copies sent); the element held more than that, so the
+            // later frames were copied and the rings never ran dry.
+            assert!(
+                lent >= 64 && copied_low >= 200,
+                "{lent} lent, {copied_low} copied"
+            );
+            assert_eq!(lent as u64 + copied_low, 400);
+            // Send everything back out of `a` (the lent frames in place), then drop all.
+            let [_, copied_before, _] = a.copies();
+            assert_eq!(copied_before, 400, "the frames made here were copied in");
+            let r = a.send(&mut held, &mut pool).unwrap();
+            assert_eq!(r.sent, 400 - r.ring_full);
+            let [in_place, copied_out, _] = a.copies();
+            assert_eq!((in_place + copied_out - copied_before) as usize, r.sent);
+            assert!(in_place > 0, "{in_place}");
+            drop(held);
+            // What `a` sent reaches `b`'s socket: receive and drop it, and reap `a`'s
+            // completions, until the frames are all back.
+            let mut rx = Vec::new();
+            let t = std::time::Instant::now();
+            loop {
+                let mut over = 0;
+                b.recv(&mut pool, &mut rx, 64, &mut over).unwrap();
+                rx.clear();
+                a.send(&mut Vec::new(), &mut pool).unwrap();
+                // Every frame is free but those on the two fill rings (64 each).
+                if umem.frames() - umem.free_frames() == 2 * 64 {
+                    break;
+                }
+                assert!(
+                    t.elapsed() < std::time::Duration::from_secs(2),
+                    "{} of {} frames free",
+                    umem.free_frames(),
+                    umem.frames()
+                );
+            }
+        });
+    }
 
     #[test]
     fn redirect_program_is_six_slots() {

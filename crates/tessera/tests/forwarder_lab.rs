@@ -602,8 +602,8 @@ fn forwarded_frames_leave_from_the_umem_frame_they_arrived_in() {
             }
             (_, false) => {
                 // Only what leaves by the port it came in by (the ARP reply) is in place.
-                let back = event_count(&c, "arp_replies_sent")
-                    + event_count(&c, "icmp_echo_replies_sent");
+                let back =
+                    event_count(&c, "arp_replies_sent") + event_count(&c, "icmp_echo_replies_sent");
                 assert_eq!(in_place, back, "{c}");
                 assert!(copied >= forwarded, "{c}");
                 assert!(!mode.contains("UMEM"), "{mode}");
