@@ -5,19 +5,25 @@
 //! frame to the socket of its receive queue through an XSKMAP (a frame of a queue without
 //! a socket goes on to the kernel, `XDP_PASS`), attached through a BPF link, so that it
 //! leaves with the process however the process ends. Per receive queue: one socket with
-//! its own UMEM (frames of [`FRAME`] bytes), fill, completion, RX and TX rings, bound with
-//! `XDP_USE_NEED_WAKEUP`. The rings are written here, not taken from a crate: they are a
-//! few loads and stores on shared memory, and the hot path is ours to see.
+//! fill, completion, RX and TX rings, bound with `XDP_USE_NEED_WAKEUP`, on a [`Umem`]
+//! (frames of [`FRAME`] bytes) that the sockets of one worker's ports share
+//! (`XDP_SHARED_UMEM`) or that the port has alone. The rings are written here, not taken
+//! from a crate: they are a few loads and stores on shared memory, and the hot path is
+//! ours to see.
 //!
 //! Zero-copy is asked for first and copy mode taken when the driver refuses it (veth has
 //! no zero-copy). In copy mode the kernel copies each received frame into the UMEM and
 //! builds a socket buffer for each transmitted one inside `sendto`; the transmit path
 //! kicks the kernel once per batch and again while it reports more to send.
 //!
-//! Frames are copied between the UMEM and the element's packet buffers ([`Pkt`]): 64 to
-//! 1,518 bytes of `memcpy`, against the system call and socket buffer the kernel spends on
-//! each frame in copy mode. Forwarding UMEM frames in place from port to port (one UMEM
-//! shared by the ports) would save that copy on zero-copy NICs; it is not done yet.
+//! A received frame is lent to the element: its packet buffer ([`Pkt`]'s [`Buf`]) points
+//! into the UMEM frame, which comes back to the UMEM's free frames when the buffer is
+//! dropped, or from the completion ring after the frame left by a socket of the same UMEM
+//! from where it lies (no copy in user space; none at all on a NIC in zero-copy mode).
+//! Frames the element built, or from another UMEM, are copied into a free frame to be
+//! sent. Frames are lent only while the UMEM has a receive batch free for each socket's
+//! fill ring and a transmit ring's worth for copies; past that they are copied to the
+//! heap and given back at once, so that frames the element holds never starve the rings.
 
 use crate::xdp::{bpf, insn, u32s};
 use dataplane::buf::{Buf, FrameStore, Pkt, Pool};
@@ -58,6 +64,9 @@ pub(crate) const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 const XDP_PASS: i32 = 2;
+
+/// The most frames one socket's `recv` takes from its RX ring at once (an element's batch).
+const RECV_BATCH: usize = 256;
 
 /// Bytes of UMEM per frame. The kernel puts a received frame 256 bytes in (its XDP
 /// headroom), so frames up to 3,840 bytes fit; larger MTUs use AF_PACKET.
@@ -249,10 +258,11 @@ pub struct Umem {
     /// Frames kept back from the fill rings for transmitting copies (frames built by the
     /// element, or from another UMEM): the transmit ring's size.
     reserve: usize,
-    /// Received frames are lent to the element only while this many are free: enough to
-    /// fill every socket's fill ring and keep the reserve. Below it they are copied to
-    /// the heap and their UMEM frames go back at once, so that frames the element holds
-    /// (queued for a neighbour's resolution, say) never starve the rings.
+    /// Received frames are lent to the element only while this many are free: the
+    /// reserve, and a receive batch for each socket (what one `recv` takes from its RX
+    /// ring before it refills its fill ring). Below it they are copied to the heap and
+    /// their UMEM frames go back at once, so that frames the element holds (queued for a
+    /// neighbour's resolution, say) never starve the fill rings.
     lend_floor: usize,
     /// The socket that registered the UMEM, while it is open: the others bind to it.
     registered: Mutex<Option<i32>>,
@@ -292,7 +302,7 @@ impl Umem {
             len,
             free: Mutex::new((0..frames as u64).rev().map(|i| i * FRAME as u64).collect()),
             reserve: cfg.tx as usize,
-            lend_floor: sockets.max(1) * cfg.rx as usize + cfg.tx as usize,
+            lend_floor: cfg.tx as usize + sockets.max(1) * (cfg.rx as usize).min(RECV_BATCH),
             registered: Mutex::new(None),
             sockets: AtomicU32::new(0),
         }))
@@ -341,6 +351,8 @@ struct Socket {
     store: Arc<dyn FrameStore>,
     /// Whether this socket registered the UMEM (the others bind to it).
     registers: bool,
+    /// Whether it is bound (and counted in the UMEM's sockets).
+    bound: bool,
     /// Frames taken from the UMEM for one batch (transmit copies, frames to give back).
     scratch: Vec<u64>,
     zero_copy: bool,
@@ -479,6 +491,7 @@ impl Socket {
             umem: umem.clone(),
             store,
             registers: shared_with.is_none(),
+            bound: false,
             scratch: Vec::with_capacity(cfg.tx.max(cfg.rx) as usize),
             zero_copy: false,
             stats: Statistics::default(),
@@ -555,6 +568,7 @@ impl Socket {
             *registered = Some(s);
         }
         umem.sockets.fetch_add(1, Ordering::Relaxed);
+        me.bound = true;
         drop(registered);
         me.zero_copy = getsockopt::<u32>(s, XDP_OPTIONS)
             .map(|o| o & XDP_OPTIONS_ZEROCOPY != 0)
@@ -622,7 +636,7 @@ impl Socket {
     }
 
     fn recv(&mut self, pool: &mut Pool, out: &mut Vec<Pkt>, max: u32, oversize: &mut u64) -> u32 {
-        let n = self.rx.ready().min(max);
+        let n = self.rx.ready().min(max).min(RECV_BATCH as u32);
         if n == 0 {
             self.refill();
             if self.fill.needs_wakeup() {
@@ -845,7 +859,11 @@ impl Socket {
 impl Drop for Socket {
     fn drop(&mut self) {
         // Sockets opened later cannot bind to a closed one. (The frames this socket's
-        // rings held stay with the kernel until the UMEM goes.)
+        // rings held stay with the kernel until the UMEM goes.) A socket that never bound
+        // is dropped in `open`, which holds the lock, and was never counted.
+        if !self.bound {
+            return;
+        }
         let mut registered = self
             .umem
             .registered
@@ -1441,9 +1459,9 @@ mod tests {
             let lent = held.iter().filter(|p| p.data.is_lent()).count();
             let [_, copied_in, copied_low] = b.copies();
             assert_eq!(copied_in, 0);
-            // 384 frames: 128 on the fill rings; lent while 192 were free (the fill rings'
-            // and the 64 kept for copies sent); the element held more than that, so the
-            // later frames were copied and the rings never ran dry.
+            // 384 frames: 128 on the fill rings; lent while 192 were free (a batch of 64
+            // for each socket and the 64 kept for copies sent); the element held more
+            // than that, so the later frames were copied and the rings never ran dry.
             assert!(
                 lent >= 64 && copied_low >= 200,
                 "{lent} lent, {copied_low} copied"
