@@ -373,7 +373,7 @@ pub struct IoConfig {
     /// `shared_umem = true` (the default): on AF_XDP, the sockets of a worker's ports share
     /// one UMEM, so a frame received on one port leaves by another from where it was
     /// received, without a copy in user space (none at all on NICs in zero-copy mode).
-    /// `false`: each port has its own, and a forwarded frame is copied once.
+    /// `false`: each port has its own, and frames are copied in and out.
     pub shared_umem: bool,
 }
 

@@ -1236,8 +1236,9 @@ impl XdpPort {
         // Frames are lent to the element only where they may leave by another port
         // without a copy. On a UMEM of the port's own a frame would be copied on the way
         // out anyway, and a frame copied in at once costs less than one lent and released
-        // (measured on veth: 0.6-0.7 against 0.9-1.1 us of user-space CPU per 1,470-byte
-        // frame).
+        // (a first form that lent there: 0.89-1.12 us of user-space CPU per forwarded
+        // 1,470-byte frame against 0.63-0.79 copying in, on veth;
+        // results/forward-io/shared-umem).
         let lend = umem.is_some();
         let umem = match umem {
             Some(u) => u,
