@@ -909,10 +909,16 @@ impl Socket {
 impl Drop for Socket {
     fn drop(&mut self) {
         // Sockets opened later cannot bind to a closed one. (The frames this socket's
-        // rings held stay with the kernel until the UMEM goes.) A socket that never bound
-        // is dropped in `open`, which holds the lock, and was never counted.
+        // rings held stay with the kernel until the UMEM goes; those at hand go back to
+        // the UMEM's list, for the sockets that stay.) A socket that never bound is
+        // dropped in `open`, which holds the lock, and was never counted.
         if !self.bound {
             return;
+        }
+        {
+            let mut free = self.umem.free();
+            free.append(&mut self.cache);
+            self.umem.free_len.store(free.len(), Ordering::Relaxed);
         }
         let mut registered = self
             .umem
