@@ -139,10 +139,8 @@ fn open_one(
     let cfg = xsk::XskConfig::default();
     let mode = xsk::AttachMode::Auto;
     let xdp = |umems: Option<&mut Umems>| -> std::io::Result<XdpPort> {
-        let queues = xsk::rx_queues(name);
-        let shared = std::sync::Arc::new(XdpPort::attach(name, queues, mode, program)?);
         let umem = umems.map(|u| u.of(0)).transpose()?;
-        XdpPort::open_queues(name, cfg, shared, &(0..queues).collect::<Vec<_>>(), umem)
+        XdpPort::open_with(name, cfg, mode, program, umem)
     };
     let packet = || {
         let mut p = AfPacket::open(

@@ -311,15 +311,19 @@ impl Umem {
         }))
     }
 
-    fn free(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+    /// Runs `f` on the list of free frames, under its lock, and notes its new length.
+    fn with_free<R>(&self, f: impl FnOnce(&mut Vec<u64>) -> R) -> R {
         // A panic while holding the lock leaves a plain Vec of addresses: still good.
-        self.free.lock().unwrap_or_else(|e| e.into_inner())
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let r = f(&mut free);
+        self.free_len.store(free.len(), Ordering::Relaxed);
+        r
     }
 
     /// Frames free now in the UMEM's own list (not with the kernel, lent, or at hand in a
     /// socket's cache).
     pub fn free_frames(&self) -> usize {
-        self.free().len()
+        self.with_free(|f| f.len())
     }
 
     /// Frames in all.
@@ -330,9 +334,7 @@ impl Umem {
 
 impl FrameStore for Umem {
     fn release(&self, id: u64) {
-        let mut free = self.free();
-        free.push(id);
-        self.free_len.store(free.len(), Ordering::Relaxed);
+        self.with_free(|f| f.push(id));
     }
 }
 
@@ -353,8 +355,6 @@ struct Socket {
     tx: Ring<Desc>,
     fd: OwnedFd,
     umem: Arc<Umem>,
-    /// The same UMEM as the store that received frames are lent from.
-    store: Arc<dyn FrameStore>,
     /// Whether this socket registered the UMEM (the others bind to it).
     registers: bool,
     /// Whether it is bound (and counted in the UMEM's sockets).
@@ -500,7 +500,6 @@ impl Socket {
         )?;
         let rx = Ring::<Desc>::map(s, &off.rx, cfg.rx, XDP_PGOFF_RX_RING, "RX")?;
         let tx = Ring::<Desc>::map(s, &off.tx, cfg.tx, XDP_PGOFF_TX_RING, "TX")?;
-        let store: Arc<dyn FrameStore> = umem.clone();
         let mut me = Socket {
             fill,
             comp,
@@ -508,7 +507,6 @@ impl Socket {
             tx,
             fd,
             umem: umem.clone(),
-            store,
             registers: shared_with.is_none(),
             bound: false,
             lend,
@@ -602,19 +600,20 @@ impl Socket {
             .fill
             .head
             .wrapping_sub(self.fill.consumer().load(Ordering::Acquire));
-        self.cache.clear();
-        let mut free = self.umem.free();
-        for i in 0..n {
-            // SAFETY: the n entries before our producer index are ours (the kernel never
-            // consumed them: the socket is not bound).
-            free.push(unsafe {
-                *self
-                    .fill
-                    .desc
-                    .add((self.fill.head.wrapping_sub(n - i) & self.fill.mask) as usize)
-            });
-        }
-        self.umem.free_len.store(free.len(), Ordering::Relaxed);
+        let back: Vec<u64> = (0..n)
+            .map(|i| {
+                // SAFETY: the n entries before our producer index are ours (the kernel
+                // never consumed them: the socket is not bound).
+                unsafe {
+                    *self
+                        .fill
+                        .desc
+                        .add((self.fill.head.wrapping_sub(n - i) & self.fill.mask) as usize)
+                }
+            })
+            .chain(self.cache.drain(..))
+            .collect();
+        self.umem.with_free(|f| f.extend(back));
     }
 
     /// A receive batch of this socket: what one `recv` takes at most.
@@ -629,11 +628,11 @@ impl Socket {
 
     /// Takes up to `want` frames from the UMEM's list into the cache, leaving `keep`.
     fn grab(&mut self, want: usize, keep: usize) {
-        let mut free = self.umem.free();
-        let k = want.min(free.len().saturating_sub(keep));
-        let at = free.len() - k;
-        self.cache.extend(free.drain(at..));
-        self.umem.free_len.store(free.len(), Ordering::Relaxed);
+        let cache = &mut self.cache;
+        self.umem.with_free(|free| {
+            let k = want.min(free.len().saturating_sub(keep));
+            cache.extend(free.drain(free.len() - k..));
+        });
     }
 
     /// Gives the UMEM back what the cache holds beyond [`Socket::cache_max`], down to
@@ -642,9 +641,9 @@ impl Socket {
     fn trim(&mut self) {
         let max = self.cache_max();
         if self.cache.len() > max {
-            let mut free = self.umem.free();
-            free.extend(self.cache.drain(max / 2..));
-            self.umem.free_len.store(free.len(), Ordering::Relaxed);
+            let cache = &mut self.cache;
+            self.umem
+                .with_free(|free| free.extend(cache.drain(max / 2..)));
         }
     }
 
@@ -733,7 +732,7 @@ impl Socket {
                     // mapping alive.
                     let data = unsafe {
                         Buf::lend(
-                            self.store.clone(),
+                            self.umem.clone(),
                             chunk,
                             NonNull::new_unchecked(self.umem.mem.add(chunk as usize)),
                             FRAME,
@@ -915,11 +914,8 @@ impl Drop for Socket {
         if !self.bound {
             return;
         }
-        {
-            let mut free = self.umem.free();
-            free.append(&mut self.cache);
-            self.umem.free_len.store(free.len(), Ordering::Relaxed);
-        }
+        let cache = &mut self.cache;
+        self.umem.with_free(|free| free.append(cache));
         let mut registered = self
             .umem
             .registered
@@ -1169,22 +1165,19 @@ pub struct XdpPort {
 pub struct AttachedShared(Attached);
 
 impl XdpPort {
-    /// Attaches the redirect program to `name` and opens a socket on every receive queue.
-    pub fn open(name: &str, cfg: XskConfig, mode: AttachMode) -> io::Result<XdpPort> {
-        Self::open_with(name, cfg, mode, None)
-    }
-
-    /// As [`XdpPort::open`], with `program` (given the XSKMAP) instead of the plain
-    /// redirect: the fast path's.
+    /// Attaches `program` (given the XSKMAP; the fast path's), or else the plain
+    /// redirect, to `name` and opens a socket on every receive queue, on `umem` (shared
+    /// with other ports) or on a UMEM of the port's own.
     pub fn open_with(
         name: &str,
         cfg: XskConfig,
         mode: AttachMode,
         program: Option<ProgramFor>,
+        umem: Option<Arc<Umem>>,
     ) -> io::Result<XdpPort> {
         let queues = rx_queues(name);
         let shared = std::sync::Arc::new(Self::attach(name, queues, mode, program)?);
-        Self::open_queues(name, cfg, shared, &(0..queues).collect::<Vec<_>>(), None)
+        Self::open_queues(name, cfg, shared, &(0..queues).collect::<Vec<_>>(), umem)
     }
 
     /// A receiving port for measurement: [`stamp_program`] on `name` (IPv4 and IPv6 UDP
