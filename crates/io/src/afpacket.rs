@@ -57,13 +57,23 @@ pub struct RingConfig {
     pub tx_frames: u32,
     pub rx_ring: RxRing,
     /// Joins a fanout group that spreads the interface's frames over several sockets by a
-    /// hash of each frame's flow (one socket per worker): `Some(0)` makes a new group
-    /// (read its id with [`AfPacket::fanout_group`]), `Some(id)` joins group `id`.
-    pub fanout: Option<u16>,
+    /// hash of each frame's flow (one socket per worker).
+    pub fanout: Option<Fanout>,
     /// Receives only frames that carry this mark (a socket filter, attached before the
     /// socket is bound): with the fast path in the port's tcx program, the frames that
     /// program leaves to user space (see [`AfPacket::attach_fast_path`]).
     pub accept_mark: Option<u32>,
+}
+
+/// Which fanout group a socket joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fanout {
+    /// A new group, under an id the kernel picks (read it with [`AfPacket::fanout_group`]).
+    /// The kernel's ids come from one counter for the whole machine, starting at 0: a
+    /// new group may well be group 0.
+    New,
+    /// The group of this id, in the socket's network namespace.
+    Join(u16),
 }
 
 impl Default for RingConfig {
@@ -437,13 +447,16 @@ impl AfPacket {
             )
         };
         check(r, "bind", name)?;
-        if let Some(id) = cfg.fanout {
+        if let Some(group) = cfg.fanout {
             // Flow hash: the frames of one flow (5-tuple; addresses for fragments) always
             // reach the same socket, so a worker never reorders a flow.
-            let mut arg = id as u32 | libc::PACKET_FANOUT_HASH << 16;
-            if id == 0 {
-                arg |= libc::PACKET_FANOUT_FLAG_UNIQUEID << 16;
-            }
+            let arg = match group {
+                // The id field must be 0 with UNIQUEID; the kernel picks the id.
+                Fanout::New => {
+                    libc::PACKET_FANOUT_HASH << 16 | libc::PACKET_FANOUT_FLAG_UNIQUEID << 16
+                }
+                Fanout::Join(id) => id as u32 | libc::PACKET_FANOUT_HASH << 16,
+            };
             check(
                 setsockopt(fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg),
                 "PACKET_FANOUT",

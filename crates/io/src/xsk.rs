@@ -1416,54 +1416,7 @@ impl Port for XdpPort {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A network namespace of the test's own with a veth pair `a`/`b` in it, removed when
-    /// dropped (on failure too).
-    struct Netns(String);
-
-    impl Netns {
-        fn with_veth(tag: &str) -> Netns {
-            let ns = Netns(format!("tio-{tag}-{}", std::process::id()));
-            let ip = |args: &[&str]| {
-                let o = std::process::Command::new("ip")
-                    .args(args)
-                    .output()
-                    .unwrap();
-                assert!(o.status.success(), "ip {args:?}: {o:?}");
-            };
-            ip(&["netns", "add", &ns.0]);
-            ip(&[
-                "-n", &ns.0, "link", "add", "ua", "type", "veth", "peer", "name", "ub",
-            ]);
-            ip(&["-n", &ns.0, "link", "set", "ua", "up"]);
-            ip(&["-n", &ns.0, "link", "set", "ub", "up"]);
-            ns
-        }
-
-        /// Runs `f` on a thread inside the namespace.
-        fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-            let path = format!("/var/run/netns/{}", self.0);
-            std::thread::scope(|s| {
-                s.spawn(|| {
-                    let fd = std::fs::File::open(&path).unwrap();
-                    // SAFETY: setns on this thread alone, with a namespace file we opened.
-                    let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-                    assert_eq!(r, 0, "setns: {}", io::Error::last_os_error());
-                    f()
-                })
-                .join()
-                .unwrap()
-            })
-        }
-    }
-
-    impl Drop for Netns {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("ip")
-                .args(["netns", "del", &self.0])
-                .output();
-        }
-    }
+    use crate::test_ns::Netns;
 
     /// Two ports on one UMEM: frames received on `b` are lent (no copy) and sent back out
     /// of `a` from where they are; while the element holds so many that the UMEM runs

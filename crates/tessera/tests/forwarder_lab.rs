@@ -853,9 +853,11 @@ fn two_workers_share_the_flows() {
         "src1",
         &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.3.0.10"],
     );
-    // (A fresh-clone CI run once saw the first two echo replies twice, on AF_PACKET; not
-    // seen again in seven runs here. The counters say which worker took what, if it comes
-    // back.)
+    // Every echo twice, on AF_PACKET, was the two workers' sockets in two fanout groups:
+    // on a freshly booted machine the kernel names the first new group 0, which the
+    // opening took for "make a new group" (io's test
+    // `the_workers_packet_sockets_make_one_group_even_group_0`). The counters say which
+    // worker took what.
     assert!(
         p.contains("3 received") && p.matches("ttl=63").count() == 3,
         "{p}\nthe router's counters: {}",
