@@ -10,7 +10,7 @@
 //! forwarder alone), and the zero-loss rate found by a binary search below it; with
 //! `--fast-path`, a second pass with every element's fast path.
 
-use crate::forward_bench::{lab_mac, lab_point};
+use crate::forward_bench::{lab_mac, lab_point, realtime_napi, threaded_napi};
 use crate::pipeline_bench::{frame, measure};
 use dataplane::balancer::{Balancer, Mode};
 use dataplane::{Event, TxQueues};
@@ -112,6 +112,8 @@ pub struct LabOpts {
     /// AF_XDP ports, the LBs'), the switch's and the hosts' ports with GRO on (a veth takes
     /// frames an XDP program redirects to it only then).
     pub fast_path: bool,
+    /// The elements' ports' NAPI threads at SCHED_FIFO priority 50 (`--rt-napi`).
+    pub rt_napi: bool,
 }
 
 /// Binary-search steps of the zero-loss rate through a lab.
@@ -190,6 +192,7 @@ fn through_lab(
                 dst,
             ],
         )?;
+        let napi = element_napi(&l, opts.rt_napi)?;
         let mac = lab_mac(&l, next_hop.0, next_hop.1)?;
         let args: Vec<String> = [
             "--dst-mac",
@@ -204,10 +207,10 @@ fn through_lab(
         .iter()
         .map(|s| s.to_string())
         .collect();
-        let before = element_load(&l);
+        let before = element_load(&l, &napi);
         let gens = [(src, args.clone(), "max".to_string())];
         let p = lab_point(&l, &opts.exe, opts.seconds, 64, &gens, &[sink])?;
-        let after = element_load(&l);
+        let after = element_load(&l, &napi);
         // The zero-loss rate: a binary search on the rate asked for, below what the
         // generator offered at its maximum; the highest load actually offered that
         // arrived whole.
@@ -224,17 +227,29 @@ fn through_lab(
             }
         }
         // Per element: frames received over CPU seconds used, i.e. packets per second per
-        // core as the element ran in the lab, whatever else shared the cores.
+        // core as the element ran in the lab, whatever else shared the cores. Its process
+        // alone (`pps_per_core`, frames its user-space ports took), and with its ports'
+        // receive work in the kernel (`frames_per_cpu_s`: every frame it took, fast path
+        // included, over its process's and its ports' NAPI threads' CPU seconds).
         let elements: Vec<Value> = after
             .iter()
-            .filter_map(|(name, rx, cpu, fast)| {
-                let (_, rx0, cpu0, fast0) = before.iter().find(|b| &b.0 == name)?;
-                let (drx, dcpu) = (rx.saturating_sub(*rx0), cpu - cpu0);
+            .filter_map(|a| {
+                let b = before.iter().find(|b| b.name == a.name)?;
+                let (drx, dcpu) = (a.rx.saturating_sub(b.rx), a.cpu - b.cpu);
+                let dnapi = a.napi_cpu - b.napi_cpu;
                 let pps = if dcpu > 0.05 { drx as f64 / dcpu } else { 0.0 };
-                let fast = fast.saturating_sub(*fast0);
-                Some(json!({"element": name, "rx_packets": drx,
+                let fast = a.fast.saturating_sub(b.fast);
+                let all = dcpu + dnapi;
+                let per_cpu = if all > 0.05 {
+                    (drx + fast) as f64 / all
+                } else {
+                    0.0
+                };
+                Some(json!({"element": a.name, "rx_packets": drx,
                     "cpu_s": (dcpu * 100.0).round() / 100.0, "pps_per_core": pps.round(),
-                    "fast_path_packets": fast}))
+                    "fast_path_packets": fast, "napi_threads": a.napi_threads,
+                    "napi_cpu_s": (dnapi * 100.0).round() / 100.0,
+                    "frames_per_cpu_s": per_cpu.round()}))
             })
             .collect();
         Ok(json!({"topology": topo, "flows": flows, "fast_path": fast,
@@ -246,10 +261,48 @@ fn through_lab(
     r
 }
 
-/// (element, frames received on all its user-space ports, CPU seconds its process used,
-/// frames its fast path took) of each running element. A fast path runs in the kernel's
-/// receive work, which no process is charged for: its frames are not in the first two.
-fn element_load(l: &lab::Lab) -> Vec<(String, u64, f64, u64)> {
+/// What an element had done at one moment.
+struct ElementLoad {
+    name: String,
+    /// Frames received on all its user-space ports.
+    rx: u64,
+    /// CPU seconds its process used.
+    cpu: f64,
+    /// CPU seconds its ports' NAPI threads used: the kernel's receive work on its ports,
+    /// its XDP programs (a fast path among them) included.
+    napi_cpu: f64,
+    napi_threads: usize,
+    /// Frames its fast path took (in the kernel's receive work, so not in `rx` and not in
+    /// `cpu`).
+    fast: u64,
+}
+
+/// Each element's ports' NAPI threads (see [`threaded_napi`]): a port without NAPI (no
+/// XDP program and no GRO, as with `--io packet`) has none, and its receive work stays in
+/// the sender's context, charged to no element.
+fn element_napi(l: &lab::Lab, rt: bool) -> Result<Vec<(String, Vec<i32>)>, String> {
+    let mut v = Vec::new();
+    for e in &l.topo.element {
+        let prefix = format!("{}:", e.name);
+        let mut pids = Vec::new();
+        for link in &l.topo.link {
+            for end in [&link.a, &link.b] {
+                if let Some(ifname) = end.strip_prefix(&prefix) {
+                    // Writing `threaded` fails on an interface without NAPI: none then.
+                    pids.extend(threaded_napi(l, &e.name, ifname).unwrap_or_default());
+                }
+            }
+        }
+        if rt {
+            realtime_napi(&pids).map_err(|err| format!("--rt-napi: {}: {err}", e.name))?;
+        }
+        v.push((e.name.clone(), pids));
+    }
+    Ok(v)
+}
+
+/// The load of each running element.
+fn element_load(l: &lab::Lab, napi: &[(String, Vec<i32>)]) -> Vec<ElementLoad> {
     let mut v = Vec::new();
     for e in &l.topo.element {
         let pid = std::fs::read_to_string(l.run_dir().join(format!("{}.pid", e.name)))
@@ -259,6 +312,15 @@ fn element_load(l: &lab::Lab) -> Vec<(String, u64, f64, u64)> {
         let Some(cpu) = crate::process_cpu_seconds(pid) else {
             continue;
         };
+        let threads: &[i32] = napi
+            .iter()
+            .find(|(n, _)| n == &e.name)
+            .map(|(_, p)| p.as_slice())
+            .unwrap_or(&[]);
+        let napi_cpu = threads
+            .iter()
+            .filter_map(|&t| crate::process_cpu_seconds(t))
+            .sum();
         let c = control::ctlsock::request(&l.control_socket(&e.name), "counters").ok();
         let rx = c
             .as_ref()
@@ -272,7 +334,14 @@ fn element_load(l: &lab::Lab) -> Vec<(String, u64, f64, u64)> {
             .as_ref()
             .and_then(|c| c["fast_path"]["forwarded"].as_u64())
             .unwrap_or(0);
-        v.push((e.name.clone(), rx, cpu, fast));
+        v.push(ElementLoad {
+            name: e.name.clone(),
+            rx,
+            cpu,
+            napi_cpu,
+            napi_threads: threads.len(),
+            fast,
+        });
     }
     v
 }

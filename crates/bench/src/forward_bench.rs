@@ -100,8 +100,24 @@ fn xdp_receiver(lab: &lab::Lab, node: &str, ifname: &str, rt: bool) -> Result<()
         "ip",
         &["netns", "exec", &ns, "ethtool", "-K", ifname, "gro", "on"],
     )?;
-    // The interface's NAPI threads are the `napi/IFNAME-ID` threads that appear when it
-    // turns threaded (names are not unique across namespaces: only new ones are ours).
+    let mine = threaded_napi(lab, node, ifname)?;
+    if rt {
+        if mine.is_empty() {
+            return Err(format!(
+                "--rt-napi: no NAPI thread appeared for {node}:{ifname}"
+            ));
+        }
+        realtime_napi(&mine).map_err(|e| format!("--rt-napi: {node}:{ifname}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Moves the NAPI of `node:ifname` into kernel threads of its own (`threaded`) and returns
+/// their PIDs: the `napi/IFNAME-ID` threads that appear then (names are not unique across
+/// namespaces: only new ones are ours). None appear for an interface that runs no NAPI (a
+/// veth with neither XDP nor GRO): an empty list then, after a wait of up to 2 s.
+pub(crate) fn threaded_napi(lab: &lab::Lab, node: &str, ifname: &str) -> Result<Vec<i32>, String> {
+    let ns = lab.ns(node);
     let before = napi_threads(ifname);
     sh(
         "ip",
@@ -114,32 +130,29 @@ fn xdp_receiver(lab: &lab::Lab, node: &str, ifname: &str, rt: bool) -> Result<()
             &format!("echo 1 > /sys/class/net/{ifname}/threaded"),
         ],
     )?;
-    if rt {
-        let t = std::time::Instant::now();
-        let mine = loop {
-            let mine: Vec<i32> = napi_threads(ifname)
-                .into_iter()
-                .filter(|p| !before.contains(p))
-                .collect();
-            if !mine.is_empty() || t.elapsed() > std::time::Duration::from_secs(2) {
-                break mine;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        };
-        if mine.is_empty() {
-            return Err(format!(
-                "--rt-napi: no NAPI thread appeared for {node}:{ifname}"
-            ));
+    let t = std::time::Instant::now();
+    loop {
+        let mine: Vec<i32> = napi_threads(ifname)
+            .into_iter()
+            .filter(|p| !before.contains(p))
+            .collect();
+        if !mine.is_empty() || t.elapsed() > std::time::Duration::from_secs(2) {
+            return Ok(mine);
         }
-        for pid in mine {
-            let param = libc::sched_param { sched_priority: 50 };
-            // SAFETY: sched_setscheduler(2) on a kernel thread's PID with a valid param.
-            if unsafe { libc::sched_setscheduler(pid, libc::SCHED_FIFO, &param) } != 0 {
-                return Err(format!(
-                    "--rt-napi: {node}:{ifname}: NAPI thread {pid}: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Puts NAPI threads at SCHED_FIFO priority 50 (`--rt-napi`).
+pub(crate) fn realtime_napi(pids: &[i32]) -> Result<(), String> {
+    for &pid in pids {
+        let param = libc::sched_param { sched_priority: 50 };
+        // SAFETY: sched_setscheduler(2) on a kernel thread's PID with a valid param.
+        if unsafe { libc::sched_setscheduler(pid, libc::SCHED_FIFO, &param) } != 0 {
+            return Err(format!(
+                "NAPI thread {pid}: {}",
+                std::io::Error::last_os_error()
+            ));
         }
     }
     Ok(())

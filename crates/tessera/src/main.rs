@@ -603,6 +603,11 @@ enum Bench {
         /// and, on AF_XDP ports, the LBs'; GRO on the switch's and the hosts' ports).
         #[arg(long)]
         fast_path: bool,
+        /// The elements' ports' NAPI threads at SCHED_FIFO priority 50 (each element's
+        /// ports always get NAPI threads of their own, whose CPU time is counted as the
+        /// element's: `napi_cpu_s`, `frames_per_cpu_s`).
+        #[arg(long)]
+        rt_napi: bool,
     },
     /// The forwarder's per-packet path over in-memory ports: 64-byte frames, tables of 10 to
     /// 167,000 prefixes (and --table, the full real one), one, two and many flows.
@@ -1274,6 +1279,7 @@ fn run(cli: Cli) -> Result<i32> {
                 no_lab,
                 io,
                 fast_path,
+                rt_napi,
             } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
                 for b in &io {
@@ -1289,6 +1295,7 @@ fn run(cli: Cli) -> Result<i32> {
                     seconds: secs,
                     io,
                     fast_path,
+                    rt_napi,
                 };
                 let v = bench::balancer_bench::run(
                     std::time::Duration::from_secs_f64(secs),
