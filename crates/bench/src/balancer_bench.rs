@@ -226,39 +226,57 @@ fn through_lab(
                 hi = mid;
             }
         }
-        // Per element: frames received over CPU seconds used, i.e. packets per second per
-        // core as the element ran in the lab, whatever else shared the cores. Its process
-        // alone (`pps_per_core`, frames its user-space ports took), and with its ports'
-        // receive work in the kernel (`frames_per_cpu_s`: every frame it took, fast path
-        // included, over its process's and its ports' NAPI threads' CPU seconds).
-        let elements: Vec<Value> = after
-            .iter()
-            .filter_map(|a| {
-                let b = before.iter().find(|b| b.name == a.name)?;
-                let (drx, dcpu) = (a.rx.saturating_sub(b.rx), a.cpu - b.cpu);
-                let dnapi = a.napi_cpu - b.napi_cpu;
-                let pps = if dcpu > 0.05 { drx as f64 / dcpu } else { 0.0 };
-                let fast = a.fast.saturating_sub(b.fast);
-                let all = dcpu + dnapi;
-                let per_cpu = if all > 0.05 {
-                    (drx + fast) as f64 / all
-                } else {
-                    0.0
-                };
-                Some(json!({"element": a.name, "rx_packets": drx,
-                    "cpu_s": (dcpu * 100.0).round() / 100.0, "pps_per_core": pps.round(),
-                    "fast_path_packets": fast, "napi_threads": a.napi_threads,
-                    "napi_cpu_s": (dnapi * 100.0).round() / 100.0,
-                    "frames_per_cpu_s": per_cpu.round()}))
-            })
-            .collect();
+        // The elements' cost where every frame arrives (at the overload point above they
+        // also spend work on frames dropped at their rings): a longer point at the rate
+        // the search found.
+        let at_zero_loss = if lo > 0.0 {
+            let before = element_load(&l, &napi);
+            let gens = [(src, args.clone(), format!("{lo:.0}"))];
+            let q = lab_point(&l, &opts.exe, 3.0 * opts.seconds, 64, &gens, &[sink])?;
+            let after = element_load(&l, &napi);
+            json!({"offered_pps": q.offered_pps.round(), "lost": q.lost,
+                "elements": element_rows(&before, &after)})
+        } else {
+            Value::Null
+        };
         Ok(json!({"topology": topo, "flows": flows, "fast_path": fast,
             "offered_pps": p.offered_pps.round(),
             "received_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received,
-            "lost": p.lost, "zero_loss_pps": zero_loss.round(), "elements": elements}))
+            "lost": p.lost, "zero_loss_pps": zero_loss.round(),
+            "elements": element_rows(&before, &after), "at_zero_loss": at_zero_loss}))
     })();
     let _ = l.down();
     r
+}
+
+/// Per element, between two loads: frames received over CPU seconds used, i.e. packets
+/// per second per core as the element ran in the lab, whatever else shared the cores. Its
+/// process alone (`pps_per_core`, frames its user-space ports took), and with its ports'
+/// receive work in the kernel (`frames_per_cpu_s`: every frame it took, fast path
+/// included, over its process's and its ports' NAPI threads' CPU seconds). CPU time
+/// comes in ticks of 10 ms: below 0.05 s, no rate.
+fn element_rows(before: &[ElementLoad], after: &[ElementLoad]) -> Vec<Value> {
+    after
+        .iter()
+        .filter_map(|a| {
+            let b = before.iter().find(|b| b.name == a.name)?;
+            let (drx, dcpu) = (a.rx.saturating_sub(b.rx), a.cpu - b.cpu);
+            let dnapi = a.napi_cpu - b.napi_cpu;
+            let pps = if dcpu >= 0.05 { drx as f64 / dcpu } else { 0.0 };
+            let fast = a.fast.saturating_sub(b.fast);
+            let all = dcpu + dnapi;
+            let per_cpu = if all >= 0.05 {
+                (drx + fast) as f64 / all
+            } else {
+                0.0
+            };
+            Some(json!({"element": a.name, "rx_packets": drx,
+                "cpu_s": (dcpu * 100.0).round() / 100.0, "pps_per_core": pps.round(),
+                "fast_path_packets": fast, "napi_threads": a.napi_threads,
+                "napi_cpu_s": (dnapi * 100.0).round() / 100.0,
+                "frames_per_cpu_s": per_cpu.round()}))
+        })
+        .collect()
 }
 
 /// What an element had done at one moment.
