@@ -168,10 +168,21 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
     // networks of the two outside routers the lab started (below) reach zebra, the
     // controller (FPM) and every back-end.
     let fib = || show(&lab, "fib", "vcp");
+    // 150 s: a fresh-clone CI run on a busy host once went past 90 (the same test passed
+    // alone right after); every 5 s the controller's answer says what is still missing.
+    let mut polls = 0u32;
     let took = wait_until(
         "static and outside routes on every back-end",
-        Duration::from_secs(90),
-        || consistent(&fib(), 6),
+        Duration::from_secs(150),
+        || {
+            let f = fib();
+            polls += 1;
+            let done = consistent(&f, 6);
+            if !done && polls % 250 == 0 {
+                eprintln!("still waiting: {f}");
+            }
+            done
+        },
     );
     eprintln!("staticd's 2 routes and 4 outside routes (BGP and OSPF) on every back-end {took:?} after the lab came up");
     let f = fib();
