@@ -178,7 +178,7 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
             let f = fib();
             polls += 1;
             let done = consistent(&f, 6);
-            if !done && polls % 250 == 0 {
+            if !done && polls.is_multiple_of(250) {
                 eprintln!("still waiting: {f}");
             }
             done
