@@ -259,7 +259,36 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
     assert_eq!(n.matches("Full").count(), 1, "one OSPF neighbour: {n}");
     let bgp = vtysh("b1", "show bgp ipv4 unicast summary");
     assert!(bgp.contains("10.2.0.1") && bgp.contains("65000"), "{bgp}");
-    // Each learns, from that one neighbour, what the other announced.
+    // Each learns, from that one neighbour, what the other announced. The back-ends can
+    // have every route before an outside router has run its own SPF over the router's
+    // LSAs (a CI run checked b1 0.1 s after the back-ends and found the BGP routes but not
+    // yet the OSPF one), so this waits for both outside routers' tables first.
+    let learnt = |routes: &str, r: &str| {
+        routes.contains("198.51.100.0/24")
+            && routes.contains("198.18.0.0/24")
+            && routes.contains("via 10.1.0.1")
+            && ["192.0.2.0/24", "172.16.1.0/24"].iter().all(|p| {
+                r.lines()
+                    .any(|l| l.contains(p) && l.contains("via 10.2.0.1"))
+            })
+            && r.lines()
+                .any(|l| l.starts_with("O>") && l.contains("172.16.1.0/24"))
+    };
+    let mut polls = 0u32;
+    let took = wait_until(
+        "each outside router's table with the other's networks",
+        Duration::from_secs(60),
+        || {
+            let (routes, r) = (birdc(&["show", "route"]), vtysh("b1", "show ip route"));
+            polls += 1;
+            let done = learnt(&routes, &r);
+            if !done && polls.is_multiple_of(50) {
+                eprintln!("still waiting: a1:\n{routes}\nb1:\n{r}");
+            }
+            done
+        },
+    );
+    eprintln!("each outside router has the other's networks {took:?} after the back-ends");
     let routes = birdc(&["show", "route"]);
     assert!(
         routes.contains("198.51.100.0/24")
