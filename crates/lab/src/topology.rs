@@ -909,7 +909,15 @@ impl Lab {
         let zserv = run.join("zserv.api");
         let order = FRR_DAEMONS.iter().filter(|d| frr.contains_key(**d));
         for d in order {
-            let cfg = self.dir.join(&frr[*d]);
+            // The daemons read their config after dropping to user frr, who may not
+            // reach the topology's directory (a checkout under /root, or in a directory
+            // made by mktemp, is closed to other users): without it they would run
+            // unconfigured, silently. A copy in the run directory is always theirs.
+            let src = self.dir.join(&frr[*d]);
+            let cfg = run.join(format!("{d}.conf"));
+            std::fs::copy(&src, &cfg)
+                .map_err(|e| format!("{node}: {d}'s config {}: {e}", src.display()))?;
+            cmd::run("chown", &["frr:frr", &cfg.to_string_lossy()])?;
             let exe = bin.join(d);
             let mut args: Vec<String> = vec![
                 "netns".into(),

@@ -181,6 +181,12 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
             if !done && polls.is_multiple_of(250) {
                 eprintln!("still waiting: {f}");
             }
+            if !done && polls == 250 * 6 {
+                // Half a minute without every route: what the controller and its
+                // routing suite logged so far, and the namespace's TCP sockets (FPM).
+                eprintln!("{}", lab.logs("vcp"));
+                eprintln!("{}", lab.sh("vcp", &["ss", "-tanp"]));
+            }
             done
         },
     );

@@ -123,6 +123,33 @@ impl TestLab {
         lab
     }
 
+    /// What a failing test should print about a node: the last lines of its element's log
+    /// and of each of its FRR daemons' logs (the lab's run directory goes with the lab).
+    pub fn logs(&self, node: &str) -> String {
+        let run = Path::new(lab::topology::RUN_DIR).join(&self.name);
+        let mut files = vec![run.join(format!("{node}.log"))];
+        if let Ok(dir) = std::fs::read_dir(run.join(format!("frr-{node}"))) {
+            let mut logs: Vec<PathBuf> = dir
+                .flatten()
+                .map(|d| d.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "log"))
+                .collect();
+            logs.sort();
+            files.extend(logs);
+        }
+        let mut out = String::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap_or_else(|e| format!("({e})"));
+            let lines: Vec<&str> = text.lines().collect();
+            out += &format!("--- {} (last 40 of {} lines)\n", f.display(), lines.len());
+            for l in &lines[lines.len().saturating_sub(40)..] {
+                out += l;
+                out.push('\n');
+            }
+        }
+        out
+    }
+
     /// Runs a command in a node; returns its output whatever the exit status.
     pub fn exec(&self, node: &str, argv: &[&str]) -> Output {
         Command::new("ip")
