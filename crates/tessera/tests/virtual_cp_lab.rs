@@ -525,6 +525,8 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
     });
     assert_eq!(a1_has(), 2);
     let mut samples: Vec<(Duration, usize, usize)> = Vec::new();
+    // What the peers held the first time one held less, for the failure's message.
+    let mut first_short: Option<String> = None;
     let mut took = Duration::ZERO;
     let killed = std::cell::Cell::new(Instant::now());
     let lost = udp_load(&lab, Some("172.16.1.1"), "198.19.0.1", 8, 12, || {
@@ -547,7 +549,18 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
         took = t.elapsed();
         let end = Instant::now() + Duration::from_secs(9);
         while Instant::now() < end {
-            samples.push((killed.get().elapsed(), a1_has(), b1_has()));
+            let (a, b) = (a1_has(), b1_has());
+            samples.push((killed.get().elapsed(), a, b));
+            if (a, b) != (2, 3) && first_short.is_none() {
+                first_short = Some(format!(
+                    "at {:?}: a1's routes:\n{}\nb1's routes:\n{}\nb1's BGP table:\n{}\nb1's OSPF neighbours:\n{}",
+                    killed.get().elapsed(),
+                    birdc(&["show", "route"]),
+                    vtysh("b1", "show ip route"),
+                    vtysh("b1", "show bgp ipv4 unicast"),
+                    vtysh("b1", "show ip ospf neighbor"),
+                ));
+            }
             std::thread::sleep(Duration::from_millis(200));
         }
     });
@@ -566,7 +579,10 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
     );
     assert!(
         samples.iter().all(|s| s.1 == 2 && s.2 == 3),
-        "a peer lost routes through the router during the switch-over: {samples:?}"
+        "a peer lost routes through the router during the switch-over: {samples:?}\n{}\n{}\n{}",
+        first_short.unwrap_or_default(),
+        lab.logs("b1"),
+        lab.logs("vcp2"),
     );
     assert_eq!(f2["election"]["takeovers"], 1, "{f2}");
     // The new epoch reaches every back-end with the same routes; the route added with
