@@ -149,6 +149,13 @@ fn runs_process(role: &str) -> bool {
 /// Where the lab records what it started.
 pub const RUN_DIR: &str = "/run/tessera";
 
+/// The last `n` lines of a log file (empty if it cannot be read), for error messages.
+pub fn log_tail(path: &Path, n: usize) -> String {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct State {
     namespaces: Vec<String>,
@@ -1016,15 +1023,12 @@ impl Lab {
                 return Ok(pid);
             }
             if !cmd::alive(pid) || t.elapsed() > Duration::from_secs(15) {
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(10).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
                 cmd::terminate(pid, Duration::from_secs(1));
                 return Err(format!(
                     "element {} did not start; its log ({}) ends:\n{}",
                     e.name,
                     log_path.display(),
-                    tail.join("\n")
+                    log_tail(&log_path, 10)
                 ));
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -118,6 +118,26 @@ fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Dur
     t.elapsed()
 }
 
+/// As [`wait_until`], for waits whose failure needs explaining: `f` answers `Ok(())` when
+/// done, else what is still missing, which is printed every 5 s.
+fn wait_telling(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> Result<(), String>,
+) -> Duration {
+    let mut told = Instant::now();
+    wait_until(what, timeout, || match f() {
+        Ok(()) => true,
+        Err(missing) => {
+            if told.elapsed() >= Duration::from_secs(5) {
+                told = Instant::now();
+                eprintln!("still waiting: {missing}");
+            }
+            false
+        }
+    })
+}
+
 /// Runs `streams` UDP streams of iperf3 (500-byte datagrams at 4 Mbit/s: one per
 /// millisecond each) from a1 (bound to `src` if given) to b1's `dst` for `secs` seconds,
 /// calling `during` while they run; the packets each stream lost.
@@ -171,24 +191,24 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
     // Every 5 s the controller's answer says what is still missing. (Two fresh-clone runs
     // that went past this bound had FRR running unconfigured: user frr could not read the
     // configs in a checkout closed to others. The lab now hands the daemons copies.)
-    let mut polls = 0u32;
-    let took = wait_until(
+    let started = Instant::now();
+    let mut logged = false;
+    let took = wait_telling(
         "static and outside routes on every back-end",
         Duration::from_secs(90),
         || {
             let f = fib();
-            polls += 1;
-            let done = consistent(&f, 6);
-            if !done && polls.is_multiple_of(250) {
-                eprintln!("still waiting: {f}");
+            if consistent(&f, 6) {
+                return Ok(());
             }
-            if !done && polls == 250 * 6 {
-                // Half a minute without every route: what the controller and its
-                // routing suite logged so far, and the namespace's TCP sockets (FPM).
+            if !logged && started.elapsed() >= Duration::from_secs(40) {
+                // 40 s without every route: what the controller and its routing suite
+                // logged so far, and the namespace's TCP sockets (FPM).
+                logged = true;
                 eprintln!("{}", lab.logs("vcp"));
                 eprintln!("{}", lab.sh("vcp", &["ss", "-tanp"]));
             }
-            done
+            Err(f.to_string())
         },
     );
     eprintln!("staticd's 2 routes and 4 outside routes (BGP and OSPF) on every back-end {took:?} after the lab came up");
@@ -281,18 +301,16 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
             && r.lines()
                 .any(|l| l.starts_with("O>") && l.contains("172.16.1.0/24"))
     };
-    let mut polls = 0u32;
-    let took = wait_until(
+    let took = wait_telling(
         "each outside router's table with the other's networks",
         Duration::from_secs(60),
         || {
             let (routes, r) = (birdc(&["show", "route"]), vtysh("b1", "show ip route"));
-            polls += 1;
-            let done = learnt(&routes, &r);
-            if !done && polls.is_multiple_of(50) {
-                eprintln!("still waiting: a1:\n{routes}\nb1:\n{r}");
+            if learnt(&routes, &r) {
+                Ok(())
+            } else {
+                Err(format!("a1:\n{routes}\nb1:\n{r}"))
             }
-            done
         },
     );
     eprintln!("each outside router has the other's networks {took:?} after the back-ends");

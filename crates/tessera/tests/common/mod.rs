@@ -137,17 +137,16 @@ impl TestLab {
             logs.sort();
             files.extend(logs);
         }
-        let mut out = String::new();
-        for f in files {
-            let text = std::fs::read_to_string(&f).unwrap_or_else(|e| format!("({e})"));
-            let lines: Vec<&str> = text.lines().collect();
-            out += &format!("--- {} (last 40 of {} lines)\n", f.display(), lines.len());
-            for l in &lines[lines.len().saturating_sub(40)..] {
-                out += l;
-                out.push('\n');
-            }
-        }
-        out
+        files
+            .iter()
+            .map(|f| {
+                format!(
+                    "--- {} (its last 40 lines)\n{}\n",
+                    f.display(),
+                    lab::topology::log_tail(f, 40)
+                )
+            })
+            .collect()
     }
 
     /// Runs a command in a node; returns its output whatever the exit status.
