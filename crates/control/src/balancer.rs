@@ -422,12 +422,17 @@ pub fn table_json(b: &Balancer, now: Instant) -> Value {
     json!({
         "mode": b.table.mode,
         "live": b.table.live(),
+        "incarnation": format!("{:016x}", b.incarnation),
+        "controller": b.controller.map(|m| m.to_string()),
+        "digest": format!("{:016x}", b.table_digest()),
         "virtual_cp": b.cfg.virtual_cp.map(|(m, p)| json!({"mac": m.to_string(), "interface": b.ports[p as usize].name})),
         "entries": b.table.entries.iter().map(|e| json!({
             "mac": e.mac.to_string(),
             "interface": b.ports.get(e.port as usize).map(|p| p.name.as_str()).unwrap_or("?"),
             "weight": e.weight,
             "live": e.live,
+            "waiting_for_table": e.waiting,
+            "incarnation": (e.incarnation != 0).then(|| format!("{:016x}", e.incarnation)),
             "packets": e.packets,
             "last_hello_ms": now.saturating_duration_since(e.seen).as_millis() as u64,
             "hello_interval_ms": e.interval.map(|i| i.as_millis() as u64),
@@ -463,6 +468,11 @@ fn log_events(b: &mut Balancer) {
                 tracing::warn!(backend = %m, "back-end down: no hello within its timeout")
             }
             LogEvent::Up(m) => tracing::info!(backend = %m, "back-end up"),
+            LogEvent::Waiting { mac, incarnation } => tracing::warn!(
+                backend = %mac,
+                incarnation = %format!("{incarnation:016x}"),
+                "back-end holds no table from the controller yet (started or restarted): no flows to it until it does"
+            ),
             LogEvent::Rejected { from, error } => {
                 tracing::warn!(%from, %error, "DIST message not applied")
             }

@@ -165,6 +165,10 @@ pub struct Fib {
     log: VecDeque<(Net, Option<Gateways>)>,
     log_first: u32,
     log_cap: usize,
+    /// The table's digest and route count after each change of `log` (the same index),
+    /// and before the first: what a back-end at that version must hold.
+    log_state: VecDeque<(u64, u32)>,
+    log_base: (u64, u32),
     /// The latest snapshot taken, while it is current.
     snapshot: Option<(u32, Snapshot)>,
 }
@@ -180,6 +184,8 @@ impl Fib {
             log: VecDeque::new(),
             log_first: 1,
             log_cap: log_cap.max(1),
+            log_state: VecDeque::new(),
+            log_base: (0, 0),
             snapshot: None,
         }
     }
@@ -257,10 +263,28 @@ impl Fib {
         self.version = self.version.wrapping_add(1);
         if self.log.len() == self.log_cap {
             self.log.pop_front();
+            self.log_base = self.log_state.pop_front().unwrap_or(self.log_base);
             self.log_first = self.log_first.wrapping_add(1);
         }
         self.log.push_back((p, via));
+        self.log_state
+            .push_back((self.digest, self.routes.len() as u32));
         true
+    }
+
+    /// The digest and route count of the table at version `v` of this epoch, while the
+    /// log reaches back to it: what a back-end that acknowledges `v` must hold.
+    pub fn state_at(&self, v: u32) -> Option<(u64, u32)> {
+        if v == self.version {
+            return Some((self.digest, self.routes.len() as u32));
+        }
+        if v > self.version || v.wrapping_add(1) < self.log_first {
+            return None;
+        }
+        if v.wrapping_add(1) == self.log_first {
+            return Some(self.log_base);
+        }
+        self.log_state.get((v - self.log_first) as usize).copied()
     }
 
     /// The changes after version `v`, with the version each makes; `None` if the log no
@@ -372,6 +396,21 @@ pub struct Peer {
     pub repairs: u64,
     /// When the back-end first acknowledged the current version (None while behind).
     pub synced_at: Option<Instant>,
+    /// The incarnation of the process that holds the table (from its hellos and
+    /// acknowledgements; 0 before the first that carries one).
+    pub incarnation: u64,
+    /// New incarnations seen (the element restarted): each got the whole table.
+    pub restarts: u64,
+    /// When it last acknowledged the current version with the controller's digest.
+    pub acked_current_at: Option<Instant>,
+    /// When it reappeared after its hellos stopped: until it acknowledges again it is
+    /// not consistent, whatever it said before.
+    pub reappeared: Option<Instant>,
+    /// The last repair brought it back to the controller's table (the next mismatch is
+    /// repaired at once; one that persists waits [`REPAIR_HOLDOFF`]).
+    repaired_ok: bool,
+    /// Acknowledgements from another incarnation than the one its hellos name.
+    pub acks_other_incarnation: u64,
 }
 
 impl Peer {
@@ -390,7 +429,27 @@ impl Peer {
             snapshots: 0,
             repairs: 0,
             synced_at: None,
+            incarnation: 0,
+            restarts: 0,
+            acked_current_at: None,
+            reappeared: None,
+            repaired_ok: true,
+            acks_other_incarnation: 0,
         }
+    }
+
+    /// True when the process that holds the table now acknowledged the controller's
+    /// current version, route count and digest, after it last reappeared.
+    pub fn consistent(&self, fib: &Fib) -> bool {
+        self.at(fib.epoch(), fib.version())
+            && self
+                .ack
+                .is_some_and(|a| a.digest == fib.digest() && a.routes as usize == fib.len())
+            && match (self.reappeared, self.last_ack) {
+                (Some(r), Some(a)) => a > r,
+                (Some(_), None) => false,
+                (None, _) => true,
+            }
     }
 
     /// True when the back-end acknowledged version `v` of `epoch` with no snapshot under way.
@@ -433,6 +492,17 @@ impl Distributor {
         let Some(p) = self.peers.get_mut(&mac) else {
             return;
         };
+        if a.incarnation != 0 {
+            if p.incarnation == 0 {
+                p.incarnation = a.incarnation;
+            } else if a.incarnation != p.incarnation {
+                // Not the process its hellos name (a late one from before a restart, or
+                // one from a new process whose first hello is still on its way, which
+                // resets this peer): it says nothing of the table held now.
+                p.acks_other_incarnation += 1;
+                return;
+            }
+        }
         let progressed = p
             .ack
             .is_none_or(|o| (o.epoch, o.version, o.parts) != (a.epoch, a.version, a.parts));
@@ -442,7 +512,6 @@ impl Distributor {
             p.last_progress = now;
             p.rto = p.rto.mul_f64(0.9).max(RTO);
         }
-        let current = a.epoch == fib.epoch() && a.version == fib.version() && a.parts == 0;
         match &mut p.snap {
             Some(s) => {
                 if a.epoch == fib.epoch() && a.version == s.version && a.parts == 0 {
@@ -471,23 +540,95 @@ impl Distributor {
                     if a.version > p.sent {
                         p.sent = a.version;
                     }
-                    if current && (a.digest != fib.digest() || a.routes as usize != fib.len()) {
-                        let due = p
-                            .last_repair
-                            .is_none_or(|t| now.duration_since(t) >= REPAIR_HOLDOFF);
-                        if due {
-                            tracing::warn!(backend = %mac, routes = a.routes, want = fib.len(), "back-end's table differs from the controller's at the same version: sending a snapshot");
-                            p.last_repair = Some(now);
-                            p.repairs += 1;
-                            Self::start_snapshot(p, fib, now);
-                        }
+                    if fib
+                        .state_at(a.version)
+                        .is_some_and(|(d, n)| d != a.digest || n != a.routes)
+                    {
+                        Self::repair(&mac, p, fib, now, a.routes, "acknowledgement");
                     }
                 }
             }
         }
-        if p.at(fib.epoch(), fib.version()) && p.ack.is_some_and(|a| a.digest == fib.digest()) {
+        if p.consistent(fib) {
             p.synced_at.get_or_insert(now);
+            p.acked_current_at = Some(now);
+            p.repaired_ok = true;
         } else {
+            p.synced_at = None;
+        }
+    }
+
+    /// Sends the whole table to a peer whose table differs from the controller's at the
+    /// version it holds: at once, unless the last repair did not bring it back, in which
+    /// case [`REPAIR_HOLDOFF`] after that one.
+    fn repair(mac: &MacAddr, p: &mut Peer, fib: &mut Fib, now: Instant, routes: u32, seen: &str) {
+        let due = p.repaired_ok
+            || p
+                .last_repair
+                .is_none_or(|t| now.duration_since(t) >= REPAIR_HOLDOFF);
+        if !due {
+            return;
+        }
+        tracing::warn!(backend = %mac, routes, want = fib.len(), seen, "element's table differs from the controller's at its version: sending the whole table");
+        p.last_repair = Some(now);
+        p.repaired_ok = false;
+        p.repairs += 1;
+        p.synced_at = None;
+        Self::start_snapshot(p, fib, now);
+    }
+
+    /// Takes the state block of a hello from `mac`. A new incarnation (the element
+    /// restarted: its table is empty, whatever it acknowledged before) starts the peer
+    /// afresh, so it gets the whole table; true then. Otherwise a table that differs from
+    /// the controller's at the version the hello names is repaired (a back-end that lost
+    /// its table behind the controller's back is found within one hello interval).
+    pub fn hello(
+        &mut self,
+        mac: MacAddr,
+        st: &dist::HelloState,
+        fib: &mut Fib,
+        now: Instant,
+    ) -> bool {
+        let Some(p) = self.peers.get_mut(&mac) else {
+            return false;
+        };
+        if p.incarnation == 0 {
+            p.incarnation = st.incarnation;
+        }
+        if st.incarnation != p.incarnation {
+            tracing::warn!(element = %mac, was = %format!("{:016x}", p.incarnation), now = %format!("{:016x}", st.incarnation), "element restarted (a new incarnation): it gets the whole table, and is not consistent until it acknowledges it");
+            let mut fresh = Peer::new(now);
+            fresh.incarnation = st.incarnation;
+            fresh.restarts = p.restarts + 1;
+            fresh.messages_sent = p.messages_sent;
+            fresh.resends = p.resends;
+            fresh.snapshots = p.snapshots;
+            fresh.repairs = p.repairs;
+            fresh.acks_other_incarnation = p.acks_other_incarnation;
+            *p = fresh;
+            return true;
+        }
+        if p.snap.is_some() || p.ack.is_none() {
+            return false;
+        }
+        let differs = if st.epoch == fib.epoch() {
+            fib.state_at(st.version)
+                .is_some_and(|(d, n)| d != st.digest || n != st.routes)
+        } else {
+            // It acknowledged this epoch and now holds another (or none).
+            p.ack.is_some_and(|a| a.epoch == fib.epoch())
+        };
+        if differs {
+            p.synced_at = None;
+            Self::repair(&mac, p, fib, now, st.routes, "hello");
+        }
+        false
+    }
+
+    /// Marks a peer that reappeared (hellos again after it was taken for down).
+    pub fn reappeared(&mut self, mac: MacAddr, now: Instant) {
+        if let Some(p) = self.peers.get_mut(&mac) {
+            p.reappeared = Some(now);
             p.synced_at = None;
         }
     }
@@ -639,6 +780,9 @@ pub struct Writer {
     /// The VLANs of its interfaces with IPv6: a link-local gateway (which names its VLAN,
     /// `wire::ipv6::link_local_scope`) on one of them is installed.
     vlans6: Vec<u16>,
+    /// The incarnation of the process that holds this table (its acknowledgements and
+    /// hellos carry it).
+    pub incarnation: u64,
 }
 
 impl Default for Writer {
@@ -662,6 +806,20 @@ impl Writer {
             pending6: Vec::new(),
             nets6: Vec::new(),
             vlans6: Vec::new(),
+            incarnation: 0,
+        }
+    }
+
+    /// What the hellos say of this table: the incarnation, whether a controller's whole
+    /// table was applied (any epoch), and the version, route count and digest held.
+    pub fn hello_state(&self) -> dist::HelloState {
+        dist::HelloState {
+            incarnation: self.incarnation,
+            table: self.epoch != 0,
+            epoch: self.epoch,
+            version: self.version,
+            routes: self.held.len() as u32,
+            digest: self.digest,
         }
     }
 
@@ -709,6 +867,7 @@ impl Writer {
             routes: self.held.len() as u32,
             unresolved: self.unresolved.len() as u32,
             digest: self.digest,
+            incarnation: self.incarnation,
         }
     }
 
@@ -1140,6 +1299,103 @@ mod tests {
             d.peers.values().any(|p| p.resends > 0),
             "the channel lost messages"
         );
+    }
+
+    /// A back-end restarted between two hellos: the new process holds nothing, and its
+    /// first hello names a new incarnation. Before that hello the controller's record
+    /// (the old process's acknowledgement) still reads consistent; from it on the peer
+    /// is not consistent, gets the whole table, and is consistent again only once the new
+    /// process acknowledged it. A late acknowledgement from the old process changes
+    /// nothing.
+    #[test]
+    fn a_restarted_back_end_gets_the_whole_table_and_is_not_consistent_before() {
+        let mut fib = Fib::new(3, 100);
+        let mut d = Distributor::default();
+        let mac = MacAddr([2, 0, 0, 0, 1, 1]);
+        let mut old = Writer::new();
+        old.incarnation = 0xa;
+        let mut ws = vec![(mac, old, table())];
+        for i in 0..6u32 {
+            fib.set(Prefix::new(Ipv4Addr::from(0xc633_6400 + (i << 8)), 24), Some(gw(2)));
+        }
+        converge(&mut fib, &mut d, &mut ws, 1, false);
+        let t0 = Instant::now();
+        d.hello(mac, &ws[0].1.hello_state(), &mut fib, t0);
+        assert!(d.peers[&mac].consistent(&fib));
+        assert_eq!(d.peers[&mac].incarnation, 0xa);
+        let stale_ack = ws[0].1.ack();
+        // The restart: a new process, an empty table, a new incarnation.
+        let mut new = Writer::new();
+        new.incarnation = 0xb;
+        let (mut w, mut t) = (new, table());
+        assert!(d.hello(mac, &w.hello_state(), &mut fib, t0), "a new incarnation");
+        let p = &d.peers[&mac];
+        assert!(!p.consistent(&fib) && p.restarts == 1 && p.incarnation == 0xb);
+        // The old process's last acknowledgement arrives late: ignored.
+        d.on_ack(mac, stale_ack, &mut fib, t0);
+        assert!(!d.peers[&mac].consistent(&fib));
+        assert_eq!(d.peers[&mac].acks_other_incarnation, 1);
+        // The next tick sends the whole table; once applied and acknowledged, consistent.
+        let mut out = Vec::new();
+        d.tick(&mut fib, t0, &mut out);
+        assert!(!out.is_empty() && out.iter().all(|(m, b)| *m == mac && b.snapshot));
+        for (_, b) in &out {
+            w.handle(MacAddr([2, 0, 0, 0, 0, 0xcc]), b, &mut t);
+        }
+        assert!(w.hello_state().table, "a whole table applied: the hellos say so");
+        d.on_ack(mac, w.ack(), &mut fib, t0);
+        assert!(d.peers[&mac].consistent(&fib));
+        assert_eq!((w.len(), w.digest()), (fib.len(), fib.digest()));
+        assert_eq!(d.peers[&mac].snapshots, 2);
+    }
+
+    /// A back-end that lost its table behind the controller's back (the same process, the
+    /// same incarnation) is found from its next hello, whose state block names what it
+    /// holds, and gets the whole table at the next tick; so does one whose table drifted
+    /// at an older version the log still covers; a second loss right after a successful
+    /// repair is repaired at once too.
+    #[test]
+    fn a_table_lost_behind_the_controllers_back_is_repaired_from_one_hello() {
+        let mut fib = Fib::new(3, 100);
+        let mut d = Distributor::default();
+        let mac = MacAddr([2, 0, 0, 0, 1, 1]);
+        let mut w = Writer::new();
+        w.incarnation = 0xa;
+        let mut ws = vec![(mac, w, table())];
+        fib.set(pfx("192.0.2.0/24"), Some(gw(2)));
+        fib.set(pfx("198.51.100.0/24"), Some(gw(2)));
+        converge(&mut fib, &mut d, &mut ws, 1, false);
+        let now = Instant::now();
+        for round in 0..2 {
+            // The table is gone; the process (and its incarnation) is the same.
+            let (_, w, t) = &mut ws[0];
+            let held: Vec<Net> = w.routes().map(|(p, _)| *p).collect();
+            w.install(held.into_iter().map(|p| (p, None)).collect(), Some(t));
+            w.flush(t);
+            assert!(d.peers[&mac].consistent(&fib), "the last acknowledgement still says so");
+            assert!(!d.hello(mac, &w.hello_state(), &mut fib, now));
+            assert!(!d.peers[&mac].consistent(&fib));
+            assert_eq!(d.peers[&mac].repairs, round + 1, "repaired at once");
+            let mut out = Vec::new();
+            d.tick(&mut fib, now, &mut out);
+            assert!(!out.is_empty() && out.iter().all(|(_, b)| b.snapshot));
+            for (_, b) in &out {
+                w.handle(MacAddr([2, 0, 0, 0, 0, 0xcc]), b, t);
+            }
+            d.on_ack(mac, w.ack(), &mut fib, now);
+            assert!(d.peers[&mac].consistent(&fib));
+            assert_eq!(w.len(), 2);
+        }
+        // An acknowledgement of an older version whose digest is not what the table was
+        // then: repaired too (the log keeps each version's digest and count).
+        let v = fib.version();
+        fib.set(pfx("203.0.113.0/24"), Some(gw(2)));
+        let mut a = ws[0].1.ack();
+        assert_eq!(a.version, v);
+        assert_eq!(fib.state_at(v), Some((a.digest, a.routes)));
+        a.digest ^= 1;
+        d.on_ack(mac, a, &mut fib, now);
+        assert_eq!(d.peers[&mac].repairs, 3);
     }
 
     #[test]

@@ -550,21 +550,23 @@ pub fn run<P: Port + Send>(
             let (to_writer, rx) = mpsc::sync_channel(WRITER_QUEUE);
             let (tx, from_writer) = mpsc::channel();
             let (tx6, routes6) = mpsc::channel();
+            let mut writer = crate::distrib::Writer::with_nets6(f.networks6(), f.vlans6());
+            writer.incarnation = f.incarnation().unwrap_or_else(wire::dist::new_incarnation);
+            tracing::info!(incarnation = %format!("{:016x}", writer.incarnation), "back-end starts: no table until the controller's");
+            let table = Arc::new(Mutex::new(writer.hello_state()));
             f.set_fib_link(dataplane::forwarder::FibLink {
                 to_writer,
                 from_writer,
                 routes6,
+                table: table.clone(),
             });
-            let w = Arc::new(Mutex::new(crate::distrib::Writer::with_nets6(
-                f.networks6(),
-                f.vlans6(),
-            )));
+            let w = Arc::new(Mutex::new(writer));
             let mac = f.ifaces[internal as usize].mac;
             let (w2, r2, fl, st) = (w.clone(), routes.clone(), fast.clone(), stop.clone());
             let signer = f.dist_auth.signer.clone();
             std::thread::Builder::new()
                 .name("route-writer".into())
-                .spawn(move || route_writer(rx, tx, tx6, w2, r2, fl, mac, signer, st))
+                .spawn(move || route_writer(rx, tx, tx6, w2, table, r2, fl, mac, signer, st))
                 .map_err(|e| e.to_string())?;
             Some(w)
         }
@@ -597,6 +599,7 @@ pub fn run<P: Port + Send>(
                             "routes6": w.counts().1,
                             "digest": format!("{:016x}", w.digest()),
                             "controller": w.controller.map(|m| m.to_string()),
+                            "incarnation": format!("{:016x}", w.incarnation),
                             "writer": w.stats,
                         }))
                     }
@@ -724,6 +727,7 @@ fn route_writer(
     to_worker: mpsc::Sender<Vec<u8>>,
     routes6: mpsc::Sender<Vec<(fib::Prefix6, Option<Vec<std::net::Ipv6Addr>>)>>,
     writer: Arc<Mutex<crate::distrib::Writer>>,
+    table: Arc<Mutex<wire::dist::HelloState>>,
     routes: Arc<Mutex<RouteTable>>,
     fast: Option<crate::fast::FastLink>,
     mac: MacAddr,
@@ -767,6 +771,10 @@ fn route_writer(
             }
         }
         drop(t);
+        // What the hellos carry from now on (the worker reads it for each hello).
+        if let Ok(mut st) = table.lock() {
+            *st = w.hello_state();
+        }
         let Some(ctl) = w.controller else { continue };
         seq = seq.wrapping_add(1);
         let ack = wire::dist::Repr {

@@ -827,9 +827,17 @@ pub struct ElementInfo {
     /// A controller's election priority and whether it says it is active.
     pub priority: u8,
     pub active: bool,
+    /// The state block of its last hello: its incarnation and the table it holds.
+    pub state: Option<dist::HelloState>,
 }
 
 impl ElementInfo {
+    /// False for a back-end whose hellos say it holds no table of a controller yet (it
+    /// started or restarted): the LBs give it no flows until it does.
+    fn holds_table(&self) -> bool {
+        self.state.is_none_or(|s| s.table)
+    }
+
     /// The capacity a back-end advertises: the speed of its internal port (Mbit/s; 0 unknown).
     fn capacity_mbps(&self) -> u32 {
         self.ports
@@ -893,6 +901,14 @@ pub struct ControllerStats {
     /// `[takeover] on_active` commands started, and those that could not start.
     pub on_active_runs: u64,
     pub on_active_failures: u64,
+    /// Back-ends and standby controllers seen in a new incarnation (restarted): each got
+    /// the whole table.
+    pub restarts_seen: u64,
+    /// LBs seen in a new incarnation (restarted): each got its table at once.
+    pub lb_restarts_seen: u64,
+    /// Balancing tables sent again because an LB's hello showed another table than the
+    /// one sent.
+    pub lb_tables_resent: u64,
 }
 
 /// A controller's part in the election (docs/dist.md, "Controller election").
@@ -980,6 +996,10 @@ pub struct Controller {
     next_hello: Instant,
     next_balance: Instant,
     balance_sent: Vec<(MacAddr, u16)>,
+    /// This process's incarnation (its hellos and a standby's acknowledgements carry it).
+    pub incarnation: u64,
+    /// The digest of the balancing table last sent to each LB, and when.
+    balance_digests: BTreeMap<MacAddr, (u64, Instant)>,
 }
 
 impl Controller {
@@ -1025,7 +1045,17 @@ impl Controller {
             next_hello: now,
             next_balance: now,
             balance_sent: Vec::new(),
+            incarnation: 0,
+            balance_digests: BTreeMap::new(),
         }
+        .with_incarnation(dist::new_incarnation())
+    }
+
+    /// Sets the incarnation this controller's hellos and acknowledgements carry.
+    pub fn with_incarnation(mut self, incarnation: u64) -> Controller {
+        self.incarnation = incarnation;
+        self.mirror.incarnation = incarnation;
+        self
     }
 
     /// Changes role.
@@ -1250,9 +1280,11 @@ impl Controller {
             dist::Message::Hello(h) => {
                 self.stats.hellos_received += 1;
                 let stats = &mut self.stats;
+                let mut appeared = false;
                 let e = self.elements.entry(src).or_insert_with(|| {
                     stats.elements_up += 1;
-                    tracing::info!(element = %src, kind = ?h.element, ports = h.ports.len(), "element up");
+                    appeared = true;
+                    tracing::info!(element = %src, kind = ?h.element, ports = h.ports.len(), incarnation = %h.state.map_or("none".into(), |s| format!("{:016x}", s.incarnation)), "element up");
                     ElementInfo {
                         kind: h.element,
                         ports: Vec::new(),
@@ -1265,8 +1297,10 @@ impl Controller {
                         dropped: 0,
                         priority: 0,
                         active: false,
+                        state: None,
                     }
                 });
+                let before = e.state;
                 e.kind = h.element;
                 e.ports = h.ports;
                 e.addrs6 = h.addrs6.clone();
@@ -1275,8 +1309,15 @@ impl Controller {
                 self.silent.remove(&src);
                 (e.rx_packets, e.tx_packets, e.dropped) = (h.rx_packets, h.tx_packets, h.dropped);
                 (e.priority, e.active) = (h.priority, h.active);
+                e.state = h.state;
+                let lb_interval = e.interval;
                 let kind = h.element;
                 let ports = e.ports.clone();
+                if appeared {
+                    // Whatever it acknowledged before its hellos stopped, it is not
+                    // consistent until it acknowledges again.
+                    self.dist.reappeared(src, now);
+                }
                 // The active controller distributes to the back-ends, and to the standby
                 // controllers, which mirror the table (docs/dist.md, "Controller election").
                 if self.role == Role::Active
@@ -1284,8 +1325,32 @@ impl Controller {
                         || (kind == ElementKind::Controller && !h.active))
                 {
                     self.dist.add(src, now);
+                    if let Some(st) = &h.state {
+                        if self.dist.hello(src, st, fib, now) {
+                            self.stats.restarts_seen += 1;
+                        }
+                    }
                 } else if kind == ElementKind::Controller && h.active {
                     self.dist.remove(src);
+                }
+                if kind == ElementKind::Balancer && self.role == Role::Active {
+                    if let Some(st) = h.state {
+                        let restarted =
+                            before.is_some_and(|b| b.incarnation != st.incarnation);
+                        if restarted {
+                            self.stats.lb_restarts_seen += 1;
+                            tracing::warn!(element = %src, incarnation = %format!("{:016x}", st.incarnation), "LB restarted (a new incarnation): its table goes to it at once");
+                            self.next_balance = now;
+                        } else if let Some((d, at)) = self.balance_digests.get(&src) {
+                            // It holds another table than the one sent, and not for the
+                            // time the last one takes to arrive.
+                            if st.digest != *d && now.duration_since(*at) >= lb_interval * 2 {
+                                self.stats.lb_tables_resent += 1;
+                                tracing::warn!(element = %src, "LB's table differs from the one sent: sending it again");
+                                self.next_balance = now;
+                            }
+                        }
+                    }
                 }
                 if h.element == ElementKind::Balancer && self.terminate {
                     self.make_taps(&ports, &h.addrs6);
@@ -1297,7 +1362,9 @@ impl Controller {
                     .elements
                     .get(&src)
                     .is_some_and(|e| e.kind == ElementKind::Controller && e.active);
-                if self.role != Role::Standby || !from_active {
+                // A controller that is still listening mirrors too: one that restarted
+                // holds the table by the time it stands by.
+                if self.role == Role::Active || !from_active {
                     self.stats.routes_ignored += 1;
                     return;
                 }
@@ -1497,6 +1564,18 @@ impl Controller {
                 active: self.role == Role::Active,
                 ports: Vec::new(),
                 addrs6: Vec::new(),
+                state: Some(if self.role == Role::Active {
+                    dist::HelloState {
+                        incarnation: self.incarnation,
+                        table: true,
+                        epoch: fib.epoch(),
+                        version: fib.version(),
+                        routes: fib.len() as u32,
+                        digest: fib.digest(),
+                    }
+                } else {
+                    self.mirror.hello_state()
+                }),
             });
             if let Some(f) = self.frame(hello, MacAddr::BROADCAST) {
                 self.stats.hellos_sent += 1;
@@ -1543,7 +1622,7 @@ impl Controller {
     fn wanted_balance(&self) -> Vec<(MacAddr, u16)> {
         self.elements
             .iter()
-            .filter(|(_, e)| e.kind == ElementKind::Forwarder)
+            .filter(|(_, e)| e.kind == ElementKind::Forwarder && e.holds_table())
             .map(|(m, e)| (*m, weight_for(e.capacity_mbps())))
             .collect()
     }
@@ -1573,6 +1652,11 @@ impl Controller {
             })
             .collect();
         for (lb, port) in lbs {
+            let digest = dist::balance_digest(
+                want.iter().map(|(m, w)| (*m, port, *w)),
+                Some((self.mac, port)),
+            );
+            self.balance_digests.insert(lb, (digest, now));
             let entries = want
                 .iter()
                 .map(|(mac, weight)| dist::BalanceEntry {
@@ -1617,10 +1701,7 @@ impl Controller {
                         _ => "forwarder",
                     });
                 let a = p.ack;
-                let consistent = p.at(fib.epoch(), fib.version())
-                    && a.is_some_and(|a| {
-                        a.digest == fib.digest() && a.routes as usize == fib.len()
-                    });
+                let consistent = p.consistent(fib);
                 json!({
                     "mac": mac.to_string(),
                     "kind": kind,
@@ -1638,6 +1719,11 @@ impl Controller {
                     "repairs": p.repairs,
                     "rto_ms": p.rto.as_millis() as u64,
                     "synced_after_ms": p.synced_at.map(|t| t.duration_since(self.started).as_millis() as u64),
+                    "incarnation": (p.incarnation != 0).then(|| format!("{:016x}", p.incarnation)),
+                    "restarts": p.restarts,
+                    "acked_current_ms": p.acked_current_at.filter(|_| consistent).map(|t| now.duration_since(t).as_millis() as u64),
+                    "reappeared_ms": p.reappeared.map(|t| now.duration_since(t).as_millis() as u64),
+                    "acks_other_incarnation": p.acks_other_incarnation,
                 })
             })
             .collect();
@@ -1751,6 +1837,13 @@ impl Controller {
                         "dropped": e.dropped,
                         "priority": e.priority,
                         "active": e.active,
+                        "incarnation": e.state.map(|s| format!("{:016x}", s.incarnation)),
+                        "holds_table": e.state.map(|s| s.table),
+                        "table_digest": e.state.map(|s| format!("{:016x}", s.digest)),
+                        "table_current": match e.kind {
+                            ElementKind::Balancer => self.balance_digests.get(m).zip(e.state).map(|((d, _), s)| *d == s.digest),
+                            _ => None,
+                        },
                         "ports": e.ports.iter().enumerate().map(|(i, p)| json!({
                             "mac": p.mac.to_string(), "address": format!("{}/{}", p.addr, p.prefix_len),
                             "addresses6": e.addrs6.iter().filter(|a| a.port as usize == i).map(|a| format!("{}/{}", a.addr, a.prefix_len)).collect::<Vec<_>>(),
@@ -2274,6 +2367,7 @@ mod tests {
                     active: false,
                     ports: Vec::new(),
                     addrs6: Vec::new(),
+                    state: None,
                 }),
             }
             .to_frame(r1, MacAddr::BROADCAST)
@@ -2302,6 +2396,7 @@ mod tests {
                     routes: 0,
                     unresolved: 0,
                     digest: 0,
+                    incarnation: 0,
                 }),
             }
             .to_frame(r1, c.mac)
@@ -2365,6 +2460,7 @@ mod tests {
                     addr: "2001:db8:2::1".parse().unwrap(),
                     prefix_len: 64,
                 }],
+                state: None,
             }),
         }
         .to_frame(MacAddr([2, 0, 0, 0, 1, 1]), MacAddr::BROADCAST)
@@ -2389,6 +2485,7 @@ mod tests {
                 active,
                 ports: Vec::new(),
                 addrs6: Vec::new(),
+                state: None,
             }),
         }
         .to_frame(mac, MacAddr::BROADCAST)
@@ -2560,6 +2657,133 @@ mod tests {
             assert!(routes_sent(&mut c, &mut fib, at) > 0, "by flag: {by_flag}");
             assert!(c.hold.is_none());
         }
+    }
+
+    fn stateful_hello(
+        mac: MacAddr,
+        kind: ElementKind,
+        ports: Vec<dist::HelloPort>,
+        st: dist::HelloState,
+    ) -> Vec<u8> {
+        dist::Repr {
+            seq: 1,
+            msg: dist::Message::Hello(dist::Hello {
+                element: kind,
+                interval_ms: 100,
+                rx_packets: 0,
+                tx_packets: 0,
+                dropped: 0,
+                priority: 0,
+                active: false,
+                ports,
+                addrs6: Vec::new(),
+                state: Some(st),
+            }),
+        }
+        .to_frame(mac, MacAddr::BROADCAST)
+        .unwrap()
+    }
+
+    /// The LBs' tables name only back-ends that hold a table of the controller: one that
+    /// restarted leaves them at its first hello and returns once its hellos say its table
+    /// is in. An LB that restarted gets its table at once, not at the next periodic
+    /// resend; so does one whose hello shows another table than the one sent.
+    #[test]
+    fn lb_tables_follow_back_end_and_lb_restarts() {
+        let t0 = Instant::now();
+        let mut fib = Fib::new(1, 100);
+        let mac = MacAddr([2, 0, 0, 0, 0xc, 1]);
+        let mut c = Controller::new(mac, Duration::from_millis(100), true, t0);
+        c.step(Role::Active, t0, "the only controller");
+        let (r1, lb) = (MacAddr([2, 0, 0, 0, 1, 1]), MacAddr([2, 0, 0, 0, 0xa, 1]));
+        let backend = |inc, table| {
+            let st = dist::HelloState {
+                incarnation: inc,
+                table,
+                ..Default::default()
+            };
+            stateful_hello(r1, ElementKind::Forwarder, Vec::new(), st)
+        };
+        let lb_port = dist::HelloPort {
+            mac: lb,
+            addr: Ipv4Addr::UNSPECIFIED,
+            prefix_len: 0,
+            role: dist::PortRole::Internal,
+            vlan: 0,
+            speed_mbps: 0,
+        };
+        let lb_hello = |inc, digest| {
+            let st = dist::HelloState {
+                incarnation: inc,
+                table: true,
+                digest,
+                ..Default::default()
+            };
+            stateful_hello(lb, ElementKind::Balancer, vec![lb_port], st)
+        };
+        let balances = |out: &[Vec<u8>]| -> Vec<Vec<MacAddr>> {
+            out.iter()
+                .filter_map(|f| match dist::Repr::parse(&f[14..]).ok()?.msg {
+                    dist::Message::Balance { entries, .. } => {
+                        Some(entries.iter().map(|e| e.mac).collect())
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        c.receive(&lb_hello(0x11, 0), &mut fib, t0);
+        c.receive(&backend(0xa, true), &mut fib, t0);
+        let mut out = Vec::new();
+        c.poll(&mut fib, t0, &mut out);
+        assert_eq!(balances(&out), vec![vec![r1]]);
+        // r1 restarts: its new process's first hello takes it out of the LBs' table.
+        let t = t0 + Duration::from_millis(100);
+        c.receive(&backend(0xb, false), &mut fib, t);
+        assert_eq!(c.stats.restarts_seen, 1);
+        let mut out = Vec::new();
+        c.poll(&mut fib, t, &mut out);
+        assert_eq!(balances(&out), vec![vec![]]);
+        // The whole table went to it at the same poll.
+        assert!(out.iter().any(|f| MacAddr::from_slice(&f[0..6]) == r1
+            && matches!(dist::Repr::parse(&f[14..]).unwrap().msg, dist::Message::Routes(ref b) if b.snapshot)));
+        let t = t + Duration::from_millis(100);
+        c.receive(&backend(0xb, true), &mut fib, t);
+        let mut out = Vec::new();
+        c.poll(&mut fib, t, &mut out);
+        assert_eq!(balances(&out), vec![vec![r1]]);
+        // The LB restarts: its table goes at once (not a second after the last).
+        let t = t + Duration::from_millis(100);
+        c.receive(&lb_hello(0x12, 0), &mut fib, t);
+        assert_eq!(c.stats.lb_restarts_seen, 1);
+        let mut out = Vec::new();
+        c.poll(&mut fib, t, &mut out);
+        assert_eq!(balances(&out), vec![vec![r1]]);
+        let want = dist::balance_digest([(r1, 0, 1)], Some((mac, 0)));
+        let lb_row = |c: &Controller, t| {
+            c.show_elements(t)
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["kind"] == "balancer")
+                .cloned()
+                .unwrap()
+        };
+        // Its next hello shows the table sent: current. One that shows another, past the
+        // time the table takes to arrive, brings it again.
+        let t = t + Duration::from_millis(100);
+        c.receive(&lb_hello(0x12, want), &mut fib, t);
+        assert_eq!(lb_row(&c, t)["table_current"], true);
+        let mut out = Vec::new();
+        c.poll(&mut fib, t, &mut out);
+        assert!(balances(&out).is_empty());
+        let t = t + Duration::from_millis(250);
+        c.receive(&backend(0xb, true), &mut fib, t);
+        c.receive(&lb_hello(0x12, want ^ 1), &mut fib, t);
+        assert_eq!(lb_row(&c, t)["table_current"], false);
+        let mut out = Vec::new();
+        c.poll(&mut fib, t, &mut out);
+        assert_eq!(balances(&out), vec![vec![r1]]);
+        assert_eq!(c.stats.lb_tables_resent, 1);
     }
 
     #[test]

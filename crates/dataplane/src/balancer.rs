@@ -307,6 +307,9 @@ pub enum LogEvent {
     Down(MacAddr),
     /// A back-end returned with its hellos.
     Up(MacAddr),
+    /// A back-end's hellos say it holds no table from the controller yet (it started, or
+    /// restarted): it gets no flows until they say it does.
+    Waiting { mac: MacAddr, incarnation: u64 },
     /// A DIST message from `from` could not be applied.
     Rejected { from: MacAddr, error: String },
 }
@@ -370,6 +373,13 @@ pub struct Balancer {
     pub report: crate::element::Reporter,
     /// The LB's workers (see [`Balancer::connect_workers`]).
     share: LbShare,
+    /// This process's incarnation, which its hellos carry (docs/dist.md, "Incarnations").
+    pub incarnation: u64,
+    /// The active controller heard: the LB is under a controller, and gives flows only to
+    /// back-ends whose hellos say they hold its table.
+    pub controller: Option<MacAddr>,
+    /// A balance message was applied in this incarnation (the hellos' table flag).
+    pub balanced: bool,
 }
 
 impl Balancer {
@@ -392,6 +402,9 @@ impl Balancer {
             log: Vec::new(),
             report: Default::default(),
             share: LbShare::default(),
+            incarnation: dist::new_incarnation(),
+            controller: None,
+            balanced: false,
         };
         b.index_vlans();
         b
@@ -539,13 +552,24 @@ impl Balancer {
         }
     }
 
-    /// Adds, re-weighs or (weight 0) removes back-ends, and rebuilds the table.
+    /// Adds, re-weighs or (weight 0) removes back-ends, and rebuilds the table. A flush
+    /// empties the table first; a back-end it names again keeps what its hellos said
+    /// (live or not, waiting for a table, its incarnation) and its packet count.
     pub fn set_backends(&mut self, entries: &[(MacAddr, u16, u16)], flush: bool, now: Instant) {
-        if flush {
-            self.table.entries.clear();
-        }
+        let old = if flush {
+            std::mem::take(&mut self.table.entries)
+        } else {
+            Vec::new()
+        };
         for &(mac, port, weight) in entries {
             self.table.set(mac, port, weight, now);
+            if let (Some(o), Some(e)) = (
+                old.iter().find(|o| o.mac == mac),
+                self.table.entries.iter_mut().find(|e| e.mac == mac),
+            ) {
+                (e.live, e.seen, e.interval, e.packets) = (o.live, o.seen, o.interval, o.packets);
+                (e.incarnation, e.waiting) = (o.incarnation, o.waiting);
+            }
         }
         self.table.rebuild();
         self.changed();
@@ -919,27 +943,47 @@ impl Balancer {
         match m {
             dist::Message::Hello(h) => {
                 self.counters.event(Event::DistHellosReceived);
+                if h.element == dist::ElementKind::Controller && h.active {
+                    self.controller = Some(src);
+                }
                 let interval = Duration::from_millis(h.interval_ms.max(1) as u64);
+                // Under a controller, a back-end that holds none of its tables yet (just
+                // started or restarted) gets no flows: they would find no routes.
+                let waiting = self.controller.is_some()
+                    && h.element == dist::ElementKind::Forwarder
+                    && h.state.is_some_and(|s| !s.table);
                 let mut changed = false;
-                let mut ups = Vec::new();
+                let mut notes = Vec::new();
                 for e in &mut self.table.entries {
                     if e.mac == src || h.ports.iter().any(|p| p.mac == e.mac) {
                         e.seen = now;
                         e.interval = Some(interval);
-                        if !e.live {
+                        if let Some(st) = h.state {
+                            e.incarnation = st.incarnation;
+                        }
+                        if waiting && (e.live || !e.waiting) {
+                            e.live = false;
+                            changed = true;
+                            self.counters.event(Event::BackendWaiting);
+                            notes.push(LogEvent::Waiting {
+                                mac: e.mac,
+                                incarnation: e.incarnation,
+                            });
+                        } else if !waiting && !e.live {
                             e.live = true;
                             changed = true;
                             self.counters.event(Event::BackendUp);
-                            ups.push(e.mac);
+                            notes.push(LogEvent::Up(e.mac));
                         }
+                        e.waiting = waiting;
                     }
                 }
                 if changed {
                     self.table.rebuild();
                     self.changed();
                 }
-                for m in ups {
-                    self.note(now, LogEvent::Up(m));
+                for n in notes {
+                    self.note(now, n);
                 }
                 Ok(())
             }
@@ -952,6 +996,7 @@ impl Balancer {
                     .map(|e| (e.mac, e.port as u16, e.weight))
                     .collect();
                 self.set_backends(&es, *flush, now);
+                self.balanced = true;
                 self.counters.event(Event::DistBalanceApplied);
                 Ok(())
             }
@@ -1088,8 +1133,33 @@ impl Balancer {
                 self.group_counters().totals(),
                 ports,
                 addrs6,
+                Some(self.hello_state()),
             ),
         }
+    }
+
+    /// What this LB's hellos say of it: its incarnation, and its balancing table (entries
+    /// and Virtual-CP) as a digest the controller compares with what it sent.
+    pub fn hello_state(&self) -> dist::HelloState {
+        dist::HelloState {
+            incarnation: self.incarnation,
+            table: self.balanced,
+            epoch: 0,
+            version: 0,
+            routes: self.table.entries.len() as u32,
+            digest: self.table_digest(),
+        }
+    }
+
+    /// [`dist::balance_digest`] of the table and Virtual-CP.
+    pub fn table_digest(&self) -> u64 {
+        dist::balance_digest(
+            self.table
+                .entries
+                .iter()
+                .map(|e| (e.mac, e.port as u8, e.weight)),
+            self.cfg.virtual_cp.map(|(m, p)| (m, p as u8)),
+        )
     }
 
     /// Sends the counters to the controller out of every internal port.

@@ -204,6 +204,7 @@ named_enum! {
         Balanced = "balance_packets" in Balancer: "data packets from outside sent to a back-end",
         BackendDown = "balance_backend_down" in Balancer: "back-ends that left the table (no hello within the timeout)",
         BackendUp = "balance_backend_up" in Balancer: "back-ends that returned to the table with their hellos",
+        BackendWaiting = "balance_backend_waiting" in Balancer: "back-ends held out of the table: their hellos say they hold no table from the controller yet (started or restarted)",
         SwitchLearned = "switch_learned" in Switch: "source MACs learned",
         SwitchMoved = "switch_moved" in Switch: "learned MACs seen on another port (moved)",
         SwitchTableFull = "switch_table_full" in Switch: "source MACs not learned: the table was full",

@@ -15,6 +15,7 @@ pub(crate) fn hello(
     totals: (u64, u64, u64),
     ports: Vec<wire::dist::HelloPort>,
     addrs6: Vec<wire::dist::HelloAddr6>,
+    state: Option<wire::dist::HelloState>,
 ) -> wire::dist::Message {
     let (rx_packets, tx_packets, dropped) = totals;
     wire::dist::Message::Hello(wire::dist::Hello {
@@ -27,6 +28,7 @@ pub(crate) fn hello(
         active: false,
         ports,
         addrs6,
+        state,
     })
 }
 

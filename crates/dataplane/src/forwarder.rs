@@ -126,6 +126,9 @@ pub struct FibLink {
     pub to_writer: std::sync::mpsc::SyncSender<(MacAddr, wire::dist::RouteBatch)>,
     /// Whole Ethernet frames (acknowledgements) to send out of the internal port.
     pub from_writer: std::sync::mpsc::Receiver<Vec<u8>>,
+    /// The table the writer holds, as the hellos carry it (their state block; the
+    /// incarnation is the back-end's own, [`Forwarder::set_incarnation`]).
+    pub table: Arc<std::sync::Mutex<wire::dist::HelloState>>,
     /// IPv6 route changes, for the IPv6 table this worker holds: each message in order,
     /// in one publication ([`Forwarder::apply_routes6`]).
     pub routes6: std::sync::mpsc::Receiver<Vec<(fib::Prefix6, Option<Vec<std::net::Ipv6Addr>>)>>,
@@ -141,6 +144,8 @@ struct Backend {
     /// The first worker: it sends the hellos and counter reports, holds the link to the
     /// route writer and takes every DIST frame; the other workers hand it theirs.
     lead: bool,
+    /// This process's incarnation and the table its hellos last carried.
+    state: wire::dist::HelloState,
 }
 
 /// DIST frames a back-end's other workers may hold for its first; more are dropped and
@@ -443,7 +448,24 @@ impl Forwarder {
             next: now,
             seq: 0,
             lead: true,
+            state: wire::dist::HelloState {
+                incarnation: wire::dist::new_incarnation(),
+                ..Default::default()
+            },
         });
+    }
+
+    /// Sets the incarnation a back-end's hellos carry (a new one at every start by
+    /// default; docs/dist.md, "Incarnations").
+    pub fn set_incarnation(&mut self, incarnation: u64) {
+        if let Some(b) = self.backend.as_mut() {
+            b.state.incarnation = incarnation;
+        }
+    }
+
+    /// A back-end's incarnation.
+    pub fn incarnation(&self) -> Option<u64> {
+        self.backend.as_ref().map(|b| b.state.incarnation)
     }
 
     /// The internal port of a back-end (None if this forwarder is not one).
@@ -737,7 +759,15 @@ impl Forwarder {
         }
         b.next = now + b.interval;
         b.seq = b.seq.wrapping_add(1);
-        let (internal, seq, interval) = (b.internal, b.seq, b.interval);
+        // The route writer's table as it is now (the last one seen if the writer holds
+        // the lock this moment).
+        if let Some(t) = self.fib_link.as_ref().and_then(|l| l.table.try_lock().ok()) {
+            b.state = wire::dist::HelloState {
+                incarnation: b.state.incarnation,
+                ..*t
+            };
+        }
+        let (internal, seq, interval, state) = (b.internal, b.seq, b.interval, b.state);
         let ports = self
             .ifaces
             .iter()
@@ -764,6 +794,7 @@ impl Forwarder {
                 self.group_counters().totals(),
                 ports,
                 self.hello_addrs6(),
+                Some(state),
             ),
         };
         let Some(ifc) = self.ifaces.get(internal as usize) else {

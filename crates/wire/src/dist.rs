@@ -47,6 +47,16 @@ pub const HELLO_ADDR6_LEN: usize = 18;
 pub const HELLO_FIXED_LEN: usize = 32;
 /// Hello flag (byte 5 of the body): the sending controller is the active one.
 pub const HELLO_ACTIVE: u8 = 0x01;
+/// Hello flag: a state block ([`HELLO_STATE_LEN`] bytes: the sender's incarnation and the
+/// table it holds) follows the IPv6 addresses.
+pub const HELLO_STATE: u8 = 0x02;
+/// Hello flag (with [`HELLO_STATE`]): the sender holds a table a controller gave it in
+/// this incarnation (a back-end: a whole snapshot applied; a standby controller: its
+/// mirror; an LB: a balancing table). LBs under a controller give flows only to
+/// back-ends that set it.
+pub const HELLO_TABLE: u8 = 0x04;
+/// Bytes of a hello's state block.
+pub const HELLO_STATE_LEN: usize = 32;
 /// Bytes of one entry of a ports message.
 pub const PORT_CONFIG_LEN: usize = 10;
 /// Bytes of one entry of a balance message.
@@ -73,7 +83,9 @@ pub const ROUTES_SNAPSHOT: u8 = 0x01;
 /// Flag of a routes message: the last part of a snapshot.
 pub const ROUTES_LAST: u8 = 0x02;
 /// Bytes of a fib-ack message.
-pub const FIB_ACK_LEN: usize = 36;
+pub const FIB_ACK_LEN: usize = 44;
+/// Bytes of a fib-ack message without the sender's incarnation (read as incarnation 0).
+pub const FIB_ACK_LEN_V0: usize = 36;
 /// The longest name (element, port or counter) a counters message carries.
 pub const MAX_NAME: usize = 64;
 /// Kinds of named counts in a counters message.
@@ -236,6 +248,73 @@ pub struct Hello {
     /// The ports' IPv6 addresses (an LB's external ports: the router's addresses there).
     #[cfg_attr(feature = "serde", serde(default))]
     pub addrs6: Vec<HelloAddr6>,
+    /// Which process sends it and what table it holds (docs/dist.md, "Incarnations").
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub state: Option<HelloState>,
+}
+
+/// The state block of a hello: the sender's incarnation and the table it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct HelloState {
+    /// A number the element's process chose at its start ([`new_incarnation`]): a new one
+    /// means a new process, whose tables start empty.
+    pub incarnation: u64,
+    /// It holds a table a controller gave it in this incarnation ([`HELLO_TABLE`]).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub table: bool,
+    /// A back-end's or standby's distributed table: its epoch and version (0 for an LB).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub epoch: u32,
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub version: u32,
+    /// Routes held (an LB: balancing-table entries).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub routes: u32,
+    /// [`table_digest`] of the routes held (an LB: [`balance_digest`] of its table).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub digest: u64,
+}
+
+/// A new incarnation number for this process: non-zero, and different at every start
+/// (the clock's nanoseconds, the process id and a counter, mixed).
+pub fn new_incarnation() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    let v = mix(mix(t ^ ((std::process::id() as u64) << 32)) ^ n);
+    v.max(1)
+}
+
+/// The digest of an LB's balancing table and Virtual-CP, as its hello carries it: the XOR
+/// over the entries of `mix(mac << 16 | port << 8 | 1) ^ weight`, mixed once more, and
+/// of `mix(mac << 16 | port << 8 | 2)` for the Virtual-CP (independent of order).
+pub fn balance_digest(
+    entries: impl IntoIterator<Item = (MacAddr, u8, u16)>,
+    virtual_cp: Option<(MacAddr, u8)>,
+) -> u64 {
+    let key = |m: MacAddr, port: u8, kind: u64| {
+        let mut v = 0u64;
+        for b in m.0 {
+            v = v << 8 | b as u64;
+        }
+        v << 16 | (port as u64) << 8 | kind
+    };
+    let mut d = 0;
+    for (m, port, weight) in entries {
+        d ^= mix(mix(key(m, port, 1)) ^ weight as u64);
+    }
+    if let Some((m, port)) = virtual_cp {
+        d ^= mix(key(m, port, 2));
+    }
+    d
 }
 
 /// Configuration of one port of the receiving element.
@@ -357,6 +436,10 @@ pub struct FibAck {
     /// [`table_digest`] of the routes held.
     #[cfg_attr(feature = "serde", serde(default))]
     pub digest: u64,
+    /// The sender's incarnation ([`HelloState::incarnation`]; 0 from an element that
+    /// predates it).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub incarnation: u64,
 }
 
 /// splitmix64's finaliser.
@@ -651,7 +734,10 @@ impl Message {
     fn body_len(&self) -> usize {
         match self {
             Message::Hello(h) => {
-                HELLO_FIXED_LEN + h.ports.len() * HELLO_PORT_LEN + h.addrs6.len() * HELLO_ADDR6_LEN
+                HELLO_FIXED_LEN
+                    + h.ports.len() * HELLO_PORT_LEN
+                    + h.addrs6.len() * HELLO_ADDR6_LEN
+                    + if h.state.is_some() { HELLO_STATE_LEN } else { 0 }
             }
             Message::Ports { ports } => 1 + ports.len() * PORT_CONFIG_LEN,
             Message::Balance { entries, .. } => {
@@ -702,9 +788,22 @@ impl Repr {
                 let count = body[1] as usize;
                 let count6 = body[6] as usize;
                 let at6 = HELLO_FIXED_LEN + count * HELLO_PORT_LEN;
-                if length != at6 + count6 * HELLO_ADDR6_LEN {
+                let at_state = at6 + count6 * HELLO_ADDR6_LEN;
+                let has_state = body[5] & HELLO_STATE != 0;
+                if length != at_state + if has_state { HELLO_STATE_LEN } else { 0 } {
                     return Err(bad);
                 }
+                let state = has_state.then(|| {
+                    let b = &body[at_state..];
+                    HelloState {
+                        incarnation: be64(b, 0),
+                        table: body[5] & HELLO_TABLE != 0,
+                        epoch: be32(b, 8),
+                        version: be32(b, 12),
+                        routes: be32(b, 16),
+                        digest: be64(b, 24),
+                    }
+                });
                 let mut addrs6 = Vec::with_capacity(count6);
                 for i in 0..count6 {
                     let a = &body[at6 + i * HELLO_ADDR6_LEN..];
@@ -742,6 +841,7 @@ impl Repr {
                     active: body[5] & HELLO_ACTIVE != 0,
                     ports,
                     addrs6,
+                    state,
                 })
             }
             kind::PORTS => {
@@ -852,7 +952,7 @@ impl Repr {
                 })
             }
             kind::FIB_ACK => {
-                if length != FIB_ACK_LEN {
+                if length != FIB_ACK_LEN && length != FIB_ACK_LEN_V0 {
                     return Err(bad);
                 }
                 Message::FibAck(FibAck {
@@ -864,6 +964,11 @@ impl Repr {
                     routes: be32(body, 20),
                     unresolved: be32(body, 24),
                     digest: be64(body, 28),
+                    incarnation: if length == FIB_ACK_LEN {
+                        be64(body, 36)
+                    } else {
+                        0
+                    },
                 })
             }
             kind::COUNTERS => {
@@ -1026,7 +1131,12 @@ impl Repr {
                 body[1] = h.ports.len() as u8;
                 put16(body, 2, h.interval_ms);
                 body[4] = h.priority;
-                body[5] = if h.active { HELLO_ACTIVE } else { 0 };
+                body[5] = if h.active { HELLO_ACTIVE } else { 0 }
+                    | match h.state {
+                        Some(s) if s.table => HELLO_STATE | HELLO_TABLE,
+                        Some(_) => HELLO_STATE,
+                        None => 0,
+                    };
                 body[6] = h.addrs6.len() as u8;
                 body[8..16].copy_from_slice(&h.rx_packets.to_be_bytes());
                 body[16..24].copy_from_slice(&h.tx_packets.to_be_bytes());
@@ -1046,6 +1156,14 @@ impl Repr {
                     o[0] = a.port;
                     o[1] = a.prefix_len;
                     o[2..18].copy_from_slice(&a.addr.octets());
+                }
+                if let Some(st) = &h.state {
+                    let o = &mut body[at6 + h.addrs6.len() * HELLO_ADDR6_LEN..];
+                    o[0..8].copy_from_slice(&st.incarnation.to_be_bytes());
+                    o[8..12].copy_from_slice(&st.epoch.to_be_bytes());
+                    o[12..16].copy_from_slice(&st.version.to_be_bytes());
+                    o[16..20].copy_from_slice(&st.routes.to_be_bytes());
+                    o[24..32].copy_from_slice(&st.digest.to_be_bytes());
                 }
             }
             Message::Ports { ports } => {
@@ -1111,6 +1229,7 @@ impl Repr {
                 body[20..24].copy_from_slice(&a.routes.to_be_bytes());
                 body[24..28].copy_from_slice(&a.unresolved.to_be_bytes());
                 body[28..36].copy_from_slice(&a.digest.to_be_bytes());
+                body[36..44].copy_from_slice(&a.incarnation.to_be_bytes());
             }
             Message::Counters(c) => {
                 let mut at = 0;
@@ -1192,6 +1311,7 @@ mod tests {
                         addr: "2001:db8:1::1".parse().unwrap(),
                         prefix_len: 64,
                     }],
+                    state: None,
                 }),
             },
             Repr {
@@ -1272,6 +1392,7 @@ mod tests {
                     routes: 1,
                     unresolved: 0,
                     digest: 0x0123_4567_89ab_cdef,
+                    incarnation: 0xfeed_f00d_0000_0001,
                 }),
             },
             Repr {
@@ -1286,6 +1407,14 @@ mod tests {
                     active: false,
                     ports: vec![],
                     addrs6: vec![],
+                    state: Some(HelloState {
+                        incarnation: 0x1122_3344_5566_7788,
+                        table: true,
+                        epoch: 5,
+                        version: 9,
+                        routes: 6,
+                        digest: 0xdead_beef_0000_0042,
+                    }),
                 }),
             },
             Repr {
@@ -1337,6 +1466,49 @@ mod tests {
         let a6 = &buf[HEADER_LEN + HELLO_FIXED_LEN + 18..];
         assert_eq!(&a6[..4], &[0, 64, 0x20, 0x01]);
         assert_eq!(a6[17], 1);
+    }
+
+    #[test]
+    fn hello_state_and_ack_incarnation_layout() {
+        // A hello's state block follows its addresses; flags 0x02 (block) | 0x04 (table).
+        let r = &samples()[6];
+        let f = r.to_frame(mac(1), MacAddr::BROADCAST).unwrap();
+        let body = &f[14 + HEADER_LEN..];
+        assert_eq!(body[5], HELLO_STATE | HELLO_TABLE);
+        assert_eq!(be16(&f, 14 + 2) as usize, HELLO_FIXED_LEN + HELLO_STATE_LEN);
+        let st = &body[HELLO_FIXED_LEN..];
+        assert_eq!(be64(st, 0), 0x1122_3344_5566_7788);
+        assert_eq!((be32(st, 8), be32(st, 12), be32(st, 16)), (5, 9, 6));
+        assert_eq!(be64(st, 24), 0xdead_beef_0000_0042);
+        // Without the flag the block's bytes make the length wrong.
+        let mut b = f[14..14 + HEADER_LEN + HELLO_FIXED_LEN + HELLO_STATE_LEN].to_vec();
+        b[HEADER_LEN + 5] = 0;
+        assert!(matches!(Repr::parse(&b), Err(Error::BadLength { .. })));
+        // An acknowledgement of 36 bytes (before incarnations) reads as incarnation 0.
+        let a = &samples()[5];
+        let mut b = vec![0; a.buffer_len()];
+        a.emit(&mut b).unwrap();
+        assert_eq!(b.len(), HEADER_LEN + FIB_ACK_LEN);
+        assert_eq!(be64(&b, HEADER_LEN + 36), 0xfeed_f00d_0000_0001);
+        let mut old = b[..HEADER_LEN + FIB_ACK_LEN_V0].to_vec();
+        old[2..4].copy_from_slice(&(FIB_ACK_LEN_V0 as u16).to_be_bytes());
+        let Message::FibAck(o) = Repr::parse(&old).unwrap().msg else {
+            panic!("not an ack");
+        };
+        let Message::FibAck(n) = &a.msg else {
+            unreachable!()
+        };
+        assert_eq!(o, FibAck { incarnation: 0, ..*n });
+        // Incarnations differ from one call (one start) to the next; never 0.
+        let (x, y) = (new_incarnation(), new_incarnation());
+        assert!(x != y && x != 0 && y != 0);
+        // The balancing-table digest ignores order and sees every field.
+        let e = [(mac(2), 1, 3), (mac(3), 1, 1)];
+        let d = balance_digest(e, Some((mac(9), 1)));
+        assert_eq!(d, balance_digest([e[1], e[0]], Some((mac(9), 1))));
+        assert_ne!(d, balance_digest(e, None));
+        assert_ne!(d, balance_digest([(mac(2), 1, 2), e[1]], Some((mac(9), 1))));
+        assert_ne!(d, balance_digest([(mac(2), 0, 3), e[1]], Some((mac(9), 1))));
     }
 
     #[test]

@@ -52,6 +52,11 @@ pub struct Entry {
     pub interval: Option<Duration>,
     /// Packets sent to this back-end.
     pub packets: u64,
+    /// The incarnation its last hello carried (0: none yet, or an element without one).
+    pub incarnation: u64,
+    /// Its last hello said it holds no table from a controller yet: not live while the LB
+    /// is under a controller (docs/dist.md, "Incarnations").
+    pub waiting: bool,
 }
 
 /// The table and the lookup structure built from its live entries.
@@ -175,6 +180,8 @@ impl BalanceTable {
                 seen: now,
                 interval: None,
                 packets: 0,
+                incarnation: 0,
+                waiting: false,
             }),
         }
     }

@@ -319,6 +319,7 @@ fn hello_from(mac: MacAddr) -> Vec<u8> {
             active: false,
             ports: vec![],
             addrs6: vec![],
+            state: None,
         }),
         mac,
     )
@@ -450,6 +451,76 @@ fn backends_leave_without_hellos_and_return_with_them() {
         })
     ));
     assert_eq!(b.counters.events(Event::DistHellosSent), 10);
+}
+
+fn hello_with(mac: MacAddr, kind: dist::ElementKind, active: bool, st: Option<dist::HelloState>) -> Vec<u8> {
+    dist_frame(
+        dist::Message::Hello(dist::Hello {
+            element: kind,
+            interval_ms: 100,
+            rx_packets: 0,
+            tx_packets: 0,
+            dropped: 0,
+            priority: 0,
+            active,
+            ports: vec![],
+            addrs6: vec![],
+            state: st,
+        }),
+        mac,
+    )
+}
+
+/// Under a controller (its active hello heard), a back-end whose hellos say it holds no
+/// table of the controller (it started or restarted) gets no flows until they say it
+/// does; a flush of the table that names it again keeps that. Without a controller
+/// (a lab of static back-ends) such hellos keep a back-end live as before.
+#[test]
+fn backends_that_hold_no_table_get_no_flows_under_a_controller() {
+    let (mut b, now) = lb(Mode::Maglev);
+    let st = |incarnation, table| {
+        Some(dist::HelloState {
+            incarnation,
+            table,
+            ..Default::default()
+        })
+    };
+    let fwd = dist::ElementKind::Forwarder;
+    run(&mut b, now, 1, hello_with(be(2), fwd, false, st(7, false)));
+    assert_eq!(b.table.live(), 3, "no controller: hellos alone count");
+    let vcp = MacAddr([2, 0, 0, 0, 0xc, 1]);
+    run(&mut b, now, 1, hello_with(vcp, dist::ElementKind::Controller, true, None));
+    assert_eq!(b.controller, Some(vcp));
+    // r2 restarted: its new process holds no table yet.
+    run(&mut b, now, 1, hello_with(be(2), fwd, false, st(8, false)));
+    assert_eq!(b.table.live(), 2);
+    assert!(b.table.entries[1].waiting && b.table.entries[1].incarnation == 8);
+    assert_eq!(b.counters.events(Event::BackendWaiting), 1);
+    for k in 0..1000 {
+        let o = run(&mut b, now, 0, udp(k, 80));
+        assert_ne!(eth(&o[0].1).dst(), be(2), "a flow to a back-end with no table");
+    }
+    // The controller's next table names it again: it stays out.
+    let entries = (1..=3)
+        .map(|i| dist::BalanceEntry {
+            mac: be(i),
+            port: 1,
+            weight: 1,
+        })
+        .collect();
+    let bal = dist_frame(dist::Message::Balance { flush: true, entries }, vcp);
+    run(&mut b, now, 1, bal);
+    assert_eq!(b.table.live(), 2);
+    assert!(b.balanced && b.hello_state().table);
+    // Its table is in: flows again.
+    run(&mut b, now, 1, hello_with(be(2), fwd, false, st(8, true)));
+    assert_eq!(b.table.live(), 3);
+    assert_eq!(b.counters.events(Event::BackendWaiting), 1);
+    assert!((0..1000).any(|k| eth(&run(&mut b, now, 0, udp(k, 80))[0].1).dst() == be(2)));
+    // The LB's hellos carry its incarnation and its table's digest.
+    let h = b.hello_state();
+    assert_eq!((h.incarnation, h.routes), (b.incarnation, 3));
+    assert_eq!(h.digest, b.table_digest());
 }
 
 /// Packets of many flows go through the LB to three back-ends with different delays

@@ -766,6 +766,7 @@ fn backend_workers_hand_dist_to_the_first() {
         to_writer,
         from_writer,
         routes6,
+        table: Default::default(),
     });
     let (a, b) = ws.split_at_mut(1);
     let (a, b) = (&mut a[0], &mut b[0]);
