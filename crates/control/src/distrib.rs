@@ -563,8 +563,7 @@ impl Distributor {
     /// case [`REPAIR_HOLDOFF`] after that one.
     fn repair(mac: &MacAddr, p: &mut Peer, fib: &mut Fib, now: Instant, routes: u32, seen: &str) {
         let due = p.repaired_ok
-            || p
-                .last_repair
+            || p.last_repair
                 .is_none_or(|t| now.duration_since(t) >= REPAIR_HOLDOFF);
         if !due {
             return;
@@ -1316,7 +1315,10 @@ mod tests {
         old.incarnation = 0xa;
         let mut ws = vec![(mac, old, table())];
         for i in 0..6u32 {
-            fib.set(Prefix::new(Ipv4Addr::from(0xc633_6400 + (i << 8)), 24), Some(gw(2)));
+            fib.set(
+                Prefix::new(Ipv4Addr::from(0xc633_6400 + (i << 8)), 24),
+                Some(gw(2)),
+            );
         }
         converge(&mut fib, &mut d, &mut ws, 1, false);
         let t0 = Instant::now();
@@ -1328,7 +1330,10 @@ mod tests {
         let mut new = Writer::new();
         new.incarnation = 0xb;
         let (mut w, mut t) = (new, table());
-        assert!(d.hello(mac, &w.hello_state(), &mut fib, t0), "a new incarnation");
+        assert!(
+            d.hello(mac, &w.hello_state(), &mut fib, t0),
+            "a new incarnation"
+        );
         let p = &d.peers[&mac];
         assert!(!p.consistent(&fib) && p.restarts == 1 && p.incarnation == 0xb);
         // The old process's last acknowledgement arrives late: ignored.
@@ -1342,7 +1347,10 @@ mod tests {
         for (_, b) in &out {
             w.handle(MacAddr([2, 0, 0, 0, 0, 0xcc]), b, &mut t);
         }
-        assert!(w.hello_state().table, "a whole table applied: the hellos say so");
+        assert!(
+            w.hello_state().table,
+            "a whole table applied: the hellos say so"
+        );
         d.on_ack(mac, w.ack(), &mut fib, t0);
         assert!(d.peers[&mac].consistent(&fib));
         assert_eq!((w.len(), w.digest()), (fib.len(), fib.digest()));
@@ -1372,7 +1380,10 @@ mod tests {
             let held: Vec<Net> = w.routes().map(|(p, _)| *p).collect();
             w.install(held.into_iter().map(|p| (p, None)).collect(), Some(t));
             w.flush(t);
-            assert!(d.peers[&mac].consistent(&fib), "the last acknowledgement still says so");
+            assert!(
+                d.peers[&mac].consistent(&fib),
+                "the last acknowledgement still says so"
+            );
             assert!(!d.hello(mac, &w.hello_state(), &mut fib, now));
             assert!(!d.peers[&mac].consistent(&fib));
             assert_eq!(d.peers[&mac].repairs, round + 1, "repaired at once");

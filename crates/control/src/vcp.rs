@@ -1335,8 +1335,7 @@ impl Controller {
                 }
                 if kind == ElementKind::Balancer && self.role == Role::Active {
                     if let Some(st) = h.state {
-                        let restarted =
-                            before.is_some_and(|b| b.incarnation != st.incarnation);
+                        let restarted = before.is_some_and(|b| b.incarnation != st.incarnation);
                         if restarted {
                             self.stats.lb_restarts_seen += 1;
                             tracing::warn!(element = %src, incarnation = %format!("{:016x}", st.incarnation), "LB restarted (a new incarnation): its table goes to it at once");
@@ -1738,6 +1737,7 @@ impl Controller {
                 "takeovers": self.stats.takeovers,
                 "stepdowns": self.stats.stepdowns,
             },
+            "incarnation": format!("{:016x}", self.incarnation),
             "epoch": fib.epoch(),
             "version": fib.version(),
             "routes": fib.len(),

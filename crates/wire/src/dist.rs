@@ -737,7 +737,11 @@ impl Message {
                 HELLO_FIXED_LEN
                     + h.ports.len() * HELLO_PORT_LEN
                     + h.addrs6.len() * HELLO_ADDR6_LEN
-                    + if h.state.is_some() { HELLO_STATE_LEN } else { 0 }
+                    + if h.state.is_some() {
+                        HELLO_STATE_LEN
+                    } else {
+                        0
+                    }
             }
             Message::Ports { ports } => 1 + ports.len() * PORT_CONFIG_LEN,
             Message::Balance { entries, .. } => {
@@ -1498,7 +1502,13 @@ mod tests {
         let Message::FibAck(n) = &a.msg else {
             unreachable!()
         };
-        assert_eq!(o, FibAck { incarnation: 0, ..*n });
+        assert_eq!(
+            o,
+            FibAck {
+                incarnation: 0,
+                ..*n
+            }
+        );
         // Incarnations differ from one call (one start) to the next; never 0.
         let (x, y) = (new_incarnation(), new_incarnation());
         assert!(x != y && x != 0 && y != 0);

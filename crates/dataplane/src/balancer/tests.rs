@@ -453,7 +453,12 @@ fn backends_leave_without_hellos_and_return_with_them() {
     assert_eq!(b.counters.events(Event::DistHellosSent), 10);
 }
 
-fn hello_with(mac: MacAddr, kind: dist::ElementKind, active: bool, st: Option<dist::HelloState>) -> Vec<u8> {
+fn hello_with(
+    mac: MacAddr,
+    kind: dist::ElementKind,
+    active: bool,
+    st: Option<dist::HelloState>,
+) -> Vec<u8> {
     dist_frame(
         dist::Message::Hello(dist::Hello {
             element: kind,
@@ -489,7 +494,12 @@ fn backends_that_hold_no_table_get_no_flows_under_a_controller() {
     run(&mut b, now, 1, hello_with(be(2), fwd, false, st(7, false)));
     assert_eq!(b.table.live(), 3, "no controller: hellos alone count");
     let vcp = MacAddr([2, 0, 0, 0, 0xc, 1]);
-    run(&mut b, now, 1, hello_with(vcp, dist::ElementKind::Controller, true, None));
+    run(
+        &mut b,
+        now,
+        1,
+        hello_with(vcp, dist::ElementKind::Controller, true, None),
+    );
     assert_eq!(b.controller, Some(vcp));
     // r2 restarted: its new process holds no table yet.
     run(&mut b, now, 1, hello_with(be(2), fwd, false, st(8, false)));
@@ -498,7 +508,11 @@ fn backends_that_hold_no_table_get_no_flows_under_a_controller() {
     assert_eq!(b.counters.events(Event::BackendWaiting), 1);
     for k in 0..1000 {
         let o = run(&mut b, now, 0, udp(k, 80));
-        assert_ne!(eth(&o[0].1).dst(), be(2), "a flow to a back-end with no table");
+        assert_ne!(
+            eth(&o[0].1).dst(),
+            be(2),
+            "a flow to a back-end with no table"
+        );
     }
     // The controller's next table names it again: it stays out.
     let entries = (1..=3)
@@ -508,7 +522,13 @@ fn backends_that_hold_no_table_get_no_flows_under_a_controller() {
             weight: 1,
         })
         .collect();
-    let bal = dist_frame(dist::Message::Balance { flush: true, entries }, vcp);
+    let bal = dist_frame(
+        dist::Message::Balance {
+            flush: true,
+            entries,
+        },
+        vcp,
+    );
     run(&mut b, now, 1, bal);
     assert_eq!(b.table.live(), 2);
     assert!(b.balanced && b.hello_state().table);
