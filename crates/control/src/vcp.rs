@@ -1000,6 +1000,8 @@ pub struct Controller {
     pub incarnation: u64,
     /// The digest of the balancing table last sent to each LB, and when.
     balance_digests: BTreeMap<MacAddr, (u64, Instant)>,
+    /// The last incarnation heard from each LB, kept while it is silent too.
+    lb_incarnations: BTreeMap<MacAddr, u64>,
 }
 
 impl Controller {
@@ -1047,6 +1049,7 @@ impl Controller {
             balance_sent: Vec::new(),
             incarnation: 0,
             balance_digests: BTreeMap::new(),
+            lb_incarnations: BTreeMap::new(),
         }
         .with_incarnation(dist::new_incarnation())
     }
@@ -1334,8 +1337,14 @@ impl Controller {
                     self.dist.remove(src);
                 }
                 if kind == ElementKind::Balancer && self.role == Role::Active {
+                    if appeared {
+                        // A new LB, or one back after its hellos stopped: its table now.
+                        self.next_balance = now;
+                    }
                     if let Some(st) = h.state {
-                        let restarted = before.is_some_and(|b| b.incarnation != st.incarnation);
+                        let known = self.lb_incarnations.insert(src, st.incarnation);
+                        let restarted = known.is_some_and(|i| i != st.incarnation)
+                            || before.is_some_and(|b| b.incarnation != st.incarnation);
                         if restarted {
                             self.stats.lb_restarts_seen += 1;
                             tracing::warn!(element = %src, incarnation = %format!("{:016x}", st.incarnation), "LB restarted (a new incarnation): its table goes to it at once");
