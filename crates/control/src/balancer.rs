@@ -573,7 +573,7 @@ pub fn run<P: Port + Send>(
                 .spawn_scoped(scope, move || {
                     // Nobody asks the other workers anything; the sender lives as long.
                     let (_asker, queries) = mpsc::channel::<Query>();
-                    let r = crate::run::set_priority(io.priority).and_then(|()| {
+                    let r = crate::run::enter_worker(&io, i + 1).and_then(|()| {
                         run_element(
                             w,
                             ports,
@@ -598,7 +598,7 @@ pub fn run<P: Port + Send>(
                 fl.sync(b);
             }
         };
-        let r = crate::run::set_priority(io.priority)
+        let r = crate::run::enter_worker(&io, 0)
             .and_then(|()| run_element(b, mine, stop.clone(), qrx, answer, tick, busy));
         stop.store(true, Ordering::Relaxed);
         for h in handles {

@@ -175,6 +175,7 @@ pub(crate) struct RawIo {
     priority: Option<Spanned<i64>>,
     workers: Option<Spanned<i64>>,
     shared_umem: Option<bool>,
+    cpus: Option<Spanned<String>>,
 }
 
 /// The `[dist]` table, common to every element that speaks DIST.
@@ -375,6 +376,13 @@ pub struct IoConfig {
     /// received, without a copy in user space (none at all on NICs in zero-copy mode).
     /// `false`: each port has its own, and frames are copied in and out.
     pub shared_umem: bool,
+    /// `cpus = "4-5"` (Linux's CPU-list notation): the CPUs this element runs on. The
+    /// process is kept to them, worker `i` is pinned to the `i`-th (round robin), and the
+    /// ports' receive work runs in NAPI threads of their own (threaded NAPI), pinned to the
+    /// CPUs the workers leave free (or shared with them where there are none), so that the
+    /// element's whole cost stays on its cores (`io::placement::plan`). Default none: the
+    /// scheduler places everything, and receive work runs where the sender's runs.
+    pub cpus: Option<io::placement::CpuList>,
 }
 
 impl Default for IoConfig {
@@ -387,6 +395,7 @@ impl Default for IoConfig {
             workers: 1,
             priority: None,
             shared_umem: true,
+            cpus: None,
         }
     }
 }
@@ -439,6 +448,16 @@ impl IoConfig {
                 });
             }
             c.priority = Some(*p.get_ref() as u8);
+        }
+        if let Some(l) = raw.and_then(|r| r.cpus.as_ref()) {
+            c.cpus = Some(
+                io::placement::CpuList::parse(l.get_ref()).map_err(|m| ConfigError {
+                    file: path.into(),
+                    line: line_of(src, l.span().start),
+                    key: "io.cpus".into(),
+                    message: format!("{:?}: {m}", l.get_ref()),
+                })?,
+            );
         }
         if let Some(b) = raw.and_then(|r| r.backend.as_ref()) {
             c.backend = io::Backend::parse(b.get_ref()).ok_or_else(|| ConfigError {
@@ -1223,6 +1242,10 @@ via = "10.2.0.2"
             .unwrap()
             .io;
         assert_eq!(io.priority, Some(60));
+        let io = parse(&format!("{EXAMPLE}\n[io]\ncpus = \"4-5,7\"\n"))
+            .unwrap()
+            .io;
+        assert_eq!(io.cpus.map(|c| c.cpus()), Some(vec![4, 5, 7]));
         let m = parse(&format!(
             "{EXAMPLE}\n[metrics]\nlisten = \"127.0.0.1:9100\"\nelement = \"r1\"\n"
         ))
@@ -1388,6 +1411,18 @@ via = "10.2.0.2"
                 15,
                 "io.priority",
                 "from 1 to 99",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\ncpus = \"5-4\"\n"),
+                15,
+                "io.cpus",
+                "from the lower CPU to the higher",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\ncpus = \"x\"\n"),
+                15,
+                "io.cpus",
+                "not a CPU number",
             ),
             (
                 format!("{EXAMPLE}\n[star]\ninternal = \"nope\"\n"),

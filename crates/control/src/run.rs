@@ -534,7 +534,7 @@ pub fn run<P: Port + Send>(
             .ok_or("the forwarder's routes are already taken")?,
     ));
     let busy = cfg.is_some_and(|c| c.io.busy_poll);
-    let priority = cfg.and_then(|c| c.io.priority);
+    let io = cfg.map(|c| c.io).unwrap_or_default();
     let cfg = cfg.cloned();
     let ipv6 = f.ipv6_enabled();
     let pending6: Arc<Pending6> = Arc::new(Mutex::new(None));
@@ -653,7 +653,7 @@ pub fn run<P: Port + Send>(
                 .spawn_scoped(scope, move || {
                     // Nobody asks the other workers anything; the sender lives as long.
                     let (_asker, queries) = mpsc::channel::<Query>();
-                    let r = set_priority(priority).and_then(|()| {
+                    let r = enter_worker(&io, i + 1).and_then(|()| {
                         run_element(w, ports, stop.clone(), queries, answer, |_| {}, busy)
                     });
                     // One worker failing ends them all: the forwarder is one process.
@@ -664,7 +664,7 @@ pub fn run<P: Port + Send>(
             handles.push(h);
         }
         let answer = |f: &mut Forwarder, cmd: &str, req: &Value| answer6(f, cmd, req, &pending6w);
-        let r = set_priority(priority)
+        let r = enter_worker(&io, 0)
             .and_then(|()| run_element(f, mine, stop.clone(), qrx, answer, tick, busy));
         stop.store(true, Ordering::Relaxed);
         for h in handles {
@@ -693,6 +693,86 @@ pub(crate) fn workers_counters(all: &[Arc<dataplane::Counters>]) -> Result<Value
         v["workers"] = Value::Array(shares);
     }
     Ok(v)
+}
+
+/// Readies the calling thread to run worker `index` of an element: pinned to its CPU
+/// (`[io] cpus`, see [`io::placement::plan`]) and at its priority (`[io] priority`).
+pub(crate) fn enter_worker(io: &crate::config::IoConfig, index: usize) -> Result<(), String> {
+    if let Some(c) = &io.cpus {
+        let (w, _) = io::placement::plan(c, io.workers, 0);
+        if let Some(&cpu) = w.get(index) {
+            io::placement::pin(0, &[cpu])
+                .map_err(|e| format!("[io] cpus = \"{c}\": worker {index} on CPU {cpu}: {e}"))?;
+        }
+    }
+    set_priority(io.priority)
+}
+
+/// Keeps the whole process to `[io] cpus` (every thread started after this inherits it),
+/// once the config is read and before any thread starts: an error if this machine lacks
+/// one of them.
+pub fn place_process(io: &crate::config::IoConfig) -> Result<(), String> {
+    let Some(c) = &io.cpus else {
+        return Ok(());
+    };
+    let missing = c.missing();
+    if !missing.is_empty() {
+        return Err(format!(
+            "[io] cpus = \"{c}\": this machine has no CPU {} (online: {})",
+            io::placement::CpuList::of(&missing),
+            io::placement::CpuList::of(&io::placement::online_cpus())
+        ));
+    }
+    io::placement::pin(0, &c.cpus()).map_err(|e| format!("[io] cpus = \"{c}\": {e}"))
+}
+
+/// Moves the receive work of the element's ports (`names`) into NAPI threads of their own
+/// and pins them as `[io] cpus` plans, once the ports are open (a veth runs NAPI only once
+/// an XDP program or GRO is on). What could not be threaded (an interface that runs no
+/// NAPI: its receive work stays with its sender) is logged, not an error. Returns the
+/// workers' CPUs and, per port, its NAPI threads and theirs (also logged, "placed").
+pub fn place_ports(io: &crate::config::IoConfig, names: &[&str]) -> Value {
+    let Some(c) = &io.cpus else {
+        return Value::Null;
+    };
+    let mut found: Vec<(String, Vec<io::placement::Napi>)> = Vec::new();
+    for &n in names {
+        match io::placement::threaded_napis(n, Duration::from_millis(500)) {
+            Ok(v) => found.push((n.to_string(), v)),
+            Err(e) => {
+                tracing::warn!(interface = n, error = %e, "[io] cpus: its receive work could not be moved to threads of its own");
+                found.push((n.to_string(), Vec::new()));
+            }
+        }
+    }
+    let threads: usize = found
+        .iter()
+        .map(|(_, v)| v.iter().filter(|n| n.pid.is_some()).count())
+        .sum();
+    let (workers, napi_cpus) = io::placement::plan(c, io.workers, threads);
+    let mut k = 0;
+    let mut ports = Vec::new();
+    for (name, v) in &found {
+        let mut list = Vec::new();
+        for n in v {
+            let Some(pid) = n.pid else { continue };
+            let cpu = napi_cpus[k];
+            k += 1;
+            match io::placement::pin(pid, &[cpu]) {
+                Ok(()) => list.push(json!({"napi_id": n.id, "pid": pid, "cpu": cpu})),
+                Err(e) => {
+                    tracing::warn!(interface = %name, pid, cpu, error = %e, "[io] cpus: a NAPI thread could not be pinned")
+                }
+            }
+        }
+        if list.is_empty() {
+            tracing::warn!(interface = %name, "[io] cpus: no NAPI thread (a veth runs NAPI only with an XDP program or GRO on): its receive work runs on the sender's CPU");
+        }
+        ports.push(json!({"interface": name, "napi": list}));
+    }
+    let v = json!({"cpus": c.to_string(), "workers": workers, "ports": ports});
+    tracing::info!(cpus = %c, workers = ?workers, napi = %serde_json::to_string(&v["ports"]).unwrap_or_default(), "placed");
+    v
 }
 
 /// Runs the calling thread (a worker) at SCHED_FIFO `priority` (`[io] priority`); nothing

@@ -12,6 +12,7 @@
 pub mod afpacket;
 pub mod fastpath;
 pub mod netdev;
+pub mod placement;
 pub mod tap;
 pub mod xdp;
 pub mod xsk;

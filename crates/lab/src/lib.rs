@@ -23,6 +23,7 @@
 //! checksum was left to offload and must complete it.
 
 pub mod cmd;
+mod placement;
 pub mod topology;
 
 pub use topology::{Lab, Topology};

@@ -45,6 +45,11 @@ pub struct Host {
     /// to the topology file; `birdc -s /run/tessera/<lab>/bird-<node>.ctl` talks to it.
     #[serde(default)]
     pub bird: Option<String>,
+    /// The CPUs this host's work runs on (`"4-5"`): what `lab exec` (and the benches'
+    /// generators and sinks) run there, and its interfaces' NAPI threads (see
+    /// `Lab::place`).
+    #[serde(default)]
+    pub cpus: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -87,6 +92,11 @@ pub struct Element {
     /// controller's `[takeover] on_active` command does, with `tessera lab frr-start`.
     #[serde(default)]
     pub frr_active: Vec<String>,
+    /// The CPUs this element runs on (`"4-5"`): given to it as `--cpus` (its `[io] cpus`:
+    /// workers and its ports' NAPI threads pinned there); for a `linux` element, its
+    /// interfaces' NAPI threads.
+    #[serde(default)]
+    pub cpus: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -276,6 +286,7 @@ impl Lab {
                 ));
             }
         }
+        self.validate_cpus()?;
         let mut seen = std::collections::BTreeSet::new();
         for (n, _) in self.nodes() {
             if !seen.insert(n.to_string()) {
@@ -676,6 +687,14 @@ impl Lab {
                 }
             }
         }
+        // Hosts' and kernel routers' receive work on their CPUs (elements place their own).
+        for (node, kind) in self.nodes() {
+            let kernel =
+                kind == Kind::Host || self.element(node).is_ok_and(|e| self.role(e) == "linux");
+            if kernel {
+                self.place(node)?;
+            }
+        }
         self.dhcp_clients()?;
         self.slaac_addresses()?;
         // Outside routers, once the router is there to peer with.
@@ -985,6 +1004,7 @@ impl Lab {
             .arg(&sock)
             .args(io.iter().flat_map(|b| ["--io", b.as_str()]))
             .args(fast.then_some("--fast-path"))
+            .args(e.cpus.iter().flat_map(|c| ["--cpus", c.as_str()]))
             .args(
                 self.topo
                     .dist_key
@@ -1310,9 +1330,8 @@ impl Lab {
         if self.kind(node).is_none() {
             return Err(format!("no node named {node:?} in lab {}", self.name));
         }
-        let st = std::process::Command::new("ip")
-            .args(["netns", "exec", &self.ns(node)])
-            .args(argv)
+        let st = self
+            .command(node, argv)
             .status()
             .map_err(|e| e.to_string())?;
         Ok(st.code().unwrap_or(128))
@@ -1388,6 +1407,9 @@ impl Lab {
                     entry["pid"] = json!(st.pids.get(node));
                 }
             }
+            if up {
+                entry["placement"] = self.placement_of(node, st.pids.get(node).copied());
+            }
             nodes.push(entry);
         }
         Ok(json!({"lab": self.name, "nodes": nodes}))
@@ -1453,6 +1475,30 @@ b = "sw"
 a = "r:r-eth0"
 b = "sw"
 "#;
+
+    #[test]
+    fn takes_cpus_the_machine_has_and_refuses_others() {
+        let first = io::placement::online_cpus()[0];
+        let with = |c: &str| {
+            OK.replace(
+                "name = \"h1\"\n",
+                &format!("name = \"h1\"\ncpus = \"{c}\"\n"),
+            )
+        };
+        let l = lab(&with(&first.to_string())).unwrap();
+        assert_eq!(l.cpus("h1").map(|c| c.cpus()), Some(vec![first]));
+        assert_eq!(l.cpus("r"), None);
+        let e = lab(&with("1000")).unwrap_err();
+        assert!(e.contains("h1") && e.contains("no CPU 1000"), "{e}");
+        let e = lab(&with("3-1")).unwrap_err();
+        assert!(e.contains("h1: cpus = \"3-1\""), "{e}");
+        let e = lab(&OK.replace(
+            "config = \"r.toml\"\n",
+            "config = \"r.toml\"\ncpus = \"x\"\n",
+        ))
+        .unwrap_err();
+        assert!(e.contains("r: cpus"), "{e}");
+    }
 
     #[test]
     fn validates_topologies() {

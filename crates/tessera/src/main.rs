@@ -213,9 +213,25 @@ struct ElementArgs {
     /// The DIST key (hex digits in a file), overriding the config's `[dist] key_file`.
     #[arg(long, value_name = "FILE")]
     dist_key_file: Option<PathBuf>,
+    /// The CPUs to run on, as `[io] cpus` says ("4-5", "0-3,8"), overriding the config's:
+    /// workers pinned to them, the ports' receive work in NAPI threads pinned beside them.
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<String>,
 }
 
 impl ElementArgs {
+    /// Applies `--cpus` to `io` and keeps the process to the CPUs it names (before any
+    /// thread starts, so that every thread inherits them).
+    fn place(&self, io: &mut control::config::IoConfig) -> Result<()> {
+        if let Some(c) = &self.cpus {
+            io.cpus = Some(
+                io::placement::CpuList::parse(c)
+                    .map_err(|e| anyhow::anyhow!("--cpus {c:?}: {e}"))?,
+            );
+        }
+        control::run::place_process(io).map_err(anyhow::Error::msg)
+    }
+
     /// Applies `--dist-key-file` to `dist` and says loudly if DIST stays unauthenticated.
     fn dist(&self, dist: &mut control::config::DistConfig, element: &str) -> Result<()> {
         if let Some(f) = &self.dist_key_file {
@@ -1394,12 +1410,48 @@ fn lab_cmd(cmd: LabCmd) -> Result<i32> {
                     n["namespace"].as_str().unwrap_or(""),
                     if n["up"] == true { "up" } else { "down" }
                 );
+                let pl = &n["placement"];
                 for i in n["interfaces"].as_array().into_iter().flatten() {
+                    let name = i["name"].as_str().unwrap_or("");
+                    // Where its receive work runs: NAPI threads' CPUs, or the sender's.
+                    let napi: Vec<String> = pl["napi"][name]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|t| match t["cpus"].as_str() {
+                            Some(c) => format!("cpu {c}"),
+                            None => "softirq".into(),
+                        })
+                        .collect();
+                    let rx = if napi.is_empty() {
+                        "rx: sender's cpu".to_string()
+                    } else {
+                        format!("rx: napi {}", napi.join(","))
+                    };
                     println!(
-                        "    {:<10} {} {}",
-                        i["name"].as_str().unwrap_or(""),
+                        "    {:<10} {} {} {rx}",
+                        name,
                         i["mac"].as_str().unwrap_or(""),
                         i["addresses"]
+                    );
+                }
+                let threads: Vec<String> = pl["threads"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|t| {
+                        format!(
+                            "{} cpu {}",
+                            t["name"].as_str().unwrap_or(""),
+                            t["cpus"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect();
+                if pl["cpus"].is_string() || !threads.is_empty() {
+                    println!(
+                        "    cpus {}; threads: {}",
+                        pl["cpus"].as_str().unwrap_or("any"),
+                        threads.join(", ")
                     );
                 }
             }
@@ -1476,6 +1528,7 @@ fn forwarder(a: &ElementArgs) -> Result<i32> {
     if let Some(b) = backend_arg(a.io.as_deref())? {
         cfg.io.backend = b;
     }
+    a.place(&mut cfg.io)?;
     cfg.io.fast_path |= a.fast_path;
     if cfg.backend.is_some() {
         a.dist(&mut cfg.dist, "back-end")?;
@@ -1531,6 +1584,7 @@ fn forwarder(a: &ElementArgs) -> Result<i32> {
             ports[w].push(p);
         }
     }
+    control::run::place_ports(&cfg.io, &names);
     tracing::info!(
         interfaces = %ports[0].iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
         routes = f.route_count(),
@@ -1586,6 +1640,7 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
     if let Some(b) = backend_arg(a.io.as_deref())? {
         cfg.io.backend = b;
     }
+    a.place(&mut cfg.io)?;
     a.dist(&mut cfg.dist, "balancer")?;
     cfg.io.fast_path |= a.fast_path;
     // The LB's fast path is an XDP program: its ports are AF_XDP's ("auto" does not fall
@@ -1641,6 +1696,8 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
             ports[w].push(p);
         }
     }
+    let names: Vec<&str> = cfg.interfaces.iter().map(|i| i.name.as_str()).collect();
+    control::run::place_ports(&cfg.io, &names);
     tracing::info!(
         interfaces = %cfg.interfaces.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(","),
         backends = b.table.entries.len(),
@@ -1676,6 +1733,7 @@ fn switch(a: &ElementArgs) -> Result<i32> {
     if let Some(b) = backend_arg(a.io.as_deref())? {
         cfg.io.backend = b;
     }
+    a.place(&mut cfg.io)?;
     if cfg.io.fast_path {
         bail!("{}: [io] fast_path is for forwarders", config.display());
     }
@@ -1697,6 +1755,8 @@ fn switch(a: &ElementArgs) -> Result<i32> {
             .with_context(|| format!("{}: promiscuous mode", p.name))?;
         ports.push(port);
     }
+    let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
+    control::run::place_ports(&cfg.io, &names);
     let names = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();
     let counters = Arc::new(dataplane::Counters::for_role(
         names,
@@ -1725,6 +1785,7 @@ fn axon(a: &ElementArgs) -> Result<i32> {
     if let Some(b) = backend_arg(a.io.as_deref())? {
         cfg.io.backend = b;
     }
+    a.place(&mut cfg.io)?;
     if cfg.io.fast_path {
         bail!("{}: [io] fast_path is for forwarders", config.display());
     }
@@ -1747,6 +1808,8 @@ fn axon(a: &ElementArgs) -> Result<i32> {
         cfg.cfg.macs[i] = wire::MacAddr(io::netdev::mac(&p.name)?);
         ports.push(port);
     }
+    let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
+    control::run::place_ports(&cfg.io, &names);
     let names = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();
     let counters = Arc::new(dataplane::Counters::for_role(
         names,
@@ -1772,6 +1835,7 @@ fn controller(a: &ElementArgs) -> Result<i32> {
     if let Some(b) = backend_arg(a.io.as_deref())? {
         cfg.io.backend = b;
     }
+    a.place(&mut cfg.io)?;
     a.dist(&mut cfg.dist, "controller")?;
     if cfg.io.fast_path {
         bail!("{}: [io] fast_path is for forwarders", config.display());
