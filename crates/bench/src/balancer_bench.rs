@@ -255,7 +255,7 @@ fn through_lab(
 /// receive work in the kernel (`frames_per_cpu_s`: every frame it took, fast path
 /// included, over its process's and its ports' NAPI threads' CPU seconds). CPU time
 /// comes in ticks of 10 ms: below 0.05 s, no rate.
-fn element_rows(before: &[ElementLoad], after: &[ElementLoad]) -> Vec<Value> {
+pub(crate) fn element_rows(before: &[ElementLoad], after: &[ElementLoad]) -> Vec<Value> {
     after
         .iter()
         .filter_map(|a| {
@@ -280,7 +280,7 @@ fn element_rows(before: &[ElementLoad], after: &[ElementLoad]) -> Vec<Value> {
 }
 
 /// What an element had done at one moment.
-struct ElementLoad {
+pub(crate) struct ElementLoad {
     name: String,
     /// Frames received on all its user-space ports.
     rx: u64,
@@ -298,7 +298,7 @@ struct ElementLoad {
 /// Each element's ports' NAPI threads (see [`threaded_napi`]): a port without NAPI (no
 /// XDP program and no GRO, as with `--io packet`) has none, and its receive work stays in
 /// the sender's context, charged to no element.
-fn element_napi(l: &lab::Lab, rt: bool) -> Result<Vec<(String, Vec<i32>)>, String> {
+pub(crate) fn element_napi(l: &lab::Lab, rt: bool) -> Result<Vec<(String, Vec<i32>)>, String> {
     let mut v = Vec::new();
     for e in &l.topo.element {
         let prefix = format!("{}:", e.name);
@@ -320,7 +320,7 @@ fn element_napi(l: &lab::Lab, rt: bool) -> Result<Vec<(String, Vec<i32>)>, Strin
 }
 
 /// The load of each running element.
-fn element_load(l: &lab::Lab, napi: &[(String, Vec<i32>)]) -> Vec<ElementLoad> {
+pub(crate) fn element_load(l: &lab::Lab, napi: &[(String, Vec<i32>)]) -> Vec<ElementLoad> {
     let mut v = Vec::new();
     for e in &l.topo.element {
         let pid = std::fs::read_to_string(l.run_dir().join(format!("{}.pid", e.name)))

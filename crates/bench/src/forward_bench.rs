@@ -113,12 +113,12 @@ fn xdp_receiver(lab: &lab::Lab, node: &str, ifname: &str, rt: bool) -> Result<()
 }
 
 /// Moves the NAPI of `node:ifname` into kernel threads of its own (`threaded`) and returns
-/// their PIDs: the `napi/IFNAME-ID` threads that appear then (names are not unique across
-/// namespaces: only new ones are ours). None appear for an interface that runs no NAPI (a
-/// veth with neither XDP nor GRO): an empty list then, after a wait of up to 2 s.
+/// their PIDs, as the kernel's `netdev` netlink family of the node's namespace names them
+/// (thread names repeat across namespaces; already threaded ones, an element placed with
+/// `cpus`, count too). None for an interface that runs no NAPI (a veth with neither XDP
+/// nor GRO): an empty list then, after a wait of up to 2 s.
 pub(crate) fn threaded_napi(lab: &lab::Lab, node: &str, ifname: &str) -> Result<Vec<i32>, String> {
     let ns = lab.ns(node);
-    let before = napi_threads(ifname);
     sh(
         "ip",
         &[
@@ -132,9 +132,10 @@ pub(crate) fn threaded_napi(lab: &lab::Lab, node: &str, ifname: &str) -> Result<
     )?;
     let t = std::time::Instant::now();
     loop {
-        let mine: Vec<i32> = napi_threads(ifname)
-            .into_iter()
-            .filter(|p| !before.contains(p))
+        let mine: Vec<i32> = io::placement::in_namespace(&ns, || io::placement::napis(ifname))
+            .map_err(|e| format!("{node}:{ifname}: NAPI: {e}"))?
+            .iter()
+            .filter_map(|n| n.pid)
             .collect();
         if !mine.is_empty() || t.elapsed() > std::time::Duration::from_secs(2) {
             return Ok(mine);
@@ -156,21 +157,6 @@ pub(crate) fn realtime_napi(pids: &[i32]) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// PIDs of the kernel's NAPI threads of interfaces named `ifname`, in any namespace.
-fn napi_threads(ifname: &str) -> Vec<i32> {
-    let prefix = format!("napi/{ifname}-");
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim_end().starts_with(&prefix))
-        })
-        .collect()
 }
 
 /// A device under test started by command (`sh -c`) in its namespace, with `env` added
@@ -383,21 +369,21 @@ pub(crate) fn lab_point_with(
     let mut sink_procs = Vec::new();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     for s in sinks {
-        let ns = lab.ns(s);
-        let mut c = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &ns,
-                &exe,
-                "sink",
-                "--iface",
-                "eth0",
-                "--duration",
-                &sink_secs,
-                if sink_xdp { "--xdp" } else { "--drop" },
-                "--json",
-            ])
+        // In the node's namespace, on its CPUs where it names some (`cpus`).
+        let mut c = lab
+            .command(
+                s,
+                &[
+                    exe.as_str(),
+                    "sink",
+                    "--iface",
+                    "eth0",
+                    "--duration",
+                    &sink_secs,
+                    if sink_xdp { "--xdp" } else { "--drop" },
+                    "--json",
+                ],
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -428,16 +414,8 @@ pub(crate) fn lab_point_with(
     let mut gen_procs = Vec::new();
     let mut spawn_error = None;
     for (node, dst, rate) in gens {
-        let ns = lab.ns(node);
-        let mut args: Vec<String> = vec![
-            "netns".into(),
-            "exec".into(),
-            ns,
-            exe.clone(),
-            "gen".into(),
-            "--iface".into(),
-            "eth0".into(),
-        ];
+        let mut args: Vec<String> =
+            vec![exe.clone(), "gen".into(), "--iface".into(), "eth0".into()];
         args.extend(dst.iter().cloned());
         args.extend([
             "--size".into(),
@@ -448,8 +426,8 @@ pub(crate) fn lab_point_with(
             secs.to_string(),
             "--json".into(),
         ]);
-        match Command::new("ip")
-            .args(&args)
+        match lab
+            .command(node, &args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -677,7 +655,12 @@ fn write(path: &Path, s: &str) -> Result<(), String> {
 }
 
 /// The generator's ceiling: one generator straight into a sink on one wire, `--rate max`.
-fn ceiling(opts: &ForwardOpts, size: usize, six: bool, name: &str) -> Result<f64, String> {
+pub(crate) fn ceiling(
+    opts: &ForwardOpts,
+    size: usize,
+    six: bool,
+    name: &str,
+) -> Result<f64, String> {
     let topo = opts.out.join("ceiling.toml");
     write(
         &topo,

@@ -166,3 +166,126 @@ pub fn forward_plots(out: &Path, rows: &[Value]) -> Result<Vec<String>, String> 
     }
     Ok(files)
 }
+
+/// `bench scale`: per frame size and table, each router's aggregate peak (solid) and
+/// zero-loss rate (hollow) against the cores its elements use, with the ideal line (the
+/// single forwarder's peak per core, times the cores) and the model's prediction for the
+/// multistage routers (crosses). Returns the file names.
+pub fn scale_plot(out: &Path, v: &Value) -> Result<Vec<String>, String> {
+    register_font()?;
+    type Series = BTreeMap<String, Vec<(f64, f64, f64, f64)>>;
+    let mut cases: BTreeMap<(u64, u64), Series> = BTreeMap::new();
+    for r in v["results"].as_array().into_iter().flatten() {
+        let case = (
+            r["table_prefixes"].as_u64().unwrap_or(0),
+            r["frame_bytes"].as_u64().unwrap_or(0),
+        );
+        let who = r["contender"].as_str().unwrap_or("").to_string();
+        cases
+            .entry(case)
+            .or_default()
+            .entry(who)
+            .or_default()
+            .push((
+                r["cores"].as_f64().unwrap_or(0.0),
+                r["peak_pps"].as_f64().unwrap_or(0.0) / 1e6,
+                r["zero_loss_pps"].as_f64().unwrap_or(0.0) / 1e6,
+                r["model_pps"].as_f64().unwrap_or(0.0) / 1e6,
+            ));
+    }
+    let colors = [
+        RGBColor(0, 90, 180),
+        RGBColor(210, 80, 0),
+        RGBColor(0, 140, 70),
+        RGBColor(140, 0, 140),
+    ];
+    let mut files = Vec::new();
+    for ((tsize, size), series) in &cases {
+        let name = format!("scale-{size}B-{tsize}-prefixes.png");
+        let path = out.join(&name);
+        let e = |e: String| format!("{name}: {e}");
+        let max_x = series.values().flatten().map(|p| p.0).fold(1.0, f64::max) + 1.0;
+        let per_core = series.get("forwarder").and_then(|s| s.first()).map(|p| p.1);
+        let max_y = series
+            .values()
+            .flatten()
+            .map(|p| p.1.max(p.3))
+            .fold(0.0, f64::max)
+            .max(per_core.unwrap_or(0.0) * 2.0)
+            * 1.15
+            + 0.01;
+        let root = BitMapBackend::new(&path, (900, 600)).into_drawing_area();
+        root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "{size}-byte frames, {tsize} prefixes, {} ports, machine of {} cores",
+                    v["ports"], v["cores"]
+                ),
+                ("sans-serif", 22),
+            )
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..max_x, 0f64..max_y)
+            .map_err(|x| e(x.to_string()))?;
+        chart
+            .configure_mesh()
+            .x_desc("cores used by the router's elements")
+            .y_desc("aggregate forwarded (Mpps)")
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(|x| e(x.to_string()))?;
+        if let Some(pc) = per_core {
+            let grey = RGBColor(160, 160, 160);
+            chart
+                .draw_series(LineSeries::new([(0.0, 0.0), (max_x, pc * max_x)], grey))
+                .map_err(|x| e(x.to_string()))?
+                .label("ideal: one forwarder's peak per core")
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], grey));
+        }
+        for (i, (who, pts)) in series.iter().enumerate() {
+            let c = colors[i % colors.len()];
+            let mut pts = pts.clone();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            chart
+                .draw_series(LineSeries::new(
+                    pts.iter().map(|p| (p.0, p.1)),
+                    c.stroke_width(2),
+                ))
+                .map_err(|x| e(x.to_string()))?
+                .label(format!("{who}: peak (filled), zero-loss (hollow)"))
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new((p.0, p.1), 5, c.filled())))
+                .map_err(|x| e(x.to_string()))?;
+            chart
+                .draw_series(
+                    pts.iter()
+                        .map(|p| Circle::new((p.0, p.2), 5, c.stroke_width(2))),
+                )
+                .map_err(|x| e(x.to_string()))?;
+            if who == "multistage" {
+                chart
+                    .draw_series(
+                        pts.iter()
+                            .map(|p| Cross::new((p.0, p.3), 6, c.stroke_width(2))),
+                    )
+                    .map_err(|x| e(x.to_string()))?
+                    .label("multistage: model, a core per element (cross)")
+                    .legend(move |(x, y)| Cross::new((x + 10, y), 6, c.stroke_width(2)));
+            }
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font(("sans-serif", 14))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|x| e(x.to_string()))?;
+        root.present().map_err(|x| e(x.to_string()))?;
+        files.push(name);
+    }
+    Ok(files)
+}

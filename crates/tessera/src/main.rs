@@ -625,6 +625,45 @@ enum Bench {
         #[arg(long)]
         rt_napi: bool,
     },
+    /// Does capacity grow with the number of elements? A multistage router of `--ports`
+    /// external networks and each number of `--backends`, every element with its fast path
+    /// and, where the machine has them, cores of its own; beside it our single forwarder on
+    /// one core and, on the same cores, the kernel and our forwarder with workers. Aggregate
+    /// peak and zero-loss rates, each element's cost per frame, a model of the router on
+    /// separate machines (docs/scale.md). JSON and a plot per frame size and table.
+    Scale {
+        #[arg(long, default_value = "results/scale")]
+        out: PathBuf,
+        /// External networks (an LB and a host each; 1: one LB pair, a second network only
+        /// receiving).
+        #[arg(long, default_value_t = 2)]
+        ports: usize,
+        /// Numbers of back-ends, one router each (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+        backends: Vec<usize>,
+        /// Frame sizes (default 64 and 1470; --quick: 64).
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<usize>,
+        /// Tables: synthetic sizes or files (default 10 and 167000; --quick: 10).
+        #[arg(long, value_delimiter = ',')]
+        tables: Vec<String>,
+        /// Contenders: multistage, forwarder, kernel, workers (default all; --quick: the
+        /// first two).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// One size, one table, fewer points.
+        #[arg(long)]
+        quick: bool,
+        /// Seconds per point.
+        #[arg(long, default_value_t = 1.0)]
+        seconds: f64,
+        /// Flows per sending host (UDP source ports: what the LBs spread).
+        #[arg(long, default_value_t = 256)]
+        flows: u16,
+        /// NAPI threads at SCHED_FIFO 50.
+        #[arg(long)]
+        rt_napi: bool,
+    },
     /// The forwarder's per-packet path over in-memory ports: 64-byte frames, tables of 10 to
     /// 167,000 prefixes (and --table, the full real one), one, two and many flows.
     Pipeline {
@@ -1320,6 +1359,45 @@ fn run(cli: Cli) -> Result<i32> {
                 )
                 .map_err(anyhow::Error::msg)?;
                 print(&v)
+            }
+            Bench::Scale {
+                out,
+                ports,
+                backends,
+                sizes,
+                tables,
+                only,
+                quick,
+                seconds,
+                flows,
+                rt_napi,
+            } => {
+                let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+                stop_lab_benches_on_signals()?;
+                let opts = bench::scale_bench::ScaleOpts {
+                    out,
+                    exe,
+                    ports,
+                    backends,
+                    sizes,
+                    tables,
+                    only,
+                    quick,
+                    seconds: seconds.clamp(0.05, 60.0),
+                    flows: flows.max(1),
+                    rt_napi,
+                };
+                let v = bench::scale_bench::run(&opts, &mut |s| eprintln!("bench scale: {s}"))
+                    .map_err(anyhow::Error::msg)?;
+                // The per-point rows stay in results.json; the answer is the summary.
+                let mut brief = v.clone();
+                for r in brief["results"].as_array_mut().into_iter().flatten() {
+                    if let Some(o) = r.as_object_mut() {
+                        o.remove("points");
+                        o.remove("elements");
+                    }
+                }
+                print(&brief)
             }
             Bench::Pipeline {
                 table,

@@ -1,0 +1,782 @@
+//! `tessera bench scale`: does capacity grow with the number of elements?
+//!
+//! It builds a multistage router with `--ports K` external networks (an LB and a host on
+//! each) and N back-ends for each N of `--backends`, every element with its fast path, and
+//! measures the aggregate peak (the most forwarded at any offered load) and zero-loss rates
+//! of traffic from every network to the next (network i's host sends to network i+1's,
+//! the last to the first: with K = 2, each to the other). With `--ports 1` a second network
+//! whose host only receives makes the one LB pair of `bench forward --multistage`. Beside
+//! it, in the same run: our single forwarder with its fast path on one core (the element
+//! the router is made of: `multistage_over_single` is the router's peak over its), and,
+//! given the same cores as each multistage router, the Linux kernel as one router with a
+//! port per network (multi-queue veths, NAPI threads on those cores: `kernel`) and our
+//! forwarder with `[io] workers` on them (`workers`).
+//!
+//! Placement: where the machine has a core for everything (two per host, for its
+//! generator and its sink, one per element, one left for the rest), every host and element
+//! gets cores of its own (`cpus`, docs/lab.md), in order from CPU 1. Where it has not, the
+//! scheduler shares them, and the results say so (`placed: false`, `placement_note`).
+//!
+//! Per element the cost per frame is measured at the load that gave the peak (its
+//! process's and its ports' NAPI threads' CPU seconds over the frames it took, as `bench
+//! balancer` does), and a model (`model`) predicts from those costs what each router would forward
+//! with a core per element, on separate machines: see docs/scale.md.
+//!
+//! Traffic: `tessera gen --xdp`, `--flows` flows per host (UDP source ports; the LBs spread
+//! them over the back-ends). A table of T prefixes is loaded into every router, split over
+//! the networks; the traffic's destinations are the hosts (the table's size costs through
+//! the memory it takes, not through lookups spread over it: `bench forward --flows many`
+//! measures that).
+
+use crate::balancer_bench::{element_load, element_napi, element_rows};
+use crate::forward_bench::{self, lab_mac, lab_point_with, ForwardOpts};
+use crate::table;
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone)]
+pub struct ScaleOpts {
+    pub out: PathBuf,
+    /// The tessera binary (runs gen, sink and the lab).
+    pub exe: PathBuf,
+    /// External networks (K >= 1).
+    pub ports: usize,
+    /// Numbers of back-ends, one multistage router each.
+    pub backends: Vec<usize>,
+    /// Frame sizes; empty: 64 and 1470 (`--quick`: 64).
+    pub sizes: Vec<usize>,
+    /// Tables (synthetic sizes or files); empty: 10 and 167,000 (`--quick`: 10).
+    pub tables: Vec<String>,
+    /// Contenders: `multistage`, `forwarder`, `kernel`, `workers`; empty: all (`--quick`:
+    /// multistage and forwarder).
+    pub only: Vec<String>,
+    pub quick: bool,
+    /// Seconds per measurement point.
+    pub seconds: f64,
+    /// Flows per sending host.
+    pub flows: u16,
+    /// The NAPI threads at SCHED_FIFO 50 (as `bench forward --rt-napi`).
+    pub rt_napi: bool,
+}
+
+pub const CONTENDERS: [&str; 4] = ["multistage", "forwarder", "kernel", "workers"];
+
+/// One router to measure: its lab and where traffic enters and leaves.
+struct Setup {
+    contender: &'static str,
+    /// Back-ends (multistage), or 0.
+    backends: usize,
+    /// The cores its elements use (with a core each).
+    cores: usize,
+    lab: PathBuf,
+    /// The router's interface facing each network's host: (node, ifname).
+    first_hops: Vec<(String, String)>,
+    placed: bool,
+    note: String,
+}
+
+/// Networks of a router with `k` ports: at least two (with one port, the second only
+/// receives).
+fn networks(k: usize) -> usize {
+    k.max(2)
+}
+
+/// Who sends where: (sender network, receiver network), numbered from 1.
+fn streams(k: usize) -> Vec<(usize, usize)> {
+    if k == 1 {
+        vec![(1, 2)]
+    } else {
+        (1..=k).map(|i| (i, i % k + 1)).collect()
+    }
+}
+
+/// Gives each host two cores and each element one, from CPU 1 (CPU 0 too if that is all
+/// there is), where the machine has them all; the note says what was done.
+fn plan_cpus(hosts: usize, elements: usize) -> (Option<(Vec<String>, Vec<String>)>, String) {
+    let online = io::placement::online_cpus();
+    let need = 2 * hosts + elements;
+    let start = if online.len() > need { 1 } else { 0 };
+    if online.len() < need {
+        return (
+            None,
+            format!(
+                "not placed: {hosts} hosts (2 cores each) and {elements} elements (1 each) need {need} cores, this machine has {}; the scheduler shares them",
+                online.len()
+            ),
+        );
+    }
+    let mut next = online[start..].iter();
+    let mut take = |n: usize| -> String {
+        let v: Vec<usize> = next.by_ref().take(n).copied().collect();
+        io::placement::CpuList::of(&v).to_string()
+    };
+    let h = (0..hosts).map(|_| take(2)).collect();
+    let e = (0..elements).map(|_| take(1)).collect();
+    (
+        Some((h, e)),
+        format!(
+            "placed: {need} cores of {}, each host and element on its own",
+            online.len()
+        ),
+    )
+}
+
+fn cpus_line(c: Option<&String>) -> String {
+    c.map(|c| format!("cpus = \"{c}\"\n")).unwrap_or_default()
+}
+
+/// The hosts of a lab of `m` networks, with their cores.
+fn hosts(m: usize, cpus: Option<&Vec<String>>) -> String {
+    let mut s = String::new();
+    for i in 1..=m {
+        let _ = write!(
+            s,
+            "[[host]]\nname = \"h{i}\"\ninterfaces = [{{ name = \"eth0\", address = \"10.{i}.0.10/24\" }}]\nroutes = [\"default via 10.{i}.0.1\"]\n{}\n",
+            cpus_line(cpus.map(|c| &c[i - 1]))
+        );
+    }
+    s
+}
+
+/// The table's routes in a router's config: `routes_file` through the first network's
+/// host (with `via`), or none.
+fn table_line(key: &str) -> String {
+    format!("routes_file = \"table-{key}.txt\"\nroutes_file_via = \"10.1.0.10\"\n")
+}
+
+/// The multistage router of `m` networks and `n` back-ends.
+fn multistage(out: &Path, m: usize, n: usize, key: &str, tag: &str) -> Result<Setup, String> {
+    let (cpus, note) = plan_cpus(m, m + n);
+    let (hc, ec) = match &cpus {
+        Some((h, e)) => (Some(h), Some(e)),
+        None => (None, None),
+    };
+    let mut topo = format!("name = \"sc\"\ndist_key = true\n\n{}", hosts(m, hc));
+    let mut links = String::new();
+    for i in 1..=m {
+        let mut c = format!(
+            "[[interface]]\nname = \"lb{i}-ext\"\nrole = \"external\"\naddress = \"10.{i}.0.1/24\"\nvlan = {}\n\n[[interface]]\nname = \"lb{i}-int\"\nrole = \"internal\"\n\n[balance]\nmode = \"maglev\"\n\n[hello]\ninterval_ms = 100\n",
+            10 * i
+        );
+        for j in 1..=n {
+            let _ = write!(
+                c,
+                "\n[[backend]]\nmac = \"02:00:00:00:01:{j:02x}\"\ninterface = \"lb{i}-int\"\n"
+            );
+        }
+        let f = format!("{tag}-lb{i}.toml");
+        write(&out.join(&f), &c)?;
+        let _ = write!(
+            topo,
+            "[[element]]\nname = \"lb{i}\"\nrole = \"balancer\"\nconfig = \"{f}\"\n{}\n",
+            cpus_line(ec.map(|c| &c[i - 1]))
+        );
+        let _ = write!(
+            links,
+            "[[link]]\na = \"h{i}:eth0\"\nb = \"lb{i}:lb{i}-ext\"\n\n[[link]]\na = \"lb{i}:lb{i}-int\"\nb = \"ic\"\na_mac = \"02:00:00:00:0a:{i:02x}\"\n\n"
+        );
+    }
+    for j in 1..=n {
+        let mut c = format!(
+            "{}[[interface]]\nname = \"r{j}-int\"\naddress = \"10.255.0.{}/24\"\n",
+            table_line(key),
+            10 + j
+        );
+        for i in 1..=m {
+            let _ = write!(
+                c,
+                "\n[[interface]]\nname = \"ext-{i}\"\nparent = \"r{j}-int\"\nvlan = {}\naddress = \"10.{i}.0.1/24\"\n",
+                10 * i
+            );
+        }
+        c.push_str("\n[backend]\ninternal = \"r");
+        let _ = write!(c, "{j}-int\"\nhello_interval_ms = 100\n");
+        let f = format!("{tag}-r{j}.toml");
+        write(&out.join(&f), &c)?;
+        let _ = write!(
+            topo,
+            "[[element]]\nname = \"r{j}\"\nrole = \"forwarder\"\nconfig = \"{f}\"\n{}\n",
+            cpus_line(ec.map(|c| &c[m + j - 1]))
+        );
+        let _ = write!(
+            links,
+            "[[link]]\na = \"r{j}:r{j}-int\"\nb = \"ic\"\na_mac = \"02:00:00:00:01:{j:02x}\"\n\n"
+        );
+    }
+    // GRO on the bridge's ports: their veths take what the elements' XDP redirects.
+    let _ = write!(topo, "[[switch]]\nname = \"ic\"\ngro = true\n\n{links}");
+    let p = out.join(format!("lab-{tag}.toml"));
+    write(&p, &topo)?;
+    Ok(Setup {
+        contender: "multistage",
+        backends: n,
+        cores: m + n,
+        lab: p,
+        first_hops: (1..=m)
+            .map(|i| (format!("lb{i}"), format!("lb{i}-ext")))
+            .collect(),
+        placed: cpus.is_some(),
+        note,
+    })
+}
+
+/// One router (ours or the kernel's) with a port per network, on `cores` cores: our
+/// forwarder with that many workers, or the kernel with that many queues per link.
+fn single(
+    out: &Path,
+    m: usize,
+    cores: usize,
+    kernel: bool,
+    key: &str,
+    tag: &str,
+) -> Result<Setup, String> {
+    // The router's cores as one element's list.
+    let (cpus, note) = plan_cpus(m, cores);
+    let (hc, rc) = match &cpus {
+        Some((h, e)) => {
+            let all: Vec<usize> = e
+                .iter()
+                .filter_map(|c| io::placement::CpuList::parse(c).ok())
+                .flat_map(|c| c.cpus())
+                .collect();
+            (Some(h), Some(io::placement::CpuList::of(&all).to_string()))
+        }
+        None => (None, None),
+    };
+    let mut c = table_line(key);
+    for i in 1..=m {
+        let _ = write!(
+            c,
+            "\n[[interface]]\nname = \"r-eth{i}\"\naddress = \"10.{i}.0.1/24\"\n"
+        );
+    }
+    if !kernel {
+        let _ = write!(c, "\n[io]\nfast_path = true\nworkers = {cores}\n");
+    }
+    let f = format!("{tag}-r.toml");
+    write(&out.join(&f), &c)?;
+    let role = if kernel { "linux" } else { "forwarder" };
+    let mut topo = format!(
+        "name = \"sc\"\n\n{}[[element]]\nname = \"r\"\nrole = \"{role}\"\nconfig = \"{f}\"\n{}\n",
+        hosts(m, hc),
+        cpus_line(rc.as_ref())
+    );
+    for i in 1..=m {
+        let q = if cores > 1 {
+            format!("queues = {cores}\n")
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            topo,
+            "[[link]]\na = \"h{i}:eth0\"\nb = \"r:r-eth{i}\"\n{q}\n"
+        );
+    }
+    let p = out.join(format!("lab-{tag}.toml"));
+    write(&p, &topo)?;
+    Ok(Setup {
+        contender: match (kernel, cores) {
+            (true, _) => "kernel",
+            (false, 1) => "forwarder",
+            (false, _) => "workers",
+        },
+        backends: 0,
+        cores,
+        lab: p,
+        first_hops: (1..=m)
+            .map(|i| ("r".to_string(), format!("r-eth{i}")))
+            .collect(),
+        placed: cpus.is_some(),
+        note,
+    })
+}
+
+fn write(path: &Path, s: &str) -> Result<(), String> {
+    std::fs::write(path, s).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// What one router did at one frame size and table.
+struct Measured {
+    peak: f64,
+    zero_loss: f64,
+    /// The offered load at which the elements' costs were measured.
+    cost_at: f64,
+    rows: Vec<Value>,
+    elements: Vec<Value>,
+}
+
+/// Brings a setup's lab up, resolves every path, and measures peak and zero-loss rates and
+/// the elements' costs at the zero-loss rate.
+fn measure(
+    opts: &ScaleOpts,
+    s: &Setup,
+    size: usize,
+    ceiling: f64,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Measured, String> {
+    let k = opts.ports;
+    let name = format!("sc{}", std::process::id());
+    let mut l = lab::Lab::load(&s.lab, Some(&name), opts.exe.clone())?;
+    l.fast_path = s.contender != "kernel";
+    l.io = (s.contender != "kernel").then(|| "xdp".to_string());
+    let _ = l.down();
+    l.up()?;
+    let r = (|| {
+        // Every host takes what a router redirects in XDP (GRO on, so its veth runs NAPI);
+        // then its NAPI threads go to its cores; a kernel router's too.
+        let m = networks(k);
+        for i in 1..=m {
+            let h = format!("h{i}");
+            lab::cmd::in_ns(&l.ns(&h), "ethtool", &["-K", "eth0", "gro", "on"])?;
+            l.place(&h)?;
+        }
+        if s.contender == "kernel" {
+            for i in 1..=m {
+                lab::cmd::in_ns(
+                    &l.ns("r"),
+                    "ethtool",
+                    &["-K", &format!("r-eth{i}"), "gro", "on"],
+                )?;
+            }
+            l.place("r")?;
+        }
+        for (from, to) in streams(k) {
+            let dst = format!("10.{to}.0.10");
+            let mut tries = 20;
+            loop {
+                match lab::cmd::in_ns(
+                    &l.ns(&format!("h{from}")),
+                    "ping",
+                    &["-c", "2", "-i", "0.2", "-W", "1", &dst],
+                ) {
+                    Ok(_) => break,
+                    Err(e) if tries <= 1 => {
+                        return Err(format!(
+                            "{} does not forward h{from} -> {dst}: {e}",
+                            s.contender
+                        ))
+                    }
+                    Err(_) => tries -= 1,
+                }
+            }
+        }
+        let napi = element_napi(&l, opts.rt_napi)?;
+        let macs: Vec<String> = s
+            .first_hops
+            .iter()
+            .map(|(n, i)| lab_mac(&l, n, i))
+            .collect::<Result<_, _>>()?;
+        let senders = streams(k);
+        let gens_at = |total: f64| -> Vec<(String, Vec<String>, String)> {
+            let each = format!("{:.0}", (total / senders.len() as f64).max(1.0));
+            senders
+                .iter()
+                .map(|&(from, to)| {
+                    let args = vec![
+                        "--dst-mac".into(),
+                        macs[from - 1].clone(),
+                        "--src".into(),
+                        format!("10.{from}.0.10"),
+                        "--dst".into(),
+                        format!("10.{to}.0.10"),
+                        "--flows".into(),
+                        opts.flows.to_string(),
+                        "--flow-base".into(),
+                        (from * 1000).to_string(),
+                        "--xdp".into(),
+                    ];
+                    (format!("h{from}"), args, each.clone())
+                })
+                .collect()
+        };
+        let sinks: Vec<String> = senders.iter().map(|&(_, to)| format!("h{to}")).collect();
+        let point = |total: f64, secs: f64| {
+            let g = gens_at(total);
+            let gens: Vec<(&str, Vec<String>, String)> = g
+                .iter()
+                .map(|(n, a, r)| (n.as_str(), a.clone(), r.clone()))
+                .collect();
+            let sinks: Vec<&str> = sinks.iter().map(String::as_str).collect();
+            lab_point_with(&l, &opts.exe, secs, size, &gens, &sinks, false)
+        };
+        let top = ceiling * senders.len() as f64;
+        let steps: Vec<f64> = if opts.quick {
+            vec![0.5, 1.0]
+        } else {
+            (1..=5).map(|i| i as f64 / 5.0).collect()
+        };
+        let searches = if opts.quick { 3 } else { 6 };
+        let mut rows = Vec::new();
+        let (mut peak, mut zero_loss, mut peak_at) = (0.0f64, 0.0f64, 0.0f64);
+        for f in steps {
+            let p = point(top * f, opts.seconds)?;
+            if p.forwarded_pps > peak {
+                (peak, peak_at) = (p.forwarded_pps, top * f);
+            }
+            if p.lost == 0 {
+                zero_loss = zero_loss.max(p.offered_pps);
+            }
+            rows.push(json!({"kind": "step", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost}));
+            progress(&format!(
+                "{} {} B: offered {:.0} pps",
+                label(s),
+                size,
+                p.offered_pps
+            ));
+        }
+        let (mut lo, mut hi) = (0.0f64, top);
+        for _ in 0..searches {
+            let mid = (lo + hi) / 2.0;
+            let p = point(mid, opts.seconds)?;
+            if p.forwarded_pps > peak {
+                (peak, peak_at) = (p.forwarded_pps, mid);
+            }
+            if p.lost == 0 {
+                lo = mid;
+                zero_loss = zero_loss.max(p.offered_pps);
+            } else {
+                hi = mid;
+            }
+            rows.push(json!({"kind": "search", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost}));
+            progress(&format!(
+                "{} {} B: zero-loss search {mid:.0} pps, lost {}",
+                label(s),
+                size,
+                p.lost
+            ));
+        }
+        // The elements' cost per frame where they work hardest: at the load that gave the
+        // peak. (At a low load each frame pays for a wake-up and a poll of its own, and the
+        // cost per frame says little about capacity; at overload some of the work goes to
+        // frames the next hop drops, which this counts against the frames taken.)
+        let at = peak_at;
+        let before = element_load(&l, &napi);
+        let p = point(at, 2.0 * opts.seconds)?;
+        let after = element_load(&l, &napi);
+        let mut elements = element_rows(&before, &after);
+        rows.push(json!({"kind": "cost", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost}));
+        // The share of the router's traffic that crosses each element, from what each
+        // took: every frame crosses one back-end and two LBs (in and out), or the one
+        // router. (Not over what was delivered: at overload an element also takes frames
+        // that are dropped further on.)
+        let took = |e: &Value| {
+            e["rx_packets"].as_u64().unwrap_or(0) + e["fast_path_packets"].as_u64().unwrap_or(0)
+        };
+        let is_lb = |e: &Value| e["element"].as_str().is_some_and(|n| n.starts_with("lb"));
+        let lbs: u64 = elements.iter().filter(|e| is_lb(e)).map(took).sum();
+        let others: u64 = elements.iter().filter(|e| !is_lb(e)).map(took).sum();
+        for e in elements.iter_mut() {
+            let share = if is_lb(e) {
+                2.0 * took(e) as f64 / lbs.max(1) as f64
+            } else {
+                took(e) as f64 / others.max(1) as f64
+            };
+            e["share"] = json!((share * 1000.0).round() / 1000.0);
+        }
+        progress(&format!("{} {} B: costs at {at:.0} pps", label(s), size));
+        Ok(Measured {
+            peak,
+            zero_loss,
+            cost_at: at,
+            rows,
+            elements,
+        })
+    })();
+    let _ = l.down();
+    r
+}
+
+fn label(s: &Setup) -> String {
+    match s.contender {
+        "multistage" => format!("multistage N={}", s.backends),
+        c => format!("{c} ({} cores)", s.cores),
+    }
+}
+
+/// The model: with a core per element, each element forwards at most 1/c frames a second,
+/// c its CPU seconds per frame, and carries `share` of the router's frames (an LB of one
+/// pair: 1, of K >= 2 networks: 2/K; a back-end of N: about 1/N, as the LBs spread them),
+/// so the router delivers at most min over elements of 1 / (c * share), and no more than
+/// its generators offer. Returns (prediction, the element that limits it).
+pub fn predict(elements: &[Value], offer_limit: f64) -> (f64, String) {
+    let mut best = (offer_limit, "generators".to_string());
+    for e in elements {
+        let per_cpu = e["frames_per_cpu_s"].as_f64().unwrap_or(0.0);
+        let share = e["share"].as_f64().unwrap_or(0.0);
+        if per_cpu <= 0.0 || share <= 0.0 {
+            continue;
+        }
+        let cap = per_cpu / share;
+        if cap < best.0 {
+            best = (cap, e["element"].as_str().unwrap_or("").to_string());
+        }
+    }
+    best
+}
+
+pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, String> {
+    if opts.ports == 0 || opts.ports > 16 {
+        return Err(format!("--ports {}: 1 to 16 external networks", opts.ports));
+    }
+    if opts.backends.is_empty() || opts.backends.iter().any(|&n| n == 0 || n > 16) {
+        return Err("--backends: numbers of back-ends from 1 to 16".into());
+    }
+    let only: Vec<String> = if !opts.only.is_empty() {
+        if let Some(o) = opts.only.iter().find(|o| !CONTENDERS.contains(&o.as_str())) {
+            return Err(format!("--only {o:?}: use {}", CONTENDERS.join(", ")));
+        }
+        opts.only.clone()
+    } else if opts.quick {
+        vec!["multistage".into(), "forwarder".into()]
+    } else {
+        CONTENDERS.iter().map(|s| s.to_string()).collect()
+    };
+    let sizes = if !opts.sizes.is_empty() {
+        opts.sizes.clone()
+    } else if opts.quick {
+        vec![64]
+    } else {
+        vec![64, 1470]
+    };
+    let tables = if !opts.tables.is_empty() {
+        opts.tables.clone()
+    } else if opts.quick {
+        vec!["10".into()]
+    } else {
+        vec!["10".into(), "167000".into()]
+    };
+    std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
+    let cores = io::placement::online_cpus().len();
+    let m = networks(opts.ports);
+    let fo = ForwardOpts {
+        out: opts.out.clone(),
+        quick: true,
+        exe: opts.exe.clone(),
+        seconds: opts.seconds,
+        contenders: Vec::new(),
+        xdp: true,
+        io: Vec::new(),
+        tables: Vec::new(),
+        flows: Vec::new(),
+        sizes: Vec::new(),
+        ipv6: false,
+        rt_napi: opts.rt_napi,
+        sink_xdp: false,
+    };
+    let mut ceilings = serde_json::Map::new();
+    for &size in &sizes {
+        progress(&format!("generator ceiling at {size} B"));
+        let c = forward_bench::ceiling(&fo, size, false, &format!("sc{}", std::process::id()))?;
+        ceilings.insert(size.to_string(), json!(c.round()));
+    }
+    let mut results = Vec::new();
+    let mut placement = Vec::new();
+    for tname in &tables {
+        let t = match tname.parse::<usize>() {
+            Ok(n) => table::synthetic(n, n as u64),
+            Err(_) => table::read(Path::new(tname))?.0,
+        };
+        let key = t.routes.len().to_string();
+        let text: String = t.routes.iter().map(|(p, _)| format!("{p}\n")).collect();
+        write(&opts.out.join(format!("table-{key}.txt")), &text)?;
+        let mut setups = Vec::new();
+        if only.iter().any(|o| o == "forwarder") {
+            setups.push(single(&opts.out, m, 1, false, &key, &format!("fwd-{key}"))?);
+        }
+        for &n in &opts.backends {
+            if only.iter().any(|o| o == "multistage") {
+                setups.push(multistage(&opts.out, m, n, &key, &format!("ms{n}-{key}"))?);
+            }
+            if only.iter().any(|o| o == "kernel") {
+                setups.push(single(
+                    &opts.out,
+                    m,
+                    m + n,
+                    true,
+                    &key,
+                    &format!("linux{n}-{key}"),
+                )?);
+            }
+            if only.iter().any(|o| o == "workers") {
+                setups.push(single(
+                    &opts.out,
+                    m,
+                    m + n,
+                    false,
+                    &key,
+                    &format!("wk{n}-{key}"),
+                )?);
+            }
+        }
+        for s in &setups {
+            if !placement.iter().any(|p: &Value| p["contender"] == label(s)) {
+                placement.push(json!({"contender": label(s), "cores": s.cores, "placed": s.placed, "note": s.note}));
+            }
+        }
+        for &size in &sizes {
+            let ceiling = ceilings[&size.to_string()].as_f64().unwrap_or(0.0);
+            let offer_limit = ceiling * streams(opts.ports).len() as f64;
+            let mut single_peak = None;
+            for s in &setups {
+                let r = measure(opts, s, size, ceiling, progress)?;
+                let (pred, limit) = predict(&r.elements, offer_limit);
+                if s.contender == "forwarder" {
+                    single_peak = Some(r.peak);
+                }
+                results.push(json!({
+                    "contender": s.contender, "label": label(s), "backends": s.backends,
+                    "cores": s.cores, "placed": s.placed, "table_prefixes": t.routes.len(),
+                    "frame_bytes": size, "generator_ceiling_pps": ceiling.round(),
+                    "peak_pps": r.peak.round(), "zero_loss_pps": r.zero_loss.round(),
+                    "model_pps": pred.round(), "model_limit": limit,
+                    "costs_at_offered_pps": r.cost_at.round(),
+                    "elements": r.elements, "points": r.rows,
+                }));
+            }
+            // Each router's peak over the single forwarder's, same size and table.
+            if let Some(sp) = single_peak.filter(|&p| p > 0.0) {
+                for r in results
+                    .iter_mut()
+                    .filter(|r| r["frame_bytes"] == size && r["table_prefixes"] == t.routes.len())
+                {
+                    let peak = r["peak_pps"].as_f64().unwrap_or(0.0);
+                    r["over_single"] = json!((peak / sp * 1000.0).round() / 1000.0);
+                }
+            }
+        }
+    }
+    // The headline: the multistage router of the fewest back-ends (one LB pair at K <= 2)
+    // over the single forwarder, first size and table.
+    let multistage_over_single = results
+        .iter()
+        .find(|r| r["contender"] == "multistage")
+        .and_then(|r| r["over_single"].as_f64());
+    let model = model_table(&results, opts.ports);
+    let mut v = json!({
+        "bench": "scale", "cores": cores, "ports": opts.ports, "networks": m,
+        "backends": opts.backends, "flows_per_host": opts.flows, "seconds_per_point": opts.seconds,
+        "generator": "xdp", "rt_napi": opts.rt_napi,
+        "generator_ceiling_pps": ceilings, "placement": placement,
+        "multistage_over_single": multistage_over_single,
+        "model": model,
+        "results": results,
+    });
+    write(
+        &opts.out.join("results.json"),
+        &serde_json::to_string_pretty(&v).unwrap_or_default(),
+    )?;
+    let plots = crate::plot::scale_plot(&opts.out, &v)?;
+    v["plots"] = json!(plots);
+    Ok(v)
+}
+
+/// The model's prediction for routers not measured: N back-ends (1 to 16) with the
+/// mean per-frame costs of the measured LBs and back-ends (first size and table), each
+/// element on a core of its own, the LBs carrying what they carried and the back-ends an
+/// even share.
+fn model_table(results: &[Value], k: usize) -> Value {
+    let Some(first) = results.iter().find(|r| r["contender"] == "multistage") else {
+        return Value::Null;
+    };
+    let (size, table) = (&first["frame_bytes"], &first["table_prefixes"]);
+    let mut lb = Vec::new();
+    let mut be = Vec::new();
+    for r in results.iter().filter(|r| {
+        r["contender"] == "multistage" && &r["frame_bytes"] == size && &r["table_prefixes"] == table
+    }) {
+        for e in r["elements"].as_array().into_iter().flatten() {
+            let c = e["frames_per_cpu_s"].as_f64().unwrap_or(0.0);
+            let share = e["share"].as_f64().unwrap_or(0.0);
+            if c <= 0.0 || share <= 0.0 {
+                continue;
+            }
+            if e["element"].as_str().is_some_and(|n| n.starts_with("lb")) {
+                lb.push((c, share));
+            } else {
+                be.push(c);
+            }
+        }
+    }
+    if lb.is_empty() || be.is_empty() {
+        return Value::Null;
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let lb_per_cpu = mean(&lb.iter().map(|x| x.0).collect::<Vec<_>>());
+    let lb_share = mean(&lb.iter().map(|x| x.1).collect::<Vec<_>>());
+    let be_per_cpu = mean(&be);
+    let lb_cap = lb_per_cpu / lb_share;
+    let rows: Vec<Value> = [1usize, 2, 4, 8, 16]
+        .iter()
+        .map(|&n| {
+            let be_cap = be_per_cpu * n as f64;
+            json!({"backends": n, "cores": networks(k) + n,
+                "predicted_pps": lb_cap.min(be_cap).round(),
+                "limit": if lb_cap < be_cap { "LBs" } else { "back-ends" }})
+        })
+        .collect();
+    json!({
+        "frame_bytes": size, "table_prefixes": table,
+        "lb_frames_per_cpu_s": lb_per_cpu.round(), "lb_share": (lb_share * 1000.0).round() / 1000.0,
+        "backend_frames_per_cpu_s": be_per_cpu.round(),
+        "lb_over_backend_cost": ((be_per_cpu / lb_per_cpu) * 1000.0).round() / 1000.0,
+        "predicted": rows,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traffic_goes_from_every_network_to_another() {
+        assert_eq!(streams(1), vec![(1, 2)]);
+        assert_eq!(streams(2), vec![(1, 2), (2, 1)]);
+        assert_eq!(streams(3), vec![(1, 2), (2, 3), (3, 1)]);
+        assert_eq!(networks(1), 2);
+    }
+
+    #[test]
+    fn the_model_takes_the_element_that_runs_out_first() {
+        let e = |n: &str, c: f64, s: f64| json!({"element": n, "frames_per_cpu_s": c, "share": s});
+        // An LB that takes every frame at 2 M/s per CPU-second, two back-ends at 1 M/s
+        // taking half each: the back-ends allow 2 M/s, the LB 2 M/s, the generators 3.
+        let (p, who) = predict(
+            &[e("lb1", 2e6, 1.0), e("r1", 1e6, 0.5), e("r2", 1e6, 0.5)],
+            3e6,
+        );
+        assert_eq!((p, who.as_str()), (2e6, "lb1"));
+        let (p, who) = predict(
+            &[e("lb1", 4e6, 1.0), e("r1", 1e6, 0.6), e("r2", 1e6, 0.4)],
+            3e6,
+        );
+        assert!((p - 1e6 / 0.6).abs() < 1.0 && who == "r1", "{p} {who}");
+        // Generators below everything: they are the limit. Unmeasured elements count not.
+        let (p, who) = predict(&[e("lb1", 4e6, 1.0), e("r1", 0.0, 0.0)], 1e6);
+        assert_eq!((p, who.as_str()), (1e6, "generators"));
+    }
+
+    #[test]
+    fn labs_are_written_for_every_contender() {
+        let dir = std::env::temp_dir().join(format!("tessera-scale-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("table-10.txt"), "192.0.2.0/24\n").unwrap();
+        let s = multistage(&dir, 2, 3, "10", "t").unwrap();
+        let l = lab::Lab::load(&s.lab, Some("t"), "tessera".into()).unwrap();
+        assert_eq!(l.topo.element.len(), 5);
+        assert_eq!(l.topo.host.len(), 2);
+        assert_eq!(s.cores, 5);
+        let lb = control::balancer::BalancerFile::load(&dir.join("t-lb1.toml")).unwrap();
+        assert_eq!(lb.interfaces.len(), 2);
+        let r = control::ForwarderFile::load(&dir.join("t-r3.toml")).unwrap();
+        assert_eq!(r.interfaces.len(), 3);
+        let s = single(&dir, 2, 1, false, "10", "f").unwrap();
+        assert_eq!(s.contender, "forwarder");
+        let r = control::ForwarderFile::load(&dir.join("f-r.toml")).unwrap();
+        assert!(r.io.fast_path);
+        let s = single(&dir, 2, 3, true, "10", "k").unwrap();
+        assert_eq!((s.contender, s.cores), ("kernel", 3));
+        lab::Lab::load(&s.lab, Some("k"), "tessera".into()).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
