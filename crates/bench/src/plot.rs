@@ -239,7 +239,18 @@ pub fn scale_plot(out: &Path, v: &Value) -> Result<Vec<String>, String> {
         if let Some(pc) = per_core {
             let grey = RGBColor(160, 160, 160);
             chart
-                .draw_series(LineSeries::new([(0.0, 0.0), (max_x, pc * max_x)], grey))
+                // Ended where it leaves the chart (plotters does not clip a line).
+                .draw_series(LineSeries::new(
+                    [(0.0, 0.0), {
+                        let x = if pc > 0.0 {
+                            max_x.min(max_y / pc)
+                        } else {
+                            max_x
+                        };
+                        (x, pc * x)
+                    }],
+                    grey,
+                ))
                 .map_err(|x| e(x.to_string()))?
                 .label("ideal: one forwarder's peak per core")
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], grey));

@@ -302,6 +302,9 @@ struct Measured {
     zero_loss: f64,
     /// The offered load at which the elements' costs were measured.
     cost_at: f64,
+    /// The interconnection's (the bridge's) receive work at that load, a multistage
+    /// router's only: no element's, but on the same cores here.
+    interconnect: Value,
     rows: Vec<Value>,
     elements: Vec<Value>,
 }
@@ -362,6 +365,18 @@ fn measure(
             }
         }
         let napi = element_napi(&l, opts.rt_napi)?;
+        // The bridge's ports' NAPI threads: what the interconnection costs.
+        let bridge = if s.contender == "multistage" {
+            l.napi_threads("ic")?
+        } else {
+            Vec::new()
+        };
+        let bridge_cpu = || -> f64 {
+            bridge
+                .iter()
+                .filter_map(|&t| crate::process_cpu_seconds(t))
+                .sum()
+        };
         let macs: Vec<String> = s
             .first_hops
             .iter()
@@ -452,14 +467,25 @@ fn measure(
         // frames the next hop drops, which this counts against the frames taken.)
         let at = peak_at;
         let before = element_load(&l, &napi);
+        let bridge_before = bridge_cpu();
         let p = point(at, 2.0 * opts.seconds)?;
         let after = element_load(&l, &napi);
+        let bridge_s = bridge_cpu() - bridge_before;
+        // Every frame crosses the bridge twice: LB to back-end, back-end to LB.
+        let crossings = 2 * (p.received + p.sink_dropped);
+        let interconnect = if bridge.is_empty() {
+            Value::Null
+        } else {
+            json!({"napi_threads": bridge.len(), "napi_cpu_s": (bridge_s * 100.0).round() / 100.0,
+                "frames_per_cpu_s": if bridge_s >= 0.05 { (crossings as f64 / bridge_s).round() } else { 0.0 }})
+        };
         let mut elements = element_rows(&before, &after);
         rows.push(json!({"kind": "cost", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost}));
-        // The share of the router's traffic that crosses each element, from what each
-        // took: every frame crosses one back-end and two LBs (in and out), or the one
-        // router. (Not over what was delivered: at overload an element also takes frames
-        // that are dropped further on.)
+        // The share of the router's traffic that crosses each element: every frame crosses
+        // two LBs (in and out: with one pair or two networks each LB carries every frame,
+        // with K networks 2/K of them) and one back-end, in the proportion the LBs spread
+        // flows, read from what each took (not from what was delivered: at overload an
+        // element also takes frames that are dropped further on); or the one router.
         let took = |e: &Value| {
             e["rx_packets"].as_u64().unwrap_or(0) + e["fast_path_packets"].as_u64().unwrap_or(0)
         };
@@ -468,7 +494,15 @@ fn measure(
         let others: u64 = elements.iter().filter(|e| !is_lb(e)).map(took).sum();
         for e in elements.iter_mut() {
             let share = if is_lb(e) {
-                2.0 * took(e) as f64 / lbs.max(1) as f64
+                // By design, not by count: with one pair the first LB also takes what the
+                // second never sees, at overload.
+                if lbs == 0 {
+                    0.0
+                } else if k <= 2 {
+                    1.0
+                } else {
+                    2.0 / k as f64
+                }
             } else {
                 took(e) as f64 / others.max(1) as f64
             };
@@ -479,6 +513,7 @@ fn measure(
             peak,
             zero_loss,
             cost_at: at,
+            interconnect,
             rows,
             elements,
         })
@@ -619,7 +654,28 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
             let offer_limit = ceiling * streams(opts.ports).len() as f64;
             let mut single_peak = None;
             for s in &setups {
-                let r = measure(opts, s, size, ceiling, progress)?;
+                // A router that fails a point (a lab that did not come up, a generator
+                // refused) is tried once more on a fresh lab, then recorded as failed: one
+                // router's trouble does not cost the others' results.
+                let r = match measure(opts, s, size, ceiling, progress) {
+                    Ok(r) => r,
+                    Err(_) if crate::interrupted() => return Err("interrupted".into()),
+                    Err(e) => {
+                        progress(&format!("{}: {e}; once more", label(s)));
+                        match measure(opts, s, size, ceiling, progress) {
+                            Ok(r) => r,
+                            Err(e) => {
+                                progress(&format!("{}: failed again: {e}", label(s)));
+                                results.push(json!({
+                                    "contender": s.contender, "label": label(s), "backends": s.backends,
+                                    "cores": s.cores, "placed": s.placed, "table_prefixes": t.routes.len(),
+                                    "frame_bytes": size, "error": e,
+                                }));
+                                continue;
+                            }
+                        }
+                    }
+                };
                 let (pred, limit) = predict(&r.elements, offer_limit);
                 if s.contender == "forwarder" {
                     single_peak = Some(r.peak);
@@ -631,6 +687,7 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
                     "peak_pps": r.peak.round(), "zero_loss_pps": r.zero_loss.round(),
                     "model_pps": pred.round(), "model_limit": limit,
                     "costs_at_offered_pps": r.cost_at.round(),
+                    "interconnect": r.interconnect,
                     "elements": r.elements, "points": r.rows,
                 }));
             }
@@ -669,6 +726,14 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
     let plots = crate::plot::scale_plot(&opts.out, &v)?;
     v["plots"] = json!(plots);
     Ok(v)
+}
+
+/// Draws the plots again from a run's results.json (after a change to the plots).
+pub fn replot(dir: &Path) -> Result<Vec<String>, String> {
+    let p = dir.join("results.json");
+    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?;
+    crate::plot::scale_plot(dir, &v)
 }
 
 /// The model's prediction for routers not measured: N back-ends (1 to 16) with the

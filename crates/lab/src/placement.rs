@@ -119,6 +119,26 @@ impl Lab {
         Ok(json!(out))
     }
 
+    /// Moves the receive work of every interface of a node into NAPI threads of their own
+    /// (unpinned) and returns their PIDs: what a bench counts as that node's kernel work
+    /// (a switch's bridging, for one). Interfaces without NAPI add none.
+    pub fn napi_threads(&self, node: &str) -> Result<Vec<i32>, String> {
+        let ns = self.ns(node);
+        let mut pids = Vec::new();
+        for ifname in self.interface_names(node) {
+            // Refused for an interface without NAPI: nothing to thread then.
+            let _ = cmd::in_ns(
+                &ns,
+                "sh",
+                &["-c", &format!("echo 1 > /sys/class/net/{ifname}/threaded")],
+            );
+            let napis = placement::in_namespace(&ns, || placement::napis(&ifname))
+                .map_err(|e| format!("{node}:{ifname}: NAPI: {e}"))?;
+            pids.extend(napis.iter().filter_map(|n| n.pid));
+        }
+        Ok(pids)
+    }
+
     /// Where a node's work runs, as `lab show` reports it: its `cpus`, the threads of its
     /// process (an element's) with the CPUs each may use and last ran on, and per
     /// interface its NAPI threads with theirs (none: its receive work runs on the sender's

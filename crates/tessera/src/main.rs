@@ -2,6 +2,7 @@
 //! only; the logic lives in the library crates.
 
 mod capture;
+mod check;
 mod huge;
 
 #[global_allocator]
@@ -39,6 +40,20 @@ enum Cmd {
     /// Run an Axon, a source-routed Ethernet switch that hosts take for a learning switch,
     /// in the foreground (docs/axon.md).
     Axon(ElementArgs),
+    /// Parse and validate a configuration as its element would, touching no interface:
+    /// exits 0 with what it holds, or 1 with the file, line and key of the first error. A lab
+    /// topology is checked with every element configuration it names.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+        /// The element the file is for (forwarder, balancer, controller, switch, axon or
+        /// lab); default: read from its tables.
+        #[arg(long)]
+        role: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Send and receive DIST messages (the protocol between the elements of a multistage
     /// router), for tests and operations.
     Dist {
@@ -663,6 +678,9 @@ enum Bench {
         /// NAPI threads at SCHED_FIFO 50.
         #[arg(long)]
         rt_napi: bool,
+        /// Draw the plots of the run in --out again from its results.json; measure nothing.
+        #[arg(long)]
+        replot: bool,
     },
     /// The forwarder's per-packet path over in-memory ports: 64-byte frames, tables of 10 to
     /// 167,000 prefixes (and --table, the full real one), one, two and many flows.
@@ -874,6 +892,30 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Controller(a) => controller(&a),
         Cmd::Switch(a) => switch(&a),
         Cmd::Axon(a) => axon(&a),
+        Cmd::Check { config, role, json } => match check::run(&config, role.as_deref()) {
+            Ok(v) if json => print(&v),
+            Ok(v) => {
+                println!(
+                    "{}: {}: ok ({})",
+                    config.display(),
+                    v["role"].as_str().unwrap_or(""),
+                    v["summary"].as_str().unwrap_or("")
+                );
+                for e in v["elements"].as_array().into_iter().flatten() {
+                    println!(
+                        "  {} ({}): {}",
+                        e["element"].as_str().unwrap_or(""),
+                        e["role"].as_str().unwrap_or(""),
+                        e["summary"].as_str().unwrap_or("")
+                    );
+                }
+                Ok(0)
+            }
+            Err(e) => {
+                eprintln!("tessera check: {e:#}");
+                Ok(1)
+            }
+        },
         Cmd::Dist { cmd } => dist_cmd(cmd),
         Cmd::Lab { cmd } => lab_cmd(cmd),
         Cmd::Capture {
@@ -1361,6 +1403,12 @@ fn run(cli: Cli) -> Result<i32> {
                 print(&v)
             }
             Bench::Scale {
+                out, replot: true, ..
+            } => {
+                let files = bench::scale_bench::replot(&out).map_err(anyhow::Error::msg)?;
+                print(&serde_json::json!({ "plots": files }))
+            }
+            Bench::Scale {
                 out,
                 ports,
                 backends,
@@ -1371,6 +1419,7 @@ fn run(cli: Cli) -> Result<i32> {
                 seconds,
                 flows,
                 rt_napi,
+                replot: false,
             } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
                 stop_lab_benches_on_signals()?;
