@@ -91,9 +91,12 @@ fn streams(k: usize) -> Vec<(usize, usize)> {
     }
 }
 
+/// Each host's CPU list and each element's, in order.
+type Placed = (Vec<String>, Vec<String>);
+
 /// Gives each host two cores and each element one, from CPU 1 (CPU 0 too if that is all
 /// there is), where the machine has them all; the note says what was done.
-fn plan_cpus(hosts: usize, elements: usize) -> (Option<(Vec<String>, Vec<String>)>, String) {
+fn plan_cpus(hosts: usize, elements: usize) -> (Option<Placed>, String) {
     let online = io::placement::online_cpus();
     let need = 2 * hosts + elements;
     let start = if online.len() > need { 1 } else { 0 };

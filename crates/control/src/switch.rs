@@ -233,7 +233,53 @@ fn answer(s: &mut Switch, cmd: &str, _req: &Value) -> Value {
     }
 }
 
-/// Runs the switch over `ports` (in the config's order) until `stop` is set.
+/// The switch's fast path (`[io] fast_path`, docs/switch.md): its maps, kept in step with
+/// the learned table by the run loop.
+pub struct SwitchFast {
+    pub fp: io::fastpath::l2::SwitchFastPath,
+    /// Per port: frames may leave there in the fast path (no capacity, no delay).
+    pub eligible: Vec<bool>,
+    synced: Instant,
+}
+
+/// How often the learned table is copied into the fast path's map.
+const FAST_SYNC: Duration = Duration::from_millis(100);
+
+impl SwitchFast {
+    /// The maps for the switch's ports, open in the kernel already (their interfaces).
+    pub fn new(cfg: &SwitchConfig) -> Result<SwitchFast, String> {
+        let names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
+        let eligible: Vec<bool> = cfg
+            .ports
+            .iter()
+            .map(|p| p.capacity_bps.is_none() && p.delay.is_zero())
+            .collect();
+        let fp = io::fastpath::l2::SwitchFastPath::new(&names, &eligible)
+            .map_err(|e| format!("switch fast path: {e}"))?;
+        Ok(SwitchFast {
+            fp,
+            eligible,
+            synced: Instant::now(),
+        })
+    }
+
+    /// Copies the learned table into the fast path's map (every 100 ms at most).
+    fn sync(&mut self, s: &Switch) {
+        let now = Instant::now();
+        if now.duration_since(self.synced) < FAST_SYNC {
+            return;
+        }
+        self.synced = now;
+        let table: Vec<([u8; 6], u16)> =
+            s.macs(now).into_iter().map(|(m, p, _)| (m.0, p)).collect();
+        if let Err(e) = self.fp.sync(&table) {
+            tracing::warn!(error = %e, "switch fast path: the learned table could not be copied");
+        }
+    }
+}
+
+/// Runs the switch over `ports` (in the config's order) until `stop` is set; with `fast`,
+/// its ports' programs forward known unicast between unshaped ports themselves.
 pub fn run<P: Port>(
     s: Switch,
     ports: Vec<P>,
@@ -241,6 +287,7 @@ pub fn run<P: Port>(
     stop: Arc<AtomicBool>,
     io: IoConfig,
     metrics: &crate::metrics::MetricsConfig,
+    fast: Option<SwitchFast>,
 ) -> Result<(), String> {
     let (_servers, qrx) = crate::run::serve_element(
         control,
@@ -250,7 +297,31 @@ pub fn run<P: Port>(
         "switch",
     )?;
     crate::run::set_priority(io.priority)?;
-    run_element(s, ports, stop, qrx, answer, |_| {}, io.busy_poll)
+    let fast = std::cell::RefCell::new(fast);
+    let tick = |s: &mut Switch| {
+        if let Some(f) = fast.borrow_mut().as_mut() {
+            f.sync(s);
+        }
+    };
+    // `show interfaces`: each port's fast-path frames beside its queue.
+    let answer = |s: &mut Switch, cmd: &str, req: &Value| {
+        let mut v = answer(s, cmd, req);
+        if cmd == "interfaces" {
+            let f = fast.borrow();
+            let stats = f.as_ref().map(|f| f.fp.stats()).unwrap_or_default();
+            for (i, p) in v.as_array_mut().into_iter().flatten().enumerate() {
+                p["fast_path"] = match (f.as_ref(), stats.get(i)) {
+                    (Some(f), Some(st)) => json!({
+                        "on": true, "egress": f.eligible[i],
+                        "forwarded_in": st[0], "to_user_space": st[1], "forwarded_out": st[2],
+                    }),
+                    _ => json!({"on": false}),
+                };
+            }
+        }
+        v
+    };
+    run_element(s, ports, stop, qrx, answer, tick, io.busy_poll)
 }
 
 #[cfg(test)]

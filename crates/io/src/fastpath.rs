@@ -55,6 +55,7 @@
 //!   (to user space; connected). It only grows.
 //! - `neigh6`: a hash of `vlan << 16 | port` and an address to the neighbour's MAC.
 
+pub mod l2;
 pub mod lb;
 
 use crate::xdp::{bpf, insn, map_create, map_update, u32s, BPF_PSEUDO_MAP_FD};

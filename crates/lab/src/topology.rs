@@ -991,8 +991,9 @@ impl Lab {
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
         let io = self.io.clone().or_else(|| self.load_state().io);
         let role = self.role(e);
-        // The LB's fast path is XDP's: not on AF_PACKET ports.
-        let fast = (role == "forwarder" || (role == "balancer" && io.as_deref() != Some("packet")))
+        // The LB's and the switch's fast paths are XDP's: not on AF_PACKET ports.
+        let fast = (role == "forwarder"
+            || ((role == "balancer" || role == "switch") && io.as_deref() != Some("packet")))
             && (self.fast_path || self.load_state().fast_path);
         let child = std::process::Command::new("ip")
             .args(["netns", "exec", &ns])

@@ -222,7 +222,7 @@ struct ElementArgs {
     io: Option<String>,
     /// Run the fast path (`[io] fast_path = true`), whatever the config says: in the
     /// ports' XDP programs on AF_XDP, in their tcx programs on AF_PACKET (the forwarder's;
-    /// the LB's is XDP's alone). Forwarders and LBs.
+    /// the LB's and the switch's are XDP's alone). Forwarders, LBs and switches.
     #[arg(long)]
     fast_path: bool,
     /// The DIST key (hex digits in a file), overriding the config's `[dist] key_file`.
@@ -885,8 +885,8 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Leases { control } => ask(&control, "leases"),
             Show::Probes { control } => ask(&control, "probes"),
         },
-        Cmd::Controller(a) | Cmd::Switch(a) | Cmd::Axon(a) if a.fast_path => {
-            bail!("--fast-path is for forwarders and LBs")
+        Cmd::Controller(a) | Cmd::Axon(a) if a.fast_path => {
+            bail!("--fast-path is for forwarders, LBs and switches")
         }
         Cmd::Balancer(a) => balancer(&a),
         Cmd::Controller(a) => controller(&a),
@@ -1861,8 +1861,16 @@ fn switch(a: &ElementArgs) -> Result<i32> {
         cfg.io.backend = b;
     }
     a.place(&mut cfg.io)?;
+    cfg.io.fast_path |= a.fast_path;
+    // The switch's fast path is an XDP program: its ports are AF_XDP's.
     if cfg.io.fast_path {
-        bail!("{}: [io] fast_path is for forwarders", config.display());
+        if cfg.io.backend == io::Backend::Packet {
+            bail!(
+                "{}: [io] fast_path of the switch runs in XDP: it needs backend = \"xdp\" or \"auto\", not \"packet\"",
+                config.display()
+            );
+        }
+        cfg.io.backend = io::Backend::Xdp;
     }
     if a.dist_key_file.is_some() {
         tracing::info!("a switch speaks no DIST: --dist-key-file is not used");
@@ -1875,8 +1883,34 @@ fn switch(a: &ElementArgs) -> Result<i32> {
         let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
         io::Umems::new(&names, 1)
     });
-    for p in &cfg.cfg.ports {
-        let (port, _) = open_port(&p.name, &cfg.io, umems.as_mut())?;
+    let fast = if cfg.io.fast_path {
+        Some(control::switch::SwitchFast::new(&cfg.cfg).map_err(anyhow::Error::msg)?)
+    } else {
+        None
+    };
+    for (k, p) in cfg.cfg.ports.iter().enumerate() {
+        let port = match &fast {
+            Some(f) => {
+                take_port(&p.name)?;
+                let program = |hook: io::xsk::Hook| match hook {
+                    io::xsk::Hook::Xdp(xsk) => f.fp.program(k as u32, xsk),
+                    _ => Vec::new(),
+                };
+                let mut v = io::open_workers(
+                    &p.name,
+                    cfg.io.backend,
+                    cfg.io.packet_ring,
+                    Some(&program),
+                    1,
+                    umems.as_mut(),
+                )?;
+                let port = v.remove(0);
+                let info = dataplane::port::Port::info(&port);
+                tracing::info!(interface = %p.name, backend = info.backend, mode = %info.mode, fast_path_egress = f.eligible[k], "port open");
+                port
+            }
+            None => open_port(&p.name, &cfg.io, umems.as_mut())?.0,
+        };
         // A switch port takes frames for every MAC.
         io::netdev::set_promisc(&p.name)
             .with_context(|| format!("{}: promiscuous mode", p.name))?;
@@ -1899,7 +1933,7 @@ fn switch(a: &ElementArgs) -> Result<i32> {
         mode = ?cfg.cfg.mode,
         "switch running"
     );
-    control::switch::run(sw, ports, control, stop, cfg.io, &cfg.metrics)
+    control::switch::run(sw, ports, control, stop, cfg.io, &cfg.metrics, fast)
         .map_err(anyhow::Error::msg)?;
     let s = counters.snapshot();
     tracing::info!(dropped = s.drops.values().sum::<u64>(), "switch stopped");

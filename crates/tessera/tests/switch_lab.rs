@@ -122,3 +122,59 @@ fn fair_switch_serves_the_small_flow_fifo_does_not() {
         assert_eq!(drop_count(&c, "switch_bad_source"), 0, "{sw}");
     }
 }
+
+/// With its fast path, the FIFO switch forwards known unicast between its two unshaped
+/// ports in XDP (`show interfaces`: `fast_path`), leaves the rest to user space (the
+/// broadcast ARP, and every frame for the 20 Mbit/s port, which must be queued), and the
+/// hosts see no difference: pings both ways and to the shaped port, TCP between the
+/// unshaped ones.
+#[test]
+fn the_switch_fast_path_takes_known_unicast_between_unshaped_ports() {
+    // AF_XDP: the switch's fast path is an XDP program.
+    let lab = TestLab::up(repo_path(LAB), &["--io", "xdp", "--fast-path"]);
+    for (src, dst) in [
+        ("qa1", "10.6.0.2"),
+        ("qa2", "10.6.0.1"),
+        ("qa1", "10.6.0.9"),
+    ] {
+        let out = lab.sh(src, &["ping", "-c", "3", "-i", "0.2", "-W", "2", dst]);
+        assert!(out.contains(" 0% packet loss"), "{src} -> {dst}: {out}");
+    }
+    // The table is copied into the program's map every 100 ms: later frames take it.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = lab.sh(
+        "qa1",
+        &["ping", "-c", "20", "-i", "0.05", "-W", "2", "10.6.0.2"],
+    );
+    assert!(out.contains(" 0% packet loss"), "{out}");
+    let j = lab.iperf3("qa2", "qa1", "10.6.0.1", &["-t", "1"]);
+    assert!(
+        j["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e6,
+        "{j}"
+    );
+    let ifs = lab.show_json("interfaces", "swq");
+    let port = |n: &str| {
+        ifs.as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == n)
+            .unwrap_or_else(|| panic!("{n}: {ifs}"))["fast_path"]
+            .clone()
+    };
+    let (p1, p2, pr) = (port("swq-1"), port("swq-2"), port("swq-r"));
+    assert_eq!(p1["on"], true, "{ifs}");
+    assert_eq!(
+        (p1["egress"].clone(), pr["egress"].clone()),
+        (true.into(), false.into()),
+        "{ifs}"
+    );
+    // The 20 pings' requests at least, and TCP both ways.
+    assert!(p1["forwarded_in"].as_u64().unwrap() >= 20, "{ifs}");
+    assert!(p2["forwarded_out"].as_u64().unwrap() >= 20, "{ifs}");
+    assert!(p2["forwarded_in"].as_u64().unwrap() > 0, "{ifs}");
+    // Nothing leaves by the shaped port in the fast path; the ARP went to user space.
+    assert_eq!(pr["forwarded_out"], 0, "{ifs}");
+    assert!(p1["to_user_space"].as_u64().unwrap() > 0, "{ifs}");
+    let c = lab.counters("swq");
+    assert_eq!(drop_count(&c, "switch_bad_source"), 0, "{c}");
+}

@@ -367,7 +367,7 @@ fn rules(a: &mut Asm, rules: &[LbRule], external: bool, verdict: LbVerdict, fast
 
 /// Checks of an IPv4 packet at `o` in a frame at r7..r8: version 4 without options, not a
 /// fragment, its total length (left in r9) exactly the rest of the frame.
-fn plain_ipv4(a: &mut Asm, o: i16) {
+pub(super) fn plain_ipv4(a: &mut Asm, o: i16) {
     a.i(LDX_B, 1, 7, o, 0)
         .j(JNE_K, 1, 0, 0x45, "slow")
         .i(LDX_H, 1, 7, o + 6, 0)

@@ -1,0 +1,294 @@
+//! The switch's fast path: the learning switch's common case run in the XDP program of
+//! each port, before any socket sees the frame.
+//!
+//! A frame takes it when its source MAC is a unicast one the switch has learned on this
+//! very port (so learning and moves stay user space's), its destination MAC is a unicast
+//! one learned on another port, and that port has neither a capacity, nor a delay (so no
+//! queue: nothing to schedule); an untagged IPv4 frame must moreover be a plain packet
+//! (no options, not a fragment, of exactly the frame's length) whose TCP or UDP checksum is
+//! not left to offload, since user space completes those. It leaves by the destination's
+//! port through a device map, unchanged. Everything else (broadcast, multicast, unknown
+//! destinations to flood, unknown or moved sources, shaped or delayed ports) goes to the
+//! port's AF_XDP socket and the user-space switch, which stays the one source of truth.
+//!
+//! Maps: `switch macs` (a hash of the MAC, as [`super::mac_u64`] packs it, to its port),
+//! kept by the switch's run loop from its table ([`SwitchFastPath::sync`]); `switch
+//! ports` (per port: bit 0, frames may leave here in the fast path); `tx ports` (a device
+//! map of the ports' interfaces); `stats` (per CPU and port: frames the fast path took in,
+//! left to user space, sent out; as the forwarder's).
+
+use super::{
+    lb::plain_ipv4, mac_u64, map_delete, offload_check_for, percpu_sum, Asm, At, Detached, Family,
+    ADD_K, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_DEVMAP, BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_PERCPU_ARRAY,
+    CALL, EXIT, JA, JEQ_K, JGT_X, JNE_K, JSET_K, LDX_B, LDX_DW, LDX_H, LDX_W, LSH_K, MAP_LOOKUP,
+    MOV_K, MOV_X, OR_X, REDIRECT_MAP, STATS, STX_DW, XDP_PASS,
+};
+use crate::xdp::{map_create, map_update};
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+/// Learned MACs the fast path holds (the user-space table's limit).
+pub const MAX_MACS: u32 = 65_536;
+
+/// The maps of one switch's fast path.
+pub struct SwitchFastPath {
+    macs: OwnedFd,
+    ports: OwnedFd,
+    tx: OwnedFd,
+    stats: OwnedFd,
+    nports: u32,
+    /// What `macs` holds now.
+    published: HashMap<u64, u32>,
+}
+
+impl SwitchFastPath {
+    /// Creates the maps for the ports whose interfaces are `ifnames`; `eligible[i]`: frames
+    /// may leave by port i in the fast path (no capacity, no delay). No MAC is known yet.
+    pub fn new(ifnames: &[String], eligible: &[bool]) -> io::Result<SwitchFastPath> {
+        let n = ifnames.len() as u32;
+        let macs = map_create(BPF_MAP_TYPE_HASH, 8, 4, MAX_MACS, 0, 0, "switch macs")?;
+        let ports = map_create(BPF_MAP_TYPE_ARRAY, 4, 8, n.max(1), 0, 0, "switch ports")?;
+        let tx = map_create(BPF_MAP_TYPE_DEVMAP, 4, 4, n.max(1), 0, 0, "tx ports")?;
+        let stats = map_create(
+            BPF_MAP_TYPE_PERCPU_ARRAY,
+            4,
+            (8 * STATS) as u32,
+            n.max(1),
+            0,
+            0,
+            "stats",
+        )?;
+        for (i, name) in ifnames.iter().enumerate() {
+            let ifindex = crate::netdev::ifindex(name)? as u32;
+            map_update(&tx, &(i as u32), &ifindex)
+                .map_err(|e| io::Error::new(e.kind(), format!("{name}: device map: {e}")))?;
+            let flags = u64::from(eligible.get(i).copied().unwrap_or(false));
+            map_update(&ports, &(i as u32), &flags)?;
+        }
+        Ok(SwitchFastPath {
+            macs,
+            ports,
+            tx,
+            stats,
+            nports: n,
+            published: HashMap::new(),
+        })
+    }
+
+    /// Brings `switch macs` in step with the switch's table (MAC, port): new and moved
+    /// entries written, forgotten ones removed. Returns (written, removed).
+    pub fn sync(&mut self, table: &[([u8; 6], u16)]) -> io::Result<(usize, usize)> {
+        let now: HashMap<u64, u32> = table
+            .iter()
+            .filter(|(_, p)| u32::from(*p) < self.nports)
+            .take(MAX_MACS as usize)
+            .map(|(m, p)| (mac_u64(m), u32::from(*p)))
+            .collect();
+        let (mut written, mut removed) = (0, 0);
+        for (m, p) in &now {
+            if self.published.get(m) != Some(p) {
+                map_update(&self.macs, m, p)?;
+                written += 1;
+            }
+        }
+        let gone: Vec<u64> = self
+            .published
+            .keys()
+            .filter(|m| !now.contains_key(m))
+            .copied()
+            .collect();
+        for m in gone {
+            // Already gone is as good.
+            let _ = map_delete(&self.macs, &m);
+            removed += 1;
+        }
+        self.published = now;
+        Ok((written, removed))
+    }
+
+    /// Per port, summed over CPUs: frames the fast path took in, left to user space, sent
+    /// out.
+    pub fn stats(&self) -> Vec<[u64; STATS]> {
+        (0..self.nports)
+            .map(|p| percpu_sum(&self.stats, p))
+            .collect()
+    }
+
+    /// The XDP program of port `port`: the fast path, and every other frame to the AF_XDP
+    /// socket of its receive queue in the socket map `xsk`.
+    pub fn program(&self, port: u32, xsk: i32) -> Vec<u8> {
+        program(
+            port,
+            [
+                self.macs.as_raw_fd(),
+                self.ports.as_raw_fd(),
+                self.tx.as_raw_fd(),
+                self.stats.as_raw_fd(),
+                xsk,
+            ],
+        )
+    }
+
+    /// The program of a port, loaded (with an empty socket map) and not attached.
+    pub fn detached(&self, port: u32) -> io::Result<Detached> {
+        let xsk = map_create(crate::xsk::BPF_MAP_TYPE_XSKMAP, 4, 4, 1, 0, 0, "XSKMAP")?;
+        let code = self.program(port, xsk.as_raw_fd());
+        Ok(Detached {
+            prog: crate::xsk::load_xdp(&code, "tessera_l2")?,
+            at: At::Xdp,
+            _xsk: Some(xsk),
+        })
+    }
+}
+
+/// `r0` = the `switch macs` entry of the MAC at byte `off` of the frame (at -16 on the
+/// stack), or to `slow`.
+fn mac_lookup(a: &mut Asm, macs: i32, off: i16) {
+    a.i(LDX_W, 1, 7, off, 0)
+        .i(LDX_H, 2, 7, off + 4, 0)
+        .i(LSH_K, 2, 0, 0, 32)
+        .i(OR_X, 1, 2, 0, 0)
+        .i(STX_DW, 10, 1, -16, 0)
+        .i(MOV_X, 2, 10, 0, 0)
+        .i(ADD_K, 2, 0, 0, -16)
+        .map(1, macs)
+        .i(CALL, 0, 0, 0, MAP_LOOKUP)
+        .j(JEQ_K, 0, 0, 0, "slow");
+}
+
+/// Stack: -8 a 32-bit key, -16 a MAC, -32 the receive queue, -40 the egress port.
+/// Registers: r6 the context; r7 and r8 the frame's bounds; r9 an IPv4 packet's length.
+fn program(me: u32, [macs, ports, tx, stats, xsk]: [i32; 5]) -> Vec<u8> {
+    let mut a = Asm::new();
+    let me = me as i32;
+    a.i(MOV_X, 6, 1, 0, 0)
+        .i(LDX_W, 1, 6, 16, 0) // rx_queue_index
+        .i(STX_DW, 10, 1, -32, 0)
+        .i(LDX_W, 7, 6, 0, 0)
+        .i(LDX_W, 8, 6, 4, 0)
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, 14)
+        .j(JGT_X, 1, 8, 0, "slow")
+        // Group destinations are flooded, group sources refused: user space's.
+        .i(LDX_B, 1, 7, 0, 0)
+        .j(JSET_K, 1, 0, 1, "slow")
+        .i(LDX_B, 1, 7, 6, 0)
+        .j(JSET_K, 1, 0, 1, "slow");
+    // The source, learned on this port (else user space learns it, or its move).
+    mac_lookup(&mut a, macs, 6);
+    a.i(LDX_W, 1, 0, 0, 0).j(JNE_K, 1, 0, me, "slow");
+    // The destination, learned on another port that takes fast-path frames.
+    mac_lookup(&mut a, macs, 0);
+    a.i(LDX_W, 1, 0, 0, 0)
+        .j(JEQ_K, 1, 0, me, "slow")
+        .i(STX_DW, 10, 1, -40, 0)
+        .lookup(0, ports, 1)
+        .i(LDX_DW, 1, 0, 0, 0)
+        .j(JSET_K, 1, 0, 1, "eligible")
+        .j(JA, 0, 0, 0, "slow")
+        .label("eligible")
+        // An untagged IPv4 frame: a plain packet whose checksum is not left to offload.
+        .i(LDX_H, 1, 7, 12, 0)
+        .j(JNE_K, 1, 0, 0x0008, "forward")
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, 34)
+        .j(JGT_X, 1, 8, 0, "slow");
+    plain_ipv4(&mut a, 14);
+    offload_check_for(&mut a, Family::V4, "forward", "forward");
+    a.label("forward")
+        .i(MOV_K, 1, 0, 0, me)
+        .count(stats, 1, 0, "counted_in")
+        .i(LDX_DW, 1, 10, -40, 0)
+        .count(stats, 1, 16, "counted_out")
+        .i(LDX_DW, 2, 10, -40, 0)
+        .map(1, tx)
+        .i(MOV_K, 3, 0, 0, 0)
+        .i(CALL, 0, 0, 0, REDIRECT_MAP)
+        .i(EXIT, 0, 0, 0, 0);
+    a.label("slow")
+        .i(MOV_K, 1, 0, 0, me)
+        .count(stats, 1, 8, "counted_slow")
+        .i(LDX_DW, 2, 10, -32, 0)
+        .map(1, xsk)
+        .i(MOV_K, 3, 0, 0, XDP_PASS)
+        .i(CALL, 0, 0, 0, REDIRECT_MAP)
+        .i(EXIT, 0, 0, 0, 0);
+    a.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Verdict;
+    use super::*;
+    use crate::test_ns::Netns;
+
+    const A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
+    const B: [u8; 6] = [2, 0, 0, 0, 0, 0xb];
+    const C: [u8; 6] = [2, 0, 0, 0, 0, 0xc];
+
+    /// An untagged IPv4 UDP frame from `src` to `dst`; `partial`: its checksum left to
+    /// offload (the pseudo-header sum alone).
+    fn udp(dst: [u8; 6], src: [u8; 6], partial: bool) -> Vec<u8> {
+        let mut f = dst.to_vec();
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&[0x08, 0x00]);
+        let ip = [
+            0x45, 0, 0, 46, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(&[0x30, 0x39, 0x04, 0xd2, 0, 26, 0, 0]);
+        f.resize(60, 0x55);
+        // The pseudo-header sum: addresses, protocol and UDP length, folded.
+        let mut s: u32 = 0x0a00 + 0x0001 + 0x0a00 + 0x0002 + 17 + 26;
+        s = (s & 0xffff) + (s >> 16);
+        let csum = if partial { s as u16 } else { 0x1234 };
+        f[40..42].copy_from_slice(&csum.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn known_unicast_between_unshaped_ports_takes_the_fast_path() {
+        let ns = Netns::with_veth("l2");
+        ns.run(|| {
+            // Ports 0 (ua) and 1 (ub) take fast-path frames; port 2 (ua again, shaped) not.
+            let names = ["ua".to_string(), "ub".to_string(), "ua".to_string()];
+            let mut fp = SwitchFastPath::new(&names, &[true, true, false]).unwrap();
+            let p0 = fp.detached(0).unwrap();
+            // Nothing learned: everything is user space's.
+            assert_eq!(p0.run(&udp(B, A, false)).unwrap().0, Verdict::ToUserSpace);
+            assert_eq!(fp.sync(&[(A, 0), (B, 1), (C, 2)]).unwrap(), (3, 0));
+            assert_eq!(p0.run(&udp(B, A, false)).unwrap().0, Verdict::Forward);
+            // Not an IPv4 frame: no checksum to look at.
+            let mut arp = udp(B, A, false);
+            arp[12..14].copy_from_slice(&[0x08, 0x06]);
+            assert_eq!(p0.run(&arp).unwrap().0, Verdict::Forward);
+            // Left to user space: a checksum left to offload, the broadcast, an unknown
+            // destination, a source learned elsewhere, the same port, a shaped port, an
+            // IPv4 packet with options.
+            assert_eq!(p0.run(&udp(B, A, true)).unwrap().0, Verdict::ToUserSpace);
+            assert_eq!(
+                p0.run(&udp([0xff; 6], A, false)).unwrap().0,
+                Verdict::ToUserSpace
+            );
+            assert_eq!(
+                p0.run(&udp([2, 0, 0, 0, 0, 0xd], A, false)).unwrap().0,
+                Verdict::ToUserSpace
+            );
+            assert_eq!(p0.run(&udp(A, B, false)).unwrap().0, Verdict::ToUserSpace);
+            let p1 = fp.detached(1).unwrap();
+            assert_eq!(p1.run(&udp(A, B, false)).unwrap().0, Verdict::Forward);
+            assert_eq!(p1.run(&udp(C, B, false)).unwrap().0, Verdict::ToUserSpace);
+            let mut opts = udp(B, A, false);
+            opts[14] = 0x46;
+            assert_eq!(p0.run(&opts).unwrap().0, Verdict::ToUserSpace);
+            // A MAC that moves or is forgotten leaves the map.
+            assert_eq!(fp.sync(&[(A, 1), (B, 1)]).unwrap(), (1, 1));
+            assert_eq!(p0.run(&udp(B, A, false)).unwrap().0, Verdict::ToUserSpace);
+            let s = fp.stats();
+            assert_eq!(s[0][0], 2, "{s:?}"); // in on port 0: the two forwarded frames
+            assert_eq!(s[1][2], 2, "{s:?}"); // out on port 1
+            assert_eq!(s[1][0], 1, "{s:?}");
+        });
+    }
+}
