@@ -58,9 +58,39 @@ pub struct ScaleOpts {
     pub flows: u16,
     /// The NAPI threads at SCHED_FIFO 50 (as `bench forward --rt-napi`).
     pub rt_napi: bool,
+    /// What joins the multistage router's elements.
+    pub interconnect: Interconnect,
 }
 
 pub const CONTENDERS: [&str; 4] = ["multistage", "forwarder", "kernel", "workers"];
+
+/// What joins a multistage router's elements in the lab (`--interconnect`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interconnect {
+    /// A Linux bridge (GRO on its ports): every frame crosses it as a socket buffer, and
+    /// reaches its back-end and its egress LB as one.
+    Bridge,
+    /// `tessera switch` with its XDP fast path: frames go from element to element as XDP
+    /// frames, redirected by the switch's programs.
+    Switch,
+}
+
+impl Interconnect {
+    pub fn parse(s: &str) -> Option<Interconnect> {
+        match s {
+            "bridge" => Some(Interconnect::Bridge),
+            "switch" => Some(Interconnect::Switch),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Interconnect::Bridge => "bridge",
+            Interconnect::Switch => "switch",
+        }
+    }
+}
 
 /// One router to measure: its lab and where traffic enters and leaves.
 struct Setup {
@@ -149,14 +179,34 @@ fn table_line(key: &str) -> String {
 }
 
 /// The multistage router of `m` networks and `n` back-ends.
-fn multistage(out: &Path, m: usize, n: usize, key: &str, tag: &str) -> Result<Setup, String> {
-    let (cpus, note) = plan_cpus(m, m + n);
+fn multistage(
+    out: &Path,
+    m: usize,
+    n: usize,
+    key: &str,
+    tag: &str,
+    interconnect: Interconnect,
+) -> Result<Setup, String> {
+    // Our switch as the interconnection gets a core too, after the elements'.
+    let switch = interconnect == Interconnect::Switch;
+    let (cpus, note) = plan_cpus(m, m + n + usize::from(switch));
     let (hc, ec) = match &cpus {
         Some((h, e)) => (Some(h), Some(e)),
         None => (None, None),
     };
     let mut topo = format!("name = \"sc\"\ndist_key = true\n\n{}", hosts(m, hc));
     let mut links = String::new();
+    // The interconnection's end of a link from `node:ifname`: a bridge port, or a port of
+    // our switch named after the node.
+    let mut ic_ports = Vec::new();
+    let mut ic_end = |node: &str| -> String {
+        if switch {
+            ic_ports.push(format!("ic-{node}"));
+            format!("ic:ic-{node}")
+        } else {
+            "ic".to_string()
+        }
+    };
     for i in 1..=m {
         let mut c = format!(
             "[[interface]]\nname = \"lb{i}-ext\"\nrole = \"external\"\naddress = \"10.{i}.0.1/24\"\nvlan = {}\n\n[[interface]]\nname = \"lb{i}-int\"\nrole = \"internal\"\n\n[balance]\nmode = \"maglev\"\n\n[hello]\ninterval_ms = 100\n",
@@ -177,7 +227,8 @@ fn multistage(out: &Path, m: usize, n: usize, key: &str, tag: &str) -> Result<Se
         );
         let _ = write!(
             links,
-            "[[link]]\na = \"h{i}:eth0\"\nb = \"lb{i}:lb{i}-ext\"\n\n[[link]]\na = \"lb{i}:lb{i}-int\"\nb = \"ic\"\na_mac = \"02:00:00:00:0a:{i:02x}\"\n\n"
+            "[[link]]\na = \"h{i}:eth0\"\nb = \"lb{i}:lb{i}-ext\"\n\n[[link]]\na = \"lb{i}:lb{i}-int\"\nb = \"{}\"\na_mac = \"02:00:00:00:0a:{i:02x}\"\n\n",
+            ic_end(&format!("lb{i}"))
         );
     }
     for j in 1..=n {
@@ -204,11 +255,28 @@ fn multistage(out: &Path, m: usize, n: usize, key: &str, tag: &str) -> Result<Se
         );
         let _ = write!(
             links,
-            "[[link]]\na = \"r{j}:r{j}-int\"\nb = \"ic\"\na_mac = \"02:00:00:00:01:{j:02x}\"\n\n"
+            "[[link]]\na = \"r{j}:r{j}-int\"\nb = \"{}\"\na_mac = \"02:00:00:00:01:{j:02x}\"\n\n",
+            ic_end(&format!("r{j}"))
         );
     }
-    // GRO on the bridge's ports: their veths take what the elements' XDP redirects.
-    let _ = write!(topo, "[[switch]]\nname = \"ic\"\ngro = true\n\n{links}");
+    if switch {
+        // Our switch with its fast path: frames stay XDP frames from element to element.
+        let mut c = String::from("[switch]\nmode = \"fifo\"\n");
+        for p in &ic_ports {
+            let _ = write!(c, "\n[[port]]\nname = \"{p}\"\n");
+        }
+        c.push_str("\n[io]\nfast_path = true\n");
+        let f = format!("{tag}-ic.toml");
+        write(&out.join(&f), &c)?;
+        let _ = write!(
+            topo,
+            "[[element]]\nname = \"ic\"\nrole = \"switch\"\nconfig = \"{f}\"\n{}\n{links}",
+            cpus_line(ec.map(|c| &c[m + n]))
+        );
+    } else {
+        // GRO on the bridge's ports: their veths take what the elements' XDP redirects.
+        let _ = write!(topo, "[[switch]]\nname = \"ic\"\ngro = true\n\n{links}");
+    }
     let p = out.join(format!("lab-{tag}.toml"));
     write(&p, &topo)?;
     Ok(Setup {
@@ -369,7 +437,7 @@ fn measure(
         }
         let napi = element_napi(&l, opts.rt_napi)?;
         // The bridge's ports' NAPI threads: what the interconnection costs.
-        let bridge = if s.contender == "multistage" {
+        let bridge = if s.contender == "multistage" && opts.interconnect == Interconnect::Bridge {
             l.napi_threads("ic")?
         } else {
             Vec::new()
@@ -475,14 +543,26 @@ fn measure(
         let after = element_load(&l, &napi);
         let bridge_s = bridge_cpu() - bridge_before;
         // Every frame crosses the bridge twice: LB to back-end, back-end to LB.
+        let mut elements = element_rows(&before, &after);
+        // Our switch as the interconnection is an element of the lab, not of the router:
+        // its cost goes with the bridge's.
+        let switch_row = elements
+            .iter()
+            .position(|e| e["element"] == "ic")
+            .map(|i| elements.remove(i));
         let crossings = 2 * (p.received + p.sink_dropped);
-        let interconnect = if bridge.is_empty() {
+        let interconnect = if let Some(sw) = switch_row {
+            let cpu =
+                sw["cpu_s"].as_f64().unwrap_or(0.0) + sw["napi_cpu_s"].as_f64().unwrap_or(0.0);
+            json!({"kind": "switch", "napi_threads": sw["napi_threads"], "cpu_s": sw["cpu_s"], "napi_cpu_s": sw["napi_cpu_s"],
+                "fast_path_packets": sw["fast_path_packets"], "rx_packets": sw["rx_packets"],
+                "frames_per_cpu_s": if cpu >= 0.05 { (crossings as f64 / cpu).round() } else { 0.0 }})
+        } else if bridge.is_empty() {
             Value::Null
         } else {
-            json!({"napi_threads": bridge.len(), "napi_cpu_s": (bridge_s * 100.0).round() / 100.0,
+            json!({"kind": "bridge", "napi_threads": bridge.len(), "napi_cpu_s": (bridge_s * 100.0).round() / 100.0,
                 "frames_per_cpu_s": if bridge_s >= 0.05 { (crossings as f64 / bridge_s).round() } else { 0.0 }})
         };
-        let mut elements = element_rows(&before, &after);
         rows.push(json!({"kind": "cost", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost}));
         // The share of the router's traffic that crosses each element: every frame crosses
         // two LBs (in and out: with one pair or two networks each LB carries every frame,
@@ -624,7 +704,14 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
         }
         for &n in &opts.backends {
             if only.iter().any(|o| o == "multistage") {
-                setups.push(multistage(&opts.out, m, n, &key, &format!("ms{n}-{key}"))?);
+                setups.push(multistage(
+                    &opts.out,
+                    m,
+                    n,
+                    &key,
+                    &format!("ms{n}-{key}"),
+                    opts.interconnect,
+                )?);
             }
             if only.iter().any(|o| o == "kernel") {
                 setups.push(single(
@@ -716,7 +803,7 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
     let mut v = json!({
         "bench": "scale", "cores": cores, "ports": opts.ports, "networks": m,
         "backends": opts.backends, "flows_per_host": opts.flows, "seconds_per_point": opts.seconds,
-        "generator": "xdp", "rt_napi": opts.rt_napi,
+        "generator": "xdp", "rt_napi": opts.rt_napi, "interconnect": opts.interconnect.name(),
         "generator_ceiling_pps": ceilings, "placement": placement,
         "multistage_over_single": multistage_over_single,
         "model": model,
@@ -829,9 +916,18 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tessera-scale-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("table-10.txt"), "192.0.2.0/24\n").unwrap();
-        let s = multistage(&dir, 2, 3, "10", "t").unwrap();
+        let s = multistage(&dir, 2, 3, "10", "t", Interconnect::Bridge).unwrap();
         let l = lab::Lab::load(&s.lab, Some("t"), "tessera".into()).unwrap();
         assert_eq!(l.topo.element.len(), 5);
+        assert_eq!(l.topo.switch.len(), 1);
+        // With our switch: one more element, a port for each of the five.
+        let sw = multistage(&dir, 2, 3, "10", "w", Interconnect::Switch).unwrap();
+        let l = lab::Lab::load(&sw.lab, Some("w"), "tessera".into()).unwrap();
+        assert_eq!((l.topo.element.len(), l.topo.switch.len()), (6, 0));
+        assert_eq!(sw.cores, 5);
+        let ic = control::switch::SwitchFile::load(&dir.join("w-ic.toml")).unwrap();
+        assert_eq!(ic.cfg.ports.len(), 5);
+        assert!(ic.io.fast_path);
         assert_eq!(l.topo.host.len(), 2);
         assert_eq!(s.cores, 5);
         let lb = control::balancer::BalancerFile::load(&dir.join("t-lb1.toml")).unwrap();

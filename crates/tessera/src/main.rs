@@ -681,6 +681,10 @@ enum Bench {
         /// Draw the plots of the run in --out again from its results.json; measure nothing.
         #[arg(long)]
         replot: bool,
+        /// What joins the multistage router's elements: `switch` (tessera switch with its
+        /// XDP fast path: frames stay XDP frames) or `bridge` (a Linux bridge).
+        #[arg(long, default_value = "switch")]
+        interconnect: String,
     },
     /// The forwarder's per-packet path over in-memory ports: 64-byte frames, tables of 10 to
     /// 167,000 prefixes (and --table, the full real one), one, two and many flows.
@@ -1420,8 +1424,13 @@ fn run(cli: Cli) -> Result<i32> {
                 flows,
                 rt_napi,
                 replot: false,
+                interconnect,
             } => {
                 let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+                let interconnect = bench::scale_bench::Interconnect::parse(&interconnect)
+                    .with_context(|| {
+                        format!("--interconnect {interconnect:?}: use switch or bridge")
+                    })?;
                 stop_lab_benches_on_signals()?;
                 let opts = bench::scale_bench::ScaleOpts {
                     out,
@@ -1435,6 +1444,7 @@ fn run(cli: Cli) -> Result<i32> {
                     seconds: seconds.clamp(0.05, 60.0),
                     flows: flows.max(1),
                     rt_napi,
+                    interconnect,
                 };
                 let v = bench::scale_bench::run(&opts, &mut |s| eprintln!("bench scale: {s}"))
                     .map_err(anyhow::Error::msg)?;
