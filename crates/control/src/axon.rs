@@ -317,6 +317,7 @@ pub fn run<P: Port>(
         ],
         metrics,
         "axon",
+        None,
     )?;
     crate::run::set_priority(io.priority)?;
     run_element(a, ports, stop, qrx, answer, |_| {}, io.busy_poll)

@@ -37,6 +37,9 @@ pub type Query = (String, Value, mpsc::Sender<Value>);
 /// What the control thread uses to ask the worker (see [`ask_worker`]).
 pub type Asker = Mutex<mpsc::Sender<Query>>;
 
+/// What an element's fast path has done, as `counters` shows it (`fast_path`).
+pub type FastCounters = std::sync::Arc<dyn Fn() -> Value + Send + Sync>;
+
 /// The servers an element keeps while it runs.
 pub type Servers = (
     Option<crate::ctlsock::Server>,
@@ -46,14 +49,16 @@ pub type Servers = (
 /// Serves an element's control socket at `path` (if any): `counters`, `describe` and
 /// `router` (its view as a router of one, every port external) from `counters`; each of
 /// `worker` asked of the element's run loop through the returned receiver (which
-/// [`run_element`] takes); and `/metrics` where `metrics` says. Keep the servers while
-/// the element runs.
+/// [`run_element`] takes); and `/metrics` where `metrics` says. `fast_path`, where the
+/// element has one, gives the `fast_path` part of its `counters` (its programs' frames).
+/// Keep the servers while the element runs.
 pub fn serve_element(
     path: Option<&std::path::Path>,
     counters: std::sync::Arc<dataplane::Counters>,
     worker: &'static [&'static str],
     metrics: &crate::metrics::MetricsConfig,
     role: &'static str,
+    fast_path: Option<FastCounters>,
 ) -> Result<(Servers, mpsc::Receiver<Query>), String> {
     let (qtx, qrx) = mpsc::channel::<Query>();
     let view = crate::metrics::element_source(
@@ -69,7 +74,13 @@ pub fn serve_element(
     let asker: Asker = Mutex::new(qtx);
     let handler: crate::ctlsock::Handler =
         std::sync::Arc::new(move |cmd: &str, req: &Value| match cmd {
-            "counters" => serde_json::to_value(counters.snapshot()).map_err(|e| e.to_string()),
+            "counters" => {
+                let mut v = serde_json::to_value(counters.snapshot()).map_err(|e| e.to_string())?;
+                if let Some(f) = &fast_path {
+                    v["fast_path"] = f();
+                }
+                Ok(v)
+            }
             "describe" => {
                 serde_json::to_value(dataplane::counters::descriptions_for(counters.role))
                     .map_err(|e| e.to_string())

@@ -289,25 +289,36 @@ pub fn run<P: Port>(
     metrics: &crate::metrics::MetricsConfig,
     fast: Option<SwitchFast>,
 ) -> Result<(), String> {
+    // Shared with the control socket's thread, which reads the programs' counters.
+    let fast = fast.map(|f| Arc::new(std::sync::Mutex::new(f)));
+    let names: Vec<String> = s.cfg.ports.iter().map(|p| p.name.clone()).collect();
+    let fast_counters: Option<crate::run::FastCounters> = fast.clone().map(|f| {
+        Arc::new(move || match f.lock() {
+            Ok(f) => crate::fast::stats_json(&names, &f.fp.stats()),
+            Err(_) => Value::Null,
+        }) as crate::run::FastCounters
+    });
     let (_servers, qrx) = crate::run::serve_element(
         control,
         s.counters.clone(),
         &["interfaces", "macs"],
         metrics,
         "switch",
+        fast_counters,
     )?;
     crate::run::set_priority(io.priority)?;
-    let fast = std::cell::RefCell::new(fast);
     let tick = |s: &mut Switch| {
-        if let Some(f) = fast.borrow_mut().as_mut() {
-            f.sync(s);
+        if let Some(f) = &fast {
+            if let Ok(mut f) = f.lock() {
+                f.sync(s);
+            }
         }
     };
     // `show interfaces`: each port's fast-path frames beside its queue.
     let answer = |s: &mut Switch, cmd: &str, req: &Value| {
         let mut v = answer(s, cmd, req);
         if cmd == "interfaces" {
-            let f = fast.borrow();
+            let f = fast.as_ref().and_then(|f| f.lock().ok());
             let stats = f.as_ref().map(|f| f.fp.stats()).unwrap_or_default();
             for (i, p) in v.as_array_mut().into_iter().flatten().enumerate() {
                 p["fast_path"] = match (f.as_ref(), stats.get(i)) {

@@ -175,6 +175,13 @@ fn the_switch_fast_path_takes_known_unicast_between_unshaped_ports() {
     // Nothing leaves by the shaped port in the fast path; the ARP went to user space.
     assert_eq!(pr["forwarded_out"], 0, "{ifs}");
     assert!(p1["to_user_space"].as_u64().unwrap() > 0, "{ifs}");
+    // `show counters` has the programs' frames too, per port and in all.
     let c = lab.counters("swq");
     assert_eq!(drop_count(&c, "switch_bad_source"), 0, "{c}");
+    let fp = &c["fast_path"];
+    assert!(fp["forwarded"].as_u64().unwrap() >= 40, "{c}");
+    assert_eq!(
+        fp["interfaces"]["swq-1"]["rx_forwarded"], p1["forwarded_in"],
+        "{c}"
+    );
 }
