@@ -399,10 +399,14 @@ fn measure(
     let r = (|| {
         // Every host takes what a router redirects in XDP (GRO on, so its veth runs NAPI);
         // then its NAPI threads go to its cores; a kernel router's too.
+        // Threaded whether placed or not: a host's receive work run in softirq would run
+        // in the NAPI thread of whichever element sent it the frame, and be counted as
+        // that element's (the egress LB's, the forwarder's).
         let m = networks(k);
         for i in 1..=m {
             let h = format!("h{i}");
             lab::cmd::in_ns(&l.ns(&h), "ethtool", &["-K", "eth0", "gro", "on"])?;
+            l.napi_threads(&h)?;
             l.place(&h)?;
         }
         if s.contender == "kernel" {
