@@ -771,6 +771,8 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
                     }
                 };
                 let (pred, limit) = predict(&r.elements, offer_limit);
+                // The elements' own limit, with generators that never run out.
+                let (own, own_limit) = predict(&r.elements, f64::INFINITY);
                 if s.contender == "forwarder" {
                     single_peak = Some(r.peak);
                 }
@@ -780,6 +782,8 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
                     "frame_bytes": size, "generator_ceiling_pps": ceiling.round(),
                     "peak_pps": r.peak.round(), "zero_loss_pps": r.zero_loss.round(),
                     "model_pps": pred.round(), "model_limit": limit,
+                    "model_elements_pps": if own.is_finite() { json!(own.round()) } else { Value::Null },
+                    "model_elements_limit": own_limit,
                     "costs_at_offered_pps": r.cost_at.round(),
                     "interconnect": r.interconnect,
                     "elements": r.elements, "points": r.rows,
