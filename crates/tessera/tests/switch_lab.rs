@@ -180,8 +180,7 @@ fn the_switch_fast_path_takes_known_unicast_between_unshaped_ports() {
     assert_eq!(drop_count(&c, "switch_bad_source"), 0, "{c}");
     let fp = &c["fast_path"];
     assert!(fp["forwarded"].as_u64().unwrap() >= 40, "{c}");
-    assert_eq!(
-        fp["interfaces"]["swq-1"]["rx_forwarded"], p1["forwarded_in"],
-        "{c}"
-    );
+    // Read after `show interfaces`: as many, or more if a frame passed in between.
+    let later = fp["interfaces"]["swq-1"]["rx_forwarded"].as_u64().unwrap();
+    assert!(later >= p1["forwarded_in"].as_u64().unwrap(), "{c}");
 }
