@@ -118,22 +118,10 @@ fn xdp_receiver(lab: &lab::Lab, node: &str, ifname: &str, rt: bool) -> Result<()
 /// `cpus`, count too). None for an interface that runs no NAPI (a veth with neither XDP
 /// nor GRO): an empty list then, after a wait of up to 2 s.
 pub(crate) fn threaded_napi(lab: &lab::Lab, node: &str, ifname: &str) -> Result<Vec<i32>, String> {
-    let ns = lab.ns(node);
-    sh(
-        "ip",
-        &[
-            "netns",
-            "exec",
-            &ns,
-            "sh",
-            "-c",
-            &format!("echo 1 > /sys/class/net/{ifname}/threaded"),
-        ],
-    )?;
     let t = std::time::Instant::now();
     loop {
-        let mine: Vec<i32> = io::placement::in_namespace(&ns, || io::placement::napis(ifname))
-            .map_err(|e| format!("{node}:{ifname}: NAPI: {e}"))?
+        let mine: Vec<i32> = lab
+            .thread_napi(node, ifname)?
             .iter()
             .filter_map(|n| n.pid)
             .collect();

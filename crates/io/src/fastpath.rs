@@ -369,6 +369,43 @@ where
     Ok(())
 }
 
+/// The `stats` map of a fast path of `n` ports: per CPU and port, frames taken in, left to
+/// user space, sent out ([`STATS`] counters).
+fn stats_map(n: u32) -> io::Result<OwnedFd> {
+    map_create(
+        BPF_MAP_TYPE_PERCPU_ARRAY,
+        4,
+        (8 * STATS) as u32,
+        n.max(1),
+        0,
+        0,
+        "stats",
+    )
+}
+
+/// A device map of the interfaces `ifnames`, port `i` at key `i` (`tx ports`).
+fn tx_map(ifnames: &[String]) -> io::Result<OwnedFd> {
+    let n = ifnames.len() as u32;
+    let tx = map_create(BPF_MAP_TYPE_DEVMAP, 4, 4, n.max(1), 0, 0, "tx ports")?;
+    for (i, name) in ifnames.iter().enumerate() {
+        let ifindex = crate::netdev::ifindex(name)? as u32;
+        map_update(&tx, &(i as u32), &ifindex)
+            .map_err(|e| io::Error::new(e.kind(), format!("{name}: device map: {e}")))?;
+    }
+    Ok(tx)
+}
+
+/// An XDP program whose code `code` makes for a socket map, loaded under `name` with an
+/// empty socket map of its own and attached nowhere: for [`Detached::run`].
+fn detached_xdp(code: impl FnOnce(i32) -> Vec<u8>, name: &str) -> io::Result<Detached> {
+    let xsk = map_create(crate::xsk::BPF_MAP_TYPE_XSKMAP, 4, 4, 1, 0, 0, "XSKMAP")?;
+    Ok(Detached {
+        prog: crate::xsk::load_xdp(&code(xsk.as_raw_fd()), name)?,
+        at: At::Xdp,
+        _xsk: Some(xsk),
+    })
+}
+
 fn mac_u64(m: &[u8; 6]) -> u64 {
     let mut b = [0u8; 8];
     b[..6].copy_from_slice(m);
@@ -404,15 +441,7 @@ impl FastPath {
         let neigh6 = map_create(BPF_MAP_TYPE_HASH, 20, 8, 65536, 0, 0, "neighbours6")?;
         let pmap = map_create(BPF_MAP_TYPE_ARRAY, 4, 16, n.max(1), 0, 0, "ports")?;
         let tx = map_create(BPF_MAP_TYPE_DEVMAP, 4, 4, n.max(1), 0, 0, "tx ports")?;
-        let stats = map_create(
-            BPF_MAP_TYPE_PERCPU_ARRAY,
-            4,
-            (8 * STATS) as u32,
-            n.max(1),
-            0,
-            0,
-            "stats",
-        )?;
+        let stats = stats_map(n)?;
         let mut ifindexes = Vec::with_capacity(ports.len());
         for (i, p) in ports.iter().enumerate() {
             let k = i as u32;
@@ -617,15 +646,7 @@ impl FastPath {
     /// The program of a port for the hook `at`, loaded and not attached.
     pub fn detached(&self, f: &ProgramFacts, at: At) -> io::Result<Detached> {
         Ok(match at {
-            At::Xdp => {
-                let xsk = map_create(crate::xsk::BPF_MAP_TYPE_XSKMAP, 4, 4, 1, 0, 0, "XSKMAP")?;
-                let code = self.program(f, Hook::Xdp(xsk.as_raw_fd()));
-                Detached {
-                    prog: crate::xsk::load_xdp(&code, "tessera_fast")?,
-                    at,
-                    _xsk: Some(xsk),
-                }
-            }
+            At::Xdp => detached_xdp(|xsk| self.program(f, Hook::Xdp(xsk)), "tessera_fast")?,
             At::Tc => Detached {
                 prog: crate::xsk::load_program(
                     crate::afpacket::BPF_PROG_TYPE_SCHED_CLS,

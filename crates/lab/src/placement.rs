@@ -93,18 +93,10 @@ impl Lab {
             return Ok(Value::Null);
         };
         let cpus = l.cpus();
-        let ns = self.ns(node);
         let mut k = 0;
         let mut out = Vec::new();
         for ifname in self.interface_names(node) {
-            // Refused for an interface without NAPI: nothing to thread then.
-            let _ = cmd::in_ns(
-                &ns,
-                "sh",
-                &["-c", &format!("echo 1 > /sys/class/net/{ifname}/threaded")],
-            );
-            let napis = placement::in_namespace(&ns, || placement::napis(&ifname))
-                .map_err(|e| format!("{node}:{ifname}: NAPI: {e}"))?;
+            let napis = self.thread_napi(node, &ifname)?;
             let mut list = Vec::new();
             for n in napis {
                 let Some(pid) = n.pid else { continue };
@@ -123,20 +115,30 @@ impl Lab {
     /// (unpinned) and returns their PIDs: what a bench counts as that node's kernel work
     /// (a switch's bridging, for one). Interfaces without NAPI add none.
     pub fn napi_threads(&self, node: &str) -> Result<Vec<i32>, String> {
-        let ns = self.ns(node);
         let mut pids = Vec::new();
         for ifname in self.interface_names(node) {
-            // Refused for an interface without NAPI: nothing to thread then.
-            let _ = cmd::in_ns(
-                &ns,
-                "sh",
-                &["-c", &format!("echo 1 > /sys/class/net/{ifname}/threaded")],
+            pids.extend(
+                self.thread_napi(node, &ifname)?
+                    .iter()
+                    .filter_map(|n| n.pid),
             );
-            let napis = placement::in_namespace(&ns, || placement::napis(&ifname))
-                .map_err(|e| format!("{node}:{ifname}: NAPI: {e}"))?;
-            pids.extend(napis.iter().filter_map(|n| n.pid));
         }
         Ok(pids)
+    }
+
+    /// Moves the receive work of `node:ifname` into NAPI threads of its own (`threaded`,
+    /// written in the node's namespace, where `/sys` is its own) and returns its NAPI
+    /// instances as the namespace's `netdev` netlink family reports them. An interface
+    /// without NAPI (a veth with neither XDP nor GRO) refuses the write and has none.
+    pub fn thread_napi(&self, node: &str, ifname: &str) -> Result<Vec<placement::Napi>, String> {
+        let ns = self.ns(node);
+        let _ = cmd::in_ns(
+            &ns,
+            "sh",
+            &["-c", &format!("echo 1 > /sys/class/net/{ifname}/threaded")],
+        );
+        placement::in_namespace(&ns, || placement::napis(ifname))
+            .map_err(|e| format!("{node}:{ifname}: NAPI: {e}"))
     }
 
     /// Where a node's work runs, as `lab show` reports it: its `cpus`, the threads of its

@@ -18,10 +18,10 @@
 //! left to user space, sent out; as the forwarder's).
 
 use super::{
-    lb::plain_ipv4, mac_u64, map_delete, offload_check_for, percpu_sum, Asm, At, Detached, Family,
-    ADD_K, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_DEVMAP, BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_PERCPU_ARRAY,
-    CALL, EXIT, JA, JEQ_K, JGT_X, JNE_K, JSET_K, LDX_B, LDX_DW, LDX_H, LDX_W, LSH_K, MAP_LOOKUP,
-    MOV_K, MOV_X, OR_X, REDIRECT_MAP, STATS, STX_DW, XDP_PASS,
+    detached_xdp, lb::plain_ipv4, mac_u64, map_delete, offload_check_for, percpu_sum, stats_map,
+    tx_map, Asm, Detached, Family, ADD_K, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, CALL, EXIT, JA,
+    JEQ_K, JGT_X, JNE_K, JSET_K, LDX_B, LDX_DW, LDX_H, LDX_W, LSH_K, MAP_LOOKUP, MOV_K, MOV_X,
+    OR_X, REDIRECT_MAP, STATS, STX_DW, XDP_PASS,
 };
 use crate::xdp::{map_create, map_update};
 use std::collections::HashMap;
@@ -49,20 +49,9 @@ impl SwitchFastPath {
         let n = ifnames.len() as u32;
         let macs = map_create(BPF_MAP_TYPE_HASH, 8, 4, MAX_MACS, 0, 0, "switch macs")?;
         let ports = map_create(BPF_MAP_TYPE_ARRAY, 4, 8, n.max(1), 0, 0, "switch ports")?;
-        let tx = map_create(BPF_MAP_TYPE_DEVMAP, 4, 4, n.max(1), 0, 0, "tx ports")?;
-        let stats = map_create(
-            BPF_MAP_TYPE_PERCPU_ARRAY,
-            4,
-            (8 * STATS) as u32,
-            n.max(1),
-            0,
-            0,
-            "stats",
-        )?;
-        for (i, name) in ifnames.iter().enumerate() {
-            let ifindex = crate::netdev::ifindex(name)? as u32;
-            map_update(&tx, &(i as u32), &ifindex)
-                .map_err(|e| io::Error::new(e.kind(), format!("{name}: device map: {e}")))?;
+        let tx = tx_map(ifnames)?;
+        let stats = stats_map(n)?;
+        for i in 0..ifnames.len() {
             let flags = u64::from(eligible.get(i).copied().unwrap_or(false));
             map_update(&ports, &(i as u32), &flags)?;
         }
@@ -132,13 +121,7 @@ impl SwitchFastPath {
 
     /// The program of a port, loaded (with an empty socket map) and not attached.
     pub fn detached(&self, port: u32) -> io::Result<Detached> {
-        let xsk = map_create(crate::xsk::BPF_MAP_TYPE_XSKMAP, 4, 4, 1, 0, 0, "XSKMAP")?;
-        let code = self.program(port, xsk.as_raw_fd());
-        Ok(Detached {
-            prog: crate::xsk::load_xdp(&code, "tessera_l2")?,
-            at: At::Xdp,
-            _xsk: Some(xsk),
-        })
+        detached_xdp(|xsk| self.program(port, xsk), "tessera_l2")
     }
 }
 

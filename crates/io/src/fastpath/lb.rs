@@ -28,8 +28,8 @@
 //! counter id: frames balanced to it, which the first worker adds to the table's counts).
 
 use super::{
-    filled_array, mac_u64, offload_check, percpu_sum, pop_tag, push_tag, reload_frame, Asm, At,
-    Detached, ADD_K, AND_K, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_DEVMAP,
+    detached_xdp, filled_array, mac_u64, offload_check, percpu_sum, pop_tag, push_tag,
+    reload_frame, stats_map, tx_map, Asm, Detached, ADD_K, AND_K, BPF_MAP_TYPE_ARRAY_OF_MAPS,
     BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT, JA, JEQ32_K, JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K,
     JNE_X, LDX_B, LDX_DW, LDX_H, LDX_W, LD_IMM64, LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X,
     REDIRECT_MAP, RSH_K, RSH_X, STATS, STX_DW, STX_H, STX_W, SUB_K, SUB_X, TO_BE, XDP_PASS,
@@ -142,16 +142,8 @@ impl LbFastPath {
             "lb state",
         )?;
         drop(template);
-        let tx = map_create(BPF_MAP_TYPE_DEVMAP, 4, 4, n.max(1), 0, 0, "tx ports")?;
-        let stats = map_create(
-            BPF_MAP_TYPE_PERCPU_ARRAY,
-            4,
-            (8 * STATS) as u32,
-            n.max(1),
-            0,
-            0,
-            "stats",
-        )?;
+        let tx = tx_map(ifnames)?;
+        let stats = stats_map(n)?;
         let counts = map_create(
             BPF_MAP_TYPE_PERCPU_ARRAY,
             4,
@@ -161,11 +153,6 @@ impl LbFastPath {
             0,
             "lb counts",
         )?;
-        for (i, name) in ifnames.iter().enumerate() {
-            let ifindex = crate::netdev::ifindex(name)? as u32;
-            map_update(&tx, &(i as u32), &ifindex)
-                .map_err(|e| io::Error::new(e.kind(), format!("{name}: device map: {e}")))?;
-        }
         let me = LbFastPath {
             state,
             tx,
@@ -275,13 +262,7 @@ impl LbFastPath {
 
     /// The program of a port, loaded (with an empty socket map) and not attached.
     pub fn detached(&self, f: &LbProgramFacts) -> io::Result<Detached> {
-        let xsk = map_create(crate::xsk::BPF_MAP_TYPE_XSKMAP, 4, 4, 1, 0, 0, "XSKMAP")?;
-        let code = self.program(f, xsk.as_raw_fd());
-        Ok(Detached {
-            prog: crate::xsk::load_xdp(&code, "tessera_lb")?,
-            at: At::Xdp,
-            _xsk: Some(xsk),
-        })
+        detached_xdp(|xsk| self.program(f, xsk), "tessera_lb")
     }
 }
 
