@@ -163,7 +163,7 @@ fn through_lab(
     let mut l = lab::Lab::load(&opts.repo.join(topo), Some(name), opts.exe.clone())?;
     l.io = io.cloned();
     // With it, the lab turns GRO on on the switch's ports and the hosts' interfaces.
-    l.fast_path = fast;
+    l.fast_path = Some(fast);
     let _ = l.down();
     l.up()?;
     let r = (|| {

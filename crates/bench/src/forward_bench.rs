@@ -484,6 +484,10 @@ pub(crate) fn lab_point_with(
 pub const FAST: &str = "forwarder-fast";
 /// ... and on AF_PACKET ports (the fast path in their tcx programs).
 pub const FAST_TC: &str = "forwarder-fast-tc";
+/// ... and with `[io] fast_path = false`: every frame through user space (measured beside
+/// the fast path with `--fast-path`; the plain `forwarder` runs the default, the fast
+/// path).
+pub const USER: &str = "forwarder-user";
 
 /// Loads, as shares of the zero-loss rate, at which latency is measured.
 const LATENCY_LOADS: [f64; 3] = [0.1, 0.5, 0.9];
@@ -842,6 +846,16 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             &topo_fast,
             &lab_text.replace("single-router/r.toml", &format!("r-fast-{key}.toml")),
         )?;
+        // The user-space contender: the same router with `[io] fast_path = false`.
+        let topo_user = opts.out.join(format!("lab-user-{key}.toml"));
+        write(
+            &opts.out.join(format!("r-user-{key}.toml")),
+            &format!("{base}\n[io]\nfast_path = false\n"),
+        )?;
+        write(
+            &topo_user,
+            &lab_text.replace("single-router/r.toml", &format!("r-user-{key}.toml")),
+        )?;
         for (contender, command) in contenders {
             let contender = contender.as_str();
             let fast = contender == FAST || contender == FAST_TC;
@@ -851,6 +865,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 match &other {
                     Some((p, _)) => p,
                     None if fast => &topo_fast,
+                    None if contender == USER => &topo_user,
                     None => &topo,
                 },
                 Some(&labname),
@@ -868,7 +883,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             }
             if contender == MULTISTAGE_FAST {
                 // (The lab turns GRO on on the switch's ports and the hosts' interfaces.)
-                l.fast_path = true;
+                l.fast_path = Some(true);
                 l.io = Some("xdp".into());
             } else if fast {
                 l.io = Some(
@@ -879,6 +894,10 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                     }
                     .into(),
                 );
+            } else if contender == USER {
+                // Wire-like hosts, as every run before the fast path was the default.
+                l.fast_path = Some(false);
+                l.io = opts.io.first().cloned();
             } else if role == "forwarder" {
                 l.io = match (contender.strip_prefix("forwarder-"), opts.io.first()) {
                     (Some(b), _) => Some(b.to_string()),

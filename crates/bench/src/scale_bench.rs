@@ -392,7 +392,7 @@ fn measure(
     let k = opts.ports;
     let name = format!("sc{}", std::process::id());
     let mut l = lab::Lab::load(&s.lab, Some(&name), opts.exe.clone())?;
-    l.fast_path = s.contender != "kernel";
+    l.fast_path = Some(s.contender != "kernel");
     l.io = (s.contender != "kernel").then(|| "xdp".to_string());
     let _ = l.down();
     l.up()?;

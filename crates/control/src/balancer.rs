@@ -487,6 +487,9 @@ pub struct RunWith {
     pub metrics: crate::metrics::MetricsConfig,
     pub external: Vec<String>,
     pub fast: Option<crate::lbfast::LbFastLink>,
+    /// Per port name, why its program does not carry the fast path (every port, when the
+    /// element runs none).
+    pub fast_off: std::collections::HashMap<String, String>,
 }
 
 /// Runs the LB until `stop` is set: one worker per element of `ports` (the ports it owns:
@@ -506,6 +509,7 @@ pub fn run<P: Port + Send>(
         metrics,
         external,
         mut fast,
+        fast_off,
     } = how;
     let metrics = &metrics;
     if ports.is_empty() {
@@ -514,7 +518,9 @@ pub fn run<P: Port + Send>(
     if let Some(fl) = &mut fast {
         fl.publish(&b)?;
     }
-    let fast_view = fast.as_ref().map(|fl| (fl.fp.clone(), fl.names.clone()));
+    let fast_view = fast
+        .as_ref()
+        .map(|fl| (fl.fp.clone(), fl.names.clone(), fl.egress.clone()));
     let now = Instant::now();
     let mut all = vec![b];
     for _ in 1..ports.len() {
@@ -542,15 +548,30 @@ pub fn run<P: Port + Send>(
                 match cmd {
                 "counters" => {
                     let mut v = crate::run::workers_counters(&all_counters)?;
-                    if let Some((fp, names)) = &fast_view {
+                    if let Some((fp, names, _)) = &fast_view {
                         v["fast_path"] = crate::lbfast::LbFastLink::counters(fp, names);
                     }
+                    Ok(v)
+                }
+                "interfaces" => {
+                    let mut v = ask_worker(&asker, cmd, req)?;
+                    crate::fast::decorate_interfaces(
+                        &mut v,
+                        |n| {
+                            if let Some(why) = fast_off.get(n) {
+                                return Some(crate::fast::PortFast::Off(why.clone()));
+                            }
+                            let (fp, names, egress) = fast_view.as_ref()?;
+                            crate::lbfast::LbFastLink::port_fast(fp, names, egress.get(), n)
+                        },
+                        "[io] fast_path = false",
+                    );
                     Ok(v)
                 }
                 "describe" => serde_json::to_value(dataplane::counters::descriptions_for(c.role))
                     .map_err(|e| e.to_string()),
                 "router" => Ok(crate::metrics::router_json(&view())),
-                "balance" | "interfaces" | "rules" | "capture-start" | "capture-stop" => {
+                "balance" | "rules" | "capture-start" | "capture-stop" => {
                     ask_worker(&asker, cmd, req)
                 }
                 other => Err(format!(

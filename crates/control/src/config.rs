@@ -29,8 +29,8 @@
 //! backend = "auto"             # "auto" (AF_XDP, else AF_PACKET with a log line saying why),
 //!                              # "xdp" (AF_XDP or an error) or "packet" (AF_PACKET)
 //! busy_poll = false            # true: never sleep when idle (a dedicated core at 100%)
-//! fast_path = false            # true: forward the common case in the ports' own programs
-//!                              # (XDP on AF_XDP ports, tcx on AF_PACKET ones)
+//! fast_path = true             # forward the common case in the ports' own programs (XDP
+//!                              # on AF_XDP ports, tcx on AF_PACKET ones); false: user space
 //! packet_ring = "frames"       # AF_PACKET: "frames" (a wake-up per frame) or "blocks"
 //!                              # (per block or timer tick: throughput over latency)
 //! # priority = 60              # workers at SCHED_FIFO 1-99, above the kernel's receive
@@ -349,10 +349,14 @@ pub struct IoConfig {
     /// it checks them again at once. A frame then waits for no wake-up, at the cost of a
     /// whole core at 100% even when idle (for dedicated cores).
     pub busy_poll: bool,
-    /// `fast_path = true`: the forwarder's common case runs in each port's own program: its
-    /// XDP program on AF_XDP ports, its tcx ingress program on AF_PACKET ones
-    /// (docs/forwarder.md). Default false.
+    /// `fast_path = true` (the default): the element's common case runs in each port's own
+    /// program: its XDP program on AF_XDP ports, its tcx ingress program on AF_PACKET ones
+    /// (docs/forwarder.md, "The fast path"). `false`: every frame goes to user space. Where an element or a
+    /// port cannot carry it, the default leaves it off and says why (`show interfaces`);
+    /// `true` said outright is then an error.
     pub fast_path: bool,
+    /// Whether `fast_path` was said (in the file or with `--fast-path`), not defaulted.
+    pub fast_path_set: bool,
     /// `packet_ring = "frames" | "blocks"`: how AF_PACKET ports receive. `frames`
     /// (TPACKET_V2, the default) wakes the worker per frame: no added latency. `blocks`
     /// (TPACKET_V3) wakes it per block of frames or after a timer tick: fewer wake-ups,
@@ -390,7 +394,8 @@ impl Default for IoConfig {
         IoConfig {
             backend: io::Backend::default(),
             busy_poll: false,
-            fast_path: false,
+            fast_path: true,
+            fast_path_set: false,
             packet_ring: io::RxRing::Frames,
             workers: 1,
             priority: None,
@@ -409,7 +414,8 @@ impl IoConfig {
     ) -> Result<IoConfig, ConfigError> {
         let mut c = IoConfig {
             busy_poll: raw.and_then(|r| r.busy_poll).unwrap_or(false),
-            fast_path: raw.and_then(|r| r.fast_path).unwrap_or(false),
+            fast_path: raw.and_then(|r| r.fast_path).unwrap_or(true),
+            fast_path_set: raw.and_then(|r| r.fast_path).is_some(),
             shared_umem: raw.and_then(|r| r.shared_umem).unwrap_or(true),
             ..Default::default()
         };

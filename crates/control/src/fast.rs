@@ -21,10 +21,14 @@ pub struct FastLink {
     pub port_of_iface: Vec<Option<(u16, u16)>>,
     /// Port names, in port order.
     pub names: Vec<String>,
+    /// Every interface's name (ports and sub-interfaces), in the forwarder's order.
+    pub iface_names: Vec<String>,
     /// The IPv6 routes (written apart from the rest of the fast path).
     routes6: Arc<Mutex<Routes6>>,
     /// Hands IPv6 route changes to the thread that writes them (started with the first).
     tx6: Arc<Mutex<Option<mpsc::Sender<RouteChanges6>>>>,
+    /// Whether each port's device takes frames redirected in XDP ([`FastLink::watch_egress`]).
+    pub egress: Arc<std::sync::OnceLock<io::egress::EgressWatch>>,
 }
 
 impl FastLink {
@@ -51,8 +55,10 @@ impl FastLink {
         Ok(FastLink {
             routes6: fp.routes6(),
             tx6: Arc::default(),
+            egress: Arc::default(),
             fp: Arc::new(Mutex::new(fp)),
             port_of_iface,
+            iface_names: ifaces.iter().map(|i| i.name.clone()).collect(),
             names: ifaces
                 .iter()
                 .filter(|i| i.vlan.is_none())
@@ -87,6 +93,56 @@ impl FastLink {
             }
         }
         out
+    }
+
+    /// Checks now whether each port's device takes frames redirected in XDP, and follows
+    /// it until `stop`: a port that does not is no frame's way out in XDP (its frames go
+    /// to user space), until it does (see `io::egress`).
+    pub fn watch_egress(&self, stop: Arc<std::sync::atomic::AtomicBool>) {
+        let fp = self.fp.clone();
+        let w = io::egress::EgressWatch::start(&self.names, stop, move |port, ok| {
+            if let Ok(fp) = fp.lock() {
+                if let Err(e) = fp.set_egress(port as u32, ok) {
+                    tracing::warn!(port, error = %e, "fast path: ports map");
+                }
+            }
+        });
+        let _ = self.egress.set(w);
+    }
+
+    /// Per port: whether frames bound out of it take the fast path, and if not why.
+    pub fn egress_of(&self) -> Vec<(bool, Option<String>, u64)> {
+        let on = self.fp.lock().map(|f| f.egress()).unwrap_or_default();
+        let watched = self.egress.get().map(|w| w.ports()).unwrap_or_default();
+        (0..self.names.len())
+            .map(|i| {
+                let ok = on.get(i).copied().unwrap_or(true);
+                let w = watched.get(i);
+                (
+                    ok,
+                    w.and_then(|p| p.egress.why().map(str::to_string)),
+                    w.map_or(0, |p| p.changes),
+                )
+            })
+            .collect()
+    }
+
+    /// How interface `name` (a port or a sub-interface) stands with the fast path.
+    pub fn port_fast(&self, name: &str) -> Option<PortFast> {
+        let i = self.iface_names.iter().position(|n| n == name)?;
+        let Some((port, _)) = self.port_of_iface.get(i).copied().flatten() else {
+            return Some(PortFast::Off(
+                "a sub-interface whose MTU or MAC is not its port's, or a VLAN id out of range: user space serves it".into(),
+            ));
+        };
+        let stats = self.fp.lock().ok()?.stats();
+        let (egress, egress_why, egress_changes) = self.egress_of().get(port as usize)?.clone();
+        Some(PortFast::On {
+            stats: *stats.get(port as usize)?,
+            egress,
+            egress_why,
+            egress_changes,
+        })
     }
 
     /// What port `port`'s program needs to know of the forwarder.
@@ -264,6 +320,56 @@ fn write_routes6(routes6: &Mutex<Routes6>, ports: &[Option<(u16, u16)>], c: Rout
             "fast path IPv6 table written"
         ),
         Err(e) => tracing::warn!(error = %e, "fast path: IPv6 table"),
+    }
+}
+
+/// An element's fast path as `show interfaces` reports it for each port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortFast {
+    /// The port's program carries it: its frames in, to user space and out, and whether
+    /// frames may leave by it in the fast path (and why not, and how often that changed).
+    On {
+        stats: [u64; io::fastpath::STATS],
+        egress: bool,
+        egress_why: Option<String>,
+        egress_changes: u64,
+    },
+    /// It does not; why.
+    Off(String),
+}
+
+impl PortFast {
+    pub fn json(&self) -> Value {
+        match self {
+            PortFast::On {
+                stats,
+                egress,
+                egress_why,
+                egress_changes,
+            } => {
+                let mut v = json!({
+                    "on": true, "egress": egress, "egress_changes": egress_changes,
+                    "forwarded_in": stats[0], "to_user_space": stats[1], "forwarded_out": stats[2],
+                });
+                if let Some(w) = egress_why {
+                    v["egress_why"] = json!(w);
+                }
+                v
+            }
+            PortFast::Off(why) => json!({"on": false, "why": why}),
+        }
+    }
+}
+
+/// Adds `fast_path` to each entry of an `interfaces` answer whose `name` `of` knows
+/// (entries it does not know, such as sub-interfaces the fast path does not serve, get
+/// `on: false` with `other`'s reason).
+pub fn decorate_interfaces(v: &mut Value, of: impl Fn(&str) -> Option<PortFast>, other: &str) {
+    for p in v.as_array_mut().into_iter().flatten() {
+        let name = p["name"].as_str().unwrap_or_default().to_string();
+        p["fast_path"] = of(&name)
+            .unwrap_or_else(|| PortFast::Off(other.to_string()))
+            .json();
     }
 }
 

@@ -21,8 +21,10 @@ pub struct LbFastLink {
     ids: HashMap<MacAddr, u8>,
     /// The counters as last read.
     last: Vec<u64>,
-    /// The LB state's version last published.
-    published: Option<u64>,
+    /// The LB state's version and the ports' egress version last published.
+    published: Option<(u64, u64)>,
+    /// Whether each port's device takes frames redirected in XDP ([`LbFastLink::watch_egress`]).
+    pub egress: Arc<std::sync::OnceLock<io::egress::EgressWatch>>,
     /// When the counters were last read.
     read: Instant,
 }
@@ -50,9 +52,37 @@ impl LbFastLink {
             ids: HashMap::new(),
             last: Vec::new(),
             published: None,
+            egress: Arc::default(),
             read: Instant::now()
                 .checked_sub(COUNTS_INTERVAL)
                 .unwrap_or_else(Instant::now),
+        })
+    }
+
+    /// Checks now whether each port's device takes frames redirected in XDP, and follows
+    /// it until `stop` (see `io::egress`); the first worker publishes each change.
+    pub fn watch_egress(&self, stop: Arc<std::sync::atomic::AtomicBool>) {
+        let fp = self.fp.clone();
+        let w = io::egress::EgressWatch::start(&self.names, stop, move |port, ok| {
+            fp.set_egress(port as u32, ok)
+        });
+        let _ = self.egress.set(w);
+    }
+
+    /// How port `name` stands with the fast path (`None`: not one of its ports).
+    pub fn port_fast(
+        fp: &LbFastPath,
+        names: &[String],
+        egress: Option<&io::egress::EgressWatch>,
+        name: &str,
+    ) -> Option<crate::fast::PortFast> {
+        let i = names.iter().position(|n| n == name)?;
+        let w = egress.map(|w| w.ports()).unwrap_or_default();
+        Some(crate::fast::PortFast::On {
+            stats: *fp.stats().get(i)?,
+            egress: fp.egress().get(i).copied().unwrap_or(true),
+            egress_why: w.get(i).and_then(|p| p.egress.why().map(str::to_string)),
+            egress_changes: w.get(i).map_or(0, |p| p.changes),
         })
     }
 
@@ -94,7 +124,8 @@ impl LbFastLink {
 
     /// Publishes the LB's state to the fast path if it changed since the last time.
     pub fn publish(&mut self, b: &Balancer) -> Result<(), String> {
-        if self.published == Some(b.state_version()) {
+        let version = (b.state_version(), self.fp.egress_version());
+        if self.published == Some(version) {
             return Ok(());
         }
         let ports: Vec<LbPortState> = b
@@ -133,7 +164,7 @@ impl LbFastLink {
         self.fp
             .publish(&ports, &entries, b.table.slots())
             .map_err(|e| format!("fast path: {e}"))?;
-        self.published = Some(b.state_version());
+        self.published = Some(version);
         Ok(())
     }
 

@@ -501,6 +501,7 @@ pub fn run<P: Port + Send>(
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
     fast: Option<crate::fast::FastLink>,
+    fast_off: Option<String>,
 ) -> Result<dataplane::counters::Snapshot, String> {
     if ports.is_empty() {
         return Err("no worker".into());
@@ -598,7 +599,17 @@ pub fn run<P: Port + Send>(
                 }
                 "describe" => serde_json::to_value(dataplane::counters::descriptions_for(c.role)).map_err(|e| e.to_string()),
                 "router" => Ok(crate::metrics::router_json(&view())),
-                "neighbours" | "interfaces" | "capture-start" | "capture-stop" => ask_worker(&asker, cmd, req),
+                "interfaces" => {
+                    let mut v = ask_worker(&asker, cmd, req)?;
+                    let off = fast_off.as_deref().unwrap_or("the fast path is off");
+                    crate::fast::decorate_interfaces(
+                        &mut v,
+                        |n| fast_ctl.as_ref().and_then(|fl| fl.port_fast(n)),
+                        off,
+                    );
+                    Ok(v)
+                }
+                "neighbours" | "capture-start" | "capture-stop" => ask_worker(&asker, cmd, req),
                 "fib" => match &writer {
                     Some(w) => {
                         let w = w.lock().map_err(|_| "writer poisoned")?;

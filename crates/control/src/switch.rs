@@ -239,6 +239,8 @@ pub struct SwitchFast {
     pub fp: io::fastpath::l2::SwitchFastPath,
     /// Per port: frames may leave there in the fast path (no capacity, no delay).
     pub eligible: Vec<bool>,
+    /// Per port: its device takes frames redirected in XDP (`io::egress`).
+    pub egress: Vec<bool>,
     synced: Instant,
 }
 
@@ -258,9 +260,22 @@ impl SwitchFast {
             .map_err(|e| format!("switch fast path: {e}"))?;
         Ok(SwitchFast {
             fp,
+            egress: vec![true; eligible.len()],
             eligible,
             synced: Instant::now(),
         })
+    }
+
+    /// Whether port `port`'s device takes frames redirected in XDP: frames leave by it
+    /// in the fast path only if it does (and the port is unshaped).
+    pub fn set_egress(&mut self, port: usize, ok: bool) {
+        if let Some(e) = self.egress.get_mut(port) {
+            *e = ok;
+            let eligible = ok && self.eligible[port];
+            if let Err(e) = self.fp.set_port(port as u32, eligible) {
+                tracing::warn!(port, error = %e, "switch fast path: ports map");
+            }
+        }
     }
 
     /// Copies the learned table into the fast path's map (every 100 ms at most).
@@ -279,7 +294,9 @@ impl SwitchFast {
 }
 
 /// Runs the switch over `ports` (in the config's order) until `stop` is set; with `fast`,
-/// its ports' programs forward known unicast between unshaped ports themselves.
+/// its ports' programs forward known unicast between unshaped ports themselves (else
+/// `fast_off` says why not).
+#[allow(clippy::too_many_arguments)]
 pub fn run<P: Port>(
     s: Switch,
     ports: Vec<P>,
@@ -288,6 +305,7 @@ pub fn run<P: Port>(
     io: IoConfig,
     metrics: &crate::metrics::MetricsConfig,
     fast: Option<SwitchFast>,
+    fast_off: std::collections::HashMap<String, String>,
 ) -> Result<(), String> {
     // Shared with the control socket's thread, which reads the programs' counters.
     let fast = fast.map(|f| Arc::new(std::sync::Mutex::new(f)));
@@ -314,20 +332,41 @@ pub fn run<P: Port>(
             }
         }
     };
+    // Each port's device is watched: frames leave by it in the fast path only while it
+    // takes frames redirected in XDP.
+    let watch = fast.clone().map(|f| {
+        let names: Vec<String> = s.cfg.ports.iter().map(|p| p.name.clone()).collect();
+        io::egress::EgressWatch::start(&names, stop.clone(), move |port, ok| {
+            if let Ok(mut f) = f.lock() {
+                f.set_egress(port, ok);
+            }
+        })
+    });
     // `show interfaces`: each port's fast-path frames beside its queue.
     let answer = |s: &mut Switch, cmd: &str, req: &Value| {
         let mut v = answer(s, cmd, req);
         if cmd == "interfaces" {
             let f = fast.as_ref().and_then(|f| f.lock().ok());
             let stats = f.as_ref().map(|f| f.fp.stats()).unwrap_or_default();
+            let watched = watch.as_ref().map(|w| w.ports()).unwrap_or_default();
             for (i, p) in v.as_array_mut().into_iter().flatten().enumerate() {
-                p["fast_path"] = match (f.as_ref(), stats.get(i)) {
-                    (Some(f), Some(st)) => json!({
-                        "on": true, "egress": f.eligible[i],
-                        "forwarded_in": st[0], "to_user_space": st[1], "forwarded_out": st[2],
-                    }),
-                    _ => json!({"on": false}),
-                };
+                let w = watched.get(i);
+                let off = p["name"].as_str().and_then(|n| fast_off.get(n));
+                p["fast_path"] = match (f.as_ref(), stats.get(i), off) {
+                    (_, _, Some(why)) => crate::fast::PortFast::Off(why.clone()),
+                    (Some(f), Some(st), None) => crate::fast::PortFast::On {
+                        stats: *st,
+                        egress: f.eligible[i] && f.egress[i],
+                        egress_why: if !f.eligible[i] {
+                            Some("a shaped or delayed port (capacity_bps, delay_ms): its queue is user space's".into())
+                        } else {
+                            w.and_then(|p| p.egress.why().map(str::to_string))
+                        },
+                        egress_changes: w.map_or(0, |p| p.changes),
+                    },
+                    _ => crate::fast::PortFast::Off("[io] fast_path = false".into()),
+                }
+                .json();
             }
         }
         v

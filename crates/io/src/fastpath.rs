@@ -148,6 +148,13 @@ pub struct FastPath {
     tx: OwnedFd,
     stats: OwnedFd,
     nports: u32,
+    /// Per port, its `ports` entry as made (MAC, MTU, interface index).
+    port_words: Vec<[u64; 2]>,
+    /// Per port, whether its device takes frames redirected in XDP ([`FastPath::set_egress`]).
+    egress: Vec<std::sync::atomic::AtomicBool>,
+    /// Whether an XDP program has been made: only then does a port's egress matter (tcx
+    /// redirects socket buffers, which every device takes).
+    xdp: std::sync::atomic::AtomicBool,
     /// The ports' interface indices, in port order.
     ifindexes: Vec<u32>,
     /// Neighbours as last written to `neigh`.
@@ -443,11 +450,13 @@ impl FastPath {
         let tx = map_create(BPF_MAP_TYPE_DEVMAP, 4, 4, n.max(1), 0, 0, "tx ports")?;
         let stats = stats_map(n)?;
         let mut ifindexes = Vec::with_capacity(ports.len());
+        let mut port_words = Vec::with_capacity(ports.len());
         for (i, p) in ports.iter().enumerate() {
             let k = i as u32;
             let ifindex = crate::netdev::ifindex(&p.ifname)? as u32;
             ifindexes.push(ifindex);
             let v = [mac_u64(&p.mac) | (p.mtu as u64) << 48, ifindex as u64];
+            port_words.push(v);
             map_update(&pmap, &k, &v)?;
             map_update(&tx, &k, &ifindex)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: device map: {e}", p.ifname)))?;
@@ -466,6 +475,11 @@ impl FastPath {
             tx,
             stats,
             nports: n,
+            egress: (0..ports.len())
+                .map(|_| std::sync::atomic::AtomicBool::new(true))
+                .collect(),
+            port_words,
+            xdp: std::sync::atomic::AtomicBool::new(false),
             ifindexes,
             neigh_written: HashMap::new(),
             last: vec![[0; STATS]; ports.len()],
@@ -586,10 +600,52 @@ impl FastPath {
             .collect()
     }
 
+    /// Whether port `port`'s device takes frames redirected in XDP (see [`crate::egress`]).
+    /// Where it does not, and an XDP program of this fast path may redirect to it, its
+    /// `ports` entry carries an MTU of 0: no frame fits it, so the programs leave every
+    /// frame bound there to user space, which sends it through its socket.
+    pub fn set_egress(&self, port: u32, ok: bool) -> io::Result<()> {
+        use std::sync::atomic::Ordering;
+        if let Some(e) = self.egress.get(port as usize) {
+            e.store(ok, Ordering::Relaxed);
+            self.write_port(port)?;
+        }
+        Ok(())
+    }
+
+    /// Whether frames bound out of each port take the fast path (false: user space sends
+    /// them, as [`FastPath::set_egress`] says).
+    pub fn egress(&self) -> Vec<bool> {
+        use std::sync::atomic::Ordering;
+        let xdp = self.xdp.load(Ordering::Relaxed);
+        self.egress
+            .iter()
+            .map(|e| !xdp || e.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    fn write_port(&self, port: u32) -> io::Result<()> {
+        let Some(&[word, ifindex]) = self.port_words.get(port as usize) else {
+            return Ok(());
+        };
+        let ok = self.egress().get(port as usize).copied().unwrap_or(true);
+        let word = if ok { word } else { word & ((1 << 48) - 1) };
+        map_update(&self.ports, &port, &[word, ifindex])
+    }
+
     /// The program of one port for `hook`: the fast path, and every other frame to the
     /// port's sockets (XDP: the socket map, by receive queue; tcx: marked and received
     /// again).
     pub fn program(&self, f: &ProgramFacts, hook: Hook) -> Vec<u8> {
+        if matches!(hook, Hook::Xdp(_))
+            && !self.xdp.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            for p in 0..self.nports {
+                if let Err(e) = self.write_port(p) {
+                    tracing::warn!(port = p, error = %e, "fast path: ports map");
+                }
+            }
+        }
         let me = self.ifindexes.get(f.port as usize).copied().unwrap_or(0);
         program(
             f,

@@ -10,7 +10,9 @@
 //! This crate and `lab` are the only ones with `unsafe` and system calls.
 
 pub mod afpacket;
+pub mod egress;
 pub mod fastpath;
+mod genl;
 pub mod netdev;
 pub mod placement;
 pub mod tap;

@@ -163,6 +163,21 @@ pub fn speed_mbps(name: &str) -> u32 {
         .unwrap_or(0)
 }
 
+/// The interface's driver, as `ethtool -i` names it (`veth`, `ixgbe`...).
+pub fn driver(name: &str) -> io::Result<String> {
+    const ETHTOOL_GDRVINFO: u32 = 3;
+    // struct ethtool_drvinfo: cmd, then driver[32], version[32], fw_version[32],
+    // bus_info[32], erom_version[32], reserved2[12] and five u32s.
+    let mut info = [0u8; 196];
+    info[..4].copy_from_slice(&ETHTOOL_GDRVINFO.to_ne_bytes());
+    let mut r = ifreq(name)?;
+    r.ifr_ifru.ifru_data = info.as_mut_ptr() as *mut libc::c_char;
+    with_socket(|fd| ioctl(fd, libc::SIOCETHTOOL, &mut r)).map_err(|e| named(name, e))?;
+    let d = &info[4..36];
+    let end = d.iter().position(|&b| b == 0).unwrap_or(d.len());
+    Ok(String::from_utf8_lossy(&d[..end]).into_owned())
+}
+
 /// Sets the interface's MAC address.
 pub fn set_mac(name: &str, mac: [u8; 6]) -> io::Result<()> {
     let mut r = ifreq(name)?;

@@ -8,7 +8,13 @@
 //! interface's NAPI runs in kernel threads of its own (`/sys/class/net/IF/threaded`).
 //! Threaded, it can be placed like any thread, and an element's cost stays on its cores.
 
+use crate::genl::{attr, attrs, u32_of, Genl};
 use std::io;
+
+const NETDEV_CMD_NAPI_GET: u8 = 11;
+const NETDEV_A_NAPI_IFINDEX: u16 = 1;
+const NETDEV_A_NAPI_ID: u16 = 2;
+const NETDEV_A_NAPI_PID: u16 = 4;
 
 /// A set of CPUs, as Linux writes them: `"0-3,8,10-11"`. A bit set (so that configs that
 /// hold one stay `Copy`); [`CpuList::cpus`] lists them in ascending order.
@@ -178,179 +184,6 @@ pub struct Napi {
     pub ifindex: u32,
     /// The kernel thread that polls it (threaded NAPI); none in softirq mode.
     pub pid: Option<i32>,
-}
-
-/// Generic netlink: the controller family and the `netdev` family's NAPI dump.
-const GENL_ID_CTRL: u16 = 0x10;
-const CTRL_CMD_GETFAMILY: u8 = 3;
-const CTRL_ATTR_FAMILY_ID: u16 = 1;
-const CTRL_ATTR_FAMILY_NAME: u16 = 2;
-const NETDEV_CMD_NAPI_GET: u8 = 11;
-const NETDEV_A_NAPI_IFINDEX: u16 = 1;
-const NETDEV_A_NAPI_ID: u16 = 2;
-const NETDEV_A_NAPI_PID: u16 = 4;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-
-/// A generic netlink socket of the calling thread's network namespace.
-struct Genl {
-    fd: i32,
-    seq: u32,
-}
-
-impl Drop for Genl {
-    fn drop(&mut self) {
-        // SAFETY: fd is ours and open.
-        unsafe { libc::close(self.fd) };
-    }
-}
-
-fn attr(out: &mut Vec<u8>, kind: u16, data: &[u8]) {
-    let len = 4 + data.len();
-    out.extend_from_slice(&(len as u16).to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(data);
-    while !out.len().is_multiple_of(4) {
-        out.push(0);
-    }
-}
-
-/// The attributes of `b` (type without its flag bits, payload); stops at the first one
-/// whose length does not fit.
-fn attrs(mut b: &[u8]) -> Vec<(u16, &[u8])> {
-    let mut v = Vec::new();
-    while b.len() >= 4 {
-        let len = u16::from_ne_bytes([b[0], b[1]]) as usize;
-        let kind = u16::from_ne_bytes([b[2], b[3]]) & 0x3fff;
-        if len < 4 || len > b.len() {
-            break;
-        }
-        v.push((kind, &b[4..len]));
-        let next = (len + 3) & !3;
-        b = &b[next.min(b.len())..];
-    }
-    v
-}
-
-fn u32_of(p: &[u8]) -> Option<u32> {
-    Some(u32::from_ne_bytes(p.get(..4)?.try_into().ok()?))
-}
-
-impl Genl {
-    fn open() -> io::Result<Genl> {
-        // SAFETY: plain socket(2) call; the fd is closed on drop.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_GENERIC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let g = Genl { fd, seq: 1 };
-        // A reply that never comes must not hang the caller.
-        let tv = libc::timeval {
-            tv_sec: 2,
-            tv_usec: 0,
-        };
-        // SAFETY: setsockopt(2) with a valid timeval of its size.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                &tv as *const libc::timeval as *const libc::c_void,
-                std::mem::size_of::<libc::timeval>() as u32,
-            )
-        };
-        Ok(g)
-    }
-
-    /// Sends one request and collects the payloads (after the generic header) of every
-    /// reply message until the kernel says done (a dump) or answers once (not a dump).
-    fn request(
-        &mut self,
-        family: u16,
-        cmd: u8,
-        dump: bool,
-        body: &[u8],
-    ) -> io::Result<Vec<Vec<u8>>> {
-        self.seq += 1;
-        let mut m = Vec::with_capacity(20 + body.len());
-        let len = 16 + 4 + body.len();
-        let flags = libc::NLM_F_REQUEST as u16 | if dump { libc::NLM_F_DUMP as u16 } else { 0 };
-        m.extend_from_slice(&(len as u32).to_ne_bytes());
-        m.extend_from_slice(&family.to_ne_bytes());
-        m.extend_from_slice(&flags.to_ne_bytes());
-        m.extend_from_slice(&self.seq.to_ne_bytes());
-        m.extend_from_slice(&0u32.to_ne_bytes());
-        m.extend_from_slice(&[cmd, 1, 0, 0]);
-        m.extend_from_slice(body);
-        // SAFETY: send(2) of a buffer we own, of its length.
-        let n = unsafe { libc::send(self.fd, m.as_ptr() as *const libc::c_void, m.len(), 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 65536];
-        loop {
-            // SAFETY: recv(2) into a buffer we own, of its length.
-            let n =
-                unsafe { libc::recv(self.fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) };
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let mut b = &buf[..n as usize];
-            while b.len() >= 16 {
-                let len = u32_of(b).unwrap_or(0) as usize;
-                let kind = u16::from_ne_bytes([b[4], b[5]]);
-                if len < 16 || len > b.len() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "netlink: a message overruns its datagram",
-                    ));
-                }
-                let payload = &b[16..len];
-                match kind {
-                    NLMSG_DONE => return Ok(out),
-                    NLMSG_ERROR => {
-                        let code = payload
-                            .get(..4)
-                            .map_or(0, |e| i32::from_ne_bytes([e[0], e[1], e[2], e[3]]));
-                        if code != 0 {
-                            return Err(io::Error::from_raw_os_error(-code));
-                        }
-                        return Ok(out);
-                    }
-                    _ => out.push(payload.get(4..).unwrap_or_default().to_vec()),
-                }
-                b = &b[((len + 3) & !3).min(b.len())..];
-                if !dump && !out.is_empty() {
-                    return Ok(out);
-                }
-            }
-        }
-    }
-
-    fn family(&mut self, name: &str) -> io::Result<u16> {
-        let mut body = Vec::new();
-        let mut n = name.as_bytes().to_vec();
-        n.push(0);
-        attr(&mut body, CTRL_ATTR_FAMILY_NAME, &n);
-        let r = self.request(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, false, &body)?;
-        r.iter()
-            .flat_map(|m| attrs(m))
-            .find(|(k, _)| *k == CTRL_ATTR_FAMILY_ID)
-            .and_then(|(_, p)| p.get(..2).map(|b| u16::from_ne_bytes([b[0], b[1]])))
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("generic netlink family {name} not found"),
-                )
-            })
-    }
 }
 
 /// The NAPI instances of interface `ifname` in the calling thread's namespace, with their
@@ -572,18 +405,5 @@ mod tests {
         // The other end has no NAPI: nothing to thread, and no error.
         assert_eq!(ns.run(|| napis("ub").unwrap()), vec![]);
         assert!(ns.run(|| napis("nope")).is_err());
-    }
-
-    #[test]
-    fn netlink_attributes_round_trip() {
-        let mut b = Vec::new();
-        attr(&mut b, 1, &7u32.to_ne_bytes());
-        attr(&mut b, 2, b"ab\0");
-        let a = attrs(&b);
-        assert_eq!(a.len(), 2);
-        assert_eq!(u32_of(a[0].1), Some(7));
-        assert_eq!(a[1], (2, &b"ab\0"[..]));
-        // A truncated attribute ends the walk, without a panic.
-        assert_eq!(attrs(&b[..6]).len(), 0);
     }
 }

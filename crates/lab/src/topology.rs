@@ -176,9 +176,9 @@ struct State {
     /// The packet I/O backend given with `--io` at `up`.
     #[serde(default)]
     io: Option<String>,
-    /// `--fast-path` given at `up`.
+    /// `--fast-path` given at `up`: on or off, or each element's config says.
     #[serde(default)]
-    fast_path: bool,
+    fast_path: Option<bool>,
 }
 
 /// A topology bound to a lab name and to the directory its relative paths start from.
@@ -195,9 +195,10 @@ pub struct Lab {
     pub roles: BTreeMap<String, String>,
     /// The packet I/O backend every element runs on (`--io`), overriding their configs.
     pub io: Option<String>,
-    /// Every forwarder and LB runs its fast path (`--fast-path`), whatever its config says
-    /// (an LB's on AF_XDP ports only: with `--io packet` LBs run without).
-    pub fast_path: bool,
+    /// Every forwarder, LB and switch runs its fast path or not (`--fast-path BOOL`),
+    /// whatever its config says (an LB's and a switch's on AF_XDP ports only: with `--io
+    /// packet` they run without); `None`: each element's config says (on by default).
+    pub fast_path: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,7 +259,7 @@ impl Lab {
             exe,
             roles: BTreeMap::new(),
             io: None,
-            fast_path: false,
+            fast_path: None,
         };
         lab.validate()
             .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -623,13 +624,17 @@ impl Lab {
                 // GRO turned on once the port is up: that is when a veth starts its NAPI
                 // for it (measured here: turned on while down, the port showed GRO on and
                 // still dropped the frames redirected to it).
-                // With `--fast-path` too, on every switch port and host interface: the
-                // elements' XDP programs redirect frames to their peers. Not with `--io
-                // packet`: the fast path is then tcx's, whose socket buffers need no NAPI
-                // on the far end, and hosts keep their wire-like receive (the demo compares
-                // TCP with the kernel's on the same hosts).
+                // Unless `--fast-path false`, on every switch port and host interface: the
+                // elements' XDP programs (their fast path, on by default) redirect frames
+                // to their peers, which a veth takes only while its peer runs NAPI (the
+                // elements would otherwise send those frames from user space: see
+                // io::egress). Not with `--io packet`: the fast path is then tcx's, whose
+                // socket buffers need no NAPI on the far end, and hosts keep their
+                // wire-like receive (the demo compares TCP with the kernel's on the same
+                // hosts).
                 let is_host = self.topo.host.iter().any(|h| &h.name == node);
-                let xdp_fast = self.fast_path && self.io.as_deref() != Some("packet");
+                let xdp_fast =
+                    self.fast_path != Some(false) && self.io.as_deref() != Some("packet");
                 if (*is_switch && self.topo.switch.iter().any(|s| &s.name == node && s.gro))
                     || (xdp_fast && (*is_switch || is_host))
                 {
@@ -992,9 +997,15 @@ impl Lab {
         let io = self.io.clone().or_else(|| self.load_state().io);
         let role = self.role(e);
         // The LB's and the switch's fast paths are XDP's: not on AF_PACKET ports.
-        let fast = (role == "forwarder"
-            || ((role == "balancer" || role == "switch") && io.as_deref() != Some("packet")))
-            && (self.fast_path || self.load_state().fast_path);
+        let fast = match self.fast_path.or(self.load_state().fast_path) {
+            Some(true) => (role == "forwarder"
+                || ((role == "balancer" || role == "switch") && io.as_deref() != Some("packet")))
+            .then_some(["--fast-path", "true"]),
+            Some(false) => ["forwarder", "balancer", "switch"]
+                .contains(&role.as_str())
+                .then_some(["--fast-path", "false"]),
+            None => None,
+        };
         let child = std::process::Command::new("ip")
             .args(["netns", "exec", &ns])
             .arg(&self.exe)
@@ -1004,7 +1015,7 @@ impl Lab {
             .arg("--control")
             .arg(&sock)
             .args(io.iter().flat_map(|b| ["--io", b.as_str()]))
-            .args(fast.then_some("--fast-path"))
+            .args(fast.iter().flatten())
             .args(e.cpus.iter().flat_map(|c| ["--cpus", c.as_str()]))
             .args(
                 self.topo

@@ -220,11 +220,12 @@ struct ElementArgs {
     /// Packet I/O backend, overriding the config's `[io] backend`: auto, xdp or packet.
     #[arg(long, value_name = "BACKEND")]
     io: Option<String>,
-    /// Run the fast path (`[io] fast_path = true`), whatever the config says: in the
+    /// The fast path on or off (`[io] fast_path`), whatever the config says: in the
     /// ports' XDP programs on AF_XDP, in their tcx programs on AF_PACKET (the forwarder's;
-    /// the LB's and the switch's are XDP's alone). Forwarders, LBs and switches.
-    #[arg(long)]
-    fast_path: bool,
+    /// the LB's and the switch's are XDP's alone). On by default in forwarders, back-ends,
+    /// LBs and switches; `--fast-path` alone means true.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    fast_path: Option<bool>,
     /// The DIST key (hex digits in a file), overriding the config's `[dist] key_file`.
     #[arg(long, value_name = "FILE")]
     dist_key_file: Option<PathBuf>,
@@ -245,6 +246,14 @@ impl ElementArgs {
             );
         }
         control::run::place_process(io).map_err(anyhow::Error::msg)
+    }
+
+    /// Applies `--fast-path` to `io`.
+    fn fast(&self, io: &mut control::config::IoConfig) {
+        if let Some(on) = self.fast_path {
+            io.fast_path = on;
+            io.fast_path_set = true;
+        }
     }
 
     /// Applies `--dist-key-file` to `dist` and says loudly if DIST stays unauthenticated.
@@ -492,8 +501,10 @@ enum Bench {
         /// Frame sizes to measure (comma-separated bytes); default 64, 576, 1470.
         #[arg(long, value_delimiter = ',', value_name = "BYTES")]
         sizes: Vec<usize>,
-        /// Also measure our forwarder with its XDP fast path (`[io] fast_path = true`), as
-        /// contender `forwarder-fast`; with `packet` among `--io`, also with the fast path
+        /// The plain `forwarder` runs what a config without `[io]` gives (the fast path,
+        /// on by default). This also measures it with every frame through user space
+        /// (`[io] fast_path = false`, hosts' links wire-like), as `forwarder-user`, and
+        /// with the fast path said outright on AF_XDP ports, as `forwarder-fast`; with `packet` among `--io`, also with the fast path
         /// in its AF_PACKET ports' tcx programs, as `forwarder-fast-tc`; with `--multistage`,
         /// also the multistage router with every element's fast path (LBs and back-ends, on
         /// AF_XDP ports), as `multistage-fast`.
@@ -723,12 +734,14 @@ enum LabCmd {
         /// its config says; kept for `lab start`.
         #[arg(long, value_name = "BACKEND")]
         io: Option<String>,
-        /// Run every forwarder and LB with its fast path (`[io] fast_path = true`: XDP on
-        /// AF_XDP ports, tcx on AF_PACKET ones, where LBs run without), whatever its config
-        /// says; kept for `lab start`. GRO goes on on every switch port and host interface
-        /// (but with `--io packet`), so that their veths take what XDP programs redirect.
-        #[arg(long)]
-        fast_path: bool,
+        /// Every forwarder, LB and switch with its fast path on or off (`[io] fast_path`:
+        /// XDP on AF_XDP ports, tcx on AF_PACKET ones, where LBs and switches run
+        /// without), whatever its config says; kept for `lab start`. Without it, each
+        /// element's config says (the default: on). Unless it is false (or `--io packet`),
+        /// GRO goes on on every switch port and host interface, so that their veths take
+        /// what XDP programs redirect; with false, links stay wire-like.
+        #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+        fast_path: Option<bool>,
     },
     /// Stop the elements and remove every namespace, link and bridge of the lab.
     Down {
@@ -889,7 +902,7 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Leases { control } => ask(&control, "leases"),
             Show::Probes { control } => ask(&control, "probes"),
         },
-        Cmd::Controller(a) | Cmd::Axon(a) if a.fast_path => {
+        Cmd::Controller(a) | Cmd::Axon(a) if a.fast_path == Some(true) => {
             bail!("--fast-path is for forwarders, LBs and switches")
         }
         Cmd::Balancer(a) => balancer(&a),
@@ -1206,6 +1219,7 @@ fn run(cli: Cli) -> Result<i32> {
                         .collect(),
                 };
                 if fast_path {
+                    contenders.push((bench::forward_bench::USER.into(), None));
                     contenders.push((bench::forward_bench::FAST.into(), None));
                     if io.iter().any(|b| b == "packet") {
                         contenders.push((bench::forward_bench::FAST_TC.into(), None));
@@ -1666,7 +1680,7 @@ fn forwarder(a: &ElementArgs) -> Result<i32> {
         cfg.io.backend = b;
     }
     a.place(&mut cfg.io)?;
-    cfg.io.fast_path |= a.fast_path;
+    a.fast(&mut cfg.io);
     if cfg.backend.is_some() {
         a.dist(&mut cfg.dist, "back-end")?;
     }
@@ -1687,16 +1701,23 @@ fn forwarder(a: &ElementArgs) -> Result<i32> {
     let t = std::time::Instant::now();
     let mut f = control::run::build(&cfg, &links).map_err(anyhow::Error::msg)?;
     let build_ms = t.elapsed().as_millis() as u64;
-    let fast = if cfg.io.fast_path {
-        if cfg.star.is_some() {
+    let mut off = (!cfg.io.fast_path).then(|| "[io] fast_path = false".to_string());
+    if cfg.io.fast_path && cfg.star.is_some() {
+        if cfg.io.fast_path_set {
             bail!(
                 "{}: [io] fast_path is not built for a star member yet ([star])",
                 config.display()
             );
         }
-        Some(control::fast::FastLink::new(&f.ifaces).map_err(anyhow::Error::msg)?)
-    } else {
-        None
+        off = Some("the fast path is not built for a star member yet ([star])".into());
+    }
+    let fast = match &off {
+        None => {
+            let fl = control::fast::FastLink::new(&f.ifaces).map_err(anyhow::Error::msg)?;
+            fl.watch_egress(stop.clone());
+            Some(fl)
+        }
+        Some(_) => None,
     };
     let workers = cfg.io.workers;
     // ports[w]: the ports worker w owns, one per interface.
@@ -1730,8 +1751,8 @@ fn forwarder(a: &ElementArgs) -> Result<i32> {
         workers,
         "forwarder running"
     );
-    let s =
-        control::run::run(f, ports, Some(&cfg), control, stop, fast).map_err(anyhow::Error::msg)?;
+    let s = control::run::run(f, ports, Some(&cfg), control, stop, fast, off)
+        .map_err(anyhow::Error::msg)?;
     let dropped: u64 = s.drops.values().sum();
     tracing::info!(
         forwarded = s.events["ip4_forwarded"],
@@ -1779,18 +1800,24 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
     }
     a.place(&mut cfg.io)?;
     a.dist(&mut cfg.dist, "balancer")?;
-    cfg.io.fast_path |= a.fast_path;
-    // The LB's fast path is an XDP program: its ports are AF_XDP's ("auto" does not fall
-    // back to AF_PACKET then).
-    if cfg.io.fast_path {
-        if cfg.io.backend == io::Backend::Packet {
+    a.fast(&mut cfg.io);
+    // The LB's fast path is an XDP program: its ports are AF_XDP's. Said outright, "auto"
+    // does not fall back to AF_PACKET then; by default, a port that cannot open AF_XDP
+    // runs on AF_PACKET without it, and says so.
+    let mut off = (!cfg.io.fast_path).then(|| "[io] fast_path = false".to_string());
+    if cfg.io.fast_path && cfg.io.backend == io::Backend::Packet {
+        if cfg.io.fast_path_set {
             bail!(
                 "{}: [io] fast_path of the LB runs in XDP: it needs backend = \"xdp\" or \"auto\", not \"packet\"",
                 config.display()
             );
         }
+        off = Some("the LB's fast path runs in XDP, and [io] backend = \"packet\"".into());
+    }
+    if cfg.io.fast_path && cfg.io.fast_path_set {
         cfg.io.backend = io::Backend::Xdp;
     }
+    let mut fast_off = std::collections::HashMap::new();
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
@@ -1806,11 +1833,19 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
         io::Umems::new(&names, workers)
     });
     let b = control::balancer::build(&cfg, &links).map_err(anyhow::Error::msg)?;
-    let fast = if cfg.io.fast_path {
-        let names: Vec<String> = cfg.interfaces.iter().map(|i| i.name.clone()).collect();
-        Some(control::lbfast::LbFastLink::new(&names).map_err(anyhow::Error::msg)?)
-    } else {
-        None
+    let fast = match &off {
+        None => {
+            let names: Vec<String> = cfg.interfaces.iter().map(|i| i.name.clone()).collect();
+            let fl = control::lbfast::LbFastLink::new(&names).map_err(anyhow::Error::msg)?;
+            fl.watch_egress(stop.clone());
+            Some(fl)
+        }
+        Some(why) => {
+            for i in &cfg.interfaces {
+                fast_off.insert(i.name.clone(), why.clone());
+            }
+            None
+        }
     };
     for (k, i) in cfg.interfaces.iter().enumerate() {
         let facts = control::lbfast::LbFastLink::facts(&b, k as u32);
@@ -1819,14 +1854,31 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
             _ => Vec::new(),
         };
         let program = fast.as_ref().map(|_| &program as io::xsk::ProgramFor);
-        let mine = io::open_workers(
-            &i.name,
-            cfg.io.backend,
-            cfg.io.packet_ring,
-            program,
-            workers,
-            umems.as_mut(),
-        )?;
+        let (ring, backend) = (cfg.io.packet_ring, cfg.io.backend);
+        let mine = match program {
+            // By default, on "auto": AF_XDP with the fast path, else AF_PACKET without.
+            Some(p) if backend == io::Backend::Auto => {
+                match io::open_workers(
+                    &i.name,
+                    io::Backend::Xdp,
+                    ring,
+                    Some(p),
+                    workers,
+                    umems.as_mut(),
+                ) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!(interface = %i.name, reason = %e, "AF_XDP unavailable; using AF_PACKET, without the fast path");
+                        fast_off.insert(
+                            i.name.clone(),
+                            format!("AF_XDP unavailable ({e}): AF_PACKET, without the fast path"),
+                        );
+                        io::open_workers(&i.name, io::Backend::Packet, ring, None, workers, None)?
+                    }
+                }
+            }
+            p => io::open_workers(&i.name, backend, ring, p, workers, umems.as_mut())?,
+        };
         let info = dataplane::port::Port::info(&mine[0]);
         tracing::info!(interface = %i.name, backend = info.backend, mode = %info.mode, workers, "port open");
         for (w, p) in mine.into_iter().enumerate() {
@@ -1854,6 +1906,7 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
         metrics: cfg.metrics.clone(),
         external,
         fast,
+        fast_off,
     };
     let s = control::balancer::run(b, ports, control, stop, how).map_err(anyhow::Error::msg)?;
     tracing::info!(
@@ -1871,16 +1924,18 @@ fn switch(a: &ElementArgs) -> Result<i32> {
         cfg.io.backend = b;
     }
     a.place(&mut cfg.io)?;
-    cfg.io.fast_path |= a.fast_path;
-    // The switch's fast path is an XDP program: its ports are AF_XDP's.
-    if cfg.io.fast_path {
-        if cfg.io.backend == io::Backend::Packet {
+    a.fast(&mut cfg.io);
+    // The switch's fast path is an XDP program: its ports are AF_XDP's (by default, on
+    // "auto", a port that cannot open AF_XDP turns it off for the switch, and says so).
+    let mut off = (!cfg.io.fast_path).then(|| "[io] fast_path = false".to_string());
+    if cfg.io.fast_path && cfg.io.backend == io::Backend::Packet {
+        if cfg.io.fast_path_set {
             bail!(
                 "{}: [io] fast_path of the switch runs in XDP: it needs backend = \"xdp\" or \"auto\", not \"packet\"",
                 config.display()
             );
         }
-        cfg.io.backend = io::Backend::Xdp;
+        off = Some("the switch's fast path runs in XDP, and [io] backend = \"packet\"".into());
     }
     if a.dist_key_file.is_some() {
         tracing::info!("a switch speaks no DIST: --dist-key-file is not used");
@@ -1893,10 +1948,18 @@ fn switch(a: &ElementArgs) -> Result<i32> {
         let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
         io::Umems::new(&names, 1)
     });
-    let fast = if cfg.io.fast_path {
-        Some(control::switch::SwitchFast::new(&cfg.cfg).map_err(anyhow::Error::msg)?)
-    } else {
-        None
+    let fast = match &off {
+        None => Some(control::switch::SwitchFast::new(&cfg.cfg).map_err(anyhow::Error::msg)?),
+        Some(_) => None,
+    };
+    let mut fast_off: std::collections::HashMap<String, String> = match &off {
+        Some(why) => cfg
+            .cfg
+            .ports
+            .iter()
+            .map(|p| (p.name.clone(), why.clone()))
+            .collect(),
+        None => Default::default(),
     };
     for (k, p) in cfg.cfg.ports.iter().enumerate() {
         let port = match &fast {
@@ -1906,14 +1969,29 @@ fn switch(a: &ElementArgs) -> Result<i32> {
                     io::xsk::Hook::Xdp(xsk) => f.fp.program(k as u32, xsk),
                     _ => Vec::new(),
                 };
-                let mut v = io::open_workers(
+                let ring = cfg.io.packet_ring;
+                let xdp = io::open_workers(
                     &p.name,
-                    cfg.io.backend,
-                    cfg.io.packet_ring,
+                    io::Backend::Xdp,
+                    ring,
                     Some(&program),
                     1,
                     umems.as_mut(),
-                )?;
+                );
+                let mut v = match xdp {
+                    Ok(v) => v,
+                    // By default, on "auto": AF_PACKET without the fast path's program
+                    // (frames still leave by it in the fast path of the other ports).
+                    Err(e) if !cfg.io.fast_path_set && cfg.io.backend == io::Backend::Auto => {
+                        tracing::warn!(interface = %p.name, reason = %e, "AF_XDP unavailable; using AF_PACKET, without the fast path");
+                        fast_off.insert(
+                            p.name.clone(),
+                            format!("AF_XDP unavailable ({e}): AF_PACKET, without the fast path"),
+                        );
+                        io::open_workers(&p.name, io::Backend::Packet, ring, None, 1, None)?
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 let port = v.remove(0);
                 let info = dataplane::port::Port::info(&port);
                 tracing::info!(interface = %p.name, backend = info.backend, mode = %info.mode, fast_path_egress = f.eligible[k], "port open");
@@ -1943,8 +2021,17 @@ fn switch(a: &ElementArgs) -> Result<i32> {
         mode = ?cfg.cfg.mode,
         "switch running"
     );
-    control::switch::run(sw, ports, control, stop, cfg.io, &cfg.metrics, fast)
-        .map_err(anyhow::Error::msg)?;
+    control::switch::run(
+        sw,
+        ports,
+        control,
+        stop,
+        cfg.io,
+        &cfg.metrics,
+        fast,
+        fast_off,
+    )
+    .map_err(anyhow::Error::msg)?;
     let s = counters.snapshot();
     tracing::info!(dropped = s.drops.values().sum::<u64>(), "switch stopped");
     Ok(0)
@@ -1957,8 +2044,11 @@ fn axon(a: &ElementArgs) -> Result<i32> {
         cfg.io.backend = b;
     }
     a.place(&mut cfg.io)?;
-    if cfg.io.fast_path {
-        bail!("{}: [io] fast_path is for forwarders", config.display());
+    if cfg.io.fast_path && cfg.io.fast_path_set {
+        bail!(
+            "{}: [io] fast_path is for forwarders, back-ends, LBs and switches",
+            config.display()
+        );
     }
     if a.dist_key_file.is_some() {
         tracing::info!("an Axon speaks no DIST: --dist-key-file is not used");
@@ -2008,8 +2098,11 @@ fn controller(a: &ElementArgs) -> Result<i32> {
     }
     a.place(&mut cfg.io)?;
     a.dist(&mut cfg.dist, "controller")?;
-    if cfg.io.fast_path {
-        bail!("{}: [io] fast_path is for forwarders", config.display());
+    if cfg.io.fast_path && cfg.io.fast_path_set {
+        bail!(
+            "{}: [io] fast_path is for forwarders, back-ends, LBs and switches",
+            config.display()
+        );
     }
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;

@@ -1152,3 +1152,81 @@ fn record_route_and_fragmented_pings_to_the_router() {
     assert!(event_count(&c, "ip4_reassembled") >= 2, "{c}");
     assert!(event_count(&c, "ip4_options_updated") >= 2, "{c}");
 }
+
+/// The fast path is on by default; where the hosts' links have GRO off (wire-like veths,
+/// whose far end then runs no NAPI and would drop every frame an XDP program redirects to
+/// it), the router does not redirect to them: it says so in `show interfaces`, and user
+/// space sends those frames, so that every ping gets through. Once a host turns GRO on, the
+/// fast path sends to it (the kernel's notification, or the timed look, tells the router).
+/// On AF_PACKET ports the fast path is tcx's, whose socket buffers every veth takes.
+#[test]
+fn the_default_fast_path_loses_nothing_on_wire_like_links() {
+    let dir = single_copy("nohole", |r| r, |t| t);
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let xdp = common::io_backend() != "packet";
+    for h in ["src1", "sink1"] {
+        lab.sh(h, &["ethtool", "-K", "eth0", "gro", "off"]);
+    }
+    let port = |lab: &TestLab, name: &str| -> serde_json::Value {
+        let v = lab.show_json("interfaces", "r");
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {v}"))["fast_path"]
+            .clone()
+    };
+    let wait_egress = |lab: &TestLab, name: &str, want: bool| {
+        let t = std::time::Instant::now();
+        loop {
+            let p = port(lab, name);
+            if p["egress"] == want || t.elapsed() > Duration::from_secs(5) {
+                return p;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let p2 = wait_egress(&lab, "r-eth2", !xdp);
+    assert_eq!(p2["on"], true, "{p2}");
+    if xdp {
+        assert_eq!(p2["egress"], false, "{p2}");
+        let why = p2["egress_why"].as_str().unwrap_or_default();
+        assert!(why.contains("runs no NAPI"), "{p2}");
+    } else {
+        assert_eq!(p2["egress"], true, "{p2}");
+    }
+    // An untouched host (GRO on, as the lab sets it with the fast path on) takes them.
+    assert_eq!(port(&lab, "r-eth1")["egress"], true);
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "200", "-i", "0.005", "-W", "2", "10.3.0.10"],
+    );
+    assert!(p.contains("200 received"), "{p}\n{}", lab.logs("r"));
+    let tx2 = |lab: &TestLab| {
+        lab.counters("r")["fast_path"]["interfaces"]["r-eth2"]["tx_forwarded"]
+            .as_u64()
+            .unwrap()
+    };
+    if xdp {
+        assert_eq!(tx2(&lab), 0, "{}", lab.counters("r"));
+    }
+    // GRO on at sink1: its veth's peer runs NAPI, and the fast path sends to it again.
+    lab.sh("sink1", &["ethtool", "-K", "eth0", "gro", "on"]);
+    let p2 = wait_egress(&lab, "r-eth2", true);
+    assert_eq!(p2["egress"], true, "{p2}");
+    if xdp {
+        // On at start (the lab's GRO), off, on again.
+        assert_eq!(p2["egress_changes"], 2, "{p2}");
+    }
+    let before = tx2(&lab);
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "20", "-i", "0.01", "-W", "2", "10.3.0.10"],
+    );
+    assert!(p.contains("20 received"), "{p}");
+    assert!(tx2(&lab) - before >= 19, "{}", lab.counters("r"));
+    if xdp {
+        let log = lab.logs("r");
+        assert!(log.contains("fast path egress changed"), "{log}");
+    }
+}

@@ -65,6 +65,14 @@ impl SwitchFastPath {
         })
     }
 
+    /// Whether frames may leave by port `port` in the fast path (its `switch ports` flag).
+    pub fn set_port(&self, port: u32, eligible: bool) -> io::Result<()> {
+        if port >= self.nports {
+            return Ok(());
+        }
+        map_update(&self.ports, &port, &u64::from(eligible))
+    }
+
     /// Brings `switch macs` in step with the switch's table (MAC, port): new and moved
     /// entries written, forgotten ones removed. Returns (written, removed).
     pub fn sync(&mut self, table: &[([u8; 6], u16)]) -> io::Result<(usize, usize)> {

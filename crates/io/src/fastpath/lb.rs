@@ -124,9 +124,41 @@ pub struct LbFastPath {
     stats: OwnedFd,
     counts: OwnedFd,
     nports: u32,
+    /// Per port, whether its device takes frames redirected in XDP (see
+    /// [`LbFastPath::set_egress`]).
+    egress: Vec<std::sync::atomic::AtomicBool>,
+    /// Bumped at each change of `egress`: the state must be published again.
+    egress_version: std::sync::atomic::AtomicU64,
 }
 
 impl LbFastPath {
+    /// Whether port `port`'s device takes frames redirected in XDP (`crate::egress`).
+    /// Where it does not, the next [`LbFastPath::publish`] leaves every frame bound there
+    /// to user space: back-ends behind it have no entry, and its external VLAN none.
+    pub fn set_egress(&self, port: u32, ok: bool) {
+        use std::sync::atomic::Ordering;
+        if let Some(e) = self.egress.get(port as usize) {
+            if e.swap(ok, Ordering::Relaxed) != ok {
+                self.egress_version.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Per port, whether frames may leave by it in the fast path.
+    pub fn egress(&self) -> Vec<bool> {
+        use std::sync::atomic::Ordering;
+        self.egress
+            .iter()
+            .map(|e| e.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Changes whenever [`LbFastPath::set_egress`] changes a port.
+    pub fn egress_version(&self) -> u64 {
+        self.egress_version
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Creates the maps for the ports whose interfaces are `ifnames` (an empty state:
     /// everything goes to user space until [`LbFastPath::publish`]).
     pub fn new(ifnames: &[String]) -> io::Result<LbFastPath> {
@@ -159,6 +191,10 @@ impl LbFastPath {
             stats,
             counts,
             nports: n,
+            egress: (0..n)
+                .map(|_| std::sync::atomic::AtomicBool::new(true))
+                .collect(),
+            egress_version: std::sync::atomic::AtomicU64::new(0),
         };
         me.publish(&[], &[], &[])?;
         Ok(me)
@@ -180,6 +216,8 @@ impl LbFastPath {
             &[]
         };
         let words = SLOT_BASE + slots.len().div_ceil(4) as u32;
+        let egress = self.egress();
+        let out_ok = |port: usize| egress.get(port).copied().unwrap_or(true);
         let inner = filled_array(words, "lb table", |w| {
             w[0] = slots.len() as u64;
             let none = 0xffffu64;
@@ -193,7 +231,7 @@ impl LbFastPath {
                 w[i] = w[i] & !(0xffff << s) | (port as u64) << s;
             };
             for (i, p) in ports.iter().enumerate() {
-                if p.external && (1..4095).contains(&p.vlan) {
+                if p.external && (1..4095).contains(&p.vlan) && out_ok(i) {
                     vlan(p.vlan, i);
                 }
             }
@@ -211,7 +249,11 @@ impl LbFastPath {
             }
             for (i, e) in entries.iter().enumerate() {
                 w[ENTRY_BASE as usize + i] = match e.id {
-                    Some(id) if (id as usize) < MAX_IDS && (e.port as u32) < self.nports => {
+                    Some(id)
+                        if (id as usize) < MAX_IDS
+                            && (e.port as u32) < self.nports
+                            && out_ok(e.port as usize) =>
+                    {
                         1 << 63 | (id as u64) << 56 | (e.port as u64) << 48 | mac_u64(&e.mac)
                     }
                     _ => 0,
