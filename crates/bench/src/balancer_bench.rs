@@ -354,7 +354,8 @@ pub(crate) fn element_load(l: &lab::Lab, napi: &[(String, Vec<i32>)]) -> Vec<Ele
             .unwrap_or(0);
         v.push(ElementLoad {
             name: e.name.clone(),
-            rx,
+            // The interfaces' counts hold the fast path's frames too.
+            rx: rx.saturating_sub(fast),
             cpu,
             napi_cpu,
             napi_threads: threads.len(),

@@ -529,6 +529,10 @@ pub fn run<P: Port + Send>(
     }
     Balancer::connect_workers(&mut all);
     let mut b = all.remove(0);
+    if let Some(fl) = &fast {
+        let fp = fl.fp.clone();
+        crate::fast::fold(&b.counters, &fl.names, move || fp.stats());
+    }
     let all_counters: Vec<Arc<dataplane::Counters>> = std::iter::once(b.counters.clone())
         .chain(all.iter().map(|w| w.counters.clone()))
         .collect();

@@ -27,6 +27,10 @@ pub struct FastLink {
     routes6: Arc<Mutex<Routes6>>,
     /// Hands IPv6 route changes to the thread that writes them (started with the first).
     tx6: Arc<Mutex<Option<mpsc::Sender<RouteChanges6>>>>,
+    /// IPv6 route changes handed to that thread, and written by it
+    /// ([`FastLink::wait_routes6`]).
+    sent6: Arc<std::sync::atomic::AtomicU64>,
+    written6: Arc<std::sync::atomic::AtomicU64>,
     /// Whether each port's device takes frames redirected in XDP ([`FastLink::watch_egress`]).
     pub egress: Arc<std::sync::OnceLock<io::egress::EgressWatch>>,
 }
@@ -55,6 +59,8 @@ impl FastLink {
         Ok(FastLink {
             routes6: fp.routes6(),
             tx6: Arc::default(),
+            sent6: Arc::default(),
+            written6: Arc::default(),
             egress: Arc::default(),
             fp: Arc::new(Mutex::new(fp)),
             port_of_iface,
@@ -110,6 +116,37 @@ impl FastLink {
         let _ = self.egress.set(w);
     }
 
+    /// While a capture runs on the element ([`crate::run::capture_under_way`]), the
+    /// programs forward nothing: every frame goes to user space, where the capture sees
+    /// it. Called by the worker after every poll.
+    pub fn follow_capture(&self) {
+        let want = crate::run::capture_under_way();
+        let Ok(fp) = self.fp.lock() else { return };
+        if fp.suspended() != want {
+            match fp.suspend(want) {
+                Ok(()) => tracing::info!(
+                    suspended = want,
+                    "fast path: {}",
+                    if want {
+                        "a capture runs: every frame through user space"
+                    } else {
+                        "the capture ended: forwarding again"
+                    }
+                ),
+                Err(e) => tracing::warn!(error = %e, "fast path: ports map"),
+            }
+        }
+    }
+
+    /// Has `counters` (the first worker's) count the fast path's frames and bytes in its
+    /// ports' receive and send counts (see `dataplane::Counters::fold_fast_path`).
+    pub fn fold_into(&self, counters: &dataplane::Counters) {
+        fold(counters, &self.names, {
+            let fp = self.fp.clone();
+            move || fp.lock().map(|f| f.stats()).unwrap_or_default()
+        });
+    }
+
     /// Per port: whether frames bound out of it take the fast path, and if not why.
     pub fn egress_of(&self) -> Vec<(bool, Option<String>, u64)> {
         let on = self.fp.lock().map(|f| f.egress()).unwrap_or_default();
@@ -135,8 +172,14 @@ impl FastLink {
                 "a sub-interface whose MTU or MAC is not its port's, or a VLAN id out of range: user space serves it".into(),
             ));
         };
-        let stats = self.fp.lock().ok()?.stats();
-        let (egress, egress_why, egress_changes) = self.egress_of().get(port as usize)?.clone();
+        let (stats, suspended) = {
+            let fp = self.fp.lock().ok()?;
+            (fp.stats(), fp.suspended())
+        };
+        let (egress, mut egress_why, egress_changes) = self.egress_of().get(port as usize)?.clone();
+        if suspended {
+            egress_why = Some(SUSPENDED.into());
+        }
         Some(PortFast::On {
             stats: *stats.get(port as usize)?,
             egress,
@@ -220,11 +263,13 @@ impl FastLink {
         let tx = tx.get_or_insert_with(|| {
             let (tx, rx) = mpsc::channel::<RouteChanges6>();
             let (routes6, ports) = (self.routes6.clone(), self.port_of_iface.clone());
+            let written = self.written6.clone();
             let spawned = std::thread::Builder::new()
                 .name("fast-path-ipv6".into())
                 .spawn(move || {
                     for c in rx {
                         write_routes6(&routes6, &ports, c);
+                        written.fetch_add(1, std::sync::atomic::Ordering::Release);
                     }
                 });
             if let Err(e) = spawned {
@@ -232,7 +277,22 @@ impl FastLink {
             }
             tx
         });
-        let _ = tx.send(c);
+        if tx.send(c).is_ok() {
+            self.sent6
+                .fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Waits (up to `limit`) until every IPv6 route change handed over so far is in the
+    /// fast path's table: a `route add` or `route del` answers once the fast path follows
+    /// it, as an IPv4 one does.
+    pub fn wait_routes6(&self, limit: std::time::Duration) {
+        use std::sync::atomic::Ordering;
+        let target = self.sent6.load(Ordering::Acquire);
+        let t = Instant::now();
+        while self.written6.load(Ordering::Acquire) < target && t.elapsed() < limit {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// As [`FastLink::sync_routes6`], written before it returns (for tests).
@@ -323,6 +383,10 @@ fn write_routes6(routes6: &Mutex<Routes6>, ports: &[Option<(u16, u16)>], c: Rout
     }
 }
 
+/// Why frames do not leave by any port in the fast path while a capture runs.
+pub const SUSPENDED: &str =
+    "a capture is under way: every frame goes through user space, where it sees them";
+
 /// An element's fast path as `show interfaces` reports it for each port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PortFast {
@@ -350,6 +414,7 @@ impl PortFast {
                 let mut v = json!({
                     "on": true, "egress": egress, "egress_changes": egress_changes,
                     "forwarded_in": stats[0], "to_user_space": stats[1], "forwarded_out": stats[2],
+                    "forwarded_in_bytes": stats[3], "forwarded_out_bytes": stats[4],
                 });
                 if let Some(w) = egress_why {
                     v["egress_why"] = json!(w);
@@ -373,6 +438,29 @@ pub fn decorate_interfaces(v: &mut Value, of: impl Fn(&str) -> Option<PortFast>,
     }
 }
 
+/// Has `counters` count a fast path's frames and bytes (its ports named `names`, in port
+/// order; `stats` reads them) in its ports' receive and send counts.
+pub fn fold(
+    counters: &dataplane::Counters,
+    names: &[String],
+    stats: impl Fn() -> Vec<[u64; io::fastpath::STATS]> + Send + Sync + 'static,
+) {
+    let ports = names
+        .iter()
+        .map(|n| {
+            counters
+                .port_names
+                .iter()
+                .position(|p| p == n)
+                .unwrap_or(usize::MAX)
+        })
+        .collect();
+    counters.fold_fast_path(
+        ports,
+        Arc::new(move || stats().iter().map(|s| [s[0], s[3], s[2], s[4]]).collect()),
+    );
+}
+
 /// A fast path's counters per port (named `names`, in port order) as `show counters`
 /// prints them under `fast_path`: frames it took in, left to user space, sent out.
 pub fn stats_json(names: &[String], st: &[[u64; io::fastpath::STATS]]) -> Value {
@@ -380,7 +468,8 @@ pub fn stats_json(names: &[String], st: &[[u64; io::fastpath::STATS]]) -> Value 
     for (name, s) in names.iter().zip(st) {
         per.insert(
             name.clone(),
-            json!({"rx_forwarded": s[0], "to_user_space": s[1], "tx_forwarded": s[2]}),
+            json!({"rx_forwarded": s[0], "to_user_space": s[1], "tx_forwarded": s[2],
+                "rx_forwarded_bytes": s[3], "tx_forwarded_bytes": s[4]}),
         );
     }
     json!({
@@ -461,6 +550,9 @@ mod tests {
         progs: Vec<io::fastpath::Detached>,
         fl: FastLink,
         fast: usize,
+        /// Bytes of the frames the fast path forwarded, in and out, as sent to it and as
+        /// it sent them.
+        bytes: (u64, u64),
         at: At,
     }
 
@@ -545,6 +637,7 @@ mod tests {
                 progs,
                 fl,
                 fast: 0,
+                bytes: (0, 0),
                 at,
             }
         }
@@ -571,6 +664,8 @@ mod tests {
             match v {
                 Verdict::Forward => {
                     self.fast += 1;
+                    self.bytes.0 += frame.len() as u64;
+                    self.bytes.1 += out.len() as u64;
                     assert_eq!(
                         sent.len(),
                         1,
@@ -1038,5 +1133,10 @@ mod tests {
             "the fast path forwarded only {} frames",
             c.fast
         );
+        // Its counters: every frame it forwarded, in and out, frames and bytes.
+        let st = c.fl.fp.lock().unwrap().stats();
+        let sum = |k: usize| st.iter().map(|s| s[k]).sum::<u64>();
+        assert_eq!((sum(0), sum(2)), (c.fast as u64, c.fast as u64), "{st:?}");
+        assert_eq!((sum(3), sum(4)), c.bytes, "{st:?}");
     }
 }

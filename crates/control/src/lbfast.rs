@@ -81,7 +81,11 @@ impl LbFastLink {
         Some(crate::fast::PortFast::On {
             stats: *fp.stats().get(i)?,
             egress: fp.egress().get(i).copied().unwrap_or(true),
-            egress_why: w.get(i).and_then(|p| p.egress.why().map(str::to_string)),
+            egress_why: if fp.suspended() {
+                Some(crate::fast::SUSPENDED.into())
+            } else {
+                w.get(i).and_then(|p| p.egress.why().map(str::to_string))
+            },
             egress_changes: w.get(i).map_or(0, |p| p.changes),
         })
     }
@@ -171,6 +175,15 @@ impl LbFastLink {
     /// Publishes what changed and adds what the fast path balanced since the last call
     /// to the back-ends' counts (the first worker, after each poll).
     pub fn sync(&mut self, b: &mut Balancer) {
+        // While a capture runs, every frame through user space, where it sees them.
+        let capture = crate::run::capture_under_way();
+        if self.fp.suspended() != capture {
+            self.fp.suspend(capture);
+            tracing::info!(
+                suspended = capture,
+                "LB fast path: a capture started or ended"
+            );
+        }
         if let Err(e) = self.publish(b) {
             tracing::warn!(error = %e, "LB fast path not republished");
         }

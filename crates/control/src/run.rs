@@ -515,6 +515,9 @@ pub fn run<P: Port + Send>(
         f = all.remove(0);
         others = all;
     }
+    if let Some(fl) = &fast {
+        fl.fold_into(&f.counters);
+    }
     let all_counters: Vec<Arc<dataplane::Counters>> = std::iter::once(f.counters.clone())
         .chain(others.iter().map(|w| w.counters.clone()))
         .collect();
@@ -556,6 +559,7 @@ pub fn run<P: Port + Send>(
         fl.publish(&t)?;
     }
     let fast_ctl = fast.clone();
+    let fast6 = fast.clone();
     // A back-end takes routes from the controller on a thread of its own (see distrib).
     let writer = match f.backend_internal() {
         Some(internal) => {
@@ -628,7 +632,11 @@ pub fn run<P: Port + Send>(
                     None => Err("this forwarder is not a back-end: it takes no routes from a controller".into()),
                 },
                 "route-add" | "route-del" if req["prefix"].as_str().is_some_and(|p| p.contains(':')) => {
-                    worker_result(ask_worker(&asker, cmd, req))
+                    let v = worker_result(ask_worker(&asker, cmd, req));
+                    if let Some(fl) = &fast_ctl {
+                        fl.wait_routes6(Duration::from_secs(10));
+                    }
+                    v
                 }
                 "routes" | "route-add" | "route-del" | "reload-routes" => {
                     let mut v = route_command(&routes, cfg.as_ref(), fast_ctl.as_ref(), &pending6, cmd, req)?;
@@ -639,6 +647,9 @@ pub fn run<P: Port + Send>(
                     };
                     if let Some(m) = more {
                         let w = worker_result(ask_worker(&asker, m, req))?;
+                        if let Some(fl) = &fast_ctl {
+                            fl.wait_routes6(Duration::from_secs(30));
+                        }
                         if let (Value::Object(a), Value::Object(b)) = (&mut v, w) {
                             a.extend(b);
                         }
@@ -658,6 +669,7 @@ pub fn run<P: Port + Send>(
     let mut synced = Instant::now();
     let tick = move |f: &mut Forwarder| {
         if let Some(fl) = &fast {
+            fl.follow_capture();
             if synced.elapsed() >= STATS_INTERVAL {
                 synced = Instant::now();
                 fl.sync_routes6(f);
@@ -685,7 +697,16 @@ pub fn run<P: Port + Send>(
                 .map_err(|e| e.to_string())?;
             handles.push(h);
         }
-        let answer = |f: &mut Forwarder, cmd: &str, req: &Value| answer6(f, cmd, req, &pending6w);
+        // An IPv6 route command's changes go to the fast path at once (the control thread
+        // waits for them to be written before it answers).
+        let fast6 = fast6.clone();
+        let answer = move |f: &mut Forwarder, cmd: &str, req: &Value| {
+            let v = answer6(f, cmd, req, &pending6w);
+            if let (Some(fl), "route-add" | "route-del" | "reload-routes6") = (&fast6, cmd) {
+                fl.sync_routes6(f);
+            }
+            v
+        };
         let r = enter_worker(&io, 0)
             .and_then(|()| run_element(f, mine, stop.clone(), qrx, answer, tick, busy));
         stop.store(true, Ordering::Relaxed);
@@ -893,6 +914,37 @@ fn route_writer(
     }
 }
 
+/// Captures under way in this process ([`capture_under_way`]).
+static CAPTURES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Whether a `tessera capture` runs on this element: its fast path then hands every frame
+/// to user space, where the capture sees it (each element's worker follows this).
+pub fn capture_under_way() -> bool {
+    CAPTURES.load(Ordering::Relaxed) > 0
+}
+
+/// Keeps [`CAPTURES`] in step with one worker's capture: counted while it runs.
+struct CaptureFlag(bool);
+
+impl CaptureFlag {
+    fn set(&mut self, on: bool) {
+        if on != self.0 {
+            if on {
+                CAPTURES.fetch_add(1, Ordering::Relaxed);
+            } else {
+                CAPTURES.fetch_sub(1, Ordering::Relaxed);
+            }
+            self.0 = on;
+        }
+    }
+}
+
+impl std::ops::Drop for CaptureFlag {
+    fn drop(&mut self) {
+        self.set(false);
+    }
+}
+
 /// The worker loop: runs `e` over `ports` until `stop` is set. Questions from the control
 /// thread arrive on `queries` and are answered by `answer` between passes; `tick` runs after
 /// every [`Element::poll`]. With `busy_poll` the loop never sleeps in `poll(2)`.
@@ -925,6 +977,7 @@ pub fn run_element<E: Element, P: Port>(
     let wait_ms = interval.as_millis().clamp(1, 10) as i32;
     // A `tessera capture` under way (see dataplane::capture).
     let mut cap: Option<dataplane::capture::Capture> = None;
+    let mut capturing = CaptureFlag(false);
     let mut cap_ts = 0u64;
     let mut last_poll = Instant::now();
     let mut last_stats = last_poll;
@@ -961,6 +1014,7 @@ pub fn run_element<E: Element, P: Port>(
             while let Ok((cmd, req, reply)) = queries.try_recv() {
                 if cmd == "capture-start" || cmd == "capture-stop" {
                     let _ = reply.send(capture_command(&mut cap, &cmd, &req, &infos));
+                    capturing.set(cap.is_some());
                     continue;
                 }
                 let mut v = answer(&mut e, &cmd, &req);
@@ -992,6 +1046,7 @@ pub fn run_element<E: Element, P: Port>(
             if c.done {
                 tracing::info!(captured = c.captured, lost = c.dropped, "capture ended");
                 cap = None;
+                capturing.set(false);
             }
         }
         flush(&mut ports, &mut tx, &mut e)?;

@@ -241,6 +241,8 @@ pub struct SwitchFast {
     pub eligible: Vec<bool>,
     /// Per port: its device takes frames redirected in XDP (`io::egress`).
     pub egress: Vec<bool>,
+    /// Every frame through user space, while a capture runs.
+    pub suspended: bool,
     synced: Instant,
 }
 
@@ -261,6 +263,7 @@ impl SwitchFast {
         Ok(SwitchFast {
             fp,
             egress: vec![true; eligible.len()],
+            suspended: false,
             eligible,
             synced: Instant::now(),
         })
@@ -271,15 +274,40 @@ impl SwitchFast {
     pub fn set_egress(&mut self, port: usize, ok: bool) {
         if let Some(e) = self.egress.get_mut(port) {
             *e = ok;
-            let eligible = ok && self.eligible[port];
-            if let Err(e) = self.fp.set_port(port as u32, eligible) {
-                tracing::warn!(port, error = %e, "switch fast path: ports map");
+            self.write_port(port);
+        }
+    }
+
+    /// Whether frames may leave by `port` in the fast path now.
+    pub fn egress_now(&self, port: usize) -> bool {
+        !self.suspended && self.eligible[port] && self.egress[port]
+    }
+
+    fn write_port(&self, port: usize) {
+        if let Err(e) = self.fp.set_port(port as u32, self.egress_now(port)) {
+            tracing::warn!(port, error = %e, "switch fast path: ports map");
+        }
+    }
+
+    /// While a capture runs on the switch, no frame leaves in the fast path: every one
+    /// goes through user space, where the capture sees it.
+    fn follow_capture(&mut self) {
+        let want = crate::run::capture_under_way();
+        if self.suspended != want {
+            self.suspended = want;
+            for p in 0..self.eligible.len() {
+                self.write_port(p);
             }
+            tracing::info!(
+                suspended = want,
+                "switch fast path: a capture started or ended"
+            );
         }
     }
 
     /// Copies the learned table into the fast path's map (every 100 ms at most).
     fn sync(&mut self, s: &Switch) {
+        self.follow_capture();
         let now = Instant::now();
         if now.duration_since(self.synced) < FAST_SYNC {
             return;
@@ -310,6 +338,12 @@ pub fn run<P: Port>(
     // Shared with the control socket's thread, which reads the programs' counters.
     let fast = fast.map(|f| Arc::new(std::sync::Mutex::new(f)));
     let names: Vec<String> = s.cfg.ports.iter().map(|p| p.name.clone()).collect();
+    if let Some(f) = &fast {
+        let f = f.clone();
+        crate::fast::fold(&s.counters, &names, move || {
+            f.lock().map(|f| f.fp.stats()).unwrap_or_default()
+        });
+    }
     let fast_counters: Option<crate::run::FastCounters> = fast.clone().map(|f| {
         Arc::new(move || match f.lock() {
             Ok(f) => crate::fast::stats_json(&names, &f.fp.stats()),
@@ -356,8 +390,10 @@ pub fn run<P: Port>(
                     (_, _, Some(why)) => crate::fast::PortFast::Off(why.clone()),
                     (Some(f), Some(st), None) => crate::fast::PortFast::On {
                         stats: *st,
-                        egress: f.eligible[i] && f.egress[i],
-                        egress_why: if !f.eligible[i] {
+                        egress: f.egress_now(i),
+                        egress_why: if f.suspended {
+                            Some(crate::fast::SUSPENDED.into())
+                        } else if !f.eligible[i] {
                             Some("a shaped or delayed port (capacity_bps, delay_ms): its queue is user space's".into())
                         } else {
                             w.and_then(|p| p.egress.why().map(str::to_string))

@@ -159,6 +159,7 @@ named_enum! {
     /// Things that happened that are not drops.
     Event {
         Forwarded = "ip4_forwarded" in Forwarder: "packets forwarded",
+        FastPathForwarded = "fast_path_forwarded" in All: "frames the ports' own programs forwarded (the fast path; counted in the interfaces' packets and bytes too, not in ip4_forwarded or balance_packets)",
         Forwarded6 = "ip6_forwarded" in Forwarder: "IPv6 packets forwarded",
         Nd6SolicitsSent = "nd6_solicits_sent" in Forwarder: "neighbor solicitations sent",
         Nd6AdvertsSent = "nd6_adverts_sent" in Forwarder: "neighbor advertisements sent for the router's addresses",
@@ -248,6 +249,19 @@ pub struct PortCounters {
     pub tx_bytes: Counter,
 }
 
+/// What an element's fast path (its ports' own programs) forwarded, per fast-path port:
+/// frames in, bytes in, frames out, bytes out, since it started.
+pub type FastPathCounts = std::sync::Arc<dyn Fn() -> Vec<[u64; 4]> + Send + Sync>;
+
+/// The fast path's counts and, per fast-path port, the index of its port here.
+struct FastFold(Vec<usize>, FastPathCounts);
+
+impl std::fmt::Debug for FastFold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FastFold({:?})", self.0)
+    }
+}
+
 /// All counters of one element.
 #[derive(Debug)]
 pub struct Counters {
@@ -257,6 +271,8 @@ pub struct Counters {
     pub ports: Vec<PortCounters>,
     drops: Vec<Counter>,
     events: Vec<Counter>,
+    /// The fast path's frames, added to every read ([`Counters::fold_fast_path`]).
+    fast: std::sync::OnceLock<FastFold>,
 }
 
 impl Counters {
@@ -272,7 +288,33 @@ impl Counters {
             port_names,
             drops: (0..Drop::COUNT).map(|_| Counter::default()).collect(),
             events: (0..Event::COUNT).map(|_| Counter::default()).collect(),
+            fast: std::sync::OnceLock::new(),
         }
+    }
+
+    /// From now on every read of these counters ([`Counters::snapshot`],
+    /// [`Counters::totals`]) adds what the element's fast path forwarded: its port `k`'s
+    /// frames and bytes to the receive and send counts of port `ports[k]` here, and all of
+    /// them to `fast_path_forwarded`. Set on one worker's counters only (the first), so
+    /// that a sum over workers counts them once. Set once; later calls change nothing.
+    pub fn fold_fast_path(&self, ports: Vec<usize>, counts: FastPathCounts) {
+        let _ = self.fast.set(FastFold(ports, counts));
+    }
+
+    /// Per port here: the fast path's frames and bytes in and out (empty: none).
+    fn fast_counts(&self) -> Vec<[u64; 4]> {
+        let Some(FastFold(ports, counts)) = self.fast.get() else {
+            return Vec::new();
+        };
+        let mut per = vec![[0u64; 4]; self.ports.len()];
+        for (k, c) in counts().into_iter().enumerate() {
+            if let Some(p) = ports.get(k).and_then(|&i| per.get_mut(i)) {
+                for (a, b) in p.iter_mut().zip(c) {
+                    *a += b;
+                }
+            }
+        }
+        per
     }
 
     #[inline]
@@ -311,8 +353,11 @@ impl Counters {
     /// (frames received, frames sent, frames dropped) over all ports and reasons, as hellos
     /// advertise them.
     pub fn totals(&self) -> (u64, u64, u64) {
-        let rx = self.ports.iter().map(|p| p.rx_packets.get()).sum();
-        let tx = self.ports.iter().map(|p| p.tx_packets.get()).sum();
+        let fast = self.fast_counts();
+        let rx = self.ports.iter().map(|p| p.rx_packets.get()).sum::<u64>()
+            + fast.iter().map(|c| c[0]).sum::<u64>();
+        let tx = self.ports.iter().map(|p| p.tx_packets.get()).sum::<u64>()
+            + fast.iter().map(|c| c[2]).sum::<u64>();
         let dropped = Drop::ALL
             .iter()
             .filter(|d| self.role.counts(d.scope()))
@@ -331,19 +376,22 @@ impl Counters {
 
     /// A consistent-enough copy for printing.
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot {
+        let fast = self.fast_counts();
+        let mut s = Snapshot {
             interfaces: self
                 .port_names
                 .iter()
                 .zip(&self.ports)
-                .map(|(n, c)| {
+                .enumerate()
+                .map(|(i, (n, c))| {
+                    let f = fast.get(i).copied().unwrap_or_default();
                     (
                         n.clone(),
                         PortSnapshot {
-                            rx_packets: c.rx_packets.get(),
-                            rx_bytes: c.rx_bytes.get(),
-                            tx_packets: c.tx_packets.get(),
-                            tx_bytes: c.tx_bytes.get(),
+                            rx_packets: c.rx_packets.get() + f[0],
+                            rx_bytes: c.rx_bytes.get() + f[1],
+                            tx_packets: c.tx_packets.get() + f[2],
+                            tx_bytes: c.tx_bytes.get() + f[3],
                         },
                     )
                 })
@@ -358,7 +406,11 @@ impl Counters {
                 .filter(|e| self.role.counts(e.scope()))
                 .map(|e| (e.name().to_string(), self.events(*e)))
                 .collect(),
+        };
+        if let Some(e) = s.events.get_mut(Event::FastPathForwarded.name()) {
+            *e += fast.iter().map(|c| c[0]).sum::<u64>();
         }
+        s
     }
 }
 

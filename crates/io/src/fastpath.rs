@@ -91,8 +91,14 @@ const NO_ROUTE: u16 = 0x7ffe;
 /// The next-hop index of anything the fast path does not take (a slow word).
 const SLOW: u16 = 0x7fff;
 
-/// Per port and CPU: frames the fast path forwarded in, sent to user space, forwarded out.
-pub const STATS: usize = 3;
+/// Per port and CPU: frames the fast path forwarded in, sent to user space, forwarded out,
+/// then the bytes of the frames forwarded in and out (an Ethernet frame's length as the
+/// program holds it when it counts: without an 802.1Q tag in the forwarder's program,
+/// whose tags come off before and go on after).
+pub const STATS: usize = 5;
+/// Where [`STATS`]'s byte counts sit in an entry (bytes from its start).
+pub(crate) const IN_BYTES: i16 = 24;
+pub(crate) const OUT_BYTES: i16 = 32;
 
 /// In the tcx hook, the mark of a frame left to user space: the program marks it and
 /// receives it again on its port; the port's packet socket takes only frames with this
@@ -155,6 +161,8 @@ pub struct FastPath {
     /// Whether an XDP program has been made: only then does a port's egress matter (tcx
     /// redirects socket buffers, which every device takes).
     xdp: std::sync::atomic::AtomicBool,
+    /// Every frame to user space ([`FastPath::suspend`]).
+    suspended: std::sync::atomic::AtomicBool,
     /// The ports' interface indices, in port order.
     ifindexes: Vec<u32>,
     /// Neighbours as last written to `neigh`.
@@ -480,6 +488,7 @@ impl FastPath {
                 .collect(),
             port_words,
             xdp: std::sync::atomic::AtomicBool::new(false),
+            suspended: std::sync::atomic::AtomicBool::new(false),
             ifindexes,
             neigh_written: HashMap::new(),
             last: vec![[0; STATS]; ports.len()],
@@ -614,14 +623,32 @@ impl FastPath {
     }
 
     /// Whether frames bound out of each port take the fast path (false: user space sends
-    /// them, as [`FastPath::set_egress`] says).
+    /// them, as [`FastPath::set_egress`] and [`FastPath::suspend`] say).
     pub fn egress(&self) -> Vec<bool> {
         use std::sync::atomic::Ordering;
         let xdp = self.xdp.load(Ordering::Relaxed);
+        let suspended = self.suspended.load(Ordering::Relaxed);
         self.egress
             .iter()
-            .map(|e| !xdp || e.load(Ordering::Relaxed))
+            .map(|e| !suspended && (!xdp || e.load(Ordering::Relaxed)))
             .collect()
+    }
+
+    /// With `on`, the programs forward nothing: every frame goes to user space (while a
+    /// capture runs, so that it sees every frame); without, they forward again.
+    pub fn suspend(&self, on: bool) -> io::Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.suspended.swap(on, Ordering::Relaxed) != on {
+            for p in 0..self.nports {
+                self.write_port(p)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether [`FastPath::suspend`] holds the programs.
+    pub fn suspended(&self) -> bool {
+        self.suspended.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn write_port(&self, port: u32) -> io::Result<()> {
@@ -975,6 +1002,37 @@ impl Asm {
             .i(STX_DW, 0, 1, off, 0)
             .label(next)
     }
+    /// As [`Asm::count`], and adds the frame's length (`len`) to the counter at byte
+    /// `bytes` of the same entry.
+    fn count_frame(
+        &mut self,
+        stats: i32,
+        port: u8,
+        off: i16,
+        bytes: i16,
+        len: FrameLen,
+        next: &str,
+    ) -> &mut Self {
+        self.i(STX_W, 10, port, -8, 0)
+            .i(MOV_X, 2, 10, 0, 0)
+            .i(ADD_K, 2, 0, 0, -8)
+            .map(1, stats)
+            .i(CALL, 0, 0, 0, MAP_LOOKUP)
+            .j(JEQ_K, 0, 0, 0, next)
+            .i(LDX_DW, 1, 0, off, 0)
+            .i(ADD_K, 1, 0, 0, 1)
+            .i(STX_DW, 0, 1, off, 0);
+        match len {
+            // The frame's bounds, r8 - r7 (a difference of packet pointers, a number).
+            FrameLen::Bounds => self.i(MOV_X, 1, 8, 0, 0).i(SUB_X, 1, 7, 0, 0),
+            // The socket buffer's length, from its context at `slot` on the stack.
+            FrameLen::Skb(slot) => self.i(LDX_DW, 1, 10, slot, 0).i(LDX_W, 1, 1, SKB_LEN, 0),
+        };
+        self.i(LDX_DW, 2, 0, bytes, 0)
+            .i(ADD_X, 2, 1, 0, 0)
+            .i(STX_DW, 0, 2, bytes, 0)
+            .label(next)
+    }
     /// Folds the 32-bit one's-complement sum in `r` to 16 bits (`t`: scratch).
     fn fold(&mut self, r: u8, t: u8) -> &mut Self {
         for _ in 0..2 {
@@ -993,6 +1051,15 @@ impl Asm {
         }
         self.code.concat()
     }
+}
+
+/// Where a program finds the length of the frame it counts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FrameLen {
+    /// XDP: between the frame's start (r7) and end (r8).
+    Bounds,
+    /// tcx: the socket buffer's, its context spilled at this stack slot.
+    Skb(i16),
 }
 
 /// The fast-path program for `hook` on the port whose interface index is `me`. Registers:
@@ -1015,6 +1082,11 @@ fn program(
     [fib, neigh, ports, tx, stats, xsk, fib6, neigh6, hops6]: [i32; 9],
 ) -> Vec<u8> {
     let tc = hook == Hook::Tc;
+    let len = if tc {
+        FrameLen::Skb(-32)
+    } else {
+        FrameLen::Bounds
+    };
     let mut a = Asm::new();
     let mac = mac_u64(&f.mac);
     a.i(MOV_X, 6, 1, 0, 0);
@@ -1205,9 +1277,9 @@ fn program(
         // Count: forwarded in here, out there.
         .label("counting")
         .i(MOV_K, 1, 0, 0, f.port as i32)
-        .count(stats, 1, 0, "out")
+        .count_frame(stats, 1, 0, IN_BYTES, len, "out")
         .i(LDX_DW, 1, 10, -40, 0)
-        .count(stats, 1, 16, "counted");
+        .count_frame(stats, 1, 16, OUT_BYTES, len, "counted");
     if tc {
         a.i(LDX_DW, 1, 10, -56, 0)
             .i(MOV_K, 2, 0, 0, 0)

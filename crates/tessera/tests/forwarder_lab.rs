@@ -57,7 +57,7 @@ fn arp_and_ping_through_the_router() {
     let c = lab.counters("r");
     // At least src1 asked; sink1 may have learned r-eth2 from the router's own request.
     assert!(event_count(&c, "arp_replies_sent") >= 1, "{c}");
-    assert!(event_count(&c, "ip4_forwarded") >= 6, "{c}");
+    assert!(forwarded4(&c) >= 6, "{c}");
     assert!(event_count(&c, "icmp_echo_replies_sent") >= 1, "{c}");
     assert!(
         c["interfaces"]["r-eth2"]["tx_packets"].as_u64().unwrap() >= 3,
@@ -135,7 +135,7 @@ fn the_kernel_stack_in_the_routers_namespace_sees_none_of_its_frames() {
     );
     assert!(p.contains("2 received"), "{p}");
     let c = lab.counters("r");
-    assert!(event_count(&c, "ip4_forwarded") >= 10, "{c}");
+    assert!(forwarded4(&c) >= 10, "{c}");
     assert_eq!(kernel_ip_in_receives(&lab, "r"), before, "{c}");
 }
 
@@ -276,9 +276,7 @@ fn bad_checksum_is_dropped_and_counted() {
         "src1",
         &[exe(), "inject", "--iface", "eth0", "--hex", &good],
     );
-    let forwarded = |c: &serde_json::Value| {
-        event_count(c, "ip4_forwarded") - event_count(&before, "ip4_forwarded")
-    };
+    let forwarded = |c: &serde_json::Value| forwarded4(c) - forwarded4(&before);
     let t = Instant::now();
     let mut after = lab.counters("r");
     while (drop_count(&after, "ip4_bad_checksum") < 3 || forwarded(&after) < 2)
@@ -546,8 +544,9 @@ fn ports_report_their_backend() {
         match want {
             // veth has no zero-copy; the program attaches to its own XDP hook.
             "xdp" => assert!(mode.starts_with("copy, native XDP"), "{v}"),
-            // The tcx drop that keeps the kernel's stack off the port is in place.
-            _ => assert_eq!(mode, "TPACKET_V2 frame ring, kernel stack off (tcx)", "{v}"),
+            // The fast path's tcx program (on by default), which also keeps the kernel's
+            // stack off the port, is in place.
+            _ => assert_eq!(mode, "TPACKET_V2 frame ring, fast path (tcx)", "{v}"),
         }
     }
     let c = lab.counters("r");
@@ -567,7 +566,8 @@ fn forwarded_frames_leave_from_the_umem_frame_they_arrived_in() {
     for shared in [true, false] {
         let dir = single_copy(
             &format!("umem-{shared}"),
-            |r| format!("{r}\n[io]\nshared_umem = {shared}\n"),
+            // User space's path: the fast path would forward these frames itself.
+            |r| format!("{r}\n[io]\nshared_umem = {shared}\nfast_path = false\n"),
             |t| t,
         );
         let lab = TestLab::up(dir.join("lab.toml"), &[]);
@@ -618,7 +618,11 @@ fn forwarded_frames_leave_from_the_umem_frame_they_arrived_in() {
 /// show as a router that stops receiving.)
 #[test]
 fn forwards_after_overload() {
-    let lab = single();
+    // User space's overload: the fast path would forward the flood itself.
+    let lab = TestLab::up(
+        repo_path("labs/single-router.toml"),
+        &["--fast-path", "false"],
+    );
     lab.sh(
         "src1",
         &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.3.0.10"],
@@ -798,7 +802,7 @@ fn auto_backend_serves_every_queue_and_falls_back_per_port() {
         port("r-eth0")["io_mode"]
             .as_str()
             .unwrap()
-            .ends_with("2 queues, UMEM shared by 4 sockets"),
+            .contains("2 queues, UMEM shared by 4 sockets"),
         "{v}"
     );
     assert_eq!(port("r-eth1")["backend"], "xdp", "{v}");
@@ -839,7 +843,8 @@ fn auto_backend_serves_every_queue_and_falls_back_per_port() {
 fn two_workers_share_the_flows() {
     let dir = single_copy(
         "workers",
-        |r| format!("{r}\n[io]\nworkers = 2\npriority = 10\n"),
+        // User space's workers: the fast path (on by default) would forward the flows.
+        |r| format!("{r}\n[io]\nworkers = 2\npriority = 10\nfast_path = false\n"),
         |mut t| {
             for i in 0..4 {
                 let b = format!("b = \"r:r-eth{i}\"");
@@ -1125,6 +1130,22 @@ fn capture_writes_pcap_that_tcpdump_reads() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("syntax error"));
     let o = lab.tessera(&["capture", "--control", ctl, "--port", "eth9", "-w", "-"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("no port \"eth9\""));
+    // The captures saw frames the fast path (on by default) would have forwarded: while
+    // one runs, every frame goes through user space. Once they end, the fast path
+    // forwards again (the worker follows within a poll).
+    std::thread::sleep(Duration::from_millis(200));
+    let fwd = |lab: &TestLab| {
+        lab.counters("r")["fast_path"]["forwarded"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = fwd(&lab);
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "3", "-i", "0.1", "-W", "2", "10.3.0.10"],
+    );
+    assert!(p.contains("3 received"), "{p}");
+    assert_eq!(fwd(&lab) - before, 6, "{}", lab.counters("r"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

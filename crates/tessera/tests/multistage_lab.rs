@@ -696,7 +696,8 @@ fn lab_copy(tag: &str, io: impl Fn(&str) -> Option<&'static str>) -> std::path::
 /// over both workers of each LB and over the back-ends' second workers.
 #[test]
 fn elements_with_two_workers() {
-    let dir = lab_copy("workers", |_| Some("workers = 2"));
+    // User space's workers: the fast path (on by default) would forward most frames itself.
+    let dir = lab_copy("workers", |_| Some("workers = 2\nfast_path = false"));
     let mut topo = std::fs::read_to_string(repo_path(LAB)).unwrap();
     for a in [
         "b = \"lba:lba-ext\"",

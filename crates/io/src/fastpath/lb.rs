@@ -29,10 +29,11 @@
 
 use super::{
     detached_xdp, filled_array, mac_u64, offload_check, percpu_sum, pop_tag, push_tag,
-    reload_frame, stats_map, tx_map, Asm, Detached, ADD_K, AND_K, BPF_MAP_TYPE_ARRAY_OF_MAPS,
-    BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT, JA, JEQ32_K, JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K,
-    JNE_X, LDX_B, LDX_DW, LDX_H, LDX_W, LD_IMM64, LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X,
-    REDIRECT_MAP, RSH_K, RSH_X, STATS, STX_DW, STX_H, STX_W, SUB_K, SUB_X, TO_BE, XDP_PASS,
+    reload_frame, stats_map, tx_map, Asm, Detached, FrameLen, ADD_K, AND_K,
+    BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT, IN_BYTES, JA, JEQ32_K,
+    JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K, JNE_X, LDX_B, LDX_DW, LDX_H, LDX_W, LD_IMM64,
+    LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X, OUT_BYTES, REDIRECT_MAP, RSH_K, RSH_X, STATS, STX_DW,
+    STX_H, STX_W, SUB_K, SUB_X, TO_BE, XDP_PASS,
 };
 use crate::xdp::{map_create, map_update};
 use std::io;
@@ -127,8 +128,10 @@ pub struct LbFastPath {
     /// Per port, whether its device takes frames redirected in XDP (see
     /// [`LbFastPath::set_egress`]).
     egress: Vec<std::sync::atomic::AtomicBool>,
-    /// Bumped at each change of `egress`: the state must be published again.
+    /// Bumped at each change of `egress` or `suspended`: the state must be published again.
     egress_version: std::sync::atomic::AtomicU64,
+    /// Every frame to user space ([`LbFastPath::suspend`]).
+    suspended: std::sync::atomic::AtomicBool,
 }
 
 impl LbFastPath {
@@ -147,10 +150,25 @@ impl LbFastPath {
     /// Per port, whether frames may leave by it in the fast path.
     pub fn egress(&self) -> Vec<bool> {
         use std::sync::atomic::Ordering;
+        let suspended = self.suspended.load(Ordering::Relaxed);
         self.egress
             .iter()
-            .map(|e| e.load(Ordering::Relaxed))
+            .map(|e| !suspended && e.load(Ordering::Relaxed))
             .collect()
+    }
+
+    /// With `on`, the next [`LbFastPath::publish`] leaves every frame to user space (while
+    /// a capture runs, so that it sees every frame); without, the fast path works again.
+    pub fn suspend(&self, on: bool) {
+        use std::sync::atomic::Ordering;
+        if self.suspended.swap(on, Ordering::Relaxed) != on {
+            self.egress_version.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether [`LbFastPath::suspend`] holds the programs.
+    pub fn suspended(&self) -> bool {
+        self.suspended.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Changes whenever [`LbFastPath::set_egress`] changes a port.
@@ -195,6 +213,7 @@ impl LbFastPath {
                 .map(|_| std::sync::atomic::AtomicBool::new(true))
                 .collect(),
             egress_version: std::sync::atomic::AtomicU64::new(0),
+            suspended: std::sync::atomic::AtomicBool::new(false),
         };
         me.publish(&[], &[], &[])?;
         Ok(me)
@@ -209,7 +228,8 @@ impl LbFastPath {
         entries: &[LbEntry],
         slots: &[u16],
     ) -> io::Result<()> {
-        let usable = ports.len() <= MAX_PORTS && ports.len() as u32 <= self.nports;
+        let usable =
+            ports.len() <= MAX_PORTS && ports.len() as u32 <= self.nports && !self.suspended();
         let slots = if usable && entries.len() <= MAX_ENTRIES && slots.len() < 1 << 31 {
             slots
         } else {
@@ -596,9 +616,9 @@ fn fast_part(a: &mut Asm, f: &LbProgramFacts, [state, tx, stats, counts]: [i32; 
     // Count (in here, out there) and send.
     a.label("forward")
         .i(MOV_K, 1, 0, 0, me)
-        .count(stats, 1, 0, "counted_in")
+        .count_frame(stats, 1, 0, IN_BYTES, FrameLen::Bounds, "counted_in")
         .i(LDX_DW, 1, 10, -40, 0)
-        .count(stats, 1, 16, "counted_out")
+        .count_frame(stats, 1, 16, OUT_BYTES, FrameLen::Bounds, "counted_out")
         .i(LDX_DW, 2, 10, -40, 0)
         .map(1, tx)
         .i(MOV_K, 3, 0, 0, 0)

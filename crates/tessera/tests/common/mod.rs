@@ -316,6 +316,13 @@ pub fn drop_count(c: &Value, reason: &str) -> u64 {
         .unwrap_or_else(|| panic!("no drop counter {reason}"))
 }
 
+/// IPv4 packets the element forwarded, by user space (`ip4_forwarded`) or by its fast
+/// path (`fast_path_forwarded`: every frame its programs forwarded, in labs of IPv4 alone
+/// IPv4 packets).
+pub fn forwarded4(c: &Value) -> u64 {
+    event_count(c, "ip4_forwarded") + event_count(c, "fast_path_forwarded")
+}
+
 pub fn event_count(c: &Value, name: &str) -> u64 {
     c["events"][name]
         .as_u64()
