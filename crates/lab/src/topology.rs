@@ -604,8 +604,12 @@ impl Lab {
                 let ns = self.ns(node);
                 let mac = fixed.clone().unwrap_or_else(|| self.mac(node, ifn));
                 ip_n(&ns, &["link", "set", ifn, "address", &mac, "mtu", &mtu])?;
-                // Wire-like links: no segmentation or receive aggregation, and an 802.1Q
-                // tag travels in the frame (a tag the kernel took out of the frame into
+                // Wire-like links: no segmentation or receive aggregation, every frame
+                // with its checksums complete (on a wire a frame always is: a NIC fills
+                // them before it sends; a veth would hand the far end a socket buffer
+                // whose TCP or UDP checksum is left to offload, which an XDP program
+                // cannot complete and must leave to user space), and an 802.1Q tag
+                // travels in the frame (a tag the kernel took out of the frame into
                 // socket-buffer metadata would be invisible to an XDP program on the far
                 // end: a bridge untags what it receives and, with transmit VLAN offload
                 // on, hands the tag to the veth beside the frame).
@@ -613,8 +617,8 @@ impl Lab {
                     &ns,
                     "ethtool",
                     &[
-                        "-K", ifn, "tso", "off", "gso", "off", "gro", "off", "txvlan", "off",
-                        "rxvlan", "off",
+                        "-K", ifn, "tx", "off", "tso", "off", "gso", "off", "gro", "off", "txvlan",
+                        "off", "rxvlan", "off",
                     ],
                 )?;
                 if *is_switch {
