@@ -1526,7 +1526,15 @@ fn lab_cmd(cmd: LabCmd) -> Result<i32> {
                 l.roles.insert(node.to_string(), role.to_string());
             }
             l.up().map_err(anyhow::Error::msg)?;
-            eprintln!("lab {} is up (offloads TSO/GSO/GRO are off on every lab link: frames never exceed the MTU)", l.name);
+            let gro = if l.fast_path == Some(false) || l.io.as_deref() == Some("packet") {
+                "GRO off too"
+            } else {
+                "GRO on at hosts and switch ports, for the elements' XDP fast paths"
+            };
+            eprintln!(
+                "lab {} is up (wire-like links: TSO, GSO and checksum offload off, frames never exceed the MTU; {gro})",
+                l.name
+            );
             Ok(0)
         }
         LabCmd::Down { lab } => {
