@@ -142,7 +142,7 @@ fn hosts_see_one_router() {
     );
     let forwarded: Vec<u64> = ["r1", "r2", "r3"]
         .iter()
-        .map(|r| event_count(&lab.counters(r), "ip4_forwarded"))
+        .map(|r| forwarded4(&lab.counters(r)))
         .collect();
     eprintln!("forwarded by r1, r2, r3: {forwarded:?}");
     assert!(
