@@ -9,7 +9,7 @@ mod huge;
 static ALLOC: huge::HugeAlloc = huge::HugeAlloc;
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -53,6 +53,20 @@ enum Cmd {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Write a man page for every command (tessera.1, tessera-forwarder.1,
+    /// tessera-show-counters.1, ...) into a directory, from these very argument
+    /// definitions (the Debian package installs them).
+    Man {
+        /// The directory (made if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell), e.g.
+    /// `tessera completions bash > /etc/bash_completion.d/tessera`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
     /// Send and receive DIST messages (the protocol between the elements of a multistage
     /// router), for tests and operations.
@@ -909,6 +923,22 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Controller(a) => controller(&a),
         Cmd::Switch(a) => switch(&a),
         Cmd::Axon(a) => axon(&a),
+        Cmd::Man { out } => {
+            std::fs::create_dir_all(&out).with_context(|| format!("{}", out.display()))?;
+            let n = write_man(&Cli::command(), "tessera", &out)?;
+            eprintln!("{n} man pages in {}", out.display());
+            Ok(0)
+        }
+        Cmd::Completions { shell } => {
+            // Into memory first: the generator panics on a write error (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "tessera", &mut script);
+            use std::io::Write;
+            match std::io::stdout().write_all(&script) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(0),
+            }
+        }
         Cmd::Check { config, role, json } => match check::run(&config, role.as_deref()) {
             Ok(v) if json => print(&v),
             Ok(v) => {
@@ -1670,6 +1700,24 @@ fn lab_cmd(cmd: LabCmd) -> Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// Writes `cmd`'s man page as `NAME.1` into `out`, then each visible subcommand's as
+/// `NAME-SUB.1`, recursively; returns how many.
+fn write_man(cmd: &clap::Command, name: &str, out: &Path) -> Result<usize> {
+    let cmd = cmd
+        .clone()
+        .display_name(name.to_string())
+        .bin_name(name.replace('-', " "));
+    let mut page = Vec::new();
+    clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
+    let file = out.join(format!("{name}.1"));
+    std::fs::write(&file, page).with_context(|| format!("{}", file.display()))?;
+    let mut n = 1;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        n += write_man(sub, &format!("{name}-{}", sub.get_name()), out)?;
+    }
+    Ok(n)
 }
 
 /// `--io BACKEND`, if given.
