@@ -2409,3 +2409,29 @@ fn stop_lab_benches_on_signals() -> Result<()> {
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every command has its man page, named after its path, saying its options.
+    #[test]
+    fn a_man_page_per_command() {
+        let out = std::env::temp_dir().join(format!("tessera-man-{}", std::process::id()));
+        std::fs::create_dir_all(&out).unwrap();
+        let n = write_man(&Cli::command(), "tessera", &out).unwrap();
+        fn count(c: &clap::Command) -> usize {
+            1 + c
+                .get_subcommands()
+                .filter(|s| !s.is_hide_set())
+                .map(count)
+                .sum::<usize>()
+        }
+        assert_eq!(n, count(&Cli::command()));
+        assert!(n > 40, "{n}");
+        let page = std::fs::read_to_string(out.join("tessera-forwarder.1")).unwrap();
+        assert!(page.contains("fast\\-path") && page.contains(".TH tessera-forwarder 1"));
+        assert!(out.join("tessera-show-counters.1").exists());
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+}
