@@ -489,6 +489,42 @@ fn route_change(
     }
 }
 
+/// The keys a forwarder's `reload` applies in place: its routes (`route`, `routes_file`,
+/// `routes_file_via`, and what the routes file holds). Anything else needs a restart.
+const RELOADABLE: [&str; 3] = ["route", "routes_file", "routes_file_via"];
+
+/// The first key, outside [`RELOADABLE`], whose value differs between two versions of a
+/// config file (as TOML; dotted, with array indices: `interface[1].address`), if any.
+pub fn changed_key(old: &str, new: &str) -> Option<String> {
+    fn walk(path: &str, a: Option<&toml::Value>, b: Option<&toml::Value>) -> Option<String> {
+        use toml::Value;
+        match (a, b) {
+            (Some(Value::Table(x)), Some(Value::Table(y))) => {
+                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                keys.into_iter().find_map(|k| {
+                    if path.is_empty() && RELOADABLE.contains(&k.as_str()) {
+                        return None;
+                    }
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(&p, x.get(k), y.get(k))
+                })
+            }
+            (Some(Value::Array(x)), Some(Value::Array(y))) => (0..x.len().max(y.len()))
+                .find_map(|i| walk(&format!("{path}[{i}]"), x.get(i), y.get(i))),
+            (a, b) if a == b => None,
+            _ => Some(path.to_string()),
+        }
+    }
+    let parse = |s: &str| s.parse::<toml::Table>().ok().map(toml::Value::Table);
+    walk("", parse(old).as_ref(), parse(new).as_ref())
+}
+
 /// Runs the forwarder until `stop` is set: one worker per element of `ports` (the ports
 /// it owns: one share of every interface's queues), the first on this thread and answering
 /// the control socket's questions, the others on threads of their own (see
@@ -588,12 +624,44 @@ pub fn run<P: Port + Send>(
         }
         None => None,
     };
-    let _server = match control {
-        Some(path) => {
-            let asker: Asker = Mutex::new(qtx);
-            let c = counters.clone();
-            let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
-                match cmd {
+    // The config file as this forwarder started from it, for `reload` to compare with.
+    let started_text = cfg
+        .as_ref()
+        .and_then(|c| std::fs::read_to_string(&c.path).ok());
+    let handler: ctlsock::Handler = {
+        let asker: Asker = Mutex::new(qtx);
+        let c = counters.clone();
+        Arc::new(move |cmd: &str, req: &Value| {
+            match cmd {
+                // Re-reads the config file: the routes change in place (as route reload);
+                // any other change is refused with its key; a file that does not load
+                // changes nothing and says why (file, line, key).
+                "reload" => {
+                    let Some(c) = cfg.as_ref() else {
+                        return Err("no configuration to reload from".into());
+                    };
+                    let text = std::fs::read_to_string(&c.path)
+                        .map_err(|e| format!("{}: {e}", c.path.display()))?;
+                    ForwarderFile::load(&c.path).map_err(|e| format!("{e}; nothing changed"))?;
+                    if let Some(key) = started_text.as_deref().and_then(|old| changed_key(old, &text)) {
+                        return Err(format!(
+                            "{}: key `{key}` changed, which needs a restart (a reload changes the routes: {}); nothing changed",
+                            c.path.display(),
+                            RELOADABLE.join(", ")
+                        ));
+                    }
+                    let mut v = route_command(&routes, cfg.as_ref(), fast_ctl.as_ref(), &pending6, "reload-routes", req)?;
+                    let w = worker_result(ask_worker(&asker, "reload-routes6", req))?;
+                    if let Some(fl) = &fast_ctl {
+                        fl.wait_routes6(Duration::from_secs(30));
+                    }
+                    if let (Value::Object(a), Value::Object(b)) = (&mut v, w) {
+                        a.extend(b);
+                    }
+                    v["reloaded"] = json!(true);
+                    tracing::info!(file = %c.path.display(), "config reloaded");
+                    Ok(v)
+                }
                 "counters" => {
                     let mut v = workers_counters(&all_counters)?;
                     if let Some(fl) = &fast_ctl {
@@ -657,12 +725,15 @@ pub fn run<P: Port + Send>(
                     Ok(v)
                 }
                 other => Err(format!(
-                    "unknown command {other:?}; try counters, describe, router, interfaces, neighbours, fib, routes, route-add, route-del, reload-routes"
+                    "unknown command {other:?}; try counters, describe, router, interfaces, neighbours, fib, routes, route-add, route-del, reload-routes, reload"
                 )),
             }
-            });
-            Some(ctlsock::serve(path, handler).map_err(|e| e.to_string())?)
-        }
+        })
+    };
+    // SIGHUP reloads, as `tessera reload` does.
+    reload_on_sighup(handler.clone(), stop.clone())?;
+    let _server = match control {
+        Some(path) => Some(ctlsock::serve(path, handler).map_err(|e| e.to_string())?),
         None => None,
     };
     // The worker keeps the fast path's neighbours in step with its own, every 100 ms.
@@ -716,6 +787,27 @@ pub fn run<P: Port + Send>(
         r
     })?;
     dataplane::counters::Snapshot::sum(&at_end).ok_or_else(|| "no worker".into())
+}
+
+/// On SIGHUP, asks `handler` to `reload` and logs the outcome, until `stop`.
+pub fn reload_on_sighup(handler: ctlsock::Handler, stop: Arc<AtomicBool>) -> Result<(), String> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])
+        .map_err(|e| format!("SIGHUP: {e}"))?;
+    std::thread::Builder::new()
+        .name("reload".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                match handler("reload", &json!({})) {
+                    Ok(v) => tracing::info!(answer = %v, "SIGHUP: reloaded"),
+                    Err(e) => tracing::warn!(error = %e, "SIGHUP: not reloaded"),
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 /// The `counters` answer of an element of several workers (`all`, the first's first):
@@ -1188,6 +1280,27 @@ fn flush<P: Port, E: Element>(ports: &mut [P], tx: &mut TxQueues, e: &mut E) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reload_takes_routes_and_names_any_other_changed_key() {
+        let a = "routes_file = \"r.txt\"\n[[interface]]\nname = \"a\"\naddress = \"10.0.0.1/24\"\n\n[[route]]\nprefix = \"10.9.0.0/16\"\nvia = \"10.0.0.2\"\n";
+        assert_eq!(changed_key(a, a), None);
+        assert_eq!(changed_key(a, &a.replace("10.0.0.2", "10.0.0.3")), None);
+        assert_eq!(changed_key(a, &a.replace("r.txt", "s.txt")), None);
+        assert_eq!(changed_key(a, &format!("# a comment\n{a}")), None);
+        assert_eq!(
+            changed_key(a, &a.replace("10.0.0.1/24", "10.0.0.1/16")).as_deref(),
+            Some("interface[0].address")
+        );
+        assert_eq!(
+            changed_key(a, &format!("{a}[io]\nworkers = 2\n")).as_deref(),
+            Some("io")
+        );
+        assert_eq!(
+            changed_key(a, &a.replace("name = \"a\"", "name = \"a\"\nmtu = 9000")).as_deref(),
+            Some("interface[0].mtu")
+        );
+    }
 
     /// The example of the documentation, verbatim, with the routes file it names.
     #[test]

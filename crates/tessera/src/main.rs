@@ -40,6 +40,13 @@ enum Cmd {
     /// Run an Axon, a source-routed Ethernet switch that hosts take for a learning switch,
     /// in the foreground (docs/axon.md).
     Axon(ElementArgs),
+    /// Have a running forwarder re-read its config file (as SIGHUP does): its routes change
+    /// in place; a change of any other key is refused with the key, and a file that does
+    /// not load changes nothing (the error names the line and key). Exits 1 then.
+    Reload {
+        #[arg(long)]
+        control: PathBuf,
+    },
     /// Parse and validate a configuration as its element would, touching no interface:
     /// exits 0 with what it holds, or 1 with the file, line and key of the first error. A lab
     /// topology is checked with every element configuration it names.
@@ -923,6 +930,13 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Controller(a) => controller(&a),
         Cmd::Switch(a) => switch(&a),
         Cmd::Axon(a) => axon(&a),
+        Cmd::Reload { control } => match control::ctlsock::request(&control, "reload") {
+            Ok(v) => print(&v),
+            Err(e) => {
+                eprintln!("tessera reload: {e}");
+                Ok(1)
+            }
+        },
         Cmd::Man { out } => {
             std::fs::create_dir_all(&out).with_context(|| format!("{}", out.display()))?;
             let n = write_man(&Cli::command(), "tessera", &out)?;
@@ -1720,6 +1734,19 @@ fn write_man(cmd: &clap::Command, name: &str, out: &Path) -> Result<usize> {
     Ok(n)
 }
 
+/// SIGHUP would end the process: an element that reloads nothing yet logs it and goes on.
+fn sighup_reloads_nothing(element: &'static str) -> Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])?;
+    std::thread::Builder::new()
+        .name("sighup".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                tracing::warn!(element, "SIGHUP: this element does not reload its config yet (a forwarder does); nothing changed");
+            }
+        })?;
+    Ok(())
+}
+
 /// `--io BACKEND`, if given.
 fn backend_arg(io: Option<&str>) -> Result<Option<io::Backend>> {
     io.map(|b| {
@@ -1849,6 +1876,7 @@ fn open_port(
 }
 
 fn balancer(a: &ElementArgs) -> Result<i32> {
+    sighup_reloads_nothing("LB")?;
     let (config, control) = (a.config.as_path(), a.control.as_deref());
     let mut cfg = control::balancer::BalancerFile::load(config)?;
     if let Some(b) = backend_arg(a.io.as_deref())? {
@@ -1974,6 +2002,7 @@ fn balancer(a: &ElementArgs) -> Result<i32> {
 }
 
 fn switch(a: &ElementArgs) -> Result<i32> {
+    sighup_reloads_nothing("switch")?;
     let (config, control) = (a.config.as_path(), a.control.as_deref());
     let mut cfg = control::switch::SwitchFile::load(config)?;
     if let Some(b) = backend_arg(a.io.as_deref())? {
@@ -2094,6 +2123,7 @@ fn switch(a: &ElementArgs) -> Result<i32> {
 }
 
 fn axon(a: &ElementArgs) -> Result<i32> {
+    sighup_reloads_nothing("Axon")?;
     let (config, control) = (a.config.as_path(), a.control.as_deref());
     let mut cfg = control::axon::AxonFile::load(config)?;
     if let Some(b) = backend_arg(a.io.as_deref())? {
@@ -2147,6 +2177,7 @@ fn axon(a: &ElementArgs) -> Result<i32> {
 }
 
 fn controller(a: &ElementArgs) -> Result<i32> {
+    sighup_reloads_nothing("controller")?;
     let (config, control) = (a.config.as_path(), a.control.as_deref());
     let mut cfg = control::vcp::ControllerFile::load(config)?;
     if let Some(b) = backend_arg(a.io.as_deref())? {

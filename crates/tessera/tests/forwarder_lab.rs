@@ -1263,3 +1263,97 @@ fn the_default_fast_path_loses_nothing_on_wire_like_links() {
         assert!(log.contains("fast path egress changed"), "{log}");
     }
 }
+
+/// `tessera reload` and SIGHUP: the forwarder re-reads its config file; a changed route is
+/// followed at once (frames leave by the new next hop's port), a broken file changes
+/// nothing and says the line and key, a changed key that needs a restart is refused by
+/// name, and the element stays up through all of it.
+#[test]
+fn reload_and_sighup_reread_the_config() {
+    let dir = single_copy("reload-hup", |r| r, |t| t);
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let ctl = lab.control("r");
+    let ctl = ctl.to_str().unwrap();
+    let cfg = dir.join("r.toml");
+    let original = std::fs::read_to_string(&cfg).unwrap();
+    let tx = |lab: &TestLab, i: &str| {
+        lab.counters("r")["interfaces"][i]["tx_packets"]
+            .as_u64()
+            .unwrap()
+    };
+    let ping = |lab: &TestLab| {
+        lab.exec(
+            "src1",
+            &["ping", "-c", "3", "-i", "0.1", "-W", "1", "198.51.100.7"],
+        );
+    };
+    // 198.51.100.0/24 goes via sink1, out of r-eth2.
+    let before = tx(&lab, "r-eth2");
+    ping(&lab);
+    assert!(tx(&lab, "r-eth2") - before >= 3, "{}", lab.counters("r"));
+    // Now via sink2 (r-eth3): `tessera reload`.
+    std::fs::write(
+        &cfg,
+        original.replace("via = \"10.3.0.10\"", "via = \"10.4.0.10\""),
+    )
+    .unwrap();
+    let o = lab.tessera(&["reload", "--control", ctl]);
+    assert!(
+        o.status.success() && out(&o).contains("\"reloaded\": true"),
+        "{}",
+        out(&o)
+    );
+    let (e2, e3) = (tx(&lab, "r-eth2"), tx(&lab, "r-eth3"));
+    ping(&lab);
+    assert_eq!(tx(&lab, "r-eth2"), e2, "{}", lab.counters("r"));
+    assert!(tx(&lab, "r-eth3") - e3 >= 3, "{}", lab.counters("r"));
+    // A broken file: nothing changes, the error names the line and key.
+    std::fs::write(
+        &cfg,
+        original
+            .replace("10.3.0.1/24", "10.3.0.1/33")
+            .replace("via = \"10.3.0.10\"", "via = \"10.4.0.10\""),
+    )
+    .unwrap();
+    let o = lab.tessera(&["reload", "--control", ctl]);
+    assert!(!o.status.success(), "{}", out(&o));
+    assert!(
+        out(&o).contains("r.toml:")
+            && out(&o).contains("interface[2].address")
+            && out(&o).contains("nothing changed"),
+        "{}",
+        out(&o)
+    );
+    // A key that needs a restart: refused by name.
+    std::fs::write(&cfg, original.replace("10.3.0.1/24", "10.3.0.1/25")).unwrap();
+    let o = lab.tessera(&["reload", "--control", ctl]);
+    assert!(!o.status.success(), "{}", out(&o));
+    assert!(
+        out(&o).contains("key `interface[2].address` changed, which needs a restart"),
+        "{}",
+        out(&o)
+    );
+    // Still up, still via sink2.
+    let e3 = tx(&lab, "r-eth3");
+    ping(&lab);
+    assert!(tx(&lab, "r-eth3") - e3 >= 3, "{}", lab.counters("r"));
+    // SIGHUP, with the original file back: via sink1 again, and the element runs on.
+    std::fs::write(&cfg, &original).unwrap();
+    let pid = lab.node("r")["pid"].as_i64().expect("r's pid");
+    // SAFETY: kill(2) of the element this test's lab started.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGHUP) }, 0);
+    let t = Instant::now();
+    while !lab.logs("r").contains("SIGHUP: reloaded") && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        lab.logs("r").contains("config reloaded"),
+        "{}",
+        lab.logs("r")
+    );
+    let e2 = tx(&lab, "r-eth2");
+    ping(&lab);
+    assert!(tx(&lab, "r-eth2") - e2 >= 3, "{}", lab.counters("r"));
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
