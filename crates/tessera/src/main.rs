@@ -21,8 +21,26 @@ use std::sync::Arc;
     about = "A multistage software router built from commodity Linux machines"
 )]
 struct Cli {
+    /// How log lines are written to standard error: `text` for people, `json` (one JSON
+    /// object per line: timestamp, level, target, fields with the message) for log
+    /// shippers. `TESSERA_LOG_FORMAT` says the same (and reaches the elements a lab
+    /// starts); `TESSERA_LOG` filters, as `RUST_LOG` does (default `info`).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = LogFormat::Text,
+        env = "TESSERA_LOG_FORMAT"
+    )]
+    log: LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -830,15 +848,23 @@ enum LabCmd {
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let code = match run(Cli::parse()) {
+    let cli = Cli::parse();
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG").unwrap_or_else(|_| "info".into())
+    };
+    match cli.log {
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter())
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter())
+            .with_writer(std::io::stderr)
+            .init(),
+    }
+    let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("tessera: {e:#}");

@@ -1357,3 +1357,40 @@ fn reload_and_sighup_reread_the_config() {
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--log json` (or `TESSERA_LOG_FORMAT=json`, which the elements a lab starts inherit):
+/// every log line is one JSON object, the state changes among them.
+#[test]
+fn logs_in_json_for_log_shippers() {
+    let lab = single();
+    lab.element("stop", "r");
+    let o = std::process::Command::new(exe())
+        .env("TESSERA_LOG_FORMAT", "json")
+        .args([
+            "lab",
+            "start",
+            lab.file.to_str().unwrap(),
+            "--name",
+            &lab.name,
+            "r",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", out(&o));
+    let log = std::fs::read_to_string(lab.control("r").with_file_name("r.log")).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    let running = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "forwarder running")
+        .unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(running["level"], "INFO", "{running}");
+    assert_eq!(running["fields"]["fast_path"], true, "{running}");
+    assert!(running["timestamp"].is_string(), "{running}");
+    assert!(
+        lines.iter().any(|l| l["fields"]["message"] == "port open"),
+        "{log}"
+    );
+}
