@@ -1,0 +1,529 @@
+//! The elements: `tessera forwarder`, `balancer`, `switch`, `axon` and `controller`, with
+//! the arguments they share.
+
+use crate::*;
+
+/// What every element takes on the command line.
+#[derive(clap::Args)]
+pub(crate) struct ElementArgs {
+    #[arg(long)]
+    pub(crate) config: PathBuf,
+    /// Serve counters and state on this Unix socket (JSON lines).
+    #[arg(long)]
+    pub(crate) control: Option<PathBuf>,
+    /// Packet I/O backend, overriding the config's `[io] backend`: auto, xdp or packet.
+    #[arg(long, value_name = "BACKEND")]
+    pub(crate) io: Option<String>,
+    /// The fast path on or off (`[io] fast_path`), whatever the config says: in the
+    /// ports' XDP programs on AF_XDP, in their tcx programs on AF_PACKET (the forwarder's;
+    /// the LB's and the switch's are XDP's alone). On by default in forwarders, back-ends,
+    /// LBs and switches; `--fast-path` alone means true.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) fast_path: Option<bool>,
+    /// The DIST key (hex digits in a file), overriding the config's `[dist] key_file`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) dist_key_file: Option<PathBuf>,
+    /// The CPUs to run on, as `[io] cpus` says ("4-5", "0-3,8"), overriding the config's:
+    /// workers pinned to them, the ports' receive work in NAPI threads pinned beside them.
+    #[arg(long, value_name = "LIST")]
+    pub(crate) cpus: Option<String>,
+}
+
+impl ElementArgs {
+    /// Applies `--cpus` to `io` and keeps the process to the CPUs it names (before any
+    /// thread starts, so that every thread inherits them).
+    fn place(&self, io: &mut control::config::IoConfig) -> Result<()> {
+        if let Some(c) = &self.cpus {
+            io.cpus = Some(
+                io::placement::CpuList::parse(c)
+                    .map_err(|e| anyhow::anyhow!("--cpus {c:?}: {e}"))?,
+            );
+        }
+        control::run::place_process(io).map_err(anyhow::Error::msg)
+    }
+
+    /// Applies `--fast-path` to `io`.
+    fn fast(&self, io: &mut control::config::IoConfig) {
+        if let Some(on) = self.fast_path {
+            io.fast_path = on;
+            io.fast_path_set = true;
+        }
+    }
+
+    /// Applies `--dist-key-file` to `dist` and says loudly if DIST stays unauthenticated.
+    fn dist(&self, dist: &mut control::config::DistConfig, element: &str) -> Result<()> {
+        if let Some(f) = &self.dist_key_file {
+            dist.set_key_file(f)
+                .map_err(|e| anyhow::anyhow!("--dist-key-file: {e}"))?;
+        }
+        dist.warn_if_open(element);
+        Ok(())
+    }
+}
+
+/// SIGHUP would end the process: an element that reloads nothing yet logs it and goes on.
+pub(crate) fn sighup_reloads_nothing(element: &'static str) -> Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])?;
+    std::thread::Builder::new()
+        .name("sighup".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                tracing::warn!(element, "SIGHUP: this element does not reload its config yet (a forwarder does); nothing changed");
+            }
+        })?;
+    Ok(())
+}
+
+/// `--io BACKEND`, if given.
+pub(crate) fn backend_arg(io: Option<&str>) -> Result<Option<io::Backend>> {
+    io.map(|b| {
+        io::Backend::parse(b).with_context(|| format!("--io {b:?}: use auto, xdp or packet"))
+    })
+    .transpose()
+}
+
+pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
+    use dataplane::port::Port;
+    let (config, control) = (a.config.as_path(), a.control.as_deref());
+    let mut cfg = control::ForwarderFile::load(config)?;
+    if let Some(b) = backend_arg(a.io.as_deref())? {
+        cfg.io.backend = b;
+    }
+    a.place(&mut cfg.io)?;
+    a.fast(&mut cfg.io);
+    if cfg.backend.is_some() {
+        a.dist(&mut cfg.dist, "back-end")?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let mut links = Vec::new();
+    // Sub-interfaces ride on their parent's port.
+    let names: Vec<&str> = cfg
+        .interfaces
+        .iter()
+        .filter(|i| i.vlan.is_none())
+        .map(|i| i.name.as_str())
+        .collect();
+    for name in &names {
+        links.push(take_port(name)?);
+    }
+    let t = std::time::Instant::now();
+    let mut f = control::run::build(&cfg, &links).map_err(anyhow::Error::msg)?;
+    let build_ms = t.elapsed().as_millis() as u64;
+    let mut off = (!cfg.io.fast_path).then(|| "[io] fast_path = false".to_string());
+    if cfg.io.fast_path && cfg.star.is_some() {
+        if cfg.io.fast_path_set {
+            bail!(
+                "{}: [io] fast_path is not built for a star member yet ([star])",
+                config.display()
+            );
+        }
+        off = Some("the fast path is not built for a star member yet ([star])".into());
+    }
+    let fast = match &off {
+        None => {
+            let fl = control::fast::FastLink::new(&f.ifaces).map_err(anyhow::Error::msg)?;
+            fl.watch_egress(stop.clone());
+            Some(fl)
+        }
+        Some(_) => None,
+    };
+    let workers = cfg.io.workers;
+    // ports[w]: the ports worker w owns, one per interface.
+    let mut ports: Vec<Vec<io::AnyPort>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut umems = cfg.io.shared_umem.then(|| io::Umems::new(&names, workers));
+    for (k, (name, link)) in names.iter().zip(&links).enumerate() {
+        let (backend, ring) = (cfg.io.backend, cfg.io.packet_ring);
+        let mine = match &fast {
+            Some(fl) => {
+                let facts = control::fast::FastLink::facts(&f, k as u32, link.mac.0);
+                let program = |hook: io::xsk::Hook| match fl.fp.lock() {
+                    Ok(fp) => fp.program(&facts, hook),
+                    Err(_) => Vec::new(),
+                };
+                io::open_workers(name, backend, ring, Some(&program), workers, umems.as_mut())?
+            }
+            None => io::open_workers(name, backend, ring, None, workers, umems.as_mut())?,
+        };
+        let info = mine[0].info();
+        tracing::info!(interface = name, backend = info.backend, mode = %info.mode, workers, "port open");
+        for (w, p) in mine.into_iter().enumerate() {
+            ports[w].push(p);
+        }
+    }
+    control::run::place_ports(&cfg.io, &names);
+    tracing::info!(
+        interfaces = %ports[0].iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
+        routes = f.route_count(),
+        build_ms,
+        fast_path = fast.is_some(),
+        workers,
+        "forwarder running"
+    );
+    let s = control::run::run(f, ports, Some(&cfg), control, stop, fast, off)
+        .map_err(anyhow::Error::msg)?;
+    let dropped: u64 = s.drops.values().sum();
+    tracing::info!(
+        forwarded = s.events["ip4_forwarded"],
+        dropped,
+        "forwarder stopped"
+    );
+    Ok(0)
+}
+
+/// Takes an interface from the kernel's IP stack; what the system says of it.
+pub(crate) fn take_port(name: &str) -> Result<control::run::Link> {
+    io::netdev::take_over(name)?;
+    Ok(control::run::Link {
+        mac: wire::MacAddr(io::netdev::mac(name)?),
+        mtu: io::netdev::mtu(name)?,
+        speed_mbps: io::netdev::speed_mbps(name),
+    })
+}
+
+/// Takes an interface from the kernel's IP stack and opens its port as `io` says (on the
+/// element's shared UMEM `umems`, if given).
+pub(crate) fn open_port(
+    name: &str,
+    io: &control::config::IoConfig,
+    umems: Option<&mut io::Umems>,
+) -> Result<(io::AnyPort, control::run::Link)> {
+    if io.workers > 1 {
+        bail!(
+            "[io] workers = {}: the forwarder, the back-end and the LB run several workers; this element runs one",
+            io.workers
+        );
+    }
+    let link = take_port(name)?;
+    let port = io::open_with(name, io.backend, io.packet_ring, None, umems)?;
+    let info = dataplane::port::Port::info(&port);
+    tracing::info!(interface = name, backend = info.backend, mode = %info.mode, "port open");
+    Ok((port, link))
+}
+
+pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
+    sighup_reloads_nothing("LB")?;
+    let (config, control) = (a.config.as_path(), a.control.as_deref());
+    let mut cfg = control::balancer::BalancerFile::load(config)?;
+    if let Some(b) = backend_arg(a.io.as_deref())? {
+        cfg.io.backend = b;
+    }
+    a.place(&mut cfg.io)?;
+    a.dist(&mut cfg.dist, "balancer")?;
+    a.fast(&mut cfg.io);
+    // The LB's fast path is an XDP program: its ports are AF_XDP's. Said outright, "auto"
+    // does not fall back to AF_PACKET then; by default, a port that cannot open AF_XDP
+    // runs on AF_PACKET without it, and says so.
+    let mut off = (!cfg.io.fast_path).then(|| "[io] fast_path = false".to_string());
+    if cfg.io.fast_path && cfg.io.backend == io::Backend::Packet {
+        if cfg.io.fast_path_set {
+            bail!(
+                "{}: [io] fast_path of the LB runs in XDP: it needs backend = \"xdp\" or \"auto\", not \"packet\"",
+                config.display()
+            );
+        }
+        off = Some("the LB's fast path runs in XDP, and [io] backend = \"packet\"".into());
+    }
+    if cfg.io.fast_path && cfg.io.fast_path_set {
+        cfg.io.backend = io::Backend::Xdp;
+    }
+    let mut fast_off = std::collections::HashMap::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let workers = cfg.io.workers;
+    // ports[w]: the ports worker w owns, one per interface.
+    let mut ports: Vec<Vec<io::AnyPort>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut links = Vec::new();
+    for i in &cfg.interfaces {
+        links.push(take_port(&i.name)?);
+    }
+    let mut umems = cfg.io.shared_umem.then(|| {
+        let names: Vec<&str> = cfg.interfaces.iter().map(|i| i.name.as_str()).collect();
+        io::Umems::new(&names, workers)
+    });
+    let b = control::balancer::build(&cfg, &links).map_err(anyhow::Error::msg)?;
+    let fast = match &off {
+        None => {
+            let names: Vec<String> = cfg.interfaces.iter().map(|i| i.name.clone()).collect();
+            let fl = control::lbfast::LbFastLink::new(&names).map_err(anyhow::Error::msg)?;
+            fl.watch_egress(stop.clone());
+            Some(fl)
+        }
+        Some(why) => {
+            for i in &cfg.interfaces {
+                fast_off.insert(i.name.clone(), why.clone());
+            }
+            None
+        }
+    };
+    for (k, i) in cfg.interfaces.iter().enumerate() {
+        let facts = control::lbfast::LbFastLink::facts(&b, k as u32);
+        let program = |hook: io::xsk::Hook| match (&fast, hook) {
+            (Some(fl), io::xsk::Hook::Xdp(xsk)) => fl.fp.program(&facts, xsk),
+            _ => Vec::new(),
+        };
+        let program = fast.as_ref().map(|_| &program as io::xsk::ProgramFor);
+        let (ring, backend) = (cfg.io.packet_ring, cfg.io.backend);
+        let mine = match program {
+            // By default, on "auto": AF_XDP with the fast path, else AF_PACKET without.
+            Some(p) if backend == io::Backend::Auto => {
+                match io::open_workers(
+                    &i.name,
+                    io::Backend::Xdp,
+                    ring,
+                    Some(p),
+                    workers,
+                    umems.as_mut(),
+                ) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!(interface = %i.name, reason = %e, "AF_XDP unavailable; using AF_PACKET, without the fast path");
+                        fast_off.insert(
+                            i.name.clone(),
+                            format!("AF_XDP unavailable ({e}): AF_PACKET, without the fast path"),
+                        );
+                        io::open_workers(&i.name, io::Backend::Packet, ring, None, workers, None)?
+                    }
+                }
+            }
+            p => io::open_workers(&i.name, backend, ring, p, workers, umems.as_mut())?,
+        };
+        let info = dataplane::port::Port::info(&mine[0]);
+        tracing::info!(interface = %i.name, backend = info.backend, mode = %info.mode, workers, "port open");
+        for (w, p) in mine.into_iter().enumerate() {
+            ports[w].push(p);
+        }
+    }
+    let names: Vec<&str> = cfg.interfaces.iter().map(|i| i.name.as_str()).collect();
+    control::run::place_ports(&cfg.io, &names);
+    tracing::info!(
+        interfaces = %cfg.interfaces.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(","),
+        backends = b.table.entries.len(),
+        mode = ?b.table.mode,
+        fast_path = fast.is_some(),
+        workers,
+        "balancer running"
+    );
+    let external = cfg
+        .interfaces
+        .iter()
+        .filter(|i| i.role == wire::dist::PortRole::External)
+        .map(|i| i.name.clone())
+        .collect();
+    let how = control::balancer::RunWith {
+        io: cfg.io,
+        metrics: cfg.metrics.clone(),
+        external,
+        fast,
+        fast_off,
+    };
+    let s = control::balancer::run(b, ports, control, stop, how).map_err(anyhow::Error::msg)?;
+    tracing::info!(
+        balanced = s.events["balance_packets"],
+        dropped = s.drops.values().sum::<u64>(),
+        "balancer stopped"
+    );
+    Ok(0)
+}
+
+pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
+    sighup_reloads_nothing("switch")?;
+    let (config, control) = (a.config.as_path(), a.control.as_deref());
+    let mut cfg = control::switch::SwitchFile::load(config)?;
+    if let Some(b) = backend_arg(a.io.as_deref())? {
+        cfg.io.backend = b;
+    }
+    a.place(&mut cfg.io)?;
+    a.fast(&mut cfg.io);
+    // The switch's fast path is an XDP program: its ports are AF_XDP's (by default, on
+    // "auto", a port that cannot open AF_XDP turns it off for the switch, and says so).
+    let mut off = (!cfg.io.fast_path).then(|| "[io] fast_path = false".to_string());
+    if cfg.io.fast_path && cfg.io.backend == io::Backend::Packet {
+        if cfg.io.fast_path_set {
+            bail!(
+                "{}: [io] fast_path of the switch runs in XDP: it needs backend = \"xdp\" or \"auto\", not \"packet\"",
+                config.display()
+            );
+        }
+        off = Some("the switch's fast path runs in XDP, and [io] backend = \"packet\"".into());
+    }
+    if a.dist_key_file.is_some() {
+        tracing::info!("a switch speaks no DIST: --dist-key-file is not used");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let mut ports = Vec::new();
+    let mut umems = cfg.io.shared_umem.then(|| {
+        let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
+        io::Umems::new(&names, 1)
+    });
+    let fast = match &off {
+        None => Some(control::switch::SwitchFast::new(&cfg.cfg).map_err(anyhow::Error::msg)?),
+        Some(_) => None,
+    };
+    let mut fast_off: std::collections::HashMap<String, String> = match &off {
+        Some(why) => cfg
+            .cfg
+            .ports
+            .iter()
+            .map(|p| (p.name.clone(), why.clone()))
+            .collect(),
+        None => Default::default(),
+    };
+    for (k, p) in cfg.cfg.ports.iter().enumerate() {
+        let port = match &fast {
+            Some(f) => {
+                take_port(&p.name)?;
+                let program = |hook: io::xsk::Hook| match hook {
+                    io::xsk::Hook::Xdp(xsk) => f.fp.program(k as u32, xsk),
+                    _ => Vec::new(),
+                };
+                let ring = cfg.io.packet_ring;
+                let xdp = io::open_workers(
+                    &p.name,
+                    io::Backend::Xdp,
+                    ring,
+                    Some(&program),
+                    1,
+                    umems.as_mut(),
+                );
+                let mut v = match xdp {
+                    Ok(v) => v,
+                    // By default, on "auto": AF_PACKET without the fast path's program
+                    // (frames still leave by it in the fast path of the other ports).
+                    Err(e) if !cfg.io.fast_path_set && cfg.io.backend == io::Backend::Auto => {
+                        tracing::warn!(interface = %p.name, reason = %e, "AF_XDP unavailable; using AF_PACKET, without the fast path");
+                        fast_off.insert(
+                            p.name.clone(),
+                            format!("AF_XDP unavailable ({e}): AF_PACKET, without the fast path"),
+                        );
+                        io::open_workers(&p.name, io::Backend::Packet, ring, None, 1, None)?
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                let port = v.remove(0);
+                let info = dataplane::port::Port::info(&port);
+                tracing::info!(interface = %p.name, backend = info.backend, mode = %info.mode, fast_path_egress = f.eligible[k], "port open");
+                port
+            }
+            None => open_port(&p.name, &cfg.io, umems.as_mut())?.0,
+        };
+        // A switch port takes frames for every MAC.
+        io::netdev::set_promisc(&p.name)
+            .with_context(|| format!("{}: promiscuous mode", p.name))?;
+        ports.push(port);
+    }
+    let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
+    control::run::place_ports(&cfg.io, &names);
+    let names = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();
+    let counters = Arc::new(dataplane::Counters::for_role(
+        names,
+        dataplane::counters::Scope::Switch,
+    ));
+    let sw = dataplane::switch::Switch::new(
+        cfg.cfg.clone(),
+        counters.clone(),
+        std::time::Instant::now(),
+    );
+    tracing::info!(
+        ports = %cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","),
+        mode = ?cfg.cfg.mode,
+        "switch running"
+    );
+    control::switch::run(
+        sw,
+        ports,
+        control,
+        stop,
+        cfg.io,
+        &cfg.metrics,
+        fast,
+        fast_off,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let s = counters.snapshot();
+    tracing::info!(dropped = s.drops.values().sum::<u64>(), "switch stopped");
+    Ok(0)
+}
+
+pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
+    sighup_reloads_nothing("Axon")?;
+    let (config, control) = (a.config.as_path(), a.control.as_deref());
+    let mut cfg = control::axon::AxonFile::load(config)?;
+    if let Some(b) = backend_arg(a.io.as_deref())? {
+        cfg.io.backend = b;
+    }
+    a.place(&mut cfg.io)?;
+    if cfg.io.fast_path && cfg.io.fast_path_set {
+        bail!(
+            "{}: [io] fast_path is for forwarders, back-ends, LBs and switches",
+            config.display()
+        );
+    }
+    if a.dist_key_file.is_some() {
+        tracing::info!("an Axon speaks no DIST: --dist-key-file is not used");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let mut ports = Vec::new();
+    let mut umems = cfg.io.shared_umem.then(|| {
+        let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
+        io::Umems::new(&names, 1)
+    });
+    for (i, p) in cfg.cfg.ports.clone().iter().enumerate() {
+        let (port, _) = open_port(&p.name, &cfg.io, umems.as_mut())?;
+        // A host port takes frames for every MAC (the far hosts').
+        io::netdev::set_promisc(&p.name)
+            .with_context(|| format!("{}: promiscuous mode", p.name))?;
+        cfg.cfg.macs[i] = wire::MacAddr(io::netdev::mac(&p.name)?);
+        ports.push(port);
+    }
+    let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
+    control::run::place_ports(&cfg.io, &names);
+    let names = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();
+    let counters = Arc::new(dataplane::Counters::for_role(
+        names,
+        dataplane::counters::Scope::Axon,
+    ));
+    let ax =
+        dataplane::axon::Axon::new(cfg.cfg.clone(), counters.clone(), std::time::Instant::now());
+    tracing::info!(
+        id = cfg.cfg.id,
+        ports = %cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","),
+        "axon running"
+    );
+    control::axon::run(ax, ports, control, stop, cfg.io, &cfg.metrics)
+        .map_err(anyhow::Error::msg)?;
+    let s = counters.snapshot();
+    tracing::info!(dropped = s.drops.values().sum::<u64>(), "axon stopped");
+    Ok(0)
+}
+
+pub(crate) fn controller(a: &ElementArgs) -> Result<i32> {
+    sighup_reloads_nothing("controller")?;
+    let (config, control) = (a.config.as_path(), a.control.as_deref());
+    let mut cfg = control::vcp::ControllerFile::load(config)?;
+    if let Some(b) = backend_arg(a.io.as_deref())? {
+        cfg.io.backend = b;
+    }
+    a.place(&mut cfg.io)?;
+    a.dist(&mut cfg.dist, "controller")?;
+    if cfg.io.fast_path && cfg.io.fast_path_set {
+        bail!(
+            "{}: [io] fast_path is for forwarders, back-ends, LBs and switches",
+            config.display()
+        );
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let (port, link) = open_port(&cfg.interface, &cfg.io, None)?;
+    tracing::info!(interface = %cfg.interface, mac = %link.mac, "controller running");
+    control::vcp::run(&cfg, port, link.mac, control, stop).map_err(anyhow::Error::msg)?;
+    tracing::info!("controller stopped");
+    Ok(0)
+}
