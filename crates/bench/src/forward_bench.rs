@@ -836,26 +836,20 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             &topo,
             &lab_text.replace("single-router/r.toml", &format!("r-{key}.toml")),
         )?;
-        // The fast-path contender: the same router with `[io] fast_path = true`.
-        let topo_fast = opts.out.join(format!("lab-fast-{key}.toml"));
-        write(
-            &opts.out.join(format!("r-fast-{key}.toml")),
-            &format!("{base}\n[io]\nfast_path = true\n"),
-        )?;
-        write(
-            &topo_fast,
-            &lab_text.replace("single-router/r.toml", &format!("r-fast-{key}.toml")),
-        )?;
-        // The user-space contender: the same router with `[io] fast_path = false`.
-        let topo_user = opts.out.join(format!("lab-user-{key}.toml"));
-        write(
-            &opts.out.join(format!("r-user-{key}.toml")),
-            &format!("{base}\n[io]\nfast_path = false\n"),
-        )?;
-        write(
-            &topo_user,
-            &lab_text.replace("single-router/r.toml", &format!("r-user-{key}.toml")),
-        )?;
+        // The same router with `[io] fast_path` said: `true` for the fast-path contender,
+        // `false` for the user-space one.
+        let variant = |name: &str, fast: bool| -> Result<PathBuf, String> {
+            let topo = opts.out.join(format!("lab-{name}-{key}.toml"));
+            let r = format!("r-{name}-{key}.toml");
+            write(
+                &opts.out.join(&r),
+                &format!("{base}\n[io]\nfast_path = {fast}\n"),
+            )?;
+            write(&topo, &lab_text.replace("single-router/r.toml", &r))?;
+            Ok(topo)
+        };
+        let topo_fast = variant("fast", true)?;
+        let topo_user = variant("user", false)?;
         for (contender, command) in contenders {
             let contender = contender.as_str();
             let fast = contender == FAST || contender == FAST_TC;

@@ -991,6 +991,11 @@ impl Asm {
     /// Adds one to the counter at byte `off` of the stats entry of the port in register
     /// `port` (written to the stack at -8), then goes on at `next`.
     fn count(&mut self, stats: i32, port: u8, off: i16, next: &str) -> &mut Self {
+        self.count_in_entry(stats, port, off, next).label(next)
+    }
+    /// [`Asm::count`] but for its label: the entry stays in r0 (the frame skipped to
+    /// `next` if the port has none).
+    fn count_in_entry(&mut self, stats: i32, port: u8, off: i16, next: &str) -> &mut Self {
         self.i(STX_W, 10, port, -8, 0)
             .i(MOV_X, 2, 10, 0, 0)
             .i(ADD_K, 2, 0, 0, -8)
@@ -1000,7 +1005,6 @@ impl Asm {
             .i(LDX_DW, 1, 0, off, 0)
             .i(ADD_K, 1, 0, 0, 1)
             .i(STX_DW, 0, 1, off, 0)
-            .label(next)
     }
     /// As [`Asm::count`], and adds the frame's length (`len`) to the counter at byte
     /// `bytes` of the same entry.
@@ -1013,15 +1017,7 @@ impl Asm {
         len: FrameLen,
         next: &str,
     ) -> &mut Self {
-        self.i(STX_W, 10, port, -8, 0)
-            .i(MOV_X, 2, 10, 0, 0)
-            .i(ADD_K, 2, 0, 0, -8)
-            .map(1, stats)
-            .i(CALL, 0, 0, 0, MAP_LOOKUP)
-            .j(JEQ_K, 0, 0, 0, next)
-            .i(LDX_DW, 1, 0, off, 0)
-            .i(ADD_K, 1, 0, 0, 1)
-            .i(STX_DW, 0, 1, off, 0);
+        self.count_in_entry(stats, port, off, next);
         match len {
             // The frame's bounds, r8 - r7 (a difference of packet pointers, a number).
             FrameLen::Bounds => self.i(MOV_X, 1, 8, 0, 0).i(SUB_X, 1, 7, 0, 0),
