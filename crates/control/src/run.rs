@@ -738,9 +738,14 @@ pub fn run<P: Port + Send>(
     };
     // The worker keeps the fast path's neighbours in step with its own, every 100 ms.
     let mut synced = Instant::now();
+    let mut captured = false;
     let tick = move |f: &mut Forwarder| {
         if let Some(fl) = &fast {
-            fl.follow_capture();
+            // A capture's start or end: one atomic load per pass until then.
+            if capture_under_way() != captured {
+                captured = !captured;
+                fl.follow_capture();
+            }
             if synced.elapsed() >= STATS_INTERVAL {
                 synced = Instant::now();
                 fl.sync_routes6(f);

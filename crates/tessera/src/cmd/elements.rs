@@ -94,9 +94,7 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
     if cfg.backend.is_some() {
         a.dist(&mut cfg.dist, "back-end")?;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
-    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let stop = stop_on_signals()?;
     let mut links = Vec::new();
     // Sub-interfaces ride on their parent's port.
     let names: Vec<&str> = cfg
@@ -229,9 +227,7 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
         cfg.io.backend = io::Backend::Xdp;
     }
     let mut fast_off = std::collections::HashMap::new();
-    let stop = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
-    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let stop = stop_on_signals()?;
     let workers = cfg.io.workers;
     // ports[w]: the ports worker w owns, one per interface.
     let mut ports: Vec<Vec<io::AnyPort>> = (0..workers).map(|_| Vec::new()).collect();
@@ -352,9 +348,7 @@ pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
     if a.dist_key_file.is_some() {
         tracing::info!("a switch speaks no DIST: --dist-key-file is not used");
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
-    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let stop = stop_on_signals()?;
     let mut ports = Vec::new();
     let mut umems = cfg.io.shared_umem.then(|| {
         let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
@@ -449,6 +443,25 @@ pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// The flag SIGINT and SIGTERM set: the element stops cleanly.
+fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    Ok(stop)
+}
+
+/// An element without a fast path refuses one said outright in its `config`.
+fn no_fast_path(io: &control::config::IoConfig, config: &Path) -> Result<()> {
+    if io.fast_path && io.fast_path_set {
+        bail!(
+            "{}: [io] fast_path is for forwarders, back-ends, LBs and switches",
+            config.display()
+        );
+    }
+    Ok(())
+}
+
 pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
     sighup_reloads_nothing("Axon")?;
     let (config, control) = (a.config.as_path(), a.control.as_deref());
@@ -457,18 +470,11 @@ pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
         cfg.io.backend = b;
     }
     a.place(&mut cfg.io)?;
-    if cfg.io.fast_path && cfg.io.fast_path_set {
-        bail!(
-            "{}: [io] fast_path is for forwarders, back-ends, LBs and switches",
-            config.display()
-        );
-    }
+    no_fast_path(&cfg.io, config)?;
     if a.dist_key_file.is_some() {
         tracing::info!("an Axon speaks no DIST: --dist-key-file is not used");
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
-    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let stop = stop_on_signals()?;
     let mut ports = Vec::new();
     let mut umems = cfg.io.shared_umem.then(|| {
         let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
@@ -512,15 +518,8 @@ pub(crate) fn controller(a: &ElementArgs) -> Result<i32> {
     }
     a.place(&mut cfg.io)?;
     a.dist(&mut cfg.dist, "controller")?;
-    if cfg.io.fast_path && cfg.io.fast_path_set {
-        bail!(
-            "{}: [io] fast_path is for forwarders, back-ends, LBs and switches",
-            config.display()
-        );
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
-    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    no_fast_path(&cfg.io, config)?;
+    let stop = stop_on_signals()?;
     let (port, link) = open_port(&cfg.interface, &cfg.io, None)?;
     tracing::info!(interface = %cfg.interface, mac = %link.mac, "controller running");
     control::vcp::run(&cfg, port, link.mac, control, stop).map_err(anyhow::Error::msg)?;
