@@ -9,6 +9,7 @@ pub mod contend_bench;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod fib_bench;
+pub mod flood_bench;
 pub mod forward_bench;
 pub mod pipeline_bench;
 pub mod plot;

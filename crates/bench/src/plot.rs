@@ -300,3 +300,92 @@ pub fn scale_plot(out: &Path, v: &Value) -> Result<Vec<String>, String> {
     }
     Ok(files)
 }
+
+/// `bench flood`'s plot: per contender, the transit forwarded (the median of the repeats,
+/// filled, and every repeat, hollow) against the rate of the flood to the router.
+pub fn flood_plot(out: &Path, v: &Value) -> Result<Vec<String>, String> {
+    register_font()?;
+    let mut series: BTreeMap<String, Vec<(f64, f64, bool)>> = BTreeMap::new();
+    for r in v["summary"].as_array().into_iter().flatten() {
+        series
+            .entry(r["contender"].as_str().unwrap_or("").to_string())
+            .or_default()
+            .push((
+                r["flood_pps"].as_f64().unwrap_or(0.0) / 1e6,
+                r["transit_forwarded_pps"].as_f64().unwrap_or(0.0) / 1e6,
+                true,
+            ));
+    }
+    for r in v["points"].as_array().into_iter().flatten() {
+        series
+            .entry(r["contender"].as_str().unwrap_or("").to_string())
+            .or_default()
+            .push((
+                r["flood_pps"].as_f64().unwrap_or(0.0) / 1e6,
+                r["transit_forwarded_pps"].as_f64().unwrap_or(0.0) / 1e6,
+                false,
+            ));
+    }
+    let name = "flood.png".to_string();
+    let path = out.join(&name);
+    let e = |e: String| format!("{name}: {e}");
+    let max_x = series.values().flatten().map(|p| p.0).fold(0.0, f64::max) * 1.05 + 0.01;
+    let max_y = series.values().flatten().map(|p| p.1).fold(0.0, f64::max) * 1.3 + 0.01;
+    let root = BitMapBackend::new(&path, (900, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "transit at {:.0} kpps beside a flood to the router, 64-byte frames",
+                v["transit_pps"].as_f64().unwrap_or(0.0) / 1e3
+            ),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..max_x, 0f64..max_y)
+        .map_err(|x| e(x.to_string()))?;
+    chart
+        .configure_mesh()
+        .x_desc("flood to the router's address, offered (Mpps)")
+        .y_desc("transit forwarded (Mpps)")
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|x| e(x.to_string()))?;
+    let colors = [
+        RGBColor(0, 90, 180),
+        RGBColor(210, 80, 0),
+        RGBColor(0, 140, 70),
+    ];
+    for (i, (who, pts)) in series.iter().enumerate() {
+        let c = colors[i % colors.len()];
+        let mut med: Vec<(f64, f64)> = pts.iter().filter(|p| p.2).map(|p| (p.0, p.1)).collect();
+        med.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart
+            .draw_series(LineSeries::new(med.iter().copied(), c.stroke_width(2)))
+            .map_err(|x| e(x.to_string()))?
+            .label(format!("{who}: median (filled), each run (hollow)"))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart
+            .draw_series(med.iter().map(|p| Circle::new(*p, 5, c.filled())))
+            .map_err(|x| e(x.to_string()))?;
+        chart
+            .draw_series(
+                pts.iter()
+                    .filter(|p| !p.2)
+                    .map(|p| Circle::new((p.0, p.1), 4, c.stroke_width(1))),
+            )
+            .map_err(|x| e(x.to_string()))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font(("sans-serif", 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|x| e(x.to_string()))?;
+    root.present().map_err(|x| e(x.to_string()))?;
+    Ok(vec![name])
+}

@@ -31,6 +31,8 @@
 //! busy_poll = false            # true: never sleep when idle (a dedicated core at 100%)
 //! fast_path = true             # forward the common case in the ports' own programs (XDP
 //!                              # on AF_XDP ports, tcx on AF_PACKET ones); false: user space
+//! slow_path_limit = 20000      # fast path: frames/s per port and CPU it hands user space
+//!                              # for the router to answer; the excess is shed (0: no limit)
 //! packet_ring = "frames"       # AF_PACKET: "frames" (a wake-up per frame) or "blocks"
 //!                              # (per block or timer tick: throughput over latency)
 //! # priority = 60              # workers at SCHED_FIFO 1-99, above the kernel's receive
@@ -171,6 +173,7 @@ pub(crate) struct RawIo {
     backend: Option<Spanned<String>>,
     busy_poll: Option<bool>,
     fast_path: Option<bool>,
+    slow_path_limit: Option<Spanned<i64>>,
     packet_ring: Option<Spanned<String>>,
     priority: Option<Spanned<i64>>,
     workers: Option<Spanned<i64>>,
@@ -357,6 +360,14 @@ pub struct IoConfig {
     pub fast_path: bool,
     /// Whether `fast_path` was said (in the file or with `--fast-path`), not defaulted.
     pub fast_path_set: bool,
+    /// `slow_path_limit = N` (frames per second, default 20,000; 0: no limit): how many
+    /// frames per second the fast path of each port hands user space, per receiving CPU,
+    /// for the router itself to answer (packets to the router, TTL or hop limit expiry, no
+    /// route, a neighbour not resolved, martians); the excess is dropped in the program,
+    /// before the copy, and counted (`slow_path_shed`), so that a flood of them costs the
+    /// fast path little ([`io::fastpath::ProgramFacts::slow_path_limit`]). Frames user
+    /// space forwards are never shed.
+    pub slow_path_limit: u32,
     /// `packet_ring = "frames" | "blocks"`: how AF_PACKET ports receive. `frames`
     /// (TPACKET_V2, the default) wakes the worker per frame: no added latency. `blocks`
     /// (TPACKET_V3) wakes it per block of frames or after a timer tick: fewer wake-ups,
@@ -396,6 +407,7 @@ impl Default for IoConfig {
             busy_poll: false,
             fast_path: true,
             fast_path_set: false,
+            slow_path_limit: io::fastpath::SLOW_PATH_LIMIT,
             packet_ring: io::RxRing::Frames,
             workers: 1,
             priority: None,
@@ -432,6 +444,20 @@ impl IoConfig {
                     })
                 }
             };
+        }
+        if let Some(l) = raw.and_then(|r| r.slow_path_limit.as_ref()) {
+            if !(0..=100_000_000).contains(l.get_ref()) {
+                return Err(ConfigError {
+                    file: path.into(),
+                    line: line_of(src, l.span().start),
+                    key: "io.slow_path_limit".into(),
+                    message: format!(
+                        "{} is not a number of frames per second from 0 (no limit) to 100000000",
+                        l.get_ref()
+                    ),
+                });
+            }
+            c.slow_path_limit = *l.get_ref() as u32;
         }
         if let Some(w) = raw.and_then(|r| r.workers.as_ref()) {
             if !(1..=64).contains(w.get_ref()) {
@@ -1235,6 +1261,11 @@ via = "10.2.0.2"
             .io;
         assert_eq!((io.packet_ring, io.workers), (io::RxRing::Blocks, 1));
         assert!(io.shared_umem);
+        assert_eq!(io.slow_path_limit, io::fastpath::SLOW_PATH_LIMIT);
+        let io = parse(&format!("{EXAMPLE}\n[io]\nslow_path_limit = 0\n"))
+            .unwrap()
+            .io;
+        assert_eq!(io.slow_path_limit, 0);
         let io = parse(&format!("{EXAMPLE}\n[io]\nshared_umem = false\n"))
             .unwrap()
             .io;
@@ -1387,6 +1418,12 @@ via = "10.2.0.2"
                 15,
                 "busy_poll",
                 "invalid type",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\nslow_path_limit = -1\n"),
+                15,
+                "io.slow_path_limit",
+                "frames per second",
             ),
             (
                 format!("{EXAMPLE}\n[io]\nshared_umem = \"yes\"\n"),

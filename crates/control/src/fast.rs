@@ -188,7 +188,8 @@ impl FastLink {
         })
     }
 
-    /// What port `port`'s program needs to know of the forwarder.
+    /// What port `port`'s program needs to know of the forwarder (with no limit on the
+    /// frames it hands user space: the element sets its `[io] slow_path_limit`).
     pub fn facts(f: &Forwarder, port: u32, mac: [u8; 6]) -> ProgramFacts {
         let ifaces = &f.ifaces[..];
         let mut special = Vec::new();
@@ -217,6 +218,8 @@ impl FastLink {
             tagged,
             ipv6: f.ipv6_enabled(),
             special6: f.global6(),
+            // The element sets its config's ([io] slow_path_limit).
+            slow_path_limit: 0,
         }
     }
 
@@ -415,6 +418,7 @@ impl PortFast {
                     "on": true, "egress": egress, "egress_changes": egress_changes,
                     "forwarded_in": stats[0], "to_user_space": stats[1], "forwarded_out": stats[2],
                     "forwarded_in_bytes": stats[3], "forwarded_out_bytes": stats[4],
+                    "shed": stats[5], "shed_bytes": stats[6],
                 });
                 if let Some(w) = egress_why {
                     v["egress_why"] = json!(w);
@@ -457,7 +461,12 @@ pub fn fold(
         .collect();
     counters.fold_fast_path(
         ports,
-        Arc::new(move || stats().iter().map(|s| [s[0], s[3], s[2], s[4]]).collect()),
+        Arc::new(move || {
+            stats()
+                .iter()
+                .map(|s| [s[0], s[3], s[2], s[4], s[5], s[6]])
+                .collect()
+        }),
     );
 }
 
@@ -469,12 +478,14 @@ pub fn stats_json(names: &[String], st: &[[u64; io::fastpath::STATS]]) -> Value 
         per.insert(
             name.clone(),
             json!({"rx_forwarded": s[0], "to_user_space": s[1], "tx_forwarded": s[2],
-                "rx_forwarded_bytes": s[3], "tx_forwarded_bytes": s[4]}),
+                "rx_forwarded_bytes": s[3], "tx_forwarded_bytes": s[4], "shed": s[5],
+                "shed_bytes": s[6]}),
         );
     }
     json!({
         "forwarded": st.iter().map(|s| s[0]).sum::<u64>(),
         "to_user_space": st.iter().map(|s| s[1]).sum::<u64>(),
+        "shed": st.iter().map(|s| s[5]).sum::<u64>(),
         "interfaces": per,
     })
 }

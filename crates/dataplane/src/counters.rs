@@ -104,6 +104,7 @@ named_enum! {
         LocalNoRoute = "local_no_route" in Forwarder: "reply or ICMP error the router made has no route",
         IcmpSuppressed = "icmp_error_suppressed" in Forwarder: "ICMP error not sent: about an ICMP error, a non-first fragment, a broadcast or a bad source",
         IcmpRateLimited = "icmp_error_rate_limited" in Forwarder: "ICMP error not sent: over the rate limit",
+        SlowPathShed = "slow_path_shed" in Forwarder: "frame the port's fast-path program dropped on its way to user space, over [io] slow_path_limit (to the router, TTL expiring, no route, a neighbour not resolved, a martian): shed before the copy, so that a flood of them costs the fast path little",
         RxRingFull = "rx_ring_full" in All: "frame the kernel dropped because the port's receive ring was full: the element fell behind, and the excess was shed before any work was spent on it",
         DeviceRxDropped = "device_rx_dropped" in All: "frame the interface's driver dropped on receive (its ring full or out of buffers; on a veth, frames its peer could not queue to it), from the interface's statistics (AF_PACKET ports): the element fell behind, and the excess was shed before any work was spent on it",
         XskRxDropped = "xsk_rx_dropped" in All: "frame the kernel dropped on its way to the AF_XDP socket: no free UMEM frame on the fill ring, or larger than a UMEM frame",
@@ -251,7 +252,7 @@ pub struct PortCounters {
 
 /// What an element's fast path (its ports' own programs) forwarded, per fast-path port:
 /// frames in, bytes in, frames out, bytes out, since it started.
-pub type FastPathCounts = std::sync::Arc<dyn Fn() -> Vec<[u64; 4]> + Send + Sync>;
+pub type FastPathCounts = std::sync::Arc<dyn Fn() -> Vec<[u64; 6]> + Send + Sync>;
 
 /// The fast path's counts and, per fast-path port, the index of its port here.
 struct FastFold(Vec<usize>, FastPathCounts);
@@ -295,18 +296,19 @@ impl Counters {
     /// From now on every read of these counters ([`Counters::snapshot`],
     /// [`Counters::totals`]) adds what the element's fast path forwarded: its port `k`'s
     /// frames and bytes to the receive and send counts of port `ports[k]` here, and all of
-    /// them to `fast_path_forwarded`. Set on one worker's counters only (the first), so
+    /// them to `fast_path_forwarded`; the frames it shed on their way to user space to the
+    /// receive counts and to `slow_path_shed`. Set on one worker's counters only (the first), so
     /// that a sum over workers counts them once. Set once; later calls change nothing.
     pub fn fold_fast_path(&self, ports: Vec<usize>, counts: FastPathCounts) {
         let _ = self.fast.set(FastFold(ports, counts));
     }
 
     /// Per port here: the fast path's frames and bytes in and out (empty: none).
-    fn fast_counts(&self) -> Vec<[u64; 4]> {
+    fn fast_counts(&self) -> Vec<[u64; 6]> {
         let Some(FastFold(ports, counts)) = self.fast.get() else {
             return Vec::new();
         };
-        let mut per = vec![[0u64; 4]; self.ports.len()];
+        let mut per = vec![[0u64; 6]; self.ports.len()];
         for (k, c) in counts().into_iter().enumerate() {
             if let Some(p) = ports.get(k).and_then(|&i| per.get_mut(i)) {
                 for (a, b) in p.iter_mut().zip(c) {
@@ -355,14 +357,15 @@ impl Counters {
     pub fn totals(&self) -> (u64, u64, u64) {
         let fast = self.fast_counts();
         let rx = self.ports.iter().map(|p| p.rx_packets.get()).sum::<u64>()
-            + fast.iter().map(|c| c[0]).sum::<u64>();
+            + fast.iter().map(|c| c[0] + c[4]).sum::<u64>();
         let tx = self.ports.iter().map(|p| p.tx_packets.get()).sum::<u64>()
             + fast.iter().map(|c| c[2]).sum::<u64>();
         let dropped = Drop::ALL
             .iter()
             .filter(|d| self.role.counts(d.scope()))
             .map(|d| self.drops(*d))
-            .sum();
+            .sum::<u64>()
+            + fast.iter().map(|c| c[4]).sum::<u64>();
         (rx, tx, dropped)
     }
 
@@ -388,8 +391,8 @@ impl Counters {
                     (
                         n.clone(),
                         PortSnapshot {
-                            rx_packets: c.rx_packets.get() + f[0],
-                            rx_bytes: c.rx_bytes.get() + f[1],
+                            rx_packets: c.rx_packets.get() + f[0] + f[4],
+                            rx_bytes: c.rx_bytes.get() + f[1] + f[5],
                             tx_packets: c.tx_packets.get() + f[2],
                             tx_bytes: c.tx_bytes.get() + f[3],
                         },
@@ -409,6 +412,12 @@ impl Counters {
         };
         if let Some(e) = s.events.get_mut(Event::FastPathForwarded.name()) {
             *e += fast.iter().map(|c| c[0]).sum::<u64>();
+        }
+        let shed = fast.iter().map(|c| c[4]).sum::<u64>();
+        if shed > 0 {
+            *s.drops
+                .entry(Drop::SlowPathShed.name().to_string())
+                .or_default() += shed;
         }
         s
     }

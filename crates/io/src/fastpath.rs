@@ -94,11 +94,18 @@ const SLOW: u16 = 0x7fff;
 /// Per port and CPU: frames the fast path forwarded in, sent to user space, forwarded out,
 /// then the bytes of the frames forwarded in and out (an Ethernet frame's length as the
 /// program holds it when it counts: without an 802.1Q tag in the forwarder's program,
-/// whose tags come off before and go on after).
-pub const STATS: usize = 5;
+/// whose tags come off before and go on after), then the frames shed on their way to user
+/// space ([`ProgramFacts::slow_path_limit`]) and their bytes.
+pub const STATS: usize = 7;
 /// Where [`STATS`]'s byte counts sit in an entry (bytes from its start).
 pub(crate) const IN_BYTES: i16 = 24;
 pub(crate) const OUT_BYTES: i16 = 32;
+/// Where the frames shed and their bytes sit in a [`STATS`] entry.
+const SHED: i16 = 40;
+const SHED_BYTES: i16 = 48;
+/// [`ProgramFacts::slow_path_limit`]'s default: frames per second per port and receiving
+/// CPU.
+pub const SLOW_PATH_LIMIT: u32 = 20_000;
 
 /// In the tcx hook, the mark of a frame left to user space: the program marks it and
 /// receives it again on its port; the port's packet socket takes only frames with this
@@ -153,6 +160,9 @@ pub struct FastPath {
     ports: OwnedFd,
     tx: OwnedFd,
     stats: OwnedFd,
+    /// Per port and CPU, the token bucket of the frames it sends to user space for
+    /// exceptions: credit (ns), the time of the last frame (ns).
+    police: OwnedFd,
     nports: u32,
     /// Per port, its `ports` entry as made (MAC, MTU, interface index).
     port_words: Vec<[u64; 2]>,
@@ -339,6 +349,16 @@ pub struct ProgramFacts {
     /// The router's own global IPv6 addresses, which the fast path never forwards from or
     /// to (link-local and multicast ones it never forwards at all).
     pub special6: Vec<Ipv6Addr>,
+    /// Frames per second (per receiving CPU) the program hands user space for the router
+    /// itself to answer: packets to or from the router's own or a broadcast address, with a
+    /// martian address or a bad header checksum, whose TTL or hop limit expires, without a
+    /// route, or to a neighbour not resolved. The excess is dropped before the copy and
+    /// counted ([`STATS`]'s shed frames), in bursts of a tenth of a second's worth at most,
+    /// so that a flood of them costs the fast path little. Frames user space forwards (the
+    /// ones the fast path does not carry: ARP and other EtherTypes, options, fragments,
+    /// ECMP, too big for the egress MTU) and link-layer multicast are never shed. 0: no
+    /// limit.
+    pub slow_path_limit: u32,
 }
 
 /// A key of `neigh6`: `vlan << 16 | port`, then an address in network order.
@@ -457,6 +477,7 @@ impl FastPath {
         let pmap = map_create(BPF_MAP_TYPE_ARRAY, 4, 16, n.max(1), 0, 0, "ports")?;
         let tx = map_create(BPF_MAP_TYPE_DEVMAP, 4, 4, n.max(1), 0, 0, "tx ports")?;
         let stats = stats_map(n)?;
+        let police = map_create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 16, n.max(1), 0, 0, "police")?;
         let mut ifindexes = Vec::with_capacity(ports.len());
         let mut port_words = Vec::with_capacity(ports.len());
         for (i, p) in ports.iter().enumerate() {
@@ -482,6 +503,7 @@ impl FastPath {
             ports: pmap,
             tx,
             stats,
+            police,
             nports: n,
             egress: (0..ports.len())
                 .map(|_| std::sync::atomic::AtomicBool::new(true))
@@ -691,6 +713,7 @@ impl FastPath {
                 self.fib6_fd,
                 self.neigh6.as_raw_fd(),
                 self.hops6_fd,
+                self.police.as_raw_fd(),
             ],
         )
     }
@@ -719,7 +742,8 @@ pub enum Verdict {
     /// Left it to user space (XDP: to the socket map, empty here; tcx: marked and
     /// received again).
     ToUserSpace,
-    /// Dropped it (tcx: a marked frame, back for the socket).
+    /// Dropped it (tcx: a marked frame, back for the socket; either hook: shed over the
+    /// slow path's limit).
     Drop,
     /// Anything else: the program's return value.
     Other(u32),
@@ -776,6 +800,7 @@ impl Detached {
         let v = match (self.at, retval) {
             (At::Xdp, XDP_REDIRECT) => Verdict::Forward,
             (At::Xdp, r) if r == XDP_PASS as u32 => Verdict::ToUserSpace,
+            (At::Xdp, XDP_DROP) => Verdict::Drop,
             (At::Tc, TCX_REDIRECT) if marked => Verdict::ToUserSpace,
             (At::Tc, TCX_REDIRECT) => Verdict::Forward,
             (At::Tc, r) if r == TCX_DROP as u32 => Verdict::Drop,
@@ -790,8 +815,9 @@ impl Detached {
     }
 }
 
-/// XDP_REDIRECT.
+/// XDP_REDIRECT, XDP_DROP.
 const XDP_REDIRECT: u32 = 4;
+const XDP_DROP: u32 = 1;
 
 /// The entry `key` of a per-CPU array of `N` u64 counters, summed over CPUs (zeros if
 /// the map cannot be read).
@@ -936,6 +962,7 @@ const MAP_LOOKUP: i32 = 1;
 const REDIRECT_MAP: i32 = 51;
 const REDIRECT: i32 = 23;
 const ADJUST_HEAD: i32 = 44;
+const KTIME_GET_NS: i32 = 5;
 
 impl Asm {
     fn new() -> Asm {
@@ -957,6 +984,11 @@ impl Asm {
     fn map(&mut self, dst: u8, fd: i32) -> &mut Self {
         self.i(LD_IMM64, dst, BPF_PSEUDO_MAP_FD, 0, fd)
             .i(0, 0, 0, 0, 0)
+    }
+    /// `r = v`, a 64-bit constant.
+    fn imm64(&mut self, r: u8, v: u64) -> &mut Self {
+        self.i(LD_IMM64, r, 0, 0, v as u32 as i32)
+            .i(0, 0, 0, 0, (v >> 32) as u32 as i32)
     }
     fn label(&mut self, l: &str) -> &mut Self {
         self.labels.insert(l.to_string(), self.code.len());
@@ -1075,7 +1107,7 @@ fn program(
     f: &ProgramFacts,
     hook: Hook,
     me: u32,
-    [fib, neigh, ports, tx, stats, xsk, fib6, neigh6, hops6]: [i32; 9],
+    [fib, neigh, ports, tx, stats, xsk, fib6, neigh6, hops6, police]: [i32; 10],
 ) -> Vec<u8> {
     let tc = hook == Hook::Tc;
     let len = if tc {
@@ -1154,7 +1186,7 @@ fn program(
         .i(AND_K, 1, 0, 0, 0xff3f) // MF and offset (0x3fff, read little-endian)
         .j(JNE_K, 1, 0, 0, "slow") // a fragment
         .i(LDX_B, 1, 7, 22, 0)
-        .j(JLT_K, 1, 0, 2, "slow") // TTL would expire
+        .j(JLT_K, 1, 0, 2, "police") // TTL would expire
         .i(LDX_H, 9, 7, 16, 0)
         .i(TO_BE, 9, 0, 0, 16); // total length
     if tc {
@@ -1169,17 +1201,17 @@ fn program(
     for off in (14..34).step_by(2) {
         a.i(LDX_H, 2, 7, off, 0).i(ADD_X, 1, 2, 0, 0);
     }
-    a.fold(1, 2).j(JNE_K, 1, 0, 0xffff, "slow"); // bad header checksum
+    a.fold(1, 2).j(JNE_K, 1, 0, 0xffff, "police"); // bad header checksum
     for off in [26i16, 30] {
         // 0/8, 127/8, multicast, class E, broadcast
         a.i(LDX_B, 1, 7, off, 0)
-            .j(JEQ_K, 1, 0, 0, "slow")
-            .j(JEQ_K, 1, 0, 127, "slow")
-            .j(JGE_K, 1, 0, 224, "slow");
+            .j(JEQ_K, 1, 0, 0, "police")
+            .j(JEQ_K, 1, 0, 127, "police")
+            .j(JGE_K, 1, 0, 224, "police");
         a.i(LDX_W, 1, 7, off, 0);
         for s in &f.special {
             let le = u32::from_le_bytes(s.octets());
-            a.j(JEQ32_K, 1, 0, le as i32, "slow");
+            a.j(JEQ32_K, 1, 0, le as i32, "police"); // the router's own, a broadcast
         }
     }
     // A TCP or UDP checksum left to offload (the field holds the pseudo-header sum).
@@ -1210,6 +1242,7 @@ fn program(
         .entry(0)
         .j(JSET_K, 1, 0, 0x8000, "slow") // cannot happen (groups do not nest)
         .label("hop")
+        .j(JEQ_K, 1, 0, NO_ROUTE as i32, "police") // no route: user space answers
         .i(ADD_K, 1, 0, 0, NH_BASE as i32)
         .lookup(6, 0, 1)
         .i(LDX_DW, 1, 0, 0, 0) // port << 32 | gateway, or slow
@@ -1255,8 +1288,8 @@ fn program(
         .i(ADD_K, 2, 0, 0, -16)
         .map(1, neigh)
         .i(CALL, 0, 0, 0, MAP_LOOKUP)
-        .j(JEQ_K, 0, 0, 0, "slow"); // not resolved
-                                    // Rewrite: MACs, TTL and checksum.
+        .j(JEQ_K, 0, 0, 0, "police"); // not resolved
+                                      // Rewrite: MACs, TTL and checksum.
     rewrite_macs(&mut a);
     a.i(LDX_B, 1, 7, 22, 0)
         .i(SUB_K, 1, 0, 0, 1)
@@ -1293,9 +1326,17 @@ fn program(
             .i(MOV_K, 3, 0, 0, 0)
             .i(CALL, 0, 0, 0, REDIRECT_MAP);
     }
-    a.i(EXIT, 0, 0, 0, 0)
-        // Everything else: to the port's socket.
-        .label("slow")
+    a.i(EXIT, 0, 0, 0, 0);
+    police_to_user_space(
+        &mut a,
+        f,
+        police,
+        stats,
+        len,
+        if tc { TCX_DROP } else { XDP_DROP as i32 },
+    );
+    // Everything else: to the port's socket.
+    a.label("slow")
         .i(MOV_K, 1, 0, 0, f.port as i32)
         .count(stats, 1, 8, "xsk");
     if tc {
@@ -1330,6 +1371,53 @@ fn program(
         ipv6(&mut a, f, [fib6, hops6, neigh6, ports]);
     }
     a.finish()
+}
+
+/// `police`: where the frames that the router itself answers (see
+/// [`ProgramFacts::slow_path_limit`]) go on their way to `slow`. Without a limit, that is
+/// `slow` itself; with one, the port's token bucket (per CPU, in `police`) takes a frame's
+/// worth of credit, in nanoseconds, and lets it on, or drops it with `drop` and counts it.
+/// The credit grows with the time since the last frame, up to a tenth of a second's worth
+/// of frames.
+fn police_to_user_space(
+    a: &mut Asm,
+    f: &ProgramFacts,
+    police: i32,
+    stats: i32,
+    len: FrameLen,
+    drop: i32,
+) {
+    if f.slow_path_limit == 0 {
+        a.label("police");
+        return;
+    }
+    let cost = 1_000_000_000u64 / f.slow_path_limit as u64;
+    let burst = cost * (f.slow_path_limit as u64 / 10).max(1);
+    a.label("police")
+        .i(MOV_K, 1, 0, 0, f.port as i32)
+        .lookup(0, police, 1)
+        .i(MOV_X, 9, 0, 0, 0) // r9 = the bucket
+        .i(CALL, 0, 0, 0, KTIME_GET_NS)
+        .i(LDX_DW, 1, 9, 8, 0) // the last frame's time
+        .i(STX_DW, 9, 0, 8, 0)
+        .i(SUB_X, 0, 1, 0, 0)
+        .i(LDX_DW, 3, 9, 0, 0)
+        .i(ADD_X, 3, 0, 0, 0); // credit + the time since
+    a.imm64(4, burst);
+    a.j(JGT_X, 4, 3, 0, "under_burst")
+        .i(MOV_X, 3, 4, 0, 0)
+        .label("under_burst");
+    a.imm64(4, cost);
+    a.j(JGT_X, 4, 3, 0, "shed")
+        .i(SUB_X, 3, 4, 0, 0)
+        .i(STX_DW, 9, 3, 0, 0)
+        .j(JA, 0, 0, 0, "slow")
+        .label("shed")
+        .i(STX_DW, 9, 3, 0, 0)
+        .i(MOV_K, 1, 0, 0, f.port as i32)
+        .count_frame(stats, 1, SHED, SHED_BYTES, len, "shed_counted")
+        .i(MOV_K, 0, 0, 0, drop)
+        .i(EXIT, 0, 0, 0, 0);
 }
 
 /// r0 = the hop (in `hops6`) of the IPv6 destination at r7 + 38, looked up in the table
@@ -1397,7 +1485,7 @@ fn route6(a: &mut Asm, fib6: i32, hops6: i32) {
         .i(LDX_DW, 1, 0, 0, 0)
         .label("dir_leaf6")
         .i(AND_K, 1, 0, 0, 0xffff)
-        .j(JEQ_K, 1, 0, fib::poptrie::NO_ROUTE as i32, "slow") // no route: user space answers
+        .j(JEQ_K, 1, 0, fib::poptrie::NO_ROUTE as i32, "police") // no route: user space answers
         .lookup(0, hops6, 1);
 }
 
@@ -1417,24 +1505,20 @@ fn quarter_at(a: &mut Asm) {
 
 /// `x` = the number of bits set in `x` (`t` and `k`: scratch), without a loop.
 fn popcount(a: &mut Asm, x: u8, t: u8, k: u8) {
-    let imm64 = |a: &mut Asm, r: u8, v: u64| {
-        a.i(LD_IMM64, r, 0, 0, v as u32 as i32)
-            .i(0, 0, 0, 0, (v >> 32) as u32 as i32);
-    };
     a.i(MOV_X, t, x, 0, 0).i(RSH_K, t, 0, 0, 1);
-    imm64(a, k, 0x5555_5555_5555_5555);
+    a.imm64(k, 0x5555_5555_5555_5555);
     a.i(AND_X, t, k, 0, 0).i(SUB_X, x, t, 0, 0);
     a.i(MOV_X, t, x, 0, 0).i(RSH_K, t, 0, 0, 2);
-    imm64(a, k, 0x3333_3333_3333_3333);
+    a.imm64(k, 0x3333_3333_3333_3333);
     a.i(AND_X, t, k, 0, 0)
         .i(AND_X, x, k, 0, 0)
         .i(ADD_X, x, t, 0, 0)
         .i(MOV_X, t, x, 0, 0)
         .i(RSH_K, t, 0, 0, 4)
         .i(ADD_X, x, t, 0, 0);
-    imm64(a, k, 0x0f0f_0f0f_0f0f_0f0f);
+    a.imm64(k, 0x0f0f_0f0f_0f0f_0f0f);
     a.i(AND_X, x, k, 0, 0);
-    imm64(a, k, 0x0101_0101_0101_0101);
+    a.imm64(k, 0x0101_0101_0101_0101);
     a.i(MUL_X, x, k, 0, 0).i(RSH_K, x, 0, 0, 56);
 }
 
@@ -1478,7 +1562,7 @@ fn ipv6(a: &mut Asm, f: &ProgramFacts, [fib6, hops6, neigh6, ports]: [i32; 4]) {
         .i(ADD_K, 9, 0, 0, 40)
         .i(STX_DW, 10, 9, -24, 0) // the packet's length, for the MTU
         .i(LDX_B, 1, 7, 21, 0)
-        .j(JLT_K, 1, 0, 2, "slow"); // hop limit would expire
+        .j(JLT_K, 1, 0, 2, "police"); // hop limit would expire
     for (which, off) in [("src", 22i16), ("dst", 38)] {
         let ok = format!("{which}6_scope");
         a.i(LDX_B, 1, 7, off, 0)
@@ -1496,7 +1580,7 @@ fn ipv6(a: &mut Asm, f: &ProgramFacts, [fib6, hops6, neigh6, ports]: [i32; 4]) {
                 a.i(LDX_W, 1, 7, off + 4 * w as i16, 0)
                     .j(JNE32_K, 1, 0, le as i32, &other);
             }
-            a.j(JA, 0, 0, 0, "slow").label(&other); // one of the router's addresses
+            a.j(JA, 0, 0, 0, "police").label(&other); // one of the router's addresses
         }
     }
     // ICMPv6 on to the route; TCP and UDP too unless their checksum is left to offload;
@@ -1541,7 +1625,7 @@ fn ipv6(a: &mut Asm, f: &ProgramFacts, [fib6, hops6, neigh6, ports]: [i32; 4]) {
         .i(ADD_K, 2, 0, 0, -128)
         .map(1, neigh6)
         .i(CALL, 0, 0, 0, MAP_LOOKUP)
-        .j(JEQ_K, 0, 0, 0, "slow"); // not resolved
+        .j(JEQ_K, 0, 0, 0, "police"); // not resolved
     rewrite_macs(a);
     a.i(LDX_B, 1, 7, 21, 0)
         .i(SUB_K, 1, 0, 0, 1)
@@ -1680,6 +1764,7 @@ mod tests {
             tagged: false,
             ipv6: true,
             special6: vec!["2001:db8::1".parse().unwrap()],
+            slow_path_limit: 0,
         };
         let mut arp = vec![0xffu8; 6];
         arp.extend([2, 0, 0, 0, 0, 2, 0x08, 0x06]);
@@ -1695,5 +1780,66 @@ mod tests {
         assert_eq!(v, Verdict::Drop);
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         assert!(possible_cpus() >= cpus, "{} < {cpus}", possible_cpus());
+    }
+
+    /// Over `slow_path_limit`, frames the router would answer itself (here: TTL 1, and an
+    /// IPv6 hop limit of 1) are dropped before they reach user space and counted as shed,
+    /// frames and bytes; frames user space forwards (ARP here) never are. With a limit of 1
+    /// a second, each CPU's bucket lets one frame through, and the test's frames all come
+    /// within that second. Needs root (BPF).
+    #[test]
+    fn frames_over_the_slow_path_limit_are_shed_and_counted() {
+        let mut ttl1 = vec![2u8, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00, 0x45, 0];
+        ttl1.extend([0, 46, 0, 0, 0, 0, 1, 17, 0, 0, 10, 1, 0, 10, 10, 2, 0, 10]);
+        ttl1.resize(60, 0);
+        let mut hop1 = vec![
+            2u8, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd, 0x60, 0, 0, 0,
+        ];
+        hop1.extend([0, 8, 17, 1]);
+        hop1.extend("2001:db8:1::10".parse::<Ipv6Addr>().unwrap().octets());
+        hop1.extend("2001:db8:2::10".parse::<Ipv6Addr>().unwrap().octets());
+        hop1.resize(14 + 40 + 8, 0);
+        let mut arp = vec![0xffu8; 6];
+        arp.extend([2, 0, 0, 0, 0, 2, 0x08, 0x06]);
+        arp.resize(60, 0);
+        let cases = [(At::Xdp, &ttl1), (At::Tc, &ttl1), (At::Xdp, &hop1)];
+        for (at, frame) in cases {
+            let fp = FastPath::new(&[FastPort {
+                ifname: "lo".into(),
+                mac: [2, 0, 0, 0, 0, 1],
+                mtu: 1500,
+            }])
+            .unwrap();
+            let facts = ProgramFacts {
+                port: 0,
+                mac: [2, 0, 0, 0, 0, 1],
+                special: vec![Ipv4Addr::new(10, 0, 0, 1)],
+                vlans: Vec::new(),
+                tagged: false,
+                ipv6: true,
+                special6: Vec::new(),
+                slow_path_limit: 1,
+            };
+            let d = fp.detached(&facts, at).unwrap();
+            let (mut passed, mut shed) = (0, 0);
+            for _ in 0..10 {
+                match d.run(frame).unwrap().0 {
+                    Verdict::ToUserSpace => passed += 1,
+                    Verdict::Drop => shed += 1,
+                    v => panic!("{at:?}: {v:?}"),
+                }
+                let (v, _) = d.run(&arp).unwrap();
+                assert_eq!(v, Verdict::ToUserSpace, "{at:?}: ARP is never shed");
+            }
+            assert!(
+                (1..=possible_cpus()).contains(&passed),
+                "{at:?}: {passed} passed"
+            );
+            assert_eq!(passed + shed, 10);
+            let st = fp.stats()[0];
+            assert_eq!(st[1], passed as u64 + 10, "{at:?}: to user space");
+            assert_eq!(st[5], shed as u64, "{at:?}: shed");
+            assert_eq!(st[6], (shed * frame.len()) as u64, "{at:?}: shed bytes");
+        }
     }
 }

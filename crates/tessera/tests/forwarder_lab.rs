@@ -1394,3 +1394,81 @@ fn logs_in_json_for_log_shippers() {
         "{log}"
     );
 }
+
+/// A flood of packets addressed to the router, with the fast path on (XDP on AF_XDP ports,
+/// tcx on AF_PACKET ones): past `[io] slow_path_limit` the port's program drops them before
+/// user space sees them, and counts them: every frame sent is either answered by user
+/// space (`local_udp`) or shed (`slow_path_shed`, and the port's `fast_path` `shed`), and
+/// the port's receive count holds both. The router answers pings again right after.
+#[test]
+fn a_flood_to_the_router_is_shed_in_the_fast_path_and_counted() {
+    let dir = single_copy(
+        "flood",
+        |r| format!("{r}\n[io]\nslow_path_limit = 1000\n"),
+        |t| t,
+    );
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    lab.sh(
+        "src1",
+        &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.1.0.1"],
+    );
+    // The router's veth takes the XDP generator's frames (GRO: NAPI on AF_PACKET too).
+    lab.sh("r", &["ethtool", "-K", "r-eth0", "gro", "on"]);
+    let before = lab.counters("r");
+    let rmac = lab.mac("r", "r-eth0");
+    let g = lab.exec(
+        "src1",
+        &[
+            common::exe(),
+            "gen",
+            "--xdp",
+            "--iface",
+            "eth0",
+            "--dst-mac",
+            &rmac,
+            "--src",
+            "10.1.0.10",
+            "--dst",
+            "10.1.0.1",
+            "--rate",
+            "100kpps",
+            "--duration",
+            "1",
+            "--json",
+        ],
+    );
+    assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
+    let sent = serde_json::from_slice::<serde_json::Value>(&g.stdout).unwrap()["sent"]
+        .as_u64()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let c = lab.counters("r");
+    let d = |name: &str| drop_count(&c, name) - drop_count(&before, name);
+    let (shed, answered) = (d("slow_path_shed"), d("local_udp"));
+    let at_socket = d("rx_ring_full") + d("xsk_rx_dropped") + d("device_rx_dropped");
+    assert!(sent > 50_000, "sent {sent}");
+    assert!(shed > sent / 2, "sent {sent}, shed {shed}: {c}");
+    // 1,000 a second per receiving CPU, and a tenth of a second's burst each.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    assert!(
+        answered + at_socket <= 1_100 * cpus * 2,
+        "{answered} + {at_socket} reached user space: {c}"
+    );
+    // Every frame: shed, answered or dropped at the socket; the generator's end markers
+    // (a few frames past `sent`) too.
+    let all = shed + answered + at_socket;
+    assert!((sent..=sent + 10).contains(&all), "sent {sent}, counted {all}: {c}");
+    let port = &c["fast_path"]["interfaces"]["r-eth0"];
+    assert_eq!(
+        port["shed"].as_u64(),
+        Some(drop_count(&c, "slow_path_shed")),
+        "{c}"
+    );
+    let rx = |v: &serde_json::Value| v["interfaces"]["r-eth0"]["rx_packets"].as_u64().unwrap();
+    assert!(rx(&c) - rx(&before) >= shed + answered, "{c}");
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "5", "-i", "0.2", "-W", "2", "10.1.0.1"],
+    );
+    assert!(p.contains("5 received"), "{p}");
+}

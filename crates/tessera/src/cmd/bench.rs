@@ -272,6 +272,33 @@ pub(crate) enum Bench {
         #[arg(long, default_value = "switch")]
         interconnect: String,
     },
+    /// Transit forwarding beside a flood of packets addressed to the router: our forwarder
+    /// (its fast path shedding the flood at `[io] slow_path_limit`, and with no limit)
+    /// against the Linux kernel, the flood stepped from 0 to --flood; JSON, CSV and a PNG
+    /// plot in --out.
+    Flood {
+        #[arg(long, default_value = "results/flood")]
+        out: PathBuf,
+        /// Seconds per point.
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// The transit traffic's offered rate (frames per second).
+        #[arg(long, default_value_t = 500_000.0)]
+        transit: f64,
+        /// The highest flood rate (frames per second); steps at 0, 1/4, 1/2 and all of it.
+        #[arg(long, default_value_t = 1_000_000.0)]
+        flood: f64,
+        /// Measurements per step (the summary takes their median).
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// Our forwarder's packet I/O backend (auto, xdp, packet); default: its config's.
+        #[arg(long)]
+        io: Option<String>,
+        /// Measure only these contenders (comma-separated: forwarder,
+        /// forwarder-unlimited, linux).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+    },
     /// The forwarder's per-packet path over in-memory ports: 64-byte frames, tables of 10 to
     /// 167,000 prefixes (and --table, the full real one), one, two and many flows.
     Pipeline {
@@ -699,6 +726,31 @@ pub(crate) fn run(what: Bench) -> Result<i32> {
                 }
             }
             print(&brief)
+        }
+        Bench::Flood {
+            out,
+            seconds,
+            transit,
+            flood,
+            repeats,
+            io,
+            only,
+        } => {
+            let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+            stop_lab_benches_on_signals()?;
+            let opts = bench::flood_bench::FloodOpts {
+                out,
+                exe,
+                seconds: seconds.clamp(0.2, 60.0),
+                transit_pps: transit.max(1.0),
+                flood_pps: flood.max(0.0),
+                repeats: repeats.max(1),
+                io,
+                only,
+            };
+            let v = bench::flood_bench::run(&opts, &mut |s| eprintln!("bench flood: {s}"))
+                .map_err(anyhow::Error::msg)?;
+            print(&serde_json::json!({ "summary": v["summary"], "plots": v["plots"] }))
         }
         Bench::Pipeline {
             table,

@@ -135,7 +135,8 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
         let (backend, ring) = (cfg.io.backend, cfg.io.packet_ring);
         let mine = match &fast {
             Some(fl) => {
-                let facts = control::fast::FastLink::facts(&f, k as u32, link.mac.0);
+                let mut facts = control::fast::FastLink::facts(&f, k as u32, link.mac.0);
+                facts.slow_path_limit = cfg.io.slow_path_limit;
                 let program = |hook: io::xsk::Hook| match fl.fp.lock() {
                     Ok(fp) => fp.program(&facts, hook),
                     Err(_) => Vec::new(),
