@@ -772,13 +772,22 @@ mod tests {
         f
     }
 
-    /// The IPv6 fast path (XDP) and the user-space forwarder agree: hand-made cases, then
+    /// The IPv6 fast path and the user-space forwarder agree: hand-made cases, then
     /// seeded mutations of forwardable frames. The fuzzing forwarder: port 0 on
     /// 2001:db8:1::1/64 with the default route through 2001:db8:1::2; here also
     /// 2001:db8:100::/48 through 2001:db8:1::3, 2001:db8:200::/48 through a gateway that
     /// never answers, and 2001:db8:300::/48 through both resolved gateways (ECMP).
     #[test]
     fn the_xdp_fast_path_agrees_on_ipv6() {
+        agrees6(At::Xdp);
+    }
+
+    #[test]
+    fn the_tcx_fast_path_agrees_on_ipv6() {
+        agrees6(At::Tc);
+    }
+
+    fn agrees6(at: At) {
         let (mut f, now) = dataplane::fuzzing::forwarder();
         let p6 = |s: &str| fib::Prefix6::parse_strict(s).unwrap();
         let a6 = |s: &str| -> Ipv6Addr { s.parse().unwrap() };
@@ -797,7 +806,7 @@ mod tests {
             &[a6("2001:db8:1::2"), a6("2001:db8:1::3")],
         )
         .unwrap();
-        let mut c = Check::with(f, now, At::Xdp);
+        let mut c = Check::with(f, now, at);
         const H: &str = "2001:db8:1::10";
         // Resolve both gateways: a packet that needs each (user space solicits it), then
         // its advertisement (to the router's own address: user space's).
@@ -908,7 +917,7 @@ mod tests {
             c.frame(0, &f);
         }
         eprintln!(
-            "IPv6 fast path: forwarded {} of {} frames; user space the rest",
+            "IPv6 fast path ({at:?}): forwarded {} of {} frames; user space the rest",
             c.fast,
             cases.len() + 20_004
         );

@@ -94,35 +94,31 @@ impl LbFastLink {
     /// that may match an IPv4 frame (a rule for another EtherType, an ARP operation or an
     /// ICMPv6 type never does), in order, each with what the fast path does on a match.
     pub fn facts(b: &Balancer, port: u32) -> LbProgramFacts {
-        let rules = b
-            .cfg
-            .rules
-            .iter()
-            .filter(|r| {
-                r.ethertype.is_none_or(|t| t == ethertype::IPV4)
-                    && r.arp_op.is_none()
-                    && r.icmp6_type.is_none()
-            })
-            .map(|r| LbRule {
-                external: r.from == PortRole::External,
-                protocol: r.protocol,
-                port: r.port,
-                to_router: r.to_router,
-                // What `Balancer::process` does with an IPv4 frame on this rule.
-                verdict: match (r.from, r.action) {
-                    (PortRole::External, Action::Balance) => LbVerdict::Balance,
-                    (
-                        PortRole::Internal,
-                        Action::IntToExt | Action::InternalArp | Action::InternalNd,
-                    ) => LbVerdict::IntToExt,
-                    _ => LbVerdict::Slow,
-                },
-            })
-            .collect();
+        let rules_of = |family: u16| -> Vec<LbRule> {
+            b.cfg
+                .rules
+                .iter()
+                .filter(|r| {
+                    r.ethertype.is_none_or(|t| t == family)
+                        && r.arp_op.is_none()
+                        && r.icmp6_type.is_none()
+                })
+                .map(rule_of)
+                .collect()
+        };
+        let me = b.ports.get(port as usize);
+        let mut addrs6: Vec<std::net::Ipv6Addr> = me
+            .map(|p| p.addrs6.iter().map(|a| a.0).collect())
+            .unwrap_or_default();
+        if let Some(p) = me.filter(|p| !p.addrs6.is_empty()) {
+            addrs6.push(wire::ipv6::link_local_of(p.mac));
+        }
         LbProgramFacts {
             port,
-            mac: b.ports.get(port as usize).map_or([0; 6], |p| p.mac.0),
-            rules,
+            mac: me.map_or([0; 6], |p| p.mac.0),
+            rules: rules_of(ethertype::IPV4),
+            rules6: rules_of(ethertype::IPV6),
+            addrs6,
         }
     }
 
@@ -210,6 +206,24 @@ impl LbFastLink {
     }
 }
 
+/// A classifier rule as the fast path compiles it.
+fn rule_of(r: &dataplane::balancer::Rule) -> LbRule {
+    LbRule {
+        external: r.from == PortRole::External,
+        protocol: r.protocol,
+        port: r.port,
+        to_router: r.to_router,
+        // What `Balancer::process` does with an IP frame on this rule.
+        verdict: match (r.from, r.action) {
+            (PortRole::External, Action::Balance) => LbVerdict::Balance,
+            (PortRole::Internal, Action::IntToExt | Action::InternalArp | Action::InternalNd) => {
+                LbVerdict::IntToExt
+            }
+            _ => LbVerdict::Slow,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The LB's fast path and the user-space LB give the same verdict: whenever the fast
@@ -279,7 +293,67 @@ mod tests {
             if matches!(p.protocol(), 6 | 17) {
                 p.fill_transport_checksum();
             }
+        } else if ip.len() >= 48 && ip[0] >> 4 == 6 && matches!(ip[6], 6 | 17) {
+            fix6(ip);
         }
+    }
+
+    /// An IPv6 packet (next header `next`: TCP or UDP with a complete checksum, or
+    /// anything else) from 2001:db8:1::10 to `dst` with the ports and 10 bytes more, in a
+    /// frame from HOST to `to`, behind `tag` if given.
+    fn frame6(to: [u8; 6], tag: Option<u16>, next: u8, dst: &str, ports: (u16, u16)) -> Vec<u8> {
+        let mut f = Vec::new();
+        f.extend(to);
+        f.extend(HOST);
+        if let Some(t) = tag {
+            f.extend([0x81, 0, (t >> 8) as u8, t as u8]);
+        }
+        f.extend([0x86, 0xdd]);
+        let l4 = if next == 6 { 20 } else { 8 };
+        let len = l4 + 10;
+        let mut ip = vec![0x60, 0, 0x12, 0x34, 0, len as u8, next, 64];
+        ip.extend(
+            "2001:db8:1::10"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets(),
+        );
+        ip.extend(dst.parse::<std::net::Ipv6Addr>().unwrap().octets());
+        ip.extend(ports.0.to_be_bytes());
+        ip.extend(ports.1.to_be_bytes());
+        if next == 6 {
+            ip.extend([0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0x10, 0, 0, 0, 0, 0]);
+        } else {
+            ip.extend([0, len as u8, 0, 0]);
+        }
+        ip.extend(0..10u8);
+        let at = f.len();
+        f.extend(ip);
+        fix6(&mut f[at..]);
+        f
+    }
+
+    /// Fills in the TCP or UDP checksum of the IPv6 packet `ip` (no extension headers).
+    fn fix6(ip: &mut [u8]) {
+        let next = ip[6];
+        let at = match next {
+            6 => 16,
+            17 => 6,
+            _ => return,
+        };
+        let src: [u8; 16] = ip[8..24].try_into().unwrap();
+        let dst: [u8; 16] = ip[24..40].try_into().unwrap();
+        let l4 = &mut ip[40..];
+        if l4.len() < at + 2 {
+            return;
+        }
+        l4[at..at + 2].fill(0);
+        let ph = wire::checksum::pseudo_header6(src.into(), dst.into(), next, l4.len() as u32);
+        let mut c = !wire::checksum::fold(ph + wire::checksum::sum(l4));
+        if c == 0 && next == 17 {
+            c = 0xffff;
+        }
+        l4[at..at + 2].copy_from_slice(&c.to_be_bytes());
     }
 
     struct Check {
@@ -304,7 +378,12 @@ mod tests {
                 vlan,
                 addr: addr.into(),
                 prefix_len: 24,
-                addrs6: Vec::new(),
+                // The router's IPv6 address on network A (frames to it: user space's).
+                addrs6: if mac == EXT_A {
+                    vec![("2001:db8:1::1".parse().unwrap(), 64)]
+                } else {
+                    Vec::new()
+                },
                 speed_mbps: 1000,
             };
             let ports = vec![
@@ -460,8 +539,58 @@ mod tests {
             dist.extend([0x88, 0xb5]);
             dist.resize(60, 0);
             c.push((2, dist));
+            c.extend(Self::cases6());
             c
         }
+
+        /// IPv6: the balanced and outward cases first ([`Self::FAST6`] of them), then
+        /// what is left to user space.
+        fn cases6() -> Vec<(u16, Vec<u8>)> {
+            let mut c = Vec::new();
+            let ext = |dst: &str, next, ports| frame6(EXT_A, None, next, dst, ports);
+            for i in 0..16u16 {
+                c.push((0, ext(&format!("2001:db8:99::{i}"), 17, (1000 + i, 53))));
+                c.push((1, frame6(EXT_B, None, 6, "2001:db8:77::7", (40000 + i, 80))));
+            }
+            c.push((0, ext("2001:db8:99::1", 6, (179, 40000)))); // BGP through: balanced
+            let int = |tag, dst: &str, next| frame6(HOST, Some(tag), next, dst, (80, 40000));
+            for i in 0..8u8 {
+                c.push((2, int(10, &format!("2001:db8:1::{i}a"), 6)));
+                c.push((2, int(20, &format!("2001:db8:2::{i}b"), 17)));
+            }
+            assert_eq!(c.len(), Self::FAST6);
+            // Left to user space.
+            c.push((0, ext("2001:db8:1::1", 17, (1, 2)))); // to the router
+            c.push((0, ext("fe80::200:ff:fe00:a01", 17, (1, 2)))); // its link-local one
+            c.push((0, ext("fe80::99", 17, (1, 2)))); // link-local
+            c.push((0, ext("ff02::5", 89, (0, 0)))); // OSPFv3
+            c.push((0, ext("ff0e::1", 17, (1, 2)))); // multicast
+            c.push((0, ext("2001:db8:1::1", 6, (179, 40000)))); // BGP to us
+            c.push((0, ext("2001:db8:99::1", 58, (0x8000, 0)))); // ICMPv6 echo
+            c.push((0, ext("2001:db8:99::1", 0, (0x1100, 0)))); // hop-by-hop options
+            c.push((0, ext("2001:db8:99::1", 44, (0x1100, 0)))); // a fragment header
+            c.push((0, frame6(EXT_A, Some(10), 17, "2001:db8:99::1", (1, 2)))); // tagged
+            let mut f = ext("2001:db8:99::1", 17, (1, 2));
+            f.extend([0; 6]); // link padding
+            c.push((0, f));
+            let mut f = ext("2001:db8:99::1", 6, (1, 2));
+            // A TCP checksum left to offload: the pseudo-header sum.
+            let ph = wire::checksum::pseudo_header6(
+                "2001:db8:1::10".parse().unwrap(),
+                "2001:db8:99::1".parse().unwrap(),
+                6,
+                30,
+            );
+            let folded = wire::checksum::fold(ph);
+            f[14 + 40 + 16..14 + 40 + 18].copy_from_slice(&folded.to_be_bytes());
+            c.push((0, f));
+            c.push((2, int(30, "2001:db8:1::9", 6))); // no external port has VLAN 30
+            c.push((2, int(10, "2001:db8:1::9", 58))); // ICMPv6 (neighbour discovery's)
+            c
+        }
+
+        /// How many of [`Self::cases6`] the fast path takes.
+        const FAST6: usize = 32 + 1 + 16;
     }
 
     /// A rule of the configuration: SSH to the router goes to the Virtual-CP.
@@ -528,6 +657,21 @@ mod tests {
         assert_eq!(st.iter().map(|s| s[0]).sum::<u64>(), k.fast as u64);
     }
 
+    /// IPv6's common case (TCP and UDP, balanced and outward) takes the fast path, and
+    /// agrees with the LB byte for byte (the flow hash included: the same back-end).
+    #[test]
+    fn the_lb_fast_path_balances_ipv6() {
+        let mut k = Check::new(dataplane::balancer::Mode::Hash, vec![]);
+        let cases = Check::cases6();
+        for (i, (port, f)) in cases.iter().enumerate() {
+            let before = k.fast;
+            k.frame(*port, f);
+            let fast = k.fast - before == 1;
+            assert_eq!(fast, i < Check::FAST6, "case {i}: {f:02x?}");
+        }
+        assert_eq!(k.fast_balanced, 33);
+    }
+
     #[test]
     fn the_lb_fast_path_agrees_with_the_lb() {
         agrees(dataplane::balancer::Mode::Maglev);
@@ -576,6 +720,8 @@ mod tests {
             port: max as u32,
             mac: EXT_A,
             rules: Vec::new(),
+            rules6: Vec::new(),
+            addrs6: Vec::new(),
         };
         let d = link.fp.detached(&facts).unwrap();
         let f = frame(EXT_A, None, 17, [192, 0, 2, 1], (1, 2));

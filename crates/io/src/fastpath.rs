@@ -1175,7 +1175,7 @@ fn program(
         .i(LDX_H, 1, 7, 4, 0)
         .j(JNE32_K, 1, 0, (mac >> 32) as u16 as i32, "slow")
         .i(LDX_H, 1, 7, 12, 0);
-    let six = f.ipv6 && !tc;
+    let six = f.ipv6;
     if six {
         a.j(JEQ_K, 1, 0, 0xdd86, "ipv6"); // 0x86dd, read little-endian
     }
@@ -1368,7 +1368,7 @@ fn program(
         }
     }
     if six {
-        ipv6(&mut a, f, [fib6, hops6, neigh6, ports]);
+        ipv6(&mut a, f, tc, [fib6, hops6, neigh6, ports]);
     }
     a.finish()
 }
@@ -1545,7 +1545,7 @@ fn rewrite_macs(a: &mut Asm) {
 /// (IPv6 has no header checksum). Stack: -128 the neighbour key, -136 and -144 the
 /// table walk's ([`route6`]); the egress port at -40 and VLAN id at -80, the packet's
 /// length at -24, as the IPv4 path keeps them.
-fn ipv6(a: &mut Asm, f: &ProgramFacts, [fib6, hops6, neigh6, ports]: [i32; 4]) {
+fn ipv6(a: &mut Asm, f: &ProgramFacts, tc: bool, [fib6, hops6, neigh6, ports]: [i32; 4]) {
     a.label("ipv6")
         .i(MOV_X, 1, 7, 0, 0)
         .i(ADD_K, 1, 0, 0, 54)
@@ -1554,10 +1554,13 @@ fn ipv6(a: &mut Asm, f: &ProgramFacts, [fib6, hops6, neigh6, ports]: [i32; 4]) {
         .i(AND_K, 1, 0, 0, 0xf0)
         .j(JNE_K, 1, 0, 0x60, "slow") // not version 6
         .i(LDX_H, 9, 7, 18, 0)
-        .i(TO_BE, 9, 0, 0, 16) // payload length
-        .i(MOV_X, 1, 8, 0, 0)
-        .i(SUB_X, 1, 7, 0, 0)
-        .i(SUB_K, 1, 0, 0, 54)
+        .i(TO_BE, 9, 0, 0, 16); // payload length
+    if tc {
+        a.i(LDX_W, 1, 6, SKB_LEN, 0); // r6: the context still
+    } else {
+        a.i(MOV_X, 1, 8, 0, 0).i(SUB_X, 1, 7, 0, 0);
+    }
+    a.i(SUB_K, 1, 0, 0, 54)
         .j(JNE_X, 1, 9, 0, "slow") // link padding or truncated: user space trims or drops
         .i(ADD_K, 9, 0, 0, 40)
         .i(STX_DW, 10, 9, -24, 0) // the packet's length, for the MTU
@@ -1583,10 +1586,17 @@ fn ipv6(a: &mut Asm, f: &ProgramFacts, [fib6, hops6, neigh6, ports]: [i32; 4]) {
             a.j(JA, 0, 0, 0, "police").label(&other); // one of the router's addresses
         }
     }
-    // ICMPv6 on to the route; TCP and UDP too unless their checksum is left to offload;
-    // an extension header, or another protocol, to user space.
+    // ICMPv6 on to the route; TCP and UDP too (in XDP, unless their checksum is left to
+    // offload; in tcx the socket buffer keeps that state and takes it along); an extension
+    // header, or another protocol, to user space.
     a.i(LDX_B, 3, 7, 20, 0).j(JEQ_K, 3, 0, 58, "lookup6");
-    offload_check_for(a, Family::V6, "lookup6", "slow");
+    if tc {
+        a.j(JEQ_K, 3, 0, 6, "lookup6")
+            .j(JEQ_K, 3, 0, 17, "lookup6")
+            .j(JA, 0, 0, 0, "slow");
+    } else {
+        offload_check_for(a, Family::V6, "lookup6", "slow");
+    }
     a.label("lookup6");
     route6(a, fib6, hops6);
     a.i(LDX_W, 1, 0, 20, 0)
@@ -1594,9 +1604,11 @@ fn ipv6(a: &mut Asm, f: &ProgramFacts, [fib6, hops6, neigh6, ports]: [i32; 4]) {
         .i(LDX_H, 2, 0, 16, 0)
         .i(STX_DW, 10, 2, -40, 0) // egress port
         .i(LDX_H, 3, 0, 18, 0);
-    if f.tagged {
+    if f.tagged && !tc {
         a.i(STX_DW, 10, 3, -80, 0); // egress VLAN id (0: untagged)
     } else {
+        // (In tcx a socket buffer's tag is its own business: sub-interfaces are user
+        // space's.)
         a.j(JNE_K, 3, 0, 0, "slow");
     }
     // The neighbour's key: vlan << 16 | port, then the gateway or the destination.
@@ -1613,9 +1625,11 @@ fn ipv6(a: &mut Asm, f: &ProgramFacts, [fib6, hops6, neigh6, ports]: [i32; 4]) {
             .i(STX_W, 10, 2, -124 + 4 * w, 0);
     }
     a.label("egress6")
-        // The egress port: MAC and MTU.
+        // The egress port: MAC and MTU, interface index.
         .i(LDX_DW, 1, 10, -40, 0)
         .lookup(0, ports, 1)
+        .i(LDX_DW, 1, 0, 8, 0)
+        .i(STX_DW, 10, 1, -56, 0)
         .i(LDX_DW, 1, 0, 0, 0)
         .i(STX_DW, 10, 1, -48, 0)
         .i(RSH_K, 1, 0, 0, 48) // MTU

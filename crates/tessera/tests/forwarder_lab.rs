@@ -1457,7 +1457,10 @@ fn a_flood_to_the_router_is_shed_in_the_fast_path_and_counted() {
     // Every frame: shed, answered or dropped at the socket; the generator's end markers
     // (a few frames past `sent`) too.
     let all = shed + answered + at_socket;
-    assert!((sent..=sent + 10).contains(&all), "sent {sent}, counted {all}: {c}");
+    assert!(
+        (sent..=sent + 10).contains(&all),
+        "sent {sent}, counted {all}: {c}"
+    );
     let port = &c["fast_path"]["interfaces"]["r-eth0"];
     assert_eq!(
         port["shed"].as_u64(),

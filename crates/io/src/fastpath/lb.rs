@@ -12,8 +12,14 @@
 //!   id of an external port, whose first matching rule sends it outward: the tag comes
 //!   out, the source MAC becomes the external port's and it leaves there.
 //!
-//! Every other frame (ARP, neighbour discovery, DIST, the Virtual-CP's traffic, anything
-//! a rule does not balance, fragments, options, the round-robin mode) goes to the port's
+//! IPv6 too, for TCP and UDP: an IPv6 packet of exactly the frame's length whose next
+//! header is TCP or UDP (no extension header), to neither a multicast, a link-local nor
+//! one of the port's own addresses, is balanced (its flow hash the user-space
+//! `flow_hash6`, computed alike) or sent outward as IPv4 is, under the rules that may
+//! match such a frame ([`LbProgramFacts::rules6`]).
+//!
+//! Every other frame (ARP, neighbour discovery and all ICMPv6, DIST, the Virtual-CP's
+//! traffic, anything a rule does not balance, fragments, options, the round-robin mode) goes to the port's
 //! AF_XDP socket and the user-space LB, which stays the one source of truth: the classifier
 //! rules are compiled into the program (only those that can match an IPv4 frame, in their
 //! order), and the state the rules and the table read (the ports' roles, VLAN ids and
@@ -28,8 +34,8 @@
 //! counter id: frames balanced to it, which the first worker adds to the table's counts).
 
 use super::{
-    detached_xdp, filled_array, mac_u64, offload_check, percpu_sum, pop_tag, push_tag,
-    reload_frame, stats_map, tx_map, Asm, Detached, FrameLen, ADD_K, AND_K,
+    detached_xdp, filled_array, mac_u64, offload_check, offload_check_for, percpu_sum, pop_tag,
+    push_tag, reload_frame, stats_map, tx_map, Asm, Detached, Family, FrameLen, ADD_K, AND_K,
     BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT, IN_BYTES, JA, JEQ32_K,
     JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K, JNE_X, LDX_B, LDX_DW, LDX_H, LDX_W, LD_IMM64,
     LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X, OUT_BYTES, REDIRECT_MAP, RSH_K, RSH_X, STATS, STX_DW,
@@ -37,7 +43,7 @@ use super::{
 };
 use crate::xdp::{map_create, map_update};
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Word 0 of the state: the table's slot count (0: nothing is balanced here).
@@ -116,6 +122,11 @@ pub struct LbProgramFacts {
     pub mac: [u8; 6],
     /// The rules that may match an IPv4 frame, in the classifier's order.
     pub rules: Vec<LbRule>,
+    /// The rules that may match an IPv6 TCP or UDP frame, in the classifier's order.
+    pub rules6: Vec<LbRule>,
+    /// The router's IPv6 addresses on the port (its link-local one included): frames to
+    /// them are user space's.
+    pub addrs6: Vec<Ipv6Addr>,
 }
 
 /// The maps of one LB's fast path.
@@ -493,6 +504,7 @@ fn fast_part(a: &mut Asm, f: &LbProgramFacts, [state, tx, stats, counts]: [i32; 
         .i(LDX_H, 1, 7, 4, 0)
         .j(JNE32_K, 1, 0, (mac >> 32) as u16 as i32, "slow")
         .i(LDX_H, 1, 7, 12, 0)
+        .j(JEQ_K, 1, 0, 0xdd86, "ext6") // IPv6 (0x86dd, read little-endian)
         .j(JNE_K, 1, 0, 0x0008, "slow"); // not IPv4 (tagged ones are dropped in user space)
     plain_ipv4(a, 14);
     key(a, 14, "ext");
@@ -589,6 +601,7 @@ fn fast_part(a: &mut Asm, f: &LbProgramFacts, [state, tx, stats, counts]: [i32; 
         .i(LDX_H, 1, 7, 12, 0)
         .j(JNE_K, 1, 0, 0x0081, "slow") // untagged: user space drops it
         .i(LDX_H, 1, 7, 16, 0)
+        .j(JEQ_K, 1, 0, 0xdd86, "int6") // IPv6
         .j(JNE_K, 1, 0, 0x0008, "slow"); // not IPv4
     plain_ipv4(a, 18);
     key(a, 18, "int");
@@ -624,6 +637,108 @@ fn fast_part(a: &mut Asm, f: &LbProgramFacts, [state, tx, stats, counts]: [i32; 
         .i(MOV_K, 3, 0, 0, 0)
         .i(CALL, 0, 0, 0, REDIRECT_MAP)
         .i(EXIT, 0, 0, 0, 0);
+
+    // IPv6 from outside: balance, with the hash of `flow_hash6`, then on as IPv4.
+    a.label("ext6");
+    plain_ipv6(a, 14, &f.addrs6, "ext6");
+    key6(a, 14, "ext6");
+    rules(a, &f.rules6, true, LbVerdict::Balance, "balance6", "ext6");
+    a.label("balance6");
+    offload_check_for(a, Family::V6, "hash6", "hash6");
+    a.label("hash6")
+        .i(LDX_DW, 1, 7, 22, 0)
+        .i(TO_BE, 1, 0, 0, 64);
+    for (off, rot) in [(30i16, 21), (38, 42), (46, 11)] {
+        a.i(LDX_DW, 2, 7, off, 0)
+            .i(TO_BE, 2, 0, 0, 64)
+            .i(MOV_X, 3, 2, 0, 0)
+            .i(LSH_K, 3, 0, 0, rot)
+            .i(RSH_K, 2, 0, 0, 64 - rot)
+            .i(OR_X, 2, 3, 0, 0)
+            .i(XOR_X, 1, 2, 0, 0);
+    }
+    a.i(LDX_W, 2, 7, 14, 0) // the flow label
+        .i(TO_BE, 2, 0, 0, 32)
+        .i(AND_K, 2, 0, 0, 0xf_ffff)
+        .i(LSH_K, 2, 0, 0, 20)
+        .i(XOR_X, 1, 2, 0, 0)
+        .i(LDX_B, 3, 7, 20, 0) // the next header
+        .i(MOV_X, 2, 3, 0, 0)
+        .i(LSH_K, 2, 0, 0, 44)
+        .i(XOR_X, 1, 2, 0, 0)
+        .i(MOV_X, 3, 7, 0, 0)
+        .i(ADD_K, 3, 0, 0, 58)
+        .j(JGT_X, 3, 8, 0, "mix") // (TCP or UDP here) no ports
+        .i(LDX_W, 2, 7, 54, 0)
+        .i(TO_BE, 2, 0, 0, 32)
+        .i(LSH_K, 2, 0, 0, 23)
+        .i(XOR_X, 1, 2, 0, 0)
+        .j(JA, 0, 0, 0, "mix");
+
+    // IPv6 from inside: out of the external port of the frame's VLAN, as IPv4.
+    a.label("int6");
+    plain_ipv6(a, 18, &f.addrs6, "int6");
+    key6(a, 18, "int6");
+    rules(a, &f.rules6, false, LbVerdict::IntToExt, "to_ext", "int6");
+}
+
+/// Checks of an IPv6 packet at `o` in a frame at r7..r8 (`p` prefixes labels): version 6,
+/// its payload length exactly the rest of the frame (r9 = the packet's length), TCP or UDP
+/// right behind the fixed header, to neither a multicast, a link-local nor one of `ours`.
+fn plain_ipv6(a: &mut Asm, o: i16, ours: &[Ipv6Addr], p: &str) {
+    let l = |s: &str| format!("{p}_{s}");
+    a.i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, (o + 40) as i32)
+        .j(JGT_X, 1, 8, 0, "slow")
+        .i(LDX_B, 1, 7, o, 0)
+        .i(AND_K, 1, 0, 0, 0xf0)
+        .j(JNE_K, 1, 0, 0x60, "slow")
+        .i(LDX_H, 9, 7, o + 4, 0)
+        .i(TO_BE, 9, 0, 0, 16)
+        .i(MOV_X, 1, 8, 0, 0)
+        .i(SUB_X, 1, 7, 0, 0)
+        .i(SUB_K, 1, 0, 0, (o + 40) as i32)
+        .j(JNE_X, 1, 9, 0, "slow")
+        .i(ADD_K, 9, 0, 0, 40)
+        .i(LDX_B, 1, 7, o + 6, 0)
+        .j(JEQ_K, 1, 0, 6, &l("l4"))
+        .j(JNE_K, 1, 0, 17, "slow")
+        .label(&l("l4"))
+        .i(LDX_B, 1, 7, o + 24, 0)
+        .j(JEQ_K, 1, 0, 0xff, "slow") // multicast
+        .j(JNE_K, 1, 0, 0xfe, &l("scope"))
+        .i(LDX_B, 1, 7, o + 25, 0)
+        .i(AND_K, 1, 0, 0, 0xc0)
+        .j(JEQ_K, 1, 0, 0x80, "slow") // link-local
+        .label(&l("scope"));
+    for (k, addr) in ours.iter().enumerate() {
+        let other = l(&format!("not{k}"));
+        for (w, word) in addr.octets().chunks_exact(4).enumerate() {
+            let le = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+            a.i(LDX_W, 1, 7, o + 24 + 4 * w as i16, 0)
+                .j(JNE32_K, 1, 0, le as i32, &other);
+        }
+        a.j(JA, 0, 0, 0, "slow").label(&other); // to the router
+    }
+}
+
+/// The classifier's key of the IPv6 packet at `o` (checked by [`plain_ipv6`]) onto the
+/// stack, as [`key`] lays it out: the next header, the ports (all ones: none), not to the
+/// router (frames to it are user space's already).
+fn key6(a: &mut Asm, o: i16, p: &str) {
+    let done = format!("{p}_ports_done");
+    a.i(LDX_B, 1, 7, o + 6, 0)
+        .i(STX_DW, 10, 1, -88, 0)
+        .i(MOV_K, 2, 0, 0, 0)
+        .i(STX_DW, 10, 2, -104, 0)
+        .i(MOV_K, 2, 0, 0, -1)
+        .i(MOV_X, 3, 7, 0, 0)
+        .i(ADD_K, 3, 0, 0, (o + 44) as i32)
+        .j(JGT_X, 3, 8, 0, &done)
+        .i(LDX_W, 2, 7, o + 40, 0)
+        .i(TO_BE, 2, 0, 0, 32)
+        .label(&done)
+        .i(STX_DW, 10, 2, -96, 0);
 }
 
 /// Stack: -8 a 32-bit key, -32 the receive queue, -40 the egress port, -48 the port's
