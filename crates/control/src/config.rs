@@ -33,6 +33,8 @@
 //!                              # on AF_XDP ports, tcx on AF_PACKET ones); false: user space
 //! slow_path_limit = 20000      # fast path: frames/s per port and CPU it hands user space
 //!                              # for the router to answer; the excess is shed (0: no limit)
+//! restart_grace_s = 5          # fast path: forwards on this long after the forwarder stops,
+//!                              # for its next start to take it over (0: stops with it)
 //! packet_ring = "frames"       # AF_PACKET: "frames" (a wake-up per frame) or "blocks"
 //!                              # (per block or timer tick: throughput over latency)
 //! # priority = 60              # workers at SCHED_FIFO 1-99, above the kernel's receive
@@ -174,6 +176,7 @@ pub(crate) struct RawIo {
     busy_poll: Option<bool>,
     fast_path: Option<bool>,
     slow_path_limit: Option<Spanned<i64>>,
+    restart_grace_s: Option<Spanned<i64>>,
     packet_ring: Option<Spanned<String>>,
     priority: Option<Spanned<i64>>,
     workers: Option<Spanned<i64>>,
@@ -368,6 +371,13 @@ pub struct IoConfig {
     /// fast path little ([`io::fastpath::ProgramFacts::slow_path_limit`]). Frames user
     /// space forwards are never shed.
     pub slow_path_limit: u32,
+    /// `restart_grace_s = N` (0 to 3600, default 5): a forwarder's XDP fast path outlives
+    /// the process by up to N seconds (its programs and maps pinned in the BPF filesystem,
+    /// `io::pin`), so that its next start (a restart, a new binary) takes it over with no
+    /// frame of the fast path lost; if no start comes, it stops forwarding after N
+    /// seconds. 0: it stops with the process. Standalone forwarders on AF_XDP ports only
+    /// (not back-ends or star members, nor tcx).
+    pub restart_grace_s: u64,
     /// `packet_ring = "frames" | "blocks"`: how AF_PACKET ports receive. `frames`
     /// (TPACKET_V2, the default) wakes the worker per frame: no added latency. `blocks`
     /// (TPACKET_V3) wakes it per block of frames or after a timer tick: fewer wake-ups,
@@ -408,6 +418,7 @@ impl Default for IoConfig {
             fast_path: true,
             fast_path_set: false,
             slow_path_limit: io::fastpath::SLOW_PATH_LIMIT,
+            restart_grace_s: 5,
             packet_ring: io::RxRing::Frames,
             workers: 1,
             priority: None,
@@ -458,6 +469,17 @@ impl IoConfig {
                 });
             }
             c.slow_path_limit = *l.get_ref() as u32;
+        }
+        if let Some(g) = raw.and_then(|r| r.restart_grace_s.as_ref()) {
+            if !(0..=3600).contains(g.get_ref()) {
+                return Err(ConfigError {
+                    file: path.into(),
+                    line: line_of(src, g.span().start),
+                    key: "io.restart_grace_s".into(),
+                    message: format!("{} is not a number of seconds from 0 to 3600", g.get_ref()),
+                });
+            }
+            c.restart_grace_s = *g.get_ref() as u64;
         }
         if let Some(w) = raw.and_then(|r| r.workers.as_ref()) {
             if !(1..=64).contains(w.get_ref()) {

@@ -33,6 +33,9 @@ pub struct FastLink {
     written6: Arc<std::sync::atomic::AtomicU64>,
     /// Whether each port's device takes frames redirected in XDP ([`FastLink::watch_egress`]).
     pub egress: Arc<std::sync::OnceLock<io::egress::EgressWatch>>,
+    /// Set when this start took a predecessor's fast path over ([`FastLink::adopt`]): the
+    /// neighbours it read.
+    taken_over: Arc<std::sync::OnceLock<usize>>,
 }
 
 impl FastLink {
@@ -62,6 +65,7 @@ impl FastLink {
             sent6: Arc::default(),
             written6: Arc::default(),
             egress: Arc::default(),
+            taken_over: Arc::default(),
             fp: Arc::new(Mutex::new(fp)),
             port_of_iface,
             iface_names: ifaces.iter().map(|i| i.name.clone()).collect(),
@@ -114,6 +118,77 @@ impl FastLink {
             }
         });
         let _ = self.egress.set(w);
+    }
+
+    /// The pin directory of the first port (where an element's maps for its successor
+    /// live: [`io::pin`]), if pins are possible here; `create` makes it.
+    fn pin_dir(&self, create: bool) -> Option<std::path::PathBuf> {
+        let ifindex = io::netdev::ifindex(self.names.first()?).ok()? as u32;
+        io::pin::dir(ifindex, create)
+    }
+
+    /// Takes over what a predecessor's fast path left pinned (see
+    /// [`FastLink::hand_over`]): its resolved neighbours become this forwarder's, so that
+    /// the programs made now forward to them from their first frame, as the predecessor's
+    /// did. Returns how many.
+    pub fn adopt(&self, f: &mut Forwarder) -> usize {
+        let Some(dir) = self.pin_dir(false).filter(|d| d.join("neigh").exists()) else {
+            return 0;
+        };
+        let now = Instant::now();
+        let ports: Vec<u32> = self
+            .names
+            .iter()
+            .map(|n| io::netdev::ifindex(n).map_or(0, |i| i as u32))
+            .collect();
+        let mut n = 0;
+        for (ifindex, vlan, ip, mac) in FastPath::pinned_neighbours(&dir) {
+            let Some(port) = ports.iter().position(|&i| i == ifindex) else {
+                continue;
+            };
+            let Some(iface) = self
+                .port_of_iface
+                .iter()
+                .position(|p| *p == Some((port as u16, vlan)))
+            else {
+                continue;
+            };
+            f.neighbours
+                .learn(iface as u16, ip, wire::MacAddr(mac), now, true);
+            n += 1;
+        }
+        let _ = self.taken_over.set(n);
+        n
+    }
+
+    /// Hands the fast path over to the element's next start: its maps pinned for the
+    /// successor ([`FastLink::adopt`]), and, while this element runs (until `stop`), the
+    /// programs' deadline kept `grace` ahead ([`FastPath::beat`]), so that they forward
+    /// for at most `grace` after this element is gone unless a successor takes them over.
+    /// The links themselves are pinned as the ports open ([`io::pin::enable`]).
+    pub fn hand_over(&self, grace: std::time::Duration, stop: Arc<std::sync::atomic::AtomicBool>) {
+        if let (Some(dir), Ok(fp)) = (self.pin_dir(true), self.fp.lock()) {
+            if let Err(e) = fp.pin(&dir) {
+                tracing::warn!(error = %e, "fast path: maps not pinned for a successor");
+            }
+        }
+        let fp = self.fp.clone();
+        let beat = move || {
+            if let Ok(fp) = fp.lock() {
+                if let Err(e) = fp.beat(grace) {
+                    tracing::warn!(error = %e, "fast path: deadline");
+                }
+            }
+        };
+        beat();
+        let _ = std::thread::Builder::new()
+            .name("fast-path-beat".into())
+            .spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    beat();
+                }
+            });
     }
 
     /// While a capture runs on the element ([`crate::run::capture_under_way`]), the
@@ -340,7 +415,12 @@ impl FastLink {
         let Ok(fp) = self.fp.lock() else {
             return Value::Null;
         };
-        stats_json(&self.names, &fp.stats())
+        let mut v = stats_json(&self.names, &fp.stats());
+        if let Some(n) = self.taken_over.get() {
+            // This start took a predecessor's fast path over: the counts start again here.
+            v["taken_over"] = json!({ "neighbours": n });
+        }
+        v
     }
 }
 
@@ -926,6 +1006,32 @@ mod tests {
             "the fast path forwarded only {} mutated frames",
             c.fast - fast
         );
+    }
+
+    /// Past the deadline that an element handing its fast path over keeps ahead
+    /// ([`FastPath::beat`]), the programs forward nothing: a fast path whose element is
+    /// gone for good stops on its own; a new beat and it forwards again.
+    #[test]
+    fn past_its_deadline_the_fast_path_forwards_nothing() {
+        use std::time::Duration;
+        for at in [At::Xdp, At::Tc] {
+            let mut c = Check::new(at);
+            let f = udp([192, 0, 2, 7], 18);
+            let n = c.fast;
+            c.frame(0, &f);
+            assert_eq!(c.fast, n + 1, "{at:?}: not forwarded at first");
+            c.fl.fp.lock().unwrap().beat(Duration::ZERO).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+            c.frame(0, &f);
+            assert_eq!(c.fast, n + 1, "{at:?}: forwarded past its deadline");
+            c.fl.fp
+                .lock()
+                .unwrap()
+                .beat(Duration::from_secs(60))
+                .unwrap();
+            c.frame(0, &f);
+            assert_eq!(c.fast, n + 2, "{at:?}: not forwarded after a beat");
+        }
     }
 
     #[test]

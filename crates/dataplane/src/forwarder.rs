@@ -506,6 +506,11 @@ impl Forwarder {
             .filter(|&p| p != u16::MAX)
     }
 
+    /// The route writer, while this forwarder owns it.
+    pub fn routes(&self) -> Option<&RouteTable> {
+        self.routes.as_ref()
+    }
+
     /// Hands the route writer to the caller (a control thread that loads and changes routes
     /// while this forwarder forwards). Afterwards the route methods here return errors.
     pub fn take_routes(&mut self) -> Option<RouteTable> {

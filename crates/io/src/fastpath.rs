@@ -44,7 +44,10 @@
 //! - `neigh`: a hash of `(vlan << 16 | port) << 32 | address` to the neighbour's MAC, kept
 //!   by the worker from its neighbour table (`vlan` 0: the port's untagged interface).
 //! - `ports`: per port, its MAC (low 48 bits) and IP MTU (high 16 bits), then its interface
-//!   index.
+//!   index, then the time (`bpf_ktime_get_ns`) after which the program forwards nothing
+//!   out of it (0: none): an element that hands its fast path over to its next start
+//!   ([`FastPath::beat`]) keeps that time a few seconds ahead while it runs, so that a fast
+//!   path left behind by an element that never comes back stops on its own.
 //! - `tx`: a device map of the ports' interfaces.
 //! - `stats`: per CPU and port, frames forwarded in (received), sent to user space, and
 //!   forwarded out (sent).
@@ -173,6 +176,8 @@ pub struct FastPath {
     xdp: std::sync::atomic::AtomicBool,
     /// Every frame to user space ([`FastPath::suspend`]).
     suspended: std::sync::atomic::AtomicBool,
+    /// The time after which the programs forward nothing ([`FastPath::beat`]; 0: none).
+    deadline: std::sync::atomic::AtomicU64,
     /// The ports' interface indices, in port order.
     ifindexes: Vec<u32>,
     /// Neighbours as last written to `neigh`.
@@ -474,7 +479,7 @@ impl FastPath {
         let neigh = map_create(BPF_MAP_TYPE_HASH, 8, 8, 65536, 0, 0, "neighbours")?;
         let routes6 = Routes6::new(n)?;
         let neigh6 = map_create(BPF_MAP_TYPE_HASH, 20, 8, 65536, 0, 0, "neighbours6")?;
-        let pmap = map_create(BPF_MAP_TYPE_ARRAY, 4, 16, n.max(1), 0, 0, "ports")?;
+        let pmap = map_create(BPF_MAP_TYPE_ARRAY, 4, 24, n.max(1), 0, 0, "ports")?;
         let tx = map_create(BPF_MAP_TYPE_DEVMAP, 4, 4, n.max(1), 0, 0, "tx ports")?;
         let stats = stats_map(n)?;
         let police = map_create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 16, n.max(1), 0, 0, "police")?;
@@ -486,7 +491,7 @@ impl FastPath {
             ifindexes.push(ifindex);
             let v = [mac_u64(&p.mac) | (p.mtu as u64) << 48, ifindex as u64];
             port_words.push(v);
-            map_update(&pmap, &k, &v)?;
+            map_update(&pmap, &k, &[v[0], v[1], 0])?;
             map_update(&tx, &k, &ifindex)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: device map: {e}", p.ifname)))?;
         }
@@ -511,6 +516,7 @@ impl FastPath {
             port_words,
             xdp: std::sync::atomic::AtomicBool::new(false),
             suspended: std::sync::atomic::AtomicBool::new(false),
+            deadline: std::sync::atomic::AtomicU64::new(0),
             ifindexes,
             neigh_written: HashMap::new(),
             last: vec![[0; STATS]; ports.len()],
@@ -679,7 +685,87 @@ impl FastPath {
         };
         let ok = self.egress().get(port as usize).copied().unwrap_or(true);
         let word = if ok { word } else { word & ((1 << 48) - 1) };
-        map_update(&self.ports, &port, &[word, ifindex])
+        let deadline = self.deadline.load(std::sync::atomic::Ordering::Relaxed);
+        map_update(&self.ports, &port, &[word, ifindex, deadline])
+    }
+
+    /// The programs forward for `grace` more from now (`CLOCK_MONOTONIC`, the programs'
+    /// clock), then nothing until the next beat: an element that hands its fast path over
+    /// calls this every so often while it runs. A successor that takes the programs over
+    /// makes maps of its own, without a deadline until it beats.
+    pub fn beat(&self, grace: std::time::Duration) -> io::Result<()> {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime(2) into a timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        let now = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+        self.deadline.store(
+            now + grace.as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        for p in 0..self.nports {
+            self.write_port(p)?;
+        }
+        Ok(())
+    }
+
+    /// Pins the maps a successor reads (`ports`, `neigh`) in `dir` ([`crate::pin`]).
+    pub fn pin(&self, dir: &std::path::Path) -> io::Result<()> {
+        crate::pin::pin(&self.ports, &dir.join("ports"))?;
+        crate::pin::pin(&self.neigh, &dir.join("neigh"))
+    }
+
+    /// The neighbours a predecessor's fast path pinned in `dir` (see [`FastPath::pin`]):
+    /// (interface index, VLAN id, address, MAC). Empty where there are none.
+    pub fn pinned_neighbours(dir: &std::path::Path) -> Vec<(u32, u16, Ipv4Addr, [u8; 6])> {
+        let (Ok(ports), Ok(neigh)) = (
+            crate::pin::get(&dir.join("ports")),
+            crate::pin::get(&dir.join("neigh")),
+        ) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut key: Option<u64> = None;
+        loop {
+            // BPF_MAP_GET_NEXT_KEY: map_fd, key (none: the first), next_key.
+            let mut next = 0u64;
+            let mut attr = [0u64; 16];
+            attr[0] = u32s(neigh.as_raw_fd() as u32, 0);
+            attr[1] = key.as_ref().map_or(0, |k| k as *const u64 as u64);
+            attr[2] = &mut next as *mut u64 as u64;
+            if bpf(4, &mut attr).is_err() {
+                break;
+            }
+            key = Some(next);
+            let mut mac = 0u64;
+            let mut attr = [0u64; 16];
+            attr[0] = u32s(neigh.as_raw_fd() as u32, 0);
+            attr[1] = &next as *const u64 as u64;
+            attr[2] = &mut mac as *mut u64 as u64;
+            if bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).is_err() {
+                continue;
+            }
+            let port = (next >> 32) as u32 & 0xffff;
+            let vlan = (next >> 48) as u16;
+            let mut words = [0u64; 3];
+            let mut attr = [0u64; 16];
+            attr[0] = u32s(ports.as_raw_fd() as u32, 0);
+            attr[1] = &port as *const u32 as u64;
+            attr[2] = words.as_mut_ptr() as u64;
+            if bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).is_err() || words[1] == 0 {
+                continue;
+            }
+            let m = mac.to_le_bytes();
+            out.push((
+                words[1] as u32,
+                vlan,
+                Ipv4Addr::from(next as u32),
+                [m[0], m[1], m[2], m[3], m[4], m[5]],
+            ));
+        }
+        out
     }
 
     /// The program of one port for `hook`: the fast path, and every other frame to the
@@ -1008,6 +1094,19 @@ impl Asm {
         }
         self.i(CALL, 0, 0, 0, MAP_LOOKUP).j(JEQ_K, 0, 0, 0, "slow")
     }
+    /// With the `ports` entry in r0: past its deadline (a word of 0: none), to `slow`; else
+    /// on at `next` with r0 as it was (r6 scratch: the table is no longer needed here).
+    fn deadline(&mut self, next: &str) -> &mut Self {
+        self.i(LDX_DW, 1, 0, 16, 0)
+            .j(JEQ_K, 1, 0, 0, next)
+            .i(STX_DW, 10, 1, -152, 0)
+            .i(MOV_X, 6, 0, 0, 0)
+            .i(CALL, 0, 0, 0, KTIME_GET_NS)
+            .i(LDX_DW, 1, 10, -152, 0)
+            .j(JGT_X, 0, 1, 0, "slow")
+            .i(MOV_X, 0, 6, 0, 0)
+            .label(next)
+    }
     /// `r1` = the 16-bit entry of the word at `r0` that the bits of the destination (r9)
     /// from `shift` name (two bits: which of the word's four entries).
     fn entry(&mut self, shift: i32) -> &mut Self {
@@ -1276,6 +1375,7 @@ fn program(
         // The egress port: MAC and MTU.
         .i(LDX_DW, 1, 10, -40, 0)
         .lookup(0, ports, 1)
+        .deadline("in_time")
         .i(LDX_DW, 1, 0, 8, 0)
         .i(STX_DW, 10, 1, -56, 0) // interface index
         .i(LDX_DW, 1, 0, 0, 0)
@@ -1628,6 +1728,7 @@ fn ipv6(a: &mut Asm, f: &ProgramFacts, tc: bool, [fib6, hops6, neigh6, ports]: [
         // The egress port: MAC and MTU, interface index.
         .i(LDX_DW, 1, 10, -40, 0)
         .lookup(0, ports, 1)
+        .deadline("in_time6")
         .i(LDX_DW, 1, 0, 8, 0)
         .i(STX_DW, 10, 1, -56, 0)
         .i(LDX_DW, 1, 0, 0, 0)

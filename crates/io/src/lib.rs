@@ -14,6 +14,7 @@ pub mod egress;
 pub mod fastpath;
 mod genl;
 pub mod netdev;
+pub mod pin;
 pub mod placement;
 pub mod tap;
 pub mod xdp;

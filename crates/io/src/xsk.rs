@@ -1060,6 +1060,38 @@ fn attach(
         None => (redirect_program(map.as_raw_fd()), "tessera_xsk"),
     };
     let prog = load_xdp(&code, name)?;
+    // A link a previous incarnation of the element pinned (its fast path, still
+    // forwarding): this program takes its place at once, in the same hook.
+    let pinned = crate::pin::dir(ifindex, false).and_then(|d| {
+        ["link-drv", "link-skb"].into_iter().find_map(|n| {
+            let path = d.join(n);
+            let link = crate::pin::get(&path).ok()?;
+            Some((path, link, n == "link-drv"))
+        })
+    });
+    let keep = program.is_some() && crate::pin::enabled();
+    if let Some((path, link, native)) = pinned {
+        match crate::pin::link_update(&link, &prog) {
+            Ok(()) => {
+                if !keep {
+                    // Ours alone from now on: it leaves with this process.
+                    let _ = std::fs::remove_file(&path);
+                }
+                return Ok(Attached {
+                    map,
+                    _link: link,
+                    _prog: prog,
+                    native,
+                    fast: program.is_some(),
+                });
+            }
+            Err(e) => {
+                // (An interface replaced since: the link is defunct.) A link of our own.
+                tracing::warn!(path = %path.display(), error = %e, "pinned XDP link not taken over");
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
     let link = |flags: u32| {
         let mut attr = [0u64; 16];
         attr[0] = u32s(prog.as_raw_fd() as u32, ifindex);
@@ -1075,6 +1107,14 @@ fn attach(
     };
     // SAFETY: as above.
     let link = unsafe { OwnedFd::from_raw_fd(fd) };
+    if keep {
+        if let Some(d) = crate::pin::dir(ifindex, true) {
+            let name = if native { "link-drv" } else { "link-skb" };
+            if let Err(e) = crate::pin::pin(&link, &d.join(name)) {
+                tracing::warn!(error = %e, "XDP link not pinned: the fast path stops with the element");
+            }
+        }
+    }
     Ok(Attached {
         map,
         _link: link,

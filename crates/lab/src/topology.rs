@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// The BPF filesystem the lab's elements pin under (`TESSERA_BPF_DIR`, `io::pin`).
+pub const LAB_BPF_DIR: &str = "/run/tessera/bpf";
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Topology {
@@ -992,6 +995,11 @@ impl Lab {
 
     fn start_element(&self, e: &Element) -> Result<i32, String> {
         use std::os::unix::process::CommandExt;
+        // `ip netns exec` hides /sys/fs/bpf: the elements pin under a BPF filesystem of
+        // the lab's own, mounted before they start (their mount namespaces copy it).
+        if let Err(err) = io::pin::mount_bpffs(Path::new(LAB_BPF_DIR)) {
+            eprintln!("lab: {err}: fast paths will not outlive their elements");
+        }
         let ns = self.ns(&e.name);
         let sock = self.control_socket(&e.name);
         let log_path = self.run_dir().join(format!("{}.log", e.name));
@@ -1030,6 +1038,8 @@ impl Lab {
             )
             // Where the element runs, for its hooks (a controller's [takeover] on_active).
             .env("TESSERA_EXE", &self.exe)
+            // Where it pins what outlives it (a forwarder's fast path, for its next start).
+            .env("TESSERA_BPF_DIR", LAB_BPF_DIR)
             .env("TESSERA_LAB_FILE", &self.file)
             .env("TESSERA_LAB_NAME", &self.name)
             .env("TESSERA_LAB_NODE", &e.name)
@@ -1190,6 +1200,11 @@ impl Lab {
         for ns in names.iter().filter(|n| existing.contains(n)) {
             for pid in cmd::ns_pids(ns) {
                 cmd::terminate(pid, Duration::from_secs(3));
+            }
+            // What its elements pinned (their fast paths, for their next start).
+            if let Ok(m) = std::fs::metadata(format!("/run/netns/{ns}")) {
+                use std::os::unix::fs::MetadataExt;
+                io::pin::remove_netns(Path::new(LAB_BPF_DIR), m.ino());
             }
             if let Err(e) = cmd::run("ip", &["netns", "del", ns]) {
                 errors.push(e);

@@ -127,6 +127,41 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
         }
         Some(_) => None,
     };
+    // A standalone forwarder hands its XDP fast path over to its next start: the links
+    // pinned as the ports open, the maps a successor reads, a deadline kept ahead.
+    let handover = (fast.is_some()
+        && cfg.io.restart_grace_s > 0
+        && cfg.backend.is_none()
+        && cfg.star.is_none())
+    .then(|| std::time::Duration::from_secs(cfg.io.restart_grace_s))
+    .filter(|_| {
+        let base = io::pin::base();
+        let ok = io::pin::is_bpffs(&base);
+        if !ok {
+            tracing::info!(
+                dir = %base.display(),
+                "fast path: not handed over to the next start ([io] restart_grace_s): not a BPF filesystem (TESSERA_BPF_DIR)"
+            );
+        }
+        ok
+    });
+    io::pin::enable(handover.is_some());
+    if let Some(fl) = &fast {
+        // What a predecessor's fast path knew, and the table, before any program: one
+        // that takes a running predecessor's place forwards from its first frame.
+        let adopted = fl.adopt(&mut f);
+        if let Some(t) = f.routes() {
+            fl.publish(t).map_err(anyhow::Error::msg)?;
+        }
+        fl.sync_routes6_now(&mut f);
+        fl.sync_neighbours(&f);
+        if fl.counters()["taken_over"].is_object() {
+            tracing::info!(
+                neighbours = adopted,
+                "fast path: taking over from this forwarder's last start"
+            );
+        }
+    }
     let workers = cfg.io.workers;
     // ports[w]: the ports worker w owns, one per interface.
     let mut ports: Vec<Vec<io::AnyPort>> = (0..workers).map(|_| Vec::new()).collect();
@@ -152,6 +187,9 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
         }
     }
     control::run::place_ports(&cfg.io, &names);
+    if let (Some(fl), Some(grace)) = (&fast, handover) {
+        fl.hand_over(grace, stop.clone());
+    }
     tracing::info!(
         interfaces = %ports[0].iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
         routes = f.route_count(),

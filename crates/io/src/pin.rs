@@ -1,0 +1,157 @@
+//! Pinned BPF objects: what lets a port's fast path outlive its element, so that the next
+//! start of that element (a restart, an upgrade to a new binary) takes the running program
+//! over instead of detaching it, and no frame the fast path forwards is lost in between.
+//!
+//! Where: `$TESSERA_BPF_DIR` (default `/sys/fs/bpf/tessera`), which must be on a BPF
+//! filesystem (systemd mounts one at `/sys/fs/bpf`; `tessera lab up` mounts one at
+//! `/run/tessera/bpf`, as `ip netns exec` hides `/sys/fs/bpf`); elsewhere nothing is pinned.
+//! Under it, per network namespace (by its inode) and interface (by its index):
+//! `net<ino>/if<ifindex>/`, holding `link-drv` or `link-skb` (the XDP link, named by its
+//! attach mode) and, in the first port's, the element's maps a successor reads
+//! ([`crate::fastpath::FastPath::pin`]).
+
+use crate::xdp::{bpf, u32s};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const BPF_OBJ_PIN: i32 = 6;
+const BPF_OBJ_GET: i32 = 7;
+const BPF_LINK_UPDATE: i32 = 29;
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Whether links of fast-path programs made from now on are pinned ([`enable`]).
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// From now on, the XDP links of ports opened with a fast-path program are pinned, so
+/// that they outlive this process (an element that hands its fast path over to its next
+/// start). Without it, links die with the process, as before.
+pub fn enable(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Where pins live: `$TESSERA_BPF_DIR`, or `/sys/fs/bpf/tessera`.
+pub fn base() -> PathBuf {
+    std::env::var_os("TESSERA_BPF_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/sys/fs/bpf/tessera"))
+}
+
+/// Whether `path` is on a BPF filesystem.
+pub fn is_bpffs(path: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a zeroed statfs is a valid value of that plain C struct.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statfs(2) on a NUL-terminated path into a struct we own.
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut s) };
+    r == 0 && s.f_type as i64 == BPF_FS_MAGIC
+}
+
+/// Mounts a BPF filesystem at `dir` (created) unless one is there.
+pub fn mount_bpffs(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    if is_bpffs(dir) {
+        return Ok(());
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+    let r = unsafe {
+        libc::mount(
+            c"bpf".as_ptr(),
+            c.as_ptr(),
+            c"bpf".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("mount bpf at {}: {e}", dir.display()),
+        ));
+    }
+    Ok(())
+}
+
+/// The inode of this process's network namespace.
+pub fn netns_inode() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino())
+}
+
+/// The directory of interface `ifindex`'s pins in this network namespace, if the base is
+/// a BPF filesystem; `create` makes it where it is missing.
+pub fn dir(ifindex: u32, create: bool) -> Option<PathBuf> {
+    let base = base();
+    if !is_bpffs(&base) {
+        return None;
+    }
+    let d = base
+        .join(format!("net{}", netns_inode()?))
+        .join(format!("if{ifindex}"));
+    if create {
+        std::fs::create_dir_all(&d).ok()?;
+    }
+    d.is_dir().then_some(d)
+}
+
+fn path_attr(path: &Path) -> io::Result<std::ffi::CString> {
+    std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+/// Pins `fd` at `path`, replacing what was pinned there.
+pub fn pin(fd: &OwnedFd, path: &Path) -> io::Result<()> {
+    let _ = std::fs::remove_file(path);
+    let c = path_attr(path)?;
+    let mut attr = [0u64; 16];
+    attr[0] = c.as_ptr() as u64;
+    attr[1] = u32s(fd.as_raw_fd() as u32, 0);
+    bpf(BPF_OBJ_PIN, &mut attr)
+        .map(|_| ())
+        .map_err(|e| io::Error::new(e.kind(), format!("pin {}: {e}", path.display())))
+}
+
+/// The object pinned at `path`.
+pub fn get(path: &Path) -> io::Result<OwnedFd> {
+    let c = path_attr(path)?;
+    let mut attr = [0u64; 16];
+    attr[0] = c.as_ptr() as u64;
+    let fd = bpf(BPF_OBJ_GET, &mut attr)?;
+    // SAFETY: BPF_OBJ_GET returned a new file descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Has `link` run `prog` from now on (atomically: every frame runs one or the other).
+pub fn link_update(link: &OwnedFd, prog: &OwnedFd) -> io::Result<()> {
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(link.as_raw_fd() as u32, prog.as_raw_fd() as u32);
+    bpf(BPF_LINK_UPDATE, &mut attr).map(|_| ())
+}
+
+/// Removes the pins under `base` of every interface of the network namespace whose inode
+/// is `ino` (a lab's namespace going down).
+pub fn remove_netns(base: &Path, ino: u64) {
+    let _ = std::fs::remove_dir_all(base.join(format!("net{ino}")));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_is_pinned_where_the_base_is_no_bpf_filesystem() {
+        assert!(!is_bpffs(Path::new("/proc")));
+        assert!(!is_bpffs(Path::new("/no/such/dir")));
+    }
+}
