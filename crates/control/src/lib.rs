@@ -6,6 +6,7 @@ pub mod balancer;
 pub mod config;
 pub mod ctlsock;
 pub mod distrib;
+pub mod drain;
 pub mod fast;
 pub mod fuzzing;
 pub mod lbfast;

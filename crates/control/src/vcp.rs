@@ -1002,6 +1002,8 @@ pub struct Controller {
     balance_digests: BTreeMap<MacAddr, (u64, Instant)>,
     /// The last incarnation heard from each LB, kept while it is silent too.
     lb_incarnations: BTreeMap<MacAddr, u64>,
+    /// Back-ends being drained (`tessera drain`): out of the LBs' tables.
+    pub drains: crate::drain::Drains,
 }
 
 impl Controller {
@@ -1050,6 +1052,7 @@ impl Controller {
             incarnation: 0,
             balance_digests: BTreeMap::new(),
             lb_incarnations: BTreeMap::new(),
+            drains: Default::default(),
         }
         .with_incarnation(dist::new_incarnation())
     }
@@ -1396,6 +1399,11 @@ impl Controller {
                 }
                 r.drops.extend(c.drops);
                 r.events.extend(c.events);
+                if self.drains.excludes(&src) {
+                    let done = crate::drain::forwarded(&r.events);
+                    let current = self.lbs_current();
+                    self.drains.on_report(src, done, current, now);
+                }
             }
             dist::Message::FibAck(a) => {
                 self.stats.acks_received += 1;
@@ -1626,10 +1634,72 @@ impl Controller {
         }
     }
 
+    /// Whether every LB runs the balancing table last sent to it (its hello's digest).
+    fn lbs_current(&self) -> bool {
+        self.elements
+            .iter()
+            .filter(|(_, e)| e.kind == ElementKind::Balancer)
+            .all(|(m, e)| {
+                self.balance_digests
+                    .get(m)
+                    .zip(e.state)
+                    .is_some_and(|((d, _), s)| *d == s.digest)
+            })
+    }
+
+    /// The back-end `name` (its reported element name, or its MAC).
+    pub fn backend_named(&self, name: &str) -> Result<MacAddr, String> {
+        let found = self
+            .elements
+            .iter()
+            .filter(|(_, e)| e.kind == ElementKind::Forwarder)
+            .find(|(m, _)| {
+                m.to_string() == name.to_ascii_lowercase()
+                    || self.reports.get(*m).is_some_and(|r| r.element == name)
+            });
+        match found {
+            Some((m, _)) => Ok(*m),
+            None => Err(format!(
+                "no back-end {name:?}: name one by the element name it reports ({}) or its MAC",
+                self.elements
+                    .iter()
+                    .filter(|(_, e)| e.kind == ElementKind::Forwarder)
+                    .map(|(m, _)| self
+                        .reports
+                        .get(m)
+                        .map_or(m.to_string(), |r| r.element.clone()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+
+    /// `drain` and `undrain` (the control socket): starts or ends a back-end's drain;
+    /// answers its state.
+    pub fn drain_command(&mut self, cmd: &str, req: &Value, now: Instant) -> Result<Value, String> {
+        let name = req["element"].as_str().ok_or("missing \"element\"")?;
+        let mac = self.backend_named(name)?;
+        match cmd {
+            "drain" => {
+                if !self.drains.excludes(&mac) {
+                    self.drains.start(mac, now);
+                    tracing::info!(element = name, %mac, "back-end draining: out of the LBs' tables");
+                }
+            }
+            _ => {
+                if self.drains.stop(mac) {
+                    tracing::info!(element = name, %mac, "back-end undrained: back in the LBs' tables");
+                }
+            }
+        }
+        Ok(self.drains.json(&mac, name, now))
+    }
+
     /// The back-ends and weights the LBs should have.
     fn wanted_balance(&self) -> Vec<(MacAddr, u16)> {
         self.elements
             .iter()
+            .filter(|(m, _)| !self.drains.excludes(m))
             .filter(|(_, e)| e.kind == ElementKind::Forwarder && e.holds_table())
             .map(|(m, e)| (*m, weight_for(e.capacity_mbps())))
             .collect()
@@ -1847,6 +1917,7 @@ impl Controller {
                         "priority": e.priority,
                         "active": e.active,
                         "incarnation": e.state.map(|s| format!("{:016x}", s.incarnation)),
+                        "drain": self.drains.state(m),
                         "holds_table": e.state.map(|s| s.table),
                         "table_digest": e.state.map(|s| format!("{:016x}", s.digest)),
                         "table_current": match e.kind {
@@ -1988,7 +2059,8 @@ pub fn run<P: Port>(
                     "counters" => serde_json::to_value(&c.lock().map_err(|_| "poisoned")?.stats).map_err(|e| e.to_string()),
                     "routes" => Ok(json!({"count": sh.fib.lock().map_err(|_| "poisoned")?.len()})),
                     "route-add" | "route-del" => route_command(&sh.fib, cmd, req),
-                    other => Err(format!("unknown command {other:?}; try fib, elements, router, counters, routes, route-add, route-del")),
+                    "drain" | "undrain" => c.lock().map_err(|_| "poisoned")?.drain_command(cmd, req, now),
+                    other => Err(format!("unknown command {other:?}; try fib, elements, router, counters, routes, route-add, route-del, drain, undrain")),
                 }
             });
             Some(crate::ctlsock::serve(path, handler).map_err(|e| e.to_string())?)

@@ -224,6 +224,9 @@ pub struct Forwarder {
     readers: RouteReaders,
     /// The FIB and group snapshots of the current batch.
     snap: Option<Snapshot>,
+    /// The next-hop groups (their address) whose gateways [`Forwarder::resolve_gateways`]
+    /// last asked for.
+    gateways_resolved: usize,
     pub neighbours: Neighbours,
     pub counters: Arc<Counters>,
     cfg: ForwarderConfig,
@@ -290,6 +293,7 @@ impl Forwarder {
             routes: Some(table),
             readers,
             snap: None,
+            gateways_resolved: 0,
             neighbours: Neighbours::new(cfg.neighbour),
             counters,
             cfg,
@@ -356,6 +360,7 @@ impl Forwarder {
             routes: None,
             readers: self.readers.clone(),
             snap: None,
+            gateways_resolved: 0,
             neighbours: Neighbours::new(self.cfg.neighbour),
             counters,
             cfg: self.cfg,
@@ -859,9 +864,54 @@ impl Forwarder {
         }
     }
 
+    /// Starts resolving every gateway of the table's next hops that the neighbour table
+    /// does not know yet, once per table published: a gateway is then resolved before
+    /// traffic needs it, and a burst to it (the flows an LB moves to a back-end that was
+    /// drained, a table's first use after a restart) waits for no ARP round trip with only
+    /// `queue_len` packets held. Bounded per call; the rest at the next.
+    fn resolve_gateways(&mut self, now: Instant, tx: &mut TxQueues) {
+        let held = self.snap.is_some();
+        self.resolve_gateways_of_snapshot(now, tx);
+        if !held {
+            // As a batch's end does: the route writer may reuse what it published.
+            self.snap = None;
+        }
+    }
+
+    fn resolve_gateways_of_snapshot(&mut self, now: Instant, tx: &mut TxQueues) {
+        self.load_snapshot();
+        let Some((_, groups)) = &self.snap else {
+            return;
+        };
+        let id = Arc::as_ptr(groups) as usize;
+        if id == self.gateways_resolved {
+            return;
+        }
+        let mut want: Vec<(u16, Ipv4Addr)> = groups
+            .iter()
+            .flat_map(|g| g.iter())
+            .filter_map(|h| h.via.map(|gw| (h.port, gw)))
+            .collect();
+        want.sort_unstable();
+        want.dedup();
+        const MOST: usize = 256;
+        let mut sent = 0;
+        for (port, gw) in want {
+            if sent == MOST {
+                return; // the rest at the next poll (this table not marked done)
+            }
+            if self.neighbours.resolve(port, gw, now) {
+                self.send_arp_request(port, gw, tx);
+                sent += 1;
+            }
+        }
+        self.gateways_resolved = id;
+    }
+
     /// Timers: ARP retries, probes and failures. Call every few tens of milliseconds.
     pub fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
         self.send_hello(now, tx);
+        self.resolve_gateways(now, tx);
         self.send_writer_frames(tx);
         let (frags, firsts) = self.reasm.expire(now);
         if frags > 0 {

@@ -205,6 +205,28 @@ impl Neighbours {
         }
     }
 
+    /// Starts resolving `ip` on `port` with no packet waiting (a route's gateway, before
+    /// traffic needs it): true if a request should go out now (no entry yet, and room
+    /// for one); retries and failure then run as for any incomplete entry.
+    pub fn resolve(&mut self, port: u16, ip: Ipv4Addr, now: Instant) -> bool {
+        let key = (port, u32::from(ip));
+        if self.map.contains_key(&key) || self.map.len() >= self.cfg.max_entries {
+            return false;
+        }
+        let retry = self.retry();
+        self.map.insert(
+            key,
+            Entry {
+                mac: MacAddr::ZERO,
+                state: State::Incomplete,
+                tries: 1,
+                deadline: now + retry,
+                queue: Vec::new(),
+            },
+        );
+        true
+    }
+
     /// Records `ip` at `mac` on `port`: creates the entry if `create`, else only updates an
     /// existing one (RFC 826's merge rule). Returns packets that were waiting for it.
     pub fn learn(

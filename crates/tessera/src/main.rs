@@ -71,6 +71,28 @@ enum Cmd {
         #[arg(long)]
         control: PathBuf,
     },
+    /// Drain a back-end of a multistage router, on its controller: the LBs give it no more
+    /// frames (their tables leave it out), it forwards whatever still reaches it, and once
+    /// every LB runs the new table and it forwarded nothing between two of its reports it is
+    /// idle: stopping it then loses nothing. Waits for that (exits 1 after --wait seconds
+    /// without it) and prints its state.
+    Drain {
+        /// The back-end: the element name it reports (its `[metrics] element`, or its
+        /// control socket's name), or its MAC.
+        element: String,
+        /// The controller's control socket.
+        #[arg(long)]
+        control: PathBuf,
+        /// Seconds to wait for it to go idle (0: do not wait).
+        #[arg(long, default_value_t = 30.0)]
+        wait: f64,
+    },
+    /// Put a drained back-end back into service: the LBs give it flows again.
+    Undrain {
+        element: String,
+        #[arg(long)]
+        control: PathBuf,
+    },
     /// Parse and validate a configuration as its element would, touching no interface:
     /// exits 0 with what it holds, or 1 with the file, line and key of the first error. A lab
     /// topology is checked with every element configuration it names.
@@ -457,6 +479,35 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Controller(a) => controller(&a),
         Cmd::Switch(a) => switch(&a),
         Cmd::Axon(a) => axon(&a),
+        Cmd::Drain {
+            element,
+            control,
+            wait,
+        } => {
+            let req = serde_json::json!({"cmd": "drain", "element": element});
+            let t = std::time::Instant::now();
+            loop {
+                let v = control::ctlsock::request_with(&control, req.clone())
+                    .map_err(anyhow::Error::msg)?;
+                let idle = v["state"] == "idle";
+                if idle || t.elapsed().as_secs_f64() >= wait {
+                    print(&v)?;
+                    if !idle && wait > 0.0 {
+                        eprintln!("tessera drain: {element} not idle after {wait} s");
+                        return Ok(1);
+                    }
+                    return Ok(0);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        }
+        Cmd::Undrain { element, control } => print(
+            &control::ctlsock::request_with(
+                &control,
+                serde_json::json!({"cmd": "undrain", "element": element}),
+            )
+            .map_err(anyhow::Error::msg)?,
+        ),
         Cmd::Reload { control } => match control::ctlsock::request(&control, "reload") {
             Ok(v) => print(&v),
             Err(e) => {

@@ -170,6 +170,86 @@ fn restart_backend(lab: &TestLab, delay: u64) -> (Duration, Vec<u64>) {
     (took, lost)
 }
 
+/// Under the same UDP load as [`restart_backend`]: drains r1 on the controller (`tessera
+/// drain r1`, which waits until it is idle), stops it, starts it again 2 s later, waits
+/// until it holds the table, and undrains it. Returns the packets each stream lost.
+fn drained_restart(lab: &TestLab) -> Vec<u64> {
+    let mut server = lab.spawn("b1", &["iperf3", "-s", "-1", "-B", "198.18.0.1"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let client = lab.spawn(
+        "a1",
+        &[
+            "iperf3",
+            "-c",
+            "198.18.0.1",
+            "-B",
+            "192.0.2.1",
+            "-u",
+            "-b",
+            "4M",
+            "-l",
+            "500",
+            "-P",
+            "24",
+            "-t",
+            "12",
+            "-J",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    let ctl = lab.control("vcp");
+    let ctl = ctl.to_str().unwrap();
+    let t = Instant::now();
+    let o = lab.tessera(&["drain", "r1", "--control", ctl, "--wait", "8"]);
+    let drained = t.elapsed();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    assert!(
+        o.status.success() && v["state"] == "idle",
+        "drain: {v} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let row = show(lab, "elements", "vcp");
+    let r1 = row
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["mac"] == R1_MAC)
+        .unwrap();
+    assert_eq!(r1["drain"], "idle", "{r1}");
+    assert!(!lb_gives_r1_flows(lab, "lba") && !lb_gives_r1_flows(lab, "lbb"));
+    lab.element("stop", "r1");
+    std::thread::sleep(Duration::from_secs(2));
+    lab.element("start", "r1");
+    wait_until("r1 holding the table again", Duration::from_secs(5), || {
+        try_show(lab, "fib", "r1").is_some_and(|o| holds(&o, &show(lab, "fib", "vcp")))
+    });
+    let o = lab.tessera(&["undrain", "r1", "--control", ctl]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_until(
+        "the LBs giving r1 flows again",
+        Duration::from_secs(5),
+        || lb_gives_r1_flows(lab, "lba") && lb_gives_r1_flows(lab, "lbb"),
+    );
+    let out = client.wait_with_output().unwrap();
+    let _ = server.wait();
+    let j: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("iperf3: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let lost: Vec<u64> = j["end"]["streams"]
+        .as_array()
+        .expect("iperf3 streams")
+        .iter()
+        .map(|s| s["udp"]["lost_packets"].as_u64().unwrap_or(0))
+        .collect();
+    let k = lab.counters("r1");
+    eprintln!(
+        "r1 drained in {drained:?}, stopped, started, undrained: lost per stream {lost:?}; r1 since its start: forwarded {}, ARP queue full {}, no route {}",
+        forwarded4(&k),
+        drop_count(&k, "arp_queue_full"),
+        drop_count(&k, "ip4_no_route")
+    );
+    lost
+}
+
 /// Restarts `node` (an LB or the standby controller) after each delay; `holds` says, from
 /// the controller's and the node's own answers, whether it holds the controller's table
 /// and whether the controller claims it does. Returns the times from each start to the
@@ -282,6 +362,14 @@ fn restarted_elements_hold_their_tables_within_two_seconds_and_get_no_flows_befo
         assert_eq!(now_seen - seen, u64::from(delay < 10), "{p}");
         assert!(consistent(&ctl, 6), "{ctl}");
     }
+
+    // r1 again, drained first (`tessera drain`): the LBs give it nothing more, it goes
+    // idle, and its stop and start under the same load lose nothing.
+    let lost = drained_restart(&lab);
+    assert!(
+        lost.iter().all(|&l| l == 0),
+        "lost per stream across a drained restart: {lost:?}"
+    );
 
     // LB lba and standby controller vcp2, each 1, 5, 8 and 15 s down (at the same time:
     // they are independent).

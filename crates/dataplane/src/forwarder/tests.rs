@@ -1899,3 +1899,39 @@ mod ipv6_path {
             .is_err());
     }
 }
+
+/// A route's gateway is resolved before traffic needs it: the first poll after a table is
+/// published asks for each gateway the neighbour table lacks, once (retries as for any
+/// request); answered, the first packet to it leaves at once, queued behind nothing.
+#[test]
+fn gateways_are_resolved_before_traffic_needs_them() {
+    let (mut f, now) = router();
+    f.add_route(Prefix::parse_strict("10.4.0.0/16").unwrap(), ip("10.2.0.3"))
+        .unwrap();
+    let mut tx = TxQueues::new(2);
+    f.poll(now, &mut tx);
+    let sent = tx.drain_all();
+    assert_eq!(sent.len(), 1, "one request, for the one gateway not known");
+    let (port, fr) = &sent[0];
+    assert_eq!(*port, 1);
+    assert_eq!(&fr.data[12..14], &[0x08, 0x06]);
+    assert_eq!(&fr.data[ETH + 24..ETH + 28], &[10, 2, 0, 3]);
+    f.poll(now + Duration::from_millis(50), &mut tx);
+    assert!(
+        tx.drain_all().is_empty(),
+        "asked again before its retry time"
+    );
+    let out = run(&mut f, now, 1, arp_reply_to_r1(H2, ip("10.2.0.3")));
+    assert!(out.is_empty());
+    let out = run(
+        &mut f,
+        now,
+        0,
+        udp_frame(Udp {
+            dst: "10.4.0.9",
+            ..Default::default()
+        }),
+    );
+    assert_eq!(out.len(), 1, "not forwarded at once: {out:?}");
+    assert_eq!(f.counters.events(Event::ArpQueued), 0);
+}
