@@ -25,5 +25,6 @@
 pub mod cmd;
 mod placement;
 pub mod topology;
+pub mod upgrade;
 
 pub use topology::{Lab, Topology};

@@ -439,6 +439,16 @@ impl Lab {
         self.dir.join(&e.config)
     }
 
+    /// The elements that run a process: name, role (as this lab runs it), config file.
+    pub fn processes(&self) -> Vec<(String, String, PathBuf)> {
+        self.topo
+            .element
+            .iter()
+            .map(|e| (e.name.clone(), self.role(e), self.config_path(e)))
+            .filter(|(_, r, _)| runs_process(r))
+            .collect()
+    }
+
     fn mac(&self, node: &str, ifname: &str) -> String {
         let h = fnv(&format!("{}/{node}/{ifname}", self.name)).to_be_bytes();
         format!(

@@ -435,4 +435,99 @@ fn restarted_elements_hold_their_tables_within_two_seconds_and_get_no_flows_befo
     );
     let c = show(&lab, "counters", "vcp");
     assert_eq!(c["lb_restarts_seen"], DELAYS.len(), "{c}");
+
+    // A rolling upgrade (`tessera lab upgrade`, in parts) under the same load, once a1's
+    // BGP route through the router is back: the back-ends (each drained, restarted,
+    // undrained) lose nothing; each LB's restart at most three of its 100 ms hello
+    // intervals; the controllers' (the standby's, then the active one's, whose routing
+    // suite the standby's takes over from) are measured and reported.
+    wait_until("a1's BGP route back", Duration::from_secs(60), || {
+        lab.sh(
+            "a1",
+            &[
+                "ping",
+                "-c",
+                "1",
+                "-W",
+                "1",
+                "-I",
+                "192.0.2.1",
+                "198.18.0.1",
+            ],
+        )
+        .contains("1 received")
+    });
+    let upgrade = |only: &str| {
+        let o = lab.tessera(&[
+            "lab",
+            "upgrade",
+            lab.file.to_str().unwrap(),
+            "--name",
+            &lab.name,
+            "--only",
+            only,
+        ]);
+        assert!(
+            o.status.success(),
+            "lab upgrade --only {only}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice::<Value>(&o.stdout).unwrap()
+    };
+    let mut steps = Value::Null;
+    let lost = under_load(&lab, 25, || steps = upgrade("back-end"));
+    eprintln!("lab upgrade, back-ends: {steps}; lost per stream {lost:?}");
+    assert_eq!(steps["steps"].as_array().unwrap().len(), 3, "{steps}");
+    assert!(
+        lost.iter().all(|&l| l == 0),
+        "back-ends upgraded: lost per stream {lost:?}"
+    );
+    let lost = under_load(&lab, 8, || steps = upgrade("balancer"));
+    eprintln!("lab upgrade, LBs: {steps}; lost per stream {lost:?}");
+    assert!(
+        lost.iter().all(|&l| l <= 2 * 300),
+        "LBs upgraded: lost per stream {lost:?}"
+    );
+    let lost = under_load(&lab, 20, || steps = upgrade("controller"));
+    eprintln!("lab upgrade, controllers: {steps}; lost per stream {lost:?}");
+}
+
+/// Runs `f` under 24 UDP streams of 1,000 packets a second from a1's 192.0.2.1 to b1's
+/// 198.18.0.1 for `secs` seconds (started 1 s before `f`); the packets each stream lost.
+fn under_load(lab: &TestLab, secs: u64, f: impl FnOnce()) -> Vec<u64> {
+    let mut server = lab.spawn("b1", &["iperf3", "-s", "-1", "-B", "198.18.0.1"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let t = secs.to_string();
+    let client = lab.spawn(
+        "a1",
+        &[
+            "iperf3",
+            "-c",
+            "198.18.0.1",
+            "-B",
+            "192.0.2.1",
+            "-u",
+            "-b",
+            "4M",
+            "-l",
+            "500",
+            "-P",
+            "24",
+            "-t",
+            &t,
+            "-J",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    f();
+    let out = client.wait_with_output().unwrap();
+    let _ = server.wait();
+    let j: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("iperf3: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    j["end"]["streams"]
+        .as_array()
+        .expect("iperf3 streams")
+        .iter()
+        .map(|s| s["udp"]["lost_packets"].as_u64().unwrap_or(0))
+        .collect()
 }

@@ -96,6 +96,19 @@ pub(crate) enum LabCmd {
         lab: LabArgs,
         node: String,
     },
+    /// Restart every element of a running lab in turn, with this binary (run a new
+    /// binary's `lab upgrade` to upgrade the lab to it), in the order that loses the
+    /// least: each back-end drained on the active controller, restarted and undrained; each
+    /// standalone forwarder (its fast path handed over); the controllers, standbys first;
+    /// each LB; switches and Axons. Prints each step as a JSON line, then all of them.
+    Upgrade {
+        #[command(flatten)]
+        lab: LabArgs,
+        /// Only these kinds of element (comma-separated: back-end, forwarder, controller,
+        /// balancer, switch, axon); default all, in that order.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+    },
 }
 
 pub(crate) fn load_lab(a: &LabArgs) -> Result<lab::Lab> {
@@ -270,6 +283,12 @@ pub(crate) fn lab_cmd(cmd: LabCmd) -> Result<i32> {
         LabCmd::Start { lab, node } => {
             load_lab(&lab)?.start(&node).map_err(anyhow::Error::msg)?;
             Ok(0)
+        }
+        LabCmd::Upgrade { lab, only } => {
+            let l = load_lab(&lab)?;
+            let v = lab::upgrade::upgrade(&l, &only, &mut |s| eprintln!("lab upgrade: {s}"))
+                .map_err(anyhow::Error::msg)?;
+            print(&v)
         }
     }
 }
