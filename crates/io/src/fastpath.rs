@@ -1860,11 +1860,8 @@ fn offload_check_for(a: &mut Asm, family: Family, next: &str, other: &str) {
 mod tests {
     use super::*;
 
-    /// The program of each hook passes the verifier, and a frame the fast path cannot take
-    /// (an ARP request) goes to user space; in tcx, marked, and dropped when it comes back
-    /// with its mark. Needs root (BPF).
-    #[test]
-    fn program_loads_and_leaves_arp_to_user_space() {
+    /// A fast path of one port on `lo` (MAC 02:00:00:00:00:01), and its program's facts.
+    fn one_port(slow_path_limit: u32) -> (FastPath, ProgramFacts) {
         let fp = FastPath::new(&[FastPort {
             ifname: "lo".into(),
             mac: [2, 0, 0, 0, 0, 1],
@@ -1879,8 +1876,17 @@ mod tests {
             tagged: false,
             ipv6: true,
             special6: vec!["2001:db8::1".parse().unwrap()],
-            slow_path_limit: 0,
+            slow_path_limit,
         };
+        (fp, facts)
+    }
+
+    /// The program of each hook passes the verifier, and a frame the fast path cannot take
+    /// (an ARP request) goes to user space; in tcx, marked, and dropped when it comes back
+    /// with its mark. Needs root (BPF).
+    #[test]
+    fn program_loads_and_leaves_arp_to_user_space() {
+        let (fp, facts) = one_port(0);
         let mut arp = vec![0xffu8; 6];
         arp.extend([2, 0, 0, 0, 0, 2, 0x08, 0x06]);
         arp.resize(60, 0);
@@ -1919,22 +1925,7 @@ mod tests {
         arp.resize(60, 0);
         let cases = [(At::Xdp, &ttl1), (At::Tc, &ttl1), (At::Xdp, &hop1)];
         for (at, frame) in cases {
-            let fp = FastPath::new(&[FastPort {
-                ifname: "lo".into(),
-                mac: [2, 0, 0, 0, 0, 1],
-                mtu: 1500,
-            }])
-            .unwrap();
-            let facts = ProgramFacts {
-                port: 0,
-                mac: [2, 0, 0, 0, 0, 1],
-                special: vec![Ipv4Addr::new(10, 0, 0, 1)],
-                vlans: Vec::new(),
-                tagged: false,
-                ipv6: true,
-                special6: Vec::new(),
-                slow_path_limit: 1,
-            };
+            let (fp, facts) = one_port(1);
             let d = fp.detached(&facts, at).unwrap();
             let (mut passed, mut shed) = (0, 0);
             for _ in 0..10 {

@@ -30,6 +30,35 @@ fn single_copy(
     dir
 }
 
+/// The argv of `tessera gen --xdp` from `src` (on `src`'s network) to `dst` through the
+/// router's port whose MAC is `rmac`, at `rate` for `secs` seconds, with a JSON summary.
+fn xdp_gen<'a>(
+    rmac: &'a str,
+    src: &'a str,
+    dst: &'a str,
+    rate: &'a str,
+    secs: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        common::exe(),
+        "gen",
+        "--xdp",
+        "--iface",
+        "eth0",
+        "--dst-mac",
+        rmac,
+        "--src",
+        src,
+        "--dst",
+        dst,
+        "--rate",
+        rate,
+        "--duration",
+        secs,
+        "--json",
+    ]
+}
+
 fn out(o: &std::process::Output) -> String {
     format!(
         "{}{}",
@@ -643,24 +672,7 @@ fn forwards_after_overload() {
     let rmac = lab.mac("r", "r-eth0");
     let g = lab.exec(
         "src1",
-        &[
-            common::exe(),
-            "gen",
-            "--xdp",
-            "--iface",
-            "eth0",
-            "--dst-mac",
-            &rmac,
-            "--src",
-            "10.1.0.10",
-            "--dst",
-            "10.3.0.10",
-            "--rate",
-            "max",
-            "--duration",
-            "2",
-            "--json",
-        ],
+        &xdp_gen(&rmac, "10.1.0.10", "10.3.0.10", "max", "2"),
     );
     assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
     let sent = serde_json::from_slice::<serde_json::Value>(&g.stdout).unwrap()["sent"]
@@ -1418,24 +1430,7 @@ fn a_flood_to_the_router_is_shed_in_the_fast_path_and_counted() {
     let rmac = lab.mac("r", "r-eth0");
     let g = lab.exec(
         "src1",
-        &[
-            common::exe(),
-            "gen",
-            "--xdp",
-            "--iface",
-            "eth0",
-            "--dst-mac",
-            &rmac,
-            "--src",
-            "10.1.0.10",
-            "--dst",
-            "10.1.0.1",
-            "--rate",
-            "100kpps",
-            "--duration",
-            "1",
-            "--json",
-        ],
+        &xdp_gen(&rmac, "10.1.0.10", "10.1.0.1", "100kpps", "1"),
     );
     assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
     let sent = serde_json::from_slice::<serde_json::Value>(&g.stdout).unwrap()["sent"]
@@ -1514,24 +1509,7 @@ fn a_restart_under_load_loses_nothing_the_fast_path_forwards() {
     std::thread::sleep(Duration::from_millis(700));
     let gen = lab.spawn(
         "src1",
-        &[
-            common::exe(),
-            "gen",
-            "--xdp",
-            "--iface",
-            "eth0",
-            "--dst-mac",
-            &rmac,
-            "--src",
-            "10.1.0.10",
-            "--dst",
-            "10.3.0.10",
-            "--rate",
-            "50kpps",
-            "--duration",
-            "5",
-            "--json",
-        ],
+        &xdp_gen(&rmac, "10.1.0.10", "10.3.0.10", "50kpps", "5"),
     );
     std::thread::sleep(Duration::from_millis(1000));
     let t = Instant::now();

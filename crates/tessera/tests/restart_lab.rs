@@ -86,69 +86,46 @@ fn lb_gives_r1_flows(lab: &TestLab, lb: &str) -> bool {
 /// its table). Returns the time from r1's start to its holding the controller's table,
 /// and the packets each stream lost.
 fn restart_backend(lab: &TestLab, delay: u64) -> (Duration, Vec<u64>) {
-    let secs = delay + 5;
-    let mut server = lab.spawn("b1", &["iperf3", "-s", "-1", "-B", "198.18.0.1"]);
-    std::thread::sleep(Duration::from_millis(500));
-    let t = secs.to_string();
-    let client = lab.spawn(
-        "a1",
-        &[
-            "iperf3",
-            "-c",
-            "198.18.0.1",
-            "-B",
-            "192.0.2.1",
-            "-u",
-            "-b",
-            "4M",
-            "-l",
-            "500",
-            "-P",
-            "24",
-            "-t",
-            &t,
-            "-J",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(1000));
-    lab.element("stop", "r1");
-    std::thread::sleep(Duration::from_secs(delay));
-    lab.element("start", "r1");
-    let started = Instant::now();
-    let mut synced = None;
-    let mut samples = 0;
-    while started.elapsed() < Duration::from_secs(3) {
-        // Read in this order: the LBs and the controller first, r1 last. r1 only goes
-        // from not holding the table to holding it, so if it does not hold it at the
-        // last read, it did not at the first either.
-        let (lba, lbb) = (lb_gives_r1_flows(lab, "lba"), lb_gives_r1_flows(lab, "lbb"));
-        let ctl = show(lab, "fib", "vcp");
-        let said = peer(&ctl, R1_MAC).is_some_and(|p| p["consistent"] == true);
-        let own = try_show(lab, "fib", "r1");
-        let ctl_now = show(lab, "fib", "vcp");
-        let held = own
-            .as_ref()
-            .is_some_and(|o| holds(o, &ctl_now) && holds(o, &ctl));
-        samples += 1;
-        if !held {
-            assert!(
-                !lba && !lbb,
-                "an LB gives r1 flows {:?} after its start, before it holds the table: {own:?}",
-                started.elapsed()
-            );
-            assert!(
-                !said || !own.as_ref().is_some_and(|o| o["digest"] != ctl["digest"]),
-                "the controller calls r1 consistent while its digest differs: {ctl} / {own:?}"
-            );
-        } else if synced.is_none() {
-            synced = Some(started.elapsed());
+    let mut took = None;
+    let lost = under_load(lab, delay + 5, || {
+        lab.element("stop", "r1");
+        std::thread::sleep(Duration::from_secs(delay));
+        lab.element("start", "r1");
+        let started = Instant::now();
+        let mut synced = None;
+        let mut samples = 0;
+        while started.elapsed() < Duration::from_secs(3) {
+            // Read in this order: the LBs and the controller first, r1 last. r1 only goes
+            // from not holding the table to holding it, so if it does not hold it at the
+            // last read, it did not at the first either.
+            let (lba, lbb) = (lb_gives_r1_flows(lab, "lba"), lb_gives_r1_flows(lab, "lbb"));
+            let ctl = show(lab, "fib", "vcp");
+            let said = peer(&ctl, R1_MAC).is_some_and(|p| p["consistent"] == true);
+            let own = try_show(lab, "fib", "r1");
+            let ctl_now = show(lab, "fib", "vcp");
+            let held = own
+                .as_ref()
+                .is_some_and(|o| holds(o, &ctl_now) && holds(o, &ctl));
+            samples += 1;
+            if !held {
+                assert!(
+                    !lba && !lbb,
+                    "an LB gives r1 flows {:?} after its start, before it holds the table: {own:?}",
+                    started.elapsed()
+                );
+                assert!(
+                    !said || !own.as_ref().is_some_and(|o| o["digest"] != ctl["digest"]),
+                    "the controller calls r1 consistent while its digest differs: {ctl} / {own:?}"
+                );
+            } else if synced.is_none() {
+                synced = Some(started.elapsed());
+            }
+            if synced.is_some_and(|s| started.elapsed() > s + Duration::from_millis(500)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
-        if synced.is_some_and(|s| started.elapsed() > s + Duration::from_millis(500)) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let took = synced.unwrap_or_else(|| {
+        took = Some(synced.unwrap_or_else(|| {
         panic!(
             "r1 restarted after {delay} s: not holding the controller's table {:?} after its start ({samples} samples): {:?} / {}\n{}",
             started.elapsed(),
@@ -156,90 +133,51 @@ fn restart_backend(lab: &TestLab, delay: u64) -> (Duration, Vec<u64>) {
             show(lab, "fib", "vcp"),
             lab.logs("r1")
         )
+    }));
     });
-    let out = client.wait_with_output().unwrap();
-    let _ = server.wait();
-    let j: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("iperf3: {e}: {}", String::from_utf8_lossy(&out.stderr)));
-    let lost = j["end"]["streams"]
-        .as_array()
-        .expect("iperf3 streams")
-        .iter()
-        .map(|s| s["udp"]["lost_packets"].as_u64().unwrap_or(0))
-        .collect();
-    (took, lost)
+    (took.unwrap(), lost)
 }
 
 /// Under the same UDP load as [`restart_backend`]: drains r1 on the controller (`tessera
 /// drain r1`, which waits until it is idle), stops it, starts it again 2 s later, waits
 /// until it holds the table, and undrains it. Returns the packets each stream lost.
 fn drained_restart(lab: &TestLab) -> Vec<u64> {
-    let mut server = lab.spawn("b1", &["iperf3", "-s", "-1", "-B", "198.18.0.1"]);
-    std::thread::sleep(Duration::from_millis(500));
-    let client = lab.spawn(
-        "a1",
-        &[
-            "iperf3",
-            "-c",
-            "198.18.0.1",
-            "-B",
-            "192.0.2.1",
-            "-u",
-            "-b",
-            "4M",
-            "-l",
-            "500",
-            "-P",
-            "24",
-            "-t",
-            "12",
-            "-J",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(1000));
-    let ctl = lab.control("vcp");
-    let ctl = ctl.to_str().unwrap();
-    let t = Instant::now();
-    let o = lab.tessera(&["drain", "r1", "--control", ctl, "--wait", "8"]);
-    let drained = t.elapsed();
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-    assert!(
-        o.status.success() && v["state"] == "idle",
-        "drain: {v} {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let row = show(lab, "elements", "vcp");
-    let r1 = row
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["mac"] == R1_MAC)
-        .unwrap();
-    assert_eq!(r1["drain"], "idle", "{r1}");
-    assert!(!lb_gives_r1_flows(lab, "lba") && !lb_gives_r1_flows(lab, "lbb"));
-    lab.element("stop", "r1");
-    std::thread::sleep(Duration::from_secs(2));
-    lab.element("start", "r1");
-    wait_until("r1 holding the table again", Duration::from_secs(5), || {
-        try_show(lab, "fib", "r1").is_some_and(|o| holds(&o, &show(lab, "fib", "vcp")))
+    let mut drained = Duration::ZERO;
+    let lost = under_load(lab, 12, || {
+        let ctl = lab.control("vcp");
+        let ctl = ctl.to_str().unwrap();
+        let t = Instant::now();
+        let o = lab.tessera(&["drain", "r1", "--control", ctl, "--wait", "8"]);
+        drained = t.elapsed();
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+        assert!(
+            o.status.success() && v["state"] == "idle",
+            "drain: {v} {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let row = show(lab, "elements", "vcp");
+        let r1 = row
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["mac"] == R1_MAC)
+            .unwrap();
+        assert_eq!(r1["drain"], "idle", "{r1}");
+        assert!(!lb_gives_r1_flows(lab, "lba") && !lb_gives_r1_flows(lab, "lbb"));
+        lab.element("stop", "r1");
+        std::thread::sleep(Duration::from_secs(2));
+        lab.element("start", "r1");
+        wait_until("r1 holding the table again", Duration::from_secs(5), || {
+            try_show(lab, "fib", "r1").is_some_and(|o| holds(&o, &show(lab, "fib", "vcp")))
+        });
+        let o = lab.tessera(&["undrain", "r1", "--control", ctl]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        wait_until(
+            "the LBs giving r1 flows again",
+            Duration::from_secs(5),
+            || lb_gives_r1_flows(lab, "lba") && lb_gives_r1_flows(lab, "lbb"),
+        );
     });
-    let o = lab.tessera(&["undrain", "r1", "--control", ctl]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    wait_until(
-        "the LBs giving r1 flows again",
-        Duration::from_secs(5),
-        || lb_gives_r1_flows(lab, "lba") && lb_gives_r1_flows(lab, "lbb"),
-    );
-    let out = client.wait_with_output().unwrap();
-    let _ = server.wait();
-    let j: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("iperf3: {e}: {}", String::from_utf8_lossy(&out.stderr)));
-    let lost: Vec<u64> = j["end"]["streams"]
-        .as_array()
-        .expect("iperf3 streams")
-        .iter()
-        .map(|s| s["udp"]["lost_packets"].as_u64().unwrap_or(0))
-        .collect();
     let k = lab.counters("r1");
     eprintln!(
         "r1 drained in {drained:?}, stopped, started, undrained: lost per stream {lost:?}; r1 since its start: forwarded {}, ARP queue full {}, no route {}",
@@ -475,20 +413,20 @@ fn restarted_elements_hold_their_tables_within_two_seconds_and_get_no_flows_befo
         serde_json::from_slice::<Value>(&o.stdout).unwrap()
     };
     let mut steps = Value::Null;
-    let lost = under_load(&lab, 25, || steps = upgrade("back-end"));
+    let lost = under_load(&lab, 16, || steps = upgrade("back-end"));
     eprintln!("lab upgrade, back-ends: {steps}; lost per stream {lost:?}");
     assert_eq!(steps["steps"].as_array().unwrap().len(), 3, "{steps}");
     assert!(
         lost.iter().all(|&l| l == 0),
         "back-ends upgraded: lost per stream {lost:?}"
     );
-    let lost = under_load(&lab, 8, || steps = upgrade("balancer"));
+    let lost = under_load(&lab, 6, || steps = upgrade("balancer"));
     eprintln!("lab upgrade, LBs: {steps}; lost per stream {lost:?}");
     assert!(
         lost.iter().all(|&l| l <= 2 * 300),
         "LBs upgraded: lost per stream {lost:?}"
     );
-    let lost = under_load(&lab, 20, || steps = upgrade("controller"));
+    let lost = under_load(&lab, 8, || steps = upgrade("controller"));
     eprintln!("lab upgrade, controllers: {steps}; lost per stream {lost:?}");
 }
 
