@@ -456,6 +456,23 @@ fn answer(b: &mut Balancer, cmd: &str, _req: &Value) -> Value {
                 .collect(),
         ),
         "rules" => serde_json::to_value(&b.cfg.rules).unwrap_or(Value::Null),
+        // A reload's back-ends: [[mac, port, weight], ...], the table replaced by them.
+        "set-backends" => {
+            let entries: Vec<(MacAddr, u16, u16)> = _req["entries"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|e| {
+                    Some((
+                        e[0].as_str()?.parse().ok()?,
+                        e[1].as_u64()? as u16,
+                        e[2].as_u64()? as u16,
+                    ))
+                })
+                .collect();
+            b.set_backends(&entries, true, Instant::now());
+            table_json(b, Instant::now())
+        }
         _ => Value::Null,
     }
 }
@@ -490,7 +507,12 @@ pub struct RunWith {
     /// Per port name, why its program does not carry the fast path (every port, when the
     /// element runs none).
     pub fast_off: std::collections::HashMap<String, String>,
+    /// The config file, for `reload` and SIGHUP (None: nothing to reload).
+    pub config: Option<std::path::PathBuf>,
 }
+
+/// What a reload of an LB may change in place: its back-ends and their weights.
+pub const RELOADABLE: [&str; 1] = ["backend"];
 
 /// Runs the LB until `stop` is set: one worker per element of `ports` (the ports it owns:
 /// one share of every interface's queues), the first on this thread, holding the LB's
@@ -510,7 +532,12 @@ pub fn run<P: Port + Send>(
         external,
         mut fast,
         fast_off,
+        config,
     } = how;
+    // The config file as this LB started from it, for `reload` to compare with.
+    let started_text = config
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok());
     let metrics = &metrics;
     if ports.is_empty() {
         return Err("no worker".into());
@@ -544,12 +571,41 @@ pub fn run<P: Port + Send>(
     let view = crate::metrics::element_source(all_counters.clone(), name, "balancer", external);
     let _metrics = crate::metrics::serve_if(metrics, &view)?;
     let (qtx, qrx) = mpsc::channel::<Query>();
-    let _server = match control {
-        Some(path) => {
+    let _server = {
+        {
             let asker: Asker = Mutex::new(qtx);
             let c = counters.clone();
             let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
                 match cmd {
+                // Re-reads the config file: the back-ends and their weights change in
+                // place (the table rebuilt, the fast path's state published again); any
+                // other change is refused with its key; a file that does not load changes
+                // nothing and says why (file, line, key).
+                "reload" => {
+                    let Some(path) = config.as_ref() else {
+                        return Err("no configuration to reload from".into());
+                    };
+                    let text = std::fs::read_to_string(path)
+                        .map_err(|e| format!("{}: {e}", path.display()))?;
+                    let f = BalancerFile::load(path).map_err(|e| format!("{e}; nothing changed"))?;
+                    if let Some(key) = started_text
+                        .as_deref()
+                        .and_then(|old| crate::run::changed_key_outside(old, &text, &RELOADABLE))
+                    {
+                        return Err(format!(
+                            "{}: key `{key}` changed, which needs a restart (a reload changes the back-ends and their weights, [[backend]]); nothing changed",
+                            path.display()
+                        ));
+                    }
+                    let entries: Vec<Value> = f
+                        .backends
+                        .iter()
+                        .map(|(m, p, w)| json!([m.to_string(), p, w]))
+                        .collect();
+                    let v = ask_worker(&asker, "set-backends", &json!({ "entries": entries }))?;
+                    tracing::info!(file = %path.display(), backends = entries.len(), "config reloaded");
+                    Ok(json!({"reloaded": true, "balance": v}))
+                }
                 "counters" => {
                     let mut v = crate::run::workers_counters(&all_counters)?;
                     if let Some((fp, names, _)) = &fast_view {
@@ -579,13 +635,17 @@ pub fn run<P: Port + Send>(
                     ask_worker(&asker, cmd, req)
                 }
                 other => Err(format!(
-                    "unknown command {other:?}; try counters, describe, router, interfaces, balance, rules"
+                    "unknown command {other:?}; try counters, describe, router, interfaces, balance, rules, reload"
                 )),
             }
             });
-            Some(ctlsock::serve(path, handler).map_err(|e| e.to_string())?)
+            // SIGHUP reloads, as `tessera reload` does.
+            crate::run::reload_on_sighup(handler.clone(), stop.clone())?;
+            match control {
+                Some(path) => Some(ctlsock::serve(path, handler).map_err(|e| e.to_string())?),
+                None => None,
+            }
         }
-        None => None,
     };
     let mine = ports.remove(0);
     let busy = io.busy_poll;

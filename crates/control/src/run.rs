@@ -496,7 +496,17 @@ const RELOADABLE: [&str; 3] = ["route", "routes_file", "routes_file_via"];
 /// The first key, outside [`RELOADABLE`], whose value differs between two versions of a
 /// config file (as TOML; dotted, with array indices: `interface[1].address`), if any.
 pub fn changed_key(old: &str, new: &str) -> Option<String> {
-    fn walk(path: &str, a: Option<&toml::Value>, b: Option<&toml::Value>) -> Option<String> {
+    changed_key_outside(old, new, &RELOADABLE)
+}
+
+/// As [`changed_key`], with `reloadable` the top-level keys a reload may change.
+pub fn changed_key_outside(old: &str, new: &str, reloadable: &[&str]) -> Option<String> {
+    fn walk(
+        path: &str,
+        a: Option<&toml::Value>,
+        b: Option<&toml::Value>,
+        reloadable: &[&str],
+    ) -> Option<String> {
         use toml::Value;
         match (a, b) {
             (Some(Value::Table(x)), Some(Value::Table(y))) => {
@@ -504,7 +514,7 @@ pub fn changed_key(old: &str, new: &str) -> Option<String> {
                 keys.sort();
                 keys.dedup();
                 keys.into_iter().find_map(|k| {
-                    if path.is_empty() && RELOADABLE.contains(&k.as_str()) {
+                    if path.is_empty() && reloadable.contains(&k.as_str()) {
                         return None;
                     }
                     let p = if path.is_empty() {
@@ -512,17 +522,17 @@ pub fn changed_key(old: &str, new: &str) -> Option<String> {
                     } else {
                         format!("{path}.{k}")
                     };
-                    walk(&p, x.get(k), y.get(k))
+                    walk(&p, x.get(k), y.get(k), reloadable)
                 })
             }
             (Some(Value::Array(x)), Some(Value::Array(y))) => (0..x.len().max(y.len()))
-                .find_map(|i| walk(&format!("{path}[{i}]"), x.get(i), y.get(i))),
+                .find_map(|i| walk(&format!("{path}[{i}]"), x.get(i), y.get(i), reloadable)),
             (a, b) if a == b => None,
             _ => Some(path.to_string()),
         }
     }
     let parse = |s: &str| s.parse::<toml::Table>().ok().map(toml::Value::Table);
-    walk("", parse(old).as_ref(), parse(new).as_ref())
+    walk("", parse(old).as_ref(), parse(new).as_ref(), reloadable)
 }
 
 /// Runs the forwarder until `stop` is set: one worker per element of `ports` (the ports

@@ -64,9 +64,10 @@ enum Cmd {
     /// Run an Axon, a source-routed Ethernet switch that hosts take for a learning switch,
     /// in the foreground (docs/axon.md).
     Axon(ElementArgs),
-    /// Have a running forwarder re-read its config file (as SIGHUP does): its routes change
-    /// in place; a change of any other key is refused with the key, and a file that does
-    /// not load changes nothing (the error names the line and key). Exits 1 then.
+    /// Have a running forwarder or LB re-read its config file (as SIGHUP does): a
+    /// forwarder's routes, an LB's back-ends and weights change in place; a change of any
+    /// other key is refused with the key, and a file that does not load changes nothing
+    /// (the error names the line and key). Exits 1 then.
     Reload {
         #[arg(long)]
         control: PathBuf,

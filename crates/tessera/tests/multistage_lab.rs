@@ -865,3 +865,94 @@ fn elements_with_the_fast_path() {
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `tessera reload` and SIGHUP on an LB: a changed `[[backend]]` weight is applied in
+/// place under traffic, without a lost packet (the table rebuilt, the fast path's state
+/// published again); a file that does not load changes nothing and says the line and key;
+/// a changed key a reload cannot apply is refused by name; the LB runs on throughout.
+#[test]
+fn an_lb_reloads_its_backends_without_losing_a_packet() {
+    let dir = lab_copy("lb-reload", |_| None);
+    std::fs::write(
+        dir.join("lab.toml"),
+        std::fs::read_to_string(repo_path(LAB)).unwrap(),
+    )
+    .unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    lab.sh(
+        "a1",
+        &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.2.0.10"],
+    );
+    let file = dir.join("multistage/lba.toml");
+    let original = std::fs::read_to_string(&file).unwrap();
+    let r2 = "mac = \"02:00:00:00:01:02\"\ninterface = \"lba-int\"";
+    assert!(original.contains(r2));
+    let weights = |lab: &TestLab| -> Vec<u64> {
+        BACKENDS
+            .iter()
+            .map(|m| {
+                ask(lab, "lba", "balance")["entries"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|e| e["mac"] == *m)
+                    .map_or(0, |e| e["weight"].as_u64().unwrap())
+            })
+            .collect()
+    };
+    assert_eq!(weights(&lab), [1, 1, 1]);
+    let ctl = lab.control("lba");
+    let reload = || lab.tessera(&["reload", "--control", ctl.to_str().unwrap()]);
+    let (g, s) = traffic(
+        &lab,
+        &["--flows", "60", "--rate", "20kpps", "--duration", "2"],
+        3.5,
+        || {
+            std::thread::sleep(Duration::from_millis(700));
+            std::fs::write(&file, original.replace(r2, &format!("{r2}\nweight = 3"))).unwrap();
+            let o = reload();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        },
+    );
+    assert_eq!(weights(&lab), [1, 3, 1]);
+    eprintln!(
+        "reload under traffic: sent {}, received {}, lost {}",
+        g["sent"], s["received"], s["lost"]
+    );
+    assert_eq!(s["lost"], 0, "{s}");
+    // A broken file: nothing changes, the line and key are named.
+    std::fs::write(
+        &file,
+        original.replace(r2, &format!("{r2}\nweight = \"x\"")),
+    )
+    .unwrap();
+    let o = reload();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("lba.toml:") && err.contains("weight"),
+        "{err}"
+    );
+    assert_eq!(weights(&lab), [1, 3, 1]);
+    // A key a reload cannot change: refused by name.
+    std::fs::write(
+        &file,
+        original.replace("mode = \"maglev\"", "mode = \"hash\""),
+    )
+    .unwrap();
+    let o = reload();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("balance.mode"), "{err}");
+    // SIGHUP: back to the original weights.
+    std::fs::write(&file, &original).unwrap();
+    let pid = lab.node("lba")["pid"].as_i64().unwrap() as i32;
+    // SAFETY: the lab started this process for this test.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    let t = Instant::now();
+    while weights(&lab) != [1, 1, 1] && t.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(weights(&lab), [1, 1, 1], "{}", lab.logs("lba"));
+    assert!(lab.logs("lba").contains("config reloaded"));
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

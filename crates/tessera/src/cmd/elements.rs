@@ -240,7 +240,6 @@ pub(crate) fn open_port(
 }
 
 pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
-    sighup_reloads_nothing("LB")?;
     let (config, control) = (a.config.as_path(), a.control.as_deref());
     let mut cfg = control::balancer::BalancerFile::load(config)?;
     if let Some(b) = backend_arg(a.io.as_deref())? {
@@ -353,6 +352,7 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
         external,
         fast,
         fast_off,
+        config: Some(config.to_path_buf()),
     };
     let s = control::balancer::run(b, ports, control, stop, how).map_err(anyhow::Error::msg)?;
     tracing::info!(
