@@ -167,6 +167,18 @@ impl FastLink {
     /// for at most `grace` after this element is gone unless a successor takes them over.
     /// The links themselves are pinned as the ports open ([`io::pin::enable`]).
     pub fn hand_over(&self, grace: std::time::Duration, stop: Arc<std::sync::atomic::AtomicBool>) {
+        // Only XDP links are pinned (a tcx program goes with its process): with none, there
+        // is nothing to hand over, and no deadline to check per frame.
+        let pinned = self.names.iter().any(|n| {
+            io::netdev::ifindex(n)
+                .ok()
+                .and_then(|i| io::pin::dir(i as u32, false))
+                .is_some_and(|d| d.join("link-drv").exists() || d.join("link-skb").exists())
+        });
+        if !pinned {
+            tracing::info!("fast path: no XDP link pinned (AF_PACKET ports): not handed over to the next start");
+            return;
+        }
         if let (Some(dir), Ok(fp)) = (self.pin_dir(true), self.fp.lock()) {
             if let Err(e) = fp.pin(&dir) {
                 tracing::warn!(error = %e, "fast path: maps not pinned for a successor");
