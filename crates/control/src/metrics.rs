@@ -27,7 +27,30 @@ pub struct ElementCounters {
     /// received and sent totals count these only, so a frame crossing the inside of a
     /// multistage router is counted once.
     pub external: Vec<String>,
+    /// Gauges of the element's state, by name ([`GAUGES`]), where the view knows them
+    /// (the controller's: its own role and table, each back-end's consistency).
+    pub gauges: Vec<(&'static str, f64)>,
 }
+
+/// The gauges an element may carry, with what they mean.
+pub const GAUGES: [(&str, &str); 4] = [
+    (
+        "tessera_controller_active",
+        "1 for the active controller, 0 for one standing by.",
+    ),
+    (
+        "tessera_fib_routes",
+        "Routes in the element's table: the controller's, that it distributes; a back-end's, as it acknowledged them.",
+    ),
+    (
+        "tessera_fib_version",
+        "Version of that table: the controller's, or the one a back-end acknowledged.",
+    ),
+    (
+        "tessera_fib_consistent",
+        "1 while a back-end holds the active controller's current table (epoch, version, digest), else 0.",
+    ),
+];
 
 /// `[metrics]`: where to serve `/metrics` and under which element name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -309,6 +332,25 @@ pub fn exposition(elements: &[ElementCounters]) -> String {
             );
         }
     }
+    for (name, help) in GAUGES {
+        if !elements
+            .iter()
+            .any(|e| e.gauges.iter().any(|g| g.0 == name))
+        {
+            continue;
+        }
+        family(&mut o, name, "gauge", help);
+        for e in elements {
+            for (_, v) in e.gauges.iter().filter(|g| g.0 == name) {
+                let _ = writeln!(
+                    o,
+                    "{name}{{element=\"{}\",role=\"{}\"}} {v}",
+                    label(&e.name),
+                    label(&e.role)
+                );
+            }
+        }
+    }
     let t = totals(elements);
     for (name, help, v) in [
         (
@@ -371,6 +413,7 @@ pub fn element_source(
                 events: BTreeMap::new(),
             }),
             external: external.clone(),
+            gauges: Vec::new(),
         }]
     })
 }
@@ -517,6 +560,7 @@ mod tests {
                 events: [("ip4_forwarded".to_string(), 3)].into_iter().collect(),
             },
             external: ext.iter().map(|s| s.to_string()).collect(),
+            gauges: Vec::new(),
         }
     }
 

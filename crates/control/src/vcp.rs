@@ -1843,6 +1843,12 @@ impl Controller {
     /// The router view: every element alive that reported its counters, with every drop
     /// and event of its role (zero where it reported none).
     pub fn router_view(&self) -> Vec<crate::metrics::ElementCounters> {
+        self.router_view_with(None)
+    }
+
+    /// [`Controller::router_view`], with the back-ends' table gauges where `fib` (this
+    /// controller's table) is given.
+    pub fn router_view_with(&self, fib: Option<&Fib>) -> Vec<crate::metrics::ElementCounters> {
         use dataplane::counters::{PortSnapshot, Scope, Snapshot};
         let mut out = Vec::new();
         for (mac, e) in &self.elements {
@@ -1894,9 +1900,47 @@ impl Controller {
                     .filter(|p| p.external)
                     .map(|p| p.name.clone())
                     .collect(),
+                gauges: self.backend_gauges(mac, fib),
             });
         }
         out
+    }
+
+    /// A back-end's table gauges, as this controller knows them (with its table `fib`):
+    /// whether it holds it, and the version and routes it acknowledged.
+    fn backend_gauges(&self, mac: &MacAddr, fib: Option<&Fib>) -> Vec<(&'static str, f64)> {
+        let (Some(fib), Some(p)) = (fib, self.dist.peers.get(mac)) else {
+            return Vec::new();
+        };
+        let mut g = vec![("tessera_fib_consistent", p.consistent(fib) as u8 as f64)];
+        if let Some(a) = p.ack {
+            g.push(("tessera_fib_version", a.version as f64));
+            g.push(("tessera_fib_routes", a.routes as f64));
+        }
+        g
+    }
+
+    /// This controller as an element of the metrics view, `name`d: no counters of its own
+    /// there, its role and table as gauges.
+    pub fn own_gauges(&self, name: &str, fib: &Fib) -> crate::metrics::ElementCounters {
+        crate::metrics::ElementCounters {
+            name: name.to_string(),
+            role: "controller".into(),
+            counters: dataplane::counters::Snapshot {
+                interfaces: BTreeMap::new(),
+                drops: BTreeMap::new(),
+                events: BTreeMap::new(),
+            },
+            external: Vec::new(),
+            gauges: vec![
+                (
+                    "tessera_controller_active",
+                    (self.role == Role::Active) as u8 as f64,
+                ),
+                ("tessera_fib_routes", fib.len() as f64),
+                ("tessera_fib_version", fib.version() as f64),
+            ],
+        }
     }
 
     pub fn show_elements(&self, now: Instant) -> Value {
@@ -2026,8 +2070,20 @@ pub fn run<P: Port>(
     c.signer = cfg.dist.signer();
     let ctl = Arc::new(Mutex::new(c));
     let view: crate::metrics::Source = {
-        let c = ctl.clone();
-        Arc::new(move || c.lock().map(|c| c.router_view()).unwrap_or_default())
+        let (c, sh) = (ctl.clone(), shared.clone());
+        let name = crate::metrics::element_name(&cfg.metrics, control, "controller");
+        // Lock order everywhere: fpm, then fib, then the controller.
+        Arc::new(move || {
+            let Ok(fib) = sh.fib.lock() else {
+                return Vec::new();
+            };
+            let Ok(c) = c.lock() else {
+                return Vec::new();
+            };
+            let mut v = c.router_view_with(Some(&fib));
+            v.push(c.own_gauges(&name, &fib));
+            v
+        })
     };
     let _metrics = crate::metrics::serve_if(&cfg.metrics, &view)?;
     let _fpm = match cfg.fpm_listen {

@@ -13,6 +13,73 @@ use std::time::{Duration, Instant};
 const LAB: &str = "labs/virtual-cp.toml";
 const BACKENDS: [&str; 3] = ["r1", "r2", "r3"];
 
+/// Every metric the Grafana dashboard (packaging/grafana/tessera.json) names is in a
+/// scrape of the controller's `/metrics`; the table gauges say the three back-ends hold the
+/// active controller's table, and the controller is active.
+fn the_dashboards_metrics_are_scraped(lab: &TestLab) {
+    let board: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_path("packaging/grafana/tessera.json")).unwrap(),
+    )
+    .unwrap();
+    let mut names = std::collections::BTreeSet::new();
+    for p in board["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            let e = t["expr"].as_str().unwrap();
+            let mut rest = e;
+            while let Some(i) = rest.find("tessera_") {
+                let n: String = rest[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                rest = &rest[i + n.len()..];
+                names.insert(n);
+            }
+        }
+    }
+    assert!(names.len() >= 10, "{names:?}");
+    let o = lab.exec(
+        "vcp",
+        &[
+            "/usr/bin/python3",
+            "-c",
+            "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9100/metrics', timeout=5).read().decode())",
+        ],
+    );
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let sample = |line: &str| -> Option<(String, f64)> {
+        let (head, v) = line.rsplit_once(' ')?;
+        Some((head.to_string(), v.parse().ok()?))
+    };
+    let samples: Vec<(String, f64)> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(sample)
+        .collect();
+    for n in &names {
+        assert!(
+            samples
+                .iter()
+                .any(|(h, _)| h == n || h.starts_with(&format!("{n}{{"))),
+            "the dashboard's {n} is not in the scrape: {text}"
+        );
+    }
+    let value = |head: &str| samples.iter().find(|(h, _)| h == head).map(|s| s.1);
+    for b in BACKENDS {
+        assert_eq!(
+            value(&format!(
+                "tessera_fib_consistent{{element=\"{b}\",role=\"backend\"}}"
+            )),
+            Some(1.0),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        value("tessera_controller_active{element=\"vcp\",role=\"controller\"}"),
+        Some(1.0),
+        "{text}"
+    );
+}
+
 /// The controller's view of the whole router (the elements' DIST counter reports):
 /// `/metrics` (`[metrics] listen` in vcp.toml), scraped in its namespace, parses with the
 /// Prometheus client's own text parser; every element is there with every drop counter
@@ -345,6 +412,7 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
         assert!(out.contains("ttl=63"), "{src} -> {dst}: {out}");
     }
     router_view_adds_up(&lab);
+    the_dashboards_metrics_are_scraped(&lab);
 
     // Withdrawn by the peer: gone from every back-end.
     birdc(&["disable", "static1"]);
