@@ -647,6 +647,18 @@ impl Distributor {
                 // A new back-end: it gets the whole table, and learns our MAC from it.
                 Self::start_snapshot(p, fib, now);
             }
+            if p.snap
+                .as_ref()
+                .is_some_and(|s| s.sent == 0 && s.version != fib.version())
+            {
+                // Taken earlier and not begun (an acknowledgement of another epoch, while
+                // a controller that had just started held distribution until its routing
+                // suite resent the table): the table has moved on since, and a back-end
+                // must get it as it is now. Sent as it was, an empty one, it emptied the
+                // back-ends' tables until the deltas after it came (restart_lab's
+                // controller restarts: 8-14 packets per stream).
+                Self::start_snapshot(p, fib, now);
+            }
             let stalled = now.duration_since(p.last_progress) >= p.rto;
             match &mut p.snap {
                 Some(s) => {
@@ -1449,6 +1461,41 @@ mod tests {
         assert_eq!(ws[0].1.len(), 1);
         assert_eq!(ws[0].1.epoch, 2);
         assert_eq!(ws[0].2.len(), 3);
+    }
+
+    /// A snapshot taken while distribution was held (a back-end's acknowledgement of
+    /// another epoch, before the routing suite resent the table) goes out as the table
+    /// is when it is sent, not as it was: the back-end never holds the empty table.
+    #[test]
+    fn a_snapshot_not_begun_is_the_table_as_it_is_when_sent() {
+        let mac = MacAddr([2, 0, 0, 0, 1, 1]);
+        let t0 = Instant::now();
+        // The back-end holds the last controller's table (epoch 1).
+        let mut old = Fib::new(1, 10);
+        old.set(pfx("192.0.2.0/24"), Some(gw(2)));
+        let mut ws = vec![(mac, Writer::new(), table())];
+        converge(&mut old, &mut Distributor::default(), &mut ws, 7, false);
+        assert_eq!(ws[0].2.len(), 3);
+        // A new controller (epoch 2), empty yet: the back-end's acknowledgement of epoch 1
+        // makes a snapshot, which is not sent while distribution is held.
+        let mut fib = Fib::new(2, 10);
+        let mut d = Distributor::default();
+        d.add(mac, t0);
+        d.on_ack(mac, ws[0].1.ack(), &mut fib, t0);
+        assert!(d.peers[&mac].snap.is_some());
+        // The routing suite resends the table; distribution starts.
+        fib.set(pfx("192.0.2.0/24"), Some(gw(2)));
+        let mut out = Vec::new();
+        d.tick(&mut fib, t0, &mut out);
+        assert!(!out.is_empty());
+        for (_, b) in &out {
+            assert!(b.snapshot && b.version == fib.version(), "{b:?}");
+            let (_, w, t) = &mut ws[0];
+            w.accept(mac, b, t);
+            w.flush(t);
+            assert_eq!(t.len(), 3, "the back-end's table changed size");
+        }
+        assert_eq!(ws[0].1.epoch, 2);
     }
 
     #[test]
