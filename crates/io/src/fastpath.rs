@@ -728,33 +728,17 @@ impl FastPath {
         };
         let mut out = Vec::new();
         let mut key: Option<u64> = None;
-        loop {
-            // BPF_MAP_GET_NEXT_KEY: map_fd, key (none: the first), next_key.
-            let mut next = 0u64;
-            let mut attr = [0u64; 16];
-            attr[0] = u32s(neigh.as_raw_fd() as u32, 0);
-            attr[1] = key.as_ref().map_or(0, |k| k as *const u64 as u64);
-            attr[2] = &mut next as *mut u64 as u64;
-            if bpf(4, &mut attr).is_err() {
-                break;
-            }
+        let mut next = 0u64;
+        while crate::xdp::map_next_key(&neigh, key.as_ref(), &mut next) {
             key = Some(next);
             let mut mac = 0u64;
-            let mut attr = [0u64; 16];
-            attr[0] = u32s(neigh.as_raw_fd() as u32, 0);
-            attr[1] = &next as *const u64 as u64;
-            attr[2] = &mut mac as *mut u64 as u64;
-            if bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).is_err() {
+            if crate::xdp::map_lookup(&neigh, &next, &mut mac).is_err() {
                 continue;
             }
             let port = (next >> 32) as u32 & 0xffff;
             let vlan = (next >> 48) as u16;
             let mut words = [0u64; 3];
-            let mut attr = [0u64; 16];
-            attr[0] = u32s(ports.as_raw_fd() as u32, 0);
-            attr[1] = &port as *const u32 as u64;
-            attr[2] = words.as_mut_ptr() as u64;
-            if bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).is_err() || words[1] == 0 {
+            if crate::xdp::map_lookup(&ports, &port, &mut words).is_err() || words[1] == 0 {
                 continue;
             }
             let m = mac.to_le_bytes();

@@ -45,7 +45,7 @@ pub fn base() -> PathBuf {
 
 /// Whether `path` is on a BPF filesystem.
 pub fn is_bpffs(path: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+    let Ok(c) = path_attr(path) else {
         return false;
     };
     // SAFETY: a zeroed statfs is a valid value of that plain C struct.
@@ -61,8 +61,7 @@ pub fn mount_bpffs(dir: &Path) -> io::Result<()> {
     if is_bpffs(dir) {
         return Ok(());
     }
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let c = path_attr(dir)?;
     // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
     let r = unsafe {
         libc::mount(
@@ -105,6 +104,7 @@ pub fn dir(ifindex: u32, create: bool) -> Option<PathBuf> {
     d.is_dir().then_some(d)
 }
 
+/// `path` as the NUL-terminated string system calls take.
 fn path_attr(path: &Path) -> io::Result<std::ffi::CString> {
     std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))

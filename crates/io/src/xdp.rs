@@ -338,6 +338,25 @@ pub(crate) fn map_update<K, V>(map: &OwnedFd, key: &K, value: &V) -> io::Result<
     bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
 }
 
+/// Reads `key`'s value of `map` into `value`.
+pub(crate) fn map_lookup<K, V>(map: &OwnedFd, key: &K, value: &mut V) -> io::Result<()> {
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(map.as_raw_fd() as u32, 0);
+    attr[1] = key as *const K as u64;
+    attr[2] = value as *mut V as u64;
+    bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).map(|_| ())
+}
+
+/// The key of `map` after `key` (the first with None) into `next`; false past the last.
+pub(crate) fn map_next_key<K>(map: &OwnedFd, key: Option<&K>, next: &mut K) -> bool {
+    const BPF_MAP_GET_NEXT_KEY: i32 = 4;
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(map.as_raw_fd() as u32, 0);
+    attr[1] = key.map_or(0, |k| k as *const K as u64);
+    attr[2] = next as *mut K as u64;
+    bpf(BPF_MAP_GET_NEXT_KEY, &mut attr).is_ok()
+}
+
 /// A loaded generator program and its frame.
 pub struct XdpGen {
     prog: OwnedFd,
