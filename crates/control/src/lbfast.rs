@@ -172,7 +172,7 @@ impl LbFastLink {
     /// to the back-ends' counts (the first worker, after each poll).
     pub fn sync(&mut self, b: &mut Balancer) {
         // While a capture runs, every frame through user space, where it sees them.
-        let capture = crate::run::capture_under_way();
+        let capture = crate::capturing::capture_under_way();
         if self.fp.suspended() != capture {
             self.fp.suspend(capture);
             tracing::info!(

@@ -3,6 +3,7 @@
 
 pub mod axon;
 pub mod balancer;
+pub mod capturing;
 pub mod config;
 pub mod ctlsock;
 pub mod distrib;

@@ -292,7 +292,7 @@ impl SwitchFast {
     /// While a capture runs on the switch, no frame leaves in the fast path: every one
     /// goes through user space, where the capture sees it.
     fn follow_capture(&mut self) {
-        let want = crate::run::capture_under_way();
+        let want = crate::capturing::capture_under_way();
         if self.suspended != want {
             self.suspended = want;
             for p in 0..self.eligible.len() {

@@ -20,6 +20,7 @@
 use crate::buf::{Pkt, Pool, TxQueues};
 use crate::counters::{Counters, Drop, Event};
 use crate::frag;
+pub use crate::iface::{Iface, Vlan};
 use crate::neighbour::{Enqueued, Expired, NeighbourConfig, Neighbours};
 use crate::reasm::{Outcome, ReasmConfig, Reassembly};
 use crate::routes::{flow_hash, pick, RouteReaders, RouteTable};
@@ -35,55 +36,6 @@ use wire::ipv4::{self, protocol};
 use wire::{arp, MacAddr};
 
 const ETH: usize = ethernet::HEADER_LEN;
-
-/// One port of the forwarder as the data plane sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Iface {
-    pub name: String,
-    pub mac: MacAddr,
-    /// IP MTU: the largest IPv4 packet sent out of this port.
-    pub mtu: usize,
-    pub addr: Ipv4Addr,
-    pub prefix_len: u8,
-    /// Set for an 802.1Q sub-interface: its frames carry this tag on the parent's port.
-    pub vlan: Option<Vlan>,
-    /// Link speed in Mbit/s, advertised in hellos; 0 when unknown.
-    pub speed_mbps: u32,
-}
-
-/// Where a VLAN sub-interface lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Vlan {
-    /// Index (in the forwarder's interface list) of the untagged interface of the port.
-    pub parent: u16,
-    /// The 802.1Q VLAN id, 1..4094.
-    pub id: u16,
-}
-
-impl Iface {
-    /// An untagged interface with an IP MTU of 1500.
-    pub fn new(name: &str, mac: MacAddr, addr: Ipv4Addr, prefix_len: u8) -> Iface {
-        Iface {
-            name: name.to_string(),
-            mac,
-            mtu: 1500,
-            addr,
-            prefix_len,
-            vlan: None,
-            speed_mbps: 0,
-        }
-    }
-
-    pub(crate) fn net(&self) -> Prefix {
-        Prefix::new(self.addr, self.prefix_len)
-    }
-
-    /// The directed broadcast address of the subnet (none for /31 and /32).
-    pub fn broadcast(&self) -> Option<Ipv4Addr> {
-        (self.prefix_len < 31)
-            .then(|| Ipv4Addr::from(u32::from(self.addr) | !fib::mask(self.prefix_len)))
-    }
-}
 
 /// Forwarder tunables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -218,7 +170,7 @@ pub struct Forwarder {
     /// The back-end's link to its route writer (see [`FibLink`]).
     fib_link: Option<FibLink>,
     /// DIST authentication of a back-end.
-    pub dist_auth: crate::element::DistAuth,
+    pub dist_auth: crate::report::DistAuth,
     /// The route writer, while this forwarder owns it (see [`Forwarder::take_routes`]).
     routes: Option<RouteTable>,
     readers: RouteReaders,
@@ -242,7 +194,7 @@ pub struct Forwarder {
     /// The source of the ICMP error being made, when not the receiving interface's.
     icmp_from: Option<Ipv4Addr>,
     /// A back-end's counter reports to the controller.
-    pub report: crate::element::Reporter,
+    pub report: crate::report::Reporter,
     /// IPv6, once [`Forwarder::enable_ipv6`] turned it on (every worker: siblings share the
     /// first one's table and groups, see `Six::for_worker`).
     six: Option<Box<ip6::Six>>,
@@ -681,54 +633,6 @@ impl Forwarder {
         }
     }
 
-    /// DIST frames: accepted (and counted) on the internal port of a back-end only. A
-    /// back-end needs nothing from them yet; the LBs and the Virtual-CP act on them.
-    fn dist_input(&mut self, p: Pkt, untagged: bool) {
-        let internal = self.backend.as_ref().map(|b| b.internal);
-        if !untagged || internal != Some(p.meta.iface) {
-            return self.drop_pkt(p, Drop::DistNotInternal);
-        }
-        if let Some(to_lead) = &self.dist_share.to_lead {
-            // The first worker checks and acts on every DIST frame (one replay window
-            // per sender, one route writer).
-            return match to_lead.try_send(p) {
-                Ok(()) => self.counters.event(Event::DistHandedToLead),
-                Err(
-                    std::sync::mpsc::TrySendError::Full(p)
-                    | std::sync::mpsc::TrySendError::Disconnected(p),
-                ) => self.drop_pkt(p, Drop::DistQueueFull),
-            };
-        }
-        if let Err(d) = self.dist_auth.check(&p.data) {
-            return self.drop_pkt(p, d);
-        }
-        match wire::dist::Repr::parse(&p.data[ETH..]) {
-            Ok(wire::dist::Repr {
-                msg: wire::dist::Message::Routes(b),
-                ..
-            }) => {
-                let src = MacAddr::from_slice(&p.data[6..12]);
-                self.pool.put(p);
-                let Some(link) = &self.fib_link else {
-                    return self.counters.count(Drop::DistNoRouteWriter);
-                };
-                match link.to_writer.try_send((src, b)) {
-                    Ok(()) => {
-                        self.counters.event(Event::DistReceived);
-                        self.counters.event(Event::DistRoutesReceived);
-                    }
-                    Err(_) => self.counters.count(Drop::DistQueueFull),
-                }
-            }
-            Ok(_) => {
-                self.counters.event(Event::DistReceived);
-                self.pool.put(p);
-            }
-            Err(wire::dist::Error::BadVersion(_)) => self.drop_pkt(p, Drop::DistBadVersion),
-            Err(_) => self.drop_pkt(p, Drop::DistMalformed),
-        }
-    }
-
     /// Queues a frame for interface `iface`: tagged if it is a sub-interface, on its port.
     #[inline]
     fn output(&self, iface: u16, mut p: Pkt, tx: &mut TxQueues) {
@@ -737,175 +641,6 @@ impl Forwarder {
             ethernet::push_vlan(&mut p.data, v.id);
         }
         tx.push(self.port_of[iface as usize], p);
-    }
-
-    /// The global IPv6 addresses of the listed interfaces (the first 255), for a hello:
-    /// the Virtual-CP shows them with the element's ports (the router's addresses reach
-    /// its TAPs from the LBs' hellos).
-    fn hello_addrs6(&self) -> Vec<wire::dist::HelloAddr6> {
-        let Some(six) = self.six.as_ref() else {
-            return Vec::new();
-        };
-        crate::element::hello_addrs6(six.addrs.iter().map(|l| {
-            l.iter()
-                .copied()
-                .filter(|(a, _)| !wire::ipv6::is_link_local(*a))
-        }))
-    }
-
-    /// The counters of this forwarder: of every worker, summed, on a back-end's first.
-    fn group_counters(&self) -> crate::counters::Snapshot {
-        crate::counters::Snapshot::sum(&self.dist_share.group)
-            .unwrap_or_else(|| self.counters.snapshot())
-    }
-
-    /// Sends a hello if one is due.
-    fn send_hello(&mut self, now: Instant, tx: &mut TxQueues) {
-        let Some(b) = self.backend.as_mut() else {
-            return;
-        };
-        if !b.lead || now < b.next {
-            return;
-        }
-        b.next = now + b.interval;
-        b.seq = b.seq.wrapping_add(1);
-        // The route writer's table as it is now (the last one seen if the writer holds
-        // the lock this moment).
-        if let Some(t) = self.fib_link.as_ref().and_then(|l| l.table.try_lock().ok()) {
-            b.state = wire::dist::HelloState {
-                incarnation: b.state.incarnation,
-                ..*t
-            };
-        }
-        let (internal, seq, interval, state) = (b.internal, b.seq, b.interval, b.state);
-        let ports = self
-            .ifaces
-            .iter()
-            .enumerate()
-            .map(|(i, ifc)| wire::dist::HelloPort {
-                mac: ifc.mac,
-                addr: ifc.addr,
-                prefix_len: ifc.prefix_len,
-                role: if i as u16 == internal {
-                    wire::dist::PortRole::Internal
-                } else {
-                    wire::dist::PortRole::External
-                },
-                vlan: ifc.vlan.map(|v| v.id).unwrap_or(0),
-                speed_mbps: ifc.speed_mbps,
-            })
-            .take(255)
-            .collect();
-        let hello = wire::dist::Repr {
-            seq,
-            msg: crate::element::hello(
-                wire::dist::ElementKind::Forwarder,
-                interval,
-                self.group_counters().totals(),
-                ports,
-                self.hello_addrs6(),
-                Some(state),
-            ),
-        };
-        let Some(ifc) = self.ifaces.get(internal as usize) else {
-            return;
-        };
-        let ifc_mac = ifc.mac;
-        if let Ok(mut frame) = hello.to_frame(ifc.mac, MacAddr::BROADCAST) {
-            self.dist_auth.seal(&mut frame);
-            let mut p = self.pool.get();
-            p.data.extend_from_slice(&frame);
-            self.counters.event(Event::DistHellosSent);
-            self.output(internal, p, tx);
-        }
-        if let Some(name) = self.report.due(now) {
-            // A back-end's ports all face the inside of the router.
-            let (names, sum) = (&self.counters.port_names, self.group_counters());
-            for m in crate::element::counter_reports_of(&name, names, sum, &[]) {
-                let seq = match self.backend.as_mut() {
-                    Some(b) => {
-                        b.seq = b.seq.wrapping_add(1);
-                        b.seq
-                    }
-                    None => return,
-                };
-                let r = wire::dist::Repr { seq, msg: m };
-                if let Ok(mut frame) = r.to_frame(ifc_mac, MacAddr::BROADCAST) {
-                    self.dist_auth.seal(&mut frame);
-                    let mut p = self.pool.get();
-                    p.data.extend_from_slice(&frame);
-                    self.counters.event(Event::DistReportsSent);
-                    self.output(internal, p, tx);
-                }
-            }
-        }
-    }
-
-    /// Sends what the route writer answered (acknowledgements) out of the internal port.
-    fn send_writer_frames(&mut self, tx: &mut TxQueues) {
-        let (Some(link), Some(b)) = (&self.fib_link, &self.backend) else {
-            return;
-        };
-        let internal = b.internal;
-        let mut six = Vec::new();
-        while let Ok(changes) = link.routes6.try_recv() {
-            six.extend(changes);
-        }
-        while let Ok(frame) = link.from_writer.try_recv() {
-            let mut p = self.pool.get();
-            p.data.extend_from_slice(&frame);
-            self.output(internal, p, tx);
-        }
-        if !six.is_empty() {
-            let (n, skipped) = self.apply_routes6(six);
-            self.counters.event_n(Event::DistRoutes6Applied, n as u64);
-            self.counters
-                .event_n(Event::DistRoutes6Skipped, skipped as u64);
-        }
-    }
-
-    /// Starts resolving every gateway of the table's next hops that the neighbour table
-    /// does not know yet, once per table published: a gateway is then resolved before
-    /// traffic needs it, and a burst to it (the flows an LB moves to a back-end that was
-    /// drained, a table's first use after a restart) waits for no ARP round trip with only
-    /// `queue_len` packets held. Bounded per call; the rest at the next.
-    fn resolve_gateways(&mut self, now: Instant, tx: &mut TxQueues) {
-        let held = self.snap.is_some();
-        self.resolve_gateways_of_snapshot(now, tx);
-        if !held {
-            // As a batch's end does: the route writer may reuse what it published.
-            self.snap = None;
-        }
-    }
-
-    fn resolve_gateways_of_snapshot(&mut self, now: Instant, tx: &mut TxQueues) {
-        self.load_snapshot();
-        let Some((_, groups)) = &self.snap else {
-            return;
-        };
-        let id = Arc::as_ptr(groups) as usize;
-        if id == self.gateways_resolved {
-            return;
-        }
-        let mut want: Vec<(u16, Ipv4Addr)> = groups
-            .iter()
-            .flat_map(|g| g.iter())
-            .filter_map(|h| h.via.map(|gw| (h.port, gw)))
-            .collect();
-        want.sort_unstable();
-        want.dedup();
-        const MOST: usize = 256;
-        let mut sent = 0;
-        for (port, gw) in want {
-            if sent == MOST {
-                return; // the rest at the next poll (this table not marked done)
-            }
-            if self.neighbours.resolve(port, gw, now) {
-                self.send_arp_request(port, gw, tx);
-                sent += 1;
-            }
-        }
-        self.gateways_resolved = id;
     }
 
     /// Timers: ARP retries, probes and failures. Call every few tens of milliseconds.
@@ -1266,276 +1001,6 @@ impl Forwarder {
         // made ones reserve it.
         let _ = r.emit(&mut p.data[..]);
     }
-
-    fn send_arp_request(&mut self, port: u16, target: Ipv4Addr, tx: &mut TxQueues) {
-        let ifc = &self.ifaces[port as usize];
-        let mut f = self.pool.get();
-        f.data.resize(ETH + arp::PACKET_LEN, 0);
-        let eth = ethernet::Repr {
-            dst: MacAddr::BROADCAST,
-            src: ifc.mac,
-            vlan: None,
-            ethertype: ethertype::ARP,
-        };
-        let a = arp::Repr {
-            operation: arp::Operation::Request,
-            sender_mac: ifc.mac,
-            sender_ip: ifc.addr,
-            target_mac: MacAddr::ZERO,
-            target_ip: target,
-        };
-        if eth.emit(&mut f.data).is_ok() && a.emit(&mut f.data[ETH..]).is_ok() {
-            self.counters.event(Event::ArpRequestsSent);
-            self.output(port, f, tx);
-        } else {
-            self.pool.put(f);
-        }
-    }
-
-    fn arp_input(&mut self, mut p: Pkt, now: Instant, tx: &mut TxQueues) {
-        let port = p.meta.iface;
-        let Ok(a) = arp::Packet::new_checked(&p.data[ETH..]) else {
-            return self.drop_pkt(p, Drop::ArpMalformed);
-        };
-        let r = arp::Repr::parse(&a);
-        let ifc = &self.ifaces[port as usize];
-        let (our_mac, our_ip) = (ifc.mac, ifc.addr);
-        let for_us = r.target_ip == our_ip;
-        let sender_ok = !r.sender_ip.is_unspecified()
-            && !martian_source(r.sender_ip)
-            && !self.is_local(r.sender_ip)
-            && !r.sender_mac.is_multicast();
-        if sender_ok && (for_us || self.neighbours.contains(port, r.sender_ip)) {
-            let waiting = self
-                .neighbours
-                .learn(port, r.sender_ip, r.sender_mac, now, for_us);
-            self.counters.event(Event::ArpLearned);
-            if let Some(peers) = &self.peers {
-                for t in &peers.to {
-                    let _ = t.try_send((port, r.sender_ip.into(), r.sender_mac));
-                }
-            }
-            for mut w in waiting {
-                self.set_macs(&mut w, port, r.sender_mac);
-                self.output(port, w, tx);
-            }
-        }
-        if for_us && r.operation == arp::Operation::Request {
-            let reply = arp::Repr {
-                operation: arp::Operation::Reply,
-                sender_mac: our_mac,
-                sender_ip: our_ip,
-                target_mac: r.sender_mac,
-                target_ip: r.sender_ip,
-            };
-            let eth = ethernet::Repr {
-                dst: r.sender_mac,
-                src: our_mac,
-                vlan: None,
-                ethertype: ethertype::ARP,
-            };
-            p.data.truncate(ETH + arp::PACKET_LEN);
-            if eth.emit(&mut p.data).is_ok() && reply.emit(&mut p.data[ETH..]).is_ok() {
-                self.counters.event(Event::ArpRepliesSent);
-                self.output(port, p, tx);
-                return;
-            }
-        }
-        if for_us || sender_ok && self.neighbours.contains(port, r.sender_ip) {
-            self.pool.put(p);
-        } else {
-            self.drop_pkt(p, Drop::ArpNotForUs);
-        }
-    }
-
-    /// Datagrams addressed to one of our addresses; fragments go to reassembly first.
-    fn ip4_local(&mut self, mut p: Pkt, now: Instant, tx: &mut TxQueues) {
-        let in_port = p.meta.iface;
-        let fragment = match ipv4::Packet::new_checked(&p.data[ETH..]) {
-            Ok(ip) => ip.is_fragment(),
-            Err(_) => return self.drop_pkt(p, Drop::Ip4Truncated),
-        };
-        if fragment {
-            match self.reasm.add(&p.data[ETH..], now) {
-                Outcome::Held => return self.pool.put(p),
-                Outcome::Dropped(why, n) => {
-                    self.counters.count_n(why, n);
-                    return self.pool.put(p);
-                }
-                Outcome::Complete(d, _) => {
-                    self.counters.event(Event::Reassembled);
-                    p.data.truncate(ETH);
-                    p.data.extend_from_slice(&d);
-                }
-            }
-        }
-        let Ok(ip) = ipv4::Packet::new_checked(&p.data[ETH..]) else {
-            return self.drop_pkt(p, Drop::Ip4Truncated);
-        };
-        match ip.protocol() {
-            protocol::ICMP => {
-                let Ok(icmp) = icmp::Packet::new_checked(ip.payload()) else {
-                    return self.drop_pkt(p, Drop::LocalIcmpOther);
-                };
-                if !icmp.verify_checksum() {
-                    return self.drop_pkt(p, Drop::LocalIcmpBadChecksum);
-                }
-                if icmp.msg_type() != icmp::kind::ECHO_REQUEST || icmp.code() != 0 {
-                    return self.drop_pkt(p, Drop::LocalIcmpOther);
-                }
-                let reply = icmp::Repr::EchoReply {
-                    ident: icmp.echo_ident(),
-                    seq: icmp.echo_seq(),
-                    data: icmp.data(),
-                };
-                let (src, dst, tos) = (ip.dst(), ip.src(), ip.tos());
-                let mut out = self.pool.get();
-                let ok = build_ip(&mut out, src, dst, tos, self.ident, &reply);
-                self.ident = self.ident.wrapping_add(1);
-                self.pool.put(p);
-                if ok {
-                    out.meta.iface = in_port;
-                    self.counters.event(Event::EchoReplies);
-                    self.local_output(out, now, tx);
-                } else {
-                    self.pool.put(out);
-                }
-            }
-            protocol::UDP => {
-                let e = IcmpError::Unreachable(unreachable::PORT);
-                self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
-                self.drop_pkt(p, Drop::LocalUdp)
-            }
-            protocol::TCP => self.drop_pkt(p, Drop::LocalTcp),
-            _ => {
-                let e = IcmpError::Unreachable(unreachable::PROTOCOL);
-                self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
-                self.drop_pkt(p, Drop::LocalProtocol)
-            }
-        }
-    }
-
-    /// Routes a packet the router made (echo reply, ICMP error). `p` holds a reserved
-    /// Ethernet header and a complete IPv4 packet.
-    fn local_output(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
-        let Ok(ip) = ipv4::Packet::new_checked(&p.data[ETH..]) else {
-            return self.drop_pkt(p, Drop::LocalNoRoute);
-        };
-        let (dst, total) = (ip.dst(), ip.total_len());
-        let Some(nh) = self.next_hop(dst, &p.data[ETH..]) else {
-            return self.drop_pkt(p, Drop::LocalNoRoute);
-        };
-        let mtu = self.out_mtu(nh.port);
-        let hop = nh.via.unwrap_or(dst);
-        if total > mtu {
-            self.fragment_out(p, nh.port, hop, mtu, now, tx);
-        } else {
-            self.neighbour_output(p, nh.port, hop, now, tx);
-        }
-    }
-
-    fn take_icmp_token(&mut self, now: Instant) -> bool {
-        let dt = now.saturating_duration_since(self.icmp_refill);
-        self.icmp_refill = now;
-        let cap = self.cfg.icmp_burst as f64;
-        self.icmp_tokens =
-            (self.icmp_tokens + dt.as_secs_f64() * self.cfg.icmp_errors_per_sec as f64).min(cap);
-        if self.icmp_tokens >= 1.0 {
-            self.icmp_tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// As [`Forwarder::icmp_error`], from `from` if given (the address where the packet
-    /// entered a star router) instead of the receiving interface's.
-    fn icmp_error_from(
-        &mut self,
-        orig: &[u8],
-        in_port: u16,
-        from: Option<Ipv4Addr>,
-        e: IcmpError,
-        now: Instant,
-        tx: &mut TxQueues,
-    ) {
-        self.icmp_from = from;
-        self.icmp_error(orig, false, in_port, e, now, tx);
-        self.icmp_from = None;
-    }
-
-    /// Sends an ICMP error about `orig` (an IPv4 packet as received) if RFC 1812 allows.
-    fn icmp_error(
-        &mut self,
-        orig: &[u8],
-        l2_group: bool,
-        in_port: u16,
-        e: IcmpError,
-        now: Instant,
-        tx: &mut TxQueues,
-    ) {
-        let Ok(ip) = ipv4::Packet::new_checked(orig) else {
-            return;
-        };
-        let (src, dst) = (ip.src(), ip.dst());
-        let about_icmp_error = ip.protocol() == protocol::ICMP
-            && ip.frag_offset() == 0
-            && ip.payload().first().is_none_or(|t| !icmp::is_query(*t));
-        if l2_group
-            || ip.frag_offset() != 0
-            || about_icmp_error
-            || dst.is_broadcast()
-            || dst.is_multicast()
-            || self.is_directed_broadcast(dst)
-            || martian_source(src)
-            || self.is_local(src)
-            || self.is_directed_broadcast(src)
-        {
-            self.counters.count(Drop::IcmpSuppressed);
-            return;
-        }
-        if !self.take_icmp_token(now) {
-            self.counters.count(Drop::IcmpRateLimited);
-            return;
-        }
-        // RFC 1812 4.3.2.3: quote as much as fits in a 576-byte datagram.
-        let quote = &ip.packet()[..ip.total_len().min(576 - 20 - icmp::HEADER_LEN)];
-        let msg = match e {
-            IcmpError::TimeExceeded => icmp::Repr::TimeExceeded {
-                code: 0,
-                data: quote,
-            },
-            IcmpError::ReasmTimeExceeded => icmp::Repr::TimeExceeded {
-                code: 1,
-                data: quote,
-            },
-            IcmpError::Unreachable(code) => icmp::Repr::DstUnreachable {
-                code,
-                next_hop_mtu: 0,
-                data: quote,
-            },
-            IcmpError::FragNeeded(mtu) => icmp::Repr::DstUnreachable {
-                code: unreachable::FRAG_NEEDED,
-                next_hop_mtu: mtu,
-                data: quote,
-            },
-            IcmpError::ParamProblem(pointer) => icmp::Repr::ParamProblem {
-                pointer,
-                data: quote,
-            },
-        };
-        let from = self.icmp_from.unwrap_or(self.ifaces[in_port as usize].addr);
-        let mut out = self.pool.get();
-        let ok = build_ip(&mut out, from, src, 0xc0, self.ident, &msg);
-        self.ident = self.ident.wrapping_add(1);
-        if ok {
-            out.meta.iface = in_port;
-            self.counters.event(Event::IcmpErrorsSent);
-            self.local_output(out, now, tx);
-        } else {
-            self.pool.put(out);
-        }
-    }
 }
 
 /// The IPv4 destination of an untagged or 802.1Q-tagged frame, unchecked beyond its
@@ -1599,7 +1064,9 @@ pub const WRITER_POLL_INTERVAL: Duration = Duration::from_millis(2);
 /// How long between [`Forwarder::poll`] calls the run loop should wait at most.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
+mod backend;
 mod ip6;
+mod local;
 pub use ip6::{Hop6, RouteChanges6};
 
 #[cfg(test)]

@@ -16,9 +16,11 @@ pub mod element;
 pub mod forwarder;
 pub mod frag;
 pub mod fuzzing;
+pub mod iface;
 pub mod neighbour;
 pub mod port;
 pub mod reasm;
+pub mod report;
 pub mod routes;
 pub mod switch;
 

@@ -6,7 +6,7 @@
 //! and then the groups always finds the group it needs. The [`RouteTable`] is the only
 //! writer and may live on another thread than the workers, which hold [`RouteReaders`].
 
-use crate::forwarder::Iface;
+use crate::iface::Iface;
 use arc_swap::ArcSwap;
 use fib::{BinaryTrie, FibReader, FibWriter, Lpm, Prefix};
 use std::collections::HashMap;

@@ -20,8 +20,8 @@ pub const MAX_HEADER_LEN: usize = 60;
 /// IP protocol numbers this project knows by name.
 pub mod protocol {
     pub const ICMP: u8 = 1;
-    pub const TCP: u8 = 6;
-    pub const UDP: u8 = 17;
+    pub const TCP: u8 = crate::transport::TCP;
+    pub const UDP: u8 = crate::transport::UDP;
 }
 
 /// Option types that matter to a router.
@@ -433,11 +433,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         if self.is_fragment() {
             return None;
         }
-        let at = match self.protocol() {
-            protocol::TCP => crate::tcp::CHECKSUM_AT,
-            protocol::UDP => crate::udp::CHECKSUM_AT,
-            _ => return None,
-        };
+        let at = crate::transport::checksum_at(self.protocol())?;
         let n = self.payload().len();
         (n >= at + 2 && n <= u16::MAX as usize).then_some(at)
     }

@@ -30,8 +30,8 @@ pub const MAX_EXTENSIONS: usize = 16;
 /// Next-header values.
 pub mod next_header {
     pub const HOP_BY_HOP: u8 = 0;
-    pub const TCP: u8 = 6;
-    pub const UDP: u8 = 17;
+    pub const TCP: u8 = crate::transport::TCP;
+    pub const UDP: u8 = crate::transport::UDP;
     pub const ROUTING: u8 = 43;
     pub const FRAGMENT: u8 = 44;
     pub const ESP: u8 = 50;
@@ -277,16 +277,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if u.fragment.is_some() {
             return None;
         }
-        let at = match u.protocol {
-            next_header::TCP => crate::tcp::CHECKSUM_AT,
-            next_header::UDP => crate::udp::CHECKSUM_AT,
-            _ => return None,
-        };
+        let at = crate::transport::checksum_at(u.protocol)?;
         (u.offset + at + 2 <= self.total_len()).then_some((u.offset + at, u))
     }
 
     /// True if the TCP or UDP checksum field holds only the pseudo-header sum: what a
-    /// Linux sender leaves for checksum offload (as [`crate::ipv4::Packet::transport_checksum_looks_partial`]).
+    /// Linux sender leaves for checksum offload (as IPv4's `transport_checksum_looks_partial`).
     pub fn transport_checksum_looks_partial(&self) -> bool {
         let Some((at, u)) = self.transport_checksum_at() else {
             return false;

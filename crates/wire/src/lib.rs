@@ -30,6 +30,7 @@ pub mod ospf;
 pub mod probe;
 pub mod star;
 pub mod tcp;
+pub mod transport;
 pub mod udp;
 
 pub use mac::MacAddr;

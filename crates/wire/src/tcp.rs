@@ -11,7 +11,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 pub const MIN_HEADER_LEN: usize = 20;
 /// Offset of the checksum within the TCP header.
-pub const CHECKSUM_AT: usize = 16;
+pub const CHECKSUM_AT: usize = crate::transport::TCP_CHECKSUM_AT;
 
 pub mod flags {
     pub const FIN: u8 = 0x01;
@@ -97,7 +97,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if d.len() > u16::MAX as usize {
             return false;
         }
-        let s = checksum::pseudo_header(src, dst, crate::ipv4::protocol::TCP, d.len() as u16)
+        let s = checksum::pseudo_header(src, dst, crate::transport::TCP, d.len() as u16)
             + checksum::sum(d);
         checksum::fold(s) == 0xffff
     }
@@ -105,7 +105,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// As [`Packet::verify_checksum`], over IPv6 (RFC 8200 8.1).
     pub fn verify_checksum6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
         let d = self.buf.as_ref();
-        let s = checksum::pseudo_header6(src, dst, crate::ipv6::next_header::TCP, d.len() as u32)
+        let s = checksum::pseudo_header6(src, dst, crate::transport::TCP, d.len() as u32)
             + checksum::sum(d);
         checksum::fold(s) == 0xffff
     }

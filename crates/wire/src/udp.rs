@@ -11,7 +11,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 pub const HEADER_LEN: usize = 8;
 /// Offset of the checksum within the UDP header.
-pub const CHECKSUM_AT: usize = 6;
+pub const CHECKSUM_AT: usize = crate::transport::UDP_CHECKSUM_AT;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Error {
@@ -77,7 +77,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return true;
         }
         let d = &self.buf.as_ref()[..self.len()];
-        let s = checksum::pseudo_header(src, dst, crate::ipv4::protocol::UDP, d.len() as u16)
+        let s = checksum::pseudo_header(src, dst, crate::transport::UDP, d.len() as u16)
             + checksum::sum(d);
         checksum::fold(s) == 0xffff
     }
@@ -88,7 +88,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         let d = &self.buf.as_ref()[..self.len()];
         self.checksum() != 0
             && checksum::fold(
-                checksum::pseudo_header6(src, dst, crate::ipv6::next_header::UDP, d.len() as u32)
+                checksum::pseudo_header6(src, dst, crate::transport::UDP, d.len() as u32)
                     + checksum::sum(d),
             ) == 0xffff
     }
@@ -107,14 +107,14 @@ impl Repr {
     /// checksum over header and payload.
     pub fn emit(&self, buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) -> Result<(), Error> {
         self.emit_with(buf, |len| {
-            checksum::pseudo_header(src, dst, crate::ipv4::protocol::UDP, len as u16)
+            checksum::pseudo_header(src, dst, crate::transport::UDP, len as u16)
         })
     }
 
     /// As [`Repr::emit`], with the IPv6 pseudo header.
     pub fn emit6(&self, buf: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr) -> Result<(), Error> {
         self.emit_with(buf, |len| {
-            checksum::pseudo_header6(src, dst, crate::ipv6::next_header::UDP, len as u32)
+            checksum::pseudo_header6(src, dst, crate::transport::UDP, len as u32)
         })
     }
 

@@ -1,0 +1,397 @@
+use super::*;
+
+const EXAMPLE: &str = r#"
+[[interface]]
+name = "r-eth0"
+address = "10.1.0.1/24"
+
+[[interface]]
+name = "r-eth1"
+address = "10.2.0.1/24"
+
+[[route]]
+prefix = "10.3.0.0/16"
+via = "10.2.0.2"
+"#;
+
+fn parse(s: &str) -> Result<ForwarderFile, ConfigError> {
+    ForwarderFile::parse(Path::new("r.toml"), s)
+}
+
+#[test]
+fn the_documented_example_parses() {
+    let c = parse(EXAMPLE).unwrap();
+    assert_eq!(c.interfaces.len(), 2);
+    assert_eq!(c.interfaces[1].addr, Ipv4Addr::new(10, 2, 0, 1));
+    assert_eq!(c.routes[0].prefix.to_string(), "10.3.0.0/16");
+    assert_eq!(c.routes[0].via, vec![Ipv4Addr::new(10, 2, 0, 2)]);
+    let ecmp = parse(&EXAMPLE.replace("via = \"10.2.0.2\"", "via = [\"10.2.0.2\", \"10.2.0.3\"]"))
+        .unwrap();
+    assert_eq!(ecmp.routes[0].via.len(), 2);
+    assert_eq!(c.routes[0].line, 11);
+    assert_eq!(c.tuning, ForwarderConfig::default());
+    assert_eq!(c.io, IoConfig::default());
+    let io = parse(&format!(
+        "{EXAMPLE}\n[io]\nbackend = \"packet\"\nbusy_poll = true\n"
+    ))
+    .unwrap()
+    .io;
+    assert_eq!((io.backend, io.busy_poll), (io::Backend::Packet, true));
+    assert_eq!(io.packet_ring, io::RxRing::Frames);
+    let io = parse(&format!("{EXAMPLE}\n[io]\npacket_ring = \"blocks\"\n"))
+        .unwrap()
+        .io;
+    assert_eq!((io.packet_ring, io.workers), (io::RxRing::Blocks, 1));
+    assert!(io.shared_umem);
+    assert_eq!(io.slow_path_limit, io::fastpath::SLOW_PATH_LIMIT);
+    let io = parse(&format!("{EXAMPLE}\n[io]\nslow_path_limit = 0\n"))
+        .unwrap()
+        .io;
+    assert_eq!(io.slow_path_limit, 0);
+    let io = parse(&format!("{EXAMPLE}\n[io]\nshared_umem = false\n"))
+        .unwrap()
+        .io;
+    assert!(!io.shared_umem);
+    let io = parse(&format!("{EXAMPLE}\n[io]\nworkers = 2\n"))
+        .unwrap()
+        .io;
+    assert_eq!(io.workers, 2);
+    assert_eq!(io.priority, None);
+    let io = parse(&format!("{EXAMPLE}\n[io]\npriority = 60\n"))
+        .unwrap()
+        .io;
+    assert_eq!(io.priority, Some(60));
+    let io = parse(&format!("{EXAMPLE}\n[io]\ncpus = \"4-5,7\"\n"))
+        .unwrap()
+        .io;
+    assert_eq!(io.cpus.map(|c| c.cpus()), Some(vec![4, 5, 7]));
+    let m = parse(&format!(
+        "{EXAMPLE}\n[metrics]\nlisten = \"127.0.0.1:9100\"\nelement = \"r1\"\n"
+    ))
+    .unwrap()
+    .metrics;
+    assert_eq!(m.listen, Some("127.0.0.1:9100".parse().unwrap()));
+    assert_eq!(m.element.as_deref(), Some("r1"));
+}
+
+/// `address` takes a list with IPv6 prefixes; `[[route]]` takes IPv6 prefixes through
+/// a gateway on one of them.
+#[test]
+fn ipv6_addresses_and_routes() {
+    let src = EXAMPLE
+        .replace("\"10.2.0.1/24\"", "[\"10.2.0.1/24\", \"2001:db8:2::1/64\"]")
+        .replace("prefix = \"10.3.0.0/16\"", "prefix = \"2001:db8:3::/48\"")
+        .replace("via = \"10.2.0.2\"", "via = \"2001:db8:2::2\"");
+    let c = parse(&src).unwrap();
+    assert_eq!(c.interfaces[1].addr, Ipv4Addr::new(10, 2, 0, 1));
+    assert_eq!(
+        c.interfaces[1].addrs6,
+        vec![("2001:db8:2::1".parse().unwrap(), 64)]
+    );
+    assert!(c.interfaces[0].addrs6.is_empty());
+    assert_eq!(c.routes6.len(), 1);
+    assert_eq!(c.routes6[0].prefix.to_string(), "2001:db8:3::/48");
+    assert_eq!(
+        c.routes6[0].via,
+        ["2001:db8:2::2".parse::<std::net::Ipv6Addr>().unwrap()]
+    );
+    assert_eq!(c.routes6[0].line, 11);
+}
+
+/// Each bad file gives an error with the right line and key.
+#[test]
+fn errors_name_line_and_key() {
+    let cases = [
+            (
+                EXAMPLE.replace("10.2.0.1/24", "10.2.0.1/33"),
+                8,
+                "interface[1].address",
+                "prefix length",
+            ),
+            (
+                EXAMPLE.replace("10.2.0.1/24", "10.2.0.300/24"),
+                8,
+                "interface[1].address",
+                "not an IPv4",
+            ),
+            (
+                EXAMPLE.replace("10.3.0.0/16", "10.3.0.1/16"),
+                11,
+                "route[0].prefix",
+                "host bits",
+            ),
+            (
+                EXAMPLE.replace("\"10.2.0.1/24\"", "[\"10.2.0.1/24\", \"2001:db8::1/129\"]"),
+                8,
+                "interface[1].address",
+                "not 1 to 128",
+            ),
+            (
+                EXAMPLE.replace("\"10.2.0.1/24\"", "[\"10.2.0.1/24\", \"fe80::1/64\"]"),
+                8,
+                "interface[1].address",
+                "link-local address comes from the MAC",
+            ),
+            (
+                EXAMPLE.replace("\"10.2.0.1/24\"", "[\"2001:db8::1/64\"]"),
+                8,
+                "interface[1].address",
+                "an IPv4 address is needed",
+            ),
+            (
+                EXAMPLE.replace("\"10.2.0.1/24\"", "[\"10.2.0.1/24\", \"10.9.0.1/24\"]"),
+                8,
+                "interface[1].address",
+                "more than one IPv4",
+            ),
+            (
+                EXAMPLE.replace("prefix = \"10.3.0.0/16\"", "prefix = \"2001:db8:3::/48\""),
+                12,
+                "route[0].via",
+                "not an IPv6 address",
+            ),
+            (
+                EXAMPLE
+                    .replace("\"10.2.0.1/24\"", "[\"10.2.0.1/24\", \"2001:db8:2::1/64\"]")
+                    .replace("prefix = \"10.3.0.0/16\"", "prefix = \"2001:db8:3::/48\"")
+                    .replace("via = \"10.2.0.2\"", "via = \"2001:db8:9::2\""),
+                12,
+                "route[0].via",
+                "none of the interfaces' IPv6 networks",
+            ),
+            (
+                EXAMPLE.replace("via = \"10.2.0.2\"", "via = \"192.0.2.1\""),
+                12,
+                "route[0].via",
+                "none of the interfaces",
+            ),
+            (
+                EXAMPLE.replace("address = \"10.1.0.1/24\"", "adress = \"10.1.0.1/24\""),
+                4,
+                "adress",
+                "unknown field",
+            ),
+            (
+                EXAMPLE.replace("name = \"r-eth1\"", "name = 5"),
+                7,
+                "name",
+                "invalid type",
+            ),
+            (
+                EXAMPLE.replace("name = \"r-eth1\"", "name = \"r-eth0\""),
+                7,
+                "interface[1].name",
+                "twice",
+            ),
+            (
+                format!("{EXAMPLE}\n[tuning]\nicmp_burst = \"x\"\n"),
+                15,
+                "icmp_burst",
+                "invalid type",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\nbackend = \"dpdk\"\n"),
+                15,
+                "io.backend",
+                "is not \"auto\", \"xdp\" or \"packet\"",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\nbusy_poll = 1\n"),
+                15,
+                "busy_poll",
+                "invalid type",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\nslow_path_limit = -1\n"),
+                15,
+                "io.slow_path_limit",
+                "frames per second",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\nshared_umem = \"yes\"\n"),
+                15,
+                "shared_umem",
+                "invalid type",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\npacket_ring = \"v3\"\n"),
+                15,
+                "io.packet_ring",
+                "is not \"frames\" or \"blocks\"",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\nworkers = 0\n"),
+                15,
+                "io.workers",
+                "from 1 to 64",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\npriority = 100\n"),
+                15,
+                "io.priority",
+                "from 1 to 99",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\npriority = 0\n"),
+                15,
+                "io.priority",
+                "from 1 to 99",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\ncpus = \"5-4\"\n"),
+                15,
+                "io.cpus",
+                "from the lower CPU to the higher",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\ncpus = \"x\"\n"),
+                15,
+                "io.cpus",
+                "not a CPU number",
+            ),
+            (
+                format!("{EXAMPLE}\n[star]\ninternal = \"nope\"\n"),
+                15,
+                "star.internal",
+                "is not an untagged interface",
+            ),
+            (
+                format!("{EXAMPLE}\n[star]\ninternal = \"r-eth0\"\n[[star.member]]\nmac = \"02:00:00:00:05:01\"\nnetworks = [{{ prefix = \"10.1.0.0/24\", port = 300 }}]\n"),
+                18,
+                "star.member[0].networks[0].port",
+                "is not a port index",
+            ),
+            (
+                format!("{EXAMPLE}\n[star]\ninternal = \"r-eth0\"\n[[star.member]]\nmac = \"02:00:00:00:05:01\"\nnetworks = [{{ prefix = \"fd00:1::/64\", port = 255 }}]\n"),
+                18,
+                "star.member[0].networks[0].port",
+                "is not a port index",
+            ),
+            (
+                format!("{EXAMPLE}\n[star]\ninternal = \"r-eth0\"\n[[star.member]]\nmac = \"02:00:00:00:05:01\"\nnetworks = [{{ prefix = \"fd00:1::1/64\", port = 1 }}]\n"),
+                18,
+                "star.member[0].networks[0].prefix",
+                "host bits",
+            ),
+            (
+                format!("{EXAMPLE}\n[metrics]\nlisten = \"9100\"\n"),
+                15,
+                "metrics.listen",
+                "is not ADDR:PORT",
+            ),
+            (
+                format!("{EXAMPLE}\n[io]\nworker = 2\n"),
+                15,
+                "worker",
+                "unknown field",
+            ),
+        ];
+    for (src, line, key, msg) in cases {
+        let e = parse(&src).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (line, key), "{e}");
+        assert!(e.message.contains(msg), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("r.toml:{line}: key `{key}`")),
+            "{e}"
+        );
+    }
+    assert!(parse("").unwrap_err().message.contains("no [[interface]]"));
+}
+
+const BACKEND: &str = r#"
+[[interface]]
+name = "r1-int"
+address = "10.255.0.11/24"
+
+[[interface]]
+name = "ext-a"
+parent = "r1-int"
+vlan = 10
+address = "10.1.0.1/24"
+
+[backend]
+internal = "r1-int"
+hello_interval_ms = 200
+"#;
+
+/// `[dist]`: a key file relative to the config file; errors name the line and key.
+#[test]
+fn dist_key_file() {
+    let dir = std::env::temp_dir().join(format!("tessera-dist-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("r.toml");
+    std::fs::write(dir.join("good.key"), format!("{}\n", "a1".repeat(32))).unwrap();
+    std::fs::write(dir.join("short.key"), "a1a1a1").unwrap();
+    let at = |tail: &str| ForwarderFile::parse(&cfg, &format!("{EXAMPLE}\n[dist]\n{tail}"));
+    let c = at("key_file = \"good.key\"\nmax_age_s = 5\n").unwrap();
+    assert!(c.dist.key().is_some());
+    assert_eq!(c.dist.max_age, std::time::Duration::from_secs(5));
+    assert!(
+        !format!("{:?}", c.dist).contains("a1a1"),
+        "Debug hides the key"
+    );
+    assert!(parse(EXAMPLE).unwrap().dist.key().is_none());
+    let line = EXAMPLE.lines().count() + 3;
+    for (tail, want) in [
+        ("key_file = \"nope.key\"", "cannot read"),
+        ("key_file = \"short.key\"", "at least 16 bytes"),
+    ] {
+        let e = at(tail).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (line, "dist.key_file"), "{e}");
+        assert!(e.message.contains(want), "{e}");
+    }
+    let e = at("key = \"00\"").unwrap_err();
+    assert!(e.message.contains("unknown field"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn backend_sub_interfaces() {
+    let c = parse(BACKEND).unwrap();
+    assert_eq!(c.interfaces[1].vlan, Some((0, 10)));
+    assert_eq!(
+        c.backend,
+        Some(BackendConfig {
+            internal: 0,
+            hello_interval_ms: 200
+        })
+    );
+    let cases = [
+        (
+            BACKEND.replace("vlan = 10", "vlan = 4095"),
+            9,
+            "interface[1].vlan",
+            "not 1 to 4094",
+        ),
+        (
+            BACKEND.replace("parent = \"r1-int\"", "parent = \"nope\""),
+            8,
+            "interface[1].parent",
+            "not an untagged interface",
+        ),
+        (
+            BACKEND.replace("vlan = 10\n", ""),
+            8,
+            "interface[1].parent",
+            "needs `vlan`",
+        ),
+        (
+            BACKEND.replace("internal = \"r1-int\"", "internal = \"ext-a\""),
+            13,
+            "backend.internal",
+            "not an untagged",
+        ),
+        (
+            BACKEND.replace("= 200", "= 5"),
+            14,
+            "backend.hello_interval_ms",
+            "not 10 to",
+        ),
+    ];
+    for (src, line, key, msg) in cases {
+        let e = parse(&src).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (line, key), "{e}");
+        assert!(e.message.contains(msg), "{e}");
+    }
+}

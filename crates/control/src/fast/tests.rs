@@ -1,0 +1,685 @@
+//! The fast path and the user-space forwarder give the same verdict: whenever the
+//! fast path forwards a frame, the forwarder forwards it out of the same port, byte for
+//! byte; every other frame the fast path leaves untouched to user space. Checked over
+//! hand-made cases (each a reason to leave the fast path), the `forward` fuzz corpus
+//! and seeded random mutations, for the program of each hook (XDP and tcx). Needs root
+//! (BPF), as CI runs it.
+use super::*;
+use dataplane::buf::{Pkt, TxQueues};
+use io::fastpath::{At, Verdict, TO_USER_SPACE_MARK};
+use std::net::Ipv6Addr;
+use wire::{icmpv6, ipv4};
+
+const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 1];
+
+/// A UDP frame from 10.1.0.10 to `dst`, to port 0's MAC, with a complete checksum.
+fn udp(dst: [u8; 4], payload: usize) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend(MAC0);
+    f.extend([2, 0, 0, 0, 1, 0, 0x08, 0x00]);
+    let total = 20 + 8 + payload;
+    let mut ip = vec![
+        0x45,
+        0,
+        (total >> 8) as u8,
+        total as u8,
+        0x12,
+        0x34,
+        0x40,
+        0,
+        64,
+        17,
+        0,
+        0,
+        10,
+        1,
+        0,
+        10,
+    ];
+    ip.extend(dst);
+    f.extend(&ip);
+    f.extend([
+        0x30,
+        0x39,
+        0x04,
+        0xd2,
+        ((8 + payload) >> 8) as u8,
+        (8 + payload) as u8,
+        0,
+        0,
+    ]);
+    f.extend((0..payload).map(|i| i as u8));
+    fix(&mut f);
+    f
+}
+
+/// Recomputes the IPv4 header and UDP checksums (when the frame still parses).
+fn fix(f: &mut [u8]) {
+    if let Ok(mut p) = ipv4::Packet::new_checked(&mut f[14..]) {
+        p.fill_checksum();
+        p.fill_transport_checksum();
+    }
+}
+
+struct Check {
+    f: Forwarder,
+    now: std::time::Instant,
+    progs: Vec<io::fastpath::Detached>,
+    fl: FastLink,
+    fast: usize,
+    /// Bytes of the frames the fast path forwarded, in and out, as sent to it and as
+    /// it sent them.
+    bytes: (u64, u64),
+    at: At,
+}
+
+impl Check {
+    fn new(at: At) -> Check {
+        let (mut f, now) = dataplane::fuzzing::forwarder();
+        // A more specific route through port 0's neighbour, and one through a
+        // next hop that never resolves.
+        f.add_route(
+            fib::Prefix::new([192, 0, 2, 0].into(), 24),
+            [10, 1, 0, 10].into(),
+        )
+        .unwrap();
+        f.add_route(
+            fib::Prefix::new([198, 51, 100, 0].into(), 24),
+            [10, 1, 0, 99].into(),
+        )
+        .unwrap();
+        Self::with(f, now, at)
+    }
+
+    /// A back-end of a multistage router: one port, its untagged interface on
+    /// 10.255.0.0/24 (the interconnection) and two sub-interfaces, VLAN 10 on
+    /// 10.1.0.0/24 and VLAN 20 on 10.2.0.0/24 (the external networks); the default
+    /// route through 10.2.0.2, 192.0.2.0/24 through 10.1.0.10.
+    fn backend(at: At) -> Check {
+        let now = Instant::now();
+        let sub = |name, id, addr: [u8; 4]| Iface {
+            vlan: Some(dataplane::forwarder::Vlan { parent: 0, id }),
+            ..Iface::new(name, wire::MacAddr(MAC0), addr.into(), 24)
+        };
+        let ifaces = vec![
+            Iface::new("int", wire::MacAddr(MAC0), [10, 255, 0, 11].into(), 24),
+            sub("ext-a", 10, [10, 1, 0, 1]),
+            sub("ext-b", 20, [10, 2, 0, 1]),
+        ];
+        let mut f = Forwarder::new(
+            ifaces,
+            dataplane::forwarder::ForwarderConfig::default(),
+            now,
+        );
+        f.set_backend(0, std::time::Duration::from_millis(100), now);
+        let learn = |f: &mut Forwarder, i: u16, a: [u8; 4], m: u8| {
+            f.neighbours
+                .learn(i, a.into(), wire::MacAddr([2, 0, 0, 0, m, 0]), now, true)
+        };
+        learn(&mut f, 1, [10, 1, 0, 10], 1);
+        learn(&mut f, 2, [10, 2, 0, 2], 2);
+        learn(&mut f, 0, [10, 255, 0, 50], 3);
+        f.add_route(
+            fib::Prefix::new([0, 0, 0, 0].into(), 0),
+            [10, 2, 0, 2].into(),
+        )
+        .unwrap();
+        f.add_route(
+            fib::Prefix::new([192, 0, 2, 0].into(), 24),
+            [10, 1, 0, 10].into(),
+        )
+        .unwrap();
+        Self::with(f, now, at)
+    }
+
+    fn with(mut f: Forwarder, now: std::time::Instant, at: At) -> Check {
+        let fl = FastLink::on_devices(&f.ifaces, Some("lo")).unwrap();
+        let t = f.take_routes().unwrap();
+        fl.publish(&t).unwrap();
+        fl.sync_routes6_now(&mut f);
+        fl.sync_neighbours(&f);
+        let progs = f
+            .ifaces
+            .iter()
+            .filter(|i| i.vlan.is_none())
+            .enumerate()
+            .map(|(k, i)| {
+                let facts = FastLink::facts(&f, k as u32, i.mac.0);
+                fl.fp.lock().unwrap().detached(&facts, at).unwrap()
+            })
+            .collect();
+        Check {
+            f,
+            now,
+            progs,
+            fl,
+            fast: 0,
+            bytes: (0, 0),
+            at,
+        }
+    }
+
+    /// Both paths on `frame` from `port`; panics where they disagree.
+    fn frame(&mut self, port: u16, frame: &[u8]) {
+        if self.at == At::Tc && frame.len() <= 14 {
+            // BPF_PROG_TEST_RUN makes no socket buffer without a byte after the
+            // Ethernet header (the program leaves such frames to user space: shorter
+            // than its 34 bytes of headers).
+            return;
+        }
+        let prog = &self.progs[port as usize];
+        let (v, out) = prog
+            .run(frame)
+            .unwrap_or_else(|e| panic!("{e}: {frame:02x?}"));
+        let mut p = Pkt::from_bytes(frame);
+        // An XDP frame has lost its socket buffer's checksum state; in tcx the socket
+        // buffer keeps it (here: complete) and goes out with it.
+        p.meta.csum_unknown = self.at == At::Xdp;
+        let mut tx = TxQueues::new(self.f.ifaces.len());
+        dataplane::element::process_batch(&mut self.f, &mut vec![p], port, self.now, &mut tx);
+        let sent = tx.drain_all();
+        match v {
+            Verdict::Forward => {
+                self.fast += 1;
+                self.bytes.0 += frame.len() as u64;
+                self.bytes.1 += out.len() as u64;
+                assert_eq!(
+                    sent.len(),
+                    1,
+                    "fast path forwarded, user space sent {}: {frame:02x?}",
+                    sent.len()
+                );
+                let (eport, ref p) = sent[0];
+                assert_eq!(p.data, out, "different bytes out: {frame:02x?}");
+                assert_eq!(
+                    &out[6..12],
+                    &self.f.ifaces[eport as usize].mac.0,
+                    "{frame:02x?}"
+                );
+            }
+            Verdict::ToUserSpace => {
+                assert_eq!(out, frame, "changed a frame it left to user space");
+                if self.at == At::Tc {
+                    // Back on its port, marked, for the socket: it ends there.
+                    let (v, out) = prog.run_marked(frame, TO_USER_SPACE_MARK).unwrap();
+                    assert_eq!(v, Verdict::Drop, "{frame:02x?}");
+                    assert_eq!(out, frame);
+                }
+            }
+            other => panic!("verdict {other:?} on {frame:02x?}"),
+        }
+        for (_, p) in sent {
+            self.f.pool.put(p);
+        }
+        // What user space learned from the frame (an ARP sender, say) reaches the fast
+        // path as the worker's next sync would bring it.
+        self.fl.sync_neighbours(&self.f);
+    }
+}
+
+/// A seeded xorshift generator, for mutations.
+fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+/// An IPv6 frame from the host H (2001:db8:1::10 at 02:00:00:00:01:00) or `src` to
+/// `dst` through port 0's MAC: an ICMPv6 message, or UDP with `udp_len` bytes and a
+/// complete checksum.
+fn frame6(src: &str, dst: &str, hops: u8, msg: Option<&icmpv6::Repr>, udp_len: usize) -> Vec<u8> {
+    use wire::ethernet::{self, ethertype};
+    use wire::{ipv6, udp};
+    let (src, dst): (Ipv6Addr, Ipv6Addr) = (src.parse().unwrap(), dst.parse().unwrap());
+    let (next, len) = match msg {
+        Some(m) => (ipv6::next_header::ICMPV6, m.buffer_len()),
+        None => (ipv6::next_header::UDP, 8 + udp_len),
+    };
+    let r = ipv6::Repr {
+        src,
+        dst,
+        next_header: next,
+        hop_limit: hops,
+        traffic_class: 0,
+        flow_label: 0,
+        payload_len: len,
+    };
+    let mut f = vec![0u8; 14 + r.buffer_len()];
+    ethernet::Repr {
+        dst: wire::MacAddr(MAC0),
+        src: wire::MacAddr([2, 0, 0, 0, 1, 0]),
+        vlan: None,
+        ethertype: ethertype::IPV6,
+    }
+    .emit(&mut f)
+    .unwrap();
+    r.emit(&mut f[14..]).unwrap();
+    match msg {
+        Some(m) => m.emit(&mut f[54..], src, dst).unwrap(),
+        None => {
+            udp::Repr {
+                src_port: 5000,
+                dst_port: 53,
+                payload_len: udp_len,
+            }
+            .emit6(&mut f[54..], src, dst)
+            .unwrap();
+        }
+    }
+    f
+}
+
+/// The IPv6 fast path and the user-space forwarder agree: hand-made cases, then
+/// seeded mutations of forwardable frames. The fuzzing forwarder: port 0 on
+/// 2001:db8:1::1/64 with the default route through 2001:db8:1::2; here also
+/// 2001:db8:100::/48 through 2001:db8:1::3, 2001:db8:200::/48 through a gateway that
+/// never answers, and 2001:db8:300::/48 through both resolved gateways (ECMP).
+#[test]
+fn the_xdp_fast_path_agrees_on_ipv6() {
+    agrees6(At::Xdp);
+}
+
+#[test]
+fn the_tcx_fast_path_agrees_on_ipv6() {
+    agrees6(At::Tc);
+}
+
+fn agrees6(at: At) {
+    let (mut f, now) = dataplane::fuzzing::forwarder();
+    let p6 = |s: &str| fib::Prefix6::parse_strict(s).unwrap();
+    let a6 = |s: &str| -> Ipv6Addr { s.parse().unwrap() };
+    f.add_route6(p6("2001:db8:100::/48"), &[a6("2001:db8:1::3")])
+        .unwrap();
+    f.add_route6(p6("2001:db8:200::/48"), &[a6("2001:db8:1::99")])
+        .unwrap();
+    // Prefixes past /64 are user space's (the fast path's table stops at bit 64), and
+    // so is the rest of the /64 they are in; the /64s beside it are not.
+    f.add_route6(p6("2001:db8:600::/64"), &[a6("2001:db8:1::3")])
+        .unwrap();
+    f.add_route6(p6("2001:db8:600::/80"), &[a6("2001:db8:1::2")])
+        .unwrap();
+    f.add_route6(
+        p6("2001:db8:300::/48"),
+        &[a6("2001:db8:1::2"), a6("2001:db8:1::3")],
+    )
+    .unwrap();
+    let mut c = Check::with(f, now, at);
+    const H: &str = "2001:db8:1::10";
+    // Resolve both gateways: a packet that needs each (user space solicits it), then
+    // its advertisement (to the router's own address: user space's).
+    for (gw, m) in [("2001:db8:1::2", 2u8), ("2001:db8:1::3", 3)] {
+        let to = if m == 2 {
+            "2001:db8:5::1"
+        } else {
+            "2001:db8:100::1"
+        };
+        c.frame(0, &frame6(H, to, 64, None, 20));
+        let na = icmpv6::Repr::NeighborAdvert {
+            router: true,
+            solicited: true,
+            override_: true,
+            target: a6(gw),
+            options: wire::icmpv6::NdOptions {
+                target_lladdr: Some(wire::MacAddr([2, 0, 0, 0, m, 0])),
+                ..Default::default()
+            },
+        };
+        c.frame(0, &frame6(gw, "2001:db8:1::1", 255, Some(&na), 0));
+    }
+    let good = frame6(H, "2001:db8:100::7", 64, None, 18);
+    let echo = icmpv6::Repr::EchoRequest {
+        ident: 1,
+        seq: 2,
+        data: b"ping6",
+    };
+    for f in [
+        good.clone(),
+        frame6(H, "2001:db8:5::1", 64, None, 18), // the default route
+        frame6(H, "2001:db8:100::8", 2, None, 1000),
+        frame6(H, "2001:db8:100::9", 64, Some(&echo), 0),
+        frame6(H, "2001:db8:1::2", 64, None, 18), // connected (a /64), resolved
+        frame6(H, "2001:db8:600:1::1", 64, None, 18), // beside a /64 with a /80 in it
+    ] {
+        let before = c.fast;
+        c.frame(0, &f);
+        assert_eq!(c.fast, before + 1, "the fast path took none of {f:02x?}");
+    }
+    let mut cases = vec![
+        frame6(H, "2001:db8:100::7", 1, None, 18), // hop limit: time exceeded
+        frame6(H, "2001:db8:100::7", 0, None, 18),
+        frame6(H, "2001:db8:200::1", 64, None, 18), // unresolved gateway
+        frame6(H, "2001:db8:300::1", 64, None, 18), // ECMP
+        frame6(H, "2001:db8:1::1", 64, None, 18),   // to the router
+        frame6(H, "2001:db8:1::44", 64, None, 18),  // connected, unresolved
+        frame6(H, "2001:db8:600::5", 64, None, 18), // past /64
+        frame6(H, "2001:db8:600::1:0:0:1", 64, None, 18), // that /64, not the /80
+        frame6(H, "fe80::1", 64, None, 18),         // link-local
+        frame6(H, "ff02::1", 64, None, 18),         // multicast
+        frame6(H, "ff0e::1", 64, None, 18),
+        frame6(H, "::1", 64, None, 18),
+        frame6("fe80::5", "2001:db8:100::7", 64, None, 18),
+        frame6("::", "2001:db8:100::7", 64, None, 18),
+        frame6("::1", "2001:db8:100::7", 64, None, 18),
+        frame6("ff02::1", "2001:db8:100::7", 64, None, 18),
+        frame6("2001:db8:1::1", "2001:db8:100::7", 64, None, 18), // from the router
+        frame6(H, "2001:db8:100::7", 64, None, 1500),             // over the MTU
+    ];
+    let mut edit = |e: &dyn Fn(&mut Vec<u8>)| {
+        let mut f = good.clone();
+        e(&mut f);
+        cases.push(f);
+    };
+    edit(&|f| f[0] = 0xff); // another MAC
+    edit(&|f| f[14] = 0x40); // version 4
+    edit(&|f| f.extend([0, 0, 0, 0])); // link padding
+    edit(&|f| f.truncate(60)); // truncated
+    edit(&|f| f[20] = 0); // hop-by-hop options
+    edit(&|f| f[20] = 44); // a fragment header
+    edit(&|f| f[20] = 6); // TCP, short: bounds
+    edit(&|f| {
+        // A partial checksum (left to offload): the pseudo-header sum only.
+        let p = wire::ipv6::Packet::new_checked(&f[14..]).unwrap();
+        let s = wire::checksum::pseudo_header6(p.src(), p.dst(), 17, 26);
+        let v = wire::checksum::fold(s).to_be_bytes();
+        f[60] = v[0];
+        f[61] = v[1];
+    });
+    for f in &cases {
+        c.frame(0, f);
+    }
+    // Route changes reach the fast path one by one: a new route is taken; once
+    // 2001:db8:100::/48 is gone, its addresses follow the default route (through
+    // the other gateway: other bytes out, which the check compares).
+    c.f.add_route6(p6("2001:db8:400::/48"), &[a6("2001:db8:1::3")])
+        .unwrap();
+    assert!(c.f.remove_route6(p6("2001:db8:100::/48")));
+    c.fl.sync_routes6_now(&mut c.f);
+    for to in ["2001:db8:400::1", "2001:db8:100::7"] {
+        let before = c.fast;
+        c.frame(0, &frame6(H, to, 64, None, 18));
+        assert_eq!(c.fast, before + 1, "{to}");
+    }
+    let fast = c.fast;
+    let mut next = xorshift(0x2545_f491_4f6c_dd1d);
+    for i in 0..20_000 {
+        let mut f = if i % 2 == 0 {
+            good.clone()
+        } else {
+            frame6(H, "2001:db8:5::3", 9, Some(&echo), 0)
+        };
+        for _ in 0..1 + next() % 3 {
+            let at = (next() % 64) as usize;
+            f[at] = next() as u8;
+        }
+        c.frame(0, &f);
+    }
+    eprintln!(
+        "IPv6 fast path ({at:?}): forwarded {} of {} frames; user space the rest",
+        c.fast,
+        cases.len() + 20_004
+    );
+    assert!(
+        c.fast - fast > 1000,
+        "the fast path forwarded only {} mutated frames",
+        c.fast - fast
+    );
+}
+
+/// Past the deadline that an element handing its fast path over keeps ahead
+/// ([`FastPath::beat`]), the programs forward nothing: a fast path whose element is
+/// gone for good stops on its own; a new beat and it forwards again.
+#[test]
+fn past_its_deadline_the_fast_path_forwards_nothing() {
+    use std::time::Duration;
+    for at in [At::Xdp, At::Tc] {
+        let mut c = Check::new(at);
+        let f = udp([192, 0, 2, 7], 18);
+        let n = c.fast;
+        c.frame(0, &f);
+        assert_eq!(c.fast, n + 1, "{at:?}: not forwarded at first");
+        c.fl.fp.lock().unwrap().beat(Duration::ZERO).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        c.frame(0, &f);
+        assert_eq!(c.fast, n + 1, "{at:?}: forwarded past its deadline");
+        c.fl.fp
+            .lock()
+            .unwrap()
+            .beat(Duration::from_secs(60))
+            .unwrap();
+        c.frame(0, &f);
+        assert_eq!(c.fast, n + 2, "{at:?}: not forwarded after a beat");
+    }
+}
+
+#[test]
+fn the_xdp_fast_path_agrees_with_the_forwarder() {
+    agrees(At::Xdp);
+}
+
+#[test]
+fn the_tcx_fast_path_agrees_with_the_forwarder() {
+    agrees(At::Tc);
+}
+
+/// A frame with an 802.1Q tag (`tci`) after the MACs.
+fn tagged(f: &[u8], tci: u16) -> Vec<u8> {
+    let mut t = f[..12].to_vec();
+    t.extend([0x81, 0x00]);
+    t.extend(tci.to_be_bytes());
+    t.extend(&f[12..]);
+    t
+}
+
+#[test]
+fn the_xdp_fast_path_agrees_with_a_backend_on_its_vlans() {
+    let mut c = Check::backend(At::Xdp);
+    // Forwarded by both: between the two VLANs either way, from a tag with priority
+    // bits (out with priority 0, as user space tags), from the untagged interface out
+    // of a VLAN and from a VLAN to the untagged interface.
+    for (tci, dst) in [
+        (Some(10), [8, 8, 8, 8]),
+        (Some(20), [192, 0, 2, 7]),
+        (Some(0xa00a), [8, 8, 4, 4]),
+        (None, [8, 8, 8, 8]),
+        (Some(10), [10, 255, 0, 50]),
+        (None, [10, 255, 0, 50]),
+        (Some(20), [10, 1, 0, 10]),
+    ] {
+        let f = udp(dst, 18);
+        let f = match tci {
+            Some(t) => tagged(&f, t),
+            None => f,
+        };
+        let before = c.fast;
+        c.frame(0, &f);
+        assert_eq!(c.fast, before + 1, "the fast path took none of {f:02x?}");
+    }
+    // To user space, with its tag as it came: an unknown VLAN, VLAN 0, TTL 1, a
+    // second tag, to the router, an unresolved next hop, truncated ones.
+    let good = tagged(&udp([8, 8, 8, 8], 18), 10);
+    let mut cases = vec![
+        tagged(&udp([8, 8, 8, 8], 18), 30),
+        tagged(&udp([8, 8, 8, 8], 18), 0),
+        tagged(&tagged(&udp([8, 8, 8, 8], 18), 10), 10),
+        tagged(&udp([10, 2, 0, 1], 18), 10),
+        tagged(&udp([10, 2, 0, 77], 18), 10),
+    ];
+    let mut ttl1 = good.clone();
+    ttl1[26] = 1;
+    fix(&mut ttl1[4..]);
+    cases.push(ttl1);
+    for n in [14, 16, 17, 18, 20, 37, 41] {
+        cases.push(good[..n].to_vec());
+    }
+    for f in &cases {
+        let before = c.fast;
+        c.frame(0, f);
+        assert_eq!(c.fast, before, "the fast path took {f:02x?}");
+    }
+    // Seeded random mutations of tagged frames, header checksum fixed or not.
+    let mut next = xorshift(0x2545_f491_4f6c_dd1d);
+    let fast = c.fast;
+    for i in 0..20_000 {
+        let mut f = good.clone();
+        for _ in 0..1 + next() % 3 {
+            let at = (next() % 48) as usize;
+            f[at] = next() as u8;
+        }
+        if i % 3 != 0 {
+            if let Ok(mut p) = ipv4::Packet::new_checked(&mut f[18..]) {
+                p.fill_checksum();
+            }
+        }
+        c.frame(0, &f);
+    }
+    assert!(
+        c.fast - fast > 1000,
+        "forwarded {} mutated frames",
+        c.fast - fast
+    );
+}
+
+#[test]
+fn the_tcx_fast_path_leaves_vlans_to_user_space() {
+    let mut c = Check::backend(At::Tc);
+    let before = c.fast;
+    c.frame(0, &tagged(&udp([8, 8, 8, 8], 18), 10));
+    c.frame(0, &udp([8, 8, 8, 8], 18)); // untagged in, out of VLAN 20
+    assert_eq!(c.fast, before, "tcx forwarded a frame of a sub-interface");
+    c.frame(0, &udp([10, 255, 0, 50], 18));
+    assert_eq!(
+        c.fast,
+        before + 1,
+        "untagged to untagged is the fast path's"
+    );
+}
+
+fn agrees(at: At) {
+    let mut c = Check::new(at);
+    let good = udp([192, 0, 2, 7], 18);
+    // Forwarded by both: through a gateway on port 1 (the default route), through one
+    // on port 0, and larger frames.
+    for f in [
+        udp([8, 8, 8, 8], 18),
+        good.clone(),
+        udp([8, 8, 4, 4], 500),
+        udp([192, 0, 2, 9], 1400),
+    ] {
+        let before = c.fast;
+        c.frame(0, &f);
+        assert_eq!(c.fast, before + 1, "the fast path took none of {f:02x?}");
+    }
+    c.frame(1, &udp([192, 0, 2, 7], 18)); // port 0's MAC, on port 1: user space
+    let mut cases: Vec<Vec<u8>> = Vec::new();
+    let mut edit = |e: &dyn Fn(&mut Vec<u8>), refix: bool| {
+        let mut f = good.clone();
+        e(&mut f);
+        if refix {
+            fix(&mut f);
+        }
+        cases.push(f);
+    };
+    edit(&|f| f[22] = 1, true); // TTL 1: time exceeded
+    edit(&|f| f[22] = 0, true);
+    edit(&|f| f[22] = 2, true);
+    edit(&|f| f[24] ^= 1, false); // bad header checksum
+    edit(&|f| f[20] = 0x20, true); // more fragments
+    edit(&|f| f[21] = 1, true); // an offset
+    edit(&|f| f[20] = 0x40, true); // DF only: forwarded
+    edit(&|f| f[0] = 0xff, false); // another MAC
+    edit(&|f| f[..6].fill(0xff), false); // broadcast
+    edit(&|f| f[12] = 0x86, false); // not IPv4
+    edit(&|f| f[14] = 0x46, true); // options
+    edit(&|f| f[30..34].copy_from_slice(&[10, 1, 0, 1]), true); // to the router
+    edit(&|f| f[30..34].copy_from_slice(&[10, 2, 0, 255]), true); // directed broadcast
+    edit(&|f| f[30..34].copy_from_slice(&[224, 0, 0, 5]), true); // multicast
+    edit(&|f| f[30..34].copy_from_slice(&[127, 0, 0, 1]), true); // martian
+    edit(&|f| f[30..34].copy_from_slice(&[0, 1, 2, 3]), true);
+    edit(&|f| f[30..34].copy_from_slice(&[198, 51, 100, 1]), true); // unresolved next hop
+    edit(&|f| f[30..34].copy_from_slice(&[10, 1, 0, 10]), true); // connected, resolved
+    edit(&|f| f[30..34].copy_from_slice(&[10, 1, 0, 11]), true); // connected, unresolved
+    edit(&|f| f[26..30].copy_from_slice(&[10, 2, 0, 1]), true); // from the router
+    edit(&|f| f[26..30].copy_from_slice(&[0, 0, 0, 1]), true); // martian source
+    edit(&|f| f[26..30].copy_from_slice(&[255, 255, 255, 255]), true);
+    edit(&|f| f.extend([0, 0, 0, 0]), false); // link padding
+    edit(&|f| f.truncate(40), false); // truncated
+    edit(
+        &|f| {
+            f[40] = 0;
+            f[41] = 0;
+        },
+        false,
+    ); // UDP without a checksum
+    edit(
+        &|f| {
+            // A partial checksum (left to offload): the pseudo-header sum only.
+            let p = ipv4::Packet::new_checked(&f[14..]).unwrap();
+            let s = wire::checksum::pseudo_header(p.src(), p.dst(), 17, p.payload().len() as u16);
+            let v = wire::checksum::fold(s).to_be_bytes();
+            f[40] = v[0];
+            f[41] = v[1];
+        },
+        false,
+    );
+    edit(&|f| f[23] = 6, false); // TCP, short: bounds
+    let big = udp([8, 8, 8, 8], 1000); // over port 1's MTU of 576: fragmented in user space
+    cases.push(big.clone());
+    let mut df = big;
+    df[20] = 0x40;
+    fix(&mut df);
+    cases.push(df);
+    for f in &cases {
+        c.frame(0, f);
+    }
+    // The forward fuzz corpus (first byte: port and flags).
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/forward");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let data = std::fs::read(e.unwrap().path()).unwrap();
+        if let Some((&ctl, frame)) = data.split_first() {
+            if frame.len() >= 14 {
+                c.frame((ctl & 1) as u16, frame);
+                n += 1;
+            }
+        }
+    }
+    assert!(n > 20, "the forward corpus has {n} frames");
+    // Seeded random mutations of forwardable frames: one to three bytes of the headers
+    // changed, with the header checksum recomputed or not.
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
+    for i in 0..20_000 {
+        let mut f = if i % 2 == 0 {
+            good.clone()
+        } else {
+            udp([8, 8, 8, 8], 30)
+        };
+        for _ in 0..1 + next() % 3 {
+            let at = (next() % 44) as usize;
+            f[at] = next() as u8;
+        }
+        if i % 3 != 0 {
+            if let Ok(mut p) = ipv4::Packet::new_checked(&mut f[14..]) {
+                p.fill_checksum();
+            }
+        }
+        c.frame(0, &f);
+    }
+    eprintln!(
+        "fast path ({at:?}): forwarded {} of {} frames; user space the rest",
+        c.fast,
+        4 + 1 + cases.len() + n + 20_000
+    );
+    assert!(
+        c.fast > 1000,
+        "the fast path forwarded only {} frames",
+        c.fast
+    );
+    // Its counters: every frame it forwarded, in and out, frames and bytes.
+    let st = c.fl.fp.lock().unwrap().stats();
+    let sum = |k: usize| st.iter().map(|s| s[k]).sum::<u64>();
+    assert_eq!((sum(0), sum(2)), (c.fast as u64, c.fast as u64), "{st:?}");
+    assert_eq!((sum(3), sum(4)), c.bytes, "{st:?}");
+}

@@ -1,0 +1,238 @@
+//! The forwarder's control-socket commands as its worker answers them (show, routes and
+//! their IPv6 counterparts), and what a reload may change in place.
+
+use super::*;
+
+/// Answers IPv6 route commands on the worker that holds the IPv6 table (its route writer
+/// lives there), and the rest as [`answer`] does. `reload-routes6` takes the routes the
+/// control thread read into `pending6`.
+pub(super) fn answer6(f: &mut Forwarder, cmd: &str, req: &Value, pending6: &Pending6) -> Value {
+    let r = match cmd {
+        "reload-routes6" => {
+            let routes = pending6.lock().ok().and_then(|mut p| p.take());
+            match routes {
+                Some(r) if f.ipv6_enabled() || !r.is_empty() => {
+                    let t = Instant::now();
+                    f.replace_routes6(r)
+                        .map(|n| {
+                            let ms = t.elapsed().as_millis() as u64;
+                            tracing::info!(routes = n, ms, "IPv6 routes reloaded");
+                            json!({"routes6": n, "ms6": ms})
+                        })
+                        .map_err(|e| e.to_string())
+                }
+                _ => Ok(json!({})),
+            }
+        }
+        "routes6" => Ok(json!({"count6": f.route_count6()})),
+        "route-add" | "route-del" => (|| {
+            let p = req["prefix"].as_str().ok_or("missing \"prefix\"")?;
+            let prefix = fib::Prefix6::parse_strict(p).map_err(|e| format!("prefix {p:?}: {e}"))?;
+            if cmd == "route-del" {
+                let removed = f.remove_route6(prefix);
+                return Ok(json!({"removed": removed, "count6": f.route_count6()}));
+            }
+            let texts: Vec<&Value> = match &req["via"] {
+                Value::Array(a) if !a.is_empty() => a.iter().collect(),
+                v @ Value::String(_) => vec![v],
+                _ => return Err("missing \"via\" (an address or a list)".into()),
+            };
+            let vias = texts
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .and_then(|t| t.parse::<std::net::Ipv6Addr>().ok())
+                        .ok_or_else(|| format!("via {v} is not an IPv6 address"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            f.add_route6(prefix, &vias).map_err(|e| e.to_string())?;
+            Ok(json!({"count6": f.route_count6()}))
+        })(),
+        _ => return answer(f, cmd, req),
+    };
+    r.unwrap_or_else(|e| json!({"error": e}))
+}
+
+/// A worker's answer, its `"error"` an error.
+pub(super) fn worker_result(v: Result<Value, String>) -> Result<Value, String> {
+    let v = v?;
+    match v["error"].as_str() {
+        Some(e) => Err(e.to_string()),
+        None => Ok(v),
+    }
+}
+
+/// Answers a control-socket command that needs the worker's own state.
+pub(super) fn answer(f: &mut Forwarder, cmd: &str, _req: &Value) -> Value {
+    match cmd {
+        "neighbours" => Value::Array(
+            f.neighbours
+                .entries()
+                .into_iter()
+                .map(|(port, ip, mac, state)| {
+                    json!({"interface": f.ifaces[port as usize].name, "address": ip.to_string(), "mac": mac.to_string(), "state": format!("{state:?}").to_lowercase()})
+                })
+                .chain(f.neighbours6().into_iter().map(|(i, ip, mac)| {
+                    json!({"interface": f.ifaces[i as usize].name, "address": ip.to_string(), "mac": mac.to_string(), "state": "reachable"})
+                }))
+                .collect(),
+        ),
+        "interfaces" => Value::Array(
+            f.ifaces
+                .iter()
+                .enumerate()
+                .map(|(ix, i)| {
+                    let mut v = json!({"name": i.name, "mac": i.mac.to_string(), "mtu": i.mtu, "address": format!("{}/{}", i.addr, i.prefix_len)});
+                    if let Some(a) = f.addresses6(ix) {
+                        v["addresses6"] = json!(a);
+                    }
+                    if let Some(vl) = i.vlan {
+                        v["vlan"] = json!(vl.id);
+                        v["parent"] = json!(f.ifaces[vl.parent as usize].name);
+                    }
+                    v
+                })
+                .collect(),
+        ),
+        _ => Value::Null,
+    }
+}
+
+/// The gateways of a `route-add` request: `"via"`, an address or a list.
+pub(crate) fn vias_of(req: &Value) -> Result<Vec<Ipv4Addr>, String> {
+    match &req["via"] {
+        Value::String(s) => Ok(vec![s
+            .parse()
+            .map_err(|_| format!("via {s:?} is not an IPv4 address"))?]),
+        Value::Array(a) => a
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or(format!("via {v} is not an IPv4 address"))
+            })
+            .collect(),
+        _ => Err("missing \"via\" (an address or a list)".into()),
+    }
+}
+
+/// The `via` of a route command: an address of either family, or a list of them.
+pub fn ip_vias_of(req: &Value) -> Result<Vec<std::net::IpAddr>, String> {
+    let texts: Vec<&Value> = match &req["via"] {
+        Value::Array(a) if !a.is_empty() => a.iter().collect(),
+        v @ Value::String(_) => vec![v],
+        _ => return Err("missing \"via\" (an address or a list)".into()),
+    };
+    texts
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .and_then(|s| s.parse().ok())
+                .ok_or(format!("via {v} is not an IP address"))
+        })
+        .collect()
+}
+
+/// IPv6 routes read by `reload-routes` on the control thread, for the worker to take.
+pub(super) type Pending6 = Mutex<Option<Routes6>>;
+
+/// Route commands, run on the control thread against the route writer.
+pub(super) fn route_command(
+    routes: &Mutex<RouteTable>,
+    cfg: Option<&ForwarderFile>,
+    fast: Option<&crate::fast::FastLink>,
+    pending6: &Pending6,
+    cmd: &str,
+    req: &Value,
+) -> Result<Value, String> {
+    let r = route_change(routes, cfg, pending6, cmd, req)?;
+    if let (Some(fl), false) = (fast, cmd == "routes") {
+        let t = routes.lock().map_err(|_| "route table poisoned")?;
+        fl.publish(&t)?;
+    }
+    Ok(r)
+}
+
+pub(super) fn route_change(
+    routes: &Mutex<RouteTable>,
+    cfg: Option<&ForwarderFile>,
+    pending6: &Pending6,
+    cmd: &str,
+    req: &Value,
+) -> Result<Value, String> {
+    let mut t = routes.lock().map_err(|_| "route table poisoned")?;
+    let prefix = || -> Result<Prefix, String> {
+        let p = req["prefix"].as_str().ok_or("missing \"prefix\"")?;
+        Prefix::parse_strict(p).map_err(|e| format!("prefix {p:?}: {e}"))
+    };
+    match cmd {
+        "routes" => Ok(json!({"count": t.len()})),
+        "route-add" => {
+            let vias = vias_of(req)?;
+            t.add(prefix()?, &vias).map_err(|e| e.to_string())?;
+            Ok(json!({"count": t.len()}))
+        }
+        "route-del" => {
+            let removed = t.remove(prefix()?);
+            Ok(json!({"removed": removed, "count": t.len()}))
+        }
+        "reload-routes" => {
+            let cfg = cfg.ok_or("no configuration to reload from")?;
+            let time = Instant::now();
+            let cfg = ForwarderFile::load(&cfg.path).map_err(|e| e.to_string())?;
+            let (routes, routes6) = config_routes_all(&cfg, |gw| t.port_for_gateway(gw))?;
+            let n = t.replace(routes).map_err(|e| e.to_string())?;
+            *pending6.lock().map_err(|_| "poisoned")? = Some(routes6);
+            let ms = time.elapsed().as_millis() as u64;
+            tracing::info!(routes = n, ms, "routes reloaded");
+            Ok(json!({"routes": n, "count": t.len(), "ms": ms}))
+        }
+        _ => Err(format!("unknown command {cmd:?}")),
+    }
+}
+
+/// The keys a forwarder's `reload` applies in place: its routes (`route`, `routes_file`,
+/// `routes_file_via`, and what the routes file holds). Anything else needs a restart.
+pub(super) const RELOADABLE: [&str; 3] = ["route", "routes_file", "routes_file_via"];
+
+/// The first key, outside [`RELOADABLE`], whose value differs between two versions of a
+/// config file (as TOML; dotted, with array indices: `interface[1].address`), if any.
+pub fn changed_key(old: &str, new: &str) -> Option<String> {
+    changed_key_outside(old, new, &RELOADABLE)
+}
+
+/// As [`changed_key`], with `reloadable` the top-level keys a reload may change.
+pub fn changed_key_outside(old: &str, new: &str, reloadable: &[&str]) -> Option<String> {
+    fn walk(
+        path: &str,
+        a: Option<&toml::Value>,
+        b: Option<&toml::Value>,
+        reloadable: &[&str],
+    ) -> Option<String> {
+        use toml::Value;
+        match (a, b) {
+            (Some(Value::Table(x)), Some(Value::Table(y))) => {
+                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                keys.into_iter().find_map(|k| {
+                    if path.is_empty() && reloadable.contains(&k.as_str()) {
+                        return None;
+                    }
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(&p, x.get(k), y.get(k), reloadable)
+                })
+            }
+            (Some(Value::Array(x)), Some(Value::Array(y))) => (0..x.len().max(y.len()))
+                .find_map(|i| walk(&format!("{path}[{i}]"), x.get(i), y.get(i), reloadable)),
+            (a, b) if a == b => None,
+            _ => Some(path.to_string()),
+        }
+    }
+    let parse = |s: &str| s.parse::<toml::Table>().ok().map(toml::Value::Table);
+    walk("", parse(old).as_ref(), parse(new).as_ref(), reloadable)
+}
