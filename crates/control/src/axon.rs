@@ -304,6 +304,12 @@ pub fn run<P: Port>(
     io: IoConfig,
     metrics: &crate::metrics::MetricsConfig,
 ) -> Result<(), String> {
+    // Each port's link going down or coming up, logged once (crate::statelog).
+    crate::statelog::watch_links(
+        ports.iter().map(|p| p.name().to_string()).collect(),
+        stop.clone(),
+    )
+    .map_err(|e| format!("links: {e}"))?;
     let (_servers, qrx) = crate::run::serve_element(
         control,
         a.counters.clone(),

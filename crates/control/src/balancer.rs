@@ -542,6 +542,10 @@ pub fn run<P: Port + Send>(
     if ports.is_empty() {
         return Err("no worker".into());
     }
+    // Each port's link going down or coming up, logged once (crate::statelog).
+    let mut names: Vec<String> = ports[0].iter().map(|p| p.name().to_string()).collect();
+    names.dedup();
+    crate::statelog::watch_links(names, stop.clone()).map_err(|e| format!("links: {e}"))?;
     if let Some(fl) = &mut fast {
         fl.publish(&b)?;
     }

@@ -339,6 +339,10 @@ pub fn run<P: Port + Send>(
         .collect();
     let counters = f.counters.clone();
     let at_end = all_counters.clone();
+    // Each port's link going down or coming up, logged once (crate::statelog).
+    let mut names: Vec<String> = ports[0].iter().map(|p| p.name().to_string()).collect();
+    names.dedup();
+    crate::statelog::watch_links(names, stop.clone()).map_err(|e| format!("links: {e}"))?;
     // The router view of this element: a lone forwarder's ports all face the outside; a
     // back-end's face the inside of a multistage router.
     let metrics_cfg = cfg.map(|c| c.metrics.clone()).unwrap_or_default();
@@ -519,7 +523,11 @@ pub fn run<P: Port + Send>(
     // The worker keeps the fast path's neighbours in step with its own, every 100 ms.
     let mut synced = Instant::now();
     let mut captured = false;
+    let mut neighbour_log = crate::statelog::NeighbourLog::default();
     let tick = move |f: &mut Forwarder| {
+        if neighbour_log.due(Instant::now()) {
+            neighbour_log.observe(resolved_neighbours(f));
+        }
         if let Some(fl) = &fast {
             // A capture's start or end: one atomic load per pass until then.
             if crate::capturing::capture_under_way() != captured {
@@ -572,6 +580,34 @@ pub fn run<P: Port + Send>(
         r
     })?;
     dataplane::counters::Snapshot::sum(&at_end).ok_or_else(|| "no worker".into())
+}
+
+/// The forwarder's neighbours with a known MAC (IPv4 and IPv6), as the log names them.
+fn resolved_neighbours(f: &Forwarder) -> Vec<crate::statelog::Neighbour> {
+    let port = |i: u16| {
+        f.ifaces
+            .get(i as usize)
+            .map_or_else(|| i.to_string(), |c| c.name.clone())
+    };
+    f.neighbours
+        .entries()
+        .into_iter()
+        .filter(|e| e.3 != dataplane::neighbour::State::Incomplete)
+        .map(|(p, ip, mac, _)| crate::statelog::Neighbour {
+            port: port(p),
+            addr: ip.into(),
+            mac,
+        })
+        .chain(
+            f.neighbours6()
+                .into_iter()
+                .map(|(p, ip, mac)| crate::statelog::Neighbour {
+                    port: port(p),
+                    addr: ip.into(),
+                    mac,
+                }),
+        )
+        .collect()
 }
 
 /// On SIGHUP, asks `handler` to `reload` and logs the outcome, until `stop`.
@@ -735,6 +771,7 @@ fn route_writer(
     stop: Arc<AtomicBool>,
 ) {
     let mut seq = 0u32;
+    let mut table_log = crate::statelog::TableLog::default();
     while !stop.load(Ordering::Relaxed) {
         let first = match rx.recv_timeout(ACK_INTERVAL) {
             Ok(m) => Some(m),
@@ -774,6 +811,7 @@ fn route_writer(
         // What the hellos carry from now on (the worker reads it for each hello).
         if let Ok(mut st) = table.lock() {
             *st = w.hello_state();
+            table_log.installed(Some(*st), Instant::now());
         }
         let Some(ctl) = w.controller else { continue };
         seq = seq.wrapping_add(1);

@@ -338,6 +338,8 @@ pub fn run<P: Port>(
     // Shared with the control socket's thread, which reads the programs' counters.
     let fast = fast.map(|f| Arc::new(std::sync::Mutex::new(f)));
     let names: Vec<String> = s.cfg.ports.iter().map(|p| p.name.clone()).collect();
+    // Each port's link going down or coming up, logged once (crate::statelog).
+    crate::statelog::watch_links(names.clone(), stop.clone()).map_err(|e| format!("links: {e}"))?;
     if let Some(f) = &fast {
         let f = f.clone();
         crate::fast::fold(&s.counters, &names, move || {

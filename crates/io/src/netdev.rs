@@ -214,6 +214,16 @@ pub fn set_promisc(name: &str) -> io::Result<()> {
     set_flag(name, libc::IFF_PROMISC as libc::c_short)
 }
 
+/// Whether the interface is up and its link running (IFF_UP and IFF_RUNNING: for a veth,
+/// its peer up too; for a NIC, carrier).
+pub fn link_running(name: &str) -> io::Result<bool> {
+    let mut r = ifreq(name)?;
+    with_socket(|fd| ioctl(fd, libc::SIOCGIFFLAGS, &mut r)).map_err(|e| named(name, e))?;
+    // SAFETY: SIOCGIFFLAGS filled the ifru_flags member.
+    let flags = unsafe { r.ifr_ifru.ifru_flags } as libc::c_int;
+    Ok(flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0)
+}
+
 /// Sets one of the interface's flags (SIOCSIFFLAGS), if it is not set.
 fn set_flag(name: &str, flag: libc::c_short) -> io::Result<()> {
     let mut r = ifreq(name)?;

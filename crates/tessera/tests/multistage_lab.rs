@@ -964,3 +964,87 @@ fn an_lb_reloads_its_backends_without_losing_a_packet() {
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Each state change an operator cares about is logged once (docs/operate.md, "Logs"): a
+/// port's link down and up again, neighbours learned, a back-end dead and live again at
+/// the LBs, a config reloaded.
+#[test]
+fn state_changes_are_logged_once_each() {
+    let lab = lab();
+    let wait = |what: &str, f: &dyn Fn() -> bool| {
+        let t = Instant::now();
+        while !f() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "waited 10 s for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // Neighbours: the back-end that carries a1's ping to b1 learns b1, once.
+    lab.sh(
+        "a1",
+        &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.2.0.10"],
+    );
+    let learned = || -> Vec<usize> {
+        ["r1", "r2", "r3"]
+            .iter()
+            .map(|r| {
+                lab.log_lines(r, &["neighbours learned", "10.2.0.10 "])
+                    .len()
+            })
+            .collect()
+    };
+    wait("a back-end's neighbours learned", &|| {
+        learned().iter().sum::<usize>() > 0
+    });
+    assert!(
+        learned().iter().all(|&n| n <= 1),
+        "{learned:?}",
+        learned = learned()
+    );
+
+    // A port's link: a1 takes its end down, so lba's external port loses its carrier;
+    // then up again. One line each, at the change.
+    let down = || lab.log_lines("lba", &["port down", "port=lba-ext", "at_start=false"]);
+    let up = || lab.log_lines("lba", &["port up", "port=lba-ext"]);
+    assert!(down().is_empty() && up().is_empty(), "{}", lab.log("lba"));
+    lab.sh("a1", &["ip", "link", "set", "eth0", "down"]);
+    wait("lba's port down", &|| !down().is_empty());
+    lab.sh("a1", &["ip", "link", "set", "eth0", "up"]);
+    wait("lba's port up", &|| !up().is_empty());
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!((down().len(), up().len()), (1, 1), "{}", lab.log("lba"));
+
+    // A back-end dead, then live again: each LB says so once per change (r2 was live
+    // once already, at the start).
+    let r2 = BACKENDS[1];
+    let dead = |lb: &str| lab.log_lines(lb, &["back-end down", r2]);
+    let live = |lb: &str| lab.log_lines(lb, &["back-end up", r2]);
+    wait("r2 live at both LBs", &|| {
+        live("lba").len() == 1 && live("lbb").len() == 1
+    });
+    lab.element("stop", "r2");
+    wait("r2 dead at both LBs", &|| {
+        !dead("lba").is_empty() && !dead("lbb").is_empty()
+    });
+    lab.element("start", "r2");
+    wait("r2 live again at both LBs", &|| {
+        live("lba").len() == 2 && live("lbb").len() == 2
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    for lb in ["lba", "lbb"] {
+        assert_eq!((dead(lb).len(), live(lb).len()), (1, 2), "{}", lab.log(lb));
+    }
+
+    // A reload: one line.
+    let ctl = lab.control("r1");
+    let o = lab.tessera(&["reload", "--control", ctl.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        lab.log_lines("r1", &["config reloaded"]).len(),
+        1,
+        "{}",
+        lab.log("r1")
+    );
+}

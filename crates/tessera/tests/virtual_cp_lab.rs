@@ -727,4 +727,25 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
             assert_eq!(drop_count(&k, d), 0, "{r}: {d}");
         }
     }
+
+    // The state changes in the logs (docs/operate.md, "Logs"): vcp2 became active once,
+    // at the takeover; each back-end logged the tables it installed, none twice.
+    let active = lab.log_lines("vcp2", &["controller role changes", "to=Active"]);
+    assert_eq!(active.len(), 1, "{}", lab.log("vcp2"));
+    let field = |l: &str, k: &str| -> String {
+        l.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .unwrap_or_default()
+            .to_string()
+    };
+    for r in BACKENDS {
+        let lines = lab.log_lines(r, &["FIB installed"]);
+        assert!(!lines.is_empty(), "{r}: {}", lab.log(r));
+        let mut seen = std::collections::HashSet::new();
+        for l in &lines {
+            let table = (field(l, "epoch="), field(l, "version="));
+            assert!(!table.0.is_empty() && !table.1.is_empty(), "{l}");
+            assert!(seen.insert(table), "{r} logged one table twice: {lines:#?}");
+        }
+    }
 }

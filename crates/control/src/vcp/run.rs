@@ -43,6 +43,9 @@ pub fn run<P: Port>(
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
 ) -> Result<(), String> {
+    // The interconnection port's link going down or coming up, logged once.
+    crate::statelog::watch_links(vec![port.name().to_string()], stop.clone())
+        .map_err(|e| format!("links: {e}"))?;
     let epoch = unix_secs();
     let mut fib = Fib::new(epoch, LOG_CAP);
     for (p, g) in &cfg.routes {

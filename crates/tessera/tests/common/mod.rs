@@ -123,6 +123,21 @@ impl TestLab {
         lab
     }
 
+    /// A node's whole element log (empty if it has none yet).
+    pub fn log(&self, node: &str) -> String {
+        let run = Path::new(lab::topology::RUN_DIR).join(&self.name);
+        std::fs::read_to_string(run.join(format!("{node}.log"))).unwrap_or_default()
+    }
+
+    /// The lines of a node's element log that hold every one of `words`.
+    pub fn log_lines(&self, node: &str, words: &[&str]) -> Vec<String> {
+        self.log(node)
+            .lines()
+            .filter(|l| words.iter().all(|w| l.contains(w)))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// What a failing test should print about a node: the last lines of its element's log
     /// and of each of its FRR daemons' logs (the lab's run directory goes with the lab).
     pub fn logs(&self, node: &str) -> String {
