@@ -1016,25 +1016,22 @@ fn state_changes_are_logged_once_each() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!((down().len(), up().len()), (1, 1), "{}", lab.log("lba"));
 
-    // A back-end dead, then live again: each LB says so once per change (r2 was live
-    // once already, at the start).
+    // A back-end dead, then live again: each LB says so once per change (a configured
+    // back-end starts live, so there is no line before).
     let r2 = BACKENDS[1];
     let dead = |lb: &str| lab.log_lines(lb, &["back-end down", r2]);
     let live = |lb: &str| lab.log_lines(lb, &["back-end up", r2]);
-    wait("r2 live at both LBs", &|| {
-        live("lba").len() == 1 && live("lbb").len() == 1
-    });
     lab.element("stop", "r2");
     wait("r2 dead at both LBs", &|| {
         !dead("lba").is_empty() && !dead("lbb").is_empty()
     });
     lab.element("start", "r2");
     wait("r2 live again at both LBs", &|| {
-        live("lba").len() == 2 && live("lbb").len() == 2
+        !live("lba").is_empty() && !live("lbb").is_empty()
     });
     std::thread::sleep(Duration::from_millis(500));
     for lb in ["lba", "lbb"] {
-        assert_eq!((dead(lb).len(), live(lb).len()), (1, 2), "{}", lab.log(lb));
+        assert_eq!((dead(lb).len(), live(lb).len()), (1, 1), "{}", lab.log(lb));
     }
 
     // A reload: one line.
