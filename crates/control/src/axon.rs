@@ -326,7 +326,7 @@ pub fn run<P: Port>(
         None,
     )?;
     crate::run::set_priority(io.priority)?;
-    run_element(a, ports, stop, qrx, answer, |_| {}, io.busy_poll)
+    run_element(a, ports, stop, Some(qrx), answer, |_| {}, io.busy_poll)
 }
 
 #[cfg(test)]

@@ -660,14 +660,14 @@ pub fn run<P: Port + Send>(
             let h = std::thread::Builder::new()
                 .name(format!("worker-{}", i + 1))
                 .spawn_scoped(scope, move || {
-                    // Nobody asks the other workers anything; the sender lives as long.
-                    let (_asker, queries) = mpsc::channel::<Query>();
+                    // Nobody asks the other workers anything: they follow the first's
+                    // captures.
                     let r = crate::run::enter_worker(&io, i + 1).and_then(|()| {
                         run_element(
                             w,
                             ports,
                             stop.clone(),
-                            queries,
+                            None,
                             answer,
                             |b| b.log.clear(),
                             busy,
@@ -688,7 +688,7 @@ pub fn run<P: Port + Send>(
             }
         };
         let r = crate::run::enter_worker(&io, 0)
-            .and_then(|()| run_element(b, mine, stop.clone(), qrx, answer, tick, busy));
+            .and_then(|()| run_element(b, mine, stop.clone(), Some(qrx), answer, tick, busy));
         stop.store(true, Ordering::Relaxed);
         for h in handles {
             h.join().map_err(|_| "a worker panicked".to_string())??;

@@ -53,7 +53,8 @@ pub type Servers = (
 /// Serves an element's control socket at `path` (if any): `counters`, `describe` and
 /// `router` (its view as a router of one, every port external) from `counters`; each of
 /// `worker` asked of the element's run loop through the returned receiver (which
-/// [`run_element`] takes); and `/metrics` where `metrics` says. `fast_path`, where the
+/// [`run_element`] takes); and `/metrics` where `metrics` says. If `worker` holds
+/// `reload`, SIGHUP asks for it too. `fast_path`, where the
 /// element has one, gives the `fast_path` part of its `counters` (its programs' frames).
 /// Keep the servers while the element runs.
 pub fn serve_element(
@@ -72,9 +73,6 @@ pub fn serve_element(
         counters.port_names.clone(),
     );
     let ms = crate::metrics::serve_if(metrics, &view)?;
-    let Some(path) = path else {
-        return Ok(((None, ms), qrx));
-    };
     let asker: Asker = Mutex::new(qtx);
     let handler: crate::ctlsock::Handler =
         std::sync::Arc::new(move |cmd: &str, req: &Value| match cmd {
@@ -98,6 +96,13 @@ pub fn serve_element(
                 worker.join(", ")
             )),
         });
+    // An element that reloads its config does so on SIGHUP too, as `tessera reload`.
+    if worker.contains(&"reload") {
+        reload_on_sighup(handler.clone(), Arc::new(AtomicBool::new(false)))?;
+    }
+    let Some(path) = path else {
+        return Ok(((None, ms), qrx));
+    };
     let server = crate::ctlsock::serve(path, handler).map_err(|e| e.to_string())?;
     Ok(((Some(server), ms), qrx))
 }
@@ -549,10 +554,10 @@ pub fn run<P: Port + Send>(
             let h = std::thread::Builder::new()
                 .name(format!("worker-{}", i + 1))
                 .spawn_scoped(scope, move || {
-                    // Nobody asks the other workers anything; the sender lives as long.
-                    let (_asker, queries) = mpsc::channel::<Query>();
+                    // Nobody asks the other workers anything: they follow the first's
+                    // captures.
                     let r = enter_worker(&io, i + 1).and_then(|()| {
-                        run_element(w, ports, stop.clone(), queries, answer, |_| {}, busy)
+                        run_element(w, ports, stop.clone(), None, answer, |_| {}, busy)
                     });
                     // One worker failing ends them all: the forwarder is one process.
                     stop.store(true, Ordering::Relaxed);
@@ -572,7 +577,7 @@ pub fn run<P: Port + Send>(
             v
         };
         let r = enter_worker(&io, 0)
-            .and_then(|()| run_element(f, mine, stop.clone(), qrx, answer, tick, busy));
+            .and_then(|()| run_element(f, mine, stop.clone(), Some(qrx), answer, tick, busy));
         stop.store(true, Ordering::Relaxed);
         for h in handles {
             h.join().map_err(|_| "a worker panicked".to_string())??;
@@ -829,14 +834,15 @@ fn route_writer(
     }
 }
 
-/// The worker loop: runs `e` over `ports` until `stop` is set. Questions from the control
-/// thread arrive on `queries` and are answered by `answer` between passes; `tick` runs after
-/// every [`Element::poll`]. With `busy_poll` the loop never sleeps in `poll(2)`.
+/// The worker loop: runs `e` over `ports` until `stop` is set. The first worker of an
+/// element gets the control thread's questions on `queries` and answers them with `answer`
+/// between passes; the others (`None`) follow its captures (crate::capturing). `tick` runs
+/// after every [`Element::poll`]. With `busy_poll` the loop never sleeps in `poll(2)`.
 pub fn run_element<E: Element, P: Port>(
     mut e: E,
     mut ports: Vec<P>,
     stop: Arc<AtomicBool>,
-    queries: mpsc::Receiver<Query>,
+    queries: Option<mpsc::Receiver<Query>>,
     mut answer: impl FnMut(&mut E, &str, &Value) -> Value,
     mut tick: impl FnMut(&mut E),
     busy_poll: bool,
@@ -862,6 +868,7 @@ pub fn run_element<E: Element, P: Port>(
     // A `tessera capture` under way (see dataplane::capture).
     let mut cap: Option<dataplane::capture::Capture> = None;
     let mut capturing = crate::capturing::CaptureFlag::default();
+    let mut follower = queries.is_none().then(crate::capturing::Follower::default);
     let mut cap_ts = 0u64;
     let mut last_poll = Instant::now();
     let mut last_stats = last_poll;
@@ -895,7 +902,13 @@ pub fn run_element<E: Element, P: Port>(
             last_poll = now;
             e.poll(now, &mut tx);
             tick(&mut e);
-            while let Ok((cmd, req, reply)) = queries.try_recv() {
+            if let Some(f) = &mut follower {
+                if let Some(c) = f.changed() {
+                    cap = c;
+                    capturing.set(cap.is_some());
+                }
+            }
+            while let Some(Ok((cmd, req, reply))) = queries.as_ref().map(|q| q.try_recv()) {
                 if cmd == "capture-start" || cmd == "capture-stop" {
                     let _ = reply.send(capture_command(&mut cap, &cmd, &req, &infos));
                     capturing.set(cap.is_some());
@@ -927,8 +940,19 @@ pub fn run_element<E: Element, P: Port>(
             }
             c.flush();
             cap_ts = 0;
+            if let Some(f) = &mut follower {
+                f.report(c);
+            }
             if c.done {
-                tracing::info!(captured = c.captured, lost = c.dropped, "capture ended");
+                if follower.is_none() {
+                    let (captured, lost) = crate::capturing::followers_totals();
+                    tracing::info!(
+                        captured = c.captured + captured,
+                        lost = c.dropped + lost,
+                        "capture ended"
+                    );
+                    crate::capturing::order(None);
+                }
                 cap = None;
                 capturing.set(false);
             }
@@ -967,8 +991,10 @@ fn capture_command(
     use dataplane::capture::{check, Capture, Insn};
     let err = |m: String| json!({"error": m});
     if cmd == "capture-stop" {
+        crate::capturing::order(None);
+        let (captured, lost) = crate::capturing::followers_totals();
         return match cap.take() {
-            Some(c) => json!({"captured": c.captured, "lost": c.dropped}),
+            Some(c) => json!({"captured": c.captured + captured, "lost": c.dropped + lost}),
             None => json!({"captured": 0, "lost": 0, "note": "no capture was under way"}),
         };
     }
@@ -1012,10 +1038,17 @@ fn capture_command(
         }
     };
     let count = req["count"].as_u64().filter(|&n| n > 0);
-    match Capture::new(path.into(), port, filter, count) {
+    match Capture::new(path.into(), port, filter.clone(), count) {
         Ok(c) => {
             tracing::info!(path, port = ?req["port"].as_str(), ?count, "capture started");
             *cap = Some(c);
+            // The element's other workers capture their frames too.
+            crate::capturing::order(Some(crate::capturing::CaptureSpec {
+                path: path.into(),
+                port,
+                filter,
+                count,
+            }));
             json!({"started": true})
         }
         Err(e) => err(format!("capture socket: {e}")),

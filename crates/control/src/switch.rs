@@ -324,17 +324,18 @@ impl SwitchFast {
 /// Runs the switch over `ports` (in the config's order) until `stop` is set; with `fast`,
 /// its ports' programs forward known unicast between unshaped ports themselves (else
 /// `fast_off` says why not).
-#[allow(clippy::too_many_arguments)]
+/// Runs the switch `s` (from `file`) over `ports` until `stop`. `reload` (the control
+/// socket's, or SIGHUP) reads `file` again and applies what can change in place.
 pub fn run<P: Port>(
     s: Switch,
     ports: Vec<P>,
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
-    io: IoConfig,
-    metrics: &crate::metrics::MetricsConfig,
+    file: &SwitchFile,
     fast: Option<SwitchFast>,
     fast_off: std::collections::HashMap<String, String>,
 ) -> Result<(), String> {
+    let (io, metrics) = (file.io, &file.metrics);
     // Shared with the control socket's thread, which reads the programs' counters.
     let fast = fast.map(|f| Arc::new(std::sync::Mutex::new(f)));
     let names: Vec<String> = s.cfg.ports.iter().map(|p| p.name.clone()).collect();
@@ -355,7 +356,7 @@ pub fn run<P: Port>(
     let (_servers, qrx) = crate::run::serve_element(
         control,
         s.counters.clone(),
-        &["interfaces", "macs"],
+        &["interfaces", "macs", "reload"],
         metrics,
         "switch",
         fast_counters,
@@ -378,8 +379,16 @@ pub fn run<P: Port>(
             }
         })
     });
+    // The file as the switch runs it, for `reload` to compare with.
+    let mut running = std::fs::read_to_string(&file.path).unwrap_or_default();
     // `show interfaces`: each port's fast-path frames beside its queue.
     let answer = |s: &mut Switch, cmd: &str, req: &Value| {
+        if cmd == "reload" {
+            return match reload(s, fast.as_deref(), &file.path, &mut running) {
+                Ok(v) => v,
+                Err(e) => json!({ "error": e }),
+            };
+        }
         let mut v = answer(s, cmd, req);
         if cmd == "interfaces" {
             let f = fast.as_ref().and_then(|f| f.lock().ok());
@@ -409,7 +418,47 @@ pub fn run<P: Port>(
         }
         v
     };
-    run_element(s, ports, stop, qrx, answer, tick, io.busy_poll)
+    run_element(s, ports, stop, Some(qrx), answer, tick, io.busy_poll)
+}
+
+/// What `reload` may change in place: every port's `capacity_bps`, `buffer_bytes` and
+/// `delay_ms`, and `[switch] ageing_s`. Anything else is refused with its key.
+const RELOADABLE: [&str; 2] = ["port", "switch"];
+
+/// `reload`: reads `path` again; applies what can change in place to the running switch
+/// and to its fast path (a port shaped or delayed now, or no longer, leaves the fast path
+/// or joins it). A bad file, or a change that needs a restart, changes nothing and says
+/// why (the file, line and key).
+fn reload(
+    s: &mut Switch,
+    fast: Option<&std::sync::Mutex<SwitchFast>>,
+    path: &Path,
+    running: &mut String,
+) -> Result<Value, String> {
+    let text = read(path).map_err(|e| e.to_string())?;
+    let new = SwitchFile::parse(path, &text).map_err(|e| e.to_string())?;
+    if let Some(k) = crate::run::changed_key_outside(running, &text, &RELOADABLE) {
+        return Err(format!(
+            "{}: {k}: changes only with a restart; nothing reloaded",
+            path.display()
+        ));
+    }
+    s.reconfigure(new.cfg.clone())
+        .map_err(|e| format!("{}: {e}; nothing reloaded", path.display()))?;
+    if let Some(f) = fast {
+        if let Ok(mut f) = f.lock() {
+            for (i, p) in new.cfg.ports.iter().enumerate() {
+                let ok = p.capacity_bps.is_none() && p.delay.is_zero();
+                if f.eligible.get(i).is_some_and(|e| *e != ok) {
+                    f.eligible[i] = ok;
+                    f.write_port(i);
+                }
+            }
+        }
+    }
+    *running = text;
+    tracing::info!(file = %path.display(), "config reloaded");
+    Ok(json!({ "reloaded": true }))
 }
 
 #[cfg(test)]

@@ -106,6 +106,19 @@ impl OutPort {
         }
     }
 
+    /// Takes a port's new capacity, buffer and delay in place. Queued frames stay: a
+    /// smaller buffer refuses new ones until the queue is below it, and frames already in
+    /// the delay line keep their time.
+    pub(crate) fn reshape(&mut self, cfg: &PortConfig, inputs: usize, mode: Mode) {
+        let fresh = OutPort::new(cfg, inputs, mode);
+        self.limit = fresh.limit;
+        self.ns_per_byte = fresh.ns_per_byte;
+        self.delay = fresh.delay;
+        if self.ns_per_byte == 0.0 {
+            self.free_at = None;
+        }
+    }
+
     /// Frames in the queues and the delay line.
     pub(crate) fn queued_frames(&self) -> usize {
         self.queues.iter().map(|q| q.len()).sum::<usize>() + self.delayed.len()
@@ -213,6 +226,27 @@ impl Switch {
             counters,
             next_ageing: now + Duration::from_secs(1),
         }
+    }
+
+    /// Applies a reloaded config in place: `ageing`, and each port's capacity, buffer and
+    /// delay. The ports (their names and order) and the mode cannot change in place: the
+    /// error names the key that needs a restart, and nothing changes.
+    pub fn reconfigure(&mut self, cfg: SwitchConfig) -> Result<(), String> {
+        if cfg.mode != self.cfg.mode {
+            return Err("switch.mode: changes only with a restart".into());
+        }
+        let names = |c: &SwitchConfig| c.ports.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        if names(&cfg) != names(&self.cfg) {
+            return Err(
+                "port: the ports (their names and order) change only with a restart".into(),
+            );
+        }
+        let inputs = cfg.ports.len();
+        for (o, p) in self.out.iter_mut().zip(&cfg.ports) {
+            o.reshape(p, inputs, cfg.mode);
+        }
+        self.cfg = cfg;
+        Ok(())
     }
 
     /// Learned addresses: (MAC, port index, seconds since last seen).
@@ -479,5 +513,39 @@ mod tests {
         s.poll(t0 + Duration::from_millis(50), &mut tx);
         assert_eq!(tx.drain_all().len(), 1);
         assert!(!s.busy());
+    }
+
+    /// A reload reshapes a port in place: at 1 Mbit/s a second 1000-byte frame waits 8 ms
+    /// behind the first; unshaped, it leaves at once. The mode and the ports refuse.
+    #[test]
+    fn a_reload_reshapes_ports_in_place_and_refuses_what_needs_a_restart() {
+        let t0 = Instant::now();
+        let mut s = switch(Mode::Fifo, Some(1_000_000), t0);
+        let mut tx = TxQueues::new(3);
+        s.process(frame(9, mac(1), 60, 2), t0, &mut tx);
+        s.poll(t0, &mut tx);
+        tx.drain_all();
+        let two = |s: &mut Switch, tx: &mut TxQueues, at: Instant| {
+            s.process(frame(1, mac(9), 1000, 0), at, tx);
+            s.process(frame(1, mac(9), 1000, 0), at, tx);
+            s.poll(at, tx);
+            tx.drain_all().len()
+        };
+        assert_eq!(two(&mut s, &mut tx, t0), 1);
+        let mut cfg = s.cfg.clone();
+        for p in &mut cfg.ports {
+            p.capacity_bps = None;
+        }
+        s.reconfigure(cfg.clone()).unwrap();
+        // The frame that waited leaves now, with the two new ones.
+        let t1 = t0 + Duration::from_millis(1);
+        assert_eq!(two(&mut s, &mut tx, t1), 3);
+        let mut fair = cfg.clone();
+        fair.mode = Mode::Fair;
+        assert!(s.reconfigure(fair).unwrap_err().contains("switch.mode"));
+        let mut renamed = cfg.clone();
+        renamed.ports[1].name = "p9".into();
+        assert!(s.reconfigure(renamed).unwrap_err().starts_with("port:"));
+        assert_eq!(s.cfg, cfg);
     }
 }

@@ -111,6 +111,10 @@ pub fn run(a: &CaptureArgs) -> Result<i32> {
             Err(e) => return Err(e.into()),
         };
         for r in records(&buf[..n]) {
+            // Each worker of the element sends its own batches: stop at the count exactly.
+            if a.count.is_some_and(|c| got >= c) {
+                break;
+            }
             let p = PcapPacket {
                 timestamp: Duration::from_nanos(r.ts_ns),
                 orig_len: r.orig_len,

@@ -859,16 +859,14 @@ fn auto_backend_serves_every_queue_and_falls_back_per_port() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// `[io] workers = 2` over two-queue links: each worker owns one queue of every port (one
-/// socket of a fanout group on AF_PACKET), both carry flows, a next hop resolved by one is
-/// known to the other, and `show counters` sums the two. With `priority = 10` both run
-/// at SCHED_FIFO 10.
-#[test]
-fn two_workers_share_the_flows() {
+/// The lab of `single-router.toml` with a forwarder of `[io] workers = 2` over two-queue
+/// links, and `extra` in its `[io]`.
+fn two_worker_lab(tag: &str, extra: &str) -> (TestLab, std::path::PathBuf) {
+    let extra = extra.to_string();
     let dir = single_copy(
-        "workers",
+        tag,
         // User space's workers: the fast path (on by default) would forward the flows.
-        |r| format!("{r}\n[io]\nworkers = 2\npriority = 10\nfast_path = false\n"),
+        move |r| format!("{r}\n[io]\nworkers = 2\nfast_path = false\n{extra}"),
         |mut t| {
             for i in 0..4 {
                 let b = format!("b = \"r:r-eth{i}\"");
@@ -877,7 +875,16 @@ fn two_workers_share_the_flows() {
             t
         },
     );
-    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    (TestLab::up(dir.join("lab.toml"), &[]), dir)
+}
+
+/// `[io] workers = 2` over two-queue links: each worker owns one queue of every port (one
+/// socket of a fanout group on AF_PACKET), both carry flows, a next hop resolved by one is
+/// known to the other, `show counters` sums the two, and a capture sees both workers'
+/// frames.
+#[test]
+fn two_workers_share_the_flows() {
+    let (lab, dir) = two_worker_lab("workers", "");
     let p = lab.sh(
         "src1",
         &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.3.0.10"],
@@ -914,6 +921,46 @@ fn two_workers_share_the_flows() {
         .sum();
     assert_eq!(total, rx.iter().sum::<u64>(), "{c}");
     assert!(event_count(&c, "ip4_forwarded") > 1000, "{c}");
+    // `tessera capture` sees every worker's frames: over sixteen flows (both workers'
+    // queues), the TCP it captured arriving on r-eth0, with what it lost at the element,
+    // is at least what r-eth0 received between two reads inside the capture (the first
+    // worker's alone would be about half).
+    let ctl = lab.control("r");
+    let cap = std::process::Command::new(exe())
+        .args(["capture", "--control", ctl.to_str().unwrap()])
+        .args(["--port", "r-eth0", "--filter", "tcp", "-w"])
+        .arg(dir.join("workers.pcap"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let rx0 = |lab: &TestLab| {
+        lab.counters("r")["interfaces"]["r-eth0"]["rx_packets"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = rx0(&lab);
+    lab.iperf3("src1", "sink1", "10.3.0.10", &["-t", "1", "-P", "16"]);
+    let during = rx0(&lab) - before;
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: this test started the capture process.
+    unsafe { libc::kill(cap.id() as i32, libc::SIGINT) };
+    let o = cap.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    let number = |after: &str| -> u64 {
+        err.split(after)
+            .nth(1)
+            .and_then(|r| r.trim_start().split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {after:?} in {err}"))
+    };
+    let received = number("frames (");
+    let lost = number("lost at the element:");
+    assert!(
+        during > 1000 && received + lost + 50 >= during,
+        "captured {received} received and lost {lost} of {during} frames r-eth0 received: {err}"
+    );
     let o = lab.tessera(&[
         "show",
         "interfaces",
@@ -925,6 +972,18 @@ fn two_workers_share_the_flows() {
         "packet" => assert!(i.contains("fanout by flow hash"), "{i}"),
         _ => assert!(i.contains("1 queue"), "{i}"),
     }
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `[io] priority = 10`: the forwarder's two workers run at SCHED_FIFO 10, its other
+/// threads (control socket) do not. Without load: busy real-time workers would take the
+/// CPUs from whatever runs beside this test.
+#[test]
+fn workers_run_at_the_real_time_priority_they_are_given() {
+    let (lab, dir) = two_worker_lab("priority", "priority = 10\n");
+    let p = lab.sh("src1", &["ping", "-c", "1", "-W", "2", "10.3.0.10"]);
+    assert!(p.contains("1 received"), "{p}");
     // The forwarder of this lab: the `tessera` process whose command line names a file
     // of this test's directory. Its two workers (the main thread and `worker-1`) run at
     // SCHED_FIFO 10; its other threads (control socket) do not.

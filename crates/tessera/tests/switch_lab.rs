@@ -184,3 +184,96 @@ fn the_switch_fast_path_takes_known_unicast_between_unshaped_ports() {
     let later = fp["interfaces"]["swq-1"]["rx_forwarded"].as_u64().unwrap();
     assert!(later >= p1["forwarded_in"].as_u64().unwrap(), "{c}");
 }
+
+/// `tessera reload` (and SIGHUP) on a switch: a port's capacity changes in place (TCP
+/// through the 20 Mbit/s port gets well over 20 once it is 200), a port no longer shaped
+/// joins the fast path, and shaped again leaves it; a broken file and a change of mode
+/// are refused with the key, and change nothing.
+#[test]
+fn a_switch_reloads_its_ports_shaping_in_place() {
+    let dir = std::env::temp_dir().join(format!("tessera-swreload-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("switch")).unwrap();
+    for f in ["switch.toml", "switch/fair.toml", "switch/fifo.toml"] {
+        std::fs::copy(repo_path(&format!("labs/{f}")), dir.join(f)).unwrap();
+    }
+    let lab = TestLab::up(dir.join("switch.toml"), &["--io", "xdp", "--fast-path"]);
+    let file = dir.join("switch/fifo.toml");
+    let original = std::fs::read_to_string(&file).unwrap();
+    let ctl = lab.control("swq");
+    let reload = || lab.tessera(&["reload", "--control", ctl.to_str().unwrap()]);
+    let mbps = || {
+        let j = lab.iperf3("qa1", "qr", "10.6.0.9", &["-t", "1"]);
+        j["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .unwrap()
+            / 1e6
+    };
+    let egress_r = || {
+        lab.show_json("interfaces", "swq")
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "swq-r")
+            .unwrap()["fast_path"]["egress"]
+            .clone()
+    };
+    let shaped = mbps();
+    assert!(shaped < 21.0, "{shaped} Mbit/s through a 20 Mbit/s port");
+    assert_eq!(egress_r(), false);
+    std::fs::write(
+        &file,
+        original.replace("capacity_bps = 20_000_000", "capacity_bps = 200_000_000"),
+    )
+    .unwrap();
+    let o = reload();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let faster = mbps();
+    assert!(
+        faster > 40.0,
+        "{faster} Mbit/s after the reload to 200 Mbit/s (before: {shaped})"
+    );
+    // No capacity: the port joins the fast path.
+    std::fs::write(&file, original.replace("capacity_bps = 20_000_000\n", "")).unwrap();
+    let o = reload();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(egress_r(), true, "{}", lab.show_json("interfaces", "swq"));
+    // A broken file, a change of mode: refused, named, nothing changed.
+    std::fs::write(
+        &file,
+        original.replace("capacity_bps = 20_000_000", "capacity_bps = \"x\""),
+    )
+    .unwrap();
+    let o = reload();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("fifo.toml:") && err.contains("capacity_bps"),
+        "{err}"
+    );
+    std::fs::write(
+        &file,
+        original.replace("mode = \"fifo\"", "mode = \"fair\""),
+    )
+    .unwrap();
+    let o = reload();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("switch.mode"), "{err}");
+    assert_eq!(egress_r(), true);
+    // SIGHUP: back to the original, shaped port.
+    std::fs::write(&file, &original).unwrap();
+    let pid = lab.node("swq")["pid"].as_i64().unwrap() as i32;
+    // SAFETY: the lab started this process for this test.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    let t = std::time::Instant::now();
+    while egress_r() != false && t.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(egress_r(), false, "{}", lab.logs("swq"));
+    assert_eq!(
+        lab.log_lines("swq", &["config reloaded"]).len(),
+        3,
+        "{}",
+        lab.log("swq")
+    );
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

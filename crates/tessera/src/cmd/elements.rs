@@ -68,7 +68,7 @@ pub(crate) fn sighup_reloads_nothing(element: &'static str) -> Result<()> {
         .name("sighup".into())
         .spawn(move || {
             for _ in signals.forever() {
-                tracing::warn!(element, "SIGHUP: this element does not reload its config yet (a forwarder does); nothing changed");
+                tracing::warn!(element, "SIGHUP: this element does not reload its config yet (a forwarder, LB or switch does); nothing changed");
             }
         })?;
     Ok(())
@@ -364,7 +364,6 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
 }
 
 pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
-    sighup_reloads_nothing("switch")?;
     let (config, control) = (a.config.as_path(), a.control.as_deref());
     let mut cfg = control::switch::SwitchFile::load(config)?;
     if let Some(b) = backend_arg(a.io.as_deref())? {
@@ -466,17 +465,8 @@ pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
         mode = ?cfg.cfg.mode,
         "switch running"
     );
-    control::switch::run(
-        sw,
-        ports,
-        control,
-        stop,
-        cfg.io,
-        &cfg.metrics,
-        fast,
-        fast_off,
-    )
-    .map_err(anyhow::Error::msg)?;
+    control::switch::run(sw, ports, control, stop, &cfg, fast, fast_off)
+        .map_err(anyhow::Error::msg)?;
     let s = counters.snapshot();
     tracing::info!(dropped = s.drops.values().sum::<u64>(), "switch stopped");
     Ok(0)
