@@ -88,6 +88,14 @@ pub fn serve_element(
                     .map_err(|e| e.to_string())
             }
             "router" => Ok(crate::metrics::router_json(&view())),
+            // A reload the worker refuses is the command's error (`tessera reload` exits 1).
+            "reload" if worker.contains(&"reload") => {
+                let v = ask_worker(&asker, cmd, req)?;
+                match v["error"].as_str() {
+                    Some(e) => Err(e.to_string()),
+                    None => Ok(v),
+                }
+            }
             c if worker.contains(&c) || c == "capture-start" || c == "capture-stop" => {
                 ask_worker(&asker, cmd, req)
             }
