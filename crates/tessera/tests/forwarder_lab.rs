@@ -939,9 +939,24 @@ fn two_workers_share_the_flows() {
             .as_u64()
             .unwrap()
     };
-    let before = rx0(&lab);
+    let per_worker = |lab: &TestLab| -> Vec<u64> {
+        lab.counters("r")["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["rx_packets"].as_u64().unwrap())
+            .collect()
+    };
+    let (before, workers_before) = (rx0(&lab), per_worker(&lab));
     lab.iperf3("src1", "sink1", "10.3.0.10", &["-t", "1", "-P", "16"]);
     let during = rx0(&lab) - before;
+    let shares: Vec<u64> = per_worker(&lab)
+        .iter()
+        .zip(&workers_before)
+        .map(|(a, b)| a - b)
+        .collect();
+    // Both workers took a real share of what the capture had to see.
+    assert!(shares.iter().all(|&n| n > 200), "{shares:?}");
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: this test started the capture process.
     unsafe { libc::kill(cap.id() as i32, libc::SIGINT) };
@@ -957,6 +972,9 @@ fn two_workers_share_the_flows() {
     };
     let received = number("frames (");
     let lost = number("lost at the element:");
+    eprintln!(
+        "capture over two workers (their shares {shares:?}): {received} received, {lost} lost at the element; r-eth0 received {during}"
+    );
     assert!(
         during > 1000 && received + lost + 50 >= during,
         "captured {received} received and lost {lost} of {during} frames r-eth0 received: {err}"
