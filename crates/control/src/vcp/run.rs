@@ -35,6 +35,79 @@ fn route_command(fib: &Mutex<Fib>, cmd: &str, req: &Value) -> Result<Value, Stri
     Ok(json!({"changed": changed, "version": fib.version(), "count": fib.len()}))
 }
 
+/// The routes a controller's config file gives (`[[route]]`, then `routes_file`, whose
+/// routes win for the same prefix), as its table starts with them and as `reload` reads
+/// them again.
+pub(super) fn config_table(cfg: &ControllerFile) -> Result<HashMap<Net, Gateways>, String> {
+    let mut table: HashMap<Net, Gateways> = cfg.routes.iter().cloned().collect();
+    if let Some(file) = &cfg.routes_file {
+        let t = Instant::now();
+        if cfg.routes_file_via.is_empty() {
+            crate::routes::load_lines(file, |l, _| {
+                match l {
+                    crate::routes::Line::V4(p, vias) => {
+                        table.insert(p.into(), gateways(vias.iter().copied()))
+                    }
+                    crate::routes::Line::V6(p, vias) => {
+                        table.insert(p.into(), gateways(vias.iter().copied()))
+                    }
+                };
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+        } else {
+            let via = gateways(cfg.routes_file_via.clone());
+            crate::tables::read(file, |p, _| {
+                table.insert(p.into(), via.clone());
+            })?;
+        }
+        tracing::info!(file = %file.display(), routes = table.len(), ms = t.elapsed().as_millis() as u64, "routes file read");
+    }
+    Ok(table)
+}
+
+/// What `reload` may change in place: the config's routes.
+const RELOADABLE: [&str; 3] = ["route", "routes_file", "routes_file_via"];
+
+/// `reload`: reads the config file again and applies its routes to the table: a route it
+/// no longer gives is withdrawn (where the table still holds it as the config set it: a
+/// routing suite's or `route-add`'s route for the prefix stays), a new or changed one is
+/// set. Any other changed key is refused by name; a bad file changes nothing.
+pub(super) fn reload(
+    path: &Path,
+    configured: &Mutex<(String, HashMap<Net, Gateways>)>,
+    fib: &Mutex<Fib>,
+) -> Result<Value, String> {
+    let text = read(path).map_err(|e| e.to_string())?;
+    let cfg = ControllerFile::parse(path, &text).map_err(|e| e.to_string())?;
+    let mut last = configured.lock().map_err(|_| "poisoned")?;
+    if let Some(k) = crate::run::changed_key_outside(&last.0, &text, &RELOADABLE) {
+        return Err(format!(
+            "{}: {k}: changes only with a restart; nothing reloaded",
+            path.display()
+        ));
+    }
+    let table = config_table(&cfg)?;
+    let mut fib = fib.lock().map_err(|_| "poisoned")?;
+    let (mut set, mut withdrawn) = (0, 0);
+    for (p, g) in &last.1 {
+        if !table.contains_key(p) && fib.get(*p) == Some(g) {
+            fib.set(*p, None);
+            withdrawn += 1;
+        }
+    }
+    for (p, g) in &table {
+        if last.1.get(p) != Some(g) && fib.set(*p, Some(g.clone())) {
+            set += 1;
+        }
+    }
+    *last = (text, table);
+    tracing::info!(file = %path.display(), set, withdrawn, version = fib.version(), "config reloaded");
+    Ok(
+        json!({"reloaded": true, "set": set, "withdrawn": withdrawn, "version": fib.version(), "count": fib.len()}),
+    )
+}
+
 /// Runs the controller on `port` until `stop` is set.
 pub fn run<P: Port>(
     cfg: &ControllerFile,
@@ -48,32 +121,15 @@ pub fn run<P: Port>(
         .map_err(|e| format!("links: {e}"))?;
     let epoch = unix_secs();
     let mut fib = Fib::new(epoch, LOG_CAP);
-    for (p, g) in &cfg.routes {
+    // The routes of the config file (`[[route]]`, `routes_file`), as `reload` compares them.
+    let configured = config_table(cfg)?;
+    for (p, g) in &configured {
         fib.set(*p, Some(g.clone()));
     }
-    if let Some(file) = &cfg.routes_file {
-        let t = Instant::now();
-        if cfg.routes_file_via.is_empty() {
-            crate::routes::load_lines(file, |l, _| {
-                match l {
-                    crate::routes::Line::V4(p, vias) => {
-                        fib.set(p, Some(gateways(vias.iter().copied())))
-                    }
-                    crate::routes::Line::V6(p, vias) => {
-                        fib.set(p, Some(gateways(vias.iter().copied())))
-                    }
-                };
-                Ok(())
-            })
-            .map_err(|e| e.to_string())?;
-        } else {
-            let via = gateways(cfg.routes_file_via.clone());
-            crate::tables::read(file, |p, _| {
-                fib.set(p, Some(via.clone()));
-            })?;
-        }
-        tracing::info!(file = %file.display(), routes = fib.len(), ms = t.elapsed().as_millis() as u64, "routes file read");
-    }
+    let configured = Arc::new(Mutex::new((
+        std::fs::read_to_string(&cfg.path).unwrap_or_default(),
+        configured,
+    )));
     tracing::info!(epoch, routes = fib.len(), "controller table ready");
     let shared = Arc::new(Shared {
         fib: Mutex::new(fib),
@@ -121,12 +177,11 @@ pub fn run<P: Port>(
         }
         None => None,
     };
-    let _server = match control {
-        Some(path) => {
-            let (sh, c) = (shared.clone(), ctl.clone());
-            let handler: crate::ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
-                let now = Instant::now();
-                match cmd {
+    let handler: crate::ctlsock::Handler = {
+        let (sh, c, path) = (shared.clone(), ctl.clone(), cfg.path.clone());
+        Arc::new(move |cmd: &str, req: &Value| {
+            let now = Instant::now();
+            match cmd {
                     "fib" => {
                         // Lock order everywhere: fpm, then fib, then the controller.
                         let fpm = sh.fpm.lock().map_err(|_| "poisoned")?.stats.clone();
@@ -142,11 +197,15 @@ pub fn run<P: Port>(
                     "routes" => Ok(json!({"count": sh.fib.lock().map_err(|_| "poisoned")?.len()})),
                     "route-add" | "route-del" => route_command(&sh.fib, cmd, req),
                     "drain" | "undrain" => c.lock().map_err(|_| "poisoned")?.drain_command(cmd, req, now),
-                    other => Err(format!("unknown command {other:?}; try fib, elements, router, counters, routes, route-add, route-del, drain, undrain")),
+                    "reload" => reload(&path, &configured, &sh.fib),
+                    other => Err(format!("unknown command {other:?}; try fib, elements, router, counters, routes, route-add, route-del, drain, undrain, reload")),
                 }
-            });
-            Some(crate::ctlsock::serve(path, handler).map_err(|e| e.to_string())?)
-        }
+        })
+    };
+    // SIGHUP reloads, as `tessera reload` does.
+    crate::run::reload_on_sighup(handler.clone(), stop.clone())?;
+    let _server = match control {
+        Some(path) => Some(crate::ctlsock::serve(path, handler).map_err(|e| e.to_string())?),
         None => None,
     };
     let mut pool = Pool::new();

@@ -720,3 +720,59 @@ fn lb_weights_follow_capacity() {
     assert_eq!(weight_for(1_000), 10);
     assert_eq!(weight_for(0), 1);
 }
+
+/// `reload` on a controller: a route the file no longer gives is withdrawn and a new one
+/// set; a route another source (a routing suite) holds for a prefix the file dropped
+/// stays; a changed key outside the routes is refused by name, and a file that does not
+/// load names its line and key: neither changes the table.
+#[test]
+fn a_reload_applies_the_config_routes_and_refuses_the_rest() {
+    let dir = std::env::temp_dir().join(format!("tessera-vcp-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.toml");
+    let route = |p: &str, via: &str| format!("\n[[route]]\nprefix = \"{p}\"\nvia = \"{via}\"\n");
+    let head = "[controller]\ninterface = \"vcp-int\"\n";
+    let first = format!(
+        "{head}{}{}",
+        route("198.51.100.0/24", "10.2.0.2"),
+        route("203.0.113.0/24", "10.2.0.2")
+    );
+    std::fs::write(&path, &first).unwrap();
+    let cfg = ControllerFile::load(&path).unwrap();
+    let table = run::config_table(&cfg).unwrap();
+    let mut fib = Fib::new(1, 1000);
+    for (p, g) in &table {
+        fib.set(*p, Some(g.clone()));
+    }
+    let net = |p: &str| Net::parse_strict(p).unwrap();
+    // A routing suite now holds 203.0.113.0/24 through another gateway.
+    let suite = gateways(["10.2.0.9".parse::<Ipv4Addr>().unwrap()]);
+    fib.set(net("203.0.113.0/24"), Some(suite.clone()));
+    let fib = Mutex::new(fib);
+    let configured = Mutex::new((first, table));
+    // The file drops both routes and gives a new one.
+    let second = format!("{head}{}", route("192.0.2.0/24", "10.2.0.3"));
+    std::fs::write(&path, &second).unwrap();
+    let v = run::reload(&path, &configured, &fib).unwrap();
+    assert_eq!(
+        (v["set"].as_u64(), v["withdrawn"].as_u64()),
+        (Some(1), Some(1)),
+        "{v}"
+    );
+    {
+        let f = fib.lock().unwrap();
+        assert!(f.get(net("198.51.100.0/24")).is_none());
+        assert!(f.get(net("192.0.2.0/24")).is_some());
+        assert_eq!(f.get(net("203.0.113.0/24")), Some(&suite));
+    }
+    let version = fib.lock().unwrap().version();
+    std::fs::write(&path, second.replace("vcp-int", "vcp-eth1")).unwrap();
+    let e = run::reload(&path, &configured, &fib).unwrap_err();
+    assert!(e.contains("controller.interface"), "{e}");
+    std::fs::write(&path, second.replace("10.2.0.3", "10.2.0")).unwrap();
+    let e = run::reload(&path, &configured, &fib).unwrap_err();
+    assert!(e.contains("c.toml:") && e.contains("route[0].via"), "{e}");
+    assert_eq!(fib.lock().unwrap().version(), version);
+    assert_eq!(fib.lock().unwrap().len(), 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -68,7 +68,7 @@ pub(crate) fn sighup_reloads_nothing(element: &'static str) -> Result<()> {
         .name("sighup".into())
         .spawn(move || {
             for _ in signals.forever() {
-                tracing::warn!(element, "SIGHUP: this element does not reload its config yet (a forwarder, LB or switch does); nothing changed");
+                tracing::warn!(element, "SIGHUP: this element does not reload its config yet (a forwarder, LB, switch or controller does); nothing changed");
             }
         })?;
     Ok(())
@@ -539,7 +539,6 @@ pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
 }
 
 pub(crate) fn controller(a: &ElementArgs) -> Result<i32> {
-    sighup_reloads_nothing("controller")?;
     let (config, control) = (a.config.as_path(), a.control.as_deref());
     let mut cfg = control::vcp::ControllerFile::load(config)?;
     if let Some(b) = backend_arg(a.io.as_deref())? {
