@@ -301,9 +301,9 @@ pub fn run<P: Port>(
     ports: Vec<P>,
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
-    io: IoConfig,
-    metrics: &crate::metrics::MetricsConfig,
+    file: &AxonFile,
 ) -> Result<(), String> {
+    let (io, metrics) = (file.io, &file.metrics);
     // Each port's link going down or coming up, logged once (crate::statelog).
     crate::statelog::watch_links(
         ports.iter().map(|p| p.name().to_string()).collect(),
@@ -320,13 +320,41 @@ pub fn run<P: Port>(
             "leases",
             "probes",
             "routes",
+            "reload",
         ],
         metrics,
         "axon",
         None,
     )?;
     crate::run::set_priority(io.priority)?;
+    // The file as the Axon runs it, for `reload` to compare with.
+    let mut running = std::fs::read_to_string(&file.path).unwrap_or_default();
+    let answer = |a: &mut Axon, cmd: &str, req: &Value| {
+        if cmd == "reload" {
+            return reload(a, &file.path, &mut running).unwrap_or_else(|e| json!({ "error": e }));
+        }
+        answer(a, cmd, req)
+    };
     run_element(a, ports, stop, Some(qrx), answer, |_| {}, io.busy_poll)
+}
+
+/// `reload`: reads `path` again and applies each `[[port]]`'s `capacity_bps`,
+/// `buffer_bytes` and `delay_ms` in place; anything else is refused with its key, and a
+/// bad file changes nothing.
+fn reload(a: &mut Axon, path: &Path, running: &mut String) -> Result<Value, String> {
+    let text = read(path).map_err(|e| e.to_string())?;
+    let new = AxonFile::parse(path, &text).map_err(|e| e.to_string())?;
+    if let Some(k) = crate::run::changed_key_outside(running, &text, &["port"]) {
+        return Err(format!(
+            "{}: {k}: changes only with a restart; nothing reloaded",
+            path.display()
+        ));
+    }
+    a.reconfigure_ports(new.cfg.ports)
+        .map_err(|e| format!("{}: {e}; nothing reloaded", path.display()))?;
+    *running = text;
+    tracing::info!(file = %path.display(), "config reloaded");
+    Ok(json!({ "reloaded": true }))
 }
 
 #[cfg(test)]

@@ -301,6 +301,39 @@ impl Axon {
         }
     }
 
+    /// Applies reloaded ports in place: each port's capacity, buffer and delay (and its
+    /// pacer's, where host ports are paced). The ports (names, order) cannot change, nor,
+    /// with `pace_hosts`, whether a port has a capacity (whether it has a pacer): the
+    /// error names the key, and nothing changes.
+    pub fn reconfigure_ports(&mut self, ports: Vec<PortConfig>) -> Result<(), String> {
+        let names = |v: &[PortConfig]| v.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        if names(&ports) != names(&self.cfg.ports) {
+            return Err(
+                "port: the ports (their names and order) change only with a restart".into(),
+            );
+        }
+        if self.cfg.pace_hosts {
+            if let Some(i) = (0..ports.len()).find(|&i| {
+                ports[i].capacity_bps.is_some() != self.cfg.ports[i].capacity_bps.is_some()
+            }) {
+                return Err(format!(
+                    "port[{i}].capacity_bps: with pace_hosts, setting or removing it changes the port's pacer: changes only with a restart"
+                ));
+            }
+        }
+        let n = ports.len();
+        for (o, p) in self.out.iter_mut().zip(&ports) {
+            o.reshape(p, n + 1, Mode::Fair);
+        }
+        for (pacer, p) in self.pacers.iter_mut().zip(&ports) {
+            if let Some((o, _)) = pacer {
+                o.reshape(p, 1, Mode::Fifo);
+            }
+        }
+        self.cfg.ports = ports;
+        Ok(())
+    }
+
     pub fn neighbours(&self) -> Vec<(u8, Neighbour)> {
         self.neigh
             .iter()

@@ -253,6 +253,43 @@ fn hosts_find_each_other_by_neighbour_discovery_across_the_ring() {
         (5.0..=101.0).contains(&mbps),
         "TCP over IPv6 h2 -> h5: {mbps} Mbit/s: {out}"
     );
+    // `tessera reload`: ax1's links at 200 Mbit/s, in place; a changed hello interval is
+    // refused by name and changes nothing; the hosts still reach each other.
+    let file = dir.join("axon/ring/ax1.toml");
+    let original = std::fs::read_to_string(&file).unwrap();
+    let ctl = lab.control("ax1");
+    let reload = || lab.tessera(&["reload", "--control", ctl.to_str().unwrap()]);
+    std::fs::write(&file, original.replace("100_000_000", "200_000_000")).unwrap();
+    let o = reload();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::write(&file, original.replace("hello_ms = 20", "hello_ms = 30")).unwrap();
+    let o = reload();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("axon.hello_ms"),
+        "{err}"
+    );
+    let out = lab.sh(
+        "h1",
+        &[
+            "ping",
+            "-6",
+            "-c",
+            "2",
+            "-i",
+            "0.2",
+            "-W",
+            "2",
+            "2001:db8:7::5",
+        ],
+    );
+    assert!(out.contains(" 0% packet loss"), "{out}");
+    assert_eq!(
+        lab.log_lines("ax1", &["config reloaded"]).len(),
+        1,
+        "{}",
+        lab.log("ax1")
+    );
     drop(lab);
     let _ = std::fs::remove_dir_all(&dir);
 }

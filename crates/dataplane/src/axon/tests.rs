@@ -571,3 +571,27 @@ fn routes_spread_over_equal_paths_in_a_ring_of_four() {
         .count();
     assert_eq!(got, 16);
 }
+
+/// A reload's ports: capacities change in place; other names, or (with pace_hosts) a
+/// capacity set or removed, are refused and change nothing.
+#[test]
+fn a_reload_reshapes_ports_and_refuses_what_needs_a_restart() {
+    let now = Instant::now();
+    let mut a = axon(1, 3, now);
+    let mut ports = a.cfg.ports.clone();
+    ports[1].capacity_bps = Some(10_000_000);
+    a.reconfigure_ports(ports.clone()).unwrap();
+    assert_eq!(a.cfg.ports[1].capacity_bps, Some(10_000_000));
+    let mut renamed = ports.clone();
+    renamed[0].name = "other".into();
+    assert!(a
+        .reconfigure_ports(renamed)
+        .unwrap_err()
+        .starts_with("port:"));
+    a.cfg.pace_hosts = true;
+    let mut unshaped = ports.clone();
+    unshaped[1].capacity_bps = None;
+    let e = a.reconfigure_ports(unshaped).unwrap_err();
+    assert!(e.starts_with("port[1].capacity_bps"), "{e}");
+    assert_eq!(a.cfg.ports, ports);
+}

@@ -61,19 +61,6 @@ impl ElementArgs {
     }
 }
 
-/// SIGHUP would end the process: an element that reloads nothing yet logs it and goes on.
-pub(crate) fn sighup_reloads_nothing(element: &'static str) -> Result<()> {
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])?;
-    std::thread::Builder::new()
-        .name("sighup".into())
-        .spawn(move || {
-            for _ in signals.forever() {
-                tracing::warn!(element, "SIGHUP: this element does not reload its config yet (a forwarder, LB, switch or controller does); nothing changed");
-            }
-        })?;
-    Ok(())
-}
-
 /// `--io BACKEND`, if given.
 pub(crate) fn backend_arg(io: Option<&str>) -> Result<Option<io::Backend>> {
     io.map(|b| {
@@ -492,7 +479,6 @@ fn no_fast_path(io: &control::config::IoConfig, config: &Path) -> Result<()> {
 }
 
 pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
-    sighup_reloads_nothing("Axon")?;
     let (config, control) = (a.config.as_path(), a.control.as_deref());
     let mut cfg = control::axon::AxonFile::load(config)?;
     if let Some(b) = backend_arg(a.io.as_deref())? {
@@ -531,8 +517,7 @@ pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
         ports = %cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","),
         "axon running"
     );
-    control::axon::run(ax, ports, control, stop, cfg.io, &cfg.metrics)
-        .map_err(anyhow::Error::msg)?;
+    control::axon::run(ax, ports, control, stop, &cfg).map_err(anyhow::Error::msg)?;
     let s = counters.snapshot();
     tracing::info!(dropped = s.drops.values().sum::<u64>(), "axon stopped");
     Ok(0)
