@@ -14,6 +14,7 @@ pub mod lbfast;
 pub mod metrics;
 pub mod routes;
 pub mod run;
+pub mod showconfig;
 pub mod statelog;
 pub mod switch;
 pub mod tables;

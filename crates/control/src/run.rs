@@ -425,11 +425,17 @@ pub fn run<P: Port + Send>(
     let started_text = cfg
         .as_ref()
         .and_then(|c| std::fs::read_to_string(&c.path).ok());
+    // The config as the forwarder runs it (the last one a reload applied), for `config`.
+    let running = Mutex::new(cfg.clone());
     let handler: ctlsock::Handler = {
         let asker: Asker = Mutex::new(qtx);
         let c = counters.clone();
         Arc::new(move |cmd: &str, req: &Value| {
             match cmd {
+                "config" => match running.lock().map_err(|_| "poisoned")?.as_ref() {
+                    Some(c) => Ok(json!({ "toml": crate::showconfig::forwarder(c) })),
+                    None => Err("this forwarder runs without a config file".into()),
+                },
                 // Re-reads the config file: the routes change in place (as route reload);
                 // any other change is refused with its key; a file that does not load
                 // changes nothing and says why (file, line, key).
@@ -439,7 +445,7 @@ pub fn run<P: Port + Send>(
                     };
                     let text = std::fs::read_to_string(&c.path)
                         .map_err(|e| format!("{}: {e}", c.path.display()))?;
-                    ForwarderFile::load(&c.path).map_err(|e| format!("{e}; nothing changed"))?;
+                    let loaded = ForwarderFile::load(&c.path).map_err(|e| format!("{e}; nothing changed"))?;
                     if let Some(key) = started_text.as_deref().and_then(|old| changed_key(old, &text)) {
                         return Err(format!(
                             "{}: key `{key}` changed, which needs a restart (a reload changes the routes: {}); nothing changed",
@@ -456,6 +462,9 @@ pub fn run<P: Port + Send>(
                         a.extend(b);
                     }
                     v["reloaded"] = json!(true);
+                    if let Ok(mut r) = running.lock() {
+                        *r = Some(loaded);
+                    }
                     tracing::info!(file = %c.path.display(), "config reloaded");
                     Ok(v)
                 }
@@ -522,7 +531,7 @@ pub fn run<P: Port + Send>(
                     Ok(v)
                 }
                 other => Err(format!(
-                    "unknown command {other:?}; try counters, describe, router, interfaces, neighbours, fib, routes, route-add, route-del, reload-routes, reload"
+                    "unknown command {other:?}; try counters, describe, router, interfaces, neighbours, fib, routes, route-add, route-del, reload-routes, reload, config"
                 )),
             }
         })

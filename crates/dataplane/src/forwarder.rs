@@ -38,7 +38,7 @@ use wire::{arp, MacAddr};
 const ETH: usize = ethernet::HEADER_LEN;
 
 /// Forwarder tunables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ForwarderConfig {
     /// ICMP errors per second, across all ports (token bucket rate). 0 sends none.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use wire::MacAddr;
 
 /// Tunables, with the defaults a LAN router uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NeighbourConfig {
     /// Seconds an answered entry is used before it is re-probed.

@@ -351,6 +351,12 @@ enum Show {
         #[arg(long)]
         control: PathBuf,
     },
+    /// The config the element runs with, every default filled in, as TOML that loads
+    /// again (a DIST key by its file, never the key). Forwarders and back-ends for now.
+    Config {
+        #[arg(long)]
+        control: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -472,6 +478,12 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Hosts { control } => ask(&control, "hosts"),
             Show::Leases { control } => ask(&control, "leases"),
             Show::Probes { control } => ask(&control, "probes"),
+            Show::Config { control } => {
+                let v =
+                    control::ctlsock::request(&control, "config").map_err(anyhow::Error::msg)?;
+                print!("{}", v["toml"].as_str().unwrap_or_default());
+                Ok(0)
+            }
         },
         Cmd::Controller(a) | Cmd::Axon(a) if a.fast_path == Some(true) => {
             bail!("--fast-path is for forwarders, LBs and switches")

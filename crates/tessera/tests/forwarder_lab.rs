@@ -1396,6 +1396,31 @@ fn reload_and_sighup_reread_the_config() {
     ping(&lab);
     assert_eq!(tx(&lab, "r-eth2"), e2, "{}", lab.counters("r"));
     assert!(tx(&lab, "r-eth3") - e3 >= 3, "{}", lab.counters("r"));
+    // `tessera show config`: what runs now, defaults filled in, as TOML that loads again
+    // to the same config.
+    let o = lab.tessera(&["show", "config", "--control", ctl]);
+    let shown = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success(), "{}", out(&o));
+    for line in [
+        "via = [\"10.4.0.10\"]",
+        "slow_path_limit = 20000",
+        "restart_grace_s = 5",
+        "icmp_errors_per_sec = 100",
+        "reachable_secs = 30",
+        "name = \"r-eth3\"",
+    ] {
+        assert!(shown.contains(line), "{line}: {shown}");
+    }
+    let again = dir.join("shown.toml");
+    std::fs::write(&again, &shown).unwrap();
+    let o = lab.tessera(&[
+        "check",
+        "--config",
+        again.to_str().unwrap(),
+        "--role",
+        "forwarder",
+    ]);
+    assert!(o.status.success(), "{}\n{shown}", out(&o));
     // A broken file: nothing changes, the error names the line and key.
     std::fs::write(
         &cfg,

@@ -1,0 +1,247 @@
+//! `tessera show config --control SOCK`: the config an element runs with, every default
+//! filled in, as TOML that loads again to the same config (lab test
+//! `show_config_prints_what_runs`, unit test `a_forwarders_shown_config_loads_to_the_same`).
+//! Secrets stay out: a DIST key is shown by its file.
+
+use crate::config::{DistConfig, ForwarderFile, IoConfig};
+use crate::metrics::MetricsConfig;
+use toml::{Table, Value};
+
+fn s(v: impl ToString) -> Value {
+    Value::String(v.to_string())
+}
+
+fn int(v: impl TryInto<i64>) -> Value {
+    Value::Integer(v.try_into().unwrap_or(i64::MAX))
+}
+
+fn list<T: ToString>(v: impl IntoIterator<Item = T>) -> Value {
+    Value::Array(v.into_iter().map(s).collect())
+}
+
+/// `[io]`, every key.
+pub fn io_table(io: &IoConfig) -> Table {
+    let mut t = Table::new();
+    t.insert("backend".into(), s(io.backend.name()));
+    // Said (in the file or with --fast-path), it is shown; left to its default, it is a
+    // comment, as a default that the element or a port cannot carry is off, where said
+    // outright it would be an error.
+    if io.fast_path_set {
+        t.insert("fast_path".into(), Value::Boolean(io.fast_path));
+    }
+    t.insert("slow_path_limit".into(), int(io.slow_path_limit));
+    t.insert("restart_grace_s".into(), int(io.restart_grace_s));
+    t.insert(
+        "packet_ring".into(),
+        s(match io.packet_ring {
+            io::RxRing::Frames => "frames",
+            io::RxRing::Blocks => "blocks",
+        }),
+    );
+    t.insert("busy_poll".into(), Value::Boolean(io.busy_poll));
+    t.insert("shared_umem".into(), Value::Boolean(io.shared_umem));
+    t.insert("workers".into(), int(io.workers));
+    if let Some(p) = io.priority {
+        t.insert("priority".into(), int(p));
+    }
+    if let Some(c) = &io.cpus {
+        t.insert("cpus".into(), s(c));
+    }
+    t
+}
+
+/// `[dist]`: the key by its file (absolute), never the key.
+pub fn dist_table(d: &DistConfig) -> Table {
+    let mut t = Table::new();
+    if let Some(k) = &d.key_file {
+        t.insert("key_file".into(), s(k.display()));
+    }
+    t.insert("max_age_s".into(), int(d.max_age.as_secs()));
+    t
+}
+
+/// `[metrics]`, if it says anything.
+pub fn metrics_table(m: &MetricsConfig) -> Option<Table> {
+    let mut t = Table::new();
+    if let Some(l) = m.listen {
+        t.insert("listen".into(), s(l));
+    }
+    if let Some(e) = &m.element {
+        t.insert("element".into(), s(e));
+    }
+    (!t.is_empty()).then_some(t)
+}
+
+/// A forwarder's (or back-end's, or star member's) config.
+pub fn forwarder(f: &ForwarderFile) -> String {
+    let mut t = Table::new();
+    if let Some(r) = &f.routes_file {
+        t.insert("routes_file".into(), s(r.display()));
+        let via: Vec<String> = f
+            .routes_file_via
+            .iter()
+            .map(|a| a.to_string())
+            .chain(f.routes_file_via6.iter().map(|a| a.to_string()))
+            .collect();
+        if !via.is_empty() {
+            t.insert("routes_file_via".into(), list(via));
+        }
+    }
+    let ifaces: Vec<Value> = f
+        .interfaces
+        .iter()
+        .map(|i| {
+            let mut e = Table::new();
+            e.insert("name".into(), s(&i.name));
+            let addrs: Vec<String> = std::iter::once(format!("{}/{}", i.addr, i.prefix_len))
+                .chain(i.addrs6.iter().map(|(a, l)| format!("{a}/{l}")))
+                .collect();
+            e.insert("address".into(), list(addrs));
+            if let Some(m) = i.mtu {
+                e.insert("mtu".into(), int(m));
+            }
+            if let Some((parent, vlan)) = i.vlan {
+                e.insert("parent".into(), s(&f.interfaces[parent].name));
+                e.insert("vlan".into(), int(vlan));
+            }
+            e.insert(
+                "router_advertisements".into(),
+                Value::Boolean(i.router_advertisements),
+            );
+            Value::Table(e)
+        })
+        .collect();
+    t.insert("interface".into(), Value::Array(ifaces));
+    let routes: Vec<Value> = f
+        .routes
+        .iter()
+        .map(|r| {
+            let mut e = Table::new();
+            e.insert("prefix".into(), s(r.prefix));
+            e.insert("via".into(), list(&r.via));
+            Value::Table(e)
+        })
+        .chain(f.routes6.iter().map(|r| {
+            let mut e = Table::new();
+            e.insert("prefix".into(), s(r.prefix));
+            e.insert("via".into(), list(&r.via));
+            Value::Table(e)
+        }))
+        .collect();
+    if !routes.is_empty() {
+        t.insert("route".into(), Value::Array(routes));
+    }
+    if let Some(b) = &f.backend {
+        let mut e = Table::new();
+        e.insert("internal".into(), s(&f.interfaces[b.internal].name));
+        e.insert("hello_interval_ms".into(), int(b.hello_interval_ms));
+        t.insert("backend".into(), Value::Table(e));
+    }
+    if let Some(st) = &f.star {
+        let mut e = Table::new();
+        e.insert("internal".into(), s(&f.interfaces[st.internal].name));
+        // One member per MAC, its networks in the order given.
+        let mut macs: Vec<wire::MacAddr> = Vec::new();
+        for m in st
+            .members
+            .iter()
+            .map(|m| m.1)
+            .chain(st.members6.iter().map(|m| m.1))
+        {
+            if !macs.contains(&m) {
+                macs.push(m);
+            }
+        }
+        let members: Vec<Value> = macs
+            .iter()
+            .map(|mac| {
+                let nets: Vec<Value> = st
+                    .members
+                    .iter()
+                    .filter(|m| m.1 == *mac)
+                    .map(|m| (m.0.to_string(), m.2))
+                    .chain(
+                        st.members6
+                            .iter()
+                            .filter(|m| m.1 == *mac)
+                            .map(|m| (m.0.to_string(), m.2)),
+                    )
+                    .map(|(p, port)| {
+                        let mut n = Table::new();
+                        n.insert("prefix".into(), s(p));
+                        n.insert("port".into(), int(port));
+                        Value::Table(n)
+                    })
+                    .collect();
+                let mut m = Table::new();
+                m.insert("mac".into(), s(mac));
+                m.insert("networks".into(), Value::Array(nets));
+                Value::Table(m)
+            })
+            .collect();
+        e.insert("member".into(), Value::Array(members));
+        t.insert("star".into(), Value::Table(e));
+    }
+    if let Ok(Value::Table(tuning)) = Value::try_from(f.tuning) {
+        t.insert("tuning".into(), Value::Table(tuning));
+    }
+    t.insert("io".into(), Value::Table(io_table(&f.io)));
+    t.insert("dist".into(), Value::Table(dist_table(&f.dist)));
+    if let Some(m) = metrics_table(&f.metrics) {
+        t.insert("metrics".into(), Value::Table(m));
+    }
+    with_io_note(toml::to_string(&t).unwrap_or_default(), &f.io)
+}
+
+/// The text of a config, with a line under `[io]` saying how `fast_path` was left to its
+/// default.
+fn with_io_note(text: String, io: &IoConfig) -> String {
+    if io.fast_path_set {
+        return text;
+    }
+    text.replacen(
+        "[io]\n",
+        "[io]\n# fast_path: not set, so on wherever this element and each port can carry it (`tessera show interfaces` says where not)\n",
+        1,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every forwarder config the project ships, shown and loaded again, is the same
+    /// config (defaults and all); its text names every `[io]` key.
+    #[test]
+    fn a_forwarders_shown_config_loads_to_the_same() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let files = [
+            "labs/single-router/r.toml",
+            "labs/multistage/r1.toml",
+            "labs/star/s1.toml",
+            "labs/virtual-cp/r1.toml",
+        ];
+        for f in files {
+            let path = root.join(f);
+            let a = ForwarderFile::load(&path).unwrap_or_else(|e| panic!("{f}: {e}"));
+            let shown = forwarder(&a);
+            for key in ["backend", "slow_path_limit", "restart_grace_s", "workers"] {
+                assert!(shown.contains(&format!("{key} = ")), "{f}: {key}: {shown}");
+            }
+            assert!(shown.contains("fast_path"), "{f}: {shown}");
+            // Loaded from the same directory, as relative paths in it resolve there.
+            let b =
+                ForwarderFile::parse(&path, &shown).unwrap_or_else(|e| panic!("{f}: {e}\n{shown}"));
+            let strip = |mut c: ForwarderFile| {
+                for r in &mut c.routes {
+                    r.line = 0;
+                }
+                for r in &mut c.routes6 {
+                    r.line = 0;
+                }
+                format!("{c:?}")
+            };
+            assert_eq!(strip(a), strip(b), "{f}:\n{shown}");
+        }
+    }
+}
