@@ -1,6 +1,7 @@
 //! `tessera show config --control SOCK`: the config an element runs with, every default
-//! filled in, as TOML that loads again to the same config (lab test
-//! `show_config_prints_what_runs`, unit test `a_forwarders_shown_config_loads_to_the_same`).
+//! filled in, as TOML that loads again to the same config (unit tests
+//! `a_forwarders_shown_config_loads_to_the_same`, `a_switchs_shown_config_loads_to_the_same`;
+//! lab test `reload_and_sighup_reread_the_config`). Forwarders and switches for now.
 //! Secrets stay out: a DIST key is shown by its file.
 
 use crate::config::{DistConfig, ForwarderFile, IoConfig};
@@ -193,6 +194,52 @@ pub fn forwarder(f: &ForwarderFile) -> String {
     with_io_note(toml::to_string(&t).unwrap_or_default(), &f.io)
 }
 
+/// A switch's `[[port]]`s (an Axon's take the same keys).
+fn ports(ports: &[dataplane::switch::PortConfig]) -> Value {
+    Value::Array(
+        ports
+            .iter()
+            .map(|p| {
+                let mut e = Table::new();
+                e.insert("name".into(), s(&p.name));
+                if let Some(c) = p.capacity_bps {
+                    e.insert("capacity_bps".into(), int(c));
+                }
+                e.insert("buffer_bytes".into(), int(p.buffer_bytes));
+                if !p.delay.is_zero() {
+                    e.insert("delay_ms".into(), Value::Float(p.delay.as_secs_f64() * 1e3));
+                }
+                Value::Table(e)
+            })
+            .collect(),
+    )
+}
+
+/// A switch's config: its ports and mode (`cfg`), `[io]` and `[metrics]`.
+pub fn switch(
+    cfg: &dataplane::switch::SwitchConfig,
+    io: &IoConfig,
+    metrics: &MetricsConfig,
+) -> String {
+    let mut t = Table::new();
+    let mut sw = Table::new();
+    sw.insert(
+        "mode".into(),
+        s(match cfg.mode {
+            dataplane::switch::Mode::Fifo => "fifo",
+            dataplane::switch::Mode::Fair => "fair",
+        }),
+    );
+    sw.insert("ageing_s".into(), int(cfg.ageing.as_secs()));
+    t.insert("switch".into(), Value::Table(sw));
+    t.insert("port".into(), ports(&cfg.ports));
+    t.insert("io".into(), Value::Table(io_table(io)));
+    if let Some(m) = metrics_table(metrics) {
+        t.insert("metrics".into(), Value::Table(m));
+    }
+    with_io_note(toml::to_string(&t).unwrap_or_default(), io)
+}
+
 /// The text of a config, with a line under `[io]` saying how `fast_path` was left to its
 /// default.
 fn with_io_note(text: String, io: &IoConfig) -> String {
@@ -242,6 +289,24 @@ mod tests {
                 format!("{c:?}")
             };
             assert_eq!(strip(a), strip(b), "{f}:\n{shown}");
+        }
+    }
+
+    /// The same for the switches' configs.
+    #[test]
+    fn a_switchs_shown_config_loads_to_the_same() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        for f in ["labs/switch/fair.toml", "labs/switch/fifo.toml"] {
+            let path = root.join(f);
+            let a = crate::switch::SwitchFile::load(&path).unwrap_or_else(|e| panic!("{f}: {e}"));
+            let shown = switch(&a.cfg, &a.io, &a.metrics);
+            assert!(
+                shown.contains("buffer_bytes = ") && shown.contains("ageing_s = 300"),
+                "{shown}"
+            );
+            let b = crate::switch::SwitchFile::parse(&path, &shown)
+                .unwrap_or_else(|e| panic!("{f}: {e}\n{shown}"));
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{f}:\n{shown}");
         }
     }
 }

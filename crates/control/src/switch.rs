@@ -356,7 +356,7 @@ pub fn run<P: Port>(
     let (_servers, qrx) = crate::run::serve_element(
         control,
         s.counters.clone(),
-        &["interfaces", "macs", "reload"],
+        &["interfaces", "macs", "reload", "config"],
         metrics,
         "switch",
         fast_counters,
@@ -387,6 +387,13 @@ pub fn run<P: Port>(
             return match reload(s, fast.as_deref(), &file.path, &mut running) {
                 Ok(v) => v,
                 Err(e) => json!({ "error": e }),
+            };
+        }
+        if cmd == "config" {
+            // The file as last loaded or reloaded, with its defaults.
+            return match SwitchFile::parse(&file.path, &running) {
+                Ok(f) => json!({ "toml": crate::showconfig::switch(&f.cfg, &f.io, &f.metrics) }),
+                Err(e) => json!({ "error": e.to_string() }),
             };
         }
         let mut v = answer(s, cmd, req);

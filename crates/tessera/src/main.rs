@@ -352,7 +352,7 @@ enum Show {
         control: PathBuf,
     },
     /// The config the element runs with, every default filled in, as TOML that loads
-    /// again (a DIST key by its file, never the key). Forwarders and back-ends for now.
+    /// again (a DIST key by its file, never the key). Forwarders, back-ends and switches for now.
     Config {
         #[arg(long)]
         control: PathBuf,
@@ -481,8 +481,17 @@ fn run(cli: Cli) -> Result<i32> {
             Show::Config { control } => {
                 let v =
                     control::ctlsock::request(&control, "config").map_err(anyhow::Error::msg)?;
-                print!("{}", v["toml"].as_str().unwrap_or_default());
-                Ok(0)
+                match (v["toml"].as_str(), v["error"].as_str()) {
+                    (Some(t), _) => {
+                        print!("{t}");
+                        Ok(0)
+                    }
+                    (None, e) => bail!(
+                        "{}: {}",
+                        control.display(),
+                        e.unwrap_or("no config in the answer")
+                    ),
+                }
             }
         },
         Cmd::Controller(a) | Cmd::Axon(a) if a.fast_path == Some(true) => {

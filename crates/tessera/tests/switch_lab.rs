@@ -11,6 +11,13 @@ use std::time::Duration;
 
 const LAB: &str = "labs/switch.toml";
 
+/// The tests of this file measure rates through the switches (losses, TCP throughput):
+/// one at a time, so that none takes the CPUs from another's flows.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Runs two UDP flows of iperf3 for `secs` seconds into `receiver` (10.x.0.9): `big` Mbit/s
 /// from `a1` and `small` Mbit/s from `a2`; returns the share of each flow's datagrams lost.
 /// iperf3 paces every 50 us (its default, 1 ms, sends the big flow in bursts that leave
@@ -70,6 +77,7 @@ fn contend(
 
 #[test]
 fn fair_switch_serves_the_small_flow_fifo_does_not() {
+    let _one = one_at_a_time();
     let lab = TestLab::up(repo_path(LAB), &[]);
     // Learning: the hosts reach each other (ARP floods, answers go straight back), and
     // each switch learns the three MACs on their ports.
@@ -130,6 +138,7 @@ fn fair_switch_serves_the_small_flow_fifo_does_not() {
 /// unshaped ones.
 #[test]
 fn the_switch_fast_path_takes_known_unicast_between_unshaped_ports() {
+    let _one = one_at_a_time();
     // AF_XDP: the switch's fast path is an XDP program.
     let lab = TestLab::up(repo_path(LAB), &["--io", "xdp", "--fast-path"]);
     for (src, dst) in [
@@ -191,6 +200,7 @@ fn the_switch_fast_path_takes_known_unicast_between_unshaped_ports() {
 /// are refused with the key, and change nothing.
 #[test]
 fn a_switch_reloads_its_ports_shaping_in_place() {
+    let _one = one_at_a_time();
     let dir = std::env::temp_dir().join(format!("tessera-swreload-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("switch")).unwrap();
     for f in ["switch.toml", "switch/fair.toml", "switch/fifo.toml"] {
@@ -227,6 +237,9 @@ fn a_switch_reloads_its_ports_shaping_in_place() {
     .unwrap();
     let o = reload();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let shown = lab.tessera(&["show", "config", "--control", ctl.to_str().unwrap()]);
+    let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+    assert!(shown.contains("capacity_bps = 200000000"), "{shown}");
     let faster = mbps();
     assert!(
         faster > 40.0,
