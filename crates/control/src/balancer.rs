@@ -153,6 +153,94 @@ pub struct BalancerFile {
 }
 
 impl BalancerFile {
+    /// The config as `tessera show config` shows it (crate::showconfig): interfaces,
+    /// balancing, hellos, Virtual-CP, initial back-ends, the rules added to the built-in
+    /// ones, `[io]`, `[dist]` and `[metrics]`, every default filled in.
+    pub fn shown(&self) -> String {
+        use crate::showconfig::{dist_table, int, io_table, list, metrics_table, s, with_io_note};
+        use toml::{Table, Value};
+        let f = self;
+        let name = |port: u16| s(&f.interfaces[port as usize].name);
+        let mut t = Table::new();
+        let ifaces: Vec<Value> = f
+            .interfaces
+            .iter()
+            .map(|i| {
+                let mut e = Table::new();
+                e.insert("name".into(), s(&i.name));
+                match i.role {
+                    PortRole::External => {
+                        e.insert("role".into(), s("external"));
+                        let addrs: Vec<String> =
+                            std::iter::once(format!("{}/{}", i.addr, i.prefix_len))
+                                .chain(i.addrs6.iter().map(|(a, l)| format!("{a}/{l}")))
+                                .collect();
+                        e.insert("address".into(), list(addrs));
+                        e.insert("vlan".into(), int(i.vlan));
+                    }
+                    PortRole::Internal => {
+                        e.insert("role".into(), s("internal"));
+                    }
+                }
+                Value::Table(e)
+            })
+            .collect();
+        t.insert("interface".into(), Value::Array(ifaces));
+        let mut b = Table::new();
+        b.insert(
+            "mode".into(),
+            s(match f.cfg.mode {
+                Mode::RoundRobin => "round-robin",
+                Mode::Hash => "hash",
+                Mode::Maglev => "maglev",
+            }),
+        );
+        t.insert("balance".into(), Value::Table(b));
+        let mut h = Table::new();
+        h.insert("interval_ms".into(), int(f.cfg.hello_interval.as_millis()));
+        if let Some(to) = f.cfg.hello_timeout {
+            h.insert("timeout_ms".into(), int(to.as_millis()));
+        }
+        t.insert("hello".into(), Value::Table(h));
+        if let Some((mac, port)) = f.cfg.virtual_cp {
+            let mut v = Table::new();
+            v.insert("mac".into(), s(mac));
+            v.insert("interface".into(), name(port));
+            t.insert("virtual_cp".into(), Value::Table(v));
+        }
+        let backends: Vec<Value> = f
+            .backends
+            .iter()
+            .map(|(mac, port, weight)| {
+                let mut e = Table::new();
+                e.insert("mac".into(), s(mac));
+                e.insert("interface".into(), name(*port));
+                e.insert("weight".into(), int(*weight));
+                Value::Table(e)
+            })
+            .collect();
+        if !backends.is_empty() {
+            t.insert("backend".into(), Value::Array(backends));
+        }
+        let builtin = default_rules();
+        let rules: Vec<Value> = f
+            .cfg
+            .rules
+            .iter()
+            .filter(|r| !builtin.contains(r))
+            .filter_map(|r| Value::try_from(r).ok())
+            .collect();
+        if !rules.is_empty() {
+            t.insert("rule".into(), Value::Array(rules));
+        }
+        t.insert("io".into(), Value::Table(io_table(&f.io)));
+        t.insert("dist".into(), Value::Table(dist_table(&f.dist)));
+        if let Some(m) = metrics_table(&f.metrics) {
+            t.insert("metrics".into(), Value::Table(m));
+        }
+        with_io_note(toml::to_string(&t).unwrap_or_default(), &f.io)
+    }
+
     pub fn load(path: &Path) -> Result<BalancerFile, ConfigError> {
         Self::parse(path, &read(path)?)
     }
@@ -538,6 +626,14 @@ pub fn run<P: Port + Send>(
     let started_text = config
         .as_ref()
         .and_then(|p| std::fs::read_to_string(p).ok());
+    // The config as the LB runs it (the last one a reload applied; `[io]` as the command
+    // line left it), for `config`.
+    let running = Mutex::new(
+        config
+            .as_ref()
+            .and_then(|p| BalancerFile::load(p).ok())
+            .map(|f| BalancerFile { io, ..f }),
+    );
     let metrics = &metrics;
     if ports.is_empty() {
         return Err("no worker".into());
@@ -581,6 +677,10 @@ pub fn run<P: Port + Send>(
             let c = counters.clone();
             let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
                 match cmd {
+                    "config" => match running.lock().map_err(|_| "poisoned")?.as_ref() {
+                        Some(f) => Ok(json!({ "toml": f.shown() })),
+                        None => Err("this LB runs without a config file".into()),
+                    },
                 // Re-reads the config file: the back-ends and their weights change in
                 // place (the table rebuilt, the fast path's state published again); any
                 // other change is refused with its key; a file that does not load changes
@@ -607,6 +707,9 @@ pub fn run<P: Port + Send>(
                         .map(|(m, p, w)| json!([m.to_string(), p, w]))
                         .collect();
                     let v = ask_worker(&asker, "set-backends", &json!({ "entries": entries }))?;
+                    if let Ok(mut r) = running.lock() {
+                        *r = Some(BalancerFile { io, ..f });
+                    }
                     tracing::info!(file = %path.display(), backends = entries.len(), "config reloaded");
                     Ok(json!({"reloaded": true, "balance": v}))
                 }
@@ -639,7 +742,7 @@ pub fn run<P: Port + Send>(
                     ask_worker(&asker, cmd, req)
                 }
                 other => Err(format!(
-                    "unknown command {other:?}; try counters, describe, router, interfaces, balance, rules, reload"
+                    "unknown command {other:?}; try counters, describe, router, interfaces, balance, rules, reload, config"
                 )),
             }
             });
@@ -850,5 +953,25 @@ action = "virtual-cp"
             .unwrap_err()
             .message
             .contains("at least one external"));
+    }
+
+    /// The same for the LBs' configs (a rule of their own added to one).
+    #[test]
+    fn an_lbs_shown_config_loads_to_the_same() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        for f in ["labs/multistage/lba.toml", "labs/multistage/lbb.toml"] {
+            let path = root.join(f);
+            let text = std::fs::read_to_string(&path).unwrap()
+                + "\n[[rule]]\nname = \"ssh-to-cp\"\nfrom = \"external\"\nethertype = 0x0800\nprotocol = 6\nport = 22\nto_router = true\naction = \"virtual-cp\"\n";
+            let a = BalancerFile::parse(&path, &text).unwrap_or_else(|e| panic!("{f}: {e}"));
+            let shown = a.shown();
+            assert!(
+                shown.contains("ssh-to-cp") && shown.contains("interval_ms = 100"),
+                "{shown}"
+            );
+            let b =
+                BalancerFile::parse(&path, &shown).unwrap_or_else(|e| panic!("{f}: {e}\n{shown}"));
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{f}:\n{shown}");
+        }
     }
 }

@@ -1,22 +1,23 @@
 //! `tessera show config --control SOCK`: the config an element runs with, every default
 //! filled in, as TOML that loads again to the same config (unit tests
 //! `a_forwarders_shown_config_loads_to_the_same`, `a_switchs_shown_config_loads_to_the_same`;
-//! lab test `reload_and_sighup_reread_the_config`). Forwarders and switches for now.
+//! lab test `reload_and_sighup_reread_the_config`; an LB's is `BalancerFile::shown`).
+//! Forwarders, LBs and switches for now.
 //! Secrets stay out: a DIST key is shown by its file.
 
 use crate::config::{DistConfig, ForwarderFile, IoConfig};
 use crate::metrics::MetricsConfig;
 use toml::{Table, Value};
 
-fn s(v: impl ToString) -> Value {
+pub(crate) fn s(v: impl ToString) -> Value {
     Value::String(v.to_string())
 }
 
-fn int(v: impl TryInto<i64>) -> Value {
+pub(crate) fn int(v: impl TryInto<i64>) -> Value {
     Value::Integer(v.try_into().unwrap_or(i64::MAX))
 }
 
-fn list<T: ToString>(v: impl IntoIterator<Item = T>) -> Value {
+pub(crate) fn list<T: ToString>(v: impl IntoIterator<Item = T>) -> Value {
     Value::Array(v.into_iter().map(s).collect())
 }
 
@@ -242,7 +243,7 @@ pub fn switch(
 
 /// The text of a config, with a line under `[io]` saying how `fast_path` was left to its
 /// default.
-fn with_io_note(text: String, io: &IoConfig) -> String {
+pub(crate) fn with_io_note(text: String, io: &IoConfig) -> String {
     if io.fast_path_set {
         return text;
     }

@@ -352,7 +352,8 @@ enum Show {
         control: PathBuf,
     },
     /// The config the element runs with, every default filled in, as TOML that loads
-    /// again (a DIST key by its file, never the key). Forwarders, back-ends and switches for now.
+    /// again (a DIST key by its file, never the key). Forwarders, back-ends, LBs and switches
+    /// for now.
     Config {
         #[arg(long)]
         control: PathBuf,

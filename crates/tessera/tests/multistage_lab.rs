@@ -923,6 +923,13 @@ fn an_lb_reloads_its_backends_without_losing_a_packet() {
         },
     );
     assert_eq!(weights(&lab), [1, 3, 1]);
+    // `tessera show config`: the reloaded weight, and the defaults.
+    let o = lab.tessera(&["show", "config", "--control", ctl.to_str().unwrap()]);
+    let shown = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success() && shown.contains("weight = 3") && shown.contains("mode = \"maglev\""),
+        "{shown}"
+    );
     eprintln!(
         "reload under traffic: sent {}, received {}, lost {}",
         g["sent"], s["received"], s["lost"]
