@@ -157,7 +157,7 @@ impl BalancerFile {
     /// balancing, hellos, Virtual-CP, initial back-ends, the rules added to the built-in
     /// ones, `[io]`, `[dist]` and `[metrics]`, every default filled in.
     pub fn shown(&self) -> String {
-        use crate::showconfig::{dist_table, int, io_table, list, metrics_table, s, with_io_note};
+        use crate::showconfig::{finish, int, list, s};
         use toml::{Table, Value};
         let f = self;
         let name = |port: u16| s(&f.interfaces[port as usize].name);
@@ -233,12 +233,7 @@ impl BalancerFile {
         if !rules.is_empty() {
             t.insert("rule".into(), Value::Array(rules));
         }
-        t.insert("io".into(), Value::Table(io_table(&f.io)));
-        t.insert("dist".into(), Value::Table(dist_table(&f.dist)));
-        if let Some(m) = metrics_table(&f.metrics) {
-            t.insert("metrics".into(), Value::Table(m));
-        }
-        with_io_note(toml::to_string(&t).unwrap_or_default(), &f.io)
+        finish(t, &f.io, Some(&f.dist), &f.metrics)
     }
 
     pub fn load(path: &Path) -> Result<BalancerFile, ConfigError> {

@@ -22,7 +22,7 @@ pub(crate) fn list<T: ToString>(v: impl IntoIterator<Item = T>) -> Value {
 }
 
 /// `[io]`, every key.
-pub fn io_table(io: &IoConfig) -> Table {
+fn io_table(io: &IoConfig) -> Table {
     let mut t = Table::new();
     t.insert("backend".into(), s(io.backend.name()));
     // Said (in the file or with --fast-path), it is shown; left to its default, it is a
@@ -53,7 +53,7 @@ pub fn io_table(io: &IoConfig) -> Table {
 }
 
 /// `[dist]`: the key by its file (absolute), never the key.
-pub fn dist_table(d: &DistConfig) -> Table {
+fn dist_table(d: &DistConfig) -> Table {
     let mut t = Table::new();
     if let Some(k) = &d.key_file {
         t.insert("key_file".into(), s(k.display()));
@@ -63,7 +63,7 @@ pub fn dist_table(d: &DistConfig) -> Table {
 }
 
 /// `[metrics]`, if it says anything.
-pub fn metrics_table(m: &MetricsConfig) -> Option<Table> {
+fn metrics_table(m: &MetricsConfig) -> Option<Table> {
     let mut t = Table::new();
     if let Some(l) = m.listen {
         t.insert("listen".into(), s(l));
@@ -187,12 +187,7 @@ pub fn forwarder(f: &ForwarderFile) -> String {
     if let Ok(Value::Table(tuning)) = Value::try_from(f.tuning) {
         t.insert("tuning".into(), Value::Table(tuning));
     }
-    t.insert("io".into(), Value::Table(io_table(&f.io)));
-    t.insert("dist".into(), Value::Table(dist_table(&f.dist)));
-    if let Some(m) = metrics_table(&f.metrics) {
-        t.insert("metrics".into(), Value::Table(m));
-    }
-    with_io_note(toml::to_string(&t).unwrap_or_default(), &f.io)
+    finish(t, &f.io, Some(&f.dist), &f.metrics)
 }
 
 /// A switch's `[[port]]`s (an Axon's take the same keys).
@@ -234,16 +229,26 @@ pub fn switch(
     sw.insert("ageing_s".into(), int(cfg.ageing.as_secs()));
     t.insert("switch".into(), Value::Table(sw));
     t.insert("port".into(), ports(&cfg.ports));
+    finish(t, io, None, metrics)
+}
+
+/// A config's text: `t`, then the tables every element shares (`[io]`, `[dist]` where
+/// the element speaks DIST, `[metrics]` where set), with a line under `[io]` saying how
+/// `fast_path` was left to its default.
+pub(crate) fn finish(
+    mut t: Table,
+    io: &IoConfig,
+    dist: Option<&DistConfig>,
+    metrics: &MetricsConfig,
+) -> String {
     t.insert("io".into(), Value::Table(io_table(io)));
+    if let Some(d) = dist {
+        t.insert("dist".into(), Value::Table(dist_table(d)));
+    }
     if let Some(m) = metrics_table(metrics) {
         t.insert("metrics".into(), Value::Table(m));
     }
-    with_io_note(toml::to_string(&t).unwrap_or_default(), io)
-}
-
-/// The text of a config, with a line under `[io]` saying how `fast_path` was left to its
-/// default.
-pub(crate) fn with_io_note(text: String, io: &IoConfig) -> String {
+    let text = toml::to_string(&t).unwrap_or_default();
     if io.fast_path_set {
         return text;
     }
