@@ -192,6 +192,39 @@ impl AxonFile {
     }
 }
 
+impl AxonFile {
+    /// An Axon's config: `[axon]`, `[dhcp]` where it leases, its `[[port]]`s, `[io]` and
+    /// `[metrics]`.
+    pub fn shown(&self) -> String {
+        use crate::showconfig::{finish, int, ports, s};
+        let f = self;
+        let c = &f.cfg;
+        let mut t = toml::Table::new();
+        let mut a = toml::Table::new();
+        a.insert("id".into(), int(c.id));
+        a.insert("hello_ms".into(), int(c.hello.as_millis()));
+        a.insert("dead_intervals".into(), int(c.dead));
+        a.insert("cam_size".into(), int(c.cam_size));
+        a.insert("probe_ms".into(), int(c.probe.as_millis()));
+        a.insert("pace_hosts".into(), toml::Value::Boolean(c.pace_hosts));
+        a.insert("spread".into(), toml::Value::Boolean(c.spread));
+        t.insert("axon".into(), toml::Value::Table(a));
+        if let Some(d) = &c.dhcp {
+            let mut e = toml::Table::new();
+            e.insert("server".into(), s(d.server));
+            e.insert("pool".into(), s(format!("{}-{}", d.first, d.last)));
+            e.insert("prefix_len".into(), int(u32::from(d.mask).count_ones()));
+            e.insert("lease_s".into(), int(d.lease.as_secs()));
+            if let Some(r) = d.router {
+                e.insert("router".into(), s(r));
+            }
+            t.insert("dhcp".into(), toml::Value::Table(e));
+        }
+        t.insert("port".into(), ports(&c.ports));
+        finish(t, &f.io, None, &f.metrics)
+    }
+}
+
 fn answer(a: &mut Axon, cmd: &str, _req: &Value) -> Value {
     let now = Instant::now();
     let name = |p: u8| {
@@ -321,6 +354,7 @@ pub fn run<P: Port>(
             "probes",
             "routes",
             "reload",
+            "config",
         ],
         metrics,
         "axon",
@@ -329,11 +363,13 @@ pub fn run<P: Port>(
     crate::run::set_priority(io.priority)?;
     // The file as the Axon runs it, for `reload` to compare with.
     let mut running = std::fs::read_to_string(&file.path).unwrap_or_default();
-    let answer = |a: &mut Axon, cmd: &str, req: &Value| {
-        if cmd == "reload" {
-            return reload(a, &file.path, &mut running).unwrap_or_else(|e| json!({ "error": e }));
-        }
-        answer(a, cmd, req)
+    // ... and as parsed, for `config` (`tessera show config`).
+    let mut shown = file.clone();
+    let answer = |a: &mut Axon, cmd: &str, req: &Value| match cmd {
+        "reload" => reload(a, &file.path, &mut running, &mut shown)
+            .unwrap_or_else(|e| json!({ "error": e })),
+        "config" => json!({ "toml": shown.shown() }),
+        _ => answer(a, cmd, req),
     };
     run_element(a, ports, stop, Some(qrx), answer, |_| {}, io.busy_poll)
 }
@@ -341,7 +377,12 @@ pub fn run<P: Port>(
 /// `reload`: reads `path` again and applies each `[[port]]`'s `capacity_bps`,
 /// `buffer_bytes` and `delay_ms` in place; anything else is refused with its key, and a
 /// bad file changes nothing.
-fn reload(a: &mut Axon, path: &Path, running: &mut String) -> Result<Value, String> {
+fn reload(
+    a: &mut Axon,
+    path: &Path,
+    running: &mut String,
+    shown: &mut AxonFile,
+) -> Result<Value, String> {
     let text = read(path).map_err(|e| e.to_string())?;
     let new = AxonFile::parse(path, &text).map_err(|e| e.to_string())?;
     if let Some(k) = crate::run::changed_key_outside(running, &text, &["port"]) {
@@ -350,9 +391,10 @@ fn reload(a: &mut Axon, path: &Path, running: &mut String) -> Result<Value, Stri
             path.display()
         ));
     }
-    a.reconfigure_ports(new.cfg.ports)
+    a.reconfigure_ports(new.cfg.ports.clone())
         .map_err(|e| format!("{}: {e}; nothing reloaded", path.display()))?;
     *running = text;
+    *shown = new;
     tracing::info!(file = %path.display(), "config reloaded");
     Ok(json!({ "reloaded": true }))
 }
@@ -397,5 +439,45 @@ mod tests {
         assert_eq!((e.line, e.key.as_str()), (14, "dhcp.pool"));
         let e = AxonFile::parse(path, &dhcp.replace("\"10.7.0.251\"", "\"x\"")).unwrap_err();
         assert_eq!((e.line, e.key.as_str()), (13, "dhcp.server"));
+    }
+
+    /// The same for the Axons' configs (one with DHCP and shaped ports).
+    #[test]
+    fn an_axons_shown_config_loads_to_the_same() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut files: Vec<_> = ["labs/axon/line", "labs/axon/ring"]
+            .iter()
+            .flat_map(|d| std::fs::read_dir(root.join(d)).unwrap())
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        files.sort();
+        assert!(!files.is_empty());
+        let extra = "\n[dhcp]\nserver = \"10.7.0.251\"\npool = \"10.7.0.101-10.7.0.110\"\nprefix_len = 24\nrouter = \"10.7.0.254\"\n";
+        for path in files {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let texts = if text.contains("[dhcp]") {
+                vec![text]
+            } else {
+                vec![text.clone(), text + extra]
+            };
+            for text in texts {
+                let a = AxonFile::parse(&path, &text)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let shown = a.shown();
+                assert!(
+                    shown.contains("dead_intervals = ") && shown.contains("[[port]]"),
+                    "{shown}"
+                );
+                let b = AxonFile::parse(&path, &shown)
+                    .unwrap_or_else(|e| panic!("{}: {e}\n{shown}", path.display()));
+                assert_eq!(
+                    format!("{a:?}"),
+                    format!("{b:?}"),
+                    "{}:\n{shown}",
+                    path.display()
+                );
+            }
+        }
     }
 }

@@ -6,7 +6,8 @@
 //! name = "lba-ext"
 //! role = "external"            # faces an external network
 //! address = "10.1.0.1/24"      # the router's address there (answered by external ARP); or
-//!                              # ["10.1.0.1/24", "2001:db8:1::1/64"]: IPv6 ones too (external ND)
+//!                              # ["10.1.0.1/24", "2001:db8:1::1/64"]: IPv6 ones too (external ND),
+//!                              # or IPv6 ones alone (an IPv6-only network: no ARP answered)
 //! vlan = 10                    # carries this network's traffic on the interconnection
 //!
 //! [[interface]]
@@ -171,10 +172,11 @@ impl BalancerFile {
                 match i.role {
                     PortRole::External => {
                         e.insert("role".into(), s("external"));
-                        let addrs: Vec<String> =
-                            std::iter::once(format!("{}/{}", i.addr, i.prefix_len))
-                                .chain(i.addrs6.iter().map(|(a, l)| format!("{a}/{l}")))
-                                .collect();
+                        let addrs: Vec<String> = (!i.addr.is_unspecified())
+                            .then(|| format!("{}/{}", i.addr, i.prefix_len))
+                            .into_iter()
+                            .chain(i.addrs6.iter().map(|(a, l)| format!("{a}/{l}")))
+                            .collect();
                         e.insert("address".into(), list(addrs));
                         e.insert("vlan".into(), int(i.vlan));
                     }
@@ -285,18 +287,33 @@ impl BalancerFile {
                                 cidr6(t).map_err(|m| err(a.span().start, key("address"), m))?,
                             );
                         } else {
-                            v4.push(cidr(t).map_err(|m| err(a.span().start, key("address"), m))?);
+                            let (ip, len) =
+                                cidr(t).map_err(|m| err(a.span().start, key("address"), m))?;
+                            if ip.is_unspecified() {
+                                return Err(err(
+                                    a.span().start,
+                                    key("address"),
+                                    "0.0.0.0 is no interface's address".into(),
+                                ));
+                            }
+                            v4.push((ip, len));
                         }
                     }
-                    let [(addr, len)] = v4[..] else {
-                        return Err(err(
-                            a.span().start,
-                            key("address"),
-                            "one IPv4 address (and any IPv6 ones), like [\"10.1.0.1/24\", \"2001:db8:1::1/64\"]".into(),
-                        ));
-                    };
-                    ifc.addr = addr;
-                    ifc.prefix_len = len;
+                    // IPv6-only: the address stays 0.0.0.0 (no IPv4 network, no ARP).
+                    match v4[..] {
+                        [(addr, len)] => {
+                            ifc.addr = addr;
+                            ifc.prefix_len = len;
+                        }
+                        [] if !ifc.addrs6.is_empty() => {}
+                        _ => {
+                            return Err(err(
+                                a.span().start,
+                                key("address"),
+                                "at most one IPv4 address and any IPv6 ones (at least one address), like [\"10.1.0.1/24\", \"2001:db8:1::1/64\"]".into(),
+                            ))
+                        }
+                    }
                     let v = r.vlan.as_ref().ok_or_else(|| {
                         err(
                             r.name.span().start,
@@ -530,7 +547,7 @@ fn answer(b: &mut Balancer, cmd: &str, _req: &Value) -> Value {
             b.ports
                 .iter()
                 .map(|p| {
-                    let mut v = json!({"name": p.name, "mac": p.mac.to_string(), "role": p.role, "vlan": p.vlan, "address": format!("{}/{}", p.addr, p.prefix_len)});
+                    let mut v = json!({"name": p.name, "mac": p.mac.to_string(), "role": p.role, "vlan": p.vlan, "address": (!p.addr.is_unspecified()).then(|| format!("{}/{}", p.addr, p.prefix_len))});
                     if !p.addrs6.is_empty() {
                         v["addresses6"] = json!(p.addrs6.iter().map(|(a, l)| format!("{a}/{l}")).collect::<Vec<_>>());
                     }
@@ -948,6 +965,24 @@ action = "virtual-cp"
             .unwrap_err()
             .message
             .contains("at least one external"));
+    }
+
+    /// An external interface with IPv6 addresses only: no IPv4 address (0.0.0.0 inside),
+    /// shown without one, and loading again to the same.
+    #[test]
+    fn an_ipv6_only_external_interface() {
+        let src = EXAMPLE.replace("\"10.1.0.1/24\"", "\"2001:db8:1::1/64\"");
+        assert_ne!(src, EXAMPLE);
+        let c = parse(&src).unwrap();
+        let i = &c.interfaces[0];
+        assert!(i.addr.is_unspecified());
+        assert_eq!(i.addrs6.len(), 1);
+        let shown = c.shown();
+        assert!(!shown.contains("0.0.0.0"), "{shown}");
+        assert_eq!(format!("{:?}", parse(&shown).unwrap()), format!("{c:?}"));
+        let e = parse(&EXAMPLE.replace("\"10.1.0.1/24\"", "[]")).unwrap_err();
+        assert_eq!(e.key, "interface[0].address", "{e}");
+        assert!(e.message.contains("at least one address"), "{e}");
     }
 
     /// The same for the LBs' configs (a rule of their own added to one).

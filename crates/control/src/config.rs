@@ -243,6 +243,27 @@ pub struct InterfaceConfig {
     pub router_advertisements: bool,
 }
 
+impl InterfaceConfig {
+    /// The IPv4 address and prefix length, none on an IPv6-only interface.
+    pub fn v4(&self) -> Option<(Ipv4Addr, u8)> {
+        (!self.addr.is_unspecified()).then_some((self.addr, self.prefix_len))
+    }
+
+    /// The IPv4 network, none on an IPv6-only interface.
+    pub fn net(&self) -> Option<Prefix> {
+        self.v4().map(|(a, l)| Prefix::new(a, l))
+    }
+
+    /// Every address as `ADDRESS/LENGTH`, the IPv4 one first.
+    pub fn addresses(&self) -> Vec<String> {
+        self.v4()
+            .map(|(a, l)| format!("{a}/{l}"))
+            .into_iter()
+            .chain(self.addrs6.iter().map(|(a, l)| format!("{a}/{l}")))
+            .collect()
+    }
+}
+
 /// `[star]`: the internal port on the star's switch, and every forwarder's networks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StarConfig {
@@ -519,18 +540,19 @@ impl ForwarderFile {
                 if t.contains(':') {
                     addrs6.push(cidr6(t).map_err(|m| err(at, key.clone(), m))?);
                 } else {
-                    v4.push(cidr(t).map_err(|m| err(at, key.clone(), m))?);
+                    let (a, l) = cidr(t).map_err(|m| err(at, key.clone(), m))?;
+                    if a.is_unspecified() {
+                        return Err(err(at, key, "0.0.0.0 is no interface's address".into()));
+                    }
+                    v4.push((a, l));
                 }
             }
+            // An IPv6-only interface: 0.0.0.0/0 stands for "no IPv4 address" (it has no
+            // IPv4 network, and answers no ARP).
             let (addr, prefix_len) = match v4[..] {
                 [one] => one,
-                [] => {
-                    return Err(err(
-                        at,
-                        key,
-                        "an IPv4 address is needed (IPv6-only interfaces are not built yet)".into(),
-                    ))
-                }
+                [] if !addrs6.is_empty() => (Ipv4Addr::UNSPECIFIED, 0),
+                [] => return Err(err(at, key, "no address given".into())),
                 _ => return Err(err(at, key, "more than one IPv4 address".into())),
             };
             let router_advertisements = match &r.router_advertisements {
@@ -654,7 +676,7 @@ impl ForwarderFile {
                 })?;
                 if !interfaces
                     .iter()
-                    .any(|x| Prefix::new(x.addr, x.prefix_len).contains(a))
+                    .any(|x| x.net().is_some_and(|n| n.contains(a)))
                     && !star_nets.iter().any(|p| p.contains(a))
                 {
                     return Err(err(

@@ -281,7 +281,7 @@ impl FastLink {
         let ifaces = &f.ifaces[..];
         let mut special = Vec::new();
         for i in ifaces {
-            special.push(i.addr);
+            special.extend(i.v4());
             special.extend(i.broadcast());
         }
         special.sort();

@@ -2,7 +2,8 @@
 //! filled in, as TOML that loads again to the same config (unit tests
 //! `a_forwarders_shown_config_loads_to_the_same`, `a_switchs_shown_config_loads_to_the_same`;
 //! lab test `reload_and_sighup_reread_the_config`; an LB's is `BalancerFile::shown`).
-//! Forwarders, LBs and switches for now.
+//! Forwarders and switches here; an LB's is `BalancerFile::shown`, an Axon's
+//! `AxonFile::shown`, a controller's `ControllerFile::shown`.
 //! Secrets stay out: a DIST key is shown by its file.
 
 use crate::config::{DistConfig, ForwarderFile, IoConfig};
@@ -95,10 +96,7 @@ pub fn forwarder(f: &ForwarderFile) -> String {
         .map(|i| {
             let mut e = Table::new();
             e.insert("name".into(), s(&i.name));
-            let addrs: Vec<String> = std::iter::once(format!("{}/{}", i.addr, i.prefix_len))
-                .chain(i.addrs6.iter().map(|(a, l)| format!("{a}/{l}")))
-                .collect();
-            e.insert("address".into(), list(addrs));
+            e.insert("address".into(), list(i.addresses()));
             if let Some(m) = i.mtu {
                 e.insert("mtu".into(), int(m));
             }
@@ -191,7 +189,7 @@ pub fn forwarder(f: &ForwarderFile) -> String {
 }
 
 /// A switch's `[[port]]`s (an Axon's take the same keys).
-fn ports(ports: &[dataplane::switch::PortConfig]) -> Value {
+pub(crate) fn ports(ports: &[dataplane::switch::PortConfig]) -> Value {
     Value::Array(
         ports
             .iter()

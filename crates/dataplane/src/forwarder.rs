@@ -663,7 +663,11 @@ impl Forwarder {
                 continue;
             };
             let to = ip.dst();
-            let port = self.ifaces.iter().position(|i| i.addr == to).unwrap_or(0) as u16;
+            let port = self
+                .ifaces
+                .iter()
+                .position(|i| i.v4() == Some(to))
+                .unwrap_or(0) as u16;
             let e = IcmpError::ReasmTimeExceeded;
             self.icmp_error_from(&f, port, Some(to), e, now, tx);
         }
@@ -691,7 +695,16 @@ impl Forwarder {
     }
 
     fn is_local(&self, a: Ipv4Addr) -> bool {
-        self.ifaces.iter().any(|i| i.addr == a)
+        self.ifaces.iter().any(|i| i.v4() == Some(a))
+    }
+
+    /// The IPv4 address the router sources packets from on `port`: the port's own, or on
+    /// an IPv6-only interface the first interface's that has one.
+    pub(crate) fn source_v4(&self, port: u16) -> Option<Ipv4Addr> {
+        self.ifaces
+            .get(port as usize)
+            .and_then(Iface::v4)
+            .or_else(|| self.ifaces.iter().find_map(Iface::v4))
     }
 
     fn is_directed_broadcast(&self, a: Ipv4Addr) -> bool {
@@ -789,7 +802,7 @@ impl Forwarder {
         // Record Route and Timestamp (RFC 1812 5.3.13): our outgoing interface's address.
         let mut options_changed = false;
         if p.data.len() > ETH + ipv4::MIN_HEADER_LEN && p.data[ETH] & 0x0f > 5 {
-            let out = self.ifaces[nh.port as usize].addr;
+            let out = self.source_v4(nh.port).unwrap_or(Ipv4Addr::UNSPECIFIED);
             let ts_ms = (wire::dist::auth::now_ns() / 1_000_000 % 86_400_000) as u32;
             let r = match ipv4::Packet::new_checked(&mut p.data[ETH..]) {
                 Ok(mut ipm) => ipm.update_options(out, ts_ms),

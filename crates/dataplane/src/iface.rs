@@ -12,6 +12,8 @@ pub struct Iface {
     pub mac: MacAddr,
     /// IP MTU: the largest IPv4 packet sent out of this port.
     pub mtu: usize,
+    /// The interface's IPv4 address; unspecified (0.0.0.0) on an IPv6-only interface,
+    /// which has no IPv4 network, answers no ARP and sources nothing over IPv4.
     pub addr: Ipv4Addr,
     pub prefix_len: u8,
     /// Set for an 802.1Q sub-interface: its frames carry this tag on the parent's port.
@@ -43,13 +45,20 @@ impl Iface {
         }
     }
 
-    pub(crate) fn net(&self) -> Prefix {
-        Prefix::new(self.addr, self.prefix_len)
+    /// The interface's IPv4 address, none on an IPv6-only interface.
+    pub fn v4(&self) -> Option<Ipv4Addr> {
+        (!self.addr.is_unspecified()).then_some(self.addr)
     }
 
-    /// The directed broadcast address of the subnet (none for /31 and /32).
+    /// The IPv4 network the interface is on (none on an IPv6-only interface).
+    pub(crate) fn net(&self) -> Option<Prefix> {
+        self.v4().map(|a| Prefix::new(a, self.prefix_len))
+    }
+
+    /// The directed broadcast address of the subnet (none for /31 and /32, nor on an
+    /// IPv6-only interface).
     pub fn broadcast(&self) -> Option<Ipv4Addr> {
-        (self.prefix_len < 31)
+        (self.prefix_len < 31 && self.v4().is_some())
             .then(|| Ipv4Addr::from(u32::from(self.addr) | !fib::mask(self.prefix_len)))
     }
 }

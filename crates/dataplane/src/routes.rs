@@ -68,7 +68,7 @@ pub(crate) fn connected(ifaces: &[Iface]) -> Vec<(Prefix, u16)> {
     ifaces
         .iter()
         .enumerate()
-        .map(|(p, i)| (i.net(), p as u16))
+        .filter_map(|(p, i)| Some((i.net()?, p as u16)))
         .collect()
 }
 

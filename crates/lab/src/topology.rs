@@ -1079,8 +1079,7 @@ impl Lab {
                                 // Sub-interfaces' addresses belong to their port.
                                 let port = c.vlan.map(|(p, _)| &cfg.interfaces[p]).unwrap_or(c);
                                 let a = addrs.entry(port.name.clone()).or_default();
-                                a.push(format!("{}/{}", c.addr, c.prefix_len));
-                                a.extend(c.addrs6.iter().map(|(x, l)| format!("{x}/{l}")));
+                                a.extend(c.addresses());
                             }
                         }
                     } else if let Ok(cfg) =

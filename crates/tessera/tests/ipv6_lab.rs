@@ -156,6 +156,75 @@ fn hosts_ping_and_talk_tcp_over_ipv6_through_the_router() {
     assert!(ok, "the kernel as the router, the file's route: {out}");
 }
 
+/// An IPv6-only link between two forwarders (no IPv4 address on either end), and an
+/// IPv6-only host behind the second (labs/v6-only.toml): ping6 and TCP across both, the
+/// second router's ICMPv6 from its address on the IPv6-only link, its interfaces shown
+/// with no IPv4 address, and its shown config loading again.
+#[test]
+fn an_ipv6_only_link_between_two_forwarders_carries_ping6_and_tcp() {
+    let lab = TestLab::up(test_path("labs/v6-only.toml"), &[]);
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:2::10"]);
+    assert!(ok && out.contains("ttl=62"), "{out}");
+    // Hop limit 2: time exceeded from r2, sourced from its address on the IPv6-only link.
+    let (ok, out) = ping6(&lab, "h1", &["-t", "2", "2001:db8:2::10"]);
+    assert!(
+        !ok && out.contains("From 2001:db8:12::2") && out.contains("Time exceeded"),
+        "{out}"
+    );
+    // Each end of the link answers; r1 still answers over IPv4 on h1's network.
+    for a in ["2001:db8:12::1", "2001:db8:12::2"] {
+        let (ok, out) = ping6(&lab, "h1", &[a]);
+        assert!(ok, "{a}: {out}");
+    }
+    let o = lab.exec(
+        "h1",
+        &["ping", "-n", "-c", "2", "-i", "0.2", "-W", "2", "10.1.0.1"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    // TCP over IPv6 through both.
+    lab.iperf3("h1", "h2", "2001:db8:2::10", &["-6", "-t", "1"]);
+    let c = lab.counters("r2");
+    let by_fast = event_count(&c, "fast_path_forwarded");
+    assert!(event_count(&c, "ip6_forwarded") + by_fast > 10, "{c}");
+    assert_eq!(drop_count(&c, "ip6_malformed"), 0, "{c}");
+    // No IPv4 address on r2's interfaces, and r1's IPv6-only one.
+    let i = lab.show_json("interfaces", "r2");
+    for port in i.as_array().unwrap() {
+        assert!(port["address"].is_null(), "{i}");
+        assert!(!port["addresses6"].as_array().unwrap().is_empty(), "{i}");
+    }
+    let i = lab.show_json("interfaces", "r1");
+    assert_eq!(i[0]["address"], "10.1.0.1/24", "{i}");
+    assert!(
+        i[1]["address"].is_null() && i[1]["name"] == "r1-eth1",
+        "{i}"
+    );
+    // The running config, shown, is r2's again (and `tessera check` takes it).
+    let o = lab.tessera(&[
+        "show",
+        "config",
+        "--control",
+        lab.control("r2").to_str().unwrap(),
+    ]);
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{shown}");
+    assert!(
+        shown.contains("address = [\"2001:db8:12::2/64\"]") && !shown.contains("0.0.0.0"),
+        "{shown}"
+    );
+    let file = std::env::temp_dir().join(format!("tessera-v6o-{}.toml", std::process::id()));
+    std::fs::write(&file, &shown).unwrap();
+    let o = lab.tessera(&[
+        "check",
+        "--config",
+        file.to_str().unwrap(),
+        "--role",
+        "forwarder",
+    ]);
+    let _ = std::fs::remove_file(&file);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// SLAAC: a host with no IPv6 address configures one from the router's advertisements
 /// (and takes the router as its default), then reaches a host behind it.
 #[test]
@@ -537,25 +606,38 @@ via = "10.2.0.10"
 
 /// The star router (labs/star.toml: four forwarders on a switch) made dual-stack: each
 /// member's network gets a /64 beside its IPv4 one, and every member names the others'
-/// IPv6 networks too. A packet between two networks is looked up once, at the member
+/// IPv6 networks too; s3's network is IPv6 only (no IPv4 address on its interface, an
+/// IPv6-only host h3). A packet between two networks is looked up once, at the member
 /// where it enters (hop limit 63 at the far host), and crosses the switch with an IPv6
 /// star header; the routes file's IPv6 route (through h4) works from every network.
 #[test]
 fn ipv6_through_the_star_router() {
     let dir = std::env::temp_dir().join(format!("tessera-star6-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("star")).unwrap();
+    let v4 = |n: u32| {
+        if n == 3 {
+            String::new()
+        } else {
+            format!("\"10.{n}.0.1/24\", ")
+        }
+    };
     for n in 1..=4 {
         let mut t = std::fs::read_to_string(repo_path(&format!("labs/star/s{n}.toml"))).unwrap();
         let (from, to) = (
             format!("address = \"10.{n}.0.1/24\""),
-            format!("address = [\"10.{n}.0.1/24\", \"2001:db8:{n}::1/64\"]"),
+            format!("address = [{}\"2001:db8:{n}::1/64\"]", v4(n)),
         );
         assert!(t.contains(&from), "s{n}");
         t = t.replace(&from, &to);
         for m in 1..=4 {
+            let net4 = if m == 3 {
+                String::new()
+            } else {
+                format!("{{ prefix = \"10.{m}.0.0/24\", port = 0 }}, ")
+            };
             let (from, to) = (
                 format!("{{ prefix = \"10.{m}.0.0/24\", port = 0 }}"),
-                format!("{{ prefix = \"10.{m}.0.0/24\", port = 0 }}, {{ prefix = \"2001:db8:{m}::/64\", port = 0 }}"),
+                format!("{net4}{{ prefix = \"2001:db8:{m}::/64\", port = 0 }}"),
             );
             assert!(t.contains(&from), "s{n}, member {m}");
             t = t.replace(&from, &to);
@@ -570,14 +652,22 @@ fn ipv6_through_the_star_router() {
     .unwrap();
     let mut topo = std::fs::read_to_string(repo_path("labs/star.toml")).unwrap();
     for n in 1..=4 {
+        let (a4, r4) = if n == 3 {
+            (String::new(), String::new())
+        } else {
+            (
+                format!("address = \"10.{n}.0.10/24\", "),
+                format!("\"default via 10.{n}.0.1\", "),
+            )
+        };
         for (from, to) in [
             (
                 format!("address = \"10.{n}.0.10/24\" }}"),
-                format!("address = \"10.{n}.0.10/24\", address6 = \"2001:db8:{n}::10/64\" }}"),
+                format!("{a4}address6 = \"2001:db8:{n}::10/64\" }}"),
             ),
             (
                 format!("routes = [\"default via 10.{n}.0.1\"]"),
-                format!("routes = [\"default via 10.{n}.0.1\", \"default via 2001:db8:{n}::1\"]"),
+                format!("routes = [{r4}\"default via 2001:db8:{n}::1\"]"),
             ),
         ] {
             assert!(topo.contains(&from), "{from}");
@@ -605,6 +695,12 @@ fn ipv6_through_the_star_router() {
     // The router's own addresses answer, each from its member.
     let (ok, out) = ping6(&lab, "h1", &["2001:db8:1::1"]);
     assert!(ok && out.contains("ttl=64"), "{out}");
+    // IPv4 between the dual-stack networks still crosses the star; s3 has no IPv4
+    // address to show.
+    let o = lab.exec("h1", &["ping", "-n", "-c", "1", "-W", "2", "10.2.0.10"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    let i = lab.show_json("interfaces", "s3");
+    assert!(i[0]["address"].is_null() && i[0]["name"] == "s3-ext", "{i}");
     let c = lab.counters("s1");
     assert!(event_count(&c, "star_sent") >= 4, "{c}");
     assert!(event_count(&c, "star_received") >= 2, "{c}");

@@ -100,6 +100,31 @@ fn ipv6_addresses_and_routes() {
 
 /// Each bad file gives an error with the right line and key.
 #[test]
+fn an_ipv6_only_interface_has_no_ipv4_network() {
+    let c = parse(
+        r#"
+[[interface]]
+name = "r-eth0"
+address = "10.1.0.1/24"
+
+[[interface]]
+name = "r-eth1"
+address = "2001:db8:12::1/64"
+
+[[route]]
+prefix = "2001:db8:2::/64"
+via = "2001:db8:12::2"
+"#,
+    )
+    .unwrap();
+    let i = &c.interfaces[1];
+    assert_eq!((i.v4(), i.net()), (None, None));
+    assert_eq!(i.addresses(), ["2001:db8:12::1/64"]);
+    assert_eq!(c.interfaces[0].addresses(), ["10.1.0.1/24"]);
+    assert_eq!(c.routes6.len(), 1);
+}
+
+#[test]
 fn errors_name_line_and_key() {
     let cases = [
             (
@@ -133,10 +158,23 @@ fn errors_name_line_and_key() {
                 "link-local address comes from the MAC",
             ),
             (
-                EXAMPLE.replace("\"10.2.0.1/24\"", "[\"2001:db8::1/64\"]"),
+                EXAMPLE.replace("\"10.2.0.1/24\"", "[]"),
                 8,
                 "interface[1].address",
-                "an IPv4 address is needed",
+                "no address given",
+            ),
+            (
+                EXAMPLE.replace("\"10.2.0.1/24\"", "\"0.0.0.0/24\""),
+                8,
+                "interface[1].address",
+                "0.0.0.0 is no interface's address",
+            ),
+            (
+                // An IPv6-only interface has no IPv4 network for a gateway to be on.
+                EXAMPLE.replace("\"10.2.0.1/24\"", "[\"2001:db8::1/64\"]"),
+                12,
+                "route[0].via",
+                "on none of the interfaces' networks",
             ),
             (
                 EXAMPLE.replace("\"10.2.0.1/24\"", "[\"10.2.0.1/24\", \"10.9.0.1/24\"]"),

@@ -82,7 +82,7 @@ pub(super) fn answer(f: &mut Forwarder, cmd: &str, _req: &Value) -> Value {
                 .iter()
                 .enumerate()
                 .map(|(ix, i)| {
-                    let mut v = json!({"name": i.name, "mac": i.mac.to_string(), "mtu": i.mtu, "address": format!("{}/{}", i.addr, i.prefix_len)});
+                    let mut v = json!({"name": i.name, "mac": i.mac.to_string(), "mtu": i.mtu, "address": i.v4().map(|a| format!("{a}/{}", i.prefix_len))});
                     if let Some(a) = f.addresses6(ix) {
                         v["addresses6"] = json!(a);
                     }

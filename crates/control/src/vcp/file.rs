@@ -260,3 +260,72 @@ impl ControllerFile {
         })
     }
 }
+
+impl ControllerFile {
+    /// The config as the controller runs it, every default filled in, as TOML that loads
+    /// again to the same (`tessera show config`); a DIST key by its file.
+    pub fn shown(&self) -> String {
+        use crate::showconfig::{finish, int, list, s};
+        use toml::{Table, Value};
+        let mut t = Table::new();
+        if let Some(p) = &self.routes_file {
+            t.insert("routes_file".into(), s(p.display()));
+        }
+        if !self.routes_file_via.is_empty() {
+            t.insert("routes_file_via".into(), list(&self.routes_file_via));
+        }
+        let mut c = Table::new();
+        c.insert("interface".into(), s(&self.interface));
+        c.insert(
+            "hello_interval_ms".into(),
+            int(self.hello_interval.as_millis()),
+        );
+        c.insert("priority".into(), int(self.priority));
+        c.insert("configure_lbs".into(), Value::Boolean(self.configure_lbs));
+        c.insert("terminate".into(), Value::Boolean(self.terminate));
+        t.insert("controller".into(), Value::Table(c));
+        if let Some(l) = self.fpm_listen {
+            let mut f = Table::new();
+            f.insert("listen".into(), s(l));
+            f.insert("settle_ms".into(), int(self.fpm_settle.as_millis()));
+            t.insert("fpm".into(), Value::Table(f));
+        }
+        if self.ospf_grace.is_some() || !self.on_active.is_empty() || !self.on_standby.is_empty() {
+            let mut k = Table::new();
+            if let Some(g) = self.ospf_grace {
+                k.insert("ospf_router_id".into(), s(g.router_id));
+                k.insert("ospf_area".into(), s(g.area));
+                k.insert("ospf_grace_period_s".into(), int(g.grace_period_s));
+            }
+            if !self.on_active.is_empty() {
+                k.insert("on_active".into(), list(&self.on_active));
+            }
+            if !self.on_standby.is_empty() {
+                k.insert("on_standby".into(), list(&self.on_standby));
+            }
+            t.insert("takeover".into(), Value::Table(k));
+        }
+        // A link-local gateway with its network, as written: "fe80::1%vlan20".
+        let gw = |g: &std::net::IpAddr| match g {
+            std::net::IpAddr::V6(a) => match wire::ipv6::link_local_scope(*a) {
+                Some((ll, vlan)) => format!("{ll}%vlan{vlan}"),
+                None => a.to_string(),
+            },
+            std::net::IpAddr::V4(a) => a.to_string(),
+        };
+        let routes: Vec<Value> = self
+            .routes
+            .iter()
+            .map(|(p, via)| {
+                let mut r = Table::new();
+                r.insert("prefix".into(), s(p));
+                r.insert("via".into(), list(via.iter().map(gw)));
+                Value::Table(r)
+            })
+            .collect();
+        if !routes.is_empty() {
+            t.insert("route".into(), Value::Array(routes));
+        }
+        finish(t, &self.io, Some(&self.dist), &self.metrics)
+    }
+}

@@ -66,6 +66,10 @@ pub(super) fn config_table(cfg: &ControllerFile) -> Result<HashMap<Net, Gateways
     Ok(table)
 }
 
+/// The config file as the controller runs it: its text and its routes (as `reload`
+/// compares them), and the file as parsed (for `config`).
+pub(super) type Configured = (String, HashMap<Net, Gateways>, ControllerFile);
+
 /// What `reload` may change in place: the config's routes.
 const RELOADABLE: [&str; 3] = ["route", "routes_file", "routes_file_via"];
 
@@ -75,7 +79,7 @@ const RELOADABLE: [&str; 3] = ["route", "routes_file", "routes_file_via"];
 /// set. Any other changed key is refused by name; a bad file changes nothing.
 pub(super) fn reload(
     path: &Path,
-    configured: &Mutex<(String, HashMap<Net, Gateways>)>,
+    configured: &Mutex<Configured>,
     fib: &Mutex<Fib>,
 ) -> Result<Value, String> {
     let text = read(path).map_err(|e| e.to_string())?;
@@ -101,7 +105,7 @@ pub(super) fn reload(
             set += 1;
         }
     }
-    *last = (text, table);
+    *last = (text, table, cfg);
     tracing::info!(file = %path.display(), set, withdrawn, version = fib.version(), "config reloaded");
     Ok(
         json!({"reloaded": true, "set": set, "withdrawn": withdrawn, "version": fib.version(), "count": fib.len()}),
@@ -129,6 +133,7 @@ pub fn run<P: Port>(
     let configured = Arc::new(Mutex::new((
         std::fs::read_to_string(&cfg.path).unwrap_or_default(),
         configured,
+        cfg.clone(),
     )));
     tracing::info!(epoch, routes = fib.len(), "controller table ready");
     let shared = Arc::new(Shared {
@@ -198,7 +203,8 @@ pub fn run<P: Port>(
                     "route-add" | "route-del" => route_command(&sh.fib, cmd, req),
                     "drain" | "undrain" => c.lock().map_err(|_| "poisoned")?.drain_command(cmd, req, now),
                     "reload" => reload(&path, &configured, &sh.fib),
-                    other => Err(format!("unknown command {other:?}; try fib, elements, router, counters, routes, route-add, route-del, drain, undrain, reload")),
+                    "config" => Ok(json!({"toml": configured.lock().map_err(|_| "poisoned")?.2.shown()})),
+                    other => Err(format!("unknown command {other:?}; try fib, elements, router, counters, routes, route-add, route-del, drain, undrain, reload, config")),
                 }
         })
     };

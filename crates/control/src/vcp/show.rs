@@ -212,7 +212,7 @@ impl Controller {
                             _ => None,
                         },
                         "ports": e.ports.iter().enumerate().map(|(i, p)| json!({
-                            "mac": p.mac.to_string(), "address": format!("{}/{}", p.addr, p.prefix_len),
+                            "mac": p.mac.to_string(), "address": (!p.addr.is_unspecified()).then(|| format!("{}/{}", p.addr, p.prefix_len)),
                             "addresses6": e.addrs6.iter().filter(|a| a.port as usize == i).map(|a| format!("{}/{}", a.addr, a.prefix_len)).collect::<Vec<_>>(),
                             "role": format!("{:?}", p.role).to_lowercase(), "vlan": p.vlan, "speed_mbps": p.speed_mbps,
                         })).collect::<Vec<_>>(),

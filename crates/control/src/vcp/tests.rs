@@ -749,11 +749,17 @@ fn a_reload_applies_the_config_routes_and_refuses_the_rest() {
     let suite = gateways(["10.2.0.9".parse::<Ipv4Addr>().unwrap()]);
     fib.set(net("203.0.113.0/24"), Some(suite.clone()));
     let fib = Mutex::new(fib);
-    let configured = Mutex::new((first, table));
+    let configured = Mutex::new((first, table, cfg.clone()));
     // The file drops both routes and gives a new one.
     let second = format!("{head}{}", route("192.0.2.0/24", "10.2.0.3"));
     std::fs::write(&path, &second).unwrap();
     let v = run::reload(&path, &configured, &fib).unwrap();
+    // `config` shows what was reloaded: the new route, not the old ones.
+    let shown = configured.lock().unwrap().2.shown();
+    assert!(
+        shown.contains("192.0.2.0/24") && !shown.contains("198.51.100.0/24"),
+        "{shown}"
+    );
     assert_eq!(
         (v["set"].as_u64(), v["withdrawn"].as_u64()),
         (Some(1), Some(1)),
@@ -775,4 +781,41 @@ fn a_reload_applies_the_config_routes_and_refuses_the_rest() {
     assert_eq!(fib.lock().unwrap().version(), version);
     assert_eq!(fib.lock().unwrap().len(), 2);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Every controller config the project ships (and one with every section), shown and
+/// loaded again, is the same config.
+#[test]
+fn a_controllers_shown_config_loads_to_the_same() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files: Vec<(std::path::PathBuf, String)> =
+        ["labs/virtual-cp/vcp.toml", "labs/virtual-cp/vcp2.toml"]
+            .iter()
+            .map(|f| {
+                let p = root.join(f);
+                let t = std::fs::read_to_string(&p).unwrap();
+                (p, t)
+            })
+            .collect();
+    files.push((
+        root.join("labs/virtual-cp/every.toml"),
+        "routes_file = \"../single-router/routes.txt\"\nroutes_file_via = [\"10.2.0.2\"]\n\n[controller]\ninterface = \"vcp-int\"\npriority = 7\nterminate = false\n\n[fpm]\nlisten = \"127.0.0.1:2620\"\n\n[takeover]\nospf_router_id = \"10.255.0.1\"\non_active = [\"/bin/true\", \"up\"]\n\n[[route]]\nprefix = \"2001:db8:9::/48\"\nvia = \"fe80::1%vlan20\"\n\n[[route]]\nprefix = \"198.51.100.0/24\"\nvia = [\"10.2.0.2\", \"10.2.0.3\"]\n".into(),
+    ));
+    for (path, text) in files {
+        let a = ControllerFile::parse(&path, &text)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let shown = a.shown();
+        assert!(
+            shown.contains("hello_interval_ms = ") && shown.contains("[io]"),
+            "{shown}"
+        );
+        let b = ControllerFile::parse(&path, &shown)
+            .unwrap_or_else(|e| panic!("{}: {e}\n{shown}", path.display()));
+        assert_eq!(
+            format!("{a:?}"),
+            format!("{b:?}"),
+            "{}:\n{shown}",
+            path.display()
+        );
+    }
 }

@@ -38,7 +38,7 @@ impl Forwarder {
         let r = arp::Repr::parse(&a);
         let ifc = &self.ifaces[port as usize];
         let (our_mac, our_ip) = (ifc.mac, ifc.addr);
-        let for_us = r.target_ip == our_ip;
+        let for_us = ifc.v4() == Some(r.target_ip);
         let sender_ok = !r.sender_ip.is_unspecified()
             && !martian_source(r.sender_ip)
             && !self.is_local(r.sender_ip)
@@ -232,6 +232,12 @@ impl Forwarder {
             self.counters.count(Drop::IcmpSuppressed);
             return;
         }
+        // From the receiving interface's address, or (an IPv6-only interface) another
+        // interface's (RFC 1812 4.3.2.4 allows any); a router with no IPv4 address sends none.
+        let Some(from) = self.icmp_from.or_else(|| self.source_v4(in_port)) else {
+            self.counters.count(Drop::IcmpSuppressed);
+            return;
+        };
         if !self.take_icmp_token(now) {
             self.counters.count(Drop::IcmpRateLimited);
             return;
@@ -262,7 +268,6 @@ impl Forwarder {
                 data: quote,
             },
         };
-        let from = self.icmp_from.unwrap_or(self.ifaces[in_port as usize].addr);
         let mut out = self.pool.get();
         let ok = build_ip(&mut out, from, src, 0xc0, self.ident, &msg);
         self.ident = self.ident.wrapping_add(1);

@@ -459,6 +459,73 @@ fn answers_arp_and_ping_for_its_addresses() {
     );
 }
 
+/// Port 0 IPv6-only (no IPv4 address: 0.0.0.0 inside), port 1 10.2.0.1/24: an ARP probe
+/// (target 0.0.0.0) on port 0 is not answered, no connected IPv4 route points at port 0,
+/// and an IPv4 packet that arrives on port 0 with its TTL spent gets time exceeded from
+/// port 1's address.
+#[test]
+fn an_ipv6_only_port_answers_no_arp_and_sources_icmp_from_another() {
+    let now = Instant::now();
+    let ifaces = vec![
+        Iface::new("r0", R0, Ipv4Addr::UNSPECIFIED, 0),
+        Iface::new("r1", R1, ip("10.2.0.1"), 24),
+    ];
+    let mut f = Forwarder::new(ifaces, ForwarderConfig::default(), now);
+    assert_eq!(f.port_for_gateway(ip("10.1.0.10")), None);
+    assert_eq!(f.port_for_gateway(ip("10.2.0.20")), Some(1));
+    f.neighbours.learn(1, ip("10.2.0.20"), H2, now, true);
+    for target in ["0.0.0.0", "10.2.0.1"] {
+        let mut req = vec![0u8; ETH + 28];
+        ethernet::Repr {
+            dst: MacAddr::BROADCAST,
+            src: H1,
+            vlan: None,
+            ethertype: ethertype::ARP,
+        }
+        .emit(&mut req)
+        .unwrap();
+        arp::Repr {
+            operation: arp::Operation::Request,
+            sender_mac: H1,
+            sender_ip: ip("10.1.0.77"),
+            target_mac: MacAddr::ZERO,
+            target_ip: ip(target),
+        }
+        .emit(&mut req[ETH..])
+        .unwrap();
+        assert!(
+            run(&mut f, now, 0, req).is_empty(),
+            "ARP for {target} on port 0"
+        );
+    }
+    // IPv4 transit still works from the IPv6-only port (as it would on any port).
+    let out = run(&mut f, now, 0, udp_frame(Udp::default()));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, 1);
+    // TTL 1: time exceeded, from 10.2.0.1 (port 0 has no IPv4 address), back by the
+    // route to 10.1.0.0/24 (through 10.2.0.20, port 1).
+    f.add_route(
+        Prefix::parse_strict("10.1.0.0/24").unwrap(),
+        ip("10.2.0.20"),
+    )
+    .unwrap();
+    let out = run(
+        &mut f,
+        now,
+        0,
+        udp_frame(Udp {
+            ttl: 1,
+            ..Udp::default()
+        }),
+    );
+    assert_eq!(out.len(), 1, "{out:?}");
+    let (t, _, src, dst) = icmp_of(&out[0].1);
+    assert_eq!(
+        (out[0].0, t, src, dst),
+        (1, 11, ip("10.2.0.1"), ip("10.1.0.10"))
+    );
+}
+
 #[test]
 fn resolves_unknown_next_hop_then_sends_queued_packets() {
     let (mut f, now) = router();

@@ -133,16 +133,9 @@ impl Lab {
         let ns = self.ns(&e.name);
         let cfg = control::ForwarderFile::load(&self.config_path(e)).map_err(|e| e.to_string())?;
         for i in &cfg.interfaces {
-            ip_n(
-                &ns,
-                &[
-                    "addr",
-                    "add",
-                    &format!("{}/{}", i.addr, i.prefix_len),
-                    "dev",
-                    &i.name,
-                ],
-            )?;
+            if let Some((a, l)) = i.v4() {
+                ip_n(&ns, &["addr", "add", &format!("{a}/{l}"), "dev", &i.name])?;
+            }
             if let Some(m) = i.mtu {
                 ip_n(&ns, &["link", "set", &i.name, "mtu", &m.to_string()])?;
             }
@@ -156,13 +149,11 @@ impl Lab {
             in_ns(&ns, "sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"])?;
         }
         // The same routes the forwarder would load, gateways checked the same way.
-        let nets: Vec<fib::Prefix> = cfg
-            .interfaces
-            .iter()
-            .map(|i| fib::Prefix::new(i.addr, i.prefix_len))
-            .collect();
+        let nets: Vec<Option<fib::Prefix>> = cfg.interfaces.iter().map(|i| i.net()).collect();
         let (routes, routes6) = control::run::config_routes_all(&cfg, |gw| {
-            nets.iter().position(|n| n.contains(gw)).map(|p| p as u16)
+            nets.iter()
+                .position(|n| n.is_some_and(|n| n.contains(gw)))
+                .map(|p| p as u16)
         })?;
         // `ip` takes the family from the prefix.
         let batch: String = routes
