@@ -482,6 +482,56 @@ fn ipv6_through_the_multistage_router() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The multistage router with network B IPv6 only: lbb's external interface and the
+/// back-ends' VLAN 20 sub-interfaces carry 2001:db8:2::1/64 alone, and b1 has no IPv4
+/// address. a1 (dual-stack) reaches b1 over IPv6 through the LBs and the back-ends (ping6
+/// and TCP); IPv4 to network A still works; the LB shows no IPv4 address for network B.
+#[test]
+fn an_ipv6_only_network_through_the_multistage_router() {
+    let dir = std::env::temp_dir().join(format!("tessera-ms6o-{}", std::process::id()));
+    let mut topo = dual_stack_multistage(&dir);
+    for f in ["lbb", "r1", "r2", "r3"] {
+        let path = dir.join(format!("multistage/{f}.toml"));
+        let t = std::fs::read_to_string(&path).unwrap();
+        let from = "address = [\"10.2.0.1/24\", \"2001:db8:2::1/64\"]";
+        assert!(t.contains(from), "{f}");
+        std::fs::write(&path, t.replace(from, "address = \"2001:db8:2::1/64\"")).unwrap();
+    }
+    for (from, to) in [
+        ("address = \"10.2.0.10/24\", address6", "address6"),
+        ("routes = [\"default via 10.2.0.1\", ", "routes = ["),
+    ] {
+        assert!(topo.contains(from), "{from}");
+        topo = topo.replace(from, to);
+    }
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let mut tries = 0;
+    let (ok, out) = loop {
+        let (ok, out) = ping6(&lab, "a1", &["2001:db8:2::10"]);
+        tries += 1;
+        if ok || tries == 10 {
+            break (ok, out);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    assert!(ok && out.contains("ttl=63"), "{out}");
+    let (ok, out) = ping6(&lab, "a1", &["2001:db8:2::1"]);
+    assert!(ok, "{out}");
+    lab.iperf3("a1", "b1", "2001:db8:2::10", &["-6", "-t", "1"]);
+    let o = lab.exec("a1", &["ping", "-n", "-c", "1", "-W", "2", "10.1.0.1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    let i = lab.show_json("interfaces", "lbb");
+    let ext = i
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["role"] == "external"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(ext["address"].is_null() && ext["name"].is_string(), "{i}");
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// IPv6 routes from the Virtual-CP: the multistage lab's plain vcp host becomes a
 /// controller (`tessera controller`) whose config holds two IPv6 routes and an IPv4 one;
 /// it distributes them over DIST to the three back-ends, which install them (the IPv6 ones
