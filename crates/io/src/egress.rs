@@ -93,6 +93,9 @@ pub struct PortEgress {
     pub egress: Egress,
     /// How many times its state changed since the element started.
     pub changes: u64,
+    /// Of those, how many a look woken by the kernel's notification found (the others,
+    /// the timed look every second).
+    pub notified_changes: u64,
 }
 
 /// Follows whether each of an element's ports takes frames redirected in XDP, and tells the
@@ -121,6 +124,7 @@ impl EgressWatch {
                 name: n.clone(),
                 egress: xdp_egress(n),
                 changes: 0,
+                notified_changes: 0,
             })
             .collect();
         for (i, p) in first.iter().enumerate() {
@@ -141,14 +145,19 @@ impl EgressWatch {
                     Ok(g)
                 });
                 while !stop.load(Ordering::Relaxed) {
-                    match &mut listen {
-                        Ok(g) => {
-                            if g.wait_notification(EVERY).is_err() {
+                    let notified = match &mut listen {
+                        Ok(g) => match g.wait_notification(EVERY) {
+                            Ok(n) => n,
+                            Err(_) => {
                                 std::thread::sleep(EVERY);
+                                false
                             }
+                        },
+                        Err(_) => {
+                            std::thread::sleep(EVERY);
+                            false
                         }
-                        Err(_) => std::thread::sleep(EVERY),
-                    }
+                    };
                     let names: Vec<String> = match st.lock() {
                         Ok(s) => s.iter().map(|p| p.name.clone()).collect(),
                         Err(_) => return,
@@ -159,6 +168,7 @@ impl EgressWatch {
                         let p = &mut s[i];
                         if p.egress.ok() != now.ok() {
                             p.changes += 1;
+                            p.notified_changes += notified as u64;
                             tracing::info!(
                                 interface = %n,
                                 fast_path_egress = now.ok(),
@@ -224,13 +234,12 @@ mod tests {
         while seen.lock().unwrap().len() < 2 && t.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(20));
         }
-        // Noticed well before the timed look: the kernel's notification woke the watch.
-        let took = t.elapsed();
         stop.store(true, Ordering::Relaxed);
         assert_eq!(*seen.lock().unwrap(), vec![(0, true), (0, false)]);
-        assert!(took < Duration::from_millis(900), "{took:?}");
+        // Found by a look the kernel's notification woke, not by the timed one (a time
+        // bound here failed on a busy machine).
         let ports = w.ports();
-        assert_eq!(ports[0].changes, 1);
+        assert_eq!((ports[0].changes, ports[0].notified_changes), (1, 1));
         assert!(!ports[0].egress.ok());
     }
 }
