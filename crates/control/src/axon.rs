@@ -343,7 +343,7 @@ pub fn run<P: Port>(
         stop.clone(),
     )
     .map_err(|e| format!("links: {e}"))?;
-    let (_servers, qrx) = crate::run::serve_element(
+    let (servers, qrx) = crate::run::serve_element(
         control,
         a.counters.clone(),
         &[
@@ -366,7 +366,7 @@ pub fn run<P: Port>(
     // ... and as parsed, for `config` (`tessera show config`).
     let mut shown = file.clone();
     let answer = |a: &mut Axon, cmd: &str, req: &Value| match cmd {
-        "reload" => reload(a, &file.path, &mut running, &mut shown)
+        "reload" => reload(a, &file.path, &mut running, &mut shown, &servers.1)
             .unwrap_or_else(|e| json!({ "error": e })),
         "config" => json!({ "toml": shown.shown() }),
         _ => answer(a, cmd, req),
@@ -375,17 +375,20 @@ pub fn run<P: Port>(
 }
 
 /// `reload`: reads `path` again and applies each `[[port]]`'s `capacity_bps`,
-/// `buffer_bytes` and `delay_ms` in place; anything else is refused with its key, and a
-/// bad file changes nothing.
+/// `buffer_bytes` and `delay_ms`, and `[metrics] listen`, in place; anything else is
+/// refused with its key, and a bad file changes nothing.
 fn reload(
     a: &mut Axon,
     path: &Path,
     running: &mut String,
     shown: &mut AxonFile,
+    metrics: &crate::metrics::MetricsSlot,
 ) -> Result<Value, String> {
     let text = read(path).map_err(|e| e.to_string())?;
     let new = AxonFile::parse(path, &text).map_err(|e| e.to_string())?;
-    if let Some(k) = crate::run::changed_key_outside(running, &text, &["port"]) {
+    if let Some(k) = crate::run::changed_key_outside(running, &text, &["port", "metrics"])
+        .or_else(|| metrics.refused(&new.metrics).map(str::to_string))
+    {
         return Err(format!(
             "{}: {k}: changes only with a restart; nothing reloaded",
             path.display()
@@ -394,7 +397,14 @@ fn reload(
     a.reconfigure_ports(new.cfg.ports.clone())
         .map_err(|e| format!("{}: {e}; nothing reloaded", path.display()))?;
     *running = text;
+    let moved = metrics.reload(&new.metrics);
     *shown = new;
+    moved.map_err(|e| {
+        format!(
+            "{}: ports reloaded; [metrics] not moved: {e}",
+            path.display()
+        )
+    })?;
     tracing::info!(file = %path.display(), "config reloaded");
     Ok(json!({ "reloaded": true }))
 }

@@ -611,8 +611,9 @@ pub struct RunWith {
     pub config: Option<std::path::PathBuf>,
 }
 
-/// What a reload of an LB may change in place: its back-ends and their weights.
-pub const RELOADABLE: [&str; 1] = ["backend"];
+/// What a reload of an LB may change in place: its back-ends and their weights, and where
+/// `/metrics` is served (`[metrics] listen`).
+pub const RELOADABLE: [&str; 2] = ["backend", "metrics"];
 
 /// Runs the LB until `stop` is set: one worker per element of `ports` (the ports it owns:
 /// one share of every interface's queues), the first on this thread, holding the LB's
@@ -681,12 +682,13 @@ pub fn run<P: Port + Send>(
     // The LB reports its counters to the controller under the same name.
     b.report.name = Some(name.clone());
     let view = crate::metrics::element_source(all_counters.clone(), name, "balancer", external);
-    let _metrics = crate::metrics::serve_if(metrics, &view)?;
+    let metrics = crate::metrics::MetricsSlot::start(metrics, &view)?;
     let (qtx, qrx) = mpsc::channel::<Query>();
     let _server = {
         {
             let asker: Asker = Mutex::new(qtx);
             let c = counters.clone();
+            let metrics = metrics.clone();
             let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
                 match cmd {
                     "config" => match running.lock().map_err(|_| "poisoned")?.as_ref() {
@@ -707,9 +709,10 @@ pub fn run<P: Port + Send>(
                     if let Some(key) = started_text
                         .as_deref()
                         .and_then(|old| crate::run::changed_key_outside(old, &text, &RELOADABLE))
+                        .or_else(|| metrics.refused(&f.metrics).map(str::to_string))
                     {
                         return Err(format!(
-                            "{}: key `{key}` changed, which needs a restart (a reload changes the back-ends and their weights, [[backend]]); nothing changed",
+                            "{}: key `{key}` changed, which needs a restart (a reload changes the back-ends and their weights, [[backend]], and [metrics] listen); nothing changed",
                             path.display()
                         ));
                     }
@@ -719,6 +722,9 @@ pub fn run<P: Port + Send>(
                         .map(|(m, p, w)| json!([m.to_string(), p, w]))
                         .collect();
                     let v = ask_worker(&asker, "set-backends", &json!({ "entries": entries }))?;
+                    if let Err(e) = metrics.reload(&f.metrics) {
+                        return Err(format!("{}: back-ends reloaded; [metrics] not moved: {e}", path.display()));
+                    }
                     if let Ok(mut r) = running.lock() {
                         *r = Some(BalancerFile { io, ..f });
                     }

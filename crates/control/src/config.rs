@@ -486,9 +486,35 @@ fn gateways6(
     }
     let mut out = Vec::with_capacity(texts.len());
     for t in texts {
+        // A link-local gateway names its interface: "fe80::2%r2-eth0" (an unnumbered link).
+        if let Some((a, ifname)) = t.split_once('%') {
+            let a: std::net::Ipv6Addr = a
+                .parse()
+                .map_err(|_| format!("{t:?} is not an IPv6 address"))?;
+            if !wire::ipv6::is_link_local(a) || a.segments()[1..4] != [0, 0, 0] {
+                return Err(format!(
+                    "{t:?}: only a link-local gateway (fe80::/64) names its interface"
+                ));
+            }
+            let i = interfaces
+                .iter()
+                .position(|x| x.name == ifname)
+                .ok_or_else(|| format!("{t:?}: {ifname:?} is none of the interfaces"))?;
+            out.push(
+                wire::ipv6::iface_scoped_link_local(a, i)
+                    .ok_or_else(|| format!("{t:?}: too many interfaces"))?,
+            );
+            continue;
+        }
         let a: std::net::Ipv6Addr = t
             .parse()
             .map_err(|_| format!("{t:?} is not an IPv6 address"))?;
+        if wire::ipv6::is_link_local(a) {
+            return Err(format!(
+                "{t:?} is link-local: name its interface, as in \"{t}%{}\"",
+                interfaces.first().map_or("eth0", |x| x.name.as_str())
+            ));
+        }
         if !interfaces.iter().any(|x| {
             x.addrs6
                 .iter()
@@ -548,11 +574,11 @@ impl ForwarderFile {
                 }
             }
             // An IPv6-only interface: 0.0.0.0/0 stands for "no IPv4 address" (it has no
-            // IPv4 network, and answers no ARP).
+            // IPv4 network, and answers no ARP). With no address at all (`address = []`),
+            // an unnumbered link: IPv6 link-local only.
             let (addr, prefix_len) = match v4[..] {
                 [one] => one,
-                [] if !addrs6.is_empty() => (Ipv4Addr::UNSPECIFIED, 0),
-                [] => return Err(err(at, key, "no address given".into())),
+                [] => (Ipv4Addr::UNSPECIFIED, 0),
                 _ => return Err(err(at, key, "more than one IPv4 address".into())),
             };
             let router_advertisements = match &r.router_advertisements {

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// One element's counters, and which of its ports face the outside of the router.
@@ -428,6 +428,70 @@ pub fn serve_if(cfg: &MetricsConfig, source: &Source) -> Result<Option<MetricsSe
     }
 }
 
+/// An element's `/metrics` server as its `[metrics]` says, which a reload moves: a new
+/// `listen` opens the new address (the old one closes), none stops serving. The `element`
+/// label is the running view's and changes only with a restart.
+pub struct MetricsSlot {
+    inner: Mutex<(MetricsConfig, Option<MetricsServer>)>,
+    source: Source,
+}
+
+impl MetricsSlot {
+    /// Serves `source` where `cfg` says (nowhere without `listen`).
+    pub fn start(cfg: &MetricsConfig, source: &Source) -> Result<Arc<MetricsSlot>, String> {
+        let server = serve_if(cfg, source)?;
+        Ok(Arc::new(MetricsSlot {
+            inner: Mutex::new((cfg.clone(), server)),
+            source: source.clone(),
+        }))
+    }
+
+    /// What a reload to `new` would change that it cannot: the key, or `None`.
+    pub fn refused(&self, new: &MetricsConfig) -> Option<&'static str> {
+        let g = self.inner.lock().ok()?;
+        (g.0.element != new.element).then_some("metrics.element")
+    }
+
+    /// Serves where `new` says: whether that changed anything. On an address that cannot
+    /// be opened the old one goes on serving, and the error says so.
+    pub fn reload(&self, new: &MetricsConfig) -> Result<bool, String> {
+        if let Some(k) = self.refused(new) {
+            return Err(format!("{k}: changes only with a restart"));
+        }
+        let mut g = self.inner.lock().map_err(|_| "metrics: poisoned")?;
+        if g.0.listen == new.listen {
+            return Ok(false);
+        }
+        let old_addr = g.0.listen;
+        let server = match serve_if(new, &self.source) {
+            Ok(s) => s,
+            // The same port on another address of this machine (say 0.0.0.0 for
+            // 127.0.0.1): the old server gives it up first, and takes it back if the new
+            // one still cannot open.
+            Err(_) if g.1.is_some() => {
+                g.1 = None;
+                match serve_if(new, &self.source) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        g.1 = serve_if(&g.0, &self.source).ok().flatten();
+                        return Err(format!("{e}; still served at {old_addr:?}"));
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        g.1 = server;
+        g.0 = new.clone();
+        tracing::info!(listen = ?new.listen, before = ?old_addr, "metrics moved");
+        Ok(true)
+    }
+
+    /// The address served now, if any.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.inner.lock().ok()?.1.as_ref().map(|s| s.addr)
+    }
+}
+
 /// The HTTP server of `/metrics`; it stops when dropped.
 pub struct MetricsServer {
     stop: Arc<AtomicBool>,
@@ -639,5 +703,55 @@ mod tests {
         assert!(get("GET /nope HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
         assert!(get("POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
         assert!(get("\r\n\r\n").starts_with("HTTP/1.1 405"));
+    }
+
+    /// A reload moves `/metrics`: from nowhere to an address, to another (the first
+    /// closes), not to a busy one (the old one goes on), never to another `element`
+    /// label, and back to nowhere.
+    #[test]
+    fn a_reload_moves_the_metrics_server() {
+        let es = vec![el("r", &[("eth0", 2)], &[], &["eth0"])];
+        let source: Source = Arc::new(move || es.clone());
+        let free = || {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let scrape = |a: SocketAddr| -> bool {
+            let Ok(mut c) = TcpStream::connect(a) else {
+                return false;
+            };
+            c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+            let mut r = String::new();
+            c.read_to_string(&mut r).unwrap();
+            r.contains("element=\"r\"")
+        };
+        let cfg = |listen: Option<SocketAddr>| MetricsConfig {
+            listen,
+            element: None,
+        };
+        let slot = MetricsSlot::start(&cfg(None), &source).unwrap();
+        assert_eq!(slot.addr(), None);
+        let (a, b) = (free(), free());
+        assert!(slot.reload(&cfg(Some(a))).unwrap());
+        assert!(scrape(a));
+        assert!(!slot.reload(&cfg(Some(a))).unwrap(), "nothing changed");
+        assert!(slot.reload(&cfg(Some(b))).unwrap());
+        assert!(scrape(b) && !scrape(a));
+        let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+        let e = slot
+            .reload(&cfg(Some(busy.local_addr().unwrap())))
+            .unwrap_err();
+        assert!(e.contains("still served"), "{e}");
+        assert_eq!(slot.addr(), Some(b));
+        assert!(scrape(b));
+        let named = MetricsConfig {
+            listen: Some(b),
+            element: Some("other".into()),
+        };
+        assert_eq!(slot.refused(&named), Some("metrics.element"));
+        assert!(slot.reload(&named).unwrap_err().contains("metrics.element"));
+        assert!(slot.reload(&cfg(None)).unwrap());
+        assert!(!scrape(b));
+        assert_eq!(slot.addr(), None);
     }
 }

@@ -45,9 +45,10 @@ pub type Asker = Mutex<mpsc::Sender<Query>>;
 pub type FastCounters = std::sync::Arc<dyn Fn() -> Value + Send + Sync>;
 
 /// The servers an element keeps while it runs.
+/// (`/metrics`: its slot, which the element's `reload` moves.)
 pub type Servers = (
     Option<crate::ctlsock::Server>,
-    Option<crate::metrics::MetricsServer>,
+    Arc<crate::metrics::MetricsSlot>,
 );
 
 /// Serves an element's control socket at `path` (if any): `counters`, `describe` and
@@ -72,7 +73,7 @@ pub fn serve_element(
         role,
         counters.port_names.clone(),
     );
-    let ms = crate::metrics::serve_if(metrics, &view)?;
+    let ms = crate::metrics::MetricsSlot::start(metrics, &view)?;
     let asker: Asker = Mutex::new(qtx);
     let handler: crate::ctlsock::Handler =
         std::sync::Arc::new(move |cmd: &str, req: &Value| match cmd {
@@ -300,7 +301,13 @@ pub fn build(cfg: &ForwarderFile, links: &[Link]) -> Result<Forwarder, String> {
             ));
         }
     }
-    if cfg.interfaces.iter().any(|i| !i.addrs6.is_empty()) {
+    // IPv6 on wherever an interface has an IPv6 address, or none at all (an unnumbered
+    // link: its link-local address).
+    if cfg
+        .interfaces
+        .iter()
+        .any(|i| !i.addrs6.is_empty() || i.v4().is_none())
+    {
         f.enable_ipv6(cfg.interfaces.iter().map(|i| i.addrs6.clone()).collect());
         let ra: Vec<bool> = cfg
             .interfaces
@@ -375,7 +382,7 @@ pub fn run<P: Port + Send>(
         counters.port_names.clone()
     };
     let view = crate::metrics::element_source(all_counters.clone(), name, role, external);
-    let _metrics = crate::metrics::serve_if(&metrics_cfg, &view)?;
+    let metrics = crate::metrics::MetricsSlot::start(&metrics_cfg, &view)?;
     let (qtx, qrx) = mpsc::channel::<Query>();
     let routes = Arc::new(Mutex::new(
         f.take_routes()
@@ -430,6 +437,7 @@ pub fn run<P: Port + Send>(
     let handler: ctlsock::Handler = {
         let asker: Asker = Mutex::new(qtx);
         let c = counters.clone();
+        let metrics = metrics.clone();
         Arc::new(move |cmd: &str, req: &Value| {
             match cmd {
                 "config" => match running.lock().map_err(|_| "poisoned")?.as_ref() {
@@ -446,9 +454,13 @@ pub fn run<P: Port + Send>(
                     let text = std::fs::read_to_string(&c.path)
                         .map_err(|e| format!("{}: {e}", c.path.display()))?;
                     let loaded = ForwarderFile::load(&c.path).map_err(|e| format!("{e}; nothing changed"))?;
-                    if let Some(key) = started_text.as_deref().and_then(|old| changed_key(old, &text)) {
+                    if let Some(key) = started_text
+                        .as_deref()
+                        .and_then(|old| changed_key(old, &text))
+                        .or_else(|| metrics.refused(&loaded.metrics).map(str::to_string))
+                    {
                         return Err(format!(
-                            "{}: key `{key}` changed, which needs a restart (a reload changes the routes: {}); nothing changed",
+                            "{}: key `{key}` changed, which needs a restart (a reload changes the routes and [metrics] listen: {}); nothing changed",
                             c.path.display(),
                             RELOADABLE.join(", ")
                         ));
@@ -462,6 +474,12 @@ pub fn run<P: Port + Send>(
                         a.extend(b);
                     }
                     v["reloaded"] = json!(true);
+                    // Where /metrics is served (an address that cannot be opened leaves it
+                    // where it was, and says so after the routes it did apply).
+                    if let Err(e) = metrics.reload(&loaded.metrics) {
+                        return Err(format!("{}: routes reloaded; [metrics] not moved: {e}", c.path.display()));
+                    }
+                    v["metrics"] = json!(metrics.addr().map(|a| a.to_string()));
                     if let Ok(mut r) = running.lock() {
                         *r = Some(loaded);
                     }

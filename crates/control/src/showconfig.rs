@@ -124,7 +124,19 @@ pub fn forwarder(f: &ForwarderFile) -> String {
         .chain(f.routes6.iter().map(|r| {
             let mut e = Table::new();
             e.insert("prefix".into(), s(r.prefix));
-            e.insert("via".into(), list(&r.via));
+            // A link-local gateway with its interface, as written: "fe80::2%r2-eth0".
+            let via = r
+                .via
+                .iter()
+                .map(|&a| match wire::ipv6::link_local_scope(a) {
+                    Some((ll, scope)) if scope >= wire::ipv6::IFACE_SCOPE => {
+                        let i = (scope - wire::ipv6::IFACE_SCOPE) as usize;
+                        let name = f.interfaces.get(i).map_or("?", |x| x.name.as_str());
+                        format!("{ll}%{name}")
+                    }
+                    _ => a.to_string(),
+                });
+            e.insert("via".into(), list(via));
             Value::Table(e)
         }))
         .collect();

@@ -353,7 +353,7 @@ pub fn run<P: Port>(
             Err(_) => Value::Null,
         }) as crate::run::FastCounters
     });
-    let (_servers, qrx) = crate::run::serve_element(
+    let (servers, qrx) = crate::run::serve_element(
         control,
         s.counters.clone(),
         &["interfaces", "macs", "reload", "config"],
@@ -384,7 +384,7 @@ pub fn run<P: Port>(
     // `show interfaces`: each port's fast-path frames beside its queue.
     let answer = |s: &mut Switch, cmd: &str, req: &Value| {
         if cmd == "reload" {
-            return match reload(s, fast.as_deref(), &file.path, &mut running) {
+            return match reload(s, fast.as_deref(), &file.path, &mut running, &servers.1) {
                 Ok(v) => v,
                 Err(e) => json!({ "error": e }),
             };
@@ -429,8 +429,9 @@ pub fn run<P: Port>(
 }
 
 /// What `reload` may change in place: every port's `capacity_bps`, `buffer_bytes` and
-/// `delay_ms`, and `[switch] ageing_s`. Anything else is refused with its key.
-const RELOADABLE: [&str; 2] = ["port", "switch"];
+/// `delay_ms`, `[switch] ageing_s`, and `[metrics] listen`. Anything else is refused with
+/// its key.
+const RELOADABLE: [&str; 3] = ["port", "switch", "metrics"];
 
 /// `reload`: reads `path` again; applies what can change in place to the running switch
 /// and to its fast path (a port shaped or delayed now, or no longer, leaves the fast path
@@ -441,10 +442,13 @@ fn reload(
     fast: Option<&std::sync::Mutex<SwitchFast>>,
     path: &Path,
     running: &mut String,
+    metrics: &crate::metrics::MetricsSlot,
 ) -> Result<Value, String> {
     let text = read(path).map_err(|e| e.to_string())?;
     let new = SwitchFile::parse(path, &text).map_err(|e| e.to_string())?;
-    if let Some(k) = crate::run::changed_key_outside(running, &text, &RELOADABLE) {
+    if let Some(k) = crate::run::changed_key_outside(running, &text, &RELOADABLE)
+        .or_else(|| metrics.refused(&new.metrics).map(str::to_string))
+    {
         return Err(format!(
             "{}: {k}: changes only with a restart; nothing reloaded",
             path.display()
@@ -464,6 +468,12 @@ fn reload(
         }
     }
     *running = text;
+    metrics.reload(&new.metrics).map_err(|e| {
+        format!(
+            "{}: ports reloaded; [metrics] not moved: {e}",
+            path.display()
+        )
+    })?;
     tracing::info!(file = %path.display(), "config reloaded");
     Ok(json!({ "reloaded": true }))
 }

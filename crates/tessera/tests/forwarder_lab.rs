@@ -1036,7 +1036,7 @@ fn workers_run_at_the_real_time_priority_they_are_given() {
 /// `[metrics] listen`: `/metrics`, scraped in the router's namespace, parses with the
 /// Prometheus client's own text parser; every drop counter of `show counters` appears
 /// with its value, the router totals equal the sums over the element's ports and
-/// reasons, and `show router` and `tessera top` agree with them.
+/// reasons, and `show router` and `tessera top` agree with them. A reload moves it.
 #[test]
 fn metrics_are_served_to_prometheus() {
     let dir = single_copy(
@@ -1149,6 +1149,37 @@ print(json.dumps(out))
         (5.0..100.0).contains(&rx),
         "ping at 20/s shows as {rx} pps: {t}"
     );
+    // `tessera reload` moves /metrics to another port in place (the old one closes); a
+    // changed `element` label needs a restart and is refused by name.
+    let up = |port: &str| {
+        let o = lab.exec(
+            "r",
+            &[
+                "/usr/bin/python3",
+                "-c",
+                &format!("import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/metrics', timeout=2)"),
+            ],
+        );
+        o.status.success()
+    };
+    let file = dir.join("r.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("127.0.0.1:9100", "127.0.0.1:9101")).unwrap();
+    let o = lab.tessera(&["reload", "--control", ctl.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(up("9101") && !up("9100"));
+    std::fs::write(
+        &file,
+        text.replace("127.0.0.1:9100\"", "127.0.0.1:9101\"\nelement = \"other\""),
+    )
+    .unwrap();
+    let o = lab.tessera(&["reload", "--control", ctl.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("metrics.element"),
+        "{err}"
+    );
+    assert!(up("9101"));
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -159,7 +159,8 @@ fn hosts_ping_and_talk_tcp_over_ipv6_through_the_router() {
 /// An IPv6-only link between two forwarders (no IPv4 address on either end), and an
 /// IPv6-only host behind the second (labs/v6-only.toml): ping6 and TCP across both, the
 /// second router's ICMPv6 from its address on the IPv6-only link, its interfaces shown
-/// with no IPv4 address, and its shown config loading again.
+/// with no IPv4 address, and its shown config loading again. Then the link unnumbered:
+/// routes through link-local next hops.
 #[test]
 fn an_ipv6_only_link_between_two_forwarders_carries_ping6_and_tcp() {
     let lab = TestLab::up(test_path("labs/v6-only.toml"), &[]);
@@ -223,6 +224,58 @@ fn an_ipv6_only_link_between_two_forwarders_carries_ping6_and_tcp() {
     ]);
     let _ = std::fs::remove_file(&file);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    drop(lab);
+
+    // The same link unnumbered: no address on either end (`address = []`), each router's
+    // route through the other's link-local address, named with its interface.
+    let dir = std::env::temp_dir().join(format!("tessera-v6u-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("v6-only")).unwrap();
+    for (f, addr, via, ll) in [
+        (
+            "r1",
+            "2001:db8:12::1/64",
+            "2001:db8:12::2",
+            "fe80::ff:fe00:1202%r1-eth1",
+        ),
+        (
+            "r2",
+            "2001:db8:12::2/64",
+            "2001:db8:12::1",
+            "fe80::ff:fe00:1201%r2-eth0",
+        ),
+    ] {
+        let t = std::fs::read_to_string(test_path(&format!("labs/v6-only/{f}.toml"))).unwrap();
+        let (a, v) = (format!("address = \"{addr}\""), format!("via = \"{via}\""));
+        assert!(t.contains(&a) && t.contains(&v), "{f}");
+        let t = t
+            .replace(&a, "address = []")
+            .replace(&v, &format!("via = \"{ll}\""));
+        std::fs::write(dir.join(format!("v6-only/{f}.toml")), t).unwrap();
+    }
+    std::fs::copy(test_path("labs/v6-only.toml"), dir.join("lab.toml")).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let (ok, out) = ping6(&lab, "h1", &["2001:db8:2::10"]);
+    assert!(ok && out.contains("ttl=62"), "{out}");
+    // r2 has no address on the link it heard the packet on: time exceeded comes from its
+    // global address on its other interface.
+    let (ok, out) = ping6(&lab, "h1", &["-t", "2", "2001:db8:2::10"]);
+    assert!(
+        !ok && out.contains("From 2001:db8:2::1") && out.contains("Time exceeded"),
+        "{out}"
+    );
+    lab.iperf3("h1", "h2", "2001:db8:2::10", &["-6", "-t", "1"]);
+    let i = lab.show_json("interfaces", "r2");
+    assert!(i[0]["address"].is_null(), "{i}");
+    let o = lab.tessera(&[
+        "show",
+        "config",
+        "--control",
+        lab.control("r2").to_str().unwrap(),
+    ]);
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(shown.contains("fe80::ff:fe00:1201%r2-eth0"), "{shown}");
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// SLAAC: a host with no IPv6 address configures one from the router's advertisements

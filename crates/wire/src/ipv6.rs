@@ -421,6 +421,18 @@ pub fn link_local_scope(a: Ipv6Addr) -> Option<(Ipv6Addr, u16)> {
     Some((scoped_link_local(a, 0), s[1]))
 }
 
+/// Scopes above the VLAN ids (1 to 4094) name an interface of the element by its index
+/// instead: `IFACE_SCOPE + index`, the form a forwarder's own config gives a link-local
+/// next hop on an untagged interface in (`via = "fe80::2%r2-eth0"`).
+pub const IFACE_SCOPE: u16 = 0x1000;
+
+/// A link-local address scoped to interface `index` of the element (see [`IFACE_SCOPE`]);
+/// `None` for an index that does not fit.
+pub fn iface_scoped_link_local(a: Ipv6Addr, index: usize) -> Option<Ipv6Addr> {
+    let scope = IFACE_SCOPE.checked_add(u16::try_from(index).ok()?)?;
+    Some(scoped_link_local(a, scope))
+}
+
 /// The solicited-node multicast address of `a` (RFC 4291 2.7.1): ff02::1:ffXX:XXXX.
 pub fn solicited_node(a: Ipv6Addr) -> Ipv6Addr {
     let o = a.octets();

@@ -124,6 +124,45 @@ via = "2001:db8:12::2"
     assert_eq!(c.routes6.len(), 1);
 }
 
+/// An unnumbered link (`address = []`: IPv6 link-local only) and a route through a
+/// link-local gateway named with its interface; the errors such gateways get.
+#[test]
+fn a_link_local_gateway_names_its_interface() {
+    let src = r#"
+[[interface]]
+name = "r-eth0"
+address = "2001:db8:1::1/64"
+
+[[interface]]
+name = "r-eth1"
+address = []
+
+[[route]]
+prefix = "2001:db8:2::/64"
+via = "fe80::2%r-eth1"
+"#;
+    let c = parse(src).unwrap();
+    assert_eq!(c.interfaces[1].addresses(), Vec::<String>::new());
+    let via = c.routes6[0].via[0];
+    assert_eq!(
+        wire::ipv6::link_local_scope(via),
+        Some(("fe80::2".parse().unwrap(), wire::ipv6::IFACE_SCOPE + 1))
+    );
+    // Shown as written, and loaded again to the same.
+    let shown = crate::showconfig::forwarder(&c);
+    assert!(shown.contains("\"fe80::2%r-eth1\""), "{shown}");
+    assert_eq!(parse(&shown).unwrap().routes6[0].via, c.routes6[0].via);
+    for (via, msg) in [
+        ("fe80::2", "name its interface"),
+        ("fe80::2%r-eth9", "none of the interfaces"),
+        ("2001:db8:1::2%r-eth0", "only a link-local gateway"),
+    ] {
+        let e = parse(&src.replace("fe80::2%r-eth1", via)).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (12, "route[0].via"), "{e}");
+        assert!(e.message.contains(msg), "{via}: {e}");
+    }
+}
+
 #[test]
 fn errors_name_line_and_key() {
     let cases = [
@@ -156,12 +195,6 @@ fn errors_name_line_and_key() {
                 8,
                 "interface[1].address",
                 "link-local address comes from the MAC",
-            ),
-            (
-                EXAMPLE.replace("\"10.2.0.1/24\"", "[]"),
-                8,
-                "interface[1].address",
-                "no address given",
             ),
             (
                 EXAMPLE.replace("\"10.2.0.1/24\"", "\"0.0.0.0/24\""),

@@ -192,8 +192,9 @@ pub(super) fn route_change(
 }
 
 /// The keys a forwarder's `reload` applies in place: its routes (`route`, `routes_file`,
-/// `routes_file_via`, and what the routes file holds). Anything else needs a restart.
-pub(super) const RELOADABLE: [&str; 3] = ["route", "routes_file", "routes_file_via"];
+/// `routes_file_via`, and what the routes file holds) and where `/metrics` is served
+/// (`[metrics] listen`). Anything else needs a restart.
+pub(super) const RELOADABLE: [&str; 4] = ["route", "routes_file", "routes_file_via", "metrics"];
 
 /// The first key, outside [`RELOADABLE`], whose value differs between two versions of a
 /// config file (as TOML; dotted, with array indices: `interface[1].address`), if any.

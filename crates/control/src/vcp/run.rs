@@ -70,8 +70,9 @@ pub(super) fn config_table(cfg: &ControllerFile) -> Result<HashMap<Net, Gateways
 /// compares them), and the file as parsed (for `config`).
 pub(super) type Configured = (String, HashMap<Net, Gateways>, ControllerFile);
 
-/// What `reload` may change in place: the config's routes.
-const RELOADABLE: [&str; 3] = ["route", "routes_file", "routes_file_via"];
+/// What `reload` may change in place: the config's routes, and where `/metrics` is
+/// served (`[metrics] listen`).
+const RELOADABLE: [&str; 4] = ["route", "routes_file", "routes_file_via", "metrics"];
 
 /// `reload`: reads the config file again and applies its routes to the table: a route it
 /// no longer gives is withdrawn (where the table still holds it as the config set it: a
@@ -81,11 +82,16 @@ pub(super) fn reload(
     path: &Path,
     configured: &Mutex<Configured>,
     fib: &Mutex<Fib>,
+    metrics: Option<&crate::metrics::MetricsSlot>,
 ) -> Result<Value, String> {
     let text = read(path).map_err(|e| e.to_string())?;
     let cfg = ControllerFile::parse(path, &text).map_err(|e| e.to_string())?;
     let mut last = configured.lock().map_err(|_| "poisoned")?;
-    if let Some(k) = crate::run::changed_key_outside(&last.0, &text, &RELOADABLE) {
+    if let Some(k) = crate::run::changed_key_outside(&last.0, &text, &RELOADABLE).or_else(|| {
+        metrics
+            .and_then(|m| m.refused(&cfg.metrics))
+            .map(str::to_string)
+    }) {
         return Err(format!(
             "{}: {k}: changes only with a restart; nothing reloaded",
             path.display()
@@ -105,7 +111,17 @@ pub(super) fn reload(
             set += 1;
         }
     }
+    let moved = match metrics {
+        Some(m) => m.reload(&cfg.metrics).map_err(|e| {
+            format!(
+                "{}: routes reloaded; [metrics] not moved: {e}",
+                path.display()
+            )
+        }),
+        None => Ok(false),
+    };
     *last = (text, table, cfg);
+    moved?;
     tracing::info!(file = %path.display(), set, withdrawn, version = fib.version(), "config reloaded");
     Ok(
         json!({"reloaded": true, "set": set, "withdrawn": withdrawn, "version": fib.version(), "count": fib.len()}),
@@ -172,7 +188,7 @@ pub fn run<P: Port>(
             v
         })
     };
-    let _metrics = crate::metrics::serve_if(&cfg.metrics, &view)?;
+    let metrics = crate::metrics::MetricsSlot::start(&cfg.metrics, &view)?;
     let _fpm = match cfg.fpm_listen {
         Some(addr) => {
             let l = TcpListener::bind(addr).map_err(|e| format!("FPM listen on {addr}: {e}"))?;
@@ -184,6 +200,7 @@ pub fn run<P: Port>(
     };
     let handler: crate::ctlsock::Handler = {
         let (sh, c, path) = (shared.clone(), ctl.clone(), cfg.path.clone());
+        let metrics = metrics.clone();
         Arc::new(move |cmd: &str, req: &Value| {
             let now = Instant::now();
             match cmd {
@@ -202,7 +219,7 @@ pub fn run<P: Port>(
                     "routes" => Ok(json!({"count": sh.fib.lock().map_err(|_| "poisoned")?.len()})),
                     "route-add" | "route-del" => route_command(&sh.fib, cmd, req),
                     "drain" | "undrain" => c.lock().map_err(|_| "poisoned")?.drain_command(cmd, req, now),
-                    "reload" => reload(&path, &configured, &sh.fib),
+                    "reload" => reload(&path, &configured, &sh.fib, Some(&metrics)),
                     "config" => Ok(json!({"toml": configured.lock().map_err(|_| "poisoned")?.2.shown()})),
                     other => Err(format!("unknown command {other:?}; try fib, elements, router, counters, routes, route-add, route-del, drain, undrain, reload, config")),
                 }

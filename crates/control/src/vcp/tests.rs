@@ -753,7 +753,7 @@ fn a_reload_applies_the_config_routes_and_refuses_the_rest() {
     // The file drops both routes and gives a new one.
     let second = format!("{head}{}", route("192.0.2.0/24", "10.2.0.3"));
     std::fs::write(&path, &second).unwrap();
-    let v = run::reload(&path, &configured, &fib).unwrap();
+    let v = run::reload(&path, &configured, &fib, None).unwrap();
     // `config` shows what was reloaded: the new route, not the old ones.
     let shown = configured.lock().unwrap().2.shown();
     assert!(
@@ -773,10 +773,10 @@ fn a_reload_applies_the_config_routes_and_refuses_the_rest() {
     }
     let version = fib.lock().unwrap().version();
     std::fs::write(&path, second.replace("vcp-int", "vcp-eth1")).unwrap();
-    let e = run::reload(&path, &configured, &fib).unwrap_err();
+    let e = run::reload(&path, &configured, &fib, None).unwrap_err();
     assert!(e.contains("controller.interface"), "{e}");
     std::fs::write(&path, second.replace("10.2.0.3", "10.2.0")).unwrap();
-    let e = run::reload(&path, &configured, &fib).unwrap_err();
+    let e = run::reload(&path, &configured, &fib, None).unwrap_err();
     assert!(e.contains("c.toml:") && e.contains("route[0].via"), "{e}");
     assert_eq!(fib.lock().unwrap().version(), version);
     assert_eq!(fib.lock().unwrap().len(), 2);

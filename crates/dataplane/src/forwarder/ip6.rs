@@ -74,7 +74,8 @@ pub struct Six {
     /// The global addresses of `addrs`, as words.
     global: Vec<u128>,
     /// Each interface's VLAN id (0: untagged): where a link-local next hop from the
-    /// control plane, which names its VLAN ([`ipv6::link_local_scope`]), is.
+    /// control plane, which names its VLAN ([`ipv6::link_local_scope`]), is. (A scope of
+    /// [`ipv6::IFACE_SCOPE`] and above names the interface by its index instead.)
     vlans: Vec<u16>,
     /// Router advertisements, per interface.
     ra: Vec<Ra>,
@@ -220,6 +221,14 @@ impl Six {
         let mut hops = Vec::with_capacity(vias.len());
         for &via in vias {
             let hop = match ipv6::link_local_scope(via) {
+                // Scoped to an interface by its index (a forwarder's own config).
+                Some((ll, scope)) if scope >= ipv6::IFACE_SCOPE => {
+                    let i = (scope - ipv6::IFACE_SCOPE) as usize;
+                    (i < self.vlans.len()).then_some(Hop6 {
+                        iface: i as u16,
+                        via: Some(ll),
+                    })
+                }
                 Some((ll, vlan)) => self.vlans.iter().position(|&v| v == vlan).map(|i| Hop6 {
                     iface: i as u16,
                     via: Some(ll),
@@ -251,7 +260,9 @@ impl Six {
     }
 
     /// Our address on `iface` to send from towards `to`: one whose prefix holds `to`, else
-    /// a global one, else the link-local one (for link-local `to`, the link-local one).
+    /// a global one, else (an unnumbered link) the router's first global address on
+    /// another interface, else the link-local one (for link-local `to`, the link-local
+    /// one).
     fn source_for(&self, iface: u16, to: Ipv6Addr) -> Ipv6Addr {
         let l = &self.addrs[iface as usize];
         let ll = l[0].0;
@@ -261,7 +272,9 @@ impl Six {
         l.iter()
             .find(|&&(x, len)| !is_link_local(x) && Prefix6::new(x, len).contains(to))
             .or_else(|| l.iter().find(|&&(x, _)| !is_link_local(x)))
-            .map_or(ll, |a| a.0)
+            .map(|a| a.0)
+            .or_else(|| self.global.first().map(|&g| Ipv6Addr::from(g)))
+            .unwrap_or(ll)
     }
 
     /// The connected prefixes, each with its next hop's value.

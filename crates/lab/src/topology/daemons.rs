@@ -159,7 +159,13 @@ impl Lab {
         let batch: String = routes
             .iter()
             .map(|(p, via)| linux_route(*p, via))
-            .chain(routes6.iter().map(|(p, via)| linux_route(*p, via)))
+            .chain(routes6.iter().map(|(p, via)| {
+                let via: Vec<String> = via
+                    .iter()
+                    .map(|&a| super::linux_via6(a, &cfg.interfaces))
+                    .collect();
+                linux_route(*p, &via)
+            }))
             .collect();
         if !batch.is_empty() {
             let p = self.run_dir().join(format!("{}.routes", e.name));
