@@ -32,6 +32,11 @@ pub struct FpmStats {
     pub routes: u64,
     /// Routes marked stale by the last reconnection and not yet resent.
     pub stale: u64,
+    /// Removals zebra sent while its resend after a reconnection was unsettled (a delete,
+    /// or a route with no usable gateway yet, of a route the table held before it): kept
+    /// as they were and marked stale instead, so that the sweep removes them only if zebra
+    /// has not sent them again.
+    pub deferred_removals: u64,
     /// Milliseconds from the first message of the current connection to the last.
     pub last_burst_ms: u64,
 }
@@ -58,6 +63,9 @@ pub struct FpmState {
     /// The VLAN of each TAP (`vlan<ID>`) by interface index, learnt from the interface's
     /// name when a link-local gateway first names it.
     scopes: HashMap<u32, u16>,
+    /// From a reconnection or takeover until the sweep: the routes the table held when
+    /// zebra's resend began (their removals wait for it to settle).
+    held: HashSet<Net>,
     pub stats: FpmStats,
 }
 
@@ -144,6 +152,7 @@ impl FpmState {
     /// (the back-ends go on forwarding) but marked stale until resent.
     pub fn connection(&mut self) {
         self.stale = self.routes.keys().copied().collect();
+        self.held = self.stale.clone();
         // The new zebra numbers its next-hop objects afresh, and may give an old id to
         // another object: routes held through objects keep the gateways they had.
         let objects: Vec<(Net, RouteVia)> = self
@@ -182,6 +191,7 @@ impl FpmState {
             .filter(|p| !mine.contains(p))
             .copied()
             .collect();
+        self.held = fib.prefixes().copied().collect();
         for (p, g) in own {
             fib.set(p, Some(g));
         }
@@ -190,6 +200,7 @@ impl FpmState {
 
     /// The resend has settled: routes still stale are gone from zebra.
     pub fn sweep(&mut self, fib: &mut Fib) {
+        self.held.clear();
         for p in std::mem::take(&mut self.stale) {
             self.routes.remove(&p);
             fib.set(p, None);
@@ -282,6 +293,16 @@ impl FpmState {
                     g
                 }
             };
+            // While zebra resends after a restart, its daemons relearn: a route the table
+            // held before that it deletes, or sends before its gateway resolves, is a
+            // transient of the restart. The table keeps it as it was (the back-ends go on
+            // forwarding it), and the sweep removes it if zebra has not sent it again with
+            // a gateway by then.
+            if want.is_none() && self.held.contains(&p) && fib.get(p).is_some() {
+                self.stale.insert(p);
+                self.stats.deferred_removals += 1;
+                continue;
+            }
             fib.set(p, want);
         }
         self.stats.routes = self.routes.len() as u64;

@@ -90,8 +90,30 @@ fn fpm_ipv6_routes_reach_the_table() {
             build::route6(false, g("2001:db8:93::"), 48, &[], None),
         ],
     );
+    // Held until zebra's resend settles (its daemons may be relearning them) ...
+    assert_eq!(fib.counts(), (v4, v6));
+    assert_eq!(s.stats.deferred_removals, 2);
+    // ... zebra resends the rest, and the sweep takes the two out.
+    frame(
+        &mut s,
+        &mut fib,
+        &[
+            build::nexthop(true, 20, Some(g("2001:db8:2::9").into()), &[]),
+            build::route6(true, g("2001:db8:99::"), 48, &[g("2001:db8:2::10")], None),
+            build::route6(
+                true,
+                g("2001:db8:98::"),
+                48,
+                &[g("2001:db8:1::5"), g("fe80::5"), g("2001:db8:2::5")],
+                None,
+            ),
+            build::route6(true, g("2001:db8:97::"), 64, &[], Some(20)),
+            build::route(true, ip("192.0.2.0"), 24, &[ip("10.2.0.3")], None),
+        ],
+    );
+    s.sweep(&mut fib);
     assert_eq!(fib.counts(), (v4, v6 - 2));
-    // Withdrawn.
+    // Withdrawn (settled: at once).
     frame(
         &mut s,
         &mut fib,
@@ -177,6 +199,95 @@ fn fpm_routes_reach_the_table() {
     assert_eq!(fib.len(), 1);
     // 198.51.100.0/24 and the connected 10.1.0.0/24 (never in the table) were not resent.
     assert_eq!(s.stats.swept, 2);
+}
+
+/// While zebra resends after a reconnection, a delete or a route with no gateway yet (its
+/// daemons relearning) of a route held before it leaves the table as it was; the route is
+/// stale, and the sweep removes it only if zebra has not sent it again with a gateway. A
+/// route first sent in that time is removed at once.
+#[test]
+fn removals_wait_for_the_resend_to_settle() {
+    let (mut s, mut fib) = (FpmState::default(), Fib::new(1, 100));
+    let p = |x: &str| -> Prefix { x.parse().unwrap() };
+    frame(
+        &mut s,
+        &mut fib,
+        &[
+            build::route(true, ip("192.0.2.0"), 24, &[ip("10.2.0.2")], None),
+            build::route(true, ip("198.51.100.0"), 24, &[ip("10.2.0.2")], None),
+        ],
+    );
+    // Not a reconnection (nothing held before it): a delete applies at once.
+    frame(
+        &mut s,
+        &mut fib,
+        &[build::route(
+            true,
+            ip("203.0.113.0"),
+            24,
+            &[ip("10.2.0.2")],
+            None,
+        )],
+    );
+    frame(
+        &mut s,
+        &mut fib,
+        &[build::route(false, ip("203.0.113.0"), 24, &[], None)],
+    );
+    assert!(fib.get(p("203.0.113.0/24")).is_none());
+    s.connection();
+    let v = fib.version();
+    frame(
+        &mut s,
+        &mut fib,
+        &[
+            build::route(false, ip("192.0.2.0"), 24, &[], None),
+            build::route(true, ip("198.51.100.0"), 24, &[], None),
+        ],
+    );
+    assert_eq!(fib.version(), v, "the table did not change");
+    assert_eq!(s.stats.deferred_removals, 2);
+    frame(
+        &mut s,
+        &mut fib,
+        &[build::route(
+            true,
+            ip("203.0.113.0"),
+            24,
+            &[ip("10.2.0.2")],
+            None,
+        )],
+    );
+    frame(
+        &mut s,
+        &mut fib,
+        &[build::route(false, ip("203.0.113.0"), 24, &[], None)],
+    );
+    assert!(fib.get(p("203.0.113.0/24")).is_none());
+    let v = fib.version();
+    // 192.0.2.0/24 comes back with its gateway; 198.51.100.0/24 never does.
+    frame(
+        &mut s,
+        &mut fib,
+        &[build::route(
+            true,
+            ip("192.0.2.0"),
+            24,
+            &[ip("10.2.0.2")],
+            None,
+        )],
+    );
+    assert_eq!(fib.version(), v);
+    s.sweep(&mut fib);
+    assert!(fib.get(p("192.0.2.0/24")).is_some());
+    assert!(fib.get(p("198.51.100.0/24")).is_none());
+    // Settled again: removals apply at once.
+    frame(
+        &mut s,
+        &mut fib,
+        &[build::route(false, ip("192.0.2.0"), 24, &[], None)],
+    );
+    assert!(fib.get(p("192.0.2.0/24")).is_none());
 }
 
 #[test]
