@@ -837,6 +837,7 @@ impl Lab {
                     self.exe.display()
                 )
             })?;
+        let mut child = child;
         let pid = child.id() as i32;
         std::fs::write(
             self.run_dir().join(format!("{}.pid", e.name)),
@@ -845,15 +846,25 @@ impl Lab {
         .map_err(|e| e.to_string())?;
         // `ip netns exec` execs the element, so the PID is the element's. Wait until it
         // answers on its control socket.
+        // (30 s: a start on a machine busy with other labs can take seconds.)
         let t = Instant::now();
         loop {
             if control::ctlsock::request(&sock, "counters").is_ok() {
                 return Ok(pid);
             }
-            if !cmd::alive(pid) || t.elapsed() > Duration::from_secs(15) {
+            let exited = child.try_wait().ok().flatten();
+            if exited.is_some() || !cmd::alive(pid) || t.elapsed() > Duration::from_secs(30) {
+                let how = match exited {
+                    Some(status) => format!("it exited ({status})"),
+                    None if cmd::alive(pid) => format!(
+                        "no answer on its control socket after {:.1} s",
+                        t.elapsed().as_secs_f64()
+                    ),
+                    None => "it is gone".to_string(),
+                };
                 cmd::terminate(pid, Duration::from_secs(1));
                 return Err(format!(
-                    "element {} did not start; its log ({}) ends:\n{}",
+                    "element {} did not start: {how}; its log ({}) ends:\n{}",
                     e.name,
                     log_path.display(),
                     log_tail(&log_path, 10)
