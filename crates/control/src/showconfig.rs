@@ -269,6 +269,27 @@ pub(crate) fn finish(
     )
 }
 
+/// For tests: `text` at `path` parsed, shown and parsed again is the same config; the
+/// shown text.
+#[cfg(test)]
+pub(crate) fn assert_round_trip<T: std::fmt::Debug, E: std::fmt::Display>(
+    path: &std::path::Path,
+    text: &str,
+    parse: impl Fn(&std::path::Path, &str) -> Result<T, E>,
+    show: impl Fn(&T) -> String,
+) -> String {
+    let a = parse(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let shown = show(&a);
+    let b = parse(path, &shown).unwrap_or_else(|e| panic!("{}: {e}\n{shown}", path.display()));
+    assert_eq!(
+        format!("{a:?}"),
+        format!("{b:?}"),
+        "{}:\n{shown}",
+        path.display()
+    );
+    shown
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,20 @@ fn ping6(lab: &TestLab, from: &str, args: &[&str]) -> (bool, String) {
     )
 }
 
+/// [`ping6`] to `dst`, tried up to ten times 300 ms apart (a multistage router's back-ends
+/// say hello before the LBs balance to them).
+fn ping6_soon(lab: &TestLab, from: &str, dst: &str) -> (bool, String) {
+    let mut tries = 0;
+    loop {
+        let (ok, out) = ping6(lab, from, &[dst]);
+        tries += 1;
+        if ok || tries == 10 {
+            return (ok, out);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+}
+
 #[test]
 fn hosts_ping_and_talk_tcp_over_ipv6_through_the_router() {
     let lab = TestLab::up(test_path("labs/dual-stack.toml"), &[]);
@@ -201,29 +215,11 @@ fn an_ipv6_only_link_between_two_forwarders_carries_ping6_and_tcp() {
         "{i}"
     );
     // The running config, shown, is r2's again (and `tessera check` takes it).
-    let o = lab.tessera(&[
-        "show",
-        "config",
-        "--control",
-        lab.control("r2").to_str().unwrap(),
-    ]);
-    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success(), "{shown}");
+    let shown = lab.shown_config("r2", "forwarder");
     assert!(
         shown.contains("address = [\"2001:db8:12::2/64\"]") && !shown.contains("0.0.0.0"),
         "{shown}"
     );
-    let file = std::env::temp_dir().join(format!("tessera-v6o-{}.toml", std::process::id()));
-    std::fs::write(&file, &shown).unwrap();
-    let o = lab.tessera(&[
-        "check",
-        "--config",
-        file.to_str().unwrap(),
-        "--role",
-        "forwarder",
-    ]);
-    let _ = std::fs::remove_file(&file);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     drop(lab);
 
     // The same link unnumbered: no address on either end (`address = []`), each router's
@@ -266,13 +262,7 @@ fn an_ipv6_only_link_between_two_forwarders_carries_ping6_and_tcp() {
     lab.iperf3("h1", "h2", "2001:db8:2::10", &["-6", "-t", "1"]);
     let i = lab.show_json("interfaces", "r2");
     assert!(i[0]["address"].is_null(), "{i}");
-    let o = lab.tessera(&[
-        "show",
-        "config",
-        "--control",
-        lab.control("r2").to_str().unwrap(),
-    ]);
-    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    let shown = lab.shown_config("r2", "forwarder");
     assert!(shown.contains("fe80::ff:fe00:1201%r2-eth0"), "{shown}");
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -506,15 +496,7 @@ fn ipv6_through_the_multistage_router() {
     std::fs::write(dir.join("lab.toml"), topo).unwrap();
     let lab = TestLab::up(dir.join("lab.toml"), &[]);
     // The back-ends say hello before the LBs balance to them.
-    let mut tries = 0;
-    let (ok, out) = loop {
-        let (ok, out) = ping6(&lab, "a1", &["2001:db8:2::10"]);
-        tries += 1;
-        if ok || tries == 10 {
-            break (ok, out);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(300));
-    };
+    let (ok, out) = ping6_soon(&lab, "a1", "2001:db8:2::10");
     assert!(ok && out.contains("ttl=63"), "{out}");
     for a in ["2001:db8:1::1", "2001:db8:2::1"] {
         let (ok, out) = ping6(&lab, "a1", &[a]);
@@ -559,15 +541,7 @@ fn an_ipv6_only_network_through_the_multistage_router() {
     }
     std::fs::write(dir.join("lab.toml"), topo).unwrap();
     let lab = TestLab::up(dir.join("lab.toml"), &[]);
-    let mut tries = 0;
-    let (ok, out) = loop {
-        let (ok, out) = ping6(&lab, "a1", &["2001:db8:2::10"]);
-        tries += 1;
-        if ok || tries == 10 {
-            break (ok, out);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(300));
-    };
+    let (ok, out) = ping6_soon(&lab, "a1", "2001:db8:2::10");
     assert!(ok && out.contains("ttl=63"), "{out}");
     let (ok, out) = ping6(&lab, "a1", &["2001:db8:2::1"]);
     assert!(ok, "{out}");

@@ -383,32 +383,10 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
     eprintln!("each outside router has the other's networks {took:?} after the back-ends");
     // `tessera show config` on a controller: its config with every default, which
     // `tessera check` takes.
-    let o = lab.tessera(&[
-        "show",
-        "config",
-        "--control",
-        lab.control("vcp").to_str().unwrap(),
-    ]);
-    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let shown = lab.shown_config("vcp", "controller");
     for line in ["interface = \"vcp-int\"", "settle_ms = ", "[takeover]"] {
         assert!(shown.contains(line), "{line}: {shown}");
     }
-    let again = std::env::temp_dir().join(format!("tessera-vcp-shown-{}.toml", std::process::id()));
-    std::fs::write(&again, &shown).unwrap();
-    let o = lab.tessera(&[
-        "check",
-        "--config",
-        again.to_str().unwrap(),
-        "--role",
-        "controller",
-    ]);
-    let _ = std::fs::remove_file(&again);
-    assert!(
-        o.status.success(),
-        "{}\n{shown}",
-        String::from_utf8_lossy(&o.stderr)
-    );
     let routes = birdc(&["show", "route"]);
     assert!(
         routes.contains("198.51.100.0/24")

@@ -55,6 +55,29 @@ fn arp_reply_to_r1(mac: MacAddr, sender: Ipv4Addr) -> Vec<u8> {
     rep
 }
 
+/// A broadcast ARP request from H1 at `sender` for `target`.
+fn arp_request(sender: &str, target: &str) -> Vec<u8> {
+    let mut req = vec![0u8; ETH + 28];
+    ethernet::Repr {
+        dst: MacAddr::BROADCAST,
+        src: H1,
+        vlan: None,
+        ethertype: ethertype::ARP,
+    }
+    .emit(&mut req)
+    .unwrap();
+    arp::Repr {
+        operation: arp::Operation::Request,
+        sender_mac: H1,
+        sender_ip: ip(sender),
+        target_mac: MacAddr::ZERO,
+        target_ip: ip(target),
+    }
+    .emit(&mut req[ETH..])
+    .unwrap();
+    req
+}
+
 struct Udp {
     dst_mac: MacAddr,
     src: &'static str,
@@ -387,25 +410,7 @@ fn fragments_when_df_is_clear() {
 #[test]
 fn answers_arp_and_ping_for_its_addresses() {
     let (mut f, now) = router();
-    let mut req = vec![0u8; ETH + 28];
-    ethernet::Repr {
-        dst: MacAddr::BROADCAST,
-        src: H1,
-        vlan: None,
-        ethertype: ethertype::ARP,
-    }
-    .emit(&mut req)
-    .unwrap();
-    arp::Repr {
-        operation: arp::Operation::Request,
-        sender_mac: H1,
-        sender_ip: ip("10.1.0.77"),
-        target_mac: MacAddr::ZERO,
-        target_ip: ip("10.1.0.1"),
-    }
-    .emit(&mut req[ETH..])
-    .unwrap();
-    let out = run(&mut f, now, 0, req);
+    let out = run(&mut f, now, 0, arp_request("10.1.0.77", "10.1.0.1"));
     assert_eq!(out.len(), 1);
     let a = arp::Packet::new_checked(&out[0].1[ETH..]).unwrap();
     assert_eq!(
@@ -475,26 +480,8 @@ fn an_ipv6_only_port_answers_no_arp_and_sources_icmp_from_another() {
     assert_eq!(f.port_for_gateway(ip("10.2.0.20")), Some(1));
     f.neighbours.learn(1, ip("10.2.0.20"), H2, now, true);
     for target in ["0.0.0.0", "10.2.0.1"] {
-        let mut req = vec![0u8; ETH + 28];
-        ethernet::Repr {
-            dst: MacAddr::BROADCAST,
-            src: H1,
-            vlan: None,
-            ethertype: ethertype::ARP,
-        }
-        .emit(&mut req)
-        .unwrap();
-        arp::Repr {
-            operation: arp::Operation::Request,
-            sender_mac: H1,
-            sender_ip: ip("10.1.0.77"),
-            target_mac: MacAddr::ZERO,
-            target_ip: ip(target),
-        }
-        .emit(&mut req[ETH..])
-        .unwrap();
         assert!(
-            run(&mut f, now, 0, req).is_empty(),
+            run(&mut f, now, 0, arp_request("10.1.0.77", target)).is_empty(),
             "ARP for {target} on port 0"
         );
     }

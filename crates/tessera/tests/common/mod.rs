@@ -300,6 +300,37 @@ impl TestLab {
         serde_json::from_slice(&o.stdout).unwrap()
     }
 
+    /// `tessera show config` of an element: the text, after checking that `tessera check
+    /// --role ROLE` takes it (written to a file of its own for that).
+    pub fn shown_config(&self, element: &str, role: &str) -> String {
+        let o = Command::new(exe())
+            .args(["show", "config", "--control"])
+            .arg(self.control(element))
+            .output()
+            .unwrap();
+        let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let file = std::env::temp_dir().join(format!(
+            "tessera-shown-{}-{element}-{}.toml",
+            self.name,
+            std::process::id()
+        ));
+        std::fs::write(&file, &shown).unwrap();
+        let o = Command::new(exe())
+            .args(["check", "--config"])
+            .arg(&file)
+            .args(["--role", role])
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&file);
+        assert!(
+            o.status.success(),
+            "{}\n{shown}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        shown
+    }
+
     /// The element's counters, as `tessera show counters` prints them.
     pub fn counters(&self, element: &str) -> Value {
         let o = Command::new(exe())
