@@ -20,24 +20,22 @@ fn fpm_ipv6_routes_reach_the_table() {
     let (mut s, mut fib) = (FpmState::default(), Fib::new(1, 100));
     let g = |x: &str| -> std::net::Ipv6Addr { x.parse().unwrap() };
     let p = |x: &str| -> fib::Prefix6 { x.parse().unwrap() };
-    frame(
-        &mut s,
-        &mut fib,
-        &[
-            build::nexthop(true, 20, Some(g("2001:db8:2::9").into()), &[]),
-            build::route6(true, g("2001:db8:99::"), 48, &[g("2001:db8:2::10")], None),
-            build::route6(
-                true,
-                g("2001:db8:98::"),
-                48,
-                &[g("2001:db8:1::5"), g("fe80::5"), g("2001:db8:2::5")],
-                None,
-            ),
-            build::route6(true, g("2001:db8:97::"), 64, &[], Some(20)),
-            build::route6(true, g("2001:db8:96::"), 48, &[g("fe80::1")], None),
-            build::route(true, ip("192.0.2.0"), 24, &[ip("10.2.0.3")], None),
-        ],
-    );
+    // zebra's first routes (sent again after the reconnection below).
+    let first = vec![
+        build::nexthop(true, 20, Some(g("2001:db8:2::9").into()), &[]),
+        build::route6(true, g("2001:db8:99::"), 48, &[g("2001:db8:2::10")], None),
+        build::route6(
+            true,
+            g("2001:db8:98::"),
+            48,
+            &[g("2001:db8:1::5"), g("fe80::5"), g("2001:db8:2::5")],
+            None,
+        ),
+        build::route6(true, g("2001:db8:97::"), 64, &[], Some(20)),
+        build::route6(true, g("2001:db8:96::"), 48, &[g("fe80::1")], None),
+        build::route(true, ip("192.0.2.0"), 24, &[ip("10.2.0.3")], None),
+    ];
+    frame(&mut s, &mut fib, &first);
     assert_eq!(fib.counts(), (1, 3));
     assert_eq!(s.stats.skipped_ipv6, 1);
     let want = |a: &[&str]| -> Gateways { gateways(a.iter().map(|x| g(x))) };
@@ -94,23 +92,7 @@ fn fpm_ipv6_routes_reach_the_table() {
     assert_eq!(fib.counts(), (v4, v6));
     assert_eq!(s.stats.deferred_removals, 2);
     // ... zebra resends the rest, and the sweep takes the two out.
-    frame(
-        &mut s,
-        &mut fib,
-        &[
-            build::nexthop(true, 20, Some(g("2001:db8:2::9").into()), &[]),
-            build::route6(true, g("2001:db8:99::"), 48, &[g("2001:db8:2::10")], None),
-            build::route6(
-                true,
-                g("2001:db8:98::"),
-                48,
-                &[g("2001:db8:1::5"), g("fe80::5"), g("2001:db8:2::5")],
-                None,
-            ),
-            build::route6(true, g("2001:db8:97::"), 64, &[], Some(20)),
-            build::route(true, ip("192.0.2.0"), 24, &[ip("10.2.0.3")], None),
-        ],
-    );
+    frame(&mut s, &mut fib, &first);
     s.sweep(&mut fib);
     assert_eq!(fib.counts(), (v4, v6 - 2));
     // Withdrawn (settled: at once).
