@@ -647,6 +647,8 @@ fn forwarded_frames_leave_from_the_umem_frame_they_arrived_in() {
             }
         }
         assert_eq!(event_count(&c, "xsk_rx_copied"), 0, "{c}");
+        // Down before its file goes (`lab down` reads it).
+        drop(lab);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
@@ -1278,6 +1280,7 @@ fn capture_writes_pcap_that_tcpdump_reads() {
     );
     assert!(p.contains("3 received"), "{p}");
     assert_eq!(fwd(&lab) - before, 6, "{}", lab.counters("r"));
+    drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
