@@ -128,13 +128,12 @@ pub fn forwarder(f: &ForwarderFile) -> String {
             let via = r
                 .via
                 .iter()
-                .map(|&a| match wire::ipv6::link_local_scope(a) {
-                    Some((ll, scope)) if scope >= wire::ipv6::IFACE_SCOPE => {
-                        let i = (scope - wire::ipv6::IFACE_SCOPE) as usize;
+                .map(|&a| match wire::ipv6::link_local_iface(a) {
+                    Some((ll, i)) => {
                         let name = f.interfaces.get(i).map_or("?", |x| x.name.as_str());
                         format!("{ll}%{name}")
                     }
-                    _ => a.to_string(),
+                    None => a.to_string(),
                 });
             e.insert("via".into(), list(via));
             Value::Table(e)

@@ -237,15 +237,9 @@ fn linux_route<P: std::fmt::Display, A: std::fmt::Display>(p: P, vias: &[A]) -> 
 /// An IPv6 gateway as `ip route` takes it: a link-local one scoped to an interface of the
 /// config (`wire::ipv6::IFACE_SCOPE`) as `LL dev NAME`.
 fn linux_via6(a: std::net::Ipv6Addr, ifaces: &[control::config::InterfaceConfig]) -> String {
-    match wire::ipv6::link_local_scope(a) {
-        Some((ll, scope)) if scope >= wire::ipv6::IFACE_SCOPE => {
-            let i = (scope - wire::ipv6::IFACE_SCOPE) as usize;
-            match ifaces.get(i) {
-                Some(x) => format!("{ll} dev {}", x.name),
-                None => a.to_string(),
-            }
-        }
-        _ => a.to_string(),
+    match wire::ipv6::link_local_iface(a).and_then(|(ll, i)| Some((ll, ifaces.get(i)?))) {
+        Some((ll, x)) => format!("{ll} dev {}", x.name),
+        None => a.to_string(),
     }
 }
 

@@ -433,6 +433,15 @@ pub fn iface_scoped_link_local(a: Ipv6Addr, index: usize) -> Option<Ipv6Addr> {
     Some(scoped_link_local(a, scope))
 }
 
+/// The link-local address and interface index of an [`iface_scoped_link_local`] address;
+/// `None` for any other (a VLAN-scoped one included).
+pub fn link_local_iface(a: Ipv6Addr) -> Option<(Ipv6Addr, usize)> {
+    match link_local_scope(a) {
+        Some((ll, scope)) if scope >= IFACE_SCOPE => Some((ll, (scope - IFACE_SCOPE) as usize)),
+        _ => None,
+    }
+}
+
 /// The solicited-node multicast address of `a` (RFC 4291 2.7.1): ff02::1:ffXX:XXXX.
 pub fn solicited_node(a: Ipv6Addr) -> Ipv6Addr {
     let o = a.octets();

@@ -220,20 +220,19 @@ impl Six {
     fn group_via(&mut self, vias: &[Ipv6Addr]) -> Result<u32, RouteError> {
         let mut hops = Vec::with_capacity(vias.len());
         for &via in vias {
-            let hop = match ipv6::link_local_scope(via) {
+            let hop = match (ipv6::link_local_iface(via), ipv6::link_local_scope(via)) {
                 // Scoped to an interface by its index (a forwarder's own config).
-                Some((ll, scope)) if scope >= ipv6::IFACE_SCOPE => {
-                    let i = (scope - ipv6::IFACE_SCOPE) as usize;
-                    (i < self.vlans.len()).then_some(Hop6 {
+                (Some((ll, i)), _) => (i < self.vlans.len()).then_some(Hop6 {
+                    iface: i as u16,
+                    via: Some(ll),
+                }),
+                (None, Some((ll, vlan))) => {
+                    self.vlans.iter().position(|&v| v == vlan).map(|i| Hop6 {
                         iface: i as u16,
                         via: Some(ll),
                     })
                 }
-                Some((ll, vlan)) => self.vlans.iter().position(|&v| v == vlan).map(|i| Hop6 {
-                    iface: i as u16,
-                    via: Some(ll),
-                }),
-                None => self.iface_for(via).map(|iface| Hop6 {
+                (None, None) => self.iface_for(via).map(|iface| Hop6 {
                     iface,
                     via: Some(via),
                 }),
