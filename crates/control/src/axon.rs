@@ -328,21 +328,137 @@ fn answer(a: &mut Axon, cmd: &str, _req: &Value) -> Value {
     }
 }
 
-/// Runs the Axon over `ports` (in the config's order) until `stop` is set.
+/// The Axon's fast path (`[io] fast_path`, docs/axon.md): its maps, kept in step with the
+/// neighbour table by the run loop.
+pub struct AxonFast {
+    pub fp: io::fastpath::axon::AxonFastPath,
+    /// Per port: frames may leave there in the fast path (no capacity, no delay).
+    pub eligible: Vec<bool>,
+    /// Per port: its device takes frames redirected in XDP (`io::egress`).
+    pub egress: Vec<bool>,
+    /// Every frame through user space, while a capture runs.
+    pub suspended: bool,
+    /// Per port: the neighbour Axon's MAC, while one is heard there.
+    neighbours: Vec<Option<[u8; 6]>>,
+    /// Per port: what its entry in the program's map says now (None: no frame leaves by
+    /// it in the fast path).
+    published: Vec<Option<[u8; 6]>>,
+}
+
+impl AxonFast {
+    /// The maps for the Axon's ports (their interfaces open already, `cfg.macs` their
+    /// MACs).
+    pub fn new(cfg: &AxonConfig) -> Result<AxonFast, String> {
+        let names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
+        let macs: Vec<[u8; 6]> = cfg.macs.iter().map(|m| m.0).collect();
+        let fp = io::fastpath::axon::AxonFastPath::new(&names, &macs)
+            .map_err(|e| format!("Axon fast path: {e}"))?;
+        let n = names.len();
+        Ok(AxonFast {
+            fp,
+            eligible: cfg
+                .ports
+                .iter()
+                .map(|p| p.capacity_bps.is_none() && p.delay.is_zero())
+                .collect(),
+            egress: vec![true; n],
+            suspended: false,
+            neighbours: vec![None; n],
+            published: vec![None; n],
+        })
+    }
+
+    /// Whether port `port`'s device takes frames redirected in XDP.
+    pub fn set_egress(&mut self, port: usize, ok: bool) {
+        if let Some(e) = self.egress.get_mut(port) {
+            *e = ok;
+            self.write_port(port);
+        }
+    }
+
+    /// Whether frames may leave by `port` in the fast path now (once a neighbour Axon is
+    /// heard there).
+    pub fn egress_now(&self, port: usize) -> bool {
+        !self.suspended && self.eligible[port] && self.egress[port]
+    }
+
+    /// Brings port `port`'s map entry in step (written only when it changes).
+    fn write_port(&mut self, port: usize) {
+        let want = self.neighbours[port].filter(|_| self.egress_now(port));
+        if self.published[port] == want {
+            return;
+        }
+        match self.fp.set_port(port as u32, want) {
+            Ok(()) => self.published[port] = want,
+            Err(e) => tracing::warn!(port, error = %e, "Axon fast path: ports map"),
+        }
+    }
+
+    /// Follows the Axon: a capture under way (every frame through user space, where the
+    /// capture sees it), and each port's neighbour, heard or lost (only an Axon link
+    /// takes fast-path frames). Cheap while nothing changes: a comparison per port.
+    fn sync(&mut self, a: &Axon) {
+        let want = crate::capturing::capture_under_way();
+        if self.suspended != want {
+            self.suspended = want;
+            tracing::info!(
+                suspended = want,
+                "Axon fast path: a capture started or ended"
+            );
+        }
+        for (p, n) in self.neighbours.iter_mut().enumerate() {
+            *n = a.neighbour_mac(p).map(|m| m.0);
+        }
+        for p in 0..self.neighbours.len() {
+            self.write_port(p);
+        }
+    }
+}
+
+/// Runs the Axon over `ports` (in the config's order) until `stop` is set; with `fast`,
+/// its ports' programs send frames passing through on to the next Axon themselves (else
+/// `fast_off` says why not, per port).
 pub fn run<P: Port>(
     a: Axon,
     ports: Vec<P>,
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
     file: &AxonFile,
+    fast: Option<AxonFast>,
+    fast_off: std::collections::HashMap<String, String>,
 ) -> Result<(), String> {
     let (io, metrics) = (file.io, &file.metrics);
+    // Shared with the control socket's thread, which reads the programs' counters.
+    let fast = fast.map(|f| Arc::new(std::sync::Mutex::new(f)));
+    let names: Vec<String> = a.cfg.ports.iter().map(|p| p.name.clone()).collect();
     // Each port's link going down or coming up, logged once (crate::statelog).
     crate::statelog::watch_links(
         ports.iter().map(|p| p.name().to_string()).collect(),
         stop.clone(),
     )
     .map_err(|e| format!("links: {e}"))?;
+    if let Some(f) = &fast {
+        let f = f.clone();
+        crate::fast::fold(&a.counters, &names, move || {
+            f.lock().map(|f| f.fp.stats()).unwrap_or_default()
+        });
+    }
+    let fast_counters: Option<crate::run::FastCounters> = fast.clone().map(|f| {
+        let names = names.clone();
+        Arc::new(move || match f.lock() {
+            Ok(f) => crate::fast::stats_json(&names, &f.fp.stats()),
+            Err(_) => Value::Null,
+        }) as crate::run::FastCounters
+    });
+    // Each port's device is watched: frames leave by it in the fast path only while it
+    // takes frames redirected in XDP.
+    let watch = fast.clone().map(|f| {
+        io::egress::EgressWatch::start(&names, stop.clone(), move |port, ok| {
+            if let Ok(mut f) = f.lock() {
+                f.set_egress(port, ok);
+            }
+        })
+    });
     let (servers, qrx) = crate::run::serve_element(
         control,
         a.counters.clone(),
@@ -358,7 +474,7 @@ pub fn run<P: Port>(
         ],
         metrics,
         "axon",
-        None,
+        fast_counters,
     )?;
     crate::run::set_priority(io.priority)?;
     // The file as the Axon runs it, for `reload` to compare with.
@@ -366,12 +482,53 @@ pub fn run<P: Port>(
     // ... and as parsed, for `config` (`tessera show config`).
     let mut shown = file.clone();
     let answer = |a: &mut Axon, cmd: &str, req: &Value| match cmd {
-        "reload" => reload(a, &file.path, &mut running, &mut shown, &servers.1)
-            .unwrap_or_else(|e| json!({ "error": e })),
+        "reload" => reload(
+            a,
+            fast.as_deref(),
+            &file.path,
+            &mut running,
+            &mut shown,
+            &servers.1,
+        )
+        .unwrap_or_else(|e| json!({ "error": e })),
         "config" => json!({ "toml": shown.shown() }),
+        "interfaces" => {
+            // Each port's fast-path frames beside its queue.
+            let mut v = answer(a, cmd, req);
+            let f = fast.as_ref().and_then(|f| f.lock().ok());
+            let stats = f.as_ref().map(|f| f.fp.stats()).unwrap_or_default();
+            let watched = watch.as_ref().map(|w| w.ports()).unwrap_or_default();
+            for (i, p) in v.as_array_mut().into_iter().flatten().enumerate() {
+                let off = p["name"].as_str().and_then(|n| fast_off.get(n));
+                let held = f.as_ref().and_then(|f| {
+                    if f.suspended {
+                        Some(crate::fast::SUSPENDED.into())
+                    } else if !f.eligible[i] {
+                        Some(crate::fast::SHAPED.into())
+                    } else {
+                        f.neighbours[i]
+                            .is_none()
+                            .then(|| "a host port: frames leave by it through user space, which takes the Axon header off".into())
+                    }
+                });
+                let egress = f
+                    .as_ref()
+                    .is_some_and(|f| f.egress_now(i) && f.neighbours[i].is_some());
+                p["fast_path"] =
+                    crate::fast::port_fast(off, stats.get(i), egress, held, watched.get(i)).json();
+            }
+            v
+        }
         _ => answer(a, cmd, req),
     };
-    run_element(a, ports, stop, Some(qrx), answer, |_| {}, io.busy_poll)
+    let tick = |a: &mut Axon| {
+        if let Some(f) = &fast {
+            if let Ok(mut f) = f.lock() {
+                f.sync(a);
+            }
+        }
+    };
+    run_element(a, ports, stop, Some(qrx), answer, tick, io.busy_poll)
 }
 
 /// `reload`: reads `path` again and applies each `[[port]]`'s `capacity_bps`,
@@ -379,6 +536,7 @@ pub fn run<P: Port>(
 /// refused with its key, and a bad file changes nothing.
 fn reload(
     a: &mut Axon,
+    fast: Option<&std::sync::Mutex<AxonFast>>,
     path: &Path,
     running: &mut String,
     shown: &mut AxonFile,
@@ -396,6 +554,15 @@ fn reload(
     }
     a.reconfigure_ports(new.cfg.ports.clone())
         .map_err(|e| format!("{}: {e}; nothing reloaded", path.display()))?;
+    // A port shaped or delayed now, or no longer, leaves the fast path or joins it.
+    if let Some(mut f) = fast.and_then(|f| f.lock().ok()) {
+        for (i, p) in new.cfg.ports.iter().enumerate() {
+            if let Some(e) = f.eligible.get_mut(i) {
+                *e = p.capacity_bps.is_none() && p.delay.is_zero();
+                f.write_port(i);
+            }
+        }
+    }
     *running = text;
     let moved = metrics.reload(&new.metrics);
     *shown = new;

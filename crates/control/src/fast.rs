@@ -478,6 +478,10 @@ fn write_routes6(routes6: &Mutex<Routes6>, ports: &[Option<(u16, u16)>], c: Rout
     }
 }
 
+/// Why frames do not leave by a shaped port of a switch or an Axon in the fast path.
+pub const SHAPED: &str =
+    "a shaped or delayed port (capacity_bps, delay_ms): its queue is user space's";
+
 /// Why frames do not leave by any port in the fast path while a capture runs.
 pub const SUSPENDED: &str =
     "a capture is under way: every frame goes through user space, where it sees them";
@@ -519,6 +523,30 @@ impl PortFast {
             }
             PortFast::Off(why) => json!({"on": false, "why": why}),
         }
+    }
+}
+
+/// A port's `fast_path` in `show interfaces` of an element whose programs forward between
+/// its own ports (a switch, an Axon): `off`, why the port's program does not carry it;
+/// else its counts (`stats`), whether frames may leave by it now (`egress`) and, if not,
+/// why: the element's own reason (`held`: a capture, a shaped port, ...) or its device's
+/// (`watched`).
+pub fn port_fast(
+    off: Option<&String>,
+    stats: Option<&[u64; io::fastpath::STATS]>,
+    egress: bool,
+    held: Option<String>,
+    watched: Option<&io::egress::PortEgress>,
+) -> PortFast {
+    match (off, stats) {
+        (Some(why), _) => PortFast::Off(why.clone()),
+        (None, Some(st)) => PortFast::On {
+            stats: *st,
+            egress,
+            egress_why: held.or_else(|| watched.and_then(|p| p.egress.why().map(str::to_string))),
+            egress_changes: watched.map_or(0, |p| p.changes),
+        },
+        (None, None) => PortFast::Off("[io] fast_path = false".into()),
     }
 }
 

@@ -404,23 +404,15 @@ pub fn run<P: Port>(
             for (i, p) in v.as_array_mut().into_iter().flatten().enumerate() {
                 let w = watched.get(i);
                 let off = p["name"].as_str().and_then(|n| fast_off.get(n));
-                p["fast_path"] = match (f.as_ref(), stats.get(i), off) {
-                    (_, _, Some(why)) => crate::fast::PortFast::Off(why.clone()),
-                    (Some(f), Some(st), None) => crate::fast::PortFast::On {
-                        stats: *st,
-                        egress: f.egress_now(i),
-                        egress_why: if f.suspended {
-                            Some(crate::fast::SUSPENDED.into())
-                        } else if !f.eligible[i] {
-                            Some("a shaped or delayed port (capacity_bps, delay_ms): its queue is user space's".into())
-                        } else {
-                            w.and_then(|p| p.egress.why().map(str::to_string))
-                        },
-                        egress_changes: w.map_or(0, |p| p.changes),
-                    },
-                    _ => crate::fast::PortFast::Off("[io] fast_path = false".into()),
-                }
-                .json();
+                let held = f.as_ref().and_then(|f| {
+                    if f.suspended {
+                        Some(crate::fast::SUSPENDED.into())
+                    } else {
+                        (!f.eligible[i]).then(|| crate::fast::SHAPED.into())
+                    }
+                });
+                let egress = f.as_ref().is_some_and(|f| f.egress_now(i));
+                p["fast_path"] = crate::fast::port_fast(off, stats.get(i), egress, held, w).json();
             }
         }
         v

@@ -388,6 +388,11 @@ impl Axon {
         self.out.iter().map(|o| o.queued_frames()).collect()
     }
 
+    /// The MAC of the neighbour Axon's port heard on `port`, if one is.
+    pub fn neighbour_mac(&self, port: usize) -> Option<MacAddr> {
+        self.neigh.get(port).copied().flatten().map(|n| n.mac)
+    }
+
     fn is_axon_port(&self, port: usize) -> bool {
         self.neigh.get(port).is_some_and(|n| n.is_some())
     }

@@ -58,6 +58,7 @@
 //!   (to user space; connected). It only grows.
 //! - `neigh6`: a hash of `vlan << 16 | port` and an address to the neighbour's MAC.
 
+pub mod axon;
 pub mod l2;
 pub mod lb;
 

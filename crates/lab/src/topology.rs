@@ -200,9 +200,10 @@ pub struct Lab {
     pub roles: BTreeMap<String, String>,
     /// The packet I/O backend every element runs on (`--io`), overriding their configs.
     pub io: Option<String>,
-    /// Every forwarder, LB and switch runs its fast path or not (`--fast-path BOOL`),
-    /// whatever its config says (an LB's and a switch's on AF_XDP ports only: with `--io
-    /// packet` they run without); `None`: each element's config says (on by default).
+    /// Every forwarder, LB, switch and Axon runs its fast path or not (`--fast-path
+    /// BOOL`), whatever its config says (an LB's, a switch's and an Axon's on AF_XDP ports
+    /// only: with `--io packet` they run without); `None`: each element's config says (on
+    /// by default).
     pub fast_path: Option<bool>,
 }
 
@@ -784,14 +785,13 @@ impl Lab {
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
         let io = self.io.clone().or_else(|| self.load_state().io);
         let role = self.role(e);
-        // The LB's and the switch's fast paths are XDP's: not on AF_PACKET ports.
+        // The LB's, the switch's and the Axon's fast paths are XDP's: not on AF_PACKET
+        // ports.
+        let xdp_only = ["balancer", "switch", "axon"].contains(&role.as_str());
         let fast = match self.fast_path.or(self.load_state().fast_path) {
-            Some(true) => (role == "forwarder"
-                || ((role == "balancer" || role == "switch") && io.as_deref() != Some("packet")))
-            .then_some(["--fast-path", "true"]),
-            Some(false) => ["forwarder", "balancer", "switch"]
-                .contains(&role.as_str())
-                .then_some(["--fast-path", "false"]),
+            Some(true) => (role == "forwarder" || (xdp_only && io.as_deref() != Some("packet")))
+                .then_some(["--fast-path", "true"]),
+            Some(false) => (role == "forwarder" || xdp_only).then_some(["--fast-path", "false"]),
             None => None,
         };
         let child = std::process::Command::new("ip")

@@ -352,8 +352,7 @@ enum Show {
         control: PathBuf,
     },
     /// The config the element runs with, every default filled in, as TOML that loads
-    /// again (a DIST key by its file, never the key). Forwarders, back-ends, LBs and switches
-    /// for now.
+    /// again (a DIST key by its file, never the key). Every element.
     Config {
         #[arg(long)]
         control: PathBuf,
@@ -495,8 +494,8 @@ fn run(cli: Cli) -> Result<i32> {
                 }
             }
         },
-        Cmd::Controller(a) | Cmd::Axon(a) if a.fast_path == Some(true) => {
-            bail!("--fast-path is for forwarders, LBs and switches")
+        Cmd::Controller(a) if a.fast_path == Some(true) => {
+            bail!("--fast-path is for forwarders, LBs, switches and Axons")
         }
         Cmd::Balancer(a) => balancer(&a),
         Cmd::Controller(a) => controller(&a),

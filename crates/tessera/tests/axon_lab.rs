@@ -303,3 +303,133 @@ fn hosts_find_each_other_by_neighbour_discovery_across_the_ring() {
     drop(lab);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Three Axons in a line with unshaped links (tests/labs/axon-transit.toml): every frame
+/// between h1 and h3 passes through ax2. On AF_XDP its ports' programs send those frames
+/// on to the next Axon themselves (the fast path, on by default): ping and TCP work, the
+/// programs' counts in `show interfaces` and `show counters` hold the frames, the host
+/// port sends none in the fast path, and a capture on ax2 sees frames that would take it
+/// (the fast path suspended while it runs, then back). On AF_PACKET the Axon runs without
+/// (its programs are XDP's) and says why, and the hosts see no difference.
+#[test]
+fn frames_passing_through_an_axon_take_its_fast_path() {
+    let lab = TestLab::up(test_path("labs/axon-transit.toml"), &[]);
+    let kinds = || -> Vec<String> {
+        lab.show_json("interfaces", "ax2")
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["kind"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let t0 = Instant::now();
+    while kinds() != ["host", "axon", "axon"] {
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", kinds());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ping = |n: &str, size: &str| {
+        let out = lab.sh(
+            "h1",
+            &[
+                "ping", "-c", n, "-i", "0.05", "-s", size, "-W", "2", "10.7.0.3",
+            ],
+        );
+        assert!(out.contains(" 0% packet loss"), "h1 -> h3: {out}");
+        assert!(out.contains("ttl=64"), "h1 -> h3: {out}");
+    };
+    ping("3", "56");
+    let port = |name: &str| {
+        let ifs = lab.show_json("interfaces", "ax2");
+        ifs.as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {ifs}"))["fast_path"]
+            .clone()
+    };
+    if io_backend() == "packet" {
+        for p in ["ax2-h2", "ax2-a1", "ax2-a3"] {
+            let f = port(p);
+            assert_eq!(f["on"], false, "{f}");
+            assert!(f["why"].as_str().unwrap().contains("packet"), "{f}");
+        }
+        let j = lab.iperf3("h1", "h3", "10.7.0.3", &["-t", "1"]);
+        assert!(
+            j["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e6,
+            "{j}"
+        );
+        return;
+    }
+    ping("20", "56");
+    let j = lab.iperf3("h1", "h3", "10.7.0.3", &["-t", "1"]);
+    assert!(
+        j["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e6,
+        "{j}"
+    );
+    let (a1, a3, h2) = (port("ax2-a1"), port("ax2-a3"), port("ax2-h2"));
+    assert_eq!(
+        (a1["on"].clone(), a1["egress"].clone()),
+        (true.into(), true.into()),
+        "{a1}"
+    );
+    assert_eq!(a3["egress"], true, "{a3}");
+    // The 20 pings' requests one way and their replies the other, at least; TCP both.
+    assert!(a1["forwarded_in"].as_u64().unwrap() >= 20, "{a1}");
+    assert!(a3["forwarded_out"].as_u64().unwrap() >= 20, "{a3}");
+    assert!(a3["forwarded_in"].as_u64().unwrap() >= 20, "{a3}");
+    assert!(a1["forwarded_out"].as_u64().unwrap() >= 20, "{a1}");
+    // Hellos and the links' floods are user space's.
+    assert!(a1["to_user_space"].as_u64().unwrap() > 0, "{a1}");
+    // The host port: its program runs, but nothing leaves by it in the fast path (the
+    // Axon header comes off in user space).
+    assert_eq!(
+        (h2["on"].clone(), h2["egress"].clone()),
+        (true.into(), false.into()),
+        "{h2}"
+    );
+    assert!(
+        h2["egress_why"].as_str().unwrap().contains("host port"),
+        "{h2}"
+    );
+    assert_eq!(h2["forwarded_out"], 0, "{h2}");
+    let c = lab.counters("ax2");
+    assert!(c["fast_path"]["forwarded"].as_u64().unwrap() >= 80, "{c}");
+    // A capture of large frames on ax2's link to ax3: the pings' frames (which the fast
+    // path would take) reach it, in both directions.
+    let dir = std::env::temp_dir().join(format!("tessera-axcap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("ax2.pcap");
+    let ctl = lab.control("ax2");
+    let cap = std::process::Command::new(exe())
+        .args(["capture", "--control", ctl.to_str().unwrap()])
+        .args([
+            "--port",
+            "ax2-a3",
+            "--filter",
+            "greater 1000",
+            "--count",
+            "4",
+            "-w",
+        ])
+        .arg(&file)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    ping("4", "1200");
+    let o = cap.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("4 frames (2 received, 2 sent)"), "{err}");
+    // The capture over, frames take the fast path again.
+    let before = port("ax2-a1")["forwarded_in"].as_u64().unwrap();
+    let t0 = Instant::now();
+    while port("ax2-a1")["egress_why"].is_string() && t0.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ping("10", "56");
+    let after = port("ax2-a1")["forwarded_in"].as_u64().unwrap();
+    assert!(after >= before + 10, "{before} -> {after}");
+    drop(lab);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -16,8 +16,8 @@ pub(crate) struct ElementArgs {
     pub(crate) io: Option<String>,
     /// The fast path on or off (`[io] fast_path`), whatever the config says: in the
     /// ports' XDP programs on AF_XDP, in their tcx programs on AF_PACKET (the forwarder's;
-    /// the LB's and the switch's are XDP's alone). On by default in forwarders, back-ends,
-    /// LBs and switches; `--fast-path` alone means true.
+    /// the LB's, the switch's and the Axon's are XDP's alone). On by default in
+    /// forwarders, back-ends, LBs, switches and Axons; `--fast-path` alone means true.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub(crate) fast_path: Option<bool>,
     /// The DIST key (hex digits in a file), overriding the config's `[dist] key_file`.
@@ -358,18 +358,7 @@ pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
     }
     a.place(&mut cfg.io)?;
     a.fast(&mut cfg.io);
-    // The switch's fast path is an XDP program: its ports are AF_XDP's (by default, on
-    // "auto", a port that cannot open AF_XDP turns it off for the switch, and says so).
-    let mut off = (!cfg.io.fast_path).then(|| "[io] fast_path = false".to_string());
-    if cfg.io.fast_path && cfg.io.backend == io::Backend::Packet {
-        if cfg.io.fast_path_set {
-            bail!(
-                "{}: [io] fast_path of the switch runs in XDP: it needs backend = \"xdp\" or \"auto\", not \"packet\"",
-                config.display()
-            );
-        }
-        off = Some("the switch's fast path runs in XDP, and [io] backend = \"packet\"".into());
-    }
+    let off = xdp_fast_off(&cfg.io, config, "the switch")?;
     if a.dist_key_file.is_some() {
         tracing::info!("a switch speaks no DIST: --dist-key-file is not used");
     }
@@ -395,38 +384,11 @@ pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
     for (k, p) in cfg.cfg.ports.iter().enumerate() {
         let port = match &fast {
             Some(f) => {
-                take_port(&p.name)?;
                 let program = |hook: io::xsk::Hook| match hook {
                     io::xsk::Hook::Xdp(xsk) => f.fp.program(k as u32, xsk),
                     _ => Vec::new(),
                 };
-                let ring = cfg.io.packet_ring;
-                let xdp = io::open_workers(
-                    &p.name,
-                    io::Backend::Xdp,
-                    ring,
-                    Some(&program),
-                    1,
-                    umems.as_mut(),
-                );
-                let mut v = match xdp {
-                    Ok(v) => v,
-                    // By default, on "auto": AF_PACKET without the fast path's program
-                    // (frames still leave by it in the fast path of the other ports).
-                    Err(e) if !cfg.io.fast_path_set && cfg.io.backend == io::Backend::Auto => {
-                        tracing::warn!(interface = %p.name, reason = %e, "AF_XDP unavailable; using AF_PACKET, without the fast path");
-                        fast_off.insert(
-                            p.name.clone(),
-                            format!("AF_XDP unavailable ({e}): AF_PACKET, without the fast path"),
-                        );
-                        io::open_workers(&p.name, io::Backend::Packet, ring, None, 1, None)?
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                let port = v.remove(0);
-                let info = dataplane::port::Port::info(&port);
-                tracing::info!(interface = %p.name, backend = info.backend, mode = %info.mode, fast_path_egress = f.eligible[k], "port open");
-                port
+                open_fast_port(&p.name, &cfg.io, &program, umems.as_mut(), &mut fast_off)?
             }
             None => open_port(&p.name, &cfg.io, umems.as_mut())?.0,
         };
@@ -459,6 +421,63 @@ pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// Why an element whose fast path is an XDP program on each port (a switch, an Axon)
+/// runs without it (None: it runs it): `[io] fast_path = false`, or `backend = "packet"`
+/// with the fast path left to its default; said outright with `"packet"`, an error.
+fn xdp_fast_off(
+    io: &control::config::IoConfig,
+    config: &Path,
+    element: &str,
+) -> Result<Option<String>> {
+    if !io.fast_path {
+        return Ok(Some("[io] fast_path = false".into()));
+    }
+    if io.backend == io::Backend::Packet {
+        if io.fast_path_set {
+            bail!(
+                "{}: [io] fast_path of {element} runs in XDP: it needs backend = \"xdp\" or \"auto\", not \"packet\"",
+                config.display()
+            );
+        }
+        return Ok(Some(format!(
+            "{element}'s fast path runs in XDP, and [io] backend = \"packet\""
+        )));
+    }
+    Ok(None)
+}
+
+/// Opens port `name` of an element whose fast path is an XDP program on each port (a
+/// switch, an Axon) on AF_XDP with the port's `program`. By default, on "auto", a port
+/// that cannot open AF_XDP runs on AF_PACKET without it (frames still leave by it in the
+/// fast path of the other ports), and `fast_off` says why.
+fn open_fast_port(
+    name: &str,
+    cfg: &control::config::IoConfig,
+    program: &dyn Fn(io::xsk::Hook) -> Vec<u8>,
+    umems: Option<&mut io::Umems>,
+    fast_off: &mut std::collections::HashMap<String, String>,
+) -> Result<io::AnyPort> {
+    take_port(name)?;
+    let ring = cfg.packet_ring;
+    let xdp = io::open_workers(name, io::Backend::Xdp, ring, Some(program), 1, umems);
+    let mut v = match xdp {
+        Ok(v) => v,
+        Err(e) if !cfg.fast_path_set && cfg.backend == io::Backend::Auto => {
+            tracing::warn!(interface = %name, reason = %e, "AF_XDP unavailable; using AF_PACKET, without the fast path");
+            fast_off.insert(
+                name.to_string(),
+                format!("AF_XDP unavailable ({e}): AF_PACKET, without the fast path"),
+            );
+            io::open_workers(name, io::Backend::Packet, ring, None, 1, None)?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let port = v.remove(0);
+    let info = dataplane::port::Port::info(&port);
+    tracing::info!(interface = %name, backend = info.backend, mode = %info.mode, fast_path = true, "port open");
+    Ok(port)
+}
+
 /// The flag SIGINT and SIGTERM set: the element stops cleanly.
 fn stop_on_signals() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
@@ -471,7 +490,7 @@ fn stop_on_signals() -> Result<Arc<AtomicBool>> {
 fn no_fast_path(io: &control::config::IoConfig, config: &Path) -> Result<()> {
     if io.fast_path && io.fast_path_set {
         bail!(
-            "{}: [io] fast_path is for forwarders, back-ends, LBs and switches",
+            "{}: [io] fast_path is for forwarders, back-ends, LBs, switches and Axons",
             config.display()
         );
     }
@@ -485,7 +504,8 @@ pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
         cfg.io.backend = b;
     }
     a.place(&mut cfg.io)?;
-    no_fast_path(&cfg.io, config)?;
+    a.fast(&mut cfg.io);
+    let off = xdp_fast_off(&cfg.io, config, "the Axon")?;
     if a.dist_key_file.is_some() {
         tracing::info!("an Axon speaks no DIST: --dist-key-file is not used");
     }
@@ -495,12 +515,38 @@ pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
         let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
         io::Umems::new(&names, 1)
     });
+    // The fast path's maps need the ports' MACs, its programs the maps.
     for (i, p) in cfg.cfg.ports.clone().iter().enumerate() {
-        let (port, _) = open_port(&p.name, &cfg.io, umems.as_mut())?;
+        cfg.cfg.macs[i] =
+            wire::MacAddr(io::netdev::mac(&p.name).with_context(|| format!("port {}", p.name))?);
+    }
+    let fast = match &off {
+        None => Some(control::axon::AxonFast::new(&cfg.cfg).map_err(anyhow::Error::msg)?),
+        Some(_) => None,
+    };
+    let mut fast_off: std::collections::HashMap<String, String> = match &off {
+        Some(why) => cfg
+            .cfg
+            .ports
+            .iter()
+            .map(|p| (p.name.clone(), why.clone()))
+            .collect(),
+        None => Default::default(),
+    };
+    for (k, p) in cfg.cfg.ports.iter().enumerate() {
+        let port = match &fast {
+            Some(f) => {
+                let program = |hook: io::xsk::Hook| match hook {
+                    io::xsk::Hook::Xdp(xsk) => f.fp.program(k as u32, xsk),
+                    _ => Vec::new(),
+                };
+                open_fast_port(&p.name, &cfg.io, &program, umems.as_mut(), &mut fast_off)?
+            }
+            None => open_port(&p.name, &cfg.io, umems.as_mut())?.0,
+        };
         // A host port takes frames for every MAC (the far hosts').
         io::netdev::set_promisc(&p.name)
             .with_context(|| format!("{}: promiscuous mode", p.name))?;
-        cfg.cfg.macs[i] = wire::MacAddr(io::netdev::mac(&p.name)?);
         ports.push(port);
     }
     let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
@@ -517,7 +563,8 @@ pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
         ports = %cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","),
         "axon running"
     );
-    control::axon::run(ax, ports, control, stop, &cfg).map_err(anyhow::Error::msg)?;
+    control::axon::run(ax, ports, control, stop, &cfg, fast, fast_off)
+        .map_err(anyhow::Error::msg)?;
     let s = counters.snapshot();
     tracing::info!(dropped = s.drops.values().sum::<u64>(), "axon stopped");
     Ok(0)

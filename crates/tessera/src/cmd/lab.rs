@@ -24,9 +24,9 @@ pub(crate) enum LabCmd {
         /// its config says; kept for `lab start`.
         #[arg(long, value_name = "BACKEND")]
         io: Option<String>,
-        /// Every forwarder, LB and switch with its fast path on or off (`[io] fast_path`:
-        /// XDP on AF_XDP ports, tcx on AF_PACKET ones, where LBs and switches run
-        /// without), whatever its config says; kept for `lab start`. Without it, each
+        /// Every forwarder, LB, switch and Axon with its fast path on or off (`[io]
+        /// fast_path`: XDP on AF_XDP ports, tcx on AF_PACKET ones, where LBs, switches
+        /// and Axons run without), whatever its config says; kept for `lab start`. Without it, each
         /// element's config says (the default: on). Unless it is false (or `--io packet`),
         /// GRO goes on on every switch port and host interface, so that their veths take
         /// what XDP programs redirect; with false, links stay wire-like.
