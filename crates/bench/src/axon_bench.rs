@@ -18,6 +18,10 @@
 //!   flow at the sink (its sequence-number trace).
 //! - **Forwarding rate**: 64-byte frames at the generator's highest rate from h1 to h2
 //!   through one Axon and through one Linux bridge, with the Axon's CPU seconds.
+//! - **Transit**: 64-byte frames from h1 to h5 over the unshaped line, passing through
+//!   ax2, with the Axons' fast path (the default) and without (`fast_path = false`): the
+//!   rate at the generator's highest, the one-way latency at 10 kpps, ax2's CPU seconds
+//!   and the frames its programs forwarded.
 
 use crate::forward_bench::{lab_mac, lab_point};
 use dataplane::axon::{Axon, AxonConfig};
@@ -135,12 +139,18 @@ fn ping(l: &lab::Lab, from: &str, to: &str) -> bool {
 
 /// Brings a topology up and has every host reach every other (ARP resolved everywhere).
 fn up(opts: &AxonOpts, topo: &Path) -> Result<lab::Lab, String> {
+    up_with(opts, topo, None)
+}
+
+/// As [`up`], with every Axon's fast path on or off (`fast`), or as its config says.
+fn up_with(opts: &AxonOpts, topo: &Path, fast: Option<bool>) -> Result<lab::Lab, String> {
     let mut l = lab::Lab::load(
         topo,
         Some(&format!("ba{}", std::process::id())),
         opts.exe.clone(),
     )?;
     l.io = opts.io.clone();
+    l.fast_path = fast;
     l.up()?;
     let t0 = Instant::now();
     // The Axons find each other within a few hello intervals.
@@ -678,6 +688,7 @@ pub fn run(opts: &AxonOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, Str
         let _ = l.down();
         fwd.push(r?);
     }
+    let transit = transit(opts, progress)?;
     let plots = plots(&opts.out, &lat, &table)?;
     let v = json!({
         "bench": "axon",
@@ -687,12 +698,74 @@ pub fn run(opts: &AxonOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, Str
         "line_vs_ring": {"link_mbps": opts.link_mbps, "rows": table, "udp_gain": udp_gain, "tcp_gain": tcp_gain},
         "cut": cut_result,
         "forwarding_64B": fwd,
+        "transit_64B": transit,
     });
     write(
         &opts.out.join("results.json"),
         &serde_json::to_string_pretty(&v).unwrap_or_default(),
     )?;
     Ok(v)
+}
+
+/// Frames passing through an Axon, with its fast path and without: 64-byte frames from
+/// h1 to h5 over the unshaped line (through ax1, ax2 and ax3, ax2 passing them on) at the
+/// generator's highest rate, and the one-way latency at 10 kpps; with ax2's CPU seconds
+/// (its process: what its XDP programs do is the kernel's, not counted there) and the
+/// frames its programs forwarded.
+fn transit(opts: &AxonOpts, progress: &mut dyn FnMut(&str)) -> Result<Vec<Value>, String> {
+    let mut rows = Vec::new();
+    for fast in [true, false] {
+        let l = up_with(opts, &topology(&opts.out, "axon-line", None)?, Some(fast))?;
+        let r = (|| -> Result<Value, String> {
+            let mac = lab_mac(&l, "h5", "eth0")?;
+            let pid = std::fs::read_to_string(l.run_dir().join("ax2.pid"))
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok());
+            let fast_forwarded = || -> u64 {
+                show(&l, "counters", "ax2")
+                    .ok()
+                    .and_then(|c| c["fast_path"]["forwarded"].as_u64())
+                    .unwrap_or(0)
+            };
+            let (cpu0, fwd0) = (pid.and_then(crate::process_cpu_seconds), fast_forwarded());
+            let dst = vec![
+                "--dst-mac".to_string(),
+                mac,
+                "--src".into(),
+                host_ip(1),
+                "--dst".into(),
+                host_ip(5),
+            ];
+            let p = lab_point(
+                &l,
+                &opts.exe,
+                opts.seconds,
+                64,
+                &[("h1", dst, "max".into())],
+                &["h5"],
+            )?;
+            let cpu = match (pid.and_then(crate::process_cpu_seconds), cpu0) {
+                (Some(a), Some(b)) => Some(a - b),
+                _ => None,
+            };
+            let by_program = fast_forwarded().saturating_sub(fwd0);
+            let (p50, p99) = latency(&l, opts, 5)?;
+            let label = if fast { "fast path" } else { "user space" };
+            progress(&format!(
+                "transit through ax2 ({label}): 64 B h1 to h5: {:.0} pps forwarded, {by_program} by ax2's programs; 3 hops at 10 kpps: p50 {p50:.1} us, p99 {p99:.1} us",
+                p.forwarded_pps
+            ));
+            Ok(
+                json!({"fast_path": fast, "forwarded_pps": p.forwarded_pps.round(),
+                "offered_pps": p.offered_pps.round(), "received": p.received,
+                "ax2_fast_path_forwarded": by_program, "ax2_cpu_s": cpu,
+                "p50_us_3_hops": p50, "p99_us_3_hops": p99}),
+            )
+        })();
+        let _ = l.down();
+        rows.push(r?);
+    }
+    Ok(rows)
 }
 
 /// `axon-latency.png` (one-way p50 over the hop count, Axons and bridges) and

@@ -23,6 +23,8 @@
 //!
 //! [io]                           # as for every element
 //! backend = "auto"
+//! fast_path = true               # the default: frames passing through, sent on to the
+//!                                # next Axon in the ports' XDP programs (docs/axon.md)
 //! ```
 
 use crate::config::{from_toml, line_of, read, ConfigError, IoConfig, RawIo};
