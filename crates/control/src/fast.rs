@@ -307,7 +307,44 @@ impl FastLink {
             special6: f.global6(),
             // The element sets its config's ([io] slow_path_limit).
             slow_path_limit: 0,
+            star: Self::star_facts(f, port),
         }
+    }
+
+    /// What port `port`'s program needs to know of a star member: the internal port, the
+    /// other members' networks, the port's own address, the untagged ports a star header
+    /// may name. None where the forwarder is not a member, or its internal interface is
+    /// not a port the fast path serves untagged.
+    fn star_facts(f: &Forwarder, port: u32) -> Option<io::fastpath::StarFacts> {
+        let (internal, members) = f.star_members()?;
+        let served = Self::ports_of(&f.ifaces);
+        let Some((internal, 0)) = served.get(internal as usize).copied().flatten() else {
+            return None;
+        };
+        let untagged = |k: usize| served[k].filter(|&(_, v)| v == 0).map(|(p, _)| p);
+        let ingress = (0..f.ifaces.len())
+            .find(|&k| untagged(k) == Some(port as u16))
+            .and_then(|k| f.ifaces[k].v4())
+            .map_or(0, u32::from);
+        Some(io::fastpath::StarFacts {
+            internal: u32::from(internal),
+            members: members
+                .iter()
+                .map(|(p, mac, port)| {
+                    let mask = if p.len() == 0 {
+                        0
+                    } else {
+                        u32::MAX << (32 - u32::from(p.len()))
+                    };
+                    (u32::from(p.addr()), mask, mac.0, *port)
+                })
+                .collect(),
+            ingress,
+            ports: (0..f.ifaces.len().min(256))
+                .filter_map(|k| untagged(k).map(|p| (k as u8, u32::from(p))))
+                .filter(|&(_, p)| p != u32::from(internal))
+                .collect(),
+        })
     }
 
     /// Compiles the route table into the fast path's layout and publishes it.

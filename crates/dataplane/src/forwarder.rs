@@ -289,6 +289,13 @@ impl Forwarder {
         });
     }
 
+    /// Of a star member ([`Forwarder::set_star`]): its internal interface and the other
+    /// members' networks (network, that member's internal MAC, its port index on the
+    /// network), longest prefixes first.
+    pub fn star_members(&self) -> Option<(u16, &[(Prefix, MacAddr, u8)])> {
+        self.star.as_ref().map(|s| (s.internal, &s.members[..]))
+    }
+
     /// Another worker of this forwarder: the same interfaces, configuration and routes
     /// (read from the same publications), with its own neighbour table, buffers, ICMP
     /// budget and counters. It holds no route writer; of a back-end, it sends no hellos

@@ -371,6 +371,34 @@ pub struct ProgramFacts {
     /// ECMP, too big for the egress MTU) and link-layer multicast are never shed. 0: no
     /// limit.
     pub slow_path_limit: u32,
+    /// The element is a member of a star router (docs/star.md): what the program needs to
+    /// send packets across the star's switch and to take them off it (XDP only).
+    pub star: Option<StarFacts>,
+}
+
+/// The star header's version for IPv4 and its length (`wire::star`'s `VERSION` and
+/// `HEADER_LEN`; control's tests hold them equal).
+pub const STAR_VERSION: u8 = 1;
+pub const STAR_HEADER_LEN: usize = 12;
+
+/// A star member's fast path (XDP, IPv4): an IPv4 packet whose next hop lies on another
+/// member's network leaves by the internal port with the star header (version 1) in
+/// front, to that member; a star frame to this member on its internal port loses its
+/// header and leaves by the port the header names, to the neighbour it names, with no
+/// lookup and no TTL decrement, as user space does (`dataplane::forwarder`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StarFacts {
+    /// The fast path's index of the internal port (the star's switch).
+    pub internal: u32,
+    /// The other members' networks, longest prefixes first: (network, mask, the member's
+    /// internal MAC, its port index on the network), numbers in host order.
+    pub members: Vec<(u32, u32, [u8; 6], u8)>,
+    /// The IPv4 address of this port's interface (host order; 0 for none), the star
+    /// header's ingress address for packets that enter here.
+    pub ingress: u32,
+    /// The forwarder's interface indices (as star headers name ports) of its untagged
+    /// ports other than the internal one, and each one's fast-path port.
+    pub ports: Vec<(u8, u32)>,
 }
 
 /// A key of `neigh6`: `vlan << 16 | port`, then an address in network order.
@@ -1005,6 +1033,7 @@ mod tests {
             tagged: false,
             ipv6: true,
             special6: vec!["2001:db8::1".parse().unwrap()],
+            star: None,
             slow_path_limit,
         };
         (fp, facts)

@@ -683,3 +683,141 @@ fn agrees(at: At) {
     assert_eq!((sum(0), sum(2)), (c.fast as u64, c.fast as u64), "{st:?}");
     assert_eq!((sum(3), sum(4)), c.bytes, "{st:?}");
 }
+
+/// A star member (docs/star.md): port 0 on 10.1.0.0/24 (MAC0), port 1 the internal one
+/// (10.255.1.1, MAC 02:00:00:00:05:01); the other members' networks 10.3.0.0/24 (member
+/// 3, its port 0) and 10.4.0.0/16 and the longer 10.4.7.0/24 (member 4, its ports 1 and
+/// 2); 192.0.2.0/24 through 10.3.0.20, on member 3's network; host 10.1.0.10 resolved.
+fn star(at: At) -> Check {
+    let now = Instant::now();
+    let own = wire::MacAddr([2, 0, 0, 0, 5, 1]);
+    let ifaces = vec![
+        Iface::new("ext", wire::MacAddr(MAC0), [10, 1, 0, 1].into(), 24),
+        Iface::new("int", own, [10, 255, 1, 1].into(), 24),
+    ];
+    let mut f = Forwarder::new(
+        ifaces,
+        dataplane::forwarder::ForwarderConfig::default(),
+        now,
+    );
+    let p = |s: &str| fib::Prefix::parse_strict(s).unwrap();
+    f.set_star(
+        1,
+        &[
+            (p("10.1.0.0/24"), own, 0),
+            (p("10.3.0.0/24"), wire::MacAddr(STAR3), 0),
+            (p("10.4.0.0/16"), wire::MacAddr(STAR4), 1),
+            (p("10.4.7.0/24"), wire::MacAddr(STAR4), 2),
+        ],
+    );
+    f.neighbours.learn(
+        0,
+        [10, 1, 0, 10].into(),
+        wire::MacAddr([2, 0, 0, 0, 1, 0]),
+        now,
+        true,
+    );
+    f.add_route(p("192.0.2.0/24"), [10, 3, 0, 20].into())
+        .unwrap();
+    Check::with(f, now, at)
+}
+
+const STAR3: [u8; 6] = [2, 0, 0, 0, 5, 3];
+const STAR4: [u8; 6] = [2, 0, 0, 0, 5, 4];
+
+/// A star frame from another member to this one's internal port: header version 1, out
+/// of `port` to `hop`, entered at 10.3.0.1; inside, UDP to 10.1.0.10 with TTL 63.
+fn star_frame(port: u8, hop: [u8; 4]) -> Vec<u8> {
+    let inner = udp([10, 1, 0, 10], 18);
+    let mut f = vec![2, 0, 0, 0, 5, 1, 2, 0, 0, 0, 5, 3, 0x88, 0xb7];
+    f.extend([1, port, 0, 0]);
+    f.extend(hop);
+    f.extend([10, 3, 0, 1]);
+    f.extend(&inner[14..]);
+    f[12 + 2 + 12 + 8] = 63;
+    let mut ip = f[26..].to_vec();
+    if let Ok(mut p) = ipv4::Packet::new_checked(&mut ip[..]) {
+        p.fill_checksum();
+    }
+    f.truncate(26);
+    f.extend(ip);
+    f
+}
+
+#[test]
+fn the_xdp_fast_path_agrees_with_a_star_member() {
+    assert_eq!(io::fastpath::STAR_HEADER_LEN, wire::star::HEADER_LEN);
+    assert_eq!(io::fastpath::STAR_VERSION, wire::star::VERSION);
+    let mut c = star(At::Xdp);
+    // Across the switch: to a host on member 3's network, through a gateway there, to
+    // member 4's two networks (the longer prefix first), and a larger packet.
+    for f in [
+        udp([10, 3, 0, 10], 18),
+        udp([192, 0, 2, 7], 18),
+        udp([10, 4, 1, 1], 18),
+        udp([10, 4, 7, 1], 18),
+        udp([10, 3, 0, 10], 1400),
+    ] {
+        let before = c.fast;
+        c.frame(0, &f);
+        assert_eq!(c.fast, before + 1, "the fast path took none of {f:02x?}");
+    }
+    // Off the switch: out of port 0 (the forwarder's interface 0) to the resolved host.
+    let good = star_frame(0, [10, 1, 0, 10]);
+    let before = c.fast;
+    c.frame(1, &good);
+    assert_eq!(c.fast, before + 1, "the fast path took none of {good:02x?}");
+    // User space's: time exceeded; a packet over the internal MTU less the header; a
+    // network no member has; a next hop not resolved; a header naming the internal port,
+    // a port the member lacks, the IPv6 version; options; link padding; a star frame on
+    // the external port.
+    let mut ttl = udp([10, 3, 0, 10], 18);
+    ttl[22] = 1;
+    fix(&mut ttl);
+    c.frame(0, &ttl);
+    c.frame(0, &udp([10, 3, 0, 10], 1480));
+    c.frame(0, &udp([10, 9, 0, 1], 18));
+    c.frame(1, &star_frame(0, [10, 1, 0, 11]));
+    c.frame(1, &star_frame(1, [10, 1, 0, 10]));
+    c.frame(1, &star_frame(7, [10, 1, 0, 10]));
+    let mut v2 = good.clone();
+    v2[14] = 2;
+    c.frame(1, &v2);
+    let mut padded = good.clone();
+    padded.extend([0; 4]);
+    c.frame(1, &padded);
+    let mut wrong_port = good.clone();
+    wrong_port[..6].copy_from_slice(&MAC0);
+    c.frame(0, &wrong_port);
+    assert_eq!(c.fast, 6, "{} frames by the fast path", c.fast);
+    // Seeded mutations of both kinds of frame: every verdict as user space's.
+    let mut rnd = xorshift(0x5eed_57a2);
+    for (port, base) in [(0u16, udp([10, 4, 7, 1], 30)), (1, good)] {
+        for _ in 0..400 {
+            let mut f = base.clone();
+            for _ in 0..1 + rnd() % 3 {
+                let i = (rnd() as usize) % f.len();
+                f[i] = rnd() as u8;
+            }
+            c.frame(port, &f);
+        }
+    }
+}
+
+#[test]
+fn the_tcx_fast_path_leaves_the_star_to_user_space() {
+    let mut c = star(At::Tc);
+    c.frame(0, &udp([10, 3, 0, 10], 18));
+    c.frame(1, &star_frame(0, [10, 1, 0, 10]));
+    assert_eq!(c.fast, 0);
+    // Left to user space, not shed as frames the router answers are past the slow
+    // path's limit: a limit of one frame a second lets none of the star's through to
+    // `police`'s bucket.
+    let mut facts = FastLink::facts(&c.f, 0, MAC0);
+    facts.slow_path_limit = 1;
+    let prog = c.fl.fp.lock().unwrap().detached(&facts, At::Tc).unwrap();
+    for _ in 0..5 {
+        let (v, _) = prog.run(&udp([10, 3, 0, 10], 18)).unwrap();
+        assert_eq!(v, Verdict::ToUserSpace);
+    }
+}

@@ -96,16 +96,7 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
     let t = std::time::Instant::now();
     let mut f = control::run::build(&cfg, &links).map_err(anyhow::Error::msg)?;
     let build_ms = t.elapsed().as_millis() as u64;
-    let mut off = (!cfg.io.fast_path).then(|| "[io] fast_path = false".to_string());
-    if cfg.io.fast_path && cfg.star.is_some() {
-        if cfg.io.fast_path_set {
-            bail!(
-                "{}: [io] fast_path is not built for a star member yet ([star])",
-                config.display()
-            );
-        }
-        off = Some("the fast path is not built for a star member yet ([star])".into());
-    }
+    let off = (!cfg.io.fast_path).then(|| "[io] fast_path = false".to_string());
     let fast = match &off {
         None => {
             let fl = control::fast::FastLink::new(&f.ifaces).map_err(anyhow::Error::msg)?;
