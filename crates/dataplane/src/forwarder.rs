@@ -135,10 +135,13 @@ struct Peers {
 #[derive(Debug, Clone)]
 struct Star {
     internal: u16,
-    /// (network, the forwarder's internal MAC, its port on that network), longest
-    /// prefixes first.
-    members: Vec<(Prefix, MacAddr, u8)>,
+    /// Longest prefixes first.
+    members: Vec<StarNetwork>,
 }
+
+/// A network of a star's member: the network, that member's internal MAC, its port on
+/// the network.
+pub type StarNetwork = (Prefix, MacAddr, u8);
 
 impl Star {
     fn member_for(&self, hop: Ipv4Addr) -> Option<(MacAddr, u8)> {
@@ -292,7 +295,7 @@ impl Forwarder {
     /// Of a star member ([`Forwarder::set_star`]): its internal interface and the other
     /// members' networks (network, that member's internal MAC, its port index on the
     /// network), longest prefixes first.
-    pub fn star_members(&self) -> Option<(u16, &[(Prefix, MacAddr, u8)])> {
+    pub fn star_members(&self) -> Option<(u16, &[StarNetwork])> {
         self.star.as_ref().map(|s| (s.internal, &s.members[..]))
     }
 
