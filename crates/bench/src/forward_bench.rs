@@ -494,6 +494,9 @@ const LATENCY_LOADS: [f64; 3] = [0.1, 0.5, 0.9];
 
 /// The contender that measures the star router of labs/star.toml (`--star`).
 pub const STAR: &str = "star";
+/// ... with every member's `[io] fast_path = false` (`--star --fast-path`): every packet
+/// through user space, hosts' links wire-like.
+pub const STAR_USER: &str = "star-user";
 /// The contender that measures the multistage router of labs/multistage.toml
 /// (`--multistage`).
 pub const MULTISTAGE: &str = "multistage";
@@ -558,7 +561,7 @@ fn site(
         }
     };
     match contender {
-        STAR => {
+        STAR | STAR_USER => {
             let mut topo = stack(
                 include_str!("../../../labs/star.toml").into(),
                 String::new(),
@@ -888,7 +891,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                     }
                     .into(),
                 );
-            } else if contender == USER {
+            } else if contender == USER || contender == STAR_USER {
                 // Wire-like hosts, as every run before the fast path was the default.
                 l.fast_path = Some(false);
                 l.io = opts.io.first().cloned();

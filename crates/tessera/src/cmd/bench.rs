@@ -82,7 +82,8 @@ pub(crate) enum Bench {
         /// with the fast path said outright on AF_XDP ports, as `forwarder-fast`; with `packet` among `--io`, also with the fast path
         /// in its AF_PACKET ports' tcx programs, as `forwarder-fast-tc`; with `--multistage`,
         /// also the multistage router with every element's fast path (LBs and back-ends, on
-        /// AF_XDP ports), as `multistage-fast`.
+        /// AF_XDP ports), as `multistage-fast`; with `--star`, also the star with every
+        /// member's fast path off, as `star-user`.
         #[arg(long)]
         fast_path: bool,
         /// Also measure the star router of labs/star.toml (four forwarders; sources on
@@ -482,6 +483,9 @@ pub(crate) fn run(what: Bench) -> Result<i32> {
             }
             if star {
                 contenders.push((bench::forward_bench::STAR.into(), None));
+                if fast_path {
+                    contenders.push((bench::forward_bench::STAR_USER.into(), None));
+                }
             }
             if multistage {
                 contenders.push((bench::forward_bench::MULTISTAGE.into(), None));
