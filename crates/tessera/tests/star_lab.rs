@@ -86,3 +86,89 @@ fn hosts_on_every_network_see_one_router() {
         }
     }
 }
+
+/// Members restarted under a stream (the default config: the fast path, handed over to
+/// the next start, `[io] restart_grace_s`): s1, where the packets enter and get the star
+/// header, then s3, where it comes off; the stream loses nothing. (AF_PACKET ports' tcx
+/// fast path is not handed over: the member says so.)
+#[test]
+fn members_restarted_under_a_stream_lose_nothing() {
+    let lab = TestLab::up(repo_path(LAB), &[]);
+    if io_backend() == "packet" {
+        let log = lab.logs("s1");
+        assert!(log.contains("not handed over to the next start"), "{log}");
+        return;
+    }
+    // s3 resolves h3, and the neighbour reaches its fast path.
+    let p = lab.sh(
+        "h1",
+        &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.3.0.10"],
+    );
+    assert!(p.contains("2 received"), "{p}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mac = lab.mac("s1", "s1-ext");
+    let sink = lab.spawn(
+        "h3",
+        &[
+            exe(),
+            "sink",
+            "--iface",
+            "eth0",
+            "--duration",
+            "20",
+            "--json",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let gen = lab.spawn(
+        "h1",
+        &[
+            exe(),
+            "gen",
+            "--iface",
+            "eth0",
+            "--dst-mac",
+            &mac,
+            "--src",
+            "10.1.0.10",
+            "--dst",
+            "10.3.0.10",
+            "--rate",
+            "20kpps",
+            "--duration",
+            "5",
+            "--json",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    for m in ["s1", "s3"] {
+        lab.element("stop", m);
+        lab.element("start", m);
+    }
+    let g = gen.wait_with_output().unwrap();
+    assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
+    let g: serde_json::Value = serde_json::from_slice(&g.stdout).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: kill(2) on the sink we spawned (`ip netns exec` execs it), not yet reaped.
+    unsafe { libc::kill(sink.id() as i32, libc::SIGINT) };
+    let s = sink.wait_with_output().unwrap();
+    let s: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+    let sent = g["sent"].as_u64().unwrap();
+    let got = s["received"].as_u64().unwrap();
+    assert!(sent > 50_000, "{g}");
+    assert_eq!(
+        got,
+        sent,
+        "lost {} of {sent} across the restarts\n{}\n{}",
+        sent.saturating_sub(got),
+        lab.logs("s1"),
+        lab.logs("s3")
+    );
+    for m in ["s1", "s3"] {
+        let log = lab.logs(m);
+        assert!(
+            log.contains("taking over from this forwarder's last start"),
+            "{log}"
+        );
+    }
+}

@@ -107,10 +107,7 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
     };
     // A standalone forwarder hands its XDP fast path over to its next start: the links
     // pinned as the ports open, the maps a successor reads, a deadline kept ahead.
-    let handover = (fast.is_some()
-        && cfg.io.restart_grace_s > 0
-        && cfg.backend.is_none()
-        && cfg.star.is_none())
+    let handover = (fast.is_some() && cfg.io.restart_grace_s > 0 && cfg.backend.is_none())
     .then(|| std::time::Duration::from_secs(cfg.io.restart_grace_s))
     .filter(|_| {
         let base = io::pin::base();
