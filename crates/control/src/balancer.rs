@@ -556,6 +556,14 @@ fn answer(b: &mut Balancer, cmd: &str, _req: &Value) -> Value {
                 .collect(),
         ),
         "rules" => serde_json::to_value(&b.cfg.rules).unwrap_or(Value::Null),
+        // A reload's classifier rules (every one, built-in and configured), in place.
+        "set-rules" => match serde_json::from_value::<Vec<Rule>>(_req["rules"].clone()) {
+            Ok(rules) => {
+                b.set_rules(rules);
+                serde_json::to_value(&b.cfg.rules).unwrap_or(Value::Null)
+            }
+            Err(e) => json!({ "error": format!("set-rules: {e}") }),
+        },
         // A reload's back-ends: [[mac, port, weight], ...], the table replaced by them.
         "set-backends" => {
             let entries: Vec<(MacAddr, u16, u16)> = _req["entries"]
@@ -609,11 +617,19 @@ pub struct RunWith {
     pub fast_off: std::collections::HashMap<String, String>,
     /// The config file, for `reload` and SIGHUP (None: nothing to reload).
     pub config: Option<std::path::PathBuf>,
+    /// Per port that runs the fast path's XDP program: what its program was made from,
+    /// and the interface's attachment, where a reload that changes the rules puts the
+    /// next program.
+    pub programs: Vec<(
+        io::fastpath::lb::LbProgramFacts,
+        Arc<io::xsk::AttachedShared>,
+    )>,
 }
 
-/// What a reload of an LB may change in place: its back-ends and their weights, and where
-/// `/metrics` is served (`[metrics] listen`).
-pub const RELOADABLE: [&str; 2] = ["backend", "metrics"];
+/// What a reload of an LB may change in place: its back-ends and their weights, its
+/// classifier rules (`[[rule]]`: the fast path's programs replaced in one step on each
+/// port), and where `/metrics` is served (`[metrics] listen`).
+pub const RELOADABLE: [&str; 3] = ["backend", "rule", "metrics"];
 
 /// Runs the LB until `stop` is set: one worker per element of `ports` (the ports it owns:
 /// one share of every interface's queues), the first on this thread, holding the LB's
@@ -634,6 +650,7 @@ pub fn run<P: Port + Send>(
         mut fast,
         fast_off,
         config,
+        programs,
     } = how;
     // The config file as this LB started from it, for `reload` to compare with.
     let started_text = config
@@ -712,9 +729,45 @@ pub fn run<P: Port + Send>(
                         .or_else(|| metrics.refused(&f.metrics).map(str::to_string))
                     {
                         return Err(format!(
-                            "{}: key `{key}` changed, which needs a restart (a reload changes the back-ends and their weights, [[backend]], and [metrics] listen); nothing changed",
+                            "{}: key `{key}` changed, which needs a restart (a reload changes the back-ends and their weights, [[backend]], the rules, [[rule]], and [metrics] listen); nothing changed",
                             path.display()
                         ));
+                    }
+                    // The rules: the programs with the new ones loaded first (the
+                    // verifier's refusal changes nothing), then user space's, then each
+                    // port's program replaced in one step.
+                    let rules = dataplane::balancer::order_rules(f.cfg.rules.clone());
+                    let old_rules = running
+                        .lock()
+                        .map_err(|_| "poisoned")?
+                        .as_ref()
+                        .map(|r| dataplane::balancer::order_rules(r.cfg.rules.clone()));
+                    let rules_changed = old_rules.as_ref() != Some(&rules);
+                    if rules_changed {
+                        let mut next = Vec::new();
+                        if let Some((fp, _, _)) = &fast_view {
+                            for (facts, att) in &programs {
+                                let facts = crate::lbfast::LbFastLink::with_rules(facts, &rules);
+                                let code = |hook: io::xsk::Hook| match hook {
+                                    io::xsk::Hook::Xdp(xsk) => fp.program(&facts, xsk),
+                                    io::xsk::Hook::Tc => Vec::new(),
+                                };
+                                let prog = att.load(&code).map_err(|e| {
+                                    format!("{}: the rules' program for port {}: {e}; nothing changed", path.display(), facts.port)
+                                })?;
+                                next.push((att, prog));
+                            }
+                        }
+                        let v = ask_worker(&asker, "set-rules", &json!({ "rules": rules }))?;
+                        if let Some(e) = v["error"].as_str() {
+                            return Err(format!("{}: {e}; nothing changed", path.display()));
+                        }
+                        for (att, prog) in &next {
+                            att.replace(prog).map_err(|e| {
+                                format!("{}: rules changed in user space, a port's program not replaced: {e}", path.display())
+                            })?;
+                        }
+                        tracing::info!(rules = rules.len(), programs = next.len(), "classifier rules replaced");
                     }
                     let entries: Vec<Value> = f
                         .backends
@@ -729,7 +782,7 @@ pub fn run<P: Port + Send>(
                         *r = Some(BalancerFile { io, ..f });
                     }
                     tracing::info!(file = %path.display(), backends = entries.len(), "config reloaded");
-                    Ok(json!({"reloaded": true, "balance": v}))
+                    Ok(json!({"reloaded": true, "rules_changed": rules_changed, "balance": v}))
                 }
                 "counters" => {
                     let mut v = crate::run::workers_counters(&all_counters)?;

@@ -94,18 +94,7 @@ impl LbFastLink {
     /// that may match an IPv4 frame (a rule for another EtherType, an ARP operation or an
     /// ICMPv6 type never does), in order, each with what the fast path does on a match.
     pub fn facts(b: &Balancer, port: u32) -> LbProgramFacts {
-        let rules_of = |family: u16| -> Vec<LbRule> {
-            b.cfg
-                .rules
-                .iter()
-                .filter(|r| {
-                    r.ethertype.is_none_or(|t| t == family)
-                        && r.arp_op.is_none()
-                        && r.icmp6_type.is_none()
-                })
-                .map(rule_of)
-                .collect()
-        };
+        let rules_of = |family: u16| rules_for(&b.cfg.rules, family);
         let me = b.ports.get(port as usize);
         let mut addrs6: Vec<std::net::Ipv6Addr> = me
             .map(|p| p.addrs6.iter().map(|a| a.0).collect())
@@ -119,6 +108,19 @@ impl LbFastLink {
             rules: rules_of(ethertype::IPV4),
             rules6: rules_of(ethertype::IPV6),
             addrs6,
+        }
+    }
+
+    /// `facts` with the classifier rules `rules` (in the classifier's order) instead of
+    /// its own: a port's next program after a reload that changed them.
+    pub fn with_rules(
+        facts: &LbProgramFacts,
+        rules: &[dataplane::balancer::Rule],
+    ) -> LbProgramFacts {
+        LbProgramFacts {
+            rules: rules_for(rules, ethertype::IPV4),
+            rules6: rules_for(rules, ethertype::IPV6),
+            ..facts.clone()
         }
     }
 
@@ -204,6 +206,19 @@ impl LbFastLink {
     pub fn counters(fp: &LbFastPath, names: &[String]) -> Value {
         crate::fast::stats_json(names, &fp.stats())
     }
+}
+
+/// The rules among `rules` that may match a frame of EtherType `family` (a rule for
+/// another EtherType, an ARP operation or an ICMPv6 type never does), in order, as the
+/// fast path compiles them.
+fn rules_for(rules: &[dataplane::balancer::Rule], family: u16) -> Vec<LbRule> {
+    rules
+        .iter()
+        .filter(|r| {
+            r.ethertype.is_none_or(|t| t == family) && r.arp_op.is_none() && r.icmp6_type.is_none()
+        })
+        .map(rule_of)
+        .collect()
 }
 
 /// A classifier rule as the fast path compiles it.

@@ -349,6 +349,14 @@ impl Balancer {
         }
     }
 
+    /// Replaces the classifier rules (the built-in ones and the configured, as
+    /// [`BalancerConfig::rules`] holds them), put in the classifier's order; the other
+    /// workers follow.
+    pub fn set_rules(&mut self, rules: Vec<Rule>) {
+        self.cfg.rules = order_rules(rules);
+        self.changed();
+    }
+
     /// Adds, re-weighs or (weight 0) removes back-ends, and rebuilds the table. A flush
     /// empties the table first; a back-end it names again keeps what its hellos said
     /// (live or not, waiting for a table, its incarnation) and its packet count.

@@ -271,6 +271,14 @@ pub fn open_workers(
 }
 
 impl AnyPort {
+    /// An AF_XDP port's attachment (its interface's program), None on AF_PACKET.
+    pub fn attachment(&self) -> Option<std::sync::Arc<xsk::AttachedShared>> {
+        match self {
+            AnyPort::Xdp(p) => Some(p.attachment()),
+            AnyPort::Packet(_) => None,
+        }
+    }
+
     /// This port reports its interface's own receive drops (`device_rx_dropped`): one port
     /// per interface should. AF_PACKET ports only: an XDP program's redirects that the
     /// socket could not take count in a veth's `rx_dropped` too (measured: every one of

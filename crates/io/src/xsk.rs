@@ -721,6 +721,28 @@ pub struct XdpPort {
 /// The attachment, shared by the ports (one per worker) of one interface.
 pub struct AttachedShared(Attached);
 
+impl AttachedShared {
+    /// Loads the element's next program for this interface (`program`, given its XSKMAP),
+    /// to [`AttachedShared::replace`] the running one with: the verifier's refusal comes
+    /// here, before any port has changed.
+    pub fn load(&self, program: ProgramFor) -> io::Result<OwnedFd> {
+        if !self.0.fast {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this port runs the plain redirect, not an element's program",
+            ));
+        }
+        load_xdp(&program(Hook::Xdp(self.0.map.as_raw_fd())), "tessera_fast")
+    }
+
+    /// Puts `prog` (from [`AttachedShared::load`]) in the running program's place, in
+    /// one step (the BPF link's update): every frame meets one program or the other, and
+    /// the sockets stay. The link holds the program from then on.
+    pub fn replace(&self, prog: &OwnedFd) -> io::Result<()> {
+        crate::pin::link_update(&self.0._link, prog)
+    }
+}
+
 impl XdpPort {
     /// Attaches `program` (given the XSKMAP; the fast path's), or else the plain
     /// redirect, to `name` and opens a socket on every receive queue, on `umem` (shared
@@ -829,6 +851,12 @@ impl XdpPort {
     /// Whether every socket runs zero-copy.
     pub fn zero_copy(&self) -> bool {
         self.sockets.iter().all(|s| s.zero_copy)
+    }
+
+    /// The interface's attachment: its program, which [`AttachedShared::replace`]
+    /// changes for every port of the interface.
+    pub fn attachment(&self) -> Arc<AttachedShared> {
+        self.attached.clone()
     }
 
     /// Whether the program runs in the driver's XDP hook (else the generic one).

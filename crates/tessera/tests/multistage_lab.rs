@@ -876,7 +876,8 @@ fn elements_with_the_fast_path() {
 
 /// `tessera reload` and SIGHUP on an LB: a changed `[[backend]]` weight is applied in
 /// place under traffic, without a lost packet (the table rebuilt, the fast path's state
-/// published again); a file that does not load changes nothing and says the line and key;
+/// published again), and so are changed `[[rule]]`s (the fast path's programs replaced
+/// on every port); a file that does not load changes nothing and says the line and key;
 /// a changed key a reload cannot apply is refused by name; the LB runs on throughout.
 #[test]
 fn an_lb_reloads_its_backends_without_losing_a_packet() {
@@ -957,6 +958,63 @@ fn an_lb_reloads_its_backends_without_losing_a_packet() {
     let o = reload();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("balance.mode"), "{err}");
+    // The classifier's rules in place: a rule that the traffic does not match, added
+    // under it, loses nothing; then one that drops it (UDP to port 1234 from outside):
+    // nothing more gets through, in user space and in the fast path's programs alike
+    // (replaced on every port); removed again, the traffic flows.
+    let base = original.replace(r2, &format!("{r2}\nweight = 3"));
+    let rule = |name: &str, port: u16, action: &str| {
+        format!("\n[[rule]]\nname = \"{name}\"\nfrom = \"external\"\nethertype = 0x0800\nprotocol = 17\nport = {port}\naction = \"{action}\"\n")
+    };
+    let (g, s) = traffic(
+        &lab,
+        &["--flows", "60", "--rate", "20kpps", "--duration", "2"],
+        3.5,
+        || {
+            std::thread::sleep(Duration::from_millis(700));
+            std::fs::write(
+                &file,
+                format!("{base}{}", rule("dns-to-cp", 53, "virtual-cp")),
+            )
+            .unwrap();
+            let o = reload();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(v["rules_changed"], true, "{v}");
+        },
+    );
+    eprintln!(
+        "rules reloaded under traffic: sent {}, received {}, lost {}",
+        g["sent"], s["received"], s["lost"]
+    );
+    assert_eq!(s["lost"], 0, "{s}");
+    assert!(ask(&lab, "lba", "rules").to_string().contains("dns-to-cp"));
+    std::fs::write(&file, format!("{base}{}", rule("no-1234", 1234, "drop"))).unwrap();
+    let o = reload();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let dropped = drop_count(&lab.counters("lba"), "classify_no_rule");
+    let (g, s) = traffic(&lab, &["--rate", "5kpps", "--duration", "0.5"], 1.5, || {});
+    assert_eq!(s["received"], 0, "{s}");
+    let sent = g["sent"].as_u64().unwrap();
+    let c = lab.counters("lba");
+    assert!(
+        drop_count(&c, "classify_no_rule") >= dropped + sent,
+        "{sent} sent: {c}"
+    );
+    std::fs::write(&file, &base).unwrap();
+    let o = reload();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(weights(&lab), [1, 3, 1]);
+    let (g, s) = traffic(&lab, &["--rate", "5kpps", "--duration", "0.5"], 1.5, || {});
+    assert_eq!(s["received"], g["sent"], "{s}");
+    if io_backend() != "packet" {
+        let replaced = lab.log_lines("lba", &["classifier rules replaced"]);
+        assert_eq!(replaced.len(), 3, "{replaced:?}");
+        assert!(
+            replaced.iter().all(|l| l.contains("programs=2")),
+            "{replaced:?}"
+        );
+    }
     // SIGHUP: back to the original weights.
     std::fs::write(&file, &original).unwrap();
     let pid = lab.node("lba")["pid"].as_i64().unwrap() as i32;

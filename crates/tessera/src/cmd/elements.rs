@@ -267,6 +267,9 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
             None
         }
     };
+    // Per port running the fast path's program: its facts and attachment, where a
+    // reload puts the program of changed rules.
+    let mut programs = Vec::new();
     for (k, i) in cfg.interfaces.iter().enumerate() {
         let facts = control::lbfast::LbFastLink::facts(&b, k as u32);
         let program = |hook: io::xsk::Hook| match (&fast, hook) {
@@ -301,6 +304,11 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
         };
         let info = dataplane::port::Port::info(&mine[0]);
         tracing::info!(interface = %i.name, backend = info.backend, mode = %info.mode, workers, "port open");
+        if let (Some(_), Some(att)) = (&fast, mine[0].attachment()) {
+            if !fast_off.contains_key(&i.name) {
+                programs.push((facts.clone(), att));
+            }
+        }
         for (w, p) in mine.into_iter().enumerate() {
             ports[w].push(p);
         }
@@ -328,6 +336,7 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
         fast,
         fast_off,
         config: Some(config.to_path_buf()),
+        programs,
     };
     let s = control::balancer::run(b, ports, control, stop, how).map_err(anyhow::Error::msg)?;
     tracing::info!(
