@@ -55,14 +55,21 @@ pub const KINDS: [&str; 6] = [
 ];
 
 /// Restarts every element of `lab` in turn (see the module's documentation), or those of
-/// the kinds in `only` ([`KINDS`]; empty: all); `say` hears each step as it ends.
-/// Returns the steps.
+/// the kinds or names in `only` ([`KINDS`], element names; empty: all), in the same order;
+/// `say` hears each step as it ends. Returns the steps.
 pub fn upgrade(lab: &Lab, only: &[String], say: &mut dyn FnMut(&str)) -> Result<Value, String> {
-    if let Some(k) = only.iter().find(|k| !KINDS.contains(&k.as_str())) {
-        return Err(format!("{k:?} is no kind of element: {}", KINDS.join(", ")));
-    }
-    let want = |k: &str| only.is_empty() || only.iter().any(|o| o == k);
     let procs = lab.processes();
+    if let Some(k) = only
+        .iter()
+        .find(|k| !KINDS.contains(&k.as_str()) && !procs.iter().any(|(n, _, _)| n == *k))
+    {
+        return Err(format!(
+            "{k:?} is no kind of element ({}) nor an element of this lab",
+            KINDS.join(", ")
+        ));
+    }
+    // An element of kind `k` named `name`: restarted?
+    let want = |k: &str, name: &str| only.is_empty() || only.iter().any(|o| o == k || o == name);
     let has_backend = |cfg: &std::path::Path| {
         std::fs::read_to_string(cfg)
             .map(|t| t.lines().any(|l| l.trim() == "[backend]"))
@@ -89,7 +96,7 @@ pub fn upgrade(lab: &Lab, only: &[String], say: &mut dyn FnMut(&str)) -> Result<
     // Back-ends: drained, restarted, undrained when they hold the table again.
     for (name, _, cfg) in procs
         .iter()
-        .filter(|(_, r, c)| want("back-end") && r == "forwarder" && has_backend(c))
+        .filter(|(n, r, c)| want("back-end", n) && r == "forwarder" && has_backend(c))
     {
         let ctl = active.as_deref().ok_or_else(|| {
             format!("back-end {name}: no active controller answers to drain it on")
@@ -129,7 +136,7 @@ pub fn upgrade(lab: &Lab, only: &[String], say: &mut dyn FnMut(&str)) -> Result<
     // Standalone forwarders: their fast path is handed over to the next start.
     for (name, _, _) in procs
         .iter()
-        .filter(|(_, r, c)| want("forwarder") && r == "forwarder" && !has_backend(c))
+        .filter(|(n, r, c)| want("forwarder", n) && r == "forwarder" && !has_backend(c))
     {
         let ms = restart(lab, name)?;
         let taken = ask(lab, name, json!({"cmd": "counters"}))
@@ -147,9 +154,7 @@ pub fn upgrade(lab: &Lab, only: &[String], say: &mut dyn FnMut(&str)) -> Result<
         .filter(|c| Some(*c) != active.as_ref())
         .collect();
     order.extend(active.iter());
-    if !want("controller") {
-        order.clear();
-    }
+    order.retain(|c| want("controller", c));
     for name in order {
         let before = controller_role(lab, name);
         let ms = restart(lab, name)?;
@@ -171,15 +176,15 @@ pub fn upgrade(lab: &Lab, only: &[String], say: &mut dyn FnMut(&str)) -> Result<
         );
     }
     // LBs: each restarted; it runs again once it answers.
-    for name in of("balancer").into_iter().filter(|_| want("balancer")) {
+    for name in of("balancer").into_iter().filter(|n| want("balancer", n)) {
         let ms = restart(lab, &name)?;
         record(
             json!({"element": name, "role": "balancer", "done": "restarted", "restart_ms": ms}),
             say,
         );
     }
-    for role in ["switch", "axon"].into_iter().filter(|r| want(r)) {
-        for name in of(role) {
+    for role in ["switch", "axon"] {
+        for name in of(role).into_iter().filter(|n| want(role, n)) {
             let ms = restart(lab, &name)?;
             record(
                 json!({"element": name, "role": role, "done": "restarted", "restart_ms": ms}),

@@ -105,7 +105,8 @@ pub(crate) enum LabCmd {
         #[command(flatten)]
         lab: LabArgs,
         /// Only these kinds of element (comma-separated: back-end, forwarder, controller,
-        /// balancer, switch, axon); default all, in that order.
+        /// balancer, switch, axon) or these elements (by name); default all, in that
+        /// order.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },
