@@ -167,16 +167,7 @@ impl FastLink {
     /// for at most `grace` after this element is gone unless a successor takes them over.
     /// The links themselves are pinned as the ports open ([`io::pin::enable`]).
     pub fn hand_over(&self, grace: std::time::Duration, stop: Arc<std::sync::atomic::AtomicBool>) {
-        // Only XDP links are pinned (a tcx program goes with its process): with none, there
-        // is nothing to hand over, and no deadline to check per frame.
-        let pinned = self.names.iter().any(|n| {
-            io::netdev::ifindex(n)
-                .ok()
-                .and_then(|i| io::pin::dir(i as u32, false))
-                .is_some_and(|d| d.join("link-drv").exists() || d.join("link-skb").exists())
-        });
-        if !pinned {
-            tracing::info!("fast path: no XDP link pinned (AF_PACKET ports): not handed over to the next start");
+        if !any_link_pinned(&self.names) {
             return;
         }
         if let (Some(dir), Ok(fp)) = (self.pin_dir(true), self.fp.lock()) {
@@ -185,22 +176,7 @@ impl FastLink {
             }
         }
         let fp = self.fp.clone();
-        let beat = move || {
-            if let Ok(fp) = fp.lock() {
-                if let Err(e) = fp.beat(grace) {
-                    tracing::warn!(error = %e, "fast path: deadline");
-                }
-            }
-        };
-        beat();
-        let _ = std::thread::Builder::new()
-            .name("fast-path-beat".into())
-            .spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    std::thread::sleep(std::time::Duration::from_millis(100));
-                    beat();
-                }
-            });
+        keep_beating(stop, move || fp.lock().map_or(Ok(()), |fp| fp.beat(grace)));
     }
 
     /// While a capture runs on the element ([`crate::capturing::capture_under_way`]), the
@@ -513,6 +489,47 @@ fn write_routes6(routes6: &Mutex<Routes6>, ports: &[Option<(u16, u16)>], c: Rout
         ),
         Err(e) => tracing::warn!(error = %e, "fast path: IPv6 table"),
     }
+}
+
+/// Whether an XDP link of the element's ports (`names`) is pinned for its next start. Only
+/// XDP links are (a tcx program goes with its process): with none, there is nothing to
+/// hand over, and no deadline to keep; it says so.
+pub fn any_link_pinned(names: &[String]) -> bool {
+    let pinned = names.iter().any(|n| {
+        io::netdev::ifindex(n)
+            .ok()
+            .and_then(|i| io::pin::dir(i as u32, false))
+            .is_some_and(|d| d.join("link-drv").exists() || d.join("link-skb").exists())
+    });
+    if !pinned {
+        tracing::info!(
+            "fast path: no XDP link pinned (AF_PACKET ports): not handed over to the next start"
+        );
+    }
+    pinned
+}
+
+/// Moves the programs' deadline ahead with `beat` now and every 100 ms until `stop`, on a
+/// thread of its own: a fast path handed over forwards on for its grace after the element
+/// is gone, and no longer unless a successor takes it over.
+pub fn keep_beating(
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    beat: impl Fn() -> std::io::Result<()> + Send + 'static,
+) {
+    let beat = move || {
+        if let Err(e) = beat() {
+            tracing::warn!(error = %e, "fast path: deadline");
+        }
+    };
+    beat();
+    let _ = std::thread::Builder::new()
+        .name("fast-path-beat".into())
+        .spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                beat();
+            }
+        });
 }
 
 /// Why frames do not leave by a shaped port of a switch or an Axon in the fast path.

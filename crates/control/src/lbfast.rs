@@ -69,6 +69,20 @@ impl LbFastLink {
         let _ = self.egress.set(w);
     }
 
+    /// Hands the fast path over to the LB's next start: while this LB runs (until `stop`),
+    /// the programs' deadline kept `grace` ahead, so that they balance for at most `grace`
+    /// after it is gone unless a successor takes them over (its first programs replace
+    /// these in their pinned links, [`io::pin::enable`], as the ports open). The successor
+    /// needs nothing of these maps: it starts from its config's back-ends and publishes
+    /// its own state.
+    pub fn hand_over(&self, grace: Duration, stop: Arc<std::sync::atomic::AtomicBool>) {
+        if !crate::fast::any_link_pinned(&self.names) {
+            return;
+        }
+        let fp = self.fp.clone();
+        crate::fast::keep_beating(stop, move || fp.beat(grace));
+    }
+
     /// How port `name` stands with the fast path (`None`: not one of its ports).
     pub fn port_fast(
         fp: &LbFastPath,
@@ -685,6 +699,24 @@ mod tests {
             assert_eq!(fast, i < Check::FAST6, "case {i}: {f:02x?}");
         }
         assert_eq!(k.fast_balanced, 33);
+    }
+
+    /// Past the deadline that an LB handing its fast path over keeps ahead
+    /// ([`LbFastPath::beat`]), the programs balance nothing: a fast path whose LB is gone
+    /// for good stops on its own; a new beat and it balances again.
+    #[test]
+    fn past_its_deadline_the_lb_fast_path_balances_nothing() {
+        let mut k = Check::new(dataplane::balancer::Mode::Maglev, vec![]);
+        let f = frame(EXT_A, None, 17, [192, 0, 2, 1], (1000, 53));
+        k.frame(0, &f);
+        assert_eq!(k.fast, 1, "not balanced at first");
+        k.link.fp.beat(Duration::ZERO).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        k.frame(0, &f);
+        assert_eq!(k.fast, 1, "balanced past its deadline");
+        k.link.fp.beat(Duration::from_secs(60)).unwrap();
+        k.frame(0, &f);
+        assert_eq!(k.fast, 2, "not balanced after a beat");
     }
 
     #[test]

@@ -31,15 +31,19 @@
 //! [`PORT_BASE`], [`VLAN_BASE`], [`ENTRY_BASE`], [`SLOT_BASE`] say), `tx ports` (a device
 //! map of the ports' interfaces), `stats` (per CPU and port: frames the fast path took in,
 //! left to user space, sent out; as the forwarder's) and `lb counts` (per CPU and back-end
-//! counter id: frames balanced to it, which the first worker adds to the table's counts).
+//! counter id: frames balanced to it, which the first worker adds to the table's counts)
+//! and `lb deadline` (one word: the time, `bpf_ktime_get_ns`, after which the program
+//! balances and sends out nothing, 0 for none: an LB that hands its fast path over to its
+//! next start keeps it ahead while it runs, [`LbFastPath::beat`], so that a fast path left
+//! behind by an LB that never comes back stops on its own).
 
 use super::{
     detached_xdp, filled_array, mac_u64, offload_check, offload_check_for, percpu_sum, pop_tag,
     push_tag, reload_frame, stats_map, tx_map, Asm, Detached, Family, FrameLen, ADD_K, AND_K,
-    BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT, IN_BYTES, JA, JEQ32_K,
-    JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K, JNE_X, LDX_B, LDX_DW, LDX_H, LDX_W, LD_IMM64,
-    LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X, OUT_BYTES, REDIRECT_MAP, RSH_K, RSH_X, STATS, STX_DW,
-    STX_H, STX_W, SUB_K, SUB_X, TO_BE, XDP_PASS,
+    BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT,
+    IN_BYTES, JA, JEQ32_K, JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K, JNE_X, KTIME_GET_NS, LDX_B,
+    LDX_DW, LDX_H, LDX_W, LD_IMM64, LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X, OUT_BYTES, REDIRECT_MAP,
+    RSH_K, RSH_X, STATS, STX_DW, STX_H, STX_W, SUB_K, SUB_X, TO_BE, XDP_PASS,
 };
 use crate::xdp::{map_create, map_update};
 use std::io;
@@ -135,6 +139,7 @@ pub struct LbFastPath {
     tx: OwnedFd,
     stats: OwnedFd,
     counts: OwnedFd,
+    deadline: OwnedFd,
     nports: u32,
     /// Per port, whether its device takes frames redirected in XDP (see
     /// [`LbFastPath::set_egress`]).
@@ -214,11 +219,13 @@ impl LbFastPath {
             0,
             "lb counts",
         )?;
+        let deadline = map_create(BPF_MAP_TYPE_ARRAY, 4, 8, 1, 0, 0, "lb deadline")?;
         let me = LbFastPath {
             state,
             tx,
             stats,
             counts,
+            deadline,
             nports: n,
             egress: (0..n)
                 .map(|_| std::sync::atomic::AtomicBool::new(true))
@@ -328,9 +335,23 @@ impl LbFastPath {
                 self.tx.as_raw_fd(),
                 self.stats.as_raw_fd(),
                 self.counts.as_raw_fd(),
+                self.deadline.as_raw_fd(),
                 xsk,
             ],
         )
+    }
+
+    /// Keeps the programs' deadline `grace` ahead of now (`bpf_ktime_get_ns`'s clock,
+    /// CLOCK_MONOTONIC): past it, they balance and send out nothing.
+    pub fn beat(&self, grace: std::time::Duration) -> io::Result<()> {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime(2) into a timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        let now = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+        map_update(&self.deadline, &0u32, &(now + grace.as_nanos() as u64))
     }
 
     /// The program of a port, loaded (with an empty socket map) and not attached.
@@ -746,7 +767,7 @@ fn key6(a: &mut Asm, o: i16, p: &str) {
 /// -72 the context, -80 the VLAN id to tag with, -88 to -104 the classifier's key, -112
 /// the flow hash and then the back-end's word, -120 a shift. Registers: r6 the context,
 /// then the state; r7 and r8 the frame's bounds; r9 the total length.
-fn program(f: &LbProgramFacts, [state, tx, stats, counts, xsk]: [i32; 5]) -> Vec<u8> {
+fn program(f: &LbProgramFacts, [state, tx, stats, counts, deadline, xsk]: [i32; 6]) -> Vec<u8> {
     let mut a = Asm::new();
     let me = f.port as i32;
     a.i(MOV_X, 6, 1, 0, 0)
@@ -759,6 +780,16 @@ fn program(f: &LbProgramFacts, [state, tx, stats, counts, xsk]: [i32; 5]) -> Vec
         .i(ADD_K, 1, 0, 0, 34)
         .j(JGT_X, 1, 8, 0, "slow");
     if (f.port as usize) < MAX_PORTS {
+        // Past the deadline of an LB that handed its fast path over: user space's.
+        a.i(MOV_K, 1, 0, 0, 0)
+            .lookup(0, deadline, 1)
+            .i(LDX_DW, 1, 0, 0, 0)
+            .j(JEQ_K, 1, 0, 0, "in_time")
+            .i(STX_DW, 10, 1, -128, 0)
+            .i(CALL, 0, 0, 0, KTIME_GET_NS)
+            .i(LDX_DW, 1, 10, -128, 0)
+            .j(JGT_X, 0, 1, 0, "slow")
+            .label("in_time");
         fast_part(&mut a, f, [state, tx, stats, counts]);
     }
     // Everything else: to the port's socket.

@@ -107,20 +107,7 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
     };
     // A standalone forwarder hands its XDP fast path over to its next start: the links
     // pinned as the ports open, the maps a successor reads, a deadline kept ahead.
-    let handover = (fast.is_some() && cfg.io.restart_grace_s > 0 && cfg.backend.is_none())
-    .then(|| std::time::Duration::from_secs(cfg.io.restart_grace_s))
-    .filter(|_| {
-        let base = io::pin::base();
-        let ok = io::pin::is_bpffs(&base);
-        if !ok {
-            tracing::info!(
-                dir = %base.display(),
-                "fast path: not handed over to the next start ([io] restart_grace_s): not a BPF filesystem (TESSERA_BPF_DIR)"
-            );
-        }
-        ok
-    });
-    io::pin::enable(handover.is_some());
+    let handover = handover(fast.is_some() && cfg.backend.is_none(), &cfg.io);
     if let Some(fl) = &fast {
         // What a predecessor's fast path knew, and the table, before any program: one
         // that takes a running predecessor's place forwards from its first frame.
@@ -270,6 +257,9 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
     // Per port running the fast path's program: its facts and attachment, where a
     // reload puts the program of changed rules.
     let mut programs = Vec::new();
+    // The LB hands its fast path over to its next start: the links pinned as the ports
+    // open, a deadline kept ahead.
+    let handover = handover(fast.is_some(), &cfg.io);
     for (k, i) in cfg.interfaces.iter().enumerate() {
         let facts = control::lbfast::LbFastLink::facts(&b, k as u32);
         let program = |hook: io::xsk::Hook| match (&fast, hook) {
@@ -312,6 +302,9 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
         for (w, p) in mine.into_iter().enumerate() {
             ports[w].push(p);
         }
+    }
+    if let (Some(fl), Some(grace)) = (&fast, handover) {
+        fl.hand_over(grace, stop.clone());
     }
     let names: Vec<&str> = cfg.interfaces.iter().map(|i| i.name.as_str()).collect();
     control::run::place_ports(&cfg.io, &names);
@@ -473,6 +466,28 @@ fn open_fast_port(
     let info = dataplane::port::Port::info(&port);
     tracing::info!(interface = %name, backend = info.backend, mode = %info.mode, fast_path = true, "port open");
     Ok(port)
+}
+
+/// Whether an element whose fast path runs (`fast`) hands it over to its next start, and
+/// for how long it may forward without it (`[io] restart_grace_s`; 0: not at all); where
+/// it does, the XDP links are pinned as the ports open ([`io::pin::enable`]). Only on a
+/// BPF filesystem (else it says why not).
+fn handover(fast: bool, io: &control::config::IoConfig) -> Option<std::time::Duration> {
+    let grace = (fast && io.restart_grace_s > 0)
+        .then(|| std::time::Duration::from_secs(io.restart_grace_s))
+        .filter(|_| {
+            let base = io::pin::base();
+            let ok = io::pin::is_bpffs(&base);
+            if !ok {
+                tracing::info!(
+                    dir = %base.display(),
+                    "fast path: not handed over to the next start ([io] restart_grace_s): not a BPF filesystem (TESSERA_BPF_DIR)"
+                );
+            }
+            ok
+        });
+    io::pin::enable(grace.is_some());
+    grace
 }
 
 /// The flag SIGINT and SIGTERM set: the element stops cleanly.
