@@ -481,6 +481,18 @@ fn detached_xdp(code: impl FnOnce(i32) -> Vec<u8>, name: &str) -> io::Result<Det
     })
 }
 
+/// Now on `bpf_ktime_get_ns`'s clock (CLOCK_MONOTONIC), in nanoseconds: what the
+/// programs' deadlines are written in.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) into a timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 fn mac_u64(m: &[u8; 6]) -> u64 {
     let mut b = [0u8; 8];
     b[..6].copy_from_slice(m);
@@ -729,15 +741,8 @@ impl FastPath {
     /// calls this every so often while it runs. A successor that takes the programs over
     /// makes maps of its own, without a deadline until it beats.
     pub fn beat(&self, grace: std::time::Duration) -> io::Result<()> {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime(2) into a timespec we own.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        let now = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
         self.deadline.store(
-            now + grace.as_nanos() as u64,
+            monotonic_ns() + grace.as_nanos() as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
         for p in 0..self.nports {

@@ -23,9 +23,8 @@
 
 use super::{
     detached_xdp, mac_u64, percpu_sum, stats_map, tx_map, Asm, Detached, FrameLen, ADD_K, ADD_X,
-    AND_K, BPF_MAP_TYPE_ARRAY, CALL, EXIT, IN_BYTES, JA, JEQ_K, JGE_K, JGT_X, JNE_K, JNE_X, JSET_K,
-    LDX_B, LDX_DW, LDX_H, LDX_W, MOV_K, MOV_X, OR_K, OUT_BYTES, REDIRECT_MAP, RSH_K, STATS, STX_B,
-    STX_DW, STX_H, STX_W, XDP_PASS,
+    AND_K, BPF_MAP_TYPE_ARRAY, IN_BYTES, JA, JEQ_K, JGE_K, JGT_X, JNE_K, JNE_X, JSET_K, LDX_B,
+    LDX_DW, LDX_H, LDX_W, MOV_K, MOV_X, OR_K, RSH_K, STATS, STX_B, STX_DW, STX_H, STX_W,
 };
 use crate::xdp::{map_create, map_update};
 use std::io;
@@ -213,21 +212,8 @@ fn program(me: u32, [ports, tx, stats, xsk]: [i32; 4]) -> Vec<u8> {
         .i(STX_B, 7, 1, REV, 0)
         .i(MOV_K, 1, 0, 0, me)
         .count_frame(stats, 1, 0, IN_BYTES, FrameLen::Bounds, "counted_in")
-        .i(LDX_DW, 1, 10, -40, 0)
-        .count_frame(stats, 1, 16, OUT_BYTES, FrameLen::Bounds, "counted_out")
-        .i(LDX_DW, 2, 10, -40, 0)
-        .map(1, tx)
-        .i(MOV_K, 3, 0, 0, 0)
-        .i(CALL, 0, 0, 0, REDIRECT_MAP)
-        .i(EXIT, 0, 0, 0, 0);
-    a.label("slow")
-        .i(MOV_K, 1, 0, 0, me)
-        .count(stats, 1, 8, "counted_slow")
-        .i(LDX_DW, 2, 10, -32, 0)
-        .map(1, xsk)
-        .i(MOV_K, 3, 0, 0, XDP_PASS)
-        .i(CALL, 0, 0, 0, REDIRECT_MAP)
-        .i(EXIT, 0, 0, 0, 0);
+        .send_out(stats, tx, "counted_out");
+    a.slow_to_socket(stats, xsk, me);
     a.finish()
 }
 

@@ -20,8 +20,8 @@
 use super::{
     detached_xdp, lb::plain_ipv4, mac_u64, map_delete, offload_check_for, percpu_sum, stats_map,
     tx_map, Asm, Detached, Family, FrameLen, ADD_K, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, CALL,
-    EXIT, IN_BYTES, JA, JEQ_K, JGT_X, JNE_K, JSET_K, LDX_B, LDX_DW, LDX_H, LDX_W, LSH_K,
-    MAP_LOOKUP, MOV_K, MOV_X, OR_X, OUT_BYTES, REDIRECT_MAP, STATS, STX_DW, XDP_PASS,
+    IN_BYTES, JA, JEQ_K, JGT_X, JNE_K, JSET_K, LDX_B, LDX_DW, LDX_H, LDX_W, LSH_K, MAP_LOOKUP,
+    MOV_K, MOV_X, OR_X, STATS, STX_DW,
 };
 use crate::xdp::{map_create, map_update};
 use std::collections::HashMap;
@@ -190,21 +190,8 @@ fn program(me: u32, [macs, ports, tx, stats, xsk]: [i32; 5]) -> Vec<u8> {
     a.label("forward")
         .i(MOV_K, 1, 0, 0, me)
         .count_frame(stats, 1, 0, IN_BYTES, FrameLen::Bounds, "counted_in")
-        .i(LDX_DW, 1, 10, -40, 0)
-        .count_frame(stats, 1, 16, OUT_BYTES, FrameLen::Bounds, "counted_out")
-        .i(LDX_DW, 2, 10, -40, 0)
-        .map(1, tx)
-        .i(MOV_K, 3, 0, 0, 0)
-        .i(CALL, 0, 0, 0, REDIRECT_MAP)
-        .i(EXIT, 0, 0, 0, 0);
-    a.label("slow")
-        .i(MOV_K, 1, 0, 0, me)
-        .count(stats, 1, 8, "counted_slow")
-        .i(LDX_DW, 2, 10, -32, 0)
-        .map(1, xsk)
-        .i(MOV_K, 3, 0, 0, XDP_PASS)
-        .i(CALL, 0, 0, 0, REDIRECT_MAP)
-        .i(EXIT, 0, 0, 0, 0);
+        .send_out(stats, tx, "counted_out");
+    a.slow_to_socket(stats, xsk, me);
     a.finish()
 }
 

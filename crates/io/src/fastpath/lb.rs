@@ -43,7 +43,7 @@ use super::{
     BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT,
     IN_BYTES, JA, JEQ32_K, JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K, JNE_X, KTIME_GET_NS, LDX_B,
     LDX_DW, LDX_H, LDX_W, LD_IMM64, LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X, OUT_BYTES, REDIRECT_MAP,
-    RSH_K, RSH_X, STATS, STX_DW, STX_H, STX_W, SUB_K, SUB_X, TO_BE, XDP_PASS,
+    RSH_K, RSH_X, STATS, STX_DW, STX_H, STX_W, SUB_K, SUB_X, TO_BE,
 };
 use crate::xdp::{map_create, map_update};
 use std::io;
@@ -344,14 +344,8 @@ impl LbFastPath {
     /// Keeps the programs' deadline `grace` ahead of now (`bpf_ktime_get_ns`'s clock,
     /// CLOCK_MONOTONIC): past it, they balance and send out nothing.
     pub fn beat(&self, grace: std::time::Duration) -> io::Result<()> {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime(2) into a timespec we own.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        let now = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
-        map_update(&self.deadline, &0u32, &(now + grace.as_nanos() as u64))
+        let deadline = super::monotonic_ns() + grace.as_nanos() as u64;
+        map_update(&self.deadline, &0u32, &deadline)
     }
 
     /// The program of a port, loaded (with an empty socket map) and not attached.
@@ -793,14 +787,7 @@ fn program(f: &LbProgramFacts, [state, tx, stats, counts, deadline, xsk]: [i32; 
         fast_part(&mut a, f, [state, tx, stats, counts]);
     }
     // Everything else: to the port's socket.
-    a.label("slow")
-        .i(MOV_K, 1, 0, 0, me)
-        .count(stats, 1, 8, "counted_slow")
-        .i(LDX_DW, 2, 10, -32, 0)
-        .map(1, xsk)
-        .i(MOV_K, 3, 0, 0, XDP_PASS)
-        .i(CALL, 0, 0, 0, REDIRECT_MAP)
-        .i(EXIT, 0, 0, 0, 0);
+    a.slow_to_socket(stats, xsk, me);
     if (f.port as usize) < MAX_PORTS {
         // What cannot happen (a four-byte move of the frame's start refused).
         a.label("aborted").i(MOV_K, 0, 0, 0, 0).i(EXIT, 0, 0, 0, 0);

@@ -379,20 +379,7 @@ fn star_out(a: &mut Asm, f: &ProgramFacts, s: &StarFacts, [ports, tx, stats]: [i
         .i(STX_W, 7, 1, 18, 0)
         .i(MOV_K, 1, 0, 0, ingress as i32)
         .i(STX_W, 7, 1, 22, 0)
-        .i(LDX_DW, 1, 10, -40, 0)
-        .count_frame(
-            stats,
-            1,
-            16,
-            OUT_BYTES,
-            FrameLen::Bounds,
-            "star_out_counted_out",
-        )
-        .i(LDX_DW, 2, 10, -40, 0)
-        .map(1, tx)
-        .i(MOV_K, 3, 0, 0, 0)
-        .i(CALL, 0, 0, 0, REDIRECT_MAP)
-        .i(EXIT, 0, 0, 0, 0);
+        .send_out(stats, tx, "star_out_counted_out");
 }
 
 /// A star frame on the internal port (XDP), from label `star_in` (to the port's MAC, 34
@@ -481,20 +468,7 @@ fn star_in(a: &mut Asm, f: &ProgramFacts, s: &StarFacts, [neigh, ports, tx, stat
         .i(CALL, 0, 0, 0, ADJUST_HEAD)
         .j(JNE_K, 0, 0, 0, "aborted");
     reload_frame(a, 14);
-    a.i(LDX_DW, 1, 10, -40, 0)
-        .count_frame(
-            stats,
-            1,
-            16,
-            OUT_BYTES,
-            FrameLen::Bounds,
-            "star_in_counted_out",
-        )
-        .i(LDX_DW, 2, 10, -40, 0)
-        .map(1, tx)
-        .i(MOV_K, 3, 0, 0, 0)
-        .i(CALL, 0, 0, 0, REDIRECT_MAP)
-        .i(EXIT, 0, 0, 0, 0);
+    a.send_out(stats, tx, "star_in_counted_out");
 }
 
 /// The TTL decremented, with the RFC 1624 update of the header checksum the user-space

@@ -353,7 +353,6 @@ pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
         tracing::info!("a switch speaks no DIST: --dist-key-file is not used");
     }
     let stop = stop_on_signals()?;
-    let mut ports = Vec::new();
     let mut umems = cfg.io.shared_umem.then(|| {
         let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
         io::Umems::new(&names, 1)
@@ -362,31 +361,18 @@ pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
         None => Some(control::switch::SwitchFast::new(&cfg.cfg).map_err(anyhow::Error::msg)?),
         Some(_) => None,
     };
-    let mut fast_off: std::collections::HashMap<String, String> = match &off {
-        Some(why) => cfg
-            .cfg
-            .ports
-            .iter()
-            .map(|p| (p.name.clone(), why.clone()))
-            .collect(),
-        None => Default::default(),
-    };
-    for (k, p) in cfg.cfg.ports.iter().enumerate() {
-        let port = match &fast {
-            Some(f) => {
-                let program = |hook: io::xsk::Hook| match hook {
-                    io::xsk::Hook::Xdp(xsk) => f.fp.program(k as u32, xsk),
-                    _ => Vec::new(),
-                };
-                open_fast_port(&p.name, &cfg.io, &program, umems.as_mut(), &mut fast_off)?
-            }
-            None => open_port(&p.name, &cfg.io, umems.as_mut())?.0,
-        };
-        // A switch port takes frames for every MAC.
-        io::netdev::set_promisc(&p.name)
-            .with_context(|| format!("{}: promiscuous mode", p.name))?;
-        ports.push(port);
-    }
+    let names: Vec<String> = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();
+    let program = fast
+        .as_ref()
+        .map(|f| move |k: u32, xsk: i32| f.fp.program(k, xsk));
+    // (A switch port takes frames for every MAC.)
+    let (ports, fast_off) = open_l2_ports(
+        &names,
+        &cfg.io,
+        off.as_ref(),
+        program.as_ref().map(|p| p as &dyn Fn(u32, i32) -> Vec<u8>),
+        umems.as_mut(),
+    )?;
     let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
     control::run::place_ports(&cfg.io, &names);
     let names = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();
@@ -434,6 +420,39 @@ fn xdp_fast_off(
         )));
     }
     Ok(None)
+}
+
+/// Opens the ports `names` of an element whose fast path is an XDP program on each port
+/// (a switch, an Axon), each in promiscuous mode (the element takes frames for every
+/// MAC): with `program` (port k's code, given its socket map), each with its program
+/// ([`open_fast_port`]); without (`off` says why), as `[io]` says. Returns the ports and,
+/// per port, why its program does not carry the fast path.
+fn open_l2_ports(
+    names: &[String],
+    cfg: &control::config::IoConfig,
+    off: Option<&String>,
+    program: Option<&dyn Fn(u32, i32) -> Vec<u8>>,
+    mut umems: Option<&mut io::Umems>,
+) -> Result<(Vec<io::AnyPort>, std::collections::HashMap<String, String>)> {
+    let mut fast_off: std::collections::HashMap<String, String> = off
+        .map(|why| names.iter().map(|n| (n.clone(), why.clone())).collect())
+        .unwrap_or_default();
+    let mut ports = Vec::new();
+    for (k, name) in names.iter().enumerate() {
+        let port = match program {
+            Some(p) => {
+                let program = |hook: io::xsk::Hook| match hook {
+                    io::xsk::Hook::Xdp(xsk) => p(k as u32, xsk),
+                    io::xsk::Hook::Tc => Vec::new(),
+                };
+                open_fast_port(name, cfg, &program, umems.as_deref_mut(), &mut fast_off)?
+            }
+            None => open_port(name, cfg, umems.as_deref_mut())?.0,
+        };
+        io::netdev::set_promisc(name).with_context(|| format!("{name}: promiscuous mode"))?;
+        ports.push(port);
+    }
+    Ok((ports, fast_off))
 }
 
 /// Opens port `name` of an element whose fast path is an XDP program on each port (a
@@ -522,7 +541,6 @@ pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
         tracing::info!("an Axon speaks no DIST: --dist-key-file is not used");
     }
     let stop = stop_on_signals()?;
-    let mut ports = Vec::new();
     let mut umems = cfg.io.shared_umem.then(|| {
         let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
         io::Umems::new(&names, 1)
@@ -536,31 +554,18 @@ pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
         None => Some(control::axon::AxonFast::new(&cfg.cfg).map_err(anyhow::Error::msg)?),
         Some(_) => None,
     };
-    let mut fast_off: std::collections::HashMap<String, String> = match &off {
-        Some(why) => cfg
-            .cfg
-            .ports
-            .iter()
-            .map(|p| (p.name.clone(), why.clone()))
-            .collect(),
-        None => Default::default(),
-    };
-    for (k, p) in cfg.cfg.ports.iter().enumerate() {
-        let port = match &fast {
-            Some(f) => {
-                let program = |hook: io::xsk::Hook| match hook {
-                    io::xsk::Hook::Xdp(xsk) => f.fp.program(k as u32, xsk),
-                    _ => Vec::new(),
-                };
-                open_fast_port(&p.name, &cfg.io, &program, umems.as_mut(), &mut fast_off)?
-            }
-            None => open_port(&p.name, &cfg.io, umems.as_mut())?.0,
-        };
-        // A host port takes frames for every MAC (the far hosts').
-        io::netdev::set_promisc(&p.name)
-            .with_context(|| format!("{}: promiscuous mode", p.name))?;
-        ports.push(port);
-    }
+    let names: Vec<String> = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();
+    let program = fast
+        .as_ref()
+        .map(|f| move |k: u32, xsk: i32| f.fp.program(k, xsk));
+    // (A host port takes frames for every MAC: the far hosts'.)
+    let (ports, fast_off) = open_l2_ports(
+        &names,
+        &cfg.io,
+        off.as_ref(),
+        program.as_ref().map(|p| p as &dyn Fn(u32, i32) -> Vec<u8>),
+        umems.as_mut(),
+    )?;
     let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
     control::run::place_ports(&cfg.io, &names);
     let names = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();
