@@ -675,6 +675,24 @@ pub fn run<P: Port + Send>(
     if let Some(fl) = &mut fast {
         fl.publish(&b)?;
     }
+    // The state published: where a predecessor's programs still ran in the ports' links
+    // (its fast path handed over), this LB's take their place now.
+    let mut taken = 0;
+    for (facts, att) in &programs {
+        match att.take_over() {
+            Ok(true) => taken += 1,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(port = facts.port, error = %e, "fast path: the predecessor's program not replaced")
+            }
+        }
+    }
+    if taken > 0 {
+        tracing::info!(
+            ports = taken,
+            "fast path: taken over from this LB's last start"
+        );
+    }
     let fast_view = fast
         .as_ref()
         .map(|fl| (fl.fp.clone(), fl.names.clone(), fl.egress.clone()));

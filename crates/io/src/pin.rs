@@ -36,6 +36,24 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
+/// Whether a port that finds a predecessor's pinned link leaves it running until the
+/// element says it is ready ([`defer_takeover`]).
+static DEFERRED: AtomicBool = AtomicBool::new(false);
+
+/// From now on, a port opened with a fast-path program that finds a predecessor's pinned
+/// link leaves the predecessor's program running in it (with the predecessor's state)
+/// until the element calls [`crate::xsk::AttachedShared::take_over`], once its own
+/// programs' maps hold its state: an element whose state comes from its own start (an
+/// LB's table) takes over with no moment of empty maps. Without it, the new program
+/// takes the link at once (a forwarder publishes its table before its ports open).
+pub fn defer_takeover(on: bool) {
+    DEFERRED.store(on, Ordering::Relaxed);
+}
+
+pub fn takeover_deferred() -> bool {
+    DEFERRED.load(Ordering::Relaxed)
+}
+
 /// Where pins live: `$TESSERA_BPF_DIR`, or `/sys/fs/bpf/tessera`.
 pub fn base() -> PathBuf {
     std::env::var_os("TESSERA_BPF_DIR")

@@ -735,6 +735,21 @@ impl AttachedShared {
         load_xdp(&program(Hook::Xdp(self.0.map.as_raw_fd())), "tessera_fast")
     }
 
+    /// Puts this element's first program in the link where a predecessor's still runs
+    /// ([`crate::pin::defer_takeover`]); nothing where it runs already. Whether it took
+    /// over now.
+    pub fn take_over(&self) -> io::Result<bool> {
+        if !self
+            .0
+            .pending
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            return Ok(false);
+        }
+        crate::pin::link_update(&self.0._link, &self.0._prog)?;
+        Ok(true)
+    }
+
     /// Puts `prog` (from [`AttachedShared::load`]) in the running program's place, in
     /// one step (the BPF link's update): every frame meets one program or the other, and
     /// the sockets stay. The link holds the program from then on.

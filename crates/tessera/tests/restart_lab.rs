@@ -396,8 +396,10 @@ fn restarted_elements_hold_their_tables_within_two_seconds_and_get_no_flows_befo
 
     // A rolling upgrade (`tessera lab upgrade`, in parts) under the same load, once a1's
     // BGP route through the router is back: the back-ends (each drained, restarted,
-    // undrained) lose nothing; each LB's restart at most three of its 100 ms hello
-    // intervals; the controllers' (the standby's, then the active one's) nothing.
+    // undrained) lose nothing; each LB hands its fast path over to its next start, whose
+    // programs take the links once its state is published: none lost in the runs so far
+    // (before the hand-over 94 ms a restart; the bound, 10 ms a restart, leaves room for
+    // a busy machine); the controllers' (the standby's, then the active one's) nothing.
     wait_until("a1's BGP route back", Duration::from_secs(60), || {
         lab.sh(
             "a1",
@@ -442,8 +444,10 @@ fn restarted_elements_hold_their_tables_within_two_seconds_and_get_no_flows_befo
     let lost = under_load(&lab, 6, || steps = upgrade("balancer"));
     eprintln!("lab upgrade, LBs: {steps}; lost per stream {lost:?}");
     assert!(
-        lost.iter().all(|&l| l <= 2 * 300),
-        "LBs upgraded: lost per stream {lost:?}"
+        lost.iter().all(|&l| l <= 2 * 10),
+        "LBs upgraded: lost per stream {lost:?} (1 per ms)\n{}\n{}",
+        lab.logs("lba"),
+        lab.logs("lbb")
     );
     let lost = under_load(&lab, 8, || steps = upgrade("controller"));
     eprintln!("lab upgrade, controllers: {steps}; lost per stream {lost:?}");

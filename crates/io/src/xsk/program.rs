@@ -93,6 +93,9 @@ pub(super) struct Attached {
     pub(super) _prog: OwnedFd,
     pub(super) native: bool,
     pub(super) fast: bool,
+    /// A predecessor's program still runs in the link ([`crate::pin::defer_takeover`]):
+    /// `_prog` takes its place at [`crate::xsk::AttachedShared::take_over`].
+    pub(super) pending: std::sync::atomic::AtomicBool,
 }
 
 /// How the XDP program is attached.
@@ -144,6 +147,21 @@ pub(super) fn attach(
     });
     let keep = program.is_some() && crate::pin::enabled();
     if let Some((path, link, native)) = pinned {
+        if program.is_some() && crate::pin::takeover_deferred() {
+            // The predecessor's program runs on, with its state, until this element's is
+            // published; its link is ours from now on (pinned again, or not, as `keep`).
+            if !keep {
+                let _ = std::fs::remove_file(&path);
+            }
+            return Ok(Attached {
+                map,
+                _link: link,
+                _prog: prog,
+                native,
+                fast: true,
+                pending: std::sync::atomic::AtomicBool::new(true),
+            });
+        }
         match crate::pin::link_update(&link, &prog) {
             Ok(()) => {
                 if !keep {
@@ -156,6 +174,7 @@ pub(super) fn attach(
                     _prog: prog,
                     native,
                     fast: program.is_some(),
+                    pending: std::sync::atomic::AtomicBool::new(false),
                 });
             }
             Err(e) => {
@@ -194,6 +213,7 @@ pub(super) fn attach(
         _prog: prog,
         native,
         fast: program.is_some(),
+        pending: std::sync::atomic::AtomicBool::new(false),
     })
 }
 

@@ -260,6 +260,9 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
     // The LB hands its fast path over to its next start: the links pinned as the ports
     // open, a deadline kept ahead.
     let handover = handover(fast.is_some(), &cfg.io);
+    // A predecessor's programs balance on in the pinned links until this LB's state is
+    // published (control::balancer::run).
+    io::pin::defer_takeover(fast.is_some());
     for (k, i) in cfg.interfaces.iter().enumerate() {
         let facts = control::lbfast::LbFastLink::facts(&b, k as u32);
         let program = |hook: io::xsk::Hook| match (&fast, hook) {
