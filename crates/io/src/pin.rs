@@ -150,6 +150,23 @@ pub fn get(path: &Path) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// The interface index an XDP link is attached to (0: none, a link whose interface is
+/// gone), from the kernel's `bpf_link_info`.
+pub fn xdp_link_ifindex(link: &OwnedFd) -> io::Result<u32> {
+    const BPF_OBJ_GET_INFO_BY_FD: i32 = 15;
+    const BPF_LINK_TYPE_XDP: u32 = 6;
+    // type, id, prog_id, then (at 16) the union: for XDP, the interface index.
+    let mut info = [0u64; 8];
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(link.as_raw_fd() as u32, std::mem::size_of_val(&info) as u32);
+    attr[1] = info.as_mut_ptr() as u64;
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    if info[0] as u32 != BPF_LINK_TYPE_XDP {
+        return Ok(0);
+    }
+    Ok(info[2] as u32)
+}
+
 /// Has `link` run `prog` from now on (atomically: every frame runs one or the other).
 pub fn link_update(link: &OwnedFd, prog: &OwnedFd) -> io::Result<()> {
     let mut attr = [0u64; 16];

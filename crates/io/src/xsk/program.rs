@@ -147,7 +147,9 @@ pub(super) fn attach(
     });
     let keep = program.is_some() && crate::pin::enabled();
     if let Some((path, link, native)) = pinned {
-        if program.is_some() && crate::pin::takeover_deferred() {
+        // (Only a live link: one whose interface is gone is a stale pin, replaced below.)
+        let live = crate::pin::xdp_link_ifindex(&link).is_ok_and(|i| i == ifindex);
+        if program.is_some() && crate::pin::takeover_deferred() && live {
             // The predecessor's program runs on, with its state, until this element's is
             // published; its link is ours from now on (pinned again, or not, as `keep`).
             if !keep {
