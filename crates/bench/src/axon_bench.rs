@@ -652,30 +652,7 @@ pub fn run(opts: &AxonOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, Str
         let l = up(opts, &topology(&opts.out, kind, None)?)?;
         let r = (|| -> Result<Value, String> {
             let mac = lab_mac(&l, "h2", "eth0")?;
-            let pid = std::fs::read_to_string(l.run_dir().join("ax1.pid"))
-                .ok()
-                .and_then(|s| s.trim().parse::<i32>().ok());
-            let cpu0 = pid.and_then(crate::process_cpu_seconds);
-            let dst = vec![
-                "--dst-mac".to_string(),
-                mac,
-                "--src".into(),
-                host_ip(1),
-                "--dst".into(),
-                host_ip(2),
-            ];
-            let p = lab_point(
-                &l,
-                &opts.exe,
-                opts.seconds,
-                64,
-                &[("h1", dst, "max".into())],
-                &["h2"],
-            )?;
-            let cpu = match (pid.and_then(crate::process_cpu_seconds), cpu0) {
-                (Some(a), Some(b)) => Some(a - b),
-                _ => None,
-            };
+            let (p, cpu) = flat_out(&l, opts, mac, 2, "ax1")?;
             progress(&format!(
                 "{kind}: 64 B host to host: {:.0} pps forwarded",
                 p.forwarded_pps
@@ -707,6 +684,42 @@ pub fn run(opts: &AxonOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, Str
     Ok(v)
 }
 
+/// 64-byte frames from h1 to host `to` (its MAC `mac`) at the generator's highest rate,
+/// and the CPU seconds `node`'s process spent meanwhile.
+fn flat_out(
+    l: &lab::Lab,
+    opts: &AxonOpts,
+    mac: String,
+    to: usize,
+    node: &str,
+) -> Result<(crate::forward_bench::Point, Option<f64>), String> {
+    let pid = std::fs::read_to_string(l.run_dir().join(format!("{node}.pid")))
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok());
+    let cpu0 = pid.and_then(crate::process_cpu_seconds);
+    let dst = vec![
+        "--dst-mac".to_string(),
+        mac,
+        "--src".into(),
+        host_ip(1),
+        "--dst".into(),
+        host_ip(to),
+    ];
+    let p = lab_point(
+        l,
+        &opts.exe,
+        opts.seconds,
+        64,
+        &[("h1", dst, "max".into())],
+        &[&format!("h{to}")],
+    )?;
+    let cpu = match (pid.and_then(crate::process_cpu_seconds), cpu0) {
+        (Some(a), Some(b)) => Some(a - b),
+        _ => None,
+    };
+    Ok((p, cpu))
+}
+
 /// Frames passing through an Axon, with its fast path and without: 64-byte frames from
 /// h1 to h5 over the unshaped line (through ax1, ax2 and ax3, ax2 passing them on) at the
 /// generator's highest rate, and the one-way latency at 10 kpps; with ax2's CPU seconds
@@ -718,36 +731,14 @@ fn transit(opts: &AxonOpts, progress: &mut dyn FnMut(&str)) -> Result<Vec<Value>
         let l = up_with(opts, &topology(&opts.out, "axon-line", None)?, Some(fast))?;
         let r = (|| -> Result<Value, String> {
             let mac = lab_mac(&l, "h5", "eth0")?;
-            let pid = std::fs::read_to_string(l.run_dir().join("ax2.pid"))
-                .ok()
-                .and_then(|s| s.trim().parse::<i32>().ok());
             let fast_forwarded = || -> u64 {
                 show(&l, "counters", "ax2")
                     .ok()
                     .and_then(|c| c["fast_path"]["forwarded"].as_u64())
                     .unwrap_or(0)
             };
-            let (cpu0, fwd0) = (pid.and_then(crate::process_cpu_seconds), fast_forwarded());
-            let dst = vec![
-                "--dst-mac".to_string(),
-                mac,
-                "--src".into(),
-                host_ip(1),
-                "--dst".into(),
-                host_ip(5),
-            ];
-            let p = lab_point(
-                &l,
-                &opts.exe,
-                opts.seconds,
-                64,
-                &[("h1", dst, "max".into())],
-                &["h5"],
-            )?;
-            let cpu = match (pid.and_then(crate::process_cpu_seconds), cpu0) {
-                (Some(a), Some(b)) => Some(a - b),
-                _ => None,
-            };
+            let fwd0 = fast_forwarded();
+            let (p, cpu) = flat_out(&l, opts, mac, 5, "ax2")?;
             let by_program = fast_forwarded().saturating_sub(fwd0);
             let (p50, p99) = latency(&l, opts, 5)?;
             let label = if fast { "fast path" } else { "user space" };

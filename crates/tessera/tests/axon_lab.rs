@@ -338,15 +338,7 @@ fn frames_passing_through_an_axon_take_its_fast_path() {
         assert!(out.contains("ttl=64"), "h1 -> h3: {out}");
     };
     ping("3", "56");
-    let port = |name: &str| {
-        let ifs = lab.show_json("interfaces", "ax2");
-        ifs.as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .unwrap_or_else(|| panic!("{name}: {ifs}"))["fast_path"]
-            .clone()
-    };
+    let port = |name: &str| lab.port_fast("ax2", name);
     if io_backend() == "packet" {
         for p in ["ax2-h2", "ax2-a1", "ax2-a3"] {
             let f = port(p);

@@ -1323,15 +1323,7 @@ fn the_default_fast_path_loses_nothing_on_wire_like_links() {
     for h in ["src1", "sink1"] {
         lab.sh(h, &["ethtool", "-K", "eth0", "gro", "off"]);
     }
-    let port = |lab: &TestLab, name: &str| -> serde_json::Value {
-        let v = lab.show_json("interfaces", "r");
-        v.as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .unwrap_or_else(|| panic!("{name} in {v}"))["fast_path"]
-            .clone()
-    };
+    let port = |lab: &TestLab, name: &str| lab.port_fast("r", name);
     let wait_egress = |lab: &TestLab, name: &str, want: bool| {
         let t = std::time::Instant::now();
         loop {

@@ -162,14 +162,7 @@ fn the_switch_fast_path_takes_known_unicast_between_unshaped_ports() {
         "{j}"
     );
     let ifs = lab.show_json("interfaces", "swq");
-    let port = |n: &str| {
-        ifs.as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == n)
-            .unwrap_or_else(|| panic!("{n}: {ifs}"))["fast_path"]
-            .clone()
-    };
+    let port = |n: &str| fast_path_of(&ifs, n);
     let (p1, p2, pr) = (port("swq-1"), port("swq-2"), port("swq-r"));
     assert_eq!(p1["on"], true, "{ifs}");
     assert_eq!(

@@ -147,24 +147,19 @@ pub(super) fn attach(
     });
     let keep = program.is_some() && crate::pin::enabled();
     if let Some((path, link, native)) = pinned {
-        // (Only a live link: one whose interface is gone is a stale pin, replaced below.)
+        // Where the element defers its take-over, a live link keeps the predecessor's
+        // program, with its state, until this element's is published
+        // ([`crate::pin::defer_takeover`]); one whose interface is gone is a stale pin,
+        // replaced below. Either way the link is ours from now on (pinned again, or not,
+        // as `keep`).
         let live = crate::pin::xdp_link_ifindex(&link).is_ok_and(|i| i == ifindex);
-        if program.is_some() && crate::pin::takeover_deferred() && live {
-            // The predecessor's program runs on, with its state, until this element's is
-            // published; its link is ours from now on (pinned again, or not, as `keep`).
-            if !keep {
-                let _ = std::fs::remove_file(&path);
-            }
-            return Ok(Attached {
-                map,
-                _link: link,
-                _prog: prog,
-                native,
-                fast: true,
-                pending: std::sync::atomic::AtomicBool::new(true),
-            });
-        }
-        match crate::pin::link_update(&link, &prog) {
+        let deferred = program.is_some() && crate::pin::takeover_deferred() && live;
+        let taken = if deferred {
+            Ok(())
+        } else {
+            crate::pin::link_update(&link, &prog)
+        };
+        match taken {
             Ok(()) => {
                 if !keep {
                     // Ours alone from now on: it leaves with this process.
@@ -176,7 +171,7 @@ pub(super) fn attach(
                     _prog: prog,
                     native,
                     fast: program.is_some(),
-                    pending: std::sync::atomic::AtomicBool::new(false),
+                    pending: std::sync::atomic::AtomicBool::new(deferred),
                 });
             }
             Err(e) => {

@@ -302,6 +302,12 @@ impl TestLab {
 
     /// `tessera show config` of an element: the text, after checking that `tessera check
     /// --role ROLE` takes it (written to a file of its own for that).
+    /// The `fast_path` entry of interface `name` in `element`'s `show interfaces`.
+    pub fn port_fast(&self, element: &str, name: &str) -> Value {
+        let v = self.show_json("interfaces", element);
+        fast_path_of(&v, name)
+    }
+
     pub fn shown_config(&self, element: &str, role: &str) -> String {
         let o = Command::new(exe())
             .args(["show", "config", "--control"])
@@ -354,6 +360,16 @@ impl Drop for TestLab {
             .map(|mut l| l.retain(|(_, n)| n != &self.name))
             .ok();
     }
+}
+
+/// The `fast_path` entry of interface `name` in a `show interfaces` answer `v`.
+pub fn fast_path_of(v: &Value, name: &str) -> Value {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("{name} in {v}"))["fast_path"]
+        .clone()
 }
 
 pub fn drop_count(c: &Value, reason: &str) -> u64 {
