@@ -198,6 +198,7 @@ pub fn scale_plot(out: &Path, v: &Value) -> Result<Vec<String>, String> {
         RGBColor(210, 80, 0),
         RGBColor(0, 140, 70),
         RGBColor(140, 0, 140),
+        RGBColor(120, 120, 0),
     ];
     let mut files = Vec::new();
     for ((tsize, size), series) in &cases {
@@ -276,14 +277,14 @@ pub fn scale_plot(out: &Path, v: &Value) -> Result<Vec<String>, String> {
                         .map(|p| Circle::new((p.0, p.2), 5, c.stroke_width(2))),
                 )
                 .map_err(|x| e(x.to_string()))?;
-            if who == "multistage" {
+            if who == "multistage" || who == "star" {
                 chart
                     .draw_series(
                         pts.iter()
                             .map(|p| Cross::new((p.0, p.3), 6, c.stroke_width(2))),
                     )
                     .map_err(|x| e(x.to_string()))?
-                    .label("multistage: model, a core per element (cross)")
+                    .label(format!("{who}: model, a core per element (cross)"))
                     .legend(move |(x, y)| Cross::new((x + 10, y), 6, c.stroke_width(2)));
             }
         }

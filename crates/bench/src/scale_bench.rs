@@ -60,9 +60,11 @@ pub struct ScaleOpts {
     pub rt_napi: bool,
     /// What joins the multistage router's elements.
     pub interconnect: Interconnect,
+    /// The sinks receive on AF_XDP sockets (`sink --xdp`), not the AF_PACKET ring.
+    pub sink_xdp: bool,
 }
 
-pub const CONTENDERS: [&str; 4] = ["multistage", "forwarder", "kernel", "workers"];
+pub const CONTENDERS: [&str; 5] = ["multistage", "forwarder", "kernel", "workers", "star"];
 
 /// What joins a multistage router's elements in the lab (`--interconnect`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,12 +126,14 @@ fn streams(k: usize) -> Vec<(usize, usize)> {
 /// Each host's CPU list and each element's, in order.
 type Placed = (Vec<String>, Vec<String>);
 
-/// Gives each host two cores and each element one, from CPU 1 (CPU 0 too if that is all
-/// there is), where the machine has them all; the note says what was done.
-fn plan_cpus(hosts: usize, elements: usize) -> (Option<Placed>, String) {
+/// Gives each host two cores (its generator, its sink) and each element one, from CPU 1
+/// (CPU 0 too if that is all there is), where the machine has them all; three per host
+/// (the receive work's NAPI thread apart) where it has those too. The note says what was
+/// done. With `spare_to_last`, the last element (the interconnection, which stands for a
+/// hardware switch and must not be what limits the router) also gets every core left over.
+fn plan_cpus(hosts: usize, elements: usize, spare_to_last: bool) -> (Option<Placed>, String) {
     let online = io::placement::online_cpus();
     let need = 2 * hosts + elements;
-    let start = if online.len() > need { 1 } else { 0 };
     if online.len() < need {
         return (
             None,
@@ -139,20 +143,40 @@ fn plan_cpus(hosts: usize, elements: usize) -> (Option<Placed>, String) {
             ),
         );
     }
+    let per_host = if online.len() > need + hosts { 3 } else { 2 };
+    let need = per_host * hosts + elements;
+    let start = if online.len() > need { 1 } else { 0 };
     let mut next = online[start..].iter();
     let mut take = |n: usize| -> String {
         let v: Vec<usize> = next.by_ref().take(n).copied().collect();
         io::placement::CpuList::of(&v).to_string()
     };
-    let h = (0..hosts).map(|_| take(2)).collect();
-    let e = (0..elements).map(|_| take(1)).collect();
+    let h = (0..hosts).map(|_| take(per_host)).collect();
+    let mut e: Vec<String> = (0..elements).map(|_| take(1)).collect();
+    let mut spare = String::new();
+    if spare_to_last && elements > 0 {
+        let rest = online.len() - start - need;
+        if rest > 0 {
+            e[elements - 1] = take_with(&e[elements - 1], next.copied().collect());
+            spare = format!("; the interconnection also on the {rest} left over");
+        }
+    }
     (
         Some((h, e)),
         format!(
-            "placed: {need} cores of {}, each host and element on its own",
+            "placed: {need} cores of {}, each host ({per_host} cores) and element on its own{spare}",
             online.len()
         ),
     )
+}
+
+/// A CPU list with more CPUs added.
+fn take_with(list: &str, more: Vec<usize>) -> String {
+    let mut v: Vec<usize> = io::placement::CpuList::parse(list)
+        .map(|c| c.cpus())
+        .unwrap_or_default();
+    v.extend(more);
+    io::placement::CpuList::of(&v).to_string()
 }
 
 fn cpus_line(c: Option<&String>) -> String {
@@ -187,9 +211,11 @@ fn multistage(
     tag: &str,
     interconnect: Interconnect,
 ) -> Result<Setup, String> {
-    // Our switch as the interconnection gets a core too, after the elements'.
+    // Our switch as the interconnection gets a core too, after the elements', and the
+    // cores left over: every frame crosses it twice, and a hardware switch forwards at
+    // line rate.
     let switch = interconnect == Interconnect::Switch;
-    let (cpus, note) = plan_cpus(m, m + n + usize::from(switch));
+    let (cpus, note) = plan_cpus(m, m + n + usize::from(switch), switch);
     let (hc, ec) = match &cpus {
         Some((h, e)) => (Some(h), Some(e)),
         None => (None, None),
@@ -292,6 +318,69 @@ fn multistage(
     })
 }
 
+/// The star router of `m` members (docs/star.md), one per network, each a forwarder with
+/// its fast path facing its network's host, joined by our switch as in `multistage` (the
+/// cores left over with it). The route lookup is made once, by the member where a frame
+/// enters; the member facing the next hop sends it on: every frame crosses two members.
+fn star(out: &Path, m: usize, key: &str, tag: &str) -> Result<Setup, String> {
+    let (cpus, note) = plan_cpus(m, m + 1, true);
+    let (hc, ec) = match &cpus {
+        Some((h, e)) => (Some(h), Some(e)),
+        None => (None, None),
+    };
+    let mut topo = format!("name = \"sc\"\n\n{}", hosts(m, hc));
+    let mut links = String::new();
+    let mut members = String::new();
+    for i in 1..=m {
+        let _ = write!(
+            members,
+            "\n[[star.member]]\nmac = \"02:00:00:00:05:{i:02x}\"\nnetworks = [{{ prefix = \"10.{i}.0.0/24\", port = 0 }}]\n"
+        );
+    }
+    let mut sw = String::from("[switch]\nmode = \"fifo\"\n");
+    for i in 1..=m {
+        let c = format!(
+            "{}\n[[interface]]\nname = \"s{i}-ext\"\naddress = \"10.{i}.0.1/24\"\n\n[[interface]]\nname = \"s{i}-int\"\naddress = \"10.255.1.{i}/24\"\n\n[star]\ninternal = \"s{i}-int\"\n{members}",
+            table_line(key)
+        );
+        let f = format!("{tag}-s{i}.toml");
+        write(&out.join(&f), &c)?;
+        let _ = write!(
+            topo,
+            "[[element]]\nname = \"s{i}\"\nrole = \"forwarder\"\nconfig = \"{f}\"\n{}\n",
+            cpus_line(ec.map(|c| &c[i - 1]))
+        );
+        // The star header (12 bytes) rides inside the switch: the largest frames cross
+        // whole.
+        let _ = write!(
+            links,
+            "[[link]]\na = \"h{i}:eth0\"\nb = \"s{i}:s{i}-ext\"\n\n[[link]]\na = \"s{i}:s{i}-int\"\nb = \"ic:ic-s{i}\"\na_mac = \"02:00:00:00:05:{i:02x}\"\nmtu = 1512\n\n"
+        );
+        let _ = write!(sw, "\n[[port]]\nname = \"ic-s{i}\"\n");
+    }
+    sw.push_str("\n[io]\nfast_path = true\n");
+    let f = format!("{tag}-ic.toml");
+    write(&out.join(&f), &sw)?;
+    let _ = write!(
+        topo,
+        "[[element]]\nname = \"ic\"\nrole = \"switch\"\nconfig = \"{f}\"\n{}\n{links}",
+        cpus_line(ec.map(|c| &c[m]))
+    );
+    let p = out.join(format!("lab-{tag}.toml"));
+    write(&p, &topo)?;
+    Ok(Setup {
+        contender: "star",
+        backends: 0,
+        cores: m,
+        lab: p,
+        first_hops: (1..=m)
+            .map(|i| (format!("s{i}"), format!("s{i}-ext")))
+            .collect(),
+        placed: cpus.is_some(),
+        note,
+    })
+}
+
 /// One router (ours or the kernel's) with a port per network, on `cores` cores: our
 /// forwarder with that many workers, or the kernel with that many queues per link.
 fn single(
@@ -303,7 +392,7 @@ fn single(
     tag: &str,
 ) -> Result<Setup, String> {
     // The router's cores as one element's list.
-    let (cpus, note) = plan_cpus(m, cores);
+    let (cpus, note) = plan_cpus(m, cores, false);
     let (hc, rc) = match &cpus {
         Some((h, e)) => {
             let all: Vec<usize> = e
@@ -488,7 +577,7 @@ fn measure(
                 .map(|(n, a, r)| (n.as_str(), a.clone(), r.clone()))
                 .collect();
             let sinks: Vec<&str> = sinks.iter().map(String::as_str).collect();
-            lab_point_with(&l, &opts.exe, secs, size, &gens, &sinks, false)
+            lab_point_with(&l, &opts.exe, secs, size, &gens, &sinks, opts.sink_xdp)
         };
         let top = ceiling * senders.len() as f64;
         let steps: Vec<f64> = if opts.quick {
@@ -554,7 +643,9 @@ fn measure(
             .iter()
             .position(|e| e["element"] == "ic")
             .map(|i| elements.remove(i));
-        let crossings = 2 * (p.received + p.sink_dropped);
+        // A frame crosses the multistage router's interconnection twice (LB to back-end,
+        // back-end to LB), the star's once (member to member).
+        let crossings = if s.contender == "star" { 1 } else { 2 } * (p.received + p.sink_dropped);
         let interconnect = if let Some(sw) = switch_row {
             let cpu =
                 sw["cpu_s"].as_f64().unwrap_or(0.0) + sw["napi_cpu_s"].as_f64().unwrap_or(0.0);
@@ -580,7 +671,10 @@ fn measure(
         let lbs: u64 = elements.iter().filter(|e| is_lb(e)).map(took).sum();
         let others: u64 = elements.iter().filter(|e| !is_lb(e)).map(took).sum();
         for e in elements.iter_mut() {
-            let share = if is_lb(e) {
+            let share = if s.contender == "star" {
+                // Every frame crosses two members: where it enters, where it leaves.
+                2.0 * took(e) as f64 / others.max(1) as f64
+            } else if is_lb(e) {
                 // By design, not by count: with one pair the first LB also takes what the
                 // second never sees, at overload.
                 if lbs == 0 {
@@ -612,6 +706,7 @@ fn measure(
 fn label(s: &Setup) -> String {
     match s.contender {
         "multistage" => format!("multistage N={}", s.backends),
+        "star" => format!("star ({} members)", s.cores),
         c => format!("{c} ({} cores)", s.cores),
     }
 }
@@ -684,7 +779,7 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
         sizes: Vec::new(),
         ipv6: false,
         rt_napi: opts.rt_napi,
-        sink_xdp: false,
+        sink_xdp: opts.sink_xdp,
     };
     let mut ceilings = serde_json::Map::new();
     for &size in &sizes {
@@ -737,6 +832,9 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
                     &format!("wk{n}-{key}"),
                 )?);
             }
+        }
+        if only.iter().any(|o| o == "star") {
+            setups.push(star(&opts.out, m, &key, &format!("star-{key}"))?);
         }
         for s in &setups {
             if !placement.iter().any(|p: &Value| p["contender"] == label(s)) {
@@ -811,7 +909,8 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
     let mut v = json!({
         "bench": "scale", "cores": cores, "ports": opts.ports, "networks": m,
         "backends": opts.backends, "flows_per_host": opts.flows, "seconds_per_point": opts.seconds,
-        "generator": "xdp", "rt_napi": opts.rt_napi, "interconnect": opts.interconnect.name(),
+        "generator": "xdp", "sink": if opts.sink_xdp { "xdp" } else { "afpacket" },
+        "rt_napi": opts.rt_napi, "interconnect": opts.interconnect.name(),
         "generator_ceiling_pps": ceilings, "placement": placement,
         "multistage_over_single": multistage_over_single,
         "model": model,

@@ -78,6 +78,8 @@ fn quick_scale_bench_writes_results_placement_and_a_plot() {
             "--backends",
             "1,2",
             "--quick",
+            "--only",
+            "multistage,forwarder,star",
             "--seconds",
             "0.3",
             "--out",
@@ -95,14 +97,15 @@ fn quick_scale_bench_writes_results_placement_and_a_plot() {
         v["multistage_over_single"].as_f64().unwrap() > 0.0,
         "{brief}"
     );
-    // The single forwarder and a multistage router per number of back-ends, each placed
-    // or saying why not.
+    // The single forwarder, a multistage router per number of back-ends and the star of
+    // two members, each placed or saying why not.
     let placement = v["placement"].as_array().unwrap();
-    assert_eq!(placement.len(), 3, "{brief}");
+    assert_eq!(placement.len(), 4, "{brief}");
     for p in placement {
         let need = match p["contender"].as_str().unwrap() {
             "multistage N=1" => 2 * 2 + 3,
             "multistage N=2" => 2 * 2 + 4,
+            "star (2 members)" => 2 * 2 + 3,
             _ => 2 * 2 + 1,
         };
         assert_eq!(p["placed"], cores >= need, "{p}");
@@ -117,7 +120,7 @@ fn quick_scale_bench_writes_results_placement_and_a_plot() {
         );
     }
     let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 3, "{brief}");
+    assert_eq!(results.len(), 4, "{brief}");
     for r in results {
         assert!(r["peak_pps"].as_f64().unwrap() > 1000.0, "{}", r["label"]);
         assert!(r["model_pps"].as_f64().unwrap() > 0.0, "{}", r["label"]);
@@ -155,6 +158,21 @@ fn quick_scale_bench_writes_results_placement_and_a_plot() {
     {
         assert!(e["share"].as_f64().unwrap() > 0.1, "{two}");
     }
+    // The star: both members measured, their fast paths carrying the frames; each frame
+    // crosses both (in at one, out at the other), so their shares add up to two.
+    let star = results.iter().find(|r| r["contender"] == "star").unwrap();
+    let members = star["elements"].as_array().unwrap();
+    let names: Vec<&str> = members
+        .iter()
+        .map(|e| e["element"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["s1", "s2"], "{star}");
+    for e in members {
+        assert!(e["fast_path_packets"].as_u64().unwrap() > 0, "{e}");
+    }
+    let shares: f64 = members.iter().map(|e| e["share"].as_f64().unwrap()).sum();
+    assert!((shares - 2.0).abs() < 0.01, "{star}");
+    assert_eq!(star["interconnect"]["kind"], "switch", "{star}");
     assert!(
         v["model"]["predicted"].as_array().unwrap().len() >= 4,
         "{}",

@@ -272,6 +272,11 @@ pub(crate) enum Bench {
         /// XDP fast path: frames stay XDP frames) or `bridge` (a Linux bridge).
         #[arg(long, default_value = "switch")]
         interconnect: String,
+        /// How the hosts' sinks receive: `xdp` (an AF_XDP socket, no socket buffer per
+        /// frame: the host's cores go to its generator) or `afpacket` (`sink --drop`, as
+        /// runs before 2026-11-27 did).
+        #[arg(long, default_value = "xdp", value_parser = ["xdp", "afpacket"])]
+        sink: String,
     },
     /// Transit forwarding beside a flood of packets addressed to the router: our forwarder
     /// (its fast path shedding the flood at `[io] slow_path_limit`, and with no limit)
@@ -698,6 +703,7 @@ pub(crate) fn run(what: Bench) -> Result<i32> {
             rt_napi,
             replot: false,
             interconnect,
+            sink,
         } => {
             let exe = std::env::current_exe().context("cannot find the tessera binary")?;
             let interconnect = bench::scale_bench::Interconnect::parse(&interconnect)
@@ -718,6 +724,7 @@ pub(crate) fn run(what: Bench) -> Result<i32> {
                 flows: flows.max(1),
                 rt_napi,
                 interconnect,
+                sink_xdp: sink == "xdp",
             };
             let v = bench::scale_bench::run(&opts, &mut |s| eprintln!("bench scale: {s}"))
                 .map_err(anyhow::Error::msg)?;
