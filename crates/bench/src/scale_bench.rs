@@ -62,6 +62,10 @@ pub struct ScaleOpts {
     pub interconnect: Interconnect,
     /// The sinks receive on AF_XDP sockets (`sink --xdp`), not the AF_PACKET ring.
     pub sink_xdp: bool,
+    /// The table's prefixes split among the receiving networks and the traffic's
+    /// destinations drawn from them, so that lookups spread over the table as the
+    /// Internet's do (else every frame goes to a host's address).
+    pub spread: bool,
 }
 
 pub const CONTENDERS: [&str; 5] = ["multistage", "forwarder", "kernel", "workers", "star"];
@@ -196,10 +200,25 @@ fn hosts(m: usize, cpus: Option<&Vec<String>>) -> String {
     s
 }
 
-/// The table's routes in a router's config: `routes_file` through the first network's
-/// host (with `via`), or none.
-fn table_line(key: &str) -> String {
-    format!("routes_file = \"table-{key}.txt\"\nroutes_file_via = \"10.1.0.10\"\n")
+/// The table every router of a run loads: `table-KEY.txt` in the output directory.
+struct TableFile {
+    key: String,
+    /// Its routes split among the receiving networks, each line with its next hop (that
+    /// network's host), and the traffic drawn from them (`--spread`); else every prefix
+    /// through the first network's host, and the traffic to the hosts.
+    spread: bool,
+}
+
+/// The table's routes in a router's config.
+fn table_line(t: &TableFile) -> String {
+    if t.spread {
+        format!("routes_file = \"table-{}.txt\"\n", t.key)
+    } else {
+        format!(
+            "routes_file = \"table-{}.txt\"\nroutes_file_via = \"10.1.0.10\"\n",
+            t.key
+        )
+    }
 }
 
 /// The multistage router of `m` networks and `n` back-ends.
@@ -207,7 +226,7 @@ fn multistage(
     out: &Path,
     m: usize,
     n: usize,
-    key: &str,
+    table: &TableFile,
     tag: &str,
     interconnect: Interconnect,
 ) -> Result<Setup, String> {
@@ -260,7 +279,7 @@ fn multistage(
     for j in 1..=n {
         let mut c = format!(
             "{}[[interface]]\nname = \"r{j}-int\"\naddress = \"10.255.0.{}/24\"\n",
-            table_line(key),
+            table_line(table),
             10 + j
         );
         for i in 1..=m {
@@ -322,7 +341,7 @@ fn multistage(
 /// its fast path facing its network's host, joined by our switch as in `multistage` (the
 /// cores left over with it). The route lookup is made once, by the member where a frame
 /// enters; the member facing the next hop sends it on: every frame crosses two members.
-fn star(out: &Path, m: usize, key: &str, tag: &str) -> Result<Setup, String> {
+fn star(out: &Path, m: usize, table: &TableFile, tag: &str) -> Result<Setup, String> {
     let (cpus, note) = plan_cpus(m, m + 1, true);
     let (hc, ec) = match &cpus {
         Some((h, e)) => (Some(h), Some(e)),
@@ -341,7 +360,7 @@ fn star(out: &Path, m: usize, key: &str, tag: &str) -> Result<Setup, String> {
     for i in 1..=m {
         let c = format!(
             "{}\n[[interface]]\nname = \"s{i}-ext\"\naddress = \"10.{i}.0.1/24\"\n\n[[interface]]\nname = \"s{i}-int\"\naddress = \"10.255.1.{i}/24\"\n\n[star]\ninternal = \"s{i}-int\"\n{members}",
-            table_line(key)
+            table_line(table)
         );
         let f = format!("{tag}-s{i}.toml");
         write(&out.join(&f), &c)?;
@@ -388,7 +407,7 @@ fn single(
     m: usize,
     cores: usize,
     kernel: bool,
-    key: &str,
+    table: &TableFile,
     tag: &str,
 ) -> Result<Setup, String> {
     // The router's cores as one element's list.
@@ -404,7 +423,7 @@ fn single(
         }
         None => (None, None),
     };
-    let mut c = table_line(key);
+    let mut c = table_line(table);
     for i in 1..=m {
         let _ = write!(
             c,
@@ -474,6 +493,7 @@ struct Measured {
 fn measure(
     opts: &ScaleOpts,
     s: &Setup,
+    table: &TableFile,
     size: usize,
     ceiling: f64,
     progress: &mut dyn FnMut(&str),
@@ -547,18 +567,30 @@ fn measure(
             .map(|(n, i)| lab_mac(&l, n, i))
             .collect::<Result<_, _>>()?;
         let senders = streams(k);
+        let dst_dir = std::fs::canonicalize(&opts.out).unwrap_or_else(|_| opts.out.clone());
         let gens_at = |total: f64| -> Vec<(String, Vec<String>, String)> {
             let each = format!("{:.0}", (total / senders.len() as f64).max(1.0));
             senders
                 .iter()
                 .map(|&(from, to)| {
+                    let (dst_key, dst) = if table.spread {
+                        (
+                            "--dst-prefixes",
+                            dst_dir
+                                .join(format!("table-{}-to{to}.txt", table.key))
+                                .to_string_lossy()
+                                .into_owned(),
+                        )
+                    } else {
+                        ("--dst", format!("10.{to}.0.10"))
+                    };
                     let args = vec![
                         "--dst-mac".into(),
                         macs[from - 1].clone(),
                         "--src".into(),
                         format!("10.{from}.0.10"),
-                        "--dst".into(),
-                        format!("10.{to}.0.10"),
+                        dst_key.into(),
+                        dst,
                         "--flows".into(),
                         opts.flows.to_string(),
                         "--flow-base".into(),
@@ -794,12 +826,39 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
             Ok(n) => table::synthetic(n, n as u64),
             Err(_) => table::read(Path::new(tname))?.0,
         };
-        let key = t.routes.len().to_string();
-        let text: String = t.routes.iter().map(|(p, _)| format!("{p}\n")).collect();
-        write(&opts.out.join(format!("table-{key}.txt")), &text)?;
+        let tf = TableFile {
+            key: if opts.spread {
+                format!("{}-spread", t.routes.len())
+            } else {
+                t.routes.len().to_string()
+            },
+            spread: opts.spread,
+        };
+        let key = tf.key.clone();
+        if opts.spread {
+            // Prefix i to the i-th receiving network (round robin), through its host; each
+            // sender draws its destinations from its receiver's share.
+            let mut to: Vec<usize> = streams(opts.ports).iter().map(|s| s.1).collect();
+            to.sort_unstable();
+            to.dedup();
+            let mut text = String::new();
+            let mut shares = vec![String::new(); m + 1];
+            for (i, (p, _)) in t.routes.iter().enumerate() {
+                let n = to[i % to.len()];
+                let _ = writeln!(text, "{p} 10.{n}.0.10");
+                let _ = writeln!(shares[n], "{p}");
+            }
+            write(&opts.out.join(format!("table-{key}.txt")), &text)?;
+            for &n in &to {
+                write(&opts.out.join(format!("table-{key}-to{n}.txt")), &shares[n])?;
+            }
+        } else {
+            let text: String = t.routes.iter().map(|(p, _)| format!("{p}\n")).collect();
+            write(&opts.out.join(format!("table-{key}.txt")), &text)?;
+        }
         let mut setups = Vec::new();
         if only.iter().any(|o| o == "forwarder") {
-            setups.push(single(&opts.out, m, 1, false, &key, &format!("fwd-{key}"))?);
+            setups.push(single(&opts.out, m, 1, false, &tf, &format!("fwd-{key}"))?);
         }
         for &n in &opts.backends {
             if only.iter().any(|o| o == "multistage") {
@@ -807,7 +866,7 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
                     &opts.out,
                     m,
                     n,
-                    &key,
+                    &tf,
                     &format!("ms{n}-{key}"),
                     opts.interconnect,
                 )?);
@@ -818,7 +877,7 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
                     m,
                     m + n,
                     true,
-                    &key,
+                    &tf,
                     &format!("linux{n}-{key}"),
                 )?);
             }
@@ -828,13 +887,13 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
                     m,
                     m + n,
                     false,
-                    &key,
+                    &tf,
                     &format!("wk{n}-{key}"),
                 )?);
             }
         }
         if only.iter().any(|o| o == "star") {
-            setups.push(star(&opts.out, m, &key, &format!("star-{key}"))?);
+            setups.push(star(&opts.out, m, &tf, &format!("star-{key}"))?);
         }
         for s in &setups {
             if !placement.iter().any(|p: &Value| p["contender"] == label(s)) {
@@ -849,12 +908,12 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
                 // A router that fails a point (a lab that did not come up, a generator
                 // refused) is tried once more on a fresh lab, then recorded as failed: one
                 // router's trouble does not cost the others' results.
-                let r = match measure(opts, s, size, ceiling, progress) {
+                let r = match measure(opts, s, &tf, size, ceiling, progress) {
                     Ok(r) => r,
                     Err(_) if crate::interrupted() => return Err("interrupted".into()),
                     Err(e) => {
                         progress(&format!("{}: {e}; once more", label(s)));
-                        match measure(opts, s, size, ceiling, progress) {
+                        match measure(opts, s, &tf, size, ceiling, progress) {
                             Ok(r) => r,
                             Err(e) => {
                                 progress(&format!("{}: failed again: {e}", label(s)));
@@ -910,6 +969,7 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
         "bench": "scale", "cores": cores, "ports": opts.ports, "networks": m,
         "backends": opts.backends, "flows_per_host": opts.flows, "seconds_per_point": opts.seconds,
         "generator": "xdp", "sink": if opts.sink_xdp { "xdp" } else { "afpacket" },
+        "destinations": if opts.spread { "table" } else { "hosts" },
         "rt_napi": opts.rt_napi, "interconnect": opts.interconnect.name(),
         "generator_ceiling_pps": ceilings, "placement": placement,
         "multistage_over_single": multistage_over_single,

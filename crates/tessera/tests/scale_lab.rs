@@ -80,6 +80,7 @@ fn quick_scale_bench_writes_results_placement_and_a_plot() {
             "--quick",
             "--only",
             "multistage,forwarder,star",
+            "--spread",
             "--seconds",
             "0.3",
             "--out",
@@ -92,6 +93,17 @@ fn quick_scale_bench_writes_results_placement_and_a_plot() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     let cores = std::thread::available_parallelism().unwrap().get() as u64;
+    // `--spread`: the table's prefixes through the receiving network's host, and the
+    // sender's destinations drawn from them.
+    assert_eq!(v["destinations"], "table", "{brief}");
+    let routes = std::fs::read_to_string(out.join("table-10-spread.txt")).unwrap();
+    assert_eq!(routes.lines().count(), 10, "{routes}");
+    assert!(
+        routes.lines().all(|l| l.ends_with(" 10.2.0.10")),
+        "{routes}"
+    );
+    let dsts = std::fs::read_to_string(out.join("table-10-spread-to2.txt")).unwrap();
+    assert_eq!(dsts.lines().count(), 10, "{dsts}");
     assert_eq!(v["cores"].as_u64(), Some(cores), "{brief}");
     assert!(
         v["multistage_over_single"].as_f64().unwrap() > 0.0,

@@ -277,6 +277,11 @@ pub(crate) enum Bench {
         /// runs before 2026-11-27 did).
         #[arg(long, default_value = "xdp", value_parser = ["xdp", "afpacket"])]
         sink: String,
+        /// Destinations drawn from the table, its prefixes split among the receiving
+        /// networks (each through its host), so that the routers' lookups spread over the
+        /// table as Internet traffic's do; without it every frame goes to a host's address.
+        #[arg(long)]
+        spread: bool,
     },
     /// Transit forwarding beside a flood of packets addressed to the router: our forwarder
     /// (its fast path shedding the flood at `[io] slow_path_limit`, and with no limit)
@@ -704,6 +709,7 @@ pub(crate) fn run(what: Bench) -> Result<i32> {
             replot: false,
             interconnect,
             sink,
+            spread,
         } => {
             let exe = std::env::current_exe().context("cannot find the tessera binary")?;
             let interconnect = bench::scale_bench::Interconnect::parse(&interconnect)
@@ -725,6 +731,7 @@ pub(crate) fn run(what: Bench) -> Result<i32> {
                 rt_napi,
                 interconnect,
                 sink_xdp: sink == "xdp",
+                spread,
             };
             let v = bench::scale_bench::run(&opts, &mut |s| eprintln!("bench scale: {s}"))
                 .map_err(anyhow::Error::msg)?;
