@@ -1083,12 +1083,16 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tessera-scale-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("table-10.txt"), "192.0.2.0/24\n").unwrap();
-        let s = multistage(&dir, 2, 3, "10", "t", Interconnect::Bridge).unwrap();
+        let t = TableFile {
+            key: "10".into(),
+            spread: false,
+        };
+        let s = multistage(&dir, 2, 3, &t, "t", Interconnect::Bridge).unwrap();
         let l = lab::Lab::load(&s.lab, Some("t"), "tessera".into()).unwrap();
         assert_eq!(l.topo.element.len(), 5);
         assert_eq!(l.topo.switch.len(), 1);
         // With our switch: one more element, a port for each of the five.
-        let sw = multistage(&dir, 2, 3, "10", "w", Interconnect::Switch).unwrap();
+        let sw = multistage(&dir, 2, 3, &t, "w", Interconnect::Switch).unwrap();
         let l = lab::Lab::load(&sw.lab, Some("w"), "tessera".into()).unwrap();
         assert_eq!((l.topo.element.len(), l.topo.switch.len()), (6, 0));
         assert_eq!(sw.cores, 5);
@@ -1101,13 +1105,34 @@ mod tests {
         assert_eq!(lb.interfaces.len(), 2);
         let r = control::ForwarderFile::load(&dir.join("t-r3.toml")).unwrap();
         assert_eq!(r.interfaces.len(), 3);
-        let s = single(&dir, 2, 1, false, "10", "f").unwrap();
+        let s = single(&dir, 2, 1, false, &t, "f").unwrap();
         assert_eq!(s.contender, "forwarder");
         let r = control::ForwarderFile::load(&dir.join("f-r.toml")).unwrap();
         assert!(r.io.fast_path);
-        let s = single(&dir, 2, 3, true, "10", "k").unwrap();
+        let s = single(&dir, 2, 3, true, &t, "k").unwrap();
         assert_eq!((s.contender, s.cores), ("kernel", 3));
         lab::Lab::load(&s.lab, Some("k"), "tessera".into()).unwrap();
+        // The star of three members over our switch: every member a forwarder with the same
+        // member list, the routes with their own next hops when spread.
+        std::fs::write(dir.join("table-10-spread.txt"), "192.0.2.0/24 10.2.0.10\n").unwrap();
+        let spread = TableFile {
+            key: "10-spread".into(),
+            spread: true,
+        };
+        let s = star(&dir, 3, &spread, "s").unwrap();
+        assert_eq!((s.contender, s.cores), ("star", 3));
+        let l = lab::Lab::load(&s.lab, Some("s"), "tessera".into()).unwrap();
+        assert_eq!((l.topo.element.len(), l.topo.host.len()), (4, 3));
+        for i in 1..=3 {
+            let m = control::ForwarderFile::load(&dir.join(format!("s-s{i}.toml"))).unwrap();
+            let star = m.star.expect("a star member");
+            // Every member's network, this one's included (skipped when it runs).
+            assert_eq!(star.members.len(), 3, "{star:?}");
+            assert_eq!(m.interfaces[star.internal].name, format!("s{i}-int"));
+            assert!(m.routes_file_via.is_empty());
+        }
+        let ic = control::switch::SwitchFile::load(&dir.join("s-ic.toml")).unwrap();
+        assert_eq!(ic.cfg.ports.len(), 3);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
