@@ -112,6 +112,41 @@ fn xdp_receiver(lab: &lab::Lab, node: &str, ifname: &str, rt: bool) -> Result<()
     Ok(())
 }
 
+/// Gives every host of a lab two cores (its generator or sink, its receive work; three
+/// where there are enough) and every element one, where the machine has them all
+/// (`bench scale`'s plan): `cpus` on each node, so that an element pins its workers and
+/// ports' NAPI threads there, `lab exec` runs there, and [`place_hosts`] moves the hosts'
+/// and a kernel router's receive work there. Returns whether it did, and what it did or
+/// why not.
+pub(crate) fn place_nodes(l: &mut lab::Lab) -> (bool, String) {
+    let (plan, note) =
+        crate::scale_bench::plan_cpus(l.topo.host.len(), l.topo.element.len(), false);
+    let Some((h, e)) = plan else {
+        return (false, note);
+    };
+    for (host, c) in l.topo.host.iter_mut().zip(h) {
+        host.cpus = Some(c);
+    }
+    for (el, c) in l.topo.element.iter_mut().zip(e) {
+        el.cpus = Some(c);
+    }
+    (true, note)
+}
+
+/// After [`place_nodes`] (and GRO on, which gives a veth its NAPI): every host's receive
+/// work, and a kernel router's, in NAPI threads on its own cores.
+fn place_hosts(l: &lab::Lab, kernel_router: bool) -> Result<(), String> {
+    for h in &l.topo.host {
+        l.napi_threads(&h.name)?;
+        l.place(&h.name)?;
+    }
+    if kernel_router {
+        l.napi_threads("r")?;
+        l.place("r")?;
+    }
+    Ok(())
+}
+
 /// Moves the NAPI of `node:ifname` into kernel threads of its own (`threaded`) and returns
 /// their PIDs, as the kernel's `netdev` netlink family of the node's namespace names them
 /// (thread names repeat across namespaces; already threaded ones, an element placed with
@@ -779,6 +814,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
         * per_table
         * (steps.len() + searches + LATENCY_LOADS.len());
     let mut rows = Vec::new();
+    let mut placements: Vec<Value> = Vec::new();
     let mut done = 0;
     for tname in &tables {
         // A synthetic table of that many prefixes, or a table file.
@@ -901,6 +937,13 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                     (None, b) => b.cloned(),
                 };
             }
+            let (placed, note) = place_nodes(&mut l);
+            if !placements
+                .iter()
+                .any(|p: &Value| p["contender"] == contender)
+            {
+                placements.push(json!({"contender": contender, "placed": placed, "note": note}));
+            }
             l.up()?;
             let mut bench = Bench {
                 opts,
@@ -949,6 +992,9 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                             "on",
                         ],
                     )?;
+                }
+                if placed {
+                    place_hosts(&l, role == "linux" || role == "external")?;
                 }
                 // Resolve every neighbour before measuring (ARP has its own tests); an
                 // external router gets a few seconds to come up.
@@ -1120,7 +1166,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             r?;
         }
     }
-    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "ipv6": opts.ipv6, "rt_napi": opts.rt_napi, "sink": if opts.sink_xdp { "xdp" } else { "afpacket" }, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "points": rows});
+    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "ipv6": opts.ipv6, "rt_napi": opts.rt_napi, "sink": if opts.sink_xdp { "xdp" } else { "afpacket" }, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "placement": placements, "points": rows});
     write(
         &opts.out.join("results.json"),
         &serde_json::to_string_pretty(&v).unwrap_or_default(),
