@@ -201,6 +201,47 @@ fn take_with(list: &str, more: Vec<usize>) -> String {
     io::placement::CpuList::of(&v).to_string()
 }
 
+/// Writes an element's config (`TAG-NAME.toml` in `out`) and adds its `[[element]]` to a
+/// lab's text.
+fn add_element(
+    out: &Path,
+    topo: &mut String,
+    tag: &str,
+    name: &str,
+    role: &str,
+    config: &str,
+    cpus: Option<&String>,
+) -> Result<(), String> {
+    let f = format!("{tag}-{name}.toml");
+    write(&out.join(&f), config)?;
+    let _ = write!(
+        topo,
+        "[[element]]\nname = \"{name}\"\nrole = \"{role}\"\nconfig = \"{f}\"\n{}\n",
+        cpus_line(cpus)
+    );
+    Ok(())
+}
+
+/// Our switch with its fast path as the interconnection `ic`, with these ports (frames
+/// stay XDP frames from element to element), then the lab's links.
+fn add_switch(
+    out: &Path,
+    topo: &mut String,
+    tag: &str,
+    ports: &[String],
+    cpus: Option<&String>,
+    links: &str,
+) -> Result<(), String> {
+    let mut c = String::from("[switch]\nmode = \"fifo\"\n");
+    for p in ports {
+        let _ = write!(c, "\n[[port]]\nname = \"{p}\"\n");
+    }
+    c.push_str("\n[io]\nfast_path = true\n");
+    add_element(out, topo, tag, "ic", "switch", &c, cpus)?;
+    topo.push_str(links);
+    Ok(())
+}
+
 fn cpus_line(c: Option<&String>) -> String {
     c.map(|c| format!("cpus = \"{c}\"\n")).unwrap_or_default()
 }
@@ -253,10 +294,7 @@ fn multistage(
     // line rate.
     let switch = interconnect == Interconnect::Switch;
     let (cpus, note) = plan_cpus(m, m + n + usize::from(switch), switch);
-    let (hc, ec) = match &cpus {
-        Some((h, e)) => (Some(h), Some(e)),
-        None => (None, None),
-    };
+    let (hc, ec) = (cpus.as_ref().map(|c| &c.0), cpus.as_ref().map(|c| &c.1));
     let mut topo = format!("name = \"sc\"\ndist_key = true\n\n{}", hosts(m, hc));
     let mut links = String::new();
     // The interconnection's end of a link from `node:ifname`: a bridge port, or a port of
@@ -281,13 +319,8 @@ fn multistage(
                 "\n[[backend]]\nmac = \"02:00:00:00:01:{j:02x}\"\ninterface = \"lb{i}-int\"\n"
             );
         }
-        let f = format!("{tag}-lb{i}.toml");
-        write(&out.join(&f), &c)?;
-        let _ = write!(
-            topo,
-            "[[element]]\nname = \"lb{i}\"\nrole = \"balancer\"\nconfig = \"{f}\"\n{}\n",
-            cpus_line(ec.map(|c| &c[i - 1]))
-        );
+        let cpus = ec.map(|c| &c[i - 1]);
+        add_element(out, &mut topo, tag, &format!("lb{i}"), "balancer", &c, cpus)?;
         let _ = write!(
             links,
             "[[link]]\na = \"h{i}:eth0\"\nb = \"lb{i}:lb{i}-ext\"\n\n[[link]]\na = \"lb{i}:lb{i}-int\"\nb = \"{}\"\na_mac = \"02:00:00:00:0a:{i:02x}\"\n\n",
@@ -309,13 +342,8 @@ fn multistage(
         }
         c.push_str("\n[backend]\ninternal = \"r");
         let _ = write!(c, "{j}-int\"\nhello_interval_ms = 100\n");
-        let f = format!("{tag}-r{j}.toml");
-        write(&out.join(&f), &c)?;
-        let _ = write!(
-            topo,
-            "[[element]]\nname = \"r{j}\"\nrole = \"forwarder\"\nconfig = \"{f}\"\n{}\n",
-            cpus_line(ec.map(|c| &c[m + j - 1]))
-        );
+        let cpus = ec.map(|c| &c[m + j - 1]);
+        add_element(out, &mut topo, tag, &format!("r{j}"), "forwarder", &c, cpus)?;
         let _ = write!(
             links,
             "[[link]]\na = \"r{j}:r{j}-int\"\nb = \"{}\"\na_mac = \"02:00:00:00:01:{j:02x}\"\n\n",
@@ -323,19 +351,14 @@ fn multistage(
         );
     }
     if switch {
-        // Our switch with its fast path: frames stay XDP frames from element to element.
-        let mut c = String::from("[switch]\nmode = \"fifo\"\n");
-        for p in &ic_ports {
-            let _ = write!(c, "\n[[port]]\nname = \"{p}\"\n");
-        }
-        c.push_str("\n[io]\nfast_path = true\n");
-        let f = format!("{tag}-ic.toml");
-        write(&out.join(&f), &c)?;
-        let _ = write!(
-            topo,
-            "[[element]]\nname = \"ic\"\nrole = \"switch\"\nconfig = \"{f}\"\n{}\n{links}",
-            cpus_line(ec.map(|c| &c[m + n]))
-        );
+        add_switch(
+            out,
+            &mut topo,
+            tag,
+            &ic_ports,
+            ec.map(|c| &c[m + n]),
+            &links,
+        )?;
     } else {
         // GRO on the bridge's ports: their veths take what the elements' XDP redirects.
         let _ = write!(topo, "[[switch]]\nname = \"ic\"\ngro = true\n\n{links}");
@@ -361,10 +384,7 @@ fn multistage(
 /// enters; the member facing the next hop sends it on: every frame crosses two members.
 fn star(out: &Path, m: usize, table: &TableFile, tag: &str) -> Result<Setup, String> {
     let (cpus, note) = plan_cpus(m, m + 1, true);
-    let (hc, ec) = match &cpus {
-        Some((h, e)) => (Some(h), Some(e)),
-        None => (None, None),
-    };
+    let (hc, ec) = (cpus.as_ref().map(|c| &c.0), cpus.as_ref().map(|c| &c.1));
     let mut topo = format!("name = \"sc\"\n\n{}", hosts(m, hc));
     let mut links = String::new();
     let mut members = String::new();
@@ -374,35 +394,23 @@ fn star(out: &Path, m: usize, table: &TableFile, tag: &str) -> Result<Setup, Str
             "\n[[star.member]]\nmac = \"02:00:00:00:05:{i:02x}\"\nnetworks = [{{ prefix = \"10.{i}.0.0/24\", port = 0 }}]\n"
         );
     }
-    let mut sw = String::from("[switch]\nmode = \"fifo\"\n");
+    let mut ports = Vec::new();
     for i in 1..=m {
         let c = format!(
             "{}\n[[interface]]\nname = \"s{i}-ext\"\naddress = \"10.{i}.0.1/24\"\n\n[[interface]]\nname = \"s{i}-int\"\naddress = \"10.255.1.{i}/24\"\n\n[star]\ninternal = \"s{i}-int\"\n{members}",
             table_line(table)
         );
-        let f = format!("{tag}-s{i}.toml");
-        write(&out.join(&f), &c)?;
-        let _ = write!(
-            topo,
-            "[[element]]\nname = \"s{i}\"\nrole = \"forwarder\"\nconfig = \"{f}\"\n{}\n",
-            cpus_line(ec.map(|c| &c[i - 1]))
-        );
+        let cpus = ec.map(|c| &c[i - 1]);
+        add_element(out, &mut topo, tag, &format!("s{i}"), "forwarder", &c, cpus)?;
         // The star header (12 bytes) rides inside the switch: the largest frames cross
         // whole.
         let _ = write!(
             links,
             "[[link]]\na = \"h{i}:eth0\"\nb = \"s{i}:s{i}-ext\"\n\n[[link]]\na = \"s{i}:s{i}-int\"\nb = \"ic:ic-s{i}\"\na_mac = \"02:00:00:00:05:{i:02x}\"\nmtu = 1512\n\n"
         );
-        let _ = write!(sw, "\n[[port]]\nname = \"ic-s{i}\"\n");
+        ports.push(format!("ic-s{i}"));
     }
-    sw.push_str("\n[io]\nfast_path = true\n");
-    let f = format!("{tag}-ic.toml");
-    write(&out.join(&f), &sw)?;
-    let _ = write!(
-        topo,
-        "[[element]]\nname = \"ic\"\nrole = \"switch\"\nconfig = \"{f}\"\n{}\n{links}",
-        cpus_line(ec.map(|c| &c[m]))
-    );
+    add_switch(out, &mut topo, tag, &ports, ec.map(|c| &c[m]), &links)?;
     let p = out.join(format!("lab-{tag}.toml"));
     write(&p, &topo)?;
     Ok(Setup {
