@@ -20,6 +20,7 @@
 //! (Ethernet, IPv6, UDP, the probe, the FCS): where IPv4 is measured at 64 bytes, IPv6 is
 //! at 84.
 
+use crate::placement::{place_hosts, place_nodes};
 use crate::table;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -108,41 +109,6 @@ fn xdp_receiver(lab: &lab::Lab, node: &str, ifname: &str, rt: bool) -> Result<()
             ));
         }
         realtime_napi(&mine).map_err(|e| format!("--rt-napi: {node}:{ifname}: {e}"))?;
-    }
-    Ok(())
-}
-
-/// Gives every host of a lab two cores (its generator or sink, its receive work; three
-/// where there are enough) and every element one, where the machine has them all
-/// (`bench scale`'s plan): `cpus` on each node, so that an element pins its workers and
-/// ports' NAPI threads there, `lab exec` runs there, and [`place_hosts`] moves the hosts'
-/// and a kernel router's receive work there. Returns whether it did, and what it did or
-/// why not.
-pub(crate) fn place_nodes(l: &mut lab::Lab) -> (bool, String) {
-    let (plan, note) =
-        crate::scale_bench::plan_cpus(l.topo.host.len(), l.topo.element.len(), false);
-    let Some((h, e)) = plan else {
-        return (false, note);
-    };
-    for (host, c) in l.topo.host.iter_mut().zip(h) {
-        host.cpus = Some(c);
-    }
-    for (el, c) in l.topo.element.iter_mut().zip(e) {
-        el.cpus = Some(c);
-    }
-    (true, note)
-}
-
-/// After [`place_nodes`] (and GRO on, which gives a veth its NAPI): every host's receive
-/// work, and a kernel router's, in NAPI threads on its own cores.
-fn place_hosts(l: &lab::Lab, kernel_router: bool) -> Result<(), String> {
-    for h in &l.topo.host {
-        l.napi_threads(&h.name)?;
-        l.place(&h.name)?;
-    }
-    if kernel_router {
-        l.napi_threads("r")?;
-        l.place("r")?;
     }
     Ok(())
 }

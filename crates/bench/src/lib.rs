@@ -12,6 +12,7 @@ pub mod fib_bench;
 pub mod flood_bench;
 pub mod forward_bench;
 pub mod pipeline_bench;
+pub mod placement;
 pub mod plot;
 pub mod scale_bench;
 pub mod switch_bench;
