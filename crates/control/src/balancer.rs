@@ -41,6 +41,10 @@
 //! action = "virtual-cp"        # external-arp, internal-arp, virtual-cp, balance, dist,
 //!                              # int-to-ext or drop
 //!
+//! [spare]                      # optional: another LB serves the same external network
+//! peer = "02:00:00:00:0a:02"   # its internal MAC (the one LB active, the other standby)
+//! priority = 200               # 1-255: the higher is active, at start and when both are
+//!
 //! [io]                         # optional, as for the forwarder
 //! backend = "auto"             # "auto", "xdp" or "packet"
 //! busy_poll = false
@@ -79,6 +83,7 @@ struct Raw {
     backend: Vec<RawBackend>,
     #[serde(default)]
     rule: Vec<Spanned<Rule>>,
+    spare: Option<RawSpare>,
     io: Option<crate::config::RawIo>,
     metrics: Option<crate::config::RawMetrics>,
     dist: Option<crate::config::RawDist>,
@@ -105,6 +110,13 @@ struct RawBalance {
 struct RawHello {
     interval_ms: Option<Spanned<u64>>,
     timeout_ms: Option<Spanned<u64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpare {
+    peer: Spanned<String>,
+    priority: Spanned<u8>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -223,6 +235,12 @@ impl BalancerFile {
             .collect();
         if !backends.is_empty() {
             t.insert("backend".into(), Value::Array(backends));
+        }
+        if let Some(sp) = &f.cfg.spare {
+            let mut v = Table::new();
+            v.insert("peer".into(), s(sp.peer));
+            v.insert("priority".into(), int(sp.priority));
+            t.insert("spare".into(), Value::Table(v));
         }
         let builtin = default_rules();
         let rules: Vec<Value> = f
@@ -421,6 +439,30 @@ impl BalancerFile {
             )),
             None => None,
         };
+        let spare = match &raw.spare {
+            Some(sp) => {
+                let peer = mac(&sp.peer, "spare.peer".into())?;
+                if interfaces.iter().all(|i| i.role != PortRole::External) {
+                    return Err(err(
+                        sp.peer.span().start,
+                        "spare.peer".into(),
+                        "a spare pair serves an external network: this LB has no external interface".into(),
+                    ));
+                }
+                if *sp.priority.get_ref() == 0 {
+                    return Err(err(
+                        sp.priority.span().start,
+                        "spare.priority".into(),
+                        "0 is not 1 to 255".into(),
+                    ));
+                }
+                Some(dataplane::balancer::SpareConfig {
+                    peer,
+                    priority: *sp.priority.get_ref(),
+                })
+            }
+            None => None,
+        };
         let ms = |v: &Option<Spanned<u64>>,
                   key: &str,
                   default: Option<u64>|
@@ -474,6 +516,7 @@ impl BalancerFile {
                 hello_timeout,
                 virtual_cp,
                 rules,
+                spare,
             },
             backends,
             io: crate::config::IoConfig::from_raw(path, src, raw.io.as_ref())?,
@@ -526,6 +569,17 @@ pub fn table_json(b: &Balancer, now: Instant) -> Value {
         "controller": b.controller.map(|m| m.to_string()),
         "digest": format!("{:016x}", b.table_digest()),
         "virtual_cp": b.cfg.virtual_cp.map(|(m, p)| json!({"mac": m.to_string(), "interface": b.ports[p as usize].name})),
+        "spare": b.spare.as_ref().map(|s| json!({
+            "role": if s.active { "active" } else { "standby" },
+            "since_ms": now.saturating_duration_since(s.since).as_millis() as u64,
+            "peer": s.cfg.peer.to_string(),
+            "priority": s.cfg.priority,
+            "peer_heard_ms": s.peer_seen.map(|t| now.saturating_duration_since(t).as_millis() as u64),
+            "peer_active": s.peer_active,
+            "peer_priority": s.peer_priority,
+            "takeovers": s.takeovers,
+            "stepdowns": s.stepdowns,
+        })),
         "entries": b.table.entries.iter().map(|e| json!({
             "mac": e.mac.to_string(),
             "interface": b.ports.get(e.port as usize).map(|p| p.name.as_str()).unwrap_or("?"),
@@ -674,6 +728,10 @@ pub fn run<P: Port + Send>(
     crate::statelog::watch_links(names, stop.clone()).map_err(|e| format!("links: {e}"))?;
     if let Some(fl) = &mut fast {
         fl.publish(&b)?;
+        // The standby of a spare pair balances nothing, from its first frame.
+        if b.standby {
+            fl.fp.suspend(true);
+        }
     }
     // The state published: where a predecessor's programs still ran in the ports' links
     // (its fast path handed over), this LB's take their place now.
@@ -1042,6 +1100,36 @@ action = "virtual-cp"
             .unwrap_err()
             .message
             .contains("at least one external"));
+    }
+
+    /// `[spare]`: the other LB's internal MAC and this one's priority; shown, and its
+    /// errors named by line and key.
+    #[test]
+    fn a_spare_pair() {
+        let src = format!("{EXAMPLE}\n[spare]\npeer = \"02:00:00:00:0a:02\"\npriority = 200\n");
+        let c = parse(&src).unwrap();
+        let sp = c.cfg.spare.clone().unwrap();
+        assert_eq!(sp.peer.to_string(), "02:00:00:00:0a:02");
+        assert_eq!(sp.priority, 200);
+        assert!(
+            c.shown()
+                .contains("[spare]\npeer = \"02:00:00:00:0a:02\"\npriority = 200"),
+            "{}",
+            c.shown()
+        );
+        let line = src.lines().count();
+        for (bad, key, msg) in [
+            ("priority = 0", "spare.priority", "not 1 to 255"),
+            ("priority = 300", "priority", "u8"),
+        ] {
+            let e = parse(&src.replace("priority = 200", bad)).unwrap_err();
+            assert_eq!((e.line, e.key.as_str()), (line, key), "{e}");
+            assert!(e.message.contains(msg), "{e}");
+        }
+        let e = parse(&src.replace("\"02:00:00:00:0a:02\"", "\"ff:ff:ff:ff:ff:ff\"")).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (line - 1, "spare.peer"), "{e}");
+        let e = parse(&src.replace("priority = 200\n", "")).unwrap_err();
+        assert!(e.message.contains("priority"), "{e}");
     }
 
     /// An external interface with IPv6 addresses only: no IPv4 address (0.0.0.0 inside),

@@ -187,13 +187,17 @@ impl LbFastLink {
     /// Publishes what changed and adds what the fast path balanced since the last call
     /// to the back-ends' counts (the first worker, after each poll).
     pub fn sync(&mut self, b: &mut Balancer) {
-        // While a capture runs, every frame through user space, where it sees them.
+        // While a capture runs, every frame through user space, where it sees them; and
+        // while the LB is the standby of a spare pair, where it drops them.
         let capture = crate::capturing::capture_under_way();
-        if self.fp.suspended() != capture {
-            self.fp.suspend(capture);
+        let off = capture || b.standby;
+        if self.fp.suspended() != off {
+            self.fp.suspend(off);
             tracing::info!(
-                suspended = capture,
-                "LB fast path: a capture started or ended"
+                suspended = off,
+                capture,
+                standby = b.standby,
+                "LB fast path: a capture or the spare pair's standby state started or ended"
             );
         }
         if let Err(e) = self.publish(b) {

@@ -40,8 +40,10 @@ use wire::ipv4::protocol;
 use wire::{arp, ipv6, MacAddr};
 
 mod rules;
+pub mod spare;
 use rules::Key;
 pub use rules::{default_rules, order_rules, Action, Rule};
+pub use spare::{SpareConfig, SpareState};
 
 const ETH: usize = ethernet::HEADER_LEN;
 
@@ -83,6 +85,8 @@ pub struct BalancerConfig {
     /// The back-end hosting the control plane, and the port that reaches it.
     pub virtual_cp: Option<(MacAddr, u16)>,
     pub rules: Vec<Rule>,
+    /// `[spare]`: another LB serves the same external network (see [`spare`]).
+    pub spare: Option<SpareConfig>,
 }
 
 impl Default for BalancerConfig {
@@ -93,6 +97,7 @@ impl Default for BalancerConfig {
             hello_timeout: None,
             virtual_cp: None,
             rules: default_rules(),
+            spare: None,
         }
     }
 }
@@ -119,6 +124,8 @@ pub struct LbState {
     pub ports: Vec<LbPort>,
     pub cfg: BalancerConfig,
     pub table: BalanceTable,
+    /// The standby of a spare pair: it balances and sends out nothing.
+    pub standby: bool,
 }
 
 /// Messages one worker may hold for another; more wait (packet counts) or are dropped
@@ -177,6 +184,11 @@ pub struct Balancer {
     pub controller: Option<MacAddr>,
     /// A balance message was applied in this incarnation (the hellos' table flag).
     pub balanced: bool,
+    /// The pair, where this LB is one of two serving one external network (first worker).
+    pub spare: Option<SpareState>,
+    /// The standby of such a pair: every frame dropped (`lb_standby`) but DIST from the
+    /// interconnection and the other LB's hellos from outside; its fast path suspended.
+    pub standby: bool,
 }
 
 impl Balancer {
@@ -202,7 +214,13 @@ impl Balancer {
             incarnation: dist::new_incarnation(),
             controller: None,
             balanced: false,
+            spare: None,
+            standby: false,
         };
+        if let Some(c) = b.cfg.spare.clone() {
+            b.spare = Some(SpareState::new(c, now));
+            b.standby = true;
+        }
         b.index_vlans();
         b
     }
@@ -284,6 +302,7 @@ impl Balancer {
         self.ports = state.ports.clone();
         self.cfg = state.cfg.clone();
         self.table = state.table.clone();
+        self.standby = state.standby;
         for e in &mut self.table.entries {
             e.packets = mine.iter().find(|m| m.0 == e.mac).map_or(0, |m| m.1);
         }
@@ -311,6 +330,7 @@ impl Balancer {
             ports: self.ports.clone(),
             cfg: self.cfg.clone(),
             table,
+            standby: self.standby,
         });
         // A full queue: the worker is far behind; it takes the next publication.
         if self
@@ -460,6 +480,14 @@ impl Balancer {
             return self.drop_pkt(p, Drop::NotOurMac);
         }
         let vid = eth.vlan();
+        if self.standby {
+            // DIST from inside as always; from outside, the active LB's hellos (checked as
+            // DIST); nothing else.
+            if eth.ethertype() == dist::ETHERTYPE && vid.is_none() {
+                return self.dist_input(p, now);
+            }
+            return self.drop_pkt(p, Drop::LbStandby);
+        }
         if from == PortRole::External && vid.is_some() {
             // Outside, the router's ports are untagged; inside, tags carry the port.
             return self.drop_pkt(p, Drop::VlanNotConfigured);
@@ -732,6 +760,23 @@ impl Balancer {
             Err(_) => return self.drop_pkt(p, Drop::DistMalformed),
         };
         let src = MacAddr::from_slice(&p.data[6..12]);
+        let outside = self
+            .ports
+            .get(p.meta.rx_port as usize)
+            .is_some_and(|x| x.role == PortRole::External);
+        if outside {
+            // From outside only the other LB of a spare pair, authenticated: its hellos.
+            return match &r.msg {
+                dist::Message::Hello(h)
+                    if self.dist_auth.enabled() && self.is_peer_hello(h, src) =>
+                {
+                    self.pool.put(p);
+                    self.counters.event(Event::DistHellosReceived);
+                    self.peer_hello(h, now);
+                }
+                _ => self.drop_pkt(p, Drop::DistNotInternal),
+            };
+        }
         self.pool.put(p);
         self.counters.event(Event::DistReceived);
         match self.apply(&r.msg, src, now) {
@@ -750,6 +795,10 @@ impl Balancer {
                 self.counters.event(Event::DistHellosReceived);
                 if h.element == dist::ElementKind::Controller && h.active {
                     self.controller = Some(src);
+                }
+                if self.is_peer_hello(h, src) {
+                    self.peer_hello(h, now);
+                    return Ok(());
                 }
                 let interval = Duration::from_millis(h.interval_ms.max(1) as u64);
                 // Under a controller, a back-end that holds none of its tables yet (just
@@ -902,6 +951,7 @@ impl Balancer {
         for m in downs {
             self.note(now, LogEvent::Down(m));
         }
+        self.spare_poll(now, tx);
         if now >= self.next_hello {
             self.next_hello = now + self.cfg.hello_interval;
             self.send_hellos(tx);
@@ -930,17 +980,20 @@ impl Balancer {
         // The router's IPv6 addresses on the listed ports, as many as a hello holds.
         let addrs6 =
             crate::report::hello_addrs6(self.ports.iter().map(|p| p.addrs6.iter().copied()));
-        dist::Repr {
-            seq: self.seq,
-            msg: crate::report::hello(
-                dist::ElementKind::Balancer,
-                self.cfg.hello_interval,
-                self.group_counters().totals(),
-                ports,
-                addrs6,
-                Some(self.hello_state()),
-            ),
+        let mut msg = crate::report::hello(
+            dist::ElementKind::Balancer,
+            self.cfg.hello_interval,
+            self.group_counters().totals(),
+            ports,
+            addrs6,
+            Some(self.hello_state()),
+        );
+        // Of a spare pair: its rank, and whether it is the active one.
+        if let (dist::Message::Hello(h), Some(s)) = (&mut msg, &self.spare) {
+            h.priority = s.cfg.priority;
+            h.active = s.active;
         }
+        dist::Repr { seq: self.seq, msg }
     }
 
     /// What this LB's hellos say of it: its incarnation, and its balancing table (entries
@@ -996,6 +1049,22 @@ impl Balancer {
 
     fn send_hellos(&mut self, tx: &mut TxQueues) {
         let h = self.hello();
+        // The active LB of a spare pair: its hellos out of the external ports too, from
+        // the shared MAC, where the standby watches them.
+        if self.spare.as_ref().is_some_and(|s| s.active) {
+            for (i, port) in self.ports.iter().enumerate() {
+                if port.role != PortRole::External {
+                    continue;
+                }
+                if let Ok(mut f) = h.to_frame(port.mac, MacAddr::BROADCAST) {
+                    self.dist_auth.seal(&mut f);
+                    let mut p = self.pool.get();
+                    p.data.extend_from_slice(&f);
+                    self.counters.event(Event::DistHellosSent);
+                    tx.push(i as u16, p);
+                }
+            }
+        }
         for i in self.internal_ports().collect::<Vec<_>>() {
             if let Ok(mut f) = h.to_frame(self.ports[i as usize].mac, MacAddr::BROADCAST) {
                 self.dist_auth.seal(&mut f);

@@ -1110,3 +1110,90 @@ fn state_changes_are_logged_once_each() {
         lab.log("r1")
     );
 }
+
+/// `spare.role` of an LB of labs/multistage-ha.toml.
+fn spare_role(lab: &TestLab, lb: &str) -> String {
+    ask(lab, lb, "balance")["spare"]["role"]
+        .as_str()
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// An LB's machine fails: its process killed at once and its links down (its fast path,
+/// which outlives the process for a hand-over, with them).
+fn fail_lb(lab: &TestLab, lb: &str) {
+    let pid = std::fs::read_to_string(
+        Path::new(lab::topology::RUN_DIR)
+            .join(&lab.name)
+            .join(format!("{lb}.pid")),
+    )
+    .unwrap();
+    assert!(std::process::Command::new("kill")
+        .args(["-KILL", pid.trim()])
+        .status()
+        .unwrap()
+        .success());
+    let ns = format!("ts-{}-{lb}", lab.name);
+    for ifname in [format!("{lb}-ext"), format!("{lb}-int")] {
+        assert!(std::process::Command::new("ip")
+            .args(["-n", &ns, "link", "set", &ifname, "down"])
+            .status()
+            .unwrap()
+            .success());
+    }
+}
+
+/// labs/multistage-ha.toml: a spare LB beside each active one. The higher-ranked LB of
+/// each pair is active, the other standby; under a 10 kpps stream from a1 to b1, network
+/// B's active LB fails (the egress side: the standby's probes must teach the
+/// interconnection where b1 is), then network A's (the ingress side: its gratuitous ARP
+/// must teach network A's switch where the router's MAC is): each takeover loses at most
+/// three hello intervals of the stream (100 ms each: 3,000 frames).
+#[test]
+fn a_spare_lb_takes_over_within_three_hello_intervals() {
+    let lab = TestLab::up(repo_path("labs/multistage-ha.toml"), &[]);
+    let t = Instant::now();
+    let want = [
+        ("lba", "active"),
+        ("lba2", "standby"),
+        ("lbb", "active"),
+        ("lbb2", "standby"),
+    ];
+    while want.iter().any(|(lb, r)| spare_role(&lab, lb) != *r) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "roles: {:?}",
+            want.map(|(lb, _)| (lb, spare_role(&lab, lb)))
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    ping_through(&lab);
+    // A standby balances and answers nothing: what reached it was dropped and counted.
+    let before = ask(&lab, "lbb2", "counters");
+    assert_eq!(event_count(&before, "spare_takeovers"), 0, "{before}");
+    for (failed, spare) in [("lbb", "lbb2"), ("lba", "lba2")] {
+        let (g, s) = traffic(
+            &lab,
+            &["--flows", "60", "--rate", "10kpps", "--duration", "4"],
+            6.0,
+            || {
+                std::thread::sleep(Duration::from_millis(1500));
+                fail_lb(&lab, failed);
+            },
+        );
+        let sent = g["sent"].as_u64().unwrap();
+        let received = s["received"].as_u64().unwrap();
+        let lost = sent.saturating_sub(received);
+        eprintln!("{failed} failed: {lost} of {sent} lost");
+        assert!(sent > 30_000, "{g}");
+        assert!(lost <= 3_000, "{failed} failed: {lost} of {sent} lost; {s}");
+        let b = ask(&lab, spare, "balance");
+        assert_eq!(b["spare"]["role"], "active", "{b}");
+        assert_eq!(b["spare"]["takeovers"], 1, "{b}");
+        let c = ask(&lab, spare, "counters");
+        assert!(event_count(&c, "spare_announced") >= 1, "{c}");
+        // Every other address of its /24 asked for its MAC.
+        assert_eq!(event_count(&c, "spare_probes"), 253, "{c}");
+    }
+    ping_through(&lab);
+}

@@ -57,10 +57,7 @@ fn run(b: &mut Balancer, now: Instant, port: u16, frame: Vec<u8>) -> Vec<(u16, V
     let mut p = Pkt::from_bytes(&frame);
     p.meta.rx_port = port;
     b.process(p, now, &mut tx);
-    tx.drain_all()
-        .into_iter()
-        .map(|(p, k)| (p, k.data.to_vec()))
-        .collect()
+    frames(&mut tx)
 }
 
 fn udp(src_port: u16, dst_port: u16) -> Vec<u8> {
@@ -307,22 +304,27 @@ fn dist_frame(msg: dist::Message, src: MacAddr) -> Vec<u8> {
         .unwrap()
 }
 
-fn hello_from(mac: MacAddr) -> Vec<u8> {
+/// A hello of an element of `kind` from `mac`, every 100 ms, with no ports.
+fn hello_of(kind: dist::ElementKind, mac: MacAddr, priority: u8, active: bool) -> Vec<u8> {
     dist_frame(
         dist::Message::Hello(dist::Hello {
-            element: dist::ElementKind::Forwarder,
+            element: kind,
             interval_ms: 100,
             rx_packets: 0,
             tx_packets: 0,
             dropped: 0,
-            priority: 0,
-            active: false,
+            priority,
+            active,
             ports: vec![],
             addrs6: vec![],
             state: None,
         }),
         mac,
     )
+}
+
+fn hello_from(mac: MacAddr) -> Vec<u8> {
+    hello_of(dist::ElementKind::Forwarder, mac, 0, false)
 }
 
 /// The LB's hello lists the router's IPv6 addresses on its external ports, with their
@@ -891,4 +893,137 @@ fn workers_share_one_state_held_by_the_first() {
     );
     assert_eq!(a.counters.events(Event::DistHellosSent), 11);
     assert_eq!(w.counters.events(Event::DistHellosSent), 0);
+}
+
+const PEER: MacAddr = MacAddr([2, 0, 0, 0, 0xe1, 2]);
+
+/// The other LB's hello, from its internal MAC: its priority, and whether it is active.
+fn peer_hello(priority: u8, active: bool) -> Vec<u8> {
+    hello_of(dist::ElementKind::Balancer, PEER, priority, active)
+}
+
+/// What `tx` holds, as bytes per port.
+fn frames(tx: &mut TxQueues) -> Vec<(u16, Vec<u8>)> {
+    tx.drain_all()
+        .into_iter()
+        .map(|(p, k)| (p, k.data.to_vec()))
+        .collect()
+}
+
+/// `lb` with `[spare]`: the other LB is PEER, this one of `priority`.
+fn spare_lb(priority: u8) -> (Balancer, Instant) {
+    let (b, now) = lb(Mode::Maglev);
+    let mut cfg = b.cfg.clone();
+    cfg.spare = Some(SpareConfig {
+        peer: PEER,
+        priority,
+    });
+    let mut s = Balancer::new(b.ports.clone(), cfg, now);
+    s.set_backends(&[(be(1), 1, 1), (be(2), 1, 2), (be(3), 1, 1)], false, now);
+    (s, now)
+}
+
+/// A spare pair: both start standby; the higher-ranked one that hears the other standby
+/// becomes active, at once and without takeover; the standby drops what reaches it and
+/// answers nothing; it takes over 2.5 of the active one's intervals after its last hello,
+/// announcing the router's addresses from the shared MAC and asking every other address
+/// of the network for its MAC; of two active ones the lower-ranked steps down.
+#[test]
+fn a_spare_pair_has_one_active_lb() {
+    let ms = Duration::from_millis;
+    // The higher one: standby until it hears the other, standby too.
+    let (mut hi, t0) = spare_lb(200);
+    let mut tx = TxQueues::new(2);
+    assert!(hi.standby);
+    assert!(
+        run(&mut hi, t0, 0, udp(1, 80)).is_empty(),
+        "a standby balances nothing"
+    );
+    let who_has = arp_frame(
+        arp::Operation::Request,
+        MacAddr::BROADCAST,
+        (HOST, "10.1.0.10"),
+        "10.1.0.1",
+    );
+    assert!(
+        run(&mut hi, t0, 0, who_has.clone()).is_empty(),
+        "a standby answers no ARP"
+    );
+    assert_eq!(hi.counters.drops(Drop::LbStandby), 2);
+    run(&mut hi, t0, 1, peer_hello(100, false));
+    hi.poll(t0, &mut tx);
+    assert!(!hi.standby && hi.spare.as_ref().unwrap().active);
+    assert_eq!(hi.spare.as_ref().unwrap().takeovers, 0);
+    assert_eq!(hi.counters.events(Event::SpareTakeovers), 0);
+    let o = frames(&mut tx);
+    // Its gratuitous ARP and unsolicited NA, and 253 requests for 10.1.0.0/24's other
+    // addresses (the hellos out of both ports come after).
+    let arps: Vec<_> = o
+        .iter()
+        .filter(|(p, f)| *p == 0 && eth(f).ethertype() == ethertype::ARP)
+        .map(|(_, f)| arp::Repr::parse(&arp::Packet::new_checked(&f[ETH..]).unwrap()))
+        .collect();
+    assert_eq!(arps.len(), 254);
+    assert_eq!(
+        (arps[0].sender_ip, arps[0].target_ip),
+        (ip("10.1.0.1"), ip("10.1.0.1"))
+    );
+    assert!(arps
+        .iter()
+        .all(|a| a.sender_mac == EXT && a.sender_ip == ip("10.1.0.1")));
+    assert_eq!(arps[1].target_ip, ip("10.1.0.2"));
+    assert_eq!(arps[253].target_ip, ip("10.1.0.254"));
+    assert!(o
+        .iter()
+        .any(|(p, f)| *p == 0 && eth(f).ethertype() == ethertype::IPV6));
+    // Active: it balances, answers ARP, and its hellos go out of the external port too.
+    assert_eq!(run(&mut hi, t0, 0, udp(1, 80)).len(), 1);
+    assert_eq!(run(&mut hi, t0, 0, who_has.clone()).len(), 1);
+    hi.poll(t0 + ms(200), &mut tx);
+    let hellos: Vec<u16> = frames(&mut tx)
+        .iter()
+        .filter(|(_, f)| eth(f).ethertype() == dist::ETHERTYPE)
+        .map(|(p, _)| *p)
+        .collect();
+    assert!(hellos.contains(&0) && hellos.contains(&1), "{hellos:?}");
+    // Of two active ones, the lower-ranked steps down; the higher stays.
+    run(&mut hi, t0 + ms(300), 1, peer_hello(100, true));
+    assert!(!hi.standby);
+    let (mut lo, t1) = spare_lb(100);
+    run(&mut lo, t1, 1, peer_hello(200, false));
+    lo.poll(t1, &mut tx);
+    assert!(
+        lo.standby,
+        "the lower-ranked waits while the other is heard"
+    );
+    lo.spare.as_mut().unwrap().active = true;
+    lo.standby = false;
+    run(&mut lo, t1, 1, peer_hello(200, true));
+    assert!(lo.standby);
+    assert_eq!(lo.spare.as_ref().unwrap().stepdowns, 1);
+    // The active one falls silent: 2.5 intervals after its last hello, the standby takes
+    // over (checked at each poll, every 50 ms here).
+    run(&mut lo, t1 + ms(100), 1, peer_hello(200, true));
+    let mut at = None;
+    for k in 2..20 {
+        let now = t1 + ms(50 * k);
+        lo.poll(now, &mut tx);
+        if !lo.standby {
+            at = Some(now - t1);
+            break;
+        }
+    }
+    assert_eq!(
+        at,
+        Some(ms(400)),
+        "250 ms after the last hello, at the next poll"
+    );
+    assert_eq!(lo.spare.as_ref().unwrap().takeovers, 1);
+    assert_eq!(lo.counters.events(Event::SpareTakeovers), 1);
+    assert!(lo.counters.events(Event::SpareProbes) >= 253);
+    // Hellos of anything but the other LB change nothing of the pair.
+    let (mut s, t2) = spare_lb(100);
+    run(&mut s, t2, 1, hello_from(be(1)));
+    s.poll(t2, &mut tx);
+    assert!(s.standby);
 }

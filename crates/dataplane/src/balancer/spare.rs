@@ -1,0 +1,243 @@
+//! A spare LB: two LBs serve one external network, one active, the other standby
+//! (`[spare]`, docs/multistage.md "A spare LB").
+//!
+//! Both have the network's addresses and the same external MAC (the router's, on that
+//! network); only the active one uses them. Each watches the other's hellos: the DIST
+//! hellos every LB broadcasts on the interconnection, and those the active one also
+//! broadcasts on the external link. The standby balances nothing, answers nothing and
+//! sends nothing outside; it keeps its balancing table as the active one does (the same
+//! back-ends' hellos, the same controller messages). When the active one's hellos stop on
+//! both links for 2.5 of its intervals, the standby takes over: it announces the router's
+//! addresses from the shared MAC (a gratuitous ARP, an unsolicited neighbour
+//! advertisement per IPv6 address), so that the external network's switch learns where
+//! the MAC is now, and asks every address of the port's IPv4 network for its MAC (at most
+//! [`PROBE_MAX`]): the answers cross it into the interconnection with each host's MAC as
+//! source, so that the interconnection learns where the hosts are now too.
+//!
+//! Who is active: at start both are standby; one that hears the other standby, and ranks
+//! higher (priority, then internal MAC), becomes active; one that hears nothing from the
+//! other for 2.5 intervals becomes active; of two active ones (after the links between
+//! them came back) the lower-ranked steps down. A returning LB finds the other active and
+//! stays standby: no second takeover.
+
+use super::{Balancer, ETH};
+use crate::buf::TxQueues;
+use crate::counters::Event;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+use wire::dist::{self, PortRole};
+use wire::ethernet::{self, ethertype};
+use wire::{arp, icmpv6, ipv6, MacAddr};
+
+/// At most this many addresses of an external network are asked for their MAC at a
+/// takeover (a /22's worth; a larger network's hosts are found as they send).
+pub const PROBE_MAX: u32 = 1024;
+
+/// The other LB is gone after this many of its hello intervals without a hello on either
+/// link (as a back-end's timeout).
+const DEAD_INTERVALS: f64 = 2.5;
+
+/// `[spare]`: this LB and another serve the same external network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpareConfig {
+    /// The other LB's internal MAC (its hellos carry it).
+    pub peer: MacAddr,
+    /// Higher is active, at start and when both are (then the higher internal MAC).
+    pub priority: u8,
+}
+
+/// What the first worker knows of the pair.
+#[derive(Debug, Clone)]
+pub struct SpareState {
+    pub cfg: SpareConfig,
+    pub active: bool,
+    /// When it became active or standby.
+    pub since: Instant,
+    pub started: Instant,
+    /// The other LB's last hello, on either link, and what it said.
+    pub peer_seen: Option<Instant>,
+    pub peer_interval: Option<Duration>,
+    pub peer_active: bool,
+    pub peer_priority: u8,
+    pub takeovers: u64,
+    pub stepdowns: u64,
+}
+
+impl SpareState {
+    pub fn new(cfg: SpareConfig, now: Instant) -> SpareState {
+        SpareState {
+            cfg,
+            active: false,
+            since: now,
+            started: now,
+            peer_seen: None,
+            peer_interval: None,
+            peer_active: false,
+            peer_priority: 0,
+            takeovers: 0,
+            stepdowns: 0,
+        }
+    }
+}
+
+impl Balancer {
+    /// This LB's internal MAC (its first internal port's), which ranks it against the
+    /// other at equal priorities.
+    fn own_mac(&self) -> MacAddr {
+        self.ports
+            .iter()
+            .find(|p| p.role == PortRole::Internal)
+            .map_or(MacAddr([0; 6]), |p| p.mac)
+    }
+
+    /// Whether a hello from `src` is the other LB's: a balancer's, sent from or naming its
+    /// internal MAC.
+    pub(super) fn is_peer_hello(&self, h: &dist::Hello, src: MacAddr) -> bool {
+        let Some(s) = &self.spare else {
+            return false;
+        };
+        h.element == dist::ElementKind::Balancer
+            && (src == s.cfg.peer || h.ports.iter().any(|p| p.mac == s.cfg.peer))
+    }
+
+    /// The other LB's hello: it is alive; of two active ones the lower-ranked steps down.
+    pub(super) fn peer_hello(&mut self, h: &dist::Hello, now: Instant) {
+        let me = self.own_mac();
+        let Some(s) = &mut self.spare else {
+            return;
+        };
+        s.peer_seen = Some(now);
+        s.peer_interval = Some(Duration::from_millis(h.interval_ms.max(1) as u64));
+        s.peer_active = h.active;
+        s.peer_priority = h.priority;
+        if s.active && h.active && (h.priority, s.cfg.peer.0) > (s.cfg.priority, me.0) {
+            s.active = false;
+            s.since = now;
+            s.stepdowns += 1;
+            self.counters.event(Event::SpareStepDowns);
+            self.standby = true;
+            self.changed();
+        }
+    }
+
+    /// Timers of the pair (first worker): the standby takes over when the other LB is
+    /// gone, or at start when it ranks higher and the other is standby too.
+    pub(super) fn spare_poll(&mut self, now: Instant, tx: &mut TxQueues) {
+        let me = self.own_mac();
+        let interval = self.cfg.hello_interval;
+        let Some(s) = &mut self.spare else {
+            return;
+        };
+        if s.active {
+            return;
+        }
+        let dead_after = s.peer_interval.unwrap_or(interval).mul_f64(DEAD_INTERVALS);
+        let gone = now.saturating_duration_since(s.peer_seen.unwrap_or(s.started)) > dead_after;
+        let outranks = s.peer_seen.is_some()
+            && !s.peer_active
+            && (s.cfg.priority, me.0) > (s.peer_priority, s.cfg.peer.0);
+        if !(gone || outranks) {
+            return;
+        }
+        s.active = true;
+        s.since = now;
+        // Coming up at start, the other standby, is no takeover.
+        let takeover = s.peer_seen.is_some() && gone;
+        if takeover {
+            s.takeovers += 1;
+        }
+        self.standby = false;
+        self.changed();
+        if takeover {
+            self.counters.event(Event::SpareTakeovers);
+        }
+        self.announce(tx);
+    }
+
+    /// The active LB's addresses announced from the shared MAC on every external port,
+    /// and every address of each port's IPv4 network asked for its MAC (see the module).
+    fn announce(&mut self, tx: &mut TxQueues) {
+        for (i, port) in self.ports.clone().iter().enumerate() {
+            if port.role != PortRole::External {
+                continue;
+            }
+            let i = i as u16;
+            if !port.addr.is_unspecified() {
+                // A gratuitous ARP: a request for our own address, from it.
+                if let Some(p) = self.arp_request(port.mac, port.addr, port.addr) {
+                    self.counters.event(Event::SpareAnnounced);
+                    tx.push(i, p);
+                }
+                let net = u32::from(port.addr) & prefix_mask(port.prefix_len);
+                let hosts = (!prefix_mask(port.prefix_len)).min(PROBE_MAX);
+                for h in 1..hosts {
+                    let target = Ipv4Addr::from(net | h);
+                    if target == port.addr {
+                        continue;
+                    }
+                    if let Some(p) = self.arp_request(port.mac, port.addr, target) {
+                        self.counters.event(Event::SpareProbes);
+                        tx.push(i, p);
+                    }
+                }
+            }
+            for &(a, _) in &port.addrs6 {
+                let (to, to_mac, na) = icmpv6::answer_solicit(
+                    std::net::Ipv6Addr::UNSPECIFIED,
+                    None,
+                    port.mac,
+                    a,
+                    port.mac,
+                );
+                let mut p = self.pool.get();
+                p.data.resize(ETH + ipv6::HEADER_LEN + na.buffer_len(), 0);
+                let eth = ethernet::Repr {
+                    dst: to_mac,
+                    src: port.mac,
+                    vlan: None,
+                    ethertype: ethertype::IPV6,
+                };
+                if eth.emit(&mut p.data).is_ok()
+                    && icmpv6::emit_packet(&mut p.data[ETH..], a, to, 255, &na).is_ok()
+                {
+                    self.counters.event(Event::SpareAnnounced);
+                    tx.push(i, p);
+                }
+            }
+        }
+    }
+
+    /// A broadcast ARP request from `mac`/`from` for `target`.
+    fn arp_request(
+        &mut self,
+        mac: MacAddr,
+        from: Ipv4Addr,
+        target: Ipv4Addr,
+    ) -> Option<crate::buf::Pkt> {
+        let mut p = self.pool.get();
+        p.data.resize(ETH + arp::PACKET_LEN, 0);
+        let eth = ethernet::Repr {
+            dst: MacAddr::BROADCAST,
+            src: mac,
+            vlan: None,
+            ethertype: ethertype::ARP,
+        };
+        let req = arp::Repr {
+            operation: arp::Operation::Request,
+            sender_mac: mac,
+            sender_ip: from,
+            target_mac: MacAddr([0; 6]),
+            target_ip: target,
+        };
+        (eth.emit(&mut p.data).is_ok() && req.emit(&mut p.data[ETH..]).is_ok()).then_some(p)
+    }
+}
+
+/// The network mask of a prefix length (0 to 32).
+fn prefix_mask(len: u8) -> u32 {
+    if len == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(len.min(32)))
+    }
+}
