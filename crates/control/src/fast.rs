@@ -36,9 +36,62 @@ pub struct FastLink {
     /// Set when this start took a predecessor's fast path over ([`FastLink::adopt`]): the
     /// neighbours it read.
     taken_over: Arc<std::sync::OnceLock<usize>>,
+    /// A back-end's ports whose predecessor's programs still run in their pinned links
+    /// ([`FastLink::defer_takeover`]).
+    deferred: Arc<Mutex<Vec<Arc<io::xsk::AttachedShared>>>>,
 }
 
 impl FastLink {
+    /// A back-end that hands its fast path over: the predecessor's programs forward on in
+    /// the ports' pinned links (`atts`), with its table and neighbours, for `wait` after
+    /// this start opened its ports, then this start's take them
+    /// ([`FastLink::take_over_deferred`]). Meanwhile the LBs hear this start's hellos: under
+    /// a controller they give it no flows until it holds the controller's table, so the
+    /// flows the predecessor still forwards move to the other back-ends first; without
+    /// one, this start forwards with its config's routes, as the predecessor did. (While
+    /// deferred, this start receives nothing: the links' programs are the predecessor's.)
+    pub fn defer_takeover(
+        &self,
+        atts: Vec<Arc<io::xsk::AttachedShared>>,
+        wait: std::time::Duration,
+    ) {
+        if let Ok(mut d) = self.deferred.lock() {
+            *d = atts;
+        }
+        let me = self.clone();
+        let _ = std::thread::Builder::new()
+            .name("fast-path-takeover".into())
+            .spawn(move || {
+                std::thread::sleep(wait);
+                me.take_over_deferred();
+            });
+    }
+
+    /// This start's programs take the links a predecessor's still ran in (once; nothing
+    /// where none did).
+    pub fn take_over_deferred(&self) {
+        let atts = match self.deferred.lock() {
+            Ok(mut d) => std::mem::take(&mut *d),
+            Err(_) => return,
+        };
+        let mut taken = 0;
+        for a in atts {
+            match a.take_over() {
+                Ok(true) => taken += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "fast path: the predecessor's program not replaced")
+                }
+            }
+        }
+        if taken > 0 {
+            tracing::info!(
+                ports = taken,
+                "fast path: taken over from this back-end's last start"
+            );
+        }
+    }
+
     /// Creates the fast path's maps for `ifaces` (a forwarder's; untagged ones are its
     /// ports, in order).
     pub fn new(ifaces: &[Iface]) -> Result<FastLink, String> {
@@ -66,6 +119,7 @@ impl FastLink {
             written6: Arc::default(),
             egress: Arc::default(),
             taken_over: Arc::default(),
+            deferred: Arc::default(),
             fp: Arc::new(Mutex::new(fp)),
             port_of_iface,
             iface_names: ifaces.iter().map(|i| i.name.clone()).collect(),

@@ -395,6 +395,7 @@ fn weights_and_failover() {
     assert_eq!(s["reordered"], 0, "hashing never reorders a flow");
 
     // Failover: r2 (half the flows) stops one second into a 3-second run.
+    let r2_before = packets_per_backend(&ask(&lab, "lba", "balance"))[1];
     let rate = 30_000.0;
     let flows = 60.0;
     let stopped = std::cell::Cell::new(None);
@@ -423,10 +424,17 @@ fn weights_and_failover() {
         "failover: {} of {} flows lost packets ({} packets of {} sent); outage per flow: mean {mean:.0} ms, worst {worst:.0} ms (hello interval 100 ms); lab stop took {:?}",
         lost.len(), flows, s["lost"], g["sent"], stopped.get().unwrap()
     );
-    assert!(
-        !lost.is_empty(),
-        "stopping r2 lost nothing: was it carrying traffic?"
-    );
+    // r2 carried flows until it stopped. On AF_XDP its fast path outlives it for a
+    // hand-over ([io] restart_grace_s) and forwards what still reaches it, so that
+    // stopping it may lose nothing; on AF_PACKET what reached it was lost.
+    let r2_during = packets_per_backend(&ask(&lab, "lba", "balance"))[1] - r2_before;
+    assert!(r2_during > 1000, "r2 carried {r2_during} packets");
+    if io_backend() == "packet" {
+        assert!(
+            !lost.is_empty(),
+            "stopping r2 lost nothing on AF_PACKET: was it carrying traffic?"
+        );
+    }
     assert!(
         worst <= 300.0,
         "traffic moved after {worst} ms, more than three hello intervals"

@@ -514,8 +514,14 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
     // three hello intervals, the BGP sessions (which do not cross the back-ends) stay
     // up, and the remaining back-ends keep the controller's table. r2 returns and is
     // brought back to the same version and digest.
+    // What r2 forwarded (its fast path's frames included), read before the load and just
+    // before it stops.
+    let r2_forwarded = || forwarded4(&lab.counters("r2"));
+    let r2_before = r2_forwarded();
+    let carried = std::cell::Cell::new(0);
     let lost = udp_load(&lab, None, "10.2.0.10", 24, 4, || {
         std::thread::sleep(Duration::from_millis(1500));
+        carried.set(r2_forwarded() - r2_before);
         lab.element("stop", "r2");
     });
     // 500-byte datagrams at 4 Mbit/s: one per millisecond per stream.
@@ -525,10 +531,11 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
         "back-end r2 stopped under iperf3 load: {hit} of {} streams lost packets ({lost:?}); worst outage {worst_ms} ms (hello interval 100 ms)",
         lost.len()
     );
-    assert!(
-        hit > 0,
-        "stopping r2 lost nothing: was it carrying traffic? {lost:?}"
-    );
+    // r2 carried streams until it stopped; its fast path outlives it for a hand-over
+    // ([io] restart_grace_s) and forwards what still reaches it, so that stopping it may
+    // lose nothing at all.
+    let carried = carried.get();
+    assert!(carried > 500, "r2 carried {carried} packets");
     assert!(
         worst_ms <= 300,
         "traffic moved after {worst_ms} ms, more than three hello intervals: {lost:?}"

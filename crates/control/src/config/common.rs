@@ -254,9 +254,11 @@ pub struct IoConfig {
     /// the process by up to N seconds (its programs and maps pinned in the BPF filesystem,
     /// `io::pin`), so that its next start (a restart, a new binary) takes it over with no
     /// frame of the fast path lost; if no start comes, it stops forwarding after N
-    /// seconds. 0: it stops with the process. Standalone forwarders (star members too) and
-    /// LBs on AF_XDP ports (not back-ends, nor tcx); an LB's successor starts from its own
-    /// config and publishes its own state, so only the links and the deadline are kept.
+    /// seconds. 0: it stops with the process. Forwarders (star members and back-ends too)
+    /// and LBs on AF_XDP ports (not tcx); an LB's successor starts from its own config and
+    /// publishes its own state, so only the links and the deadline are kept; a back-end's
+    /// leaves the predecessor's programs running for three of its hello intervals, while
+    /// the LBs learn of it.
     pub restart_grace_s: u64,
     /// `packet_ring = "frames" | "blocks"`: how AF_PACKET ports receive. `frames`
     /// (TPACKET_V2, the default) wakes the worker per frame: no added latency. `blocks`

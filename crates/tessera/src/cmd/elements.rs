@@ -105,9 +105,14 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
         }
         Some(_) => None,
     };
-    // A standalone forwarder hands its XDP fast path over to its next start: the links
-    // pinned as the ports open, the maps a successor reads, a deadline kept ahead.
-    let handover = handover(fast.is_some() && cfg.backend.is_none(), &cfg.io);
+    // A forwarder hands its XDP fast path over to its next start: the links pinned as the
+    // ports open, the maps a successor reads, a deadline kept ahead. A back-end's start
+    // leaves its predecessor's programs running for three of its hello intervals, while
+    // the LBs learn of it (control::fast::FastLink::defer_takeover).
+    let handover = handover(fast.is_some(), &cfg.io);
+    let backend_handover = cfg.backend.is_some() && handover.is_some();
+    io::pin::defer_takeover(backend_handover);
+    let mut attachments = Vec::new();
     if let Some(fl) = &fast {
         // What a predecessor's fast path knew, and the table, before any program: one
         // that takes a running predecessor's place forwards from its first frame.
@@ -144,9 +149,15 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
         };
         let info = mine[0].info();
         tracing::info!(interface = name, backend = info.backend, mode = %info.mode, workers, "port open");
+        attachments.extend(mine[0].attachment());
         for (w, p) in mine.into_iter().enumerate() {
             ports[w].push(p);
         }
+    }
+    if let (Some(fl), Some(grace), Some(b)) = (&fast, handover, &cfg.backend) {
+        // Half the grace at most: the predecessor's programs stop at its end.
+        let hellos = std::time::Duration::from_millis(3 * b.hello_interval_ms);
+        fl.defer_takeover(attachments, hellos.min(grace / 2));
     }
     control::run::place_ports(&cfg.io, &names);
     if let (Some(fl), Some(grace)) = (&fast, handover) {
