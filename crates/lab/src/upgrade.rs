@@ -98,6 +98,18 @@ pub fn upgrade(lab: &Lab, only: &[String], say: &mut dyn FnMut(&str)) -> Result<
         .iter()
         .filter(|(n, r, c)| want("back-end", n) && r == "forwarder" && has_backend(c))
     {
+        // A lab without controllers: nothing to drain on; the back-end's fast path is
+        // handed over to its next start, as a standalone forwarder's.
+        if controllers.is_empty() {
+            let ms = restart(lab, name)?;
+            record(
+                json!({"element": name, "role": "back-end",
+                    "done": "restarted (no controller to drain it on: its fast path handed over)",
+                    "restart_ms": ms}),
+                say,
+            );
+            continue;
+        }
         let ctl = active.as_deref().ok_or_else(|| {
             format!("back-end {name}: no active controller answers to drain it on")
         })?;
@@ -175,13 +187,40 @@ pub fn upgrade(lab: &Lab, only: &[String], say: &mut dyn FnMut(&str)) -> Result<
             say,
         );
     }
-    // LBs: each restarted; it runs again once it answers.
-    for name in of("balancer").into_iter().filter(|n| want("balancer", n)) {
+    // LBs: each restarted; it runs again once it answers. Of a spare pair, the standby
+    // first, and the next only once the pair has one active LB and each hears the other.
+    let spare = |name: &str| {
+        ask(lab, name, json!({"cmd": "balance"}))
+            .ok()
+            .map(|v| v["spare"].clone())
+    };
+    let mut lbs: Vec<String> = of("balancer")
+        .into_iter()
+        .filter(|n| want("balancer", n))
+        .collect();
+    lbs.sort_by_key(|n| spare(n).is_some_and(|s| s["role"] == "active"));
+    for name in lbs {
+        let was = spare(&name)
+            .filter(|s| !s.is_null())
+            .map(|s| s["role"].clone());
         let ms = restart(lab, &name)?;
-        record(
-            json!({"element": name, "role": "balancer", "done": "restarted", "restart_ms": ms}),
-            say,
-        );
+        let mut step =
+            json!({"element": name, "role": "balancer", "done": "restarted", "restart_ms": ms});
+        if was.is_some() {
+            let settled = wait(
+                &format!("{name} and its spare: one active, each hearing the other"),
+                Duration::from_secs(30),
+                || {
+                    spare(&name).is_some_and(|s| {
+                        s["peer_heard_ms"].as_u64().is_some_and(|h| h < 500)
+                            && (s["role"] == "active") != (s["peer_active"] == true)
+                    })
+                },
+            )?;
+            step["spare"] = json!({"was": was, "is": spare(&name).map(|s| s["role"].clone()),
+                "settled_ms": settled.as_millis() as u64});
+        }
+        record(step, say);
     }
     for role in ["switch", "axon"] {
         for name in of(role).into_iter().filter(|n| want(role, n)) {
