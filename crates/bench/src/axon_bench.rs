@@ -174,6 +174,18 @@ fn up_with(opts: &AxonOpts, topo: &Path, fast: Option<bool>) -> Result<lab::Lab,
 /// One-way latency p50 and p99 (µs) from h1 to host `to`, 64-byte frames at 10 kpps.
 fn latency(l: &lab::Lab, opts: &AxonOpts, to: usize) -> Result<(f64, f64), String> {
     let mac = lab_mac(l, &format!("h{to}"), "eth0")?;
+    let p = h1_to(l, opts, mac, to, "10kpps")?;
+    Ok((p.latency_ns[0] as f64 / 1e3, p.latency_ns[1] as f64 / 1e3))
+}
+
+/// 64-byte frames from h1 to host `to` (its MAC `mac`) at `rate`, into a sink there.
+fn h1_to(
+    l: &lab::Lab,
+    opts: &AxonOpts,
+    mac: String,
+    to: usize,
+    rate: &str,
+) -> Result<crate::forward_bench::Point, String> {
     let dst = vec![
         "--dst-mac".to_string(),
         mac,
@@ -182,15 +194,14 @@ fn latency(l: &lab::Lab, opts: &AxonOpts, to: usize) -> Result<(f64, f64), Strin
         "--dst".into(),
         host_ip(to),
     ];
-    let p = lab_point(
+    lab_point(
         l,
         &opts.exe,
         opts.seconds,
         64,
-        &[("h1", dst, "10kpps".into())],
+        &[("h1", dst, rate.into())],
         &[&format!("h{to}")],
-    )?;
-    Ok((p.latency_ns[0] as f64 / 1e3, p.latency_ns[1] as f64 / 1e3))
+    )
 }
 
 /// Per-hop latency from ax1's probes to ax3 over the line (ax1 -> ax2 -> ax3 -> ax2 ->
@@ -697,22 +708,7 @@ fn flat_out(
         .ok()
         .and_then(|s| s.trim().parse::<i32>().ok());
     let cpu0 = pid.and_then(crate::process_cpu_seconds);
-    let dst = vec![
-        "--dst-mac".to_string(),
-        mac,
-        "--src".into(),
-        host_ip(1),
-        "--dst".into(),
-        host_ip(to),
-    ];
-    let p = lab_point(
-        l,
-        &opts.exe,
-        opts.seconds,
-        64,
-        &[("h1", dst, "max".into())],
-        &[&format!("h{to}")],
-    )?;
+    let p = h1_to(l, opts, mac, to, "max")?;
     let cpu = match (pid.and_then(crate::process_cpu_seconds), cpu0) {
         (Some(a), Some(b)) => Some(a - b),
         _ => None,
