@@ -655,7 +655,7 @@ impl Distributor {
                 // a controller that had just started held distribution until its routing
                 // suite resent the table): the table has moved on since, and a back-end
                 // must get it as it is now. Sent as it was, an empty one, it emptied the
-                // back-ends' tables until the deltas after it came (restart_lab's
+                // back-ends' tables until the deltas after it came (virtual_cp_lab's restarts'
                 // controller restarts: 8-14 packets per stream).
                 Self::start_snapshot(p, fib, now);
             }

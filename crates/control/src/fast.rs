@@ -38,7 +38,7 @@ pub struct FastLink {
     taken_over: Arc<std::sync::OnceLock<usize>>,
     /// A back-end's ports whose predecessor's programs still run in their pinned links
     /// ([`FastLink::defer_takeover`]).
-    deferred: Arc<Mutex<Vec<Arc<io::xsk::AttachedShared>>>>,
+    deferred: Arc<Mutex<Vec<Arc<dyn io::pin::TakeOver>>>>,
 }
 
 impl FastLink {
@@ -50,11 +50,7 @@ impl FastLink {
     /// flows the predecessor still forwards move to the other back-ends first; without
     /// one, this start forwards with its config's routes, as the predecessor did. (While
     /// deferred, this start receives nothing: the links' programs are the predecessor's.)
-    pub fn defer_takeover(
-        &self,
-        atts: Vec<Arc<io::xsk::AttachedShared>>,
-        wait: std::time::Duration,
-    ) {
+    pub fn defer_takeover(&self, atts: Vec<Arc<dyn io::pin::TakeOver>>, wait: std::time::Duration) {
         if let Ok(mut d) = self.deferred.lock() {
             *d = atts;
         }
@@ -545,20 +541,22 @@ fn write_routes6(routes6: &Mutex<Routes6>, ports: &[Option<(u16, u16)>], c: Rout
     }
 }
 
-/// Whether an XDP link of the element's ports (`names`) is pinned for its next start. Only
-/// XDP links are (a tcx program goes with its process): with none, there is nothing to
-/// hand over, and no deadline to keep; it says so.
+/// Whether a link of the element's ports (`names`: XDP on AF_XDP ports, tcx on AF_PACKET
+/// ones) is pinned for its next start: with none, there is nothing to hand over, and no
+/// deadline to keep; it says so.
 pub fn any_link_pinned(names: &[String]) -> bool {
     let pinned = names.iter().any(|n| {
         io::netdev::ifindex(n)
             .ok()
             .and_then(|i| io::pin::dir(i as u32, false))
-            .is_some_and(|d| d.join("link-drv").exists() || d.join("link-skb").exists())
+            .is_some_and(|d| {
+                ["link-drv", "link-skb", "link-tcx"]
+                    .iter()
+                    .any(|l| d.join(l).exists())
+            })
     });
     if !pinned {
-        tracing::info!(
-            "fast path: no XDP link pinned (AF_PACKET ports): not handed over to the next start"
-        );
+        tracing::info!("fast path: no link pinned: not handed over to the next start");
     }
     pinned
 }

@@ -129,8 +129,9 @@ pub struct AfPacket {
     /// In a fanout group (one socket of several workers).
     fanout: bool,
     /// The tcx link of the port's ingress program ([`AfPacket::keep_stack_off`]'s or
-    /// [`AfPacket::attach_fast_path`]'s), detached when dropped, and what it is.
-    tcx: Option<(std::os::fd::OwnedFd, Tcx)>,
+    /// [`AfPacket::attach_fast_path`]'s), detached when the last holder drops it unless
+    /// it is pinned for the element's next start ([`crate::pin`]).
+    tcx: Option<std::sync::Arc<TcxLink>>,
     /// The interface's own receive drops, if this port reports them.
     device: Option<crate::netdev::RxDrops>,
 }
@@ -175,6 +176,25 @@ enum Tcx {
     FastPath,
 }
 
+/// A port's tcx ingress link, and what runs in it.
+pub struct TcxLink {
+    link: std::os::fd::OwnedFd,
+    what: Tcx,
+    /// A predecessor's fast path still runs in the link ([`crate::pin::defer_takeover`]):
+    /// this start's program, which takes its place at [`crate::pin::TakeOver::take_over`].
+    pending: std::sync::Mutex<Option<std::os::fd::OwnedFd>>,
+}
+
+impl crate::pin::TakeOver for TcxLink {
+    fn take_over(&self) -> io::Result<bool> {
+        let prog = self.pending.lock().ok().and_then(|mut p| p.take());
+        match prog {
+            Some(prog) => crate::pin::link_update(&self.link, &prog).map(|()| true),
+            None => Ok(false),
+        }
+    }
+}
+
 impl AfPacket {
     /// This port reports its interface's own receive drops (`device_rx_dropped`).
     pub fn report_device_drops(&mut self) {
@@ -217,18 +237,51 @@ impl AfPacket {
                 Tcx::FastPath => "tessera_fast",
             },
         )?;
-        let mut attr = [0u64; 16];
-        attr[0] = crate::xdp::u32s(
-            std::os::fd::AsRawFd::as_raw_fd(&prog) as u32,
+        // A link the element's last start pinned (its fast path, still forwarding): this
+        // program takes its place, at once or when the element says so; a start without
+        // the fast path takes it too (and ends it).
+        let fast = what == Tcx::FastPath;
+        let keep = fast && crate::pin::enabled();
+        let taken = crate::pin::take_pinned(
             ifindex as u32,
+            &["link-tcx"],
+            crate::pin::BPF_LINK_TYPE_TCX,
+            &prog,
+            fast,
+            keep,
         );
-        attr[1] = crate::xdp::u32s(BPF_TCX_INGRESS, 0);
-        let link = crate::xdp::bpf(crate::xdp::BPF_LINK_CREATE, &mut attr).map_err(|e| {
-            io::Error::new(e.kind(), format!("{}: tcx ingress link: {e}", self.name))
-        })?;
-        // SAFETY: the kernel just returned this descriptor to us.
-        self.tcx = Some((unsafe { std::os::fd::FromRawFd::from_raw_fd(link) }, what));
+        let (link, pending) = match taken {
+            Some(t) => (t.link, t.deferred.then_some(prog)),
+            None => {
+                let mut attr = [0u64; 16];
+                attr[0] = crate::xdp::u32s(
+                    std::os::fd::AsRawFd::as_raw_fd(&prog) as u32,
+                    ifindex as u32,
+                );
+                attr[1] = crate::xdp::u32s(BPF_TCX_INGRESS, 0);
+                let fd = crate::xdp::bpf(crate::xdp::BPF_LINK_CREATE, &mut attr).map_err(|e| {
+                    io::Error::new(e.kind(), format!("{}: tcx ingress link: {e}", self.name))
+                })?;
+                // SAFETY: the kernel just returned this descriptor to us.
+                let link: std::os::fd::OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) };
+                if keep {
+                    crate::pin::pin_link(ifindex as u32, "link-tcx", &link);
+                }
+                (link, None)
+            }
+        };
+        self.tcx = Some(std::sync::Arc::new(TcxLink {
+            link,
+            what,
+            pending: std::sync::Mutex::new(pending),
+        }));
         Ok(())
+    }
+
+    /// The port's tcx link where it runs the fast path, for a take-over the element
+    /// deferred ([`crate::pin::defer_takeover`]).
+    pub fn fast_path_link(&self) -> Option<std::sync::Arc<TcxLink>> {
+        self.tcx.clone().filter(|t| t.what == Tcx::FastPath)
     }
 
     /// Opens a packet socket on `name` with rings sized for frames up to the interface MTU.
@@ -832,9 +885,9 @@ impl Port for AfPacket {
                 } else {
                     ""
                 },
-                match self.tcx {
-                    Some((_, Tcx::StackOff)) => ", kernel stack off (tcx)",
-                    Some((_, Tcx::FastPath)) => ", fast path (tcx)",
+                match self.tcx.as_ref().map(|t| t.what) {
+                    Some(Tcx::StackOff) => ", kernel stack off (tcx)",
+                    Some(Tcx::FastPath) => ", fast path (tcx)",
                     None => "",
                 }
             ),

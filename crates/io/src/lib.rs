@@ -279,6 +279,17 @@ impl AnyPort {
         }
     }
 
+    /// The port's link where it runs the element's fast path (XDP or tcx), for a
+    /// take-over the element deferred ([`pin::defer_takeover`]).
+    pub fn fast_path_link(&self) -> Option<std::sync::Arc<dyn pin::TakeOver>> {
+        match self {
+            AnyPort::Xdp(p) => Some(p.attachment()),
+            AnyPort::Packet(p) => p
+                .fast_path_link()
+                .map(|t| t as std::sync::Arc<dyn pin::TakeOver>),
+        }
+    }
+
     /// This port reports its interface's own receive drops (`device_rx_dropped`): one port
     /// per interface should. AF_PACKET ports only: an XDP program's redirects that the
     /// socket could not take count in a veth's `rx_dropped` too (measured: every one of

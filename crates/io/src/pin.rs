@@ -6,8 +6,9 @@
 //! filesystem (systemd mounts one at `/sys/fs/bpf`; `tessera lab up` mounts one at
 //! `/run/tessera/bpf`, as `ip netns exec` hides `/sys/fs/bpf`); elsewhere nothing is pinned.
 //! Under it, per network namespace (by its inode) and interface (by its index):
-//! `net<ino>/if<ifindex>/`, holding `link-drv` or `link-skb` (the XDP link, named by its
-//! attach mode) and, in the first port's, the element's maps a successor reads
+//! `net<ino>/if<ifindex>/`, holding `link-drv` or `link-skb` (the XDP link of an AF_XDP
+//! port, named by its attach mode) or `link-tcx` (the tcx ingress link of an AF_PACKET
+//! port's fast path) and, in the first port's, the element's maps a successor reads
 //! ([`crate::fastpath::FastPath::pin`]).
 
 use crate::xdp::{bpf, u32s};
@@ -25,7 +26,7 @@ const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 /// Whether links of fast-path programs made from now on are pinned ([`enable`]).
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
-/// From now on, the XDP links of ports opened with a fast-path program are pinned, so
+/// From now on, the links (XDP or tcx) of ports opened with a fast-path program are pinned, so
 /// that they outlive this process (an element that hands its fast path over to its next
 /// start). Without it, links die with the process, as before.
 pub fn enable(on: bool) {
@@ -42,7 +43,7 @@ static DEFERRED: AtomicBool = AtomicBool::new(false);
 
 /// From now on, a port opened with a fast-path program that finds a predecessor's pinned
 /// link leaves the predecessor's program running in it (with the predecessor's state)
-/// until the element calls [`crate::xsk::AttachedShared::take_over`], once its own
+/// until the element calls [`TakeOver::take_over`] on the port, once its own
 /// programs' maps hold its state: an element whose state comes from its own start (an
 /// LB's table) takes over with no moment of empty maps. Without it, the new program
 /// takes the link at once (a forwarder publishes its table before its ports open).
@@ -150,21 +151,106 @@ pub fn get(path: &Path) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// The kernel's link types (`enum bpf_link_type`) of the links pinned here.
+pub const BPF_LINK_TYPE_XDP: u32 = 6;
+pub const BPF_LINK_TYPE_TCX: u32 = 11;
+
 /// The interface index an XDP link is attached to (0: none, a link whose interface is
 /// gone), from the kernel's `bpf_link_info`.
 pub fn xdp_link_ifindex(link: &OwnedFd) -> io::Result<u32> {
+    link_ifindex(link, BPF_LINK_TYPE_XDP)
+}
+
+/// The interface index a link of type `kind` (XDP or tcx) is attached to (0: none, a link
+/// of another type or whose interface is gone), from the kernel's `bpf_link_info`.
+pub fn link_ifindex(link: &OwnedFd, kind: u32) -> io::Result<u32> {
     const BPF_OBJ_GET_INFO_BY_FD: i32 = 15;
-    const BPF_LINK_TYPE_XDP: u32 = 6;
-    // type, id, prog_id, then (at 16) the union: for XDP, the interface index.
+    // type, id, prog_id, then (at 16) the union: for XDP and tcx alike, the interface
+    // index first.
     let mut info = [0u64; 8];
     let mut attr = [0u64; 16];
     attr[0] = u32s(link.as_raw_fd() as u32, std::mem::size_of_val(&info) as u32);
     attr[1] = info.as_mut_ptr() as u64;
     bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
-    if info[0] as u32 != BPF_LINK_TYPE_XDP {
+    if info[0] as u32 != kind {
         return Ok(0);
     }
     Ok(info[2] as u32)
+}
+
+/// A predecessor's link found pinned for a port ([`take_pinned`]).
+pub struct Taken {
+    pub link: OwnedFd,
+    /// The pin's name (of those asked for).
+    pub name: &'static str,
+    /// The predecessor's program still runs in it: this start's takes its place at the
+    /// element's word ([`defer_takeover`]).
+    pub deferred: bool,
+}
+
+/// The link a predecessor of this element pinned for interface `ifindex` under one of
+/// `names` (a link of type `kind`), taken over for `prog`: `prog` runs in it from now on,
+/// or, where `may_defer` and the element defers its take-over ([`defer_takeover`]) and the
+/// link is live, the predecessor's program runs on until [`TakeOver::take_over`]. Either
+/// way the link is this start's from now on: pinned again where `keep`, else its pin is
+/// removed (it leaves with this process). None where nothing is pinned, or where the
+/// pinned link could not take `prog` (a defunct link, its interface replaced: its pin is
+/// removed and a warning logged; the caller makes a link of its own).
+pub fn take_pinned(
+    ifindex: u32,
+    names: &[&'static str],
+    kind: u32,
+    prog: &OwnedFd,
+    may_defer: bool,
+    keep: bool,
+) -> Option<Taken> {
+    let d = dir(ifindex, false)?;
+    let (path, link, name) = names.iter().find_map(|&n| {
+        let path = d.join(n);
+        let link = get(&path).ok()?;
+        Some((path, link, n))
+    })?;
+    let live = link_ifindex(&link, kind).is_ok_and(|i| i == ifindex);
+    let deferred = may_defer && takeover_deferred() && live;
+    let taken = if deferred {
+        Ok(())
+    } else {
+        link_update(&link, prog)
+    };
+    match taken {
+        Ok(()) => {
+            if !keep {
+                let _ = std::fs::remove_file(&path);
+            }
+            Some(Taken {
+                link,
+                name,
+                deferred,
+            })
+        }
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "pinned link not taken over");
+            let _ = std::fs::remove_file(&path);
+            None
+        }
+    }
+}
+
+/// Pins a port's new `link` as `name` in interface `ifindex`'s directory, so that it
+/// outlives this process; a warning where it cannot.
+pub fn pin_link(ifindex: u32, name: &str, link: &OwnedFd) {
+    if let Some(d) = dir(ifindex, true) {
+        if let Err(e) = pin(link, &d.join(name)) {
+            tracing::warn!(error = %e, "link not pinned: the fast path stops with the element");
+        }
+    }
+}
+
+/// A port whose link may still run a predecessor's program ([`defer_takeover`]).
+pub trait TakeOver: Send + Sync {
+    /// Puts this start's program in the link where a predecessor's still runs; nothing
+    /// where this start's runs already. Whether it took over now.
+    fn take_over(&self) -> io::Result<bool>;
 }
 
 /// Has `link` run `prog` from now on (atomically: every frame runs one or the other).

@@ -758,6 +758,12 @@ impl AttachedShared {
     }
 }
 
+impl crate::pin::TakeOver for AttachedShared {
+    fn take_over(&self) -> io::Result<bool> {
+        AttachedShared::take_over(self)
+    }
+}
+
 impl XdpPort {
     /// Attaches `program` (given the XSKMAP; the fast path's), or else the plain
     /// redirect, to `name` and opens a socket on every receive queue, on `umem` (shared

@@ -1591,18 +1591,11 @@ fn a_flood_to_the_router_is_shed_in_the_fast_path_and_counted() {
 /// to its next start: `[io] restart_grace_s`), loses none of the frames its fast path
 /// forwards: the programs and maps outlive the process, the next start reads what they
 /// knew (neighbours), publishes its table and takes the programs over in place, and the
-/// stream never notices. (On AF_PACKET ports the tcx fast path is not handed over: not
-/// built, and not tested here.)
+/// stream never notices. On AF_PACKET ports the same holds for the tcx fast path: its
+/// link is pinned as the XDP one is.
 #[test]
 fn a_restart_under_load_loses_nothing_the_fast_path_forwards() {
     let lab = single();
-    if io_backend() == "packet" {
-        // The tcx fast path goes with its process: the forwarder says it hands nothing
-        // over, and checks no deadline per frame.
-        let log = lab.logs("r");
-        assert!(log.contains("not handed over to the next start"), "{log}");
-        return;
-    }
     let p = lab.sh(
         "src1",
         &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.3.0.10"],

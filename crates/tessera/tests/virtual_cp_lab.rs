@@ -1,9 +1,13 @@
 //! The Virtual-CP of labs/virtual-cp.toml: `tessera controller` with FRR (zebra, staticd,
 //! bgpd, ospfd) in its namespace, a standby controller (vcp2) with its own, two outside
 //! routers (BIRD 2 on a1, FRR on b1) peering over eBGP and OSPF, and three back-ends that
-//! must all hold the active controller's table.
+//! must all hold the active controller's table. In the same lab, while b1's FRR leaves
+//! its restart window (below), elements restarted within seconds, drained and upgraded
+//! (virtual_cp_lab/restarts.rs): one lab and one wait for both.
 
 mod common;
+#[path = "virtual_cp_lab/restarts.rs"]
+mod restarts;
 
 use common::*;
 use serde_json::Value;
@@ -420,6 +424,10 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
     router_view_adds_up(&lab);
     the_dashboards_metrics_are_scraped(&lab);
 
+    // Restarts, a drain and the upgrade of the back-ends and LBs, under load (about two
+    // minutes: FRR's restart window on b1, below, runs out meanwhile).
+    restarts::elements_restarted_within_seconds(&lab);
+
     // Withdrawn by the peer: gone from every back-end.
     birdc(&["disable", "static1"]);
     let took = wait_until(
@@ -687,12 +695,16 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
     // The new epoch reaches every back-end with the same routes; the route added with
     // `tessera route add` on vcp was its runtime state: swept once vcp2's routing suite
     // has settled (settle_ms), leaving the 6 routes of the routing suite.
-    let took = wait_until(
+    let took = wait_telling(
         "every back-end in vcp2's epoch, the swept route gone",
         Duration::from_secs(40),
         || {
             let f = fib2();
-            f["epoch"] != epoch && consistent(&f, 6) && f["fpm"]["stale"] == 0
+            if f["epoch"] != epoch && consistent(&f, 6) && f["fpm"]["stale"] == 0 {
+                Ok(())
+            } else {
+                Err(f.to_string())
+            }
         },
     );
     eprintln!("every back-end consistent in the new epoch, stale routes swept, {took:?} after vcp2 took over");
@@ -761,4 +773,8 @@ fn routes_from_two_outside_routers_reach_every_back_end() {
             assert!(seen.insert(table), "{r} logged one table twice: {lines:#?}");
         }
     }
+
+    // Last, the controllers' upgrade under load: vcp2 (active since the failure above)
+    // and vcp, the standby first.
+    restarts::controllers_upgraded(&lab);
 }

@@ -137,49 +137,27 @@ pub(super) fn attach(
     };
     let prog = load_xdp(&code, name)?;
     // A link a previous incarnation of the element pinned (its fast path, still
-    // forwarding): this program takes its place at once, in the same hook.
-    let pinned = crate::pin::dir(ifindex, false).and_then(|d| {
-        ["link-drv", "link-skb"].into_iter().find_map(|n| {
-            let path = d.join(n);
-            let link = crate::pin::get(&path).ok()?;
-            Some((path, link, n == "link-drv"))
-        })
-    });
+    // forwarding): this program takes its place in the same hook, at once or, where the
+    // element defers its take-over, once its state is published (a live link keeps the
+    // predecessor's program, with its state, until then). Either way the link is ours
+    // from now on (pinned again, or not, as `keep`).
     let keep = program.is_some() && crate::pin::enabled();
-    if let Some((path, link, native)) = pinned {
-        // Where the element defers its take-over, a live link keeps the predecessor's
-        // program, with its state, until this element's is published
-        // ([`crate::pin::defer_takeover`]); one whose interface is gone is a stale pin,
-        // replaced below. Either way the link is ours from now on (pinned again, or not,
-        // as `keep`).
-        let live = crate::pin::xdp_link_ifindex(&link).is_ok_and(|i| i == ifindex);
-        let deferred = program.is_some() && crate::pin::takeover_deferred() && live;
-        let taken = if deferred {
-            Ok(())
-        } else {
-            crate::pin::link_update(&link, &prog)
-        };
-        match taken {
-            Ok(()) => {
-                if !keep {
-                    // Ours alone from now on: it leaves with this process.
-                    let _ = std::fs::remove_file(&path);
-                }
-                return Ok(Attached {
-                    map,
-                    _link: link,
-                    _prog: prog,
-                    native,
-                    fast: program.is_some(),
-                    pending: std::sync::atomic::AtomicBool::new(deferred),
-                });
-            }
-            Err(e) => {
-                // (An interface replaced since: the link is defunct.) A link of our own.
-                tracing::warn!(path = %path.display(), error = %e, "pinned XDP link not taken over");
-                let _ = std::fs::remove_file(&path);
-            }
-        }
+    if let Some(t) = crate::pin::take_pinned(
+        ifindex,
+        &["link-drv", "link-skb"],
+        crate::pin::BPF_LINK_TYPE_XDP,
+        &prog,
+        program.is_some(),
+        keep,
+    ) {
+        return Ok(Attached {
+            map,
+            _link: t.link,
+            _prog: prog,
+            native: t.name == "link-drv",
+            fast: program.is_some(),
+            pending: std::sync::atomic::AtomicBool::new(t.deferred),
+        });
     }
     let link = |flags: u32| {
         let mut attr = [0u64; 16];
@@ -197,12 +175,8 @@ pub(super) fn attach(
     // SAFETY: as above.
     let link = unsafe { OwnedFd::from_raw_fd(fd) };
     if keep {
-        if let Some(d) = crate::pin::dir(ifindex, true) {
-            let name = if native { "link-drv" } else { "link-skb" };
-            if let Err(e) = crate::pin::pin(&link, &d.join(name)) {
-                tracing::warn!(error = %e, "XDP link not pinned: the fast path stops with the element");
-            }
-        }
+        let name = if native { "link-drv" } else { "link-skb" };
+        crate::pin::pin_link(ifindex, name, &link);
     }
     Ok(Attached {
         map,

@@ -149,7 +149,7 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
         };
         let info = mine[0].info();
         tracing::info!(interface = name, backend = info.backend, mode = %info.mode, workers, "port open");
-        attachments.extend(mine[0].attachment());
+        attachments.extend(mine[0].fast_path_link());
         for (w, p) in mine.into_iter().enumerate() {
             ports[w].push(p);
         }
