@@ -94,12 +94,17 @@ pub(crate) enum Bench {
         /// two flows go both ways between networks A and B), as contender `multistage`.
         #[arg(long)]
         multistage: bool,
-        /// Run the receiving ports' NAPI threads (the router's, from the XDP generator) at
-        /// real-time priority (SCHED_FIFO 50) for every contender: a thread that waits for
-        /// a core lets the veth's 256-frame ring overflow at low rates, which otherwise
-        /// decides the zero-loss rates on a shared machine (docs/forwarder.md). At overload
-        /// that thread then takes its core before any user-space forwarder.
-        #[arg(long)]
+        /// The receiving ports' NAPI threads (the router's, from the XDP generator, and
+        /// the sinks') at real-time priority (SCHED_FIFO 50) for every contender: on by
+        /// default, `--rt-napi false` leaves them at normal priority. A NIC's receive work
+        /// runs in softirq, ahead of every thread; the bench moves a veth's into threads
+        /// of its own (so that it is placed and counted apart), and this gives them that
+        /// precedence back. At normal priority a thread that waits for a core lets the
+        /// veth's 256-frame ring overflow at low rates, which then decides every
+        /// contender's zero-loss rate on a shared machine (docs/forwarder.md). At overload
+        /// the thread takes its core before any user-space forwarder, as softirq does.
+        #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true",
+              default_value = "true", action = clap::ArgAction::Set)]
         rt_napi: bool,
         /// How the sinks receive: `xdp` (an AF_XDP socket, frames stamped in the XDP hook:
         /// no socket buffer per frame) or `afpacket` (the AF_PACKET ring, as before).
