@@ -570,7 +570,7 @@ pub fn table_json(b: &Balancer, now: Instant) -> Value {
         "digest": format!("{:016x}", b.table_digest()),
         "virtual_cp": b.cfg.virtual_cp.map(|(m, p)| json!({"mac": m.to_string(), "interface": b.ports[p as usize].name})),
         "spare": b.spare.as_ref().map(|s| json!({
-            "role": if s.active { "active" } else { "standby" },
+            "role": if s.active { "active" } else if s.resuming { "resuming" } else { "standby" },
             "since_ms": now.saturating_duration_since(s.since).as_millis() as u64,
             "peer": s.cfg.peer.to_string(),
             "priority": s.cfg.priority,
@@ -691,7 +691,7 @@ pub const RELOADABLE: [&str; 3] = ["backend", "rule", "metrics"];
 /// [`Balancer::connect_workers`]). Returns the counters of all workers, summed, as they
 /// stood at the end.
 pub fn run<P: Port + Send>(
-    b: Balancer,
+    mut b: Balancer,
     mut ports: Vec<Vec<P>>,
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
@@ -726,6 +726,15 @@ pub fn run<P: Port + Send>(
     let mut names: Vec<String> = ports[0].iter().map(|p| p.name().to_string()).collect();
     names.dedup();
     crate::statelog::watch_links(names, stop.clone()).map_err(|e| format!("links: {e}"))?;
+    // A member of a spare pair whose last start's fast path still runs in the links (a
+    // restart within its grace) forwards on until the other LB's hello settles the roles
+    // (dataplane::balancer::Balancer::resume_spare).
+    if b.spare.is_some() && programs.iter().any(|(_, att)| att.takeover_pending()) {
+        b.resume_spare(Instant::now());
+        tracing::info!(
+            "spare: resuming where this LB's last start left off, until the other LB is heard"
+        );
+    }
     if let Some(fl) = &mut fast {
         fl.publish(&b)?;
         // The standby of a spare pair balances nothing, from its first frame.

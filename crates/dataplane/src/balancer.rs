@@ -988,10 +988,11 @@ impl Balancer {
             addrs6,
             Some(self.hello_state()),
         );
-        // Of a spare pair: its rank, and whether it is the active one.
+        // Of a spare pair: its rank, and whether it is the active one (a restart that
+        // resumes says so: the other, standby, must not take the network from it).
         if let (dist::Message::Hello(h), Some(s)) = (&mut msg, &self.spare) {
             h.priority = s.cfg.priority;
-            h.active = s.active;
+            h.active = s.active || s.resuming;
         }
         dist::Repr { seq: self.seq, msg }
     }

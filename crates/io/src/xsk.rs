@@ -288,7 +288,7 @@ impl Socket {
         me.refill();
         // A bigger copy-mode transmit budget where the kernel has it; harmless otherwise.
         let _ = sockopt(s, XDP_MAX_TX_SKB_BUDGET, &(cfg.tx as i32), "budget");
-        let bind = |flags: u16| -> io::Result<()> {
+        let bind_once = |flags: u16| -> io::Result<()> {
             #[repr(C)]
             struct SockaddrXdp {
                 family: u16,
@@ -316,6 +316,24 @@ impl Socket {
                 Err(io::Error::last_os_error())
             } else {
                 Ok(())
+            }
+        };
+        // A queue whose last socket just closed stays taken until the kernel's deferred
+        // release of that socket's pool has run (a workqueue's, after the process ended):
+        // an element restarted at once (`systemctl restart`, `lab upgrade`) may find it
+        // busy for a moment. Busy, the bind is tried again for up to 2 s.
+        let busy_until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let bind = |flags: u16| -> io::Result<()> {
+            loop {
+                match bind_once(flags) {
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::EBUSY)
+                            && std::time::Instant::now() < busy_until =>
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    r => return r,
+                }
             }
         };
         // A socket sharing the UMEM takes its mode (zero-copy or copy, need_wakeup) from
@@ -733,6 +751,12 @@ impl AttachedShared {
             ));
         }
         load_xdp(&program(Hook::Xdp(self.0.map.as_raw_fd())), "tessera_fast")
+    }
+
+    /// Whether a predecessor's program still runs in the link, waiting for
+    /// [`AttachedShared::take_over`].
+    pub fn takeover_pending(&self) -> bool {
+        self.0.pending.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Puts this element's first program in the link where a predecessor's still runs

@@ -1172,8 +1172,11 @@ fn a_spare_lb_takes_over_within_three_hello_intervals() {
     ping_through(&lab);
     // A rolling upgrade of the LBs under the stream (`lab upgrade --only balancer`): the
     // standbys first, then the active ones, each pair settled (one active, each hearing
-    // the other) before the next; an active one's restart costs at most the time it takes
-    // to hear its spare again (it starts standby), well within three hello intervals.
+    // the other) before the next. On AF_XDP a restarted active LB resumes (its last
+    // start's fast path taken over, forwarding on until its spare's hello says it is
+    // standby): none lost in the runs so far, and at most one hello interval here (1,000
+    // frames). On AF_PACKET it has no fast path to take over: it starts standby, and its
+    // spare takes over within three hello intervals.
     let steps = std::cell::RefCell::new(String::new());
     let (g, s) = traffic(
         &lab,
@@ -1196,7 +1199,12 @@ fn a_spare_lb_takes_over_within_three_hello_intervals() {
     );
     let lost = g["sent"].as_u64().unwrap() - s["received"].as_u64().unwrap();
     eprintln!("LBs upgraded under 10 kpps: {lost} lost");
-    assert!(lost <= 2 * 3_000, "{lost} lost");
+    let bound = if io_backend() == "packet" {
+        2 * 3_000
+    } else {
+        1_000
+    };
+    assert!(lost <= bound, "{lost} lost (at most {bound})");
     let v: Value = serde_json::from_str(&steps.borrow()).unwrap();
     let order: Vec<(&str, &str)> = v["steps"]
         .as_array()

@@ -61,6 +61,10 @@ pub struct SpareState {
     pub peer_priority: u8,
     pub takeovers: u64,
     pub stepdowns: u64,
+    /// This start took over the fast path of the LB's last start, still running (a
+    /// restart within its grace): it forwards as that start did until it hears the other
+    /// LB, whose hello says which of the two is active ([`Balancer::resume_spare`]).
+    pub resuming: bool,
 }
 
 impl SpareState {
@@ -76,6 +80,7 @@ impl SpareState {
             peer_priority: 0,
             takeovers: 0,
             stepdowns: 0,
+            resuming: false,
         }
     }
 }
@@ -100,6 +105,24 @@ impl Balancer {
             && (src == s.cfg.peer || h.ports.iter().any(|p| p.mac == s.cfg.peer))
     }
 
+    /// A restart of this LB that took its predecessor's running fast path over (within
+    /// `[io] restart_grace_s`): the predecessor may have been the active one, whose
+    /// traffic the programs still carry. Rather than start standby (dropping that traffic
+    /// until the other LB's next hello, or until the other LB, outranking it, took the
+    /// network over), it forwards on, not counted active, until it hears the other LB:
+    /// active there, this one stands by; standby there, this one is the active one (it
+    /// was: the other did not take over), with no announcement. Heard from for 2.5
+    /// intervals by no one, it becomes active as at any start.
+    pub fn resume_spare(&mut self, now: Instant) {
+        let Some(s) = &mut self.spare else {
+            return;
+        };
+        s.resuming = true;
+        s.since = now;
+        self.standby = false;
+        self.changed();
+    }
+
     /// The other LB's hello: it is alive; of two active ones the lower-ranked steps down.
     pub(super) fn peer_hello(&mut self, h: &dist::Hello, now: Instant) {
         let me = self.own_mac();
@@ -110,6 +133,15 @@ impl Balancer {
         s.peer_interval = Some(Duration::from_millis(h.interval_ms.max(1) as u64));
         s.peer_active = h.active;
         s.peer_priority = h.priority;
+        if s.resuming {
+            // The first word from the other LB since this restart settles the roles.
+            s.resuming = false;
+            s.active = !h.active;
+            s.since = now;
+            self.standby = h.active;
+            self.changed();
+            return;
+        }
         if s.active && h.active && (h.priority, s.cfg.peer.0) > (s.cfg.priority, me.0) {
             s.active = false;
             s.since = now;
@@ -140,6 +172,7 @@ impl Balancer {
             return;
         }
         s.active = true;
+        s.resuming = false;
         s.since = now;
         // Coming up at start, the other standby, is no takeover.
         let takeover = s.peer_seen.is_some() && gone;

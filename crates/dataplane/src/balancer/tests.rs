@@ -1027,3 +1027,52 @@ fn a_spare_pair_has_one_active_lb() {
     s.poll(t2, &mut tx);
     assert!(s.standby);
 }
+
+/// A member of a spare pair restarted within its grace (its last start's fast path taken
+/// over) forwards on until it hears the other LB: standby there, this one is the active
+/// one, with no announcement and no takeover counted; active there (it took over while
+/// this one restarted), this one stands by. Heard from by no one for 2.5 intervals, it
+/// becomes active as at any start.
+#[test]
+fn a_restarted_spare_resumes_until_it_hears_the_other() {
+    let ms = Duration::from_millis;
+    let mut tx = TxQueues::new(2);
+    // The active one restarted: the other is still standby.
+    let (mut a, t0) = spare_lb(100);
+    a.resume_spare(t0);
+    assert!(!a.standby);
+    assert_eq!(
+        run(&mut a, t0, 0, udp(1, 80)).len(),
+        1,
+        "it forwards while resuming"
+    );
+    a.poll(t0 + ms(50), &mut tx);
+    assert!(!a.standby && !a.spare.as_ref().unwrap().active);
+    frames(&mut tx);
+    run(&mut a, t0 + ms(60), 1, peer_hello(200, false));
+    let s = a.spare.as_ref().unwrap();
+    assert!(s.active && !s.resuming && !a.standby, "{s:?}");
+    a.poll(t0 + ms(70), &mut tx);
+    let o = frames(&mut tx);
+    assert!(
+        !o.iter().any(|(_, f)| eth(f).ethertype() == ethertype::ARP),
+        "no announcement: it was the active one"
+    );
+    assert_eq!(a.counters.events(Event::SpareTakeovers), 0);
+    // The other took over meanwhile: this one stands by.
+    let (mut b, t1) = spare_lb(200);
+    b.resume_spare(t1);
+    run(&mut b, t1 + ms(10), 1, peer_hello(100, true));
+    assert!(b.standby && !b.spare.as_ref().unwrap().active);
+    assert!(run(&mut b, t1 + ms(20), 0, udp(1, 80)).is_empty());
+    // No one heard: active after 2.5 intervals, announcing (the other may be gone for good).
+    let (mut c, t2) = spare_lb(100);
+    c.resume_spare(t2);
+    c.poll(t2 + ms(200), &mut tx);
+    assert!(!c.spare.as_ref().unwrap().active);
+    c.poll(t2 + ms(300), &mut tx);
+    assert!(c.spare.as_ref().unwrap().active && !c.standby);
+    assert!(frames(&mut tx)
+        .iter()
+        .any(|(_, f)| eth(f).ethertype() == ethertype::ARP));
+}
