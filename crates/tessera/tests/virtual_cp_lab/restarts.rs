@@ -86,7 +86,7 @@ fn lb_gives_r1_flows(lab: &TestLab, lb: &str) -> bool {
 /// and the packets each stream lost.
 fn restart_backend(lab: &TestLab, delay: u64) -> (Duration, Vec<u64>) {
     let mut took = None;
-    let lost = under_load(lab, delay + 5, || {
+    let lost = under_load(lab, delay as u32 + 5, || {
         lab.element("stop", "r1");
         std::thread::sleep(Duration::from_secs(delay));
         lab.element("start", "r1");
@@ -440,40 +440,9 @@ pub fn controllers_upgraded(lab: &TestLab) {
 
 /// Runs `f` under 24 UDP streams of 1,000 packets a second from a1's 192.0.2.1 to b1's
 /// 198.18.0.1 for `secs` seconds (started 1 s before `f`); the packets each stream lost.
-fn under_load(lab: &TestLab, secs: u64, f: impl FnOnce()) -> Vec<u64> {
-    let mut server = lab.spawn("b1", &["iperf3", "-s", "-1", "-B", "198.18.0.1"]);
-    std::thread::sleep(Duration::from_millis(500));
-    let t = secs.to_string();
-    let client = lab.spawn(
-        "a1",
-        &[
-            "iperf3",
-            "-c",
-            "198.18.0.1",
-            "-B",
-            "192.0.2.1",
-            "-u",
-            "-b",
-            "4M",
-            "-l",
-            "500",
-            "-P",
-            "24",
-            "-t",
-            &t,
-            "-J",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(1000));
-    f();
-    let out = client.wait_with_output().unwrap();
-    let _ = server.wait();
-    let j: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("iperf3: {e}: {}", String::from_utf8_lossy(&out.stderr)));
-    j["end"]["streams"]
-        .as_array()
-        .expect("iperf3 streams")
-        .iter()
-        .map(|s| s["udp"]["lost_packets"].as_u64().unwrap_or(0))
-        .collect()
+fn under_load(lab: &TestLab, secs: u32, f: impl FnOnce()) -> Vec<u64> {
+    super::udp_load(lab, Some("192.0.2.1"), "198.18.0.1", 24, secs, || {
+        std::thread::sleep(Duration::from_millis(1000));
+        f()
+    })
 }
