@@ -10,6 +10,7 @@
 //! load. These run in the Virtual-CP lab test's lab (virtual_cp_lab.rs), while FRR's
 //! restart window on b1 runs out (that test says why it waits for it).
 
+use super::{show, wait_until};
 use crate::common::*;
 use serde_json::Value;
 use std::path::Path;
@@ -34,10 +35,6 @@ fn try_show(lab: &TestLab, what: &str, element: &str) -> Option<Value> {
     serde_json::from_slice(&o.stdout).ok()
 }
 
-fn show(lab: &TestLab, what: &str, element: &str) -> Value {
-    lab.show_json(what, element)
-}
-
 /// The controller's record of the element with MAC `mac` in `show fib`.
 fn peer<'a>(fib: &'a Value, mac: &str) -> Option<&'a Value> {
     fib["backends"]
@@ -45,15 +42,6 @@ fn peer<'a>(fib: &'a Value, mac: &str) -> Option<&'a Value> {
         .unwrap()
         .iter()
         .find(|b| b["mac"] == mac)
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Duration {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < timeout, "{what}: not within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    t.elapsed()
 }
 
 /// True when every back-end and the standby acknowledged the controller's table of `routes`.
