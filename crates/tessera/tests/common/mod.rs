@@ -199,6 +199,13 @@ impl TestLab {
             if o.status.success() {
                 break;
             }
+            // An attempt that reached the one-off server ended it: start another (one
+            // still listening keeps the port, and the new one exits), or every later try
+            // is refused (seen once in CI: "Connection refused" for all 5 s of tries).
+            if !report.contains("Connection refused") {
+                eprintln!("iperf3 {client} -> {addr} failed, tried again: {report}");
+                let _ = self.exec(server, &["iperf3", "-s", "-D", "-1"]);
+            }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
         let v: Value = serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"));
