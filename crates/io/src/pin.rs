@@ -155,12 +155,6 @@ pub fn get(path: &Path) -> io::Result<OwnedFd> {
 pub const BPF_LINK_TYPE_XDP: u32 = 6;
 pub const BPF_LINK_TYPE_TCX: u32 = 11;
 
-/// The interface index an XDP link is attached to (0: none, a link whose interface is
-/// gone), from the kernel's `bpf_link_info`.
-pub fn xdp_link_ifindex(link: &OwnedFd) -> io::Result<u32> {
-    link_ifindex(link, BPF_LINK_TYPE_XDP)
-}
-
 /// The interface index a link of type `kind` (XDP or tcx) is attached to (0: none, a link
 /// of another type or whose interface is gone), from the kernel's `bpf_link_info`.
 pub fn link_ifindex(link: &OwnedFd, kind: u32) -> io::Result<u32> {
