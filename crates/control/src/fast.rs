@@ -348,12 +348,41 @@ impl FastLink {
             return None;
         };
         let untagged = |k: usize| served[k].filter(|&(_, v)| v == 0).map(|(p, _)| p);
-        let ingress = (0..f.ifaces.len())
-            .find(|&k| untagged(k) == Some(port as u16))
-            .and_then(|k| f.ifaces[k].v4())
-            .map_or(0, u32::from);
+        let bits6 = |p: fib::Prefix6| {
+            let mask = match p.len() {
+                0 => 0,
+                n => u128::MAX << (128 - u32::from(n)),
+            };
+            (p.addr().octets(), mask.to_be_bytes())
+        };
+        let iface = (0..f.ifaces.len()).find(|&k| untagged(k) == Some(port as u16));
+        let ingress = iface.and_then(|k| f.ifaces[k].v4()).map_or(0, u32::from);
+        let (ingress6, ingress6_else) = iface.and_then(|k| f.source_choices6(k)).map_or(
+            (Vec::new(), [0; 16]),
+            |(l, fallback)| {
+                let l = l
+                    .into_iter()
+                    .map(|(p, a)| {
+                        let (net, mask) = bits6(p);
+                        (net, mask, a.octets())
+                    })
+                    .collect();
+                (l, fallback.octets())
+            },
+        );
         Some(io::fastpath::StarFacts {
             internal: u32::from(internal),
+            members6: f
+                .star_members6()
+                .unwrap_or(&[])
+                .iter()
+                .map(|&(p, mac, port)| {
+                    let (net, mask) = bits6(p);
+                    (net, mask, mac.0, port)
+                })
+                .collect(),
+            ingress6,
+            ingress6_else,
             members: members
                 .iter()
                 .map(|(p, mac, port)| {

@@ -75,6 +75,8 @@ use program::*;
 
 mod asm;
 use asm::*;
+mod star;
+use star::*;
 
 const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
@@ -377,15 +379,18 @@ pub struct ProgramFacts {
 }
 
 /// The star header's version for IPv4 and its length (`wire::star`'s `VERSION` and
-/// `HEADER_LEN`; control's tests hold them equal).
+/// `HEADER_LEN`), and for IPv6 (`VERSION6`, `HEADER6_LEN`; control's tests hold them
+/// equal).
 pub const STAR_VERSION: u8 = 1;
 pub const STAR_HEADER_LEN: usize = 12;
+pub const STAR_VERSION6: u8 = 2;
+pub const STAR_HEADER6_LEN: usize = 36;
 
-/// A star member's fast path (XDP, IPv4): an IPv4 packet whose next hop lies on another
-/// member's network leaves by the internal port with the star header (version 1) in
-/// front, to that member; a star frame to this member on its internal port loses its
-/// header and leaves by the port the header names, to the neighbour it names, with no
-/// lookup and no TTL decrement, as user space does (`dataplane::forwarder`).
+/// A star member's fast path (XDP): an IPv4 or IPv6 packet whose next hop lies on
+/// another member's network leaves by the internal port with the star header (version 1
+/// or 2) in front, to that member; a star frame to this member on its internal port loses
+/// its header and leaves by the port the header names, to the neighbour it names, with no
+/// lookup and no TTL or hop-limit decrement, as user space does (`dataplane::forwarder`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StarFacts {
     /// The fast path's index of the internal port (the star's switch).
@@ -399,6 +404,15 @@ pub struct StarFacts {
     /// The forwarder's interface indices (as star headers name ports) of its untagged
     /// ports other than the internal one, and each one's fast-path port.
     pub ports: Vec<(u8, u32)>,
+    /// The other members' IPv6 networks, longest prefixes first: (network, mask, the
+    /// member's internal MAC, its port index on the network), in network order. Empty:
+    /// IPv6 packets stay on this side of the switch, or go across through user space.
+    pub members6: Vec<([u8; 16], [u8; 16], [u8; 6], u8)>,
+    /// The IPv6 address of this port's interface that the star header names as where a
+    /// packet entered: of (network, mask, address), the first whose network holds the
+    /// packet's source, else `ingress6_else` (network order; as user space chooses).
+    pub ingress6: Vec<([u8; 16], [u8; 16], [u8; 16])>,
+    pub ingress6_else: [u8; 16],
 }
 
 /// A key of `neigh6`: `vlan << 16 | port`, then an address in network order.

@@ -769,6 +769,17 @@ fn ipv6_through_the_star_router() {
             "h{a} -> {to}: {out}"
         );
     }
+    // Twelve packets crossed the switch at s1 (h1 to h3, h3 to h1 and h1 to h4's
+    // loopback: two echo requests and two replies each), in user space (`star_sent`,
+    // `star_received`) or, with AF_XDP, in the fast path (the star's IPv6 frames too):
+    // then most of them (a packet that waits for its neighbour is user space's).
+    let c = lab.counters("s1");
+    let fast = event_count(&c, "fast_path_forwarded");
+    let crossed = event_count(&c, "star_sent") + event_count(&c, "star_received") + fast;
+    assert!(crossed >= 12, "{c}");
+    if io_backend() != "packet" {
+        assert!(fast >= 8, "{c}");
+    }
     // The router's own addresses answer, each from its member.
     let (ok, out) = ping6(&lab, "h1", &["2001:db8:1::1"]);
     assert!(ok && out.contains("ttl=64"), "{out}");
@@ -778,9 +789,6 @@ fn ipv6_through_the_star_router() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
     let i = lab.show_json("interfaces", "s3");
     assert!(i[0]["address"].is_null() && i[0]["name"] == "s3-ext", "{i}");
-    let c = lab.counters("s1");
-    assert!(event_count(&c, "star_sent") >= 4, "{c}");
-    assert!(event_count(&c, "star_received") >= 2, "{c}");
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -689,6 +689,14 @@ fn agrees(at: At) {
 /// 3, its port 0) and 10.4.0.0/16 and the longer 10.4.7.0/24 (member 4, its ports 1 and
 /// 2); 192.0.2.0/24 through 10.3.0.20, on member 3's network; host 10.1.0.10 resolved.
 fn star(at: At) -> Check {
+    star_member(at, false)
+}
+
+/// [`star`], with IPv6 too (`six`): port 0 also on 2001:db8:1::1/64 and
+/// 2001:db8:a::1/64; the other members' networks 2001:db8:3::/48 (member 3, its port 0),
+/// 2001:db8:4::/48 and the longer 2001:db8:4:7::/64 (member 4, its ports 1 and 2);
+/// 2001:db8:c0::/48 through 2001:db8:3::20, on member 3's network.
+fn star_member(at: At, six: bool) -> Check {
     let now = Instant::now();
     let own = wire::MacAddr([2, 0, 0, 0, 5, 1]);
     let ifaces = vec![
@@ -719,6 +727,27 @@ fn star(at: At) -> Check {
     );
     f.add_route(p("192.0.2.0/24"), [10, 3, 0, 20].into())
         .unwrap();
+    if six {
+        let p6 = |s: &str| fib::Prefix6::parse_strict(s).unwrap();
+        f.enable_ipv6(vec![
+            vec![
+                ("2001:db8:1::1".parse().unwrap(), 64),
+                ("2001:db8:a::1".parse().unwrap(), 64),
+            ],
+            vec![],
+        ]);
+        f.set_star6(&[
+            (p6("2001:db8:1::/64"), own, 0),
+            (p6("2001:db8:3::/48"), wire::MacAddr(STAR3), 0),
+            (p6("2001:db8:4::/48"), wire::MacAddr(STAR4), 1),
+            (p6("2001:db8:4:7::/64"), wire::MacAddr(STAR4), 2),
+        ]);
+        f.replace_routes6(vec![(
+            p6("2001:db8:c0::/48"),
+            vec!["2001:db8:3::20".parse().unwrap()],
+        )])
+        .unwrap();
+    }
     Check::with(f, now, at)
 }
 
@@ -804,11 +833,105 @@ fn the_xdp_fast_path_agrees_with_a_star_member() {
     }
 }
 
+/// An IPv6 star frame from member 3 to this one's internal port: header version 2, out of
+/// `port` to `hop`, entered at 2001:db8:3::1; inside, UDP from 2001:db8:3::10 to
+/// 2001:db8:1::10 with hop limit 63.
+fn star_frame6(port: u8, hop: &str) -> Vec<u8> {
+    let inner = frame6("2001:db8:3::10", "2001:db8:1::10", 63, None, 20);
+    let mut f = vec![2, 0, 0, 0, 5, 1, 2, 0, 0, 0, 5, 3, 0x88, 0xb7];
+    f.extend([2, port, 0, 0]);
+    f.extend(hop.parse::<Ipv6Addr>().unwrap().octets());
+    f.extend("2001:db8:3::1".parse::<Ipv6Addr>().unwrap().octets());
+    f.extend(&inner[14..]);
+    f
+}
+
+#[test]
+fn the_xdp_fast_path_agrees_with_a_star_member_on_ipv6() {
+    assert_eq!(io::fastpath::STAR_HEADER6_LEN, wire::star::HEADER6_LEN);
+    assert_eq!(io::fastpath::STAR_VERSION6, wire::star::VERSION6);
+    let mut c = star_member(At::Xdp, true);
+    const H: &str = "2001:db8:1::10";
+    // Across the switch: to a host on member 3's network, through a gateway there, to
+    // member 4's two networks (the longer prefix first), a larger packet, and from a
+    // source on the port's other network (the header names that network's address).
+    for f in [
+        frame6(H, "2001:db8:3::10", 64, None, 18),
+        frame6(H, "2001:db8:c0::7", 64, None, 18),
+        frame6(H, "2001:db8:4:1::1", 64, None, 18),
+        frame6(H, "2001:db8:4:7::1", 64, None, 18),
+        frame6(H, "2001:db8:3::10", 64, None, 1400),
+        frame6("2001:db8:a::9", "2001:db8:3::10", 64, None, 18),
+        frame6("2001:db8:77::9", "2001:db8:3::10", 64, None, 18),
+    ] {
+        let before = c.fast;
+        c.frame(0, &f);
+        assert_eq!(c.fast, before + 1, "the fast path took none of {f:02x?}");
+    }
+    // Off the switch: the host on port 0 is not resolved yet (user space solicits it),
+    // then its advertisement, then the fast path sends it on.
+    let good = star_frame6(0, H);
+    c.frame(1, &good);
+    let na = icmpv6::Repr::NeighborAdvert {
+        router: false,
+        solicited: true,
+        override_: true,
+        target: H.parse().unwrap(),
+        options: wire::icmpv6::NdOptions {
+            target_lladdr: Some(wire::MacAddr([2, 0, 0, 0, 1, 0])),
+            ..Default::default()
+        },
+    };
+    c.frame(0, &frame6(H, "2001:db8:1::1", 255, Some(&na), 0));
+    let before = c.fast;
+    c.frame(1, &good);
+    assert_eq!(c.fast, before + 1, "the fast path took none of {good:02x?}");
+    // User space's: hop limit; over the internal MTU less the header; a network no
+    // member has; a next hop not resolved; a header naming the internal port, a port the
+    // member lacks; an IPv4 packet behind version 2; link padding; a truncated frame.
+    let fast = c.fast;
+    c.frame(0, &frame6(H, "2001:db8:3::10", 1, None, 18));
+    c.frame(0, &frame6(H, "2001:db8:3::10", 64, None, 1430));
+    c.frame(0, &frame6(H, "2001:db8:9::1", 64, None, 18));
+    c.frame(1, &star_frame6(0, "2001:db8:1::11"));
+    c.frame(1, &star_frame6(1, H));
+    c.frame(1, &star_frame6(7, H));
+    let mut v4 = star_frame(0, [10, 1, 0, 10]);
+    v4[14] = 2;
+    c.frame(1, &v4);
+    let mut padded = good.clone();
+    padded.extend([0; 4]);
+    c.frame(1, &padded);
+    c.frame(1, &good[..good.len() - 1]);
+    assert_eq!(
+        c.fast, fast,
+        "the fast path took a frame that is user space's"
+    );
+    // Seeded mutations of both kinds of frame: every verdict as user space's.
+    let mut rnd = xorshift(0x5eed_57a6);
+    for (port, base) in [
+        (0u16, frame6(H, "2001:db8:4:7::1", 64, None, 30)),
+        (1, good),
+    ] {
+        for _ in 0..600 {
+            let mut f = base.clone();
+            for _ in 0..1 + rnd() % 3 {
+                let i = (rnd() as usize) % f.len().min(96);
+                f[i] = rnd() as u8;
+            }
+            c.frame(port, &f);
+        }
+    }
+    eprintln!("star IPv6 (XDP): {} frames by the fast path", c.fast);
+}
+
 #[test]
 fn the_tcx_fast_path_leaves_the_star_to_user_space() {
-    let mut c = star(At::Tc);
+    let mut c = star_member(At::Tc, true);
     c.frame(0, &udp([10, 3, 0, 10], 18));
     c.frame(1, &star_frame(0, [10, 1, 0, 10]));
+    c.frame(0, &frame6("2001:db8:1::10", "2001:db8:3::10", 64, None, 18));
+    c.frame(1, &star_frame6(0, "2001:db8:1::10"));
     assert_eq!(c.fast, 0);
     // Left to user space, not shed as frames the router answers are past the slow
     // path's limit: a limit of one frame a second lets none of the star's through to

@@ -276,6 +276,24 @@ impl Six {
             .unwrap_or(ll)
     }
 
+    /// What [`Six::source_for`] chooses from on `iface` for a `to` that is not
+    /// link-local: the first of the interface's global addresses whose prefix holds `to`,
+    /// else the fallback.
+    fn source_choices(&self, iface: u16) -> (Vec<(Prefix6, Ipv6Addr)>, Ipv6Addr) {
+        let l = &self.addrs[iface as usize];
+        let global: Vec<(Prefix6, Ipv6Addr)> = l
+            .iter()
+            .filter(|x| !is_link_local(x.0))
+            .map(|&(x, len)| (Prefix6::new(x, len), x))
+            .collect();
+        let fallback = global
+            .first()
+            .map(|g| g.1)
+            .or_else(|| self.global.first().map(|&g| Ipv6Addr::from(g)))
+            .unwrap_or(l[0].0);
+        (global, fallback)
+    }
+
     /// The connected prefixes, each with its next hop's value.
     fn connected(&mut self) -> Vec<(Prefix6, u32)> {
         let mut out = Vec::new();
@@ -663,6 +681,22 @@ impl Forwarder {
         self.six.is_some()
     }
 
+    /// Of a star member with IPv6 ([`Forwarder::set_star6`]): the other members' IPv6
+    /// networks (network, that member's internal MAC, its port index there), longest
+    /// prefixes first.
+    pub fn star_members6(&self) -> Option<&[(Prefix6, MacAddr, u8)]> {
+        self.six.as_ref()?.star.as_ref().map(|(_, m)| &m[..])
+    }
+
+    /// How interface `i` chooses the address it answers from (ICMPv6 errors, a star
+    /// header's ingress) towards an address that is not link-local: (its global addresses
+    /// with their prefixes, the first whose prefix holds that address), else the fallback.
+    /// None with IPv6 off or no such interface.
+    pub fn source_choices6(&self, i: usize) -> Option<(Vec<(Prefix6, Ipv6Addr)>, Ipv6Addr)> {
+        let six = self.six.as_ref()?;
+        (i < six.addrs.len()).then(|| six.source_choices(i as u16))
+    }
+
     /// Interface `i`'s IPv6 addresses as `ADDRESS/LENGTH`, link-local first.
     pub fn addresses6(&self, i: usize) -> Option<Vec<String>> {
         let l = self.six.as_ref()?.addrs.get(i)?;
@@ -677,17 +711,11 @@ impl Forwarder {
     }
 
     /// The IPv6 routes that changed since the last call: all of them the first time, after
-    /// a bulk load or after very many changes. `None` with IPv6 off, in a worker without
-    /// the route writer, and in a star member (whose routes to the other members'
-    /// networks are not in the table).
+    /// a bulk load or after very many changes. `None` with IPv6 off and in a worker
+    /// without the route writer. (A star member's routes to the other members' networks
+    /// are connected ones out of the internal port.)
     pub fn take_route_changes6(&mut self) -> Option<RouteChanges6> {
-        if self.star.is_some() {
-            return None;
-        }
         let six = self.six.as_mut()?;
-        if six.star.is_some() {
-            return None;
-        }
         let w = six.writer.as_ref()?;
         let groups = six.groups.load();
         let hops = |v: u32| groups.get(v as usize).map_or_else(Vec::new, |g| g.to_vec());

@@ -253,6 +253,12 @@ pub(super) fn program(
         if s.internal == f.port {
             star_in(&mut a, f, s, [neigh, ports, tx, stats]);
         }
+        if six {
+            star_out6(&mut a, f, s, [ports, tx, stats]);
+            if s.internal == f.port {
+                star_in6(&mut a, f, s, [neigh6, ports, tx, stats]);
+            }
+        }
     }
     police_to_user_space(
         &mut a,
@@ -300,180 +306,9 @@ pub(super) fn program(
     a.finish()
 }
 
-/// A star member's packet for another member's network (XDP), from label `star_out`: the
-/// egress port (-40) is the internal one, the neighbour key (-16) holds the next hop. The
-/// member whose network holds the next hop (longest prefix first; none: user space), the
-/// internal port's MTU less the header (too big: user space), then the TTL decremented
-/// as for any forwarded packet, the star header (version 1: the member's port, the next
-/// hop, this port's address) and an Ethernet header to the member's internal MAC in front,
-/// out by the internal port. Stack: -88 the member's MAC, -96 its port.
-fn star_out(a: &mut Asm, f: &ProgramFacts, s: &StarFacts, [ports, tx, stats]: [i32; 3]) {
-    a.label("star_out")
-        .i(LDX_DW, 1, 10, -16, 0)
-        .i(LSH_K, 1, 0, 0, 32)
-        .i(RSH_K, 1, 0, 0, 32); // the next hop, host order
-    for (i, (net, mask, _, _)) in s.members.iter().enumerate() {
-        a.i(MOV_X, 2, 1, 0, 0).i(AND_K, 2, 0, 0, *mask as i32).j(
-            JEQ32_K,
-            2,
-            0,
-            *net as i32,
-            &format!("star_member_{i}"),
-        );
-    }
-    a.j(JA, 0, 0, 0, "slow");
-    for (i, (_, _, mac, port)) in s.members.iter().enumerate() {
-        a.label(&format!("star_member_{i}"))
-            .imm64(3, mac_u64(mac))
-            .i(STX_DW, 10, 3, -88, 0)
-            .i(MOV_K, 3, 0, 0, i32::from(*port))
-            .i(STX_DW, 10, 3, -96, 0)
-            .j(JA, 0, 0, 0, "star_send");
-    }
-    let header = STAR_HEADER_LEN as i32;
-    a.label("star_send")
-        .i(MOV_K, 1, 0, 0, s.internal as i32)
-        .lookup(0, ports, 1)
-        .deadline("star_send_in_time")
-        .i(LDX_DW, 1, 0, 0, 0)
-        .i(STX_DW, 10, 1, -48, 0) // the internal port's MAC
-        .i(RSH_K, 1, 0, 0, 48)
-        .i(SUB_K, 1, 0, 0, header) // its MTU, less the header
-        .i(LDX_DW, 2, 10, -24, 0)
-        .j(JGT_X, 2, 1, 0, "slow");
-    decrement_ttl(a);
-    a.i(MOV_K, 1, 0, 0, f.port as i32)
-        .count_frame(
-            stats,
-            1,
-            0,
-            IN_BYTES,
-            FrameLen::Bounds,
-            "star_out_counted_in",
-        )
-        // The header's and an Ethernet header's room at the front.
-        .i(LDX_DW, 1, 10, -72, 0)
-        .i(MOV_K, 2, 0, 0, -header)
-        .i(CALL, 0, 0, 0, ADJUST_HEAD)
-        .j(JNE_K, 0, 0, 0, "aborted");
-    reload_frame(a, 14 + header);
-    let ingress = u32::from_le_bytes(s.ingress.to_be_bytes());
-    a.i(LDX_DW, 1, 10, -88, 0)
-        .i(STX_W, 7, 1, 0, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, 4, 0)
-        .i(LDX_DW, 1, 10, -48, 0)
-        .i(STX_W, 7, 1, 6, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, 10, 0)
-        .i(MOV_K, 1, 0, 0, 0xb788) // 0x88b7, written little-endian
-        .i(STX_H, 7, 1, 12, 0)
-        .i(MOV_K, 1, 0, 0, i32::from(STAR_VERSION))
-        .i(STX_B, 7, 1, 14, 0)
-        .i(LDX_DW, 1, 10, -96, 0)
-        .i(STX_B, 7, 1, 15, 0)
-        .i(MOV_K, 1, 0, 0, 0)
-        .i(STX_H, 7, 1, 16, 0)
-        .i(LDX_DW, 1, 10, -16, 0)
-        .i(TO_BE, 1, 0, 0, 32) // the next hop, network order
-        .i(STX_W, 7, 1, 18, 0)
-        .i(MOV_K, 1, 0, 0, ingress as i32)
-        .i(STX_W, 7, 1, 22, 0)
-        .send_out(stats, tx, "star_out_counted_out");
-}
-
-/// A star frame on the internal port (XDP), from label `star_in` (to the port's MAC, 34
-/// bytes checked): version 1, a port of this forwarder other than the internal one, an
-/// IPv4 packet without options of exactly the rest of the frame that fits that port's MTU,
-/// and a resolved neighbour for the next hop the header names. The header comes off, the
-/// MACs are the neighbour's and the port's, and the packet leaves by that port with no
-/// lookup and no TTL decrement (the member where it entered did both). Anything else goes
-/// to user space as it came. Stack: -88 the neighbour's MAC.
-fn star_in(a: &mut Asm, f: &ProgramFacts, s: &StarFacts, [neigh, ports, tx, stats]: [i32; 4]) {
-    let header = STAR_HEADER_LEN as i32;
-    let ip = 14 + header as i16;
-    a.label("star_in")
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, i32::from(ip) + 20)
-        .j(JGT_X, 1, 8, 0, "slow")
-        .i(LDX_B, 1, 7, 14, 0)
-        .j(JNE_K, 1, 0, i32::from(STAR_VERSION), "slow")
-        .i(LDX_B, 1, 7, 15, 0); // the port, as the forwarder numbers its interfaces
-    for (i, (iface, _)) in s.ports.iter().enumerate() {
-        a.j(JEQ_K, 1, 0, i32::from(*iface), &format!("star_port_{i}"));
-    }
-    a.j(JA, 0, 0, 0, "slow");
-    for (i, (_, port)) in s.ports.iter().enumerate() {
-        a.label(&format!("star_port_{i}"))
-            .i(MOV_K, 2, 0, 0, *port as i32)
-            .i(STX_DW, 10, 2, -40, 0)
-            .j(JA, 0, 0, 0, "star_packet");
-    }
-    a.label("star_packet")
-        .i(LDX_B, 1, 7, ip, 0)
-        .j(JNE_K, 1, 0, 0x45, "slow") // version 4, no options
-        .i(LDX_H, 1, 7, ip + 2, 0)
-        .i(TO_BE, 1, 0, 0, 16) // total length
-        .i(MOV_X, 2, 8, 0, 0)
-        .i(SUB_X, 2, 7, 0, 0)
-        .i(SUB_K, 2, 0, 0, i32::from(ip))
-        .j(JNE_X, 2, 1, 0, "slow") // padding or truncated: user space's
-        .i(STX_DW, 10, 1, -24, 0)
-        // The neighbour key: the port, then the next hop (host order).
-        .i(LDX_W, 1, 7, 18, 0)
-        .i(TO_BE, 1, 0, 0, 32)
-        .i(LDX_DW, 2, 10, -40, 0)
-        .i(LSH_K, 2, 0, 0, 32)
-        .i(OR_X, 2, 1, 0, 0)
-        .i(STX_DW, 10, 2, -16, 0)
-        // The egress port: MAC and MTU.
-        .i(LDX_DW, 1, 10, -40, 0)
-        .lookup(0, ports, 1)
-        .deadline("star_in_in_time")
-        .i(LDX_DW, 1, 0, 0, 0)
-        .i(STX_DW, 10, 1, -48, 0)
-        .i(RSH_K, 1, 0, 0, 48)
-        .i(LDX_DW, 2, 10, -24, 0)
-        .j(JGT_X, 2, 1, 0, "slow") // fragments or an ICMP error: user space's
-        .i(MOV_X, 2, 10, 0, 0)
-        .i(ADD_K, 2, 0, 0, -16)
-        .map(1, neigh)
-        .i(CALL, 0, 0, 0, MAP_LOOKUP)
-        .j(JEQ_K, 0, 0, 0, "slow") // not resolved: user space asks
-        .i(LDX_DW, 1, 0, 0, 0)
-        .i(STX_DW, 10, 1, -88, 0)
-        .i(MOV_K, 1, 0, 0, f.port as i32)
-        .count_frame(
-            stats,
-            1,
-            0,
-            IN_BYTES,
-            FrameLen::Bounds,
-            "star_in_counted_in",
-        )
-        // The star header off: the Ethernet header is written just before the packet,
-        // and the frame starts there.
-        .i(LDX_DW, 1, 10, -88, 0)
-        .i(STX_W, 7, 1, header as i16, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, header as i16 + 4, 0)
-        .i(LDX_DW, 1, 10, -48, 0)
-        .i(STX_W, 7, 1, header as i16 + 6, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, header as i16 + 10, 0)
-        .i(MOV_K, 1, 0, 0, 0x0008) // 0x0800, written little-endian
-        .i(STX_H, 7, 1, header as i16 + 12, 0)
-        .i(LDX_DW, 1, 10, -72, 0)
-        .i(MOV_K, 2, 0, 0, header)
-        .i(CALL, 0, 0, 0, ADJUST_HEAD)
-        .j(JNE_K, 0, 0, 0, "aborted");
-    reload_frame(a, 14);
-    a.send_out(stats, tx, "star_in_counted_out");
-}
-
 /// The TTL decremented, with the RFC 1624 update of the header checksum the user-space
 /// path uses.
-fn decrement_ttl(a: &mut Asm) {
+pub(super) fn decrement_ttl(a: &mut Asm) {
     a.i(LDX_B, 1, 7, 22, 0)
         .i(SUB_K, 1, 0, 0, 1)
         .i(STX_B, 7, 1, 22, 0)
@@ -723,8 +558,13 @@ pub(super) fn ipv6(
         .j(JSET_K, 1, 0, ROUTE6_SLOW as i32, "slow")
         .i(LDX_H, 2, 0, 16, 0)
         .i(STX_DW, 10, 2, -40, 0); // egress port
-    if let Some(s) = &f.star {
-        // Across a star's switch: user space's (never to the limit of `police`).
+                                   // Across a star's switch: in XDP, where no port has sub-interfaces, from `egress6`
+                                   // on to `star_out6`; elsewhere user space's (never to the limit of `police`).
+    let star = f
+        .star
+        .as_ref()
+        .filter(|_| !tc && !f.tagged && f.vlans.is_empty());
+    if let (Some(s), None) = (&f.star, star) {
         a.j(JEQ_K, 2, 0, s.internal as i32, "slow");
     }
     a.i(LDX_H, 3, 0, 18, 0);
@@ -748,7 +588,12 @@ pub(super) fn ipv6(
         a.i(LDX_W, 2, 7, 38 + 4 * w, 0)
             .i(STX_W, 10, 2, -124 + 4 * w, 0);
     }
-    a.label("egress6")
+    a.label("egress6");
+    if let Some(s) = star {
+        a.i(LDX_DW, 1, 10, -40, 0)
+            .j(JEQ_K, 1, 0, s.internal as i32, "star_out6");
+    }
+    a
         // The egress port: MAC and MTU, interface index.
         .i(LDX_DW, 1, 10, -40, 0)
         .lookup(0, ports, 1)
