@@ -407,13 +407,17 @@ pub struct StarFacts {
     /// The other members' IPv6 networks, longest prefixes first: (network, mask, the
     /// member's internal MAC, its port index on the network), in network order. Empty:
     /// IPv6 packets stay on this side of the switch, or go across through user space.
-    pub members6: Vec<([u8; 16], [u8; 16], [u8; 6], u8)>,
+    pub members6: Vec<StarMember6>,
     /// The IPv6 address of this port's interface that the star header names as where a
     /// packet entered: of (network, mask, address), the first whose network holds the
     /// packet's source, else `ingress6_else` (network order; as user space chooses).
     pub ingress6: Vec<([u8; 16], [u8; 16], [u8; 16])>,
     pub ingress6_else: [u8; 16],
 }
+
+/// Another star member's IPv6 network: (network, mask, the member's internal MAC, its
+/// port index on the network), addresses in network order.
+pub type StarMember6 = ([u8; 16], [u8; 16], [u8; 6], u8);
 
 /// A key of `neigh6`: `vlan << 16 | port`, then an address in network order.
 type Key6 = [u8; 20];
