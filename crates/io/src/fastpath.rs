@@ -128,10 +128,13 @@ pub const TO_USER_SPACE_MARK: u32 = 0x7e55_0001;
 const TCX_DROP: i32 = 2;
 const TCX_REDIRECT: u32 = 7;
 const BPF_F_INGRESS: i32 = 1;
-/// `__sk_buff` offsets: len, mark, vlan_present, data, data_end; and its size.
+/// `__sk_buff` offsets: len, mark, vlan_present, vlan_tci, vlan_proto, data, data_end;
+/// and its size.
 const SKB_LEN: i16 = 0;
 const SKB_MARK: i16 = 8;
 const SKB_VLAN_PRESENT: i16 = 20;
+const SKB_VLAN_TCI: i16 = 24;
+const SKB_VLAN_PROTO: i16 = 28;
 const SKB_DATA: i16 = 76;
 const SKB_DATA_END: i16 = 80;
 const SKB_SIZE: usize = 192;

@@ -190,7 +190,15 @@ impl Check {
                     sent.len()
                 );
                 let (eport, ref p) = sent[0];
-                assert_eq!(p.data, out, "different bytes out: {frame:02x?}");
+                // In tcx a frame leaves a sub-interface with its tag in the socket buffer
+                // (as a driver inserts it), which a test run does not show: user space's
+                // bytes are compared without it. (multistage_lab's
+                // `elements_with_the_fast_path` checks the tags on AF_PACKET ports.)
+                let mut expect = p.data.to_vec();
+                if self.at == At::Tc && expect.len() >= 18 && expect[12..14] == [0x81, 0] {
+                    expect.drain(12..16);
+                }
+                assert_eq!(expect, out, "different bytes out: {frame:02x?}");
                 assert_eq!(
                     &out[6..12],
                     &self.f.ifaces[eport as usize].mac.0,
@@ -542,19 +550,21 @@ fn the_xdp_fast_path_agrees_with_a_backend_on_its_vlans() {
     );
 }
 
+/// tcx serves a back-end's sub-interfaces too. A tagged frame reaches tcx with its tag
+/// in the socket buffer (the kernel takes it out of the bytes first), which a test run
+/// cannot give: here frames come in untagged and leave by a VLAN or not; a tag in the
+/// bytes (which tcx never sees) is user space's. multistage_lab's
+/// `elements_with_the_fast_path` on AF_PACKET ports runs tagged frames both ways.
 #[test]
-fn the_tcx_fast_path_leaves_vlans_to_user_space() {
+fn the_tcx_fast_path_serves_sub_interfaces() {
     let mut c = Check::backend(At::Tc);
     let before = c.fast;
     c.frame(0, &tagged(&udp([8, 8, 8, 8], 18), 10));
+    assert_eq!(c.fast, before, "tcx forwarded a tag in the bytes");
     c.frame(0, &udp([8, 8, 8, 8], 18)); // untagged in, out of VLAN 20
-    assert_eq!(c.fast, before, "tcx forwarded a frame of a sub-interface");
-    c.frame(0, &udp([10, 255, 0, 50], 18));
-    assert_eq!(
-        c.fast,
-        before + 1,
-        "untagged to untagged is the fast path's"
-    );
+    c.frame(0, &udp([192, 0, 2, 7], 18)); // out of VLAN 10
+    c.frame(0, &udp([10, 255, 0, 50], 18)); // untagged to untagged
+    assert_eq!(c.fast, before + 3, "tcx left a frame to user space");
 }
 
 fn agrees(at: At) {

@@ -58,6 +58,9 @@ pub(super) const REDIRECT_MAP: i32 = 51;
 pub(super) const REDIRECT: i32 = 23;
 pub(super) const ADJUST_HEAD: i32 = 44;
 pub(super) const KTIME_GET_NS: i32 = 5;
+pub(super) const SKB_VLAN_PUSH: i32 = 18;
+pub(super) const SKB_VLAN_POP: i32 = 19;
+pub(super) const SKB_PULL_DATA: i32 = 39;
 
 impl Asm {
     pub(super) fn new() -> Asm {

@@ -43,13 +43,42 @@ pub(super) fn program(
         a.i(LDX_W, 1, 6, SKB_MARK, 0)
             .j(JEQ32_K, 1, 0, TO_USER_SPACE_MARK as i32, "marked")
             .i(STX_DW, 10, 6, -32, 0)
-            // An 802.1Q tag the driver took out of the frame into the socket buffer is
-            // not in the bytes the program reads: such a frame goes to user space, which
-            // puts the tag back.
-            .i(LDX_W, 1, 6, SKB_VLAN_PRESENT, 0)
-            .j(JNE_K, 1, 0, 0, "slow")
-            .i(LDX_W, 7, 6, SKB_DATA, 0)
-            .i(LDX_W, 8, 6, SKB_DATA_END, 0);
+            // A frame's 802.1Q tag is not in the bytes the program reads: the kernel takes
+            // it out into the socket buffer before tcx (as drivers that strip tags do).
+            .i(LDX_W, 1, 6, SKB_VLAN_PRESENT, 0);
+        if f.vlans.is_empty() {
+            // No sub-interfaces here: a tagged frame is user space's.
+            a.j(JNE_K, 1, 0, 0, "slow");
+        } else {
+            // One of the port's VLAN ids (802.1Q): on as for an untagged frame; its tag
+            // stays in the socket buffer until the frame leaves (below), or goes with it
+            // to user space.
+            a.i(MOV_K, 2, 0, 0, 0)
+                .i(STX_DW, 10, 2, -64, 0) // untagged (so far)
+                .j(JEQ_K, 1, 0, 0, "tc_untagged")
+                .i(LDX_W, 1, 6, SKB_VLAN_PROTO, 0)
+                .j(JNE_K, 1, 0, 0x0081, "slow") // 0x8100, as the socket buffer holds it
+                .i(LDX_W, 9, 6, SKB_VLAN_TCI, 0)
+                .i(MOV_X, 2, 9, 0, 0)
+                .i(AND_K, 2, 0, 0, 0xfff);
+            for &v in &f.vlans {
+                a.j(JEQ_K, 2, 0, v as i32, "tc_our_vlan");
+            }
+            a.j(JA, 0, 0, 0, "slow")
+                .label("tc_our_vlan")
+                .i(OR_K, 9, 0, 0, 0x10000)
+                .i(STX_DW, 10, 9, -64, 0) // tagged: 1 << 16 | the tag
+                .label("tc_untagged");
+        }
+        // The headers in the socket buffer's linear part, where the program reads them: a
+        // frame sent from a ring (AF_PACKET's, as a user-space LB sends) may have little
+        // more than its Ethernet header there.
+        a.i(LDX_W, 7, 6, SKB_DATA, 0)
+            .i(LDX_W, 8, 6, SKB_DATA_END, 0)
+            .i(MOV_X, 1, 7, 0, 0)
+            .i(ADD_K, 1, 0, 0, 54)
+            .j(JGT_X, 1, 8, 0, "tc_pull")
+            .label("tc_linear");
     } else {
         a.i(LDX_W, 1, 6, 16, 0) // rx_queue_index
             .i(STX_DW, 10, 1, -32, 0);
@@ -180,10 +209,6 @@ pub(super) fn program(
             .i(MOV_X, 3, 2, 0, 0)
             .i(RSH_K, 3, 0, 0, 16)
             .i(STX_DW, 10, 3, -80, 0); // egress VLAN id (0: untagged)
-        if tc {
-            // A socket buffer's tag is its own business: sub-interfaces are user space's.
-            a.j(JNE_K, 3, 0, 0, "slow");
-        }
     } else {
         a.i(STX_DW, 10, 2, -40, 0); // egress port (no VLAN ids in this table)
     }
@@ -231,6 +256,26 @@ pub(super) fn program(
         .i(LDX_DW, 1, 10, -40, 0)
         .count_frame(stats, 1, 16, OUT_BYTES, len, "counted");
     if tc {
+        // The frame leaves with the egress VLAN's tag in its socket buffer, as a driver
+        // that inserts tags takes it: the tag it came with off, the egress one on
+        // (priority 0, as user space tags).
+        if !f.vlans.is_empty() {
+            a.i(LDX_DW, 1, 10, -64, 0)
+                .j(JEQ_K, 1, 0, 0, "tc_untagged_in")
+                .i(LDX_DW, 1, 10, -32, 0)
+                .i(CALL, 0, 0, 0, SKB_VLAN_POP)
+                .j(JNE_K, 0, 0, 0, "tc_failed")
+                .label("tc_untagged_in");
+        }
+        if f.tagged {
+            a.i(LDX_DW, 3, 10, -80, 0)
+                .j(JEQ_K, 3, 0, 0, "tc_untagged_out")
+                .i(LDX_DW, 1, 10, -32, 0)
+                .i(MOV_K, 2, 0, 0, 0x0081) // 0x8100, in network order
+                .i(CALL, 0, 0, 0, SKB_VLAN_PUSH)
+                .j(JNE_K, 0, 0, 0, "tc_failed")
+                .label("tc_untagged_out");
+        }
         a.i(LDX_DW, 1, 10, -56, 0)
             .i(MOV_K, 2, 0, 0, 0)
             .i(CALL, 0, 0, 0, REDIRECT);
@@ -282,7 +327,22 @@ pub(super) fn program(
             .i(EXIT, 0, 0, 0, 0)
             .label("marked")
             .i(MOV_K, 0, 0, 0, TCX_DROP)
-            .i(EXIT, 0, 0, 0, 0);
+            .i(EXIT, 0, 0, 0, 0)
+            // 54 bytes (Ethernet and IPv6 headers; the checks go to user space if the
+            // frame is shorter and the pull fails) made linear, then the bounds again.
+            .label("tc_pull")
+            .i(MOV_X, 1, 6, 0, 0)
+            .i(MOV_K, 2, 0, 0, 54)
+            .i(CALL, 0, 0, 0, SKB_PULL_DATA)
+            .i(LDX_W, 7, 6, SKB_DATA, 0)
+            .i(LDX_W, 8, 6, SKB_DATA_END, 0)
+            .j(JA, 0, 0, 0, "tc_linear");
+        if !f.vlans.is_empty() || f.tagged {
+            // What cannot happen but for want of memory (a tag refused): dropped.
+            a.label("tc_failed")
+                .i(MOV_K, 0, 0, 0, TCX_DROP)
+                .i(EXIT, 0, 0, 0, 0);
+        }
     } else {
         if !f.vlans.is_empty() {
             // A frame whose tag came out gets it back, as it arrived.
@@ -568,12 +628,10 @@ pub(super) fn ipv6(
         a.j(JEQ_K, 2, 0, s.internal as i32, "slow");
     }
     a.i(LDX_H, 3, 0, 18, 0);
-    if f.tagged && !tc {
+    if f.tagged {
         a.i(STX_DW, 10, 3, -80, 0); // egress VLAN id (0: untagged)
     } else {
-        // (In tcx a socket buffer's tag is its own business: sub-interfaces are user
-        // space's.)
-        a.j(JNE_K, 3, 0, 0, "slow");
+        a.j(JNE_K, 3, 0, 0, "slow"); // (cannot happen: no VLAN ids in this table)
     }
     // The neighbour's key: vlan << 16 | port, then the gateway or the destination.
     a.i(LSH_K, 3, 0, 0, 16)
