@@ -268,9 +268,12 @@ impl FastLink {
             .map(|i| {
                 let ok = on.get(i).copied().unwrap_or(true);
                 let w = watched.get(i);
+                // Why frames may not leave by it, where they may not: in tcx a device that
+                // refuses XDP redirects still takes the socket buffers the program sends.
                 (
                     ok,
-                    w.and_then(|p| p.egress.why().map(str::to_string)),
+                    w.filter(|_| !ok)
+                        .and_then(|p| p.egress.why().map(str::to_string)),
                     w.map_or(0, |p| p.changes),
                 )
             })
