@@ -28,25 +28,11 @@ pub(super) fn star_out(a: &mut Asm, f: &ProgramFacts, s: &StarFacts, [ports, tx,
         );
     }
     a.j(JA, 0, 0, 0, "slow");
-    for (i, (_, _, mac, port)) in s.members.iter().enumerate() {
-        a.label(&format!("star_member_{i}"))
-            .imm64(3, mac_u64(mac))
-            .i(STX_DW, 10, 3, -88, 0)
-            .i(MOV_K, 3, 0, 0, i32::from(*port))
-            .i(STX_DW, 10, 3, -96, 0)
-            .j(JA, 0, 0, 0, "star_send");
-    }
+    let members = s.members.iter().map(|(_, _, mac, port)| (mac, *port));
+    member_targets(a, members, "star_member", "star_send");
     let header = STAR_HEADER_LEN as i32;
-    a.label("star_send")
-        .i(MOV_K, 1, 0, 0, s.internal as i32)
-        .lookup(0, ports, 1)
-        .deadline("star_send_in_time")
-        .i(LDX_DW, 1, 0, 0, 0)
-        .i(STX_DW, 10, 1, -48, 0) // the internal port's MAC
-        .i(RSH_K, 1, 0, 0, 48)
-        .i(SUB_K, 1, 0, 0, header) // its MTU, less the header
-        .i(LDX_DW, 2, 10, -24, 0)
-        .j(JGT_X, 2, 1, 0, "slow");
+    a.label("star_send");
+    internal_port(a, ports, s.internal, header, "star_send_in_time");
     decrement_ttl(a);
     a.i(MOV_K, 1, 0, 0, f.port as i32)
         .count_frame(
@@ -64,23 +50,8 @@ pub(super) fn star_out(a: &mut Asm, f: &ProgramFacts, s: &StarFacts, [ports, tx,
         .j(JNE_K, 0, 0, 0, "aborted");
     reload_frame(a, 14 + header);
     let ingress = u32::from_le_bytes(s.ingress.to_be_bytes());
-    a.i(LDX_DW, 1, 10, -88, 0)
-        .i(STX_W, 7, 1, 0, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, 4, 0)
-        .i(LDX_DW, 1, 10, -48, 0)
-        .i(STX_W, 7, 1, 6, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, 10, 0)
-        .i(MOV_K, 1, 0, 0, 0xb788) // 0x88b7, written little-endian
-        .i(STX_H, 7, 1, 12, 0)
-        .i(MOV_K, 1, 0, 0, i32::from(STAR_VERSION))
-        .i(STX_B, 7, 1, 14, 0)
-        .i(LDX_DW, 1, 10, -96, 0)
-        .i(STX_B, 7, 1, 15, 0)
-        .i(MOV_K, 1, 0, 0, 0)
-        .i(STX_H, 7, 1, 16, 0)
-        .i(LDX_DW, 1, 10, -16, 0)
+    star_header_start(a, STAR_VERSION);
+    a.i(LDX_DW, 1, 10, -16, 0)
         .i(TO_BE, 1, 0, 0, 32) // the next hop, network order
         .i(STX_W, 7, 1, 18, 0)
         .i(MOV_K, 1, 0, 0, ingress as i32)
@@ -113,16 +84,7 @@ pub(super) fn star_in(
     }
     a.j(JNE_K, 1, 0, i32::from(STAR_VERSION), "slow")
         .i(LDX_B, 1, 7, 15, 0); // the port, as the forwarder numbers its interfaces
-    for (i, (iface, _)) in s.ports.iter().enumerate() {
-        a.j(JEQ_K, 1, 0, i32::from(*iface), &format!("star_port_{i}"));
-    }
-    a.j(JA, 0, 0, 0, "slow");
-    for (i, (_, port)) in s.ports.iter().enumerate() {
-        a.label(&format!("star_port_{i}"))
-            .i(MOV_K, 2, 0, 0, *port as i32)
-            .i(STX_DW, 10, 2, -40, 0)
-            .j(JA, 0, 0, 0, "star_packet");
-    }
+    header_port(a, s, "star_port", "star_packet");
     a.label("star_packet")
         .i(LDX_B, 1, 7, ip, 0)
         .j(JNE_K, 1, 0, 0x45, "slow") // version 4, no options
@@ -164,20 +126,11 @@ pub(super) fn star_in(
             IN_BYTES,
             FrameLen::Bounds,
             "star_in_counted_in",
-        )
-        // The star header off: the Ethernet header is written just before the packet,
-        // and the frame starts there.
-        .i(LDX_DW, 1, 10, -88, 0)
-        .i(STX_W, 7, 1, header as i16, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, header as i16 + 4, 0)
-        .i(LDX_DW, 1, 10, -48, 0)
-        .i(STX_W, 7, 1, header as i16 + 6, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, header as i16 + 10, 0)
-        .i(MOV_K, 1, 0, 0, 0x0008) // 0x0800, written little-endian
-        .i(STX_H, 7, 1, header as i16 + 12, 0)
-        .i(LDX_DW, 1, 10, -72, 0)
+        );
+    // The star header off: the Ethernet header is written just before the packet, and
+    // the frame starts there.
+    ethernet_at(a, header as i16, 0x0008); // 0x0800, written little-endian
+    a.i(LDX_DW, 1, 10, -72, 0)
         .i(MOV_K, 2, 0, 0, header)
         .i(CALL, 0, 0, 0, ADJUST_HEAD)
         .j(JNE_K, 0, 0, 0, "aborted");
@@ -207,25 +160,11 @@ pub(super) fn star_out6(
         a.j(JA, 0, 0, 0, &format!("star6_member_{i}")).label(&other);
     }
     a.j(JA, 0, 0, 0, "slow");
-    for (i, (_, _, mac, port)) in s.members6.iter().enumerate() {
-        a.label(&format!("star6_member_{i}"))
-            .imm64(3, mac_u64(mac))
-            .i(STX_DW, 10, 3, -88, 0)
-            .i(MOV_K, 3, 0, 0, i32::from(*port))
-            .i(STX_DW, 10, 3, -96, 0)
-            .j(JA, 0, 0, 0, "star_send6");
-    }
+    let members = s.members6.iter().map(|(_, _, mac, port)| (mac, *port));
+    member_targets(a, members, "star6_member", "star_send6");
     let header = STAR_HEADER6_LEN as i32;
-    a.label("star_send6")
-        .i(MOV_K, 1, 0, 0, s.internal as i32)
-        .lookup(0, ports, 1)
-        .deadline("star_send6_in_time")
-        .i(LDX_DW, 1, 0, 0, 0)
-        .i(STX_DW, 10, 1, -48, 0) // the internal port's MAC
-        .i(RSH_K, 1, 0, 0, 48)
-        .i(SUB_K, 1, 0, 0, header) // its MTU, less the header
-        .i(LDX_DW, 2, 10, -24, 0)
-        .j(JGT_X, 2, 1, 0, "slow");
+    a.label("star_send6");
+    internal_port(a, ports, s.internal, header, "star_send6_in_time");
     // The ingress address: of this port's interface, the first whose prefix holds the
     // source, else the fallback (the frame's source at 22 is neither link-local nor
     // multicast here: those went to user space).
@@ -255,22 +194,7 @@ pub(super) fn star_out6(
         .i(CALL, 0, 0, 0, ADJUST_HEAD)
         .j(JNE_K, 0, 0, 0, "aborted");
     reload_frame(a, 14 + header + 40);
-    a.i(LDX_DW, 1, 10, -88, 0)
-        .i(STX_W, 7, 1, 0, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, 4, 0)
-        .i(LDX_DW, 1, 10, -48, 0)
-        .i(STX_W, 7, 1, 6, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, 10, 0)
-        .i(MOV_K, 1, 0, 0, 0xb788) // 0x88b7, written little-endian
-        .i(STX_H, 7, 1, 12, 0)
-        .i(MOV_K, 1, 0, 0, i32::from(STAR_VERSION6))
-        .i(STX_B, 7, 1, 14, 0)
-        .i(LDX_DW, 1, 10, -96, 0)
-        .i(STX_B, 7, 1, 15, 0)
-        .i(MOV_K, 1, 0, 0, 0)
-        .i(STX_H, 7, 1, 16, 0);
+    star_header_start(a, STAR_VERSION6);
     for w in 0..4i16 {
         a.i(LDX_W, 1, 10, -124 + 4 * w, 0)
             .i(STX_W, 7, 1, 18 + 4 * w, 0)
@@ -300,16 +224,7 @@ pub(super) fn star_in6(
         .i(ADD_K, 1, 0, 0, i32::from(ip) + 40)
         .j(JGT_X, 1, 8, 0, "slow")
         .i(LDX_B, 1, 7, 15, 0); // the port, as the forwarder numbers its interfaces
-    for (i, (iface, _)) in s.ports.iter().enumerate() {
-        a.j(JEQ_K, 1, 0, i32::from(*iface), &format!("star6_port_{i}"));
-    }
-    a.j(JA, 0, 0, 0, "slow");
-    for (i, (_, port)) in s.ports.iter().enumerate() {
-        a.label(&format!("star6_port_{i}"))
-            .i(MOV_K, 2, 0, 0, *port as i32)
-            .i(STX_DW, 10, 2, -40, 0)
-            .j(JA, 0, 0, 0, "star_packet6");
-    }
+    header_port(a, s, "star6_port", "star_packet6");
     a.label("star_packet6")
         .i(LDX_B, 1, 7, ip, 0)
         .i(AND_K, 1, 0, 0, 0xf0)
@@ -354,25 +269,92 @@ pub(super) fn star_in6(
             IN_BYTES,
             FrameLen::Bounds,
             "star_in6_counted_in",
-        )
-        // The star header off: the Ethernet header is written just before the packet,
-        // and the frame starts there.
-        .i(LDX_DW, 1, 10, -88, 0)
-        .i(STX_W, 7, 1, header, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, header + 4, 0)
-        .i(LDX_DW, 1, 10, -48, 0)
-        .i(STX_W, 7, 1, header + 6, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, header + 10, 0)
-        .i(MOV_K, 1, 0, 0, 0xdd86) // 0x86dd, written little-endian
-        .i(STX_H, 7, 1, header + 12, 0)
-        .i(LDX_DW, 1, 10, -72, 0)
+        );
+    // The star header off: the Ethernet header is written just before the packet, and
+    // the frame starts there.
+    ethernet_at(a, header, 0xdd86); // 0x86dd, written little-endian
+    a.i(LDX_DW, 1, 10, -72, 0)
         .i(MOV_K, 2, 0, 0, i32::from(header))
         .i(CALL, 0, 0, 0, ADJUST_HEAD)
         .j(JNE_K, 0, 0, 0, "aborted");
     reload_frame(a, 14);
     a.send_out(stats, tx, "star_in6_counted_out");
+}
+
+/// Labels `{prefix}_{i}`, one per member (its internal MAC and its port index on the
+/// network): the MAC to -88, the port to -96, then on at `send`.
+fn member_targets<'m>(
+    a: &mut Asm,
+    members: impl Iterator<Item = (&'m [u8; 6], u8)>,
+    prefix: &str,
+    send: &str,
+) {
+    for (i, (mac, port)) in members.enumerate() {
+        a.label(&format!("{prefix}_{i}"))
+            .imm64(3, mac_u64(mac))
+            .i(STX_DW, 10, 3, -88, 0)
+            .i(MOV_K, 3, 0, 0, i32::from(port))
+            .i(STX_DW, 10, 3, -96, 0)
+            .j(JA, 0, 0, 0, send);
+    }
+}
+
+/// The internal port's MAC to -48; a packet (its length at -24) over that port's MTU less
+/// a star header of `header` bytes goes to user space.
+fn internal_port(a: &mut Asm, ports: i32, internal: u32, header: i32, in_time: &str) {
+    a.i(MOV_K, 1, 0, 0, internal as i32)
+        .lookup(0, ports, 1)
+        .deadline(in_time)
+        .i(LDX_DW, 1, 0, 0, 0)
+        .i(STX_DW, 10, 1, -48, 0) // the internal port's MAC
+        .i(RSH_K, 1, 0, 0, 48)
+        .i(SUB_K, 1, 0, 0, header) // its MTU, less the header
+        .i(LDX_DW, 2, 10, -24, 0)
+        .j(JGT_X, 2, 1, 0, "slow");
+}
+
+/// An Ethernet header at byte `off` of the frame: to the MAC at -88, from the one at -48,
+/// EtherType `ethertype` (as read little-endian).
+fn ethernet_at(a: &mut Asm, off: i16, ethertype: i32) {
+    a.i(LDX_DW, 1, 10, -88, 0)
+        .i(STX_W, 7, 1, off, 0)
+        .i(RSH_K, 1, 0, 0, 32)
+        .i(STX_H, 7, 1, off + 4, 0)
+        .i(LDX_DW, 1, 10, -48, 0)
+        .i(STX_W, 7, 1, off + 6, 0)
+        .i(RSH_K, 1, 0, 0, 32)
+        .i(STX_H, 7, 1, off + 10, 0)
+        .i(MOV_K, 1, 0, 0, ethertype)
+        .i(STX_H, 7, 1, off + 12, 0);
+}
+
+/// At the frame's start: the Ethernet header to the member (-88, from -48, EtherType
+/// 0x88b7), then the star header's first four bytes: `version`, the member's port (-96),
+/// two reserved.
+fn star_header_start(a: &mut Asm, version: u8) {
+    ethernet_at(a, 0, 0xb788); // 0x88b7, written little-endian
+    a.i(MOV_K, 1, 0, 0, i32::from(version))
+        .i(STX_B, 7, 1, 14, 0)
+        .i(LDX_DW, 1, 10, -96, 0)
+        .i(STX_B, 7, 1, 15, 0)
+        .i(MOV_K, 1, 0, 0, 0)
+        .i(STX_H, 7, 1, 16, 0);
+}
+
+/// On the star header's port (in r1): the fast-path port of that untagged interface to
+/// -40, labels `{prefix}_{i}`, then on at `next`; a port the member lacks (or the
+/// internal one) goes to user space.
+fn header_port(a: &mut Asm, s: &StarFacts, prefix: &str, next: &str) {
+    for (i, (iface, _)) in s.ports.iter().enumerate() {
+        a.j(JEQ_K, 1, 0, i32::from(*iface), &format!("{prefix}_{i}"));
+    }
+    a.j(JA, 0, 0, 0, "slow");
+    for (i, (_, port)) in s.ports.iter().enumerate() {
+        a.label(&format!("{prefix}_{i}"))
+            .i(MOV_K, 2, 0, 0, *port as i32)
+            .i(STX_DW, 10, 2, -40, 0)
+            .j(JA, 0, 0, 0, next);
+    }
 }
 
 /// Goes to `other` unless the 16 bytes at `base + off` (the frame at r7, or the stack at
