@@ -764,6 +764,7 @@ pub fn run<P: Port + Send>(
         .as_ref()
         .map(|fl| (fl.fp.clone(), fl.names.clone(), fl.egress.clone()));
     let now = Instant::now();
+    b.start_clocks(now);
     let mut all = vec![b];
     for _ in 1..ports.len() {
         let w = all[0].worker(now);

@@ -923,6 +923,15 @@ impl Balancer {
         }
     }
 
+    /// The LB starts hearing its ports: every back-end's hello clock starts now. A
+    /// configured back-end starts live, and the time the ports took to open (hundreds of
+    /// milliseconds on a loaded machine) must not count as hellos it failed to send.
+    pub fn start_clocks(&mut self, now: Instant) {
+        for e in &mut self.table.entries {
+            e.seen = now;
+        }
+    }
+
     /// Timers: back-ends whose hellos stopped leave the table; the LB's own hellos go out.
     /// Another worker only hands its packet counts to the first.
     pub fn poll(&mut self, now: Instant, tx: &mut TxQueues) {

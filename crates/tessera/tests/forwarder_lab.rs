@@ -849,14 +849,7 @@ fn auto_backend_serves_every_queue_and_falls_back_per_port() {
     );
     assert!(p.contains("3 received"), "{p}");
     // TCP both ways across an AF_XDP port and an AF_PACKET one.
-    lab.sh("sink1", &["iperf3", "-s", "-1", "-D"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let t = lab.sh("src1", &["iperf3", "-c", "10.3.0.10", "-t", "1", "-J"]);
-    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
-    assert!(
-        v["end"]["sum_received"]["bytes"].as_u64().unwrap() > 1_000_000,
-        "{t}"
-    );
+    lab.iperf3("src1", "sink1", "10.3.0.10", &["-t", "1"]);
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -118,13 +118,7 @@ fn hosts_see_one_router() {
     // TCP, from a host that leaves its checksums to offload, as a veth may (the lab's
     // wire-like links carry them complete): the LB completes them.
     lab.sh("a1", &["ethtool", "-K", "eth0", "tx", "on"]);
-    lab.sh("b1", &["iperf3", "-s", "-D", "-1"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let out = lab.sh(
-        "a1",
-        &["iperf3", "-c", "10.2.0.10", "-t", "2", "-P", "2", "-J"],
-    );
-    let v: Value = serde_json::from_str(&out).unwrap();
+    let v = lab.iperf3("a1", "b1", "10.2.0.10", &["-t", "2", "-P", "2"]);
     let bps = v["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .unwrap();

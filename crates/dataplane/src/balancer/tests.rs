@@ -411,6 +411,24 @@ fn dist_is_accepted_inside_and_refused_from_outside() {
     assert_eq!(run(&mut b, now, 1, tag(f, 30)).len(), 1);
 }
 
+/// The time between the LB's table and its first frame (its ports opening) is not
+/// counted against the back-ends: their clocks start when the LB does.
+#[test]
+fn backends_get_a_full_timeout_from_the_lbs_start() {
+    let (mut b, t0) = lb(Mode::Maglev);
+    let mut tx = TxQueues::new(2);
+    let ms = Duration::from_millis;
+    let start = t0 + ms(400);
+    b.start_clocks(start);
+    b.poll(start + ms(200), &mut tx);
+    assert_eq!(b.table.live(), 3);
+    assert_eq!(b.counters.events(Event::BackendDown), 0);
+    // Without it, the same poll takes them all down.
+    let (mut c, t0) = lb(Mode::Maglev);
+    c.poll(t0 + ms(600), &mut tx);
+    assert_eq!(c.counters.events(Event::BackendDown), 3);
+}
+
 #[test]
 fn backends_leave_without_hellos_and_return_with_them() {
     let (mut b, t0) = lb(Mode::Maglev);

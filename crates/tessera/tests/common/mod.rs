@@ -186,10 +186,13 @@ impl TestLab {
     }
 
     /// TCP from `client` to `server` (a node, listening on `addr`) with iperf3 and
-    /// `args` (e.g. `-t 2`): the client's JSON report, after a one-off server is started
-    /// (retried while the server may not listen yet). Panics if it moved under 1 MB.
+    /// `args` (e.g. `-t 2`): the client's JSON report. A one-off server is started and
+    /// waited for until it listens (a server in the background, `-D`, was once not
+    /// listening for all 5 s of tries, with nothing to say why); an attempt that reached
+    /// it and failed ends it, so another is started. Panics if it moved under 1 MB, with
+    /// the server's own output.
     pub fn iperf3(&self, client: &str, server: &str, addr: &str, args: &[&str]) -> Value {
-        self.sh(server, &["iperf3", "-s", "-D", "-1"]);
+        let mut srv = self.iperf3_server(server);
         let mut argv = vec!["iperf3", "-c", addr, "-J"];
         argv.extend(args);
         let mut report = String::new();
@@ -199,22 +202,49 @@ impl TestLab {
             if o.status.success() {
                 break;
             }
-            // An attempt that reached the one-off server ended it: start another (one
-            // still listening keeps the port, and the new one exits), or every later try
-            // is refused (seen once in CI: "Connection refused" for all 5 s of tries).
-            if !report.contains("Connection refused") {
-                eprintln!("iperf3 {client} -> {addr} failed, tried again: {report}");
-                let _ = self.exec(server, &["iperf3", "-s", "-D", "-1"]);
+            eprintln!("iperf3 {client} -> {addr} failed, tried again: {report}");
+            if srv.ended() {
+                srv = self.iperf3_server(server);
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        let v: Value = serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"));
+        let v: Value = serde_json::from_str(&report)
+            .unwrap_or_else(|e| panic!("{e}: {report}\nserver: {}", srv.output()));
         let bytes = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
         assert!(
             bytes > 1_000_000,
-            "{client} -> {addr}: received {bytes} bytes: {report}"
+            "{client} -> {addr}: received {bytes} bytes: {report}\nserver: {}",
+            srv.output()
         );
         v
+    }
+
+    /// A one-off iperf3 server in `node` (`iperf3 -s -1`), returned once it listens on
+    /// TCP port 5201 (or after 10 s, its output then saying why not). Ended on drop.
+    pub fn iperf3_server(&self, node: &str) -> Iperf3Server {
+        let log = std::env::temp_dir().join(format!(
+            "iperf3-{}-{node}-{}.log",
+            self.name,
+            std::process::id()
+        ));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &format!("ts-{}-{node}", self.name)])
+            .args(["iperf3", "-s", "-1"])
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        let mut srv = Iperf3Server { child, log };
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_secs(10) && !srv.ended() {
+            let o = self.exec(node, &["ss", "-Hltn", "sport = :5201"]);
+            if !o.stdout.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        srv
     }
 
     /// Starts a command in a node with its output piped; the caller waits for it.
@@ -396,4 +426,30 @@ pub fn event_count(c: &Value, name: &str) -> u64 {
     c["events"][name]
         .as_u64()
         .unwrap_or_else(|| panic!("no event counter {name}"))
+}
+
+/// An iperf3 server a test started ([`TestLab::iperf3_server`]); ended, by its PID, on drop.
+pub struct Iperf3Server {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Iperf3Server {
+    /// Whether it has exited (a one-off server ends after one test).
+    pub fn ended(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// What it printed so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Iperf3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
 }
