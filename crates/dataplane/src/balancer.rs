@@ -923,12 +923,17 @@ impl Balancer {
         }
     }
 
-    /// The LB starts hearing its ports: every back-end's hello clock starts now. A
-    /// configured back-end starts live, and the time the ports took to open (hundreds of
-    /// milliseconds on a loaded machine) must not count as hellos it failed to send.
+    /// The LB starts hearing its ports: every back-end's hello clock starts now, and so
+    /// does the wait for the other LB of a spare pair. A configured back-end starts live,
+    /// and the time the ports took to open (hundreds of milliseconds on a loaded machine)
+    /// must not count as hellos it failed to send; nor may it make a restarted standby
+    /// think the active LB gone and take the network over at its first poll.
     pub fn start_clocks(&mut self, now: Instant) {
         for e in &mut self.table.entries {
             e.seen = now;
+        }
+        if let Some(s) = &mut self.spare {
+            s.started = now;
         }
     }
 

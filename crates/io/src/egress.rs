@@ -130,7 +130,9 @@ impl EgressWatch {
         for (i, p) in first.iter().enumerate() {
             apply(i, p.egress.ok());
             if let Some(why) = p.egress.why() {
-                tracing::info!(interface = %p.name, fast_path_egress = p.egress.ok(), why, "fast path egress");
+                // Said of XDP alone: a port whose fast path runs in tcx sends its frames
+                // as socket buffers, which such a device takes.
+                tracing::info!(interface = %p.name, xdp_redirect_egress = p.egress.ok(), why, "fast path egress: where this port's fast path runs in XDP, frames bound out of it go to user space (not where it runs in tcx)");
             }
         }
         let state = Arc::new(Mutex::new(first));

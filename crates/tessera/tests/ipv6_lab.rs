@@ -391,7 +391,7 @@ fn ipv6_through_the_fast_path() {
     let (ok, out) = ping6(&lab, "h1", &["2001:db8:2::1"]);
     assert!(ok && out.contains("ttl=64"), "{out}");
     let before = fwd(&lab);
-    lab.iperf3("h1", "h2", "2001:db8:2::10", &["-6", "-n", "5M"]);
+    lab.iperf3("h1", "h2", "2001:db8:2::10", &["-6", "-n", "20M"]);
     if io_backend() == "packet" {
         let taken = fwd(&lab) - before;
         assert!(

@@ -17,8 +17,10 @@
 //! Who is active: at start both are standby; one that hears the other standby, and ranks
 //! higher (priority, then internal MAC), becomes active; one that hears nothing from the
 //! other for 2.5 intervals becomes active; of two active ones (after the links between
-//! them came back) the lower-ranked steps down. A returning LB finds the other active and
-//! stays standby: no second takeover.
+//! them came back, or a standby that took over while the active one restarted) the
+//! lower-ranked steps down and the higher-ranked announces again, since the other's
+//! takeover taught the switches to send the network's traffic to the other. A returning
+//! LB finds the other active and stays standby: no second takeover.
 
 use super::{Balancer, ETH};
 use crate::buf::TxQueues;
@@ -65,6 +67,13 @@ pub struct SpareState {
     /// restart within its grace): it forwards as that start did until it hears the other
     /// LB, whose hello says which of the two is active ([`Balancer::resume_spare`]).
     pub resuming: bool,
+    /// Both are active, this one outranking the other, which stepped in while this one
+    /// went unheard: its announcements taught the switches to send the network's traffic
+    /// to it, and it stands down on this one's hello, so this one announces again (once
+    /// per such overlap, at its next poll).
+    pub reclaim: bool,
+    /// The other LB was last heard active while this one was too.
+    pub overlap: bool,
 }
 
 impl SpareState {
@@ -81,6 +90,8 @@ impl SpareState {
             takeovers: 0,
             stepdowns: 0,
             resuming: false,
+            reclaim: false,
+            overlap: false,
         }
     }
 }
@@ -110,8 +121,9 @@ impl Balancer {
     /// traffic the programs still carry. Rather than start standby (dropping that traffic
     /// until the other LB's next hello, or until the other LB, outranking it, took the
     /// network over), it forwards on, not counted active, until it hears the other LB:
-    /// active there, this one stands by; standby there, this one is the active one (it
-    /// was: the other did not take over), with no announcement. Heard from for 2.5
+    /// active there, this one stands by; standby there, this one is the active one, and
+    /// announces the network's addresses again (the other may have taken over and stood
+    /// down meanwhile, which a standby's hello does not say). Heard from for 2.5
     /// intervals by no one, it becomes active as at any start.
     pub fn resume_spare(&mut self, now: Instant) {
         let Some(s) = &mut self.spare else {
@@ -126,9 +138,21 @@ impl Balancer {
     /// The other LB's hello: it is alive; of two active ones the lower-ranked steps down.
     pub(super) fn peer_hello(&mut self, h: &dist::Hello, now: Instant) {
         let me = self.own_mac();
+        let interval = self.cfg.hello_interval;
         let Some(s) = &mut self.spare else {
             return;
         };
+        // Active, and the other heard again after it was gone (2.5 of its intervals), or
+        // heard for the first time: while unheard it may have forwarded (a restart whose
+        // fast path ran on) and taught the switches to send the network's traffic to it
+        // again, undoing this one's announcements. Announce again (once per return).
+        let dead_after = s.peer_interval.unwrap_or(interval).mul_f64(DEAD_INTERVALS);
+        let returned = s
+            .peer_seen
+            .is_none_or(|t| now.saturating_duration_since(t) > dead_after);
+        if s.active && returned {
+            s.reclaim = true;
+        }
         s.peer_seen = Some(now);
         s.peer_interval = Some(Duration::from_millis(h.interval_ms.max(1) as u64));
         s.peer_active = h.active;
@@ -137,13 +161,24 @@ impl Balancer {
             // The first word from the other LB since this restart settles the roles.
             s.resuming = false;
             s.active = !h.active;
+            // Active: the other may have taken over while this LB restarted (gone 2.5
+            // intervals) and stood down on its first hello since, its announcements having
+            // taught the switches to send the network's traffic to it: announce again.
+            s.reclaim = s.active;
             s.since = now;
             self.standby = h.active;
             self.changed();
             return;
         }
-        if s.active && h.active && (h.priority, s.cfg.peer.0) > (s.cfg.priority, me.0) {
+        let overlap = s.active && h.active;
+        if overlap && !s.overlap && (h.priority, s.cfg.peer.0) < (s.cfg.priority, me.0) {
+            s.reclaim = true;
+        }
+        s.overlap = overlap;
+        if overlap && (h.priority, s.cfg.peer.0) > (s.cfg.priority, me.0) {
             s.active = false;
+            s.overlap = false;
+            s.reclaim = false;
             s.since = now;
             s.stepdowns += 1;
             self.counters.event(Event::SpareStepDowns);
@@ -161,6 +196,10 @@ impl Balancer {
             return;
         };
         if s.active {
+            if std::mem::take(&mut s.reclaim) {
+                self.counters.event(Event::SpareReclaims);
+                self.announce(tx);
+            }
             return;
         }
         let dead_after = s.peer_interval.unwrap_or(interval).mul_f64(DEAD_INTERVALS);
@@ -173,6 +212,8 @@ impl Balancer {
         }
         s.active = true;
         s.resuming = false;
+        // (The announcement below is the one a reclaim would make.)
+        s.reclaim = false;
         s.since = now;
         // Coming up at start, the other standby, is no takeover.
         let takeover = s.peer_seen.is_some() && gone;
@@ -185,6 +226,12 @@ impl Balancer {
             self.counters.event(Event::SpareTakeovers);
         }
         self.announce(tx);
+        // Its hellos go out now, saying active: an LB that was only slow to be heard (a
+        // restart) learns of the takeover at once, and if it outranks this one, announces
+        // again when this one stands down (see `peer_hello`), where this one might
+        // otherwise stand down before its next hello and leave the switches it taught
+        // sending the network's traffic here.
+        self.next_hello = now;
     }
 
     /// The active LB's addresses announced from the shared MAC on every external port,

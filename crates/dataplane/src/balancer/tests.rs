@@ -423,6 +423,16 @@ fn backends_get_a_full_timeout_from_the_lbs_start() {
     b.poll(start + ms(200), &mut tx);
     assert_eq!(b.table.live(), 3);
     assert_eq!(b.counters.events(Event::BackendDown), 0);
+    // Nor does a spare wait for its peer from before its start.
+    let (mut sp, t1) = spare_lb(100);
+    sp.start_clocks(t1 + ms(400));
+    sp.poll(t1 + ms(600), &mut tx);
+    assert!(sp.standby && !sp.spare.as_ref().unwrap().active);
+    sp.poll(t1 + ms(700), &mut tx);
+    assert!(
+        !sp.standby,
+        "heard by no one for 2.5 intervals from its start"
+    );
     // Without it, the same poll takes them all down.
     let (mut c, t0) = lb(Mode::Maglev);
     c.poll(t0 + ms(600), &mut tx);
@@ -1007,6 +1017,26 @@ fn a_spare_pair_has_one_active_lb() {
     // Of two active ones, the lower-ranked steps down; the higher stays.
     run(&mut hi, t0 + ms(300), 1, peer_hello(100, true));
     assert!(!hi.standby);
+    // ... and, since the other's takeover taught the switches to send the network's
+    // traffic to it, announces the addresses again, once per such overlap.
+    let announced = |lb: &Balancer| lb.counters.events(Event::SpareAnnounced);
+    let before = announced(&hi);
+    hi.poll(t0 + ms(310), &mut tx);
+    let arps = frames(&mut tx)
+        .iter()
+        .filter(|(p, f)| *p == 0 && eth(f).ethertype() == ethertype::ARP)
+        .count();
+    assert_eq!(hi.counters.events(Event::SpareReclaims), 1);
+    assert!(announced(&hi) > before && arps > 250, "{arps}");
+    run(&mut hi, t0 + ms(320), 1, peer_hello(100, true));
+    hi.poll(t0 + ms(330), &mut tx);
+    assert_eq!(hi.counters.events(Event::SpareReclaims), 1);
+    // The other stood down; should it step in again later, so would this one's answer.
+    run(&mut hi, t0 + ms(340), 1, peer_hello(100, false));
+    run(&mut hi, t0 + ms(350), 1, peer_hello(100, true));
+    hi.poll(t0 + ms(360), &mut tx);
+    assert_eq!(hi.counters.events(Event::SpareReclaims), 2);
+    frames(&mut tx);
     let (mut lo, t1) = spare_lb(100);
     run(&mut lo, t1, 1, peer_hello(200, false));
     lo.poll(t1, &mut tx);
@@ -1020,25 +1050,45 @@ fn a_spare_pair_has_one_active_lb() {
     assert!(lo.standby);
     assert_eq!(lo.spare.as_ref().unwrap().stepdowns, 1);
     // The active one falls silent: 2.5 intervals after its last hello, the standby takes
-    // over (checked at each poll, every 50 ms here).
+    // over (checked at each poll, every 10 ms here: its own hellos, every 100 ms from the
+    // first poll, are not due at the poll that takes over).
     run(&mut lo, t1 + ms(100), 1, peer_hello(200, true));
     let mut at = None;
-    for k in 2..20 {
-        let now = t1 + ms(50 * k);
+    for k in 2..60 {
+        let now = t1 + ms(10 * k);
+        frames(&mut tx);
         lo.poll(now, &mut tx);
         if !lo.standby {
             at = Some(now - t1);
             break;
         }
     }
+    // Its hellos, saying active, leave at the takeover itself (on both links).
+    let hellos: Vec<u16> = frames(&mut tx)
+        .iter()
+        .filter(|(_, f)| eth(f).ethertype() == dist::ETHERTYPE)
+        .map(|(p, _)| *p)
+        .collect();
+    assert!(hellos.contains(&0) && hellos.contains(&1), "{hellos:?}");
     assert_eq!(
         at,
-        Some(ms(400)),
+        Some(ms(360)),
         "250 ms after the last hello, at the next poll"
     );
     assert_eq!(lo.spare.as_ref().unwrap().takeovers, 1);
     assert_eq!(lo.counters.events(Event::SpareTakeovers), 1);
     assert!(lo.counters.events(Event::SpareProbes) >= 253);
+    // The other heard again (a restart whose fast path may have forwarded meanwhile, and
+    // taught the switches where it is): this one, active, announces again, once.
+    let probes = lo.counters.events(Event::SpareProbes);
+    run(&mut lo, t1 + ms(500), 1, peer_hello(200, false));
+    lo.poll(t1 + ms(510), &mut tx);
+    run(&mut lo, t1 + ms(520), 1, peer_hello(200, false));
+    lo.poll(t1 + ms(530), &mut tx);
+    assert!(!lo.standby);
+    assert_eq!(lo.counters.events(Event::SpareReclaims), 1);
+    assert_eq!(lo.counters.events(Event::SpareProbes), 2 * probes);
+    frames(&mut tx);
     // Hellos of anything but the other LB change nothing of the pair.
     let (mut s, t2) = spare_lb(100);
     run(&mut s, t2, 1, hello_from(be(1)));
@@ -1048,7 +1098,8 @@ fn a_spare_pair_has_one_active_lb() {
 
 /// A member of a spare pair restarted within its grace (its last start's fast path taken
 /// over) forwards on until it hears the other LB: standby there, this one is the active
-/// one, with no announcement and no takeover counted; active there (it took over while
+/// one, announcing again (the other may have taken over and stood down meanwhile) with no
+/// takeover counted; active there (it took over while
 /// this one restarted), this one stands by. Heard from by no one for 2.5 intervals, it
 /// becomes active as at any start.
 #[test]
@@ -1073,10 +1124,12 @@ fn a_restarted_spare_resumes_until_it_hears_the_other() {
     a.poll(t0 + ms(70), &mut tx);
     let o = frames(&mut tx);
     assert!(
-        !o.iter().any(|(_, f)| eth(f).ethertype() == ethertype::ARP),
-        "no announcement: it was the active one"
+        o.iter()
+            .any(|(p, f)| *p == 0 && eth(f).ethertype() == ethertype::ARP),
+        "announced again: a standby's hello does not say whether it stepped in meanwhile"
     );
     assert_eq!(a.counters.events(Event::SpareTakeovers), 0);
+    assert_eq!(a.counters.events(Event::SpareReclaims), 1);
     // The other took over meanwhile: this one stands by.
     let (mut b, t1) = spare_lb(200);
     b.resume_spare(t1);
