@@ -956,6 +956,15 @@ fn spare_lb(priority: u8) -> (Balancer, Instant) {
 /// answers nothing; it takes over 2.5 of the active one's intervals after its last hello,
 /// announcing the router's addresses from the shared MAC and asking every other address
 /// of the network for its MAC; of two active ones the lower-ranked steps down.
+/// The ports the DIST hellos among `tx`'s frames leave by (the frames taken).
+fn hello_ports(tx: &mut TxQueues) -> Vec<u16> {
+    frames(tx)
+        .iter()
+        .filter(|(_, f)| eth(f).ethertype() == dist::ETHERTYPE)
+        .map(|(p, _)| *p)
+        .collect()
+}
+
 #[test]
 fn a_spare_pair_has_one_active_lb() {
     let ms = Duration::from_millis;
@@ -1008,11 +1017,7 @@ fn a_spare_pair_has_one_active_lb() {
     assert_eq!(run(&mut hi, t0, 0, udp(1, 80)).len(), 1);
     assert_eq!(run(&mut hi, t0, 0, who_has.clone()).len(), 1);
     hi.poll(t0 + ms(200), &mut tx);
-    let hellos: Vec<u16> = frames(&mut tx)
-        .iter()
-        .filter(|(_, f)| eth(f).ethertype() == dist::ETHERTYPE)
-        .map(|(p, _)| *p)
-        .collect();
+    let hellos = hello_ports(&mut tx);
     assert!(hellos.contains(&0) && hellos.contains(&1), "{hellos:?}");
     // Of two active ones, the lower-ranked steps down; the higher stays.
     run(&mut hi, t0 + ms(300), 1, peer_hello(100, true));
@@ -1064,11 +1069,7 @@ fn a_spare_pair_has_one_active_lb() {
         }
     }
     // Its hellos, saying active, leave at the takeover itself (on both links).
-    let hellos: Vec<u16> = frames(&mut tx)
-        .iter()
-        .filter(|(_, f)| eth(f).ethertype() == dist::ETHERTYPE)
-        .map(|(p, _)| *p)
-        .collect();
+    let hellos = hello_ports(&mut tx);
     assert!(hellos.contains(&0) && hellos.contains(&1), "{hellos:?}");
     assert_eq!(
         at,
