@@ -77,6 +77,12 @@ pub struct SpareState {
 }
 
 impl SpareState {
+    /// How long the other LB may go unheard before it counts as gone: 2.5 of its hello
+    /// intervals (this LB's `own` until its first hello says).
+    fn dead_after(&self, own: Duration) -> Duration {
+        self.peer_interval.unwrap_or(own).mul_f64(DEAD_INTERVALS)
+    }
+
     pub fn new(cfg: SpareConfig, now: Instant) -> SpareState {
         SpareState {
             cfg,
@@ -146,7 +152,7 @@ impl Balancer {
         // heard for the first time: while unheard it may have forwarded (a restart whose
         // fast path ran on) and taught the switches to send the network's traffic to it
         // again, undoing this one's announcements. Announce again (once per return).
-        let dead_after = s.peer_interval.unwrap_or(interval).mul_f64(DEAD_INTERVALS);
+        let dead_after = s.dead_after(interval);
         let returned = s
             .peer_seen
             .is_none_or(|t| now.saturating_duration_since(t) > dead_after);
@@ -202,7 +208,7 @@ impl Balancer {
             }
             return;
         }
-        let dead_after = s.peer_interval.unwrap_or(interval).mul_f64(DEAD_INTERVALS);
+        let dead_after = s.dead_after(interval);
         let gone = now.saturating_duration_since(s.peer_seen.unwrap_or(s.started)) > dead_after;
         let outranks = s.peer_seen.is_some()
             && !s.peer_active

@@ -951,11 +951,6 @@ fn spare_lb(priority: u8) -> (Balancer, Instant) {
     (s, now)
 }
 
-/// A spare pair: both start standby; the higher-ranked one that hears the other standby
-/// becomes active, at once and without takeover; the standby drops what reaches it and
-/// answers nothing; it takes over 2.5 of the active one's intervals after its last hello,
-/// announcing the router's addresses from the shared MAC and asking every other address
-/// of the network for its MAC; of two active ones the lower-ranked steps down.
 /// The ports the DIST hellos among `tx`'s frames leave by (the frames taken).
 fn hello_ports(tx: &mut TxQueues) -> Vec<u16> {
     frames(tx)
@@ -965,6 +960,11 @@ fn hello_ports(tx: &mut TxQueues) -> Vec<u16> {
         .collect()
 }
 
+/// A spare pair: both start standby; the higher-ranked one that hears the other standby
+/// becomes active, at once and without takeover; the standby drops what reaches it and
+/// answers nothing; it takes over 2.5 of the active one's intervals after its last hello,
+/// announcing the router's addresses from the shared MAC and asking every other address
+/// of the network for its MAC; of two active ones the lower-ranked steps down.
 #[test]
 fn a_spare_pair_has_one_active_lb() {
     let ms = Duration::from_millis;
