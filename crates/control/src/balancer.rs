@@ -577,6 +577,8 @@ pub fn table_json(b: &Balancer, now: Instant) -> Value {
             "peer_heard_ms": s.peer_seen.map(|t| now.saturating_duration_since(t).as_millis() as u64),
             "peer_active": s.peer_active,
             "peer_priority": s.peer_priority,
+            "peer_left": s.peer_left,
+            "farewell": s.farewell,
             "takeovers": s.takeovers,
             "stepdowns": s.stepdowns,
         })),
@@ -947,9 +949,15 @@ pub fn run<P: Port + Send>(
                 fl.sync(b);
             }
         };
+        let lead = b.counters.clone();
         let r = crate::run::enter_worker(&io, 0)
             .and_then(|()| run_element(b, mine, stop.clone(), Some(qrx), answer, tick, busy));
         stop.store(true, Ordering::Relaxed);
+        if lead.events(dataplane::counters::Event::SpareFarewells) > 0 {
+            tracing::info!(
+                "spare: told the other LB that this one is going (a last hello): it takes over now"
+            );
+        }
         for h in handles {
             h.join().map_err(|_| "a worker panicked".to_string())??;
         }

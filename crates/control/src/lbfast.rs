@@ -74,13 +74,14 @@ impl LbFastLink {
     /// after it is gone unless a successor takes them over (its first programs replace
     /// these in their pinned links, [`io::pin::enable`], as the ports open). The successor
     /// needs nothing of these maps: it starts from its config's back-ends and publishes
-    /// its own state.
-    pub fn hand_over(&self, grace: Duration, stop: Arc<std::sync::atomic::AtomicBool>) {
+    /// its own state. False where no link is pinned (nothing is handed over).
+    pub fn hand_over(&self, grace: Duration, stop: Arc<std::sync::atomic::AtomicBool>) -> bool {
         if !crate::fast::any_link_pinned(&self.names) {
-            return;
+            return false;
         }
         let fp = self.fp.clone();
         crate::fast::keep_beating(stop, move || fp.beat(grace));
+        true
     }
 
     /// How port `name` stands with the fast path (`None`: not one of its ports).

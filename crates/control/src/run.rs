@@ -1007,6 +1007,12 @@ pub fn run_element<E: Element, P: Port>(
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+    // The first worker's last word (an active LB of a spare pair tells the other to take
+    // over), out before the ports close.
+    if queries.is_some() {
+        e.leave(Instant::now(), &mut tx);
+        flush(&mut ports, &mut tx, &mut e)?;
+    }
     for p in ports.iter_mut() {
         p.take_backend_drops(&mut |d, n| counters.count_n(d, n));
         p.take_backend_events(&mut |e, n| counters.event_n(e, n));

@@ -968,7 +968,8 @@ impl Balancer {
         self.spare_poll(now, tx);
         if now >= self.next_hello {
             self.next_hello = now + self.cfg.hello_interval;
-            self.send_hellos(tx);
+            let h = self.hello();
+            self.send_hellos(&h, tx);
         }
         if let Some(name) = self.report.due(now) {
             self.send_reports(&name, tx);
@@ -1062,8 +1063,7 @@ impl Balancer {
         }
     }
 
-    fn send_hellos(&mut self, tx: &mut TxQueues) {
-        let h = self.hello();
+    fn send_hellos(&mut self, h: &dist::Repr, tx: &mut TxQueues) {
         // The active LB of a spare pair: its hellos out of the external ports too, from
         // the shared MAC, where the standby watches them.
         if self.spare.as_ref().is_some_and(|s| s.active) {

@@ -208,6 +208,7 @@ named_enum! {
         SpareTakeovers = "spare_takeovers" in Balancer: "times this LB, the standby of a spare pair, took over from the active one (whose hellos stopped)",
         SpareStepDowns = "spare_stepdowns" in Balancer: "times this LB, active, stepped down for the other LB of its pair, active too and ranked higher",
         SpareReclaims = "spare_reclaims" in Balancer: "times this LB, the active one of its pair, announced the network's addresses again because the other may have taught the switches otherwise meanwhile (the other heard active too and ranked lower, heard again after it was gone, or this LB's own restart resumed)",
+        SpareFarewells = "spare_farewells" in Balancer: "times this LB, the active one of its pair, stopping with no fast path handed over to its next start, told the other LB it is gone (a last hello with interval 0) so that the other took over at once",
         SpareAnnounced = "spare_announced" in Balancer: "gratuitous ARPs and unsolicited neighbour advertisements sent on becoming the active LB of a spare pair",
         SpareProbes = "spare_probes" in Balancer: "ARP requests sent to the external network's addresses on becoming the active LB of a spare pair (their answers teach the interconnection where the hosts are)",
         BackendDown = "balance_backend_down" in Balancer: "back-ends that left the table (no hello within the timeout)",

@@ -30,6 +30,9 @@ pub trait Element {
     fn busy(&self) -> bool {
         false
     }
+    /// The run loop is ending (the element stops): what it sends as it goes, sent before
+    /// the ports close (first worker only). The default sends nothing.
+    fn leave(&mut self, _now: Instant, _tx: &mut TxQueues) {}
     fn pool(&mut self) -> &mut Pool;
     fn counters(&self) -> &Arc<Counters>;
 }
@@ -153,6 +156,9 @@ impl Element for crate::balancer::Balancer {
     }
     fn sync(&mut self, now: Instant, _tx: &mut TxQueues) {
         crate::balancer::Balancer::sync(self, now)
+    }
+    fn leave(&mut self, _now: Instant, tx: &mut TxQueues) {
+        crate::balancer::Balancer::farewell(self, tx)
     }
     fn pool(&mut self) -> &mut Pool {
         &mut self.pool

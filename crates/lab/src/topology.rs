@@ -780,6 +780,11 @@ impl Lab {
         let ns = self.ns(&e.name);
         let sock = self.control_socket(&e.name);
         let log_path = self.run_dir().join(format!("{}.log", e.name));
+        // A restart keeps the last run's log beside the new one (NAME.log.1): what the
+        // element said as it stopped is what an operator looks for after a restart.
+        if std::fs::metadata(&log_path).is_ok_and(|m| m.len() > 0) {
+            let _ = std::fs::rename(&log_path, self.run_dir().join(format!("{}.log.1", e.name)));
+        }
         let log =
             std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;

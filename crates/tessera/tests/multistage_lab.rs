@@ -1194,8 +1194,16 @@ fn a_spare_lb_takes_over_within_three_hello_intervals() {
     );
     let lost = g["sent"].as_u64().unwrap() - s["received"].as_u64().unwrap();
     eprintln!("LBs upgraded under 10 kpps: {lost} lost");
+    // On AF_PACKET each active LB, stopping with no fast path to hand over, tells its
+    // spare (a last hello), which takes over at its next poll: 154-310 lost in seven runs
+    // (3,840-5,388 when the spare waited 2.5 hello intervals). Bound: one interval each.
+    let bound = if io_backend() == "packet" {
+        2 * 1_000
+    } else {
+        2 * 3_000
+    };
     assert!(
-        lost <= 2 * 3_000,
+        lost <= bound,
         "{lost} lost; the upgrade's steps: {}\n{}\n{}\n{}",
         steps.borrow(),
         said.borrow(),
@@ -1243,6 +1251,13 @@ fn a_spare_lb_takes_over_within_three_hello_intervals() {
     // longer than 2.5 hello intervals: AF_PACKET ports, no hand-over) its spare, which
     // took over meanwhile.
     for (a, b) in [("lba", "lba2"), ("lbb", "lbb2")] {
+        if io_backend() == "packet" {
+            let before = lab.last_log(a);
+            assert!(
+                before.contains("a last hello"),
+                "{a} stopped without telling its spare:\n{before}"
+            );
+        }
         let roles = (spare_role(&lab, a), spare_role(&lab, b));
         assert!(
             roles == ("active".into(), "standby".into())

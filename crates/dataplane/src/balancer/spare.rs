@@ -21,6 +21,13 @@
 //! lower-ranked steps down and the higher-ranked announces again, since the other's
 //! takeover taught the switches to send the network's traffic to the other. A returning
 //! LB finds the other active and stays standby: no second takeover.
+//!
+//! An active LB that stops and leaves nothing running behind it (no fast path handed over
+//! to its next start: AF_PACKET ports, `[io] restart_grace_s = 0`) says so as it goes: a
+//! last hello on both links with `interval_ms` 0 ("gone now", docs/dist.md). The standby
+//! takes over at its next poll instead of 2.5 intervals later (`spare_farewells` on the
+//! one that left; the standby counts a takeover). An LB that knows nothing of it reads an
+//! interval of 1 ms and takes over as soon.
 
 use super::{Balancer, ETH};
 use crate::buf::TxQueues;
@@ -74,6 +81,12 @@ pub struct SpareState {
     pub reclaim: bool,
     /// The other LB was last heard active while this one was too.
     pub overlap: bool,
+    /// The other LB's last hello said it is gone (a stop without a hand-over): it counts
+    /// as gone now, until it is heard again.
+    pub peer_left: bool,
+    /// Stopping, this LB sends a last hello that says it is gone ([`Balancer::farewell`]):
+    /// false where its fast path is handed over to its next start and forwards on.
+    pub farewell: bool,
 }
 
 impl SpareState {
@@ -98,6 +111,8 @@ impl SpareState {
             resuming: false,
             reclaim: false,
             overlap: false,
+            peer_left: false,
+            farewell: true,
         }
     }
 }
@@ -153,9 +168,17 @@ impl Balancer {
         // fast path ran on) and taught the switches to send the network's traffic to it
         // again, undoing this one's announcements. Announce again (once per return).
         let dead_after = s.dead_after(interval);
-        let returned = s
-            .peer_seen
-            .is_none_or(|t| now.saturating_duration_since(t) > dead_after);
+        if h.interval_ms == 0 {
+            // Its last hello: gone now (the standby takes over at its next poll).
+            s.peer_left = true;
+            s.peer_seen = Some(now);
+            s.peer_active = false;
+            return;
+        }
+        let returned = s.peer_left
+            || s.peer_seen
+                .is_none_or(|t| now.saturating_duration_since(t) > dead_after);
+        s.peer_left = false;
         if s.active && returned {
             s.reclaim = true;
         }
@@ -209,7 +232,8 @@ impl Balancer {
             return;
         }
         let dead_after = s.dead_after(interval);
-        let gone = now.saturating_duration_since(s.peer_seen.unwrap_or(s.started)) > dead_after;
+        let gone = s.peer_left
+            || now.saturating_duration_since(s.peer_seen.unwrap_or(s.started)) > dead_after;
         let outranks = s.peer_seen.is_some()
             && !s.peer_active
             && (s.cfg.priority, me.0) > (s.peer_priority, s.cfg.peer.0);
@@ -238,6 +262,31 @@ impl Balancer {
         // otherwise stand down before its next hello and leave the switches it taught
         // sending the network's traffic here.
         self.next_hello = now;
+    }
+
+    /// Stopping: the active LB (or one resuming as active) of a pair, unless its fast path
+    /// forwards on for its next start, tells the other it is gone, so that the other takes
+    /// over at once: a hello with `interval_ms` 0 and not active, on the interconnection and
+    /// out of the external ports from the shared MAC, where the other watches.
+    pub fn farewell(&mut self, tx: &mut TxQueues) {
+        let Some(s) = &mut self.spare else {
+            return;
+        };
+        if !(s.farewell && (s.active || s.resuming)) {
+            return;
+        }
+        let mut h = self.hello();
+        if let dist::Message::Hello(m) = &mut h.msg {
+            m.interval_ms = 0;
+            m.active = false;
+        }
+        // (Out of the external ports as an active LB's hellos go.)
+        self.send_hellos(&h, tx);
+        self.counters.event(Event::SpareFarewells);
+        let s = self.spare.as_mut().expect("a spare pair");
+        s.active = false;
+        s.resuming = false;
+        self.standby = true;
     }
 
     /// The active LB's addresses announced from the shared MAC on every external port,

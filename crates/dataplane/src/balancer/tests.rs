@@ -1148,3 +1148,79 @@ fn a_restarted_spare_resumes_until_it_hears_the_other() {
         .iter()
         .any(|(_, f)| eth(f).ethertype() == ethertype::ARP));
 }
+
+/// An active LB that stops with nothing forwarding for its next start says so: a last
+/// hello with interval 0, not active, out of both ports; the standby that hears it takes
+/// over at its next poll, not 2.5 intervals later. Where the fast path is handed over
+/// (`farewell` false) it says nothing: its programs forward on.
+#[test]
+fn a_stopping_active_lb_hands_the_network_over_at_once() {
+    let ms = Duration::from_millis;
+    let (mut a, t0) = spare_lb(200);
+    let mut tx = TxQueues::new(2);
+    run(&mut a, t0, 1, peer_hello(100, false));
+    a.poll(t0, &mut tx);
+    assert!(!a.standby);
+    frames(&mut tx);
+    a.farewell(&mut tx);
+    let last: Vec<(u16, dist::Hello)> = frames(&mut tx)
+        .iter()
+        .filter(|(_, f)| eth(f).ethertype() == dist::ETHERTYPE)
+        .filter_map(
+            |(p, f)| match dist::Repr::parse(eth(f).payload()).ok()?.msg {
+                dist::Message::Hello(h) => Some((*p, h)),
+                _ => None,
+            },
+        )
+        .collect();
+    let ports: Vec<u16> = last.iter().map(|(p, _)| *p).collect();
+    assert!(ports.contains(&0) && ports.contains(&1), "{ports:?}");
+    assert!(last.iter().all(|(_, h)| h.interval_ms == 0 && !h.active));
+    assert_eq!(a.counters.events(Event::SpareFarewells), 1);
+    assert!(a.standby && !a.spare.as_ref().unwrap().active);
+    // Said once: a second call (a stopped LB is not active) sends nothing.
+    a.farewell(&mut tx);
+    assert!(frames(&mut tx).is_empty());
+
+    // The standby: the other's last hello, then its next poll takes over.
+    let (mut b, t1) = spare_lb(100);
+    run(&mut b, t1, 1, peer_hello(200, true));
+    b.poll(t1, &mut tx);
+    assert!(b.standby);
+    let bye = dist_frame(
+        dist::Message::Hello(dist::Hello {
+            element: dist::ElementKind::Balancer,
+            interval_ms: 0,
+            rx_packets: 0,
+            tx_packets: 0,
+            dropped: 0,
+            priority: 200,
+            active: false,
+            ports: vec![],
+            addrs6: vec![],
+            state: None,
+        }),
+        PEER,
+    );
+    let at = t1 + ms(20);
+    run(&mut b, at, 1, bye);
+    b.poll(at + ms(10), &mut tx);
+    assert!(!b.standby && b.spare.as_ref().unwrap().active);
+    assert_eq!(b.counters.events(Event::SpareTakeovers), 1);
+    assert!(b.counters.events(Event::SpareAnnounced) > 0);
+    // Heard again (its next start, standby): no second takeover; it stays active.
+    run(&mut b, at + ms(500), 1, peer_hello(200, false));
+    b.poll(at + ms(510), &mut tx);
+    assert!(!b.standby);
+    assert_eq!(b.counters.events(Event::SpareTakeovers), 1);
+
+    // A hand-over: no last hello.
+    let (mut c, t2) = spare_lb(200);
+    run(&mut c, t2, 1, peer_hello(100, false));
+    c.poll(t2, &mut tx);
+    frames(&mut tx);
+    c.spare.as_mut().unwrap().farewell = false;
+    c.farewell(&mut tx);
+    assert!(frames(&mut tx).is_empty());
+    assert!(!c.standby);
+}

@@ -250,7 +250,7 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
         let names: Vec<&str> = cfg.interfaces.iter().map(|i| i.name.as_str()).collect();
         io::Umems::new(&names, workers)
     });
-    let b = control::balancer::build(&cfg, &links).map_err(anyhow::Error::msg)?;
+    let mut b = control::balancer::build(&cfg, &links).map_err(anyhow::Error::msg)?;
     let fast = match &off {
         None => {
             let names: Vec<String> = cfg.interfaces.iter().map(|i| i.name.clone()).collect();
@@ -317,8 +317,14 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
             ports[w].push(p);
         }
     }
-    if let (Some(fl), Some(grace)) = (&fast, handover) {
-        fl.hand_over(grace, stop.clone());
+    let handed = match (&fast, handover) {
+        (Some(fl), Some(grace)) => fl.hand_over(grace, stop.clone()),
+        _ => false,
+    };
+    // Of a spare pair: stopping with nothing left forwarding for the next start, the
+    // active LB tells the other to take over at once (dataplane::balancer::spare).
+    if let Some(s) = &mut b.spare {
+        s.farewell = !handed;
     }
     let names: Vec<&str> = cfg.interfaces.iter().map(|i| i.name.as_str()).collect();
     control::run::place_ports(&cfg.io, &names);

@@ -129,6 +129,12 @@ impl TestLab {
         std::fs::read_to_string(run.join(format!("{node}.log"))).unwrap_or_default()
     }
 
+    /// A restarted element's last run's log (`NAME.log.1`; empty if it never restarted).
+    pub fn last_log(&self, node: &str) -> String {
+        let run = Path::new(lab::topology::RUN_DIR).join(&self.name);
+        std::fs::read_to_string(run.join(format!("{node}.log.1"))).unwrap_or_default()
+    }
+
     /// The lines of a node's element log that hold every one of `words`.
     pub fn log_lines(&self, node: &str, words: &[&str]) -> Vec<String> {
         self.log(node)

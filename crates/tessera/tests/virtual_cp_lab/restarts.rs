@@ -201,7 +201,11 @@ fn where_dropped(lab: &TestLab) -> String {
                 .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            format!("{e}: drops {} events {}\n", Value::Object(drops), c["events"])
+            format!(
+                "{e}: drops {} events {}\n",
+                Value::Object(drops),
+                c["events"]
+            )
         })
         .collect();
     hosts + &elements
