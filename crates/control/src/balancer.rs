@@ -578,7 +578,7 @@ pub fn table_json(b: &Balancer, now: Instant) -> Value {
             "peer_active": s.peer_active,
             "peer_priority": s.peer_priority,
             "peer_left": s.peer_left,
-            "farewell": s.farewell,
+            "handed_over": s.handed_over,
             "takeovers": s.takeovers,
             "stepdowns": s.stepdowns,
         })),

@@ -576,16 +576,31 @@ fn write_routes6(routes6: &Mutex<Routes6>, ports: &[Option<(u16, u16)>], c: Rout
 /// Whether a link of the element's ports (`names`: XDP on AF_XDP ports, tcx on AF_PACKET
 /// ones) is pinned for its next start: with none, there is nothing to hand over, and no
 /// deadline to keep; it says so.
+/// Removes the pins of the links of interfaces `names` (XDP and tcx): this process's
+/// programs end with it, and its next start finds nothing to take over.
+pub fn unpin_links(names: &[String]) {
+    for n in names {
+        let Some(d) = io::netdev::ifindex(n)
+            .ok()
+            .and_then(|i| io::pin::dir(i as u32, false))
+        else {
+            continue;
+        };
+        for l in LINK_PINS {
+            let _ = std::fs::remove_file(d.join(l));
+        }
+    }
+}
+
+/// The names of a port's pinned links in its pin directory (io::pin).
+const LINK_PINS: [&str; 3] = ["link-drv", "link-skb", "link-tcx"];
+
 pub fn any_link_pinned(names: &[String]) -> bool {
     let pinned = names.iter().any(|n| {
         io::netdev::ifindex(n)
             .ok()
             .and_then(|i| io::pin::dir(i as u32, false))
-            .is_some_and(|d| {
-                ["link-drv", "link-skb", "link-tcx"]
-                    .iter()
-                    .any(|l| d.join(l).exists())
-            })
+            .is_some_and(|d| LINK_PINS.iter().any(|l| d.join(l).exists()))
     });
     if !pinned {
         tracing::info!("fast path: no link pinned: not handed over to the next start");

@@ -157,8 +157,8 @@ impl Element for crate::balancer::Balancer {
     fn sync(&mut self, now: Instant, _tx: &mut TxQueues) {
         crate::balancer::Balancer::sync(self, now)
     }
-    fn leave(&mut self, _now: Instant, tx: &mut TxQueues) {
-        crate::balancer::Balancer::farewell(self, tx)
+    fn leave(&mut self, now: Instant, tx: &mut TxQueues) {
+        crate::balancer::Balancer::farewell(self, now, tx);
     }
     fn pool(&mut self) -> &mut Pool {
         &mut self.pool

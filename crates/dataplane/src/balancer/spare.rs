@@ -22,12 +22,16 @@
 //! takeover taught the switches to send the network's traffic to the other. A returning
 //! LB finds the other active and stays standby: no second takeover.
 //!
-//! An active LB that stops and leaves nothing running behind it (no fast path handed over
-//! to its next start: AF_PACKET ports, `[io] restart_grace_s = 0`) says so as it goes: a
-//! last hello on both links with `interval_ms` 0 ("gone now", docs/dist.md). The standby
-//! takes over at its next poll instead of 2.5 intervals later (`spare_farewells` on the
-//! one that left; the standby counts a takeover). An LB that knows nothing of it reads an
-//! interval of 1 ms and takes over as soon.
+//! An active LB that stops says so as it goes: a last hello on both links with
+//! `interval_ms` 0 ("gone now", docs/dist.md). The standby takes over at its next poll
+//! instead of 2.5 intervals later (`spare_farewells` on the one that left; the standby
+//! counts a takeover). An LB that knows nothing of it reads an interval of 1 ms and takes
+//! over as soon. Where the LB hands its fast path over to its next start, it says it only
+//! while it hears the other (and its runner then withdraws the hand-over: the next start
+//! begins standby); with the other unheard, its programs forward on and the next start
+//! resumes. A standby withdraws its hand-over too: its programs carried nothing, and a
+//! next start that resumed would forward, and answer for the network, until it heard the
+//! other.
 
 use super::{Balancer, ETH};
 use crate::buf::TxQueues;
@@ -84,9 +88,15 @@ pub struct SpareState {
     /// The other LB's last hello said it is gone (a stop without a hand-over): it counts
     /// as gone now, until it is heard again.
     pub peer_left: bool,
-    /// Stopping, this LB sends a last hello that says it is gone ([`Balancer::farewell`]):
-    /// false where its fast path is handed over to its next start and forwards on.
-    pub farewell: bool,
+    /// This LB's fast path is handed over to its next start (its programs forward on
+    /// while it restarts): stopping, it sends its last hello only while it hears the
+    /// other ([`Balancer::farewell`]).
+    pub handed_over: bool,
+    /// Set as it stops where the hand-over must be withdrawn (its runner removes the
+    /// links' pins, so that the next start begins standby instead of resuming): it was
+    /// standby (its programs carried nothing), or the other took the network at its last
+    /// hello.
+    pub withdraw_hand_over: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl SpareState {
@@ -112,7 +122,8 @@ impl SpareState {
             reclaim: false,
             overlap: false,
             peer_left: false,
-            farewell: true,
+            handed_over: false,
+            withdraw_hand_over: Default::default(),
         }
     }
 }
@@ -264,16 +275,27 @@ impl Balancer {
         self.next_hello = now;
     }
 
-    /// Stopping: the active LB (or one resuming as active) of a pair, unless its fast path
-    /// forwards on for its next start, tells the other it is gone, so that the other takes
-    /// over at once: a hello with `interval_ms` 0 and not active, on the interconnection and
-    /// out of the external ports from the shared MAC, where the other watches.
-    pub fn farewell(&mut self, tx: &mut TxQueues) {
+    /// Stopping: the active LB (or one resuming as active) of a pair tells the other it is
+    /// gone, so that the other takes over at once: a hello with `interval_ms` 0 and not
+    /// active, on the interconnection and out of the external ports from the shared MAC,
+    /// where the other watches. Where its fast path is handed over to its next start, only
+    /// while it hears the other (else the programs carry the traffic and the next start
+    /// resumes). True when it said it.
+    pub fn farewell(&mut self, now: Instant, tx: &mut TxQueues) -> bool {
+        let interval = self.cfg.hello_interval;
         let Some(s) = &mut self.spare else {
-            return;
+            return false;
         };
-        if !(s.farewell && (s.active || s.resuming)) {
-            return;
+        let heard = !s.peer_left
+            && s.peer_seen
+                .is_some_and(|t| now.saturating_duration_since(t) <= s.dead_after(interval));
+        let active = s.active || s.resuming;
+        if s.handed_over && (!active || heard) {
+            s.withdraw_hand_over
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if !active || (s.handed_over && !heard) {
+            return false;
         }
         let mut h = self.hello();
         if let dist::Message::Hello(m) = &mut h.msg {
@@ -287,6 +309,7 @@ impl Balancer {
         s.active = false;
         s.resuming = false;
         self.standby = true;
+        true
     }
 
     /// The active LB's addresses announced from the shared MAC on every external port,

@@ -1162,7 +1162,7 @@ fn a_stopping_active_lb_hands_the_network_over_at_once() {
     a.poll(t0, &mut tx);
     assert!(!a.standby);
     frames(&mut tx);
-    a.farewell(&mut tx);
+    assert!(a.farewell(t0, &mut tx));
     let last: Vec<(u16, dist::Hello)> = frames(&mut tx)
         .iter()
         .filter(|(_, f)| eth(f).ethertype() == dist::ETHERTYPE)
@@ -1179,7 +1179,7 @@ fn a_stopping_active_lb_hands_the_network_over_at_once() {
     assert_eq!(a.counters.events(Event::SpareFarewells), 1);
     assert!(a.standby && !a.spare.as_ref().unwrap().active);
     // Said once: a second call (a stopped LB is not active) sends nothing.
-    a.farewell(&mut tx);
+    assert!(!a.farewell(t0, &mut tx));
     assert!(frames(&mut tx).is_empty());
 
     // The standby: the other's last hello, then its next poll takes over.
@@ -1214,13 +1214,33 @@ fn a_stopping_active_lb_hands_the_network_over_at_once() {
     assert!(!b.standby);
     assert_eq!(b.counters.events(Event::SpareTakeovers), 1);
 
-    // A hand-over: no last hello.
-    let (mut c, t2) = spare_lb(200);
-    run(&mut c, t2, 1, peer_hello(100, false));
-    c.poll(t2, &mut tx);
-    frames(&mut tx);
-    c.spare.as_mut().unwrap().farewell = false;
-    c.farewell(&mut tx);
+    // Its fast path handed over to its next start: it says it while it hears the other
+    // (which takes the network now, the next start beginning standby), not once the other
+    // is unheard (its programs carry the traffic, the next start resumes).
+    for (after, says) in [(ms(100), true), (ms(300), false)] {
+        let (mut c, t2) = spare_lb(200);
+        run(&mut c, t2, 1, peer_hello(100, false));
+        c.poll(t2, &mut tx);
+        frames(&mut tx);
+        c.spare.as_mut().unwrap().handed_over = true;
+        let withdrawn = c.spare.as_ref().unwrap().withdraw_hand_over.clone();
+        assert_eq!(c.farewell(t2 + after, &mut tx), says, "{after:?}");
+        assert_eq!(frames(&mut tx).is_empty(), !says);
+        assert_eq!(c.standby, says);
+        assert_eq!(withdrawn.load(std::sync::atomic::Ordering::Relaxed), says);
+    }
+    // A standby withdraws its hand-over (its programs carried nothing) and says nothing.
+    let (mut d, t3) = spare_lb(100);
+    run(&mut d, t3, 1, peer_hello(200, true));
+    d.poll(t3, &mut tx);
+    assert!(d.standby);
+    d.spare.as_mut().unwrap().handed_over = true;
+    assert!(!d.farewell(t3 + ms(50), &mut tx));
     assert!(frames(&mut tx).is_empty());
-    assert!(!c.standby);
+    assert!(d
+        .spare
+        .as_ref()
+        .unwrap()
+        .withdraw_hand_over
+        .load(std::sync::atomic::Ordering::Relaxed));
 }

@@ -321,10 +321,13 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
         (Some(fl), Some(grace)) => fl.hand_over(grace, stop.clone()),
         _ => false,
     };
-    // Of a spare pair: stopping with nothing left forwarding for the next start, the
-    // active LB tells the other to take over at once (dataplane::balancer::spare).
+    // Of a spare pair: stopping, the active LB tells the other to take over at once
+    // (dataplane::balancer::spare); with its fast path handed over, only while it hears
+    // the other, and then the hand-over is withdrawn (below).
+    let mut withdraw = None;
     if let Some(s) = &mut b.spare {
-        s.farewell = !handed;
+        s.handed_over = handed;
+        withdraw = Some(s.withdraw_hand_over.clone());
     }
     let names: Vec<&str> = cfg.interfaces.iter().map(|i| i.name.as_str()).collect();
     control::run::place_ports(&cfg.io, &names);
@@ -351,7 +354,16 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
         config: Some(config.to_path_buf()),
         programs,
     };
+    let names: Vec<String> = cfg.interfaces.iter().map(|i| i.name.clone()).collect();
     let s = control::balancer::run(b, ports, control, stop, how).map_err(anyhow::Error::msg)?;
+    // A standby, or an active LB whose spare took the network at its last hello: the next
+    // start begins standby, not resuming what this one's programs would have carried.
+    if withdraw.is_some_and(|w| w.load(std::sync::atomic::Ordering::Relaxed)) {
+        control::fast::unpin_links(&names);
+        tracing::info!(
+            "fast path: not handed over after all: this LB was standby, or its spare took the network"
+        );
+    }
     tracing::info!(
         balanced = s.events["balance_packets"],
         dropped = s.drops.values().sum::<u64>(),
