@@ -1233,6 +1233,7 @@ fn a_stopping_active_lb_hands_the_network_over_at_once() {
     let (mut d, t3) = spare_lb(100);
     run(&mut d, t3, 1, peer_hello(200, true));
     d.poll(t3, &mut tx);
+    frames(&mut tx);
     assert!(d.standby);
     d.spare.as_mut().unwrap().handed_over = true;
     assert!(!d.farewell(t3 + ms(50), &mut tx));
