@@ -106,6 +106,15 @@ impl SpareState {
         self.peer_interval.unwrap_or(own).mul_f64(DEAD_INTERVALS)
     }
 
+    /// The other LB is not heard now: never heard, gone quiet for [`Self::dead_after`], or
+    /// its last hello said it left.
+    fn unheard(&self, now: Instant, own: Duration) -> bool {
+        self.peer_left
+            || self
+                .peer_seen
+                .is_none_or(|t| now.saturating_duration_since(t) > self.dead_after(own))
+    }
+
     pub fn new(cfg: SpareConfig, now: Instant) -> SpareState {
         SpareState {
             cfg,
@@ -178,7 +187,6 @@ impl Balancer {
         // heard for the first time: while unheard it may have forwarded (a restart whose
         // fast path ran on) and taught the switches to send the network's traffic to it
         // again, undoing this one's announcements. Announce again (once per return).
-        let dead_after = s.dead_after(interval);
         if h.interval_ms == 0 {
             // Its last hello: gone now (the standby takes over at its next poll).
             s.peer_left = true;
@@ -186,9 +194,7 @@ impl Balancer {
             s.peer_active = false;
             return;
         }
-        let returned = s.peer_left
-            || s.peer_seen
-                .is_none_or(|t| now.saturating_duration_since(t) > dead_after);
+        let returned = s.unheard(now, interval);
         s.peer_left = false;
         if s.active && returned {
             s.reclaim = true;
@@ -286,9 +292,7 @@ impl Balancer {
         let Some(s) = &mut self.spare else {
             return false;
         };
-        let heard = !s.peer_left
-            && s.peer_seen
-                .is_some_and(|t| now.saturating_duration_since(t) <= s.dead_after(interval));
+        let heard = !s.unheard(now, interval);
         let active = s.active || s.resuming;
         if s.handed_over && (!active || heard) {
             s.withdraw_hand_over
