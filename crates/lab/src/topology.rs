@@ -11,6 +11,8 @@ mod daemons;
 
 /// The BPF filesystem the lab's elements pin under (`TESSERA_BPF_DIR`, `io::pin`).
 pub const LAB_BPF_DIR: &str = "/run/tessera/bpf";
+/// The interface index of the first end of a lab's first link (see `Lab::build`).
+const LINK_IFINDEX_BASE: usize = 100;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -599,6 +601,17 @@ impl Lab {
             let (nb, ib, _) = &ends[1];
             let (nsa, nsb) = (self.ns(na), self.ns(nb));
             let q = l.queues.unwrap_or(1).to_string();
+            // Each end's interface index differs from its peer's: the kernel takes a
+            // link whose index equals the one it names as its link (every namespace
+            // numbers its interfaces from 1, so a veth's two ends often would) for a
+            // plain device and reports its carrier up to a second late, and until then
+            // the device's queue drops what the host sends (every lab waited most of a
+            // second for its links). Unique in the lab, and clear of what a namespace
+            // numbers itself (lo, br0).
+            let (xa, xb) = (
+                (LINK_IFINDEX_BASE + 2 * i).to_string(),
+                (LINK_IFINDEX_BASE + 2 * i + 1).to_string(),
+            );
             cmd::run(
                 "ip",
                 &[
@@ -607,6 +620,8 @@ impl Lab {
                     ia,
                     "netns",
                     &nsa,
+                    "index",
+                    &xa,
                     "numtxqueues",
                     &q,
                     "numrxqueues",
@@ -618,6 +633,8 @@ impl Lab {
                     ib,
                     "netns",
                     &nsb,
+                    "index",
+                    &xb,
                     "numtxqueues",
                     &q,
                     "numrxqueues",
