@@ -106,11 +106,9 @@ fn hosts_talk_across_a_ring_of_axons_and_routes_move_off_a_cut_link() {
     let hosts = lab.show_json("hosts", "ax1");
     assert_eq!(hosts.as_array().unwrap().len(), 2, "{hosts}");
     // TCP across the ring, over 100 Mbit/s links.
-    let mut server = lab.spawn("h5", &["iperf3", "-s", "-1"]);
-    std::thread::sleep(Duration::from_millis(400));
-    let out = lab.sh("h2", &["iperf3", "-c", &ip("h5"), "-t", "2", "-J"]);
-    let _ = server.wait();
-    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // (The helper waits until the server listens: a fixed 400 ms was once too short on
+    // a loaded machine, and the client's refusal left the server waiting for ever.)
+    let j = lab.iperf3("h2", "h5", &ip("h5"), &["-t", "2"]);
     let mbps = j["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .unwrap()
@@ -237,14 +235,8 @@ fn hosts_find_each_other_by_neighbour_discovery_across_the_ring() {
     );
     let routes = lab.show_json("routes", "ax1").to_string();
     assert!(routes.contains("2001:db8:7::5"), "{routes}");
-    let mut server = lab.spawn("h5", &["iperf3", "-s", "-1"]);
-    std::thread::sleep(Duration::from_millis(400));
-    let out = lab.sh(
-        "h2",
-        &["iperf3", "-6", "-c", "2001:db8:7::5", "-t", "1", "-J"],
-    );
-    let _ = server.wait();
-    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let j = lab.iperf3("h2", "h5", "2001:db8:7::5", &["-6", "-t", "1"]);
+    let out = j.to_string();
     let mbps = j["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .unwrap_or(0.0)

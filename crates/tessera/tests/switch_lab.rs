@@ -36,7 +36,12 @@ fn contend(
         lab.spawn(r, &["iperf3", "-s", "-1", "-p", "5201"]),
         lab.spawn(r, &["iperf3", "-s", "-1", "-p", "5202"]),
     ];
-    std::thread::sleep(Duration::from_millis(500));
+    for (port, s) in [5201, 5202].into_iter().zip(servers.iter_mut()) {
+        let listening = lab.wait_listening(r, port, Duration::from_secs(10), || {
+            s.try_wait().ok().flatten().is_some()
+        });
+        assert!(listening, "iperf3 -s -p {port} on {r} does not listen");
+    }
     let t = secs.to_string();
     let (bb, sb) = (format!("{big}M"), format!("{small}M"));
     let clients = [(a1, "5201", &bb), (a2, "5202", &sb)].map(|(host, port, rate)| {

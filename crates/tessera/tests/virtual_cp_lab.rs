@@ -221,7 +221,10 @@ fn udp_load(
     during: impl FnOnce(),
 ) -> Vec<u64> {
     let mut server = lab.spawn("b1", &["iperf3", "-s", "-1", "-B", dst]);
-    std::thread::sleep(Duration::from_millis(500));
+    let listening = lab.wait_listening("b1", 5201, Duration::from_secs(10), || {
+        server.try_wait().ok().flatten().is_some()
+    });
+    assert!(listening, "iperf3 -s on b1 does not listen");
     let (p, t) = (streams.to_string(), secs.to_string());
     let mut argv = vec![
         "iperf3", "-c", dst, "-u", "-b", "4M", "-l", "500", "-P", &p, "-t", &t, "-J",
@@ -232,6 +235,12 @@ fn udp_load(
     let client = lab.spawn("a1", &argv);
     during();
     let out = client.wait_with_output().unwrap();
+    // A client that never reached it leaves the one-off server waiting: not for ever.
+    let t = Instant::now();
+    while server.try_wait().ok().flatten().is_none() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = server.kill();
     let _ = server.wait();
     let j: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("iperf3: {e}: {}", String::from_utf8_lossy(&out.stderr)));

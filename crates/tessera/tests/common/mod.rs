@@ -242,15 +242,31 @@ impl TestLab {
             .spawn()
             .unwrap();
         let mut srv = Iperf3Server { child, log };
+        self.wait_listening(node, 5201, std::time::Duration::from_secs(10), || {
+            srv.ended()
+        });
+        srv
+    }
+
+    /// Waits until something in `node` listens on TCP `port`, for at most `limit` or
+    /// until `gone` says the listener ended; says whether it listens.
+    pub fn wait_listening(
+        &self,
+        node: &str,
+        port: u16,
+        limit: std::time::Duration,
+        mut gone: impl FnMut() -> bool,
+    ) -> bool {
         let t = std::time::Instant::now();
-        while t.elapsed() < std::time::Duration::from_secs(10) && !srv.ended() {
-            let o = self.exec(node, &["ss", "-Hltn", "sport = :5201"]);
+        let filter = format!("sport = :{port}");
+        while t.elapsed() < limit && !gone() {
+            let o = self.exec(node, &["ss", "-Hltn", &filter]);
             if !o.stdout.is_empty() {
-                break;
+                return true;
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        srv
+        false
     }
 
     /// Starts a command in a node with its output piped; the caller waits for it.
