@@ -269,6 +269,53 @@ impl TestLab {
         false
     }
 
+    /// Every interface of the lab's namespaces (switches included) whose kernel counters
+    /// say it dropped or lost frames, one line each: "node/ifname rx_dropped 3 ...". A
+    /// veth counts there what a fast path redirected to it and its ring could not take
+    /// (`rx_dropped` of the receiving end), which no element's counter can see.
+    pub fn kernel_drops(&self) -> String {
+        let prefix = format!("ts-{}-", self.name);
+        let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        let mut out = String::new();
+        for ns in String::from_utf8_lossy(&list.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|n| n.starts_with(&prefix))
+        {
+            let o = Command::new("ip")
+                .args(["-n", ns, "-s", "-j", "link", "show"])
+                .output()
+                .unwrap();
+            let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+            for i in v.as_array().into_iter().flatten() {
+                let stats = &i["stats64"];
+                let seen: Vec<String> = [
+                    ("rx", "dropped"),
+                    ("rx", "errors"),
+                    ("rx", "missed"),
+                    ("rx", "over_errors"),
+                    ("tx", "dropped"),
+                    ("tx", "errors"),
+                ]
+                .iter()
+                .filter_map(|(d, k)| {
+                    let n = stats[d][k].as_u64().unwrap_or(0);
+                    (n > 0).then(|| format!("{d}_{k} {n}"))
+                })
+                .collect();
+                if !seen.is_empty() {
+                    out += &format!(
+                        "{}/{} {}\n",
+                        &ns[prefix.len()..],
+                        i["ifname"].as_str().unwrap_or("?"),
+                        seen.join(" ")
+                    );
+                }
+            }
+        }
+        out
+    }
+
     /// Starts a command in a node with its output piped; the caller waits for it.
     pub fn spawn(&self, node: &str, argv: &[&str]) -> std::process::Child {
         Command::new("ip")

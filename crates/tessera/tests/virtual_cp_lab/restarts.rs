@@ -210,7 +210,10 @@ fn where_dropped(lab: &TestLab) -> String {
             )
         })
         .collect();
-    hosts + &elements
+    format!(
+        "{hosts}{elements}interfaces that dropped (kernel counters):\n{}",
+        lab.kernel_drops()
+    )
 }
 
 /// Restarts `node` (an LB or the standby controller) after each delay; `holds` says, from
