@@ -746,6 +746,7 @@ impl Lab {
                 self.place(node)?;
             }
         }
+        self.ipv6_addresses_settled(&kernel_v6)?;
         self.dhcp_clients()?;
         self.slaac_addresses()?;
         // Outside routers, once the router is there to peer with.

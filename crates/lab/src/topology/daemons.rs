@@ -38,6 +38,31 @@ impl Lab {
     /// device's transmit queue (and sets its operstate) from a deferred work item up to a
     /// second after the carrier comes up; frames sent before that are dropped, so the
     /// first packets of a test would be lost.
+    /// Waits (up to 5 s) until no address of `nodes` (the hosts and kernel routers that
+    /// speak IPv6) is tentative: a link-local address leaves duplicate address detection
+    /// about a second after its link came up, and answers nothing before. (`lab up` used to
+    /// wait most of that second for its links; since they are up at once, a kernel
+    /// router's first IPv6 pings went unanswered: bench_forward_lab, 2026-11-28.)
+    pub(super) fn ipv6_addresses_settled(&self, nodes: &[&str]) -> Result<(), String> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        for node in nodes {
+            let ns = self.ns(node);
+            loop {
+                let tentative = cmd::run("ip", &["-n", &ns, "-6", "addr", "show", "tentative"])?;
+                if !tentative.contains("inet6") {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(format!(
+                        "{node}: IPv6 addresses still tentative after 5 s: {tentative}"
+                    ));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+        Ok(())
+    }
+
     /// Waits (up to 10 s) until every host interface with `slaac = true` has a global IPv6
     /// address from a router advertisement.
     pub(super) fn slaac_addresses(&self) -> Result<(), String> {
