@@ -107,6 +107,7 @@ named_enum! {
         SlowPathShed = "slow_path_shed" in Forwarder: "frame the port's fast-path program dropped on its way to user space, over [io] slow_path_limit (to the router, TTL expiring, no route, a neighbour not resolved, a martian): shed before the copy, so that a flood of them costs the fast path little",
         RxRingFull = "rx_ring_full" in All: "frame the kernel dropped because the port's receive ring was full: the element fell behind, and the excess was shed before any work was spent on it",
         DeviceRxDropped = "device_rx_dropped" in All: "frame the interface's driver dropped on receive (its ring full or out of buffers; on a veth, frames its peer could not queue to it), from the interface's statistics (AF_PACKET ports): the element fell behind, and the excess was shed before any work was spent on it",
+        DeviceTxDropped = "device_tx_dropped" in All: "frame the interface's device could not send (its queue or ring full; on a veth, frames its peer's ring could not take, those the port's fast-path program redirected to it included), from the interface's statistics: the next hop fell behind",
         XskRxDropped = "xsk_rx_dropped" in All: "frame the kernel dropped on its way to the AF_XDP socket: no free UMEM frame on the fill ring, or larger than a UMEM frame",
         XskInvalidDescs = "xsk_invalid_descs" in All: "AF_XDP descriptors the kernel rejected (receive or transmit)",
         TxRingFull = "tx_ring_full" in All: "egress ring had no free slot",

@@ -133,7 +133,8 @@ pub struct AfPacket {
     /// it is pinned for the element's next start ([`crate::pin`]).
     tcx: Option<std::sync::Arc<TcxLink>>,
     /// The interface's own receive drops, if this port reports them.
-    device: Option<crate::netdev::RxDrops>,
+    device: Option<crate::netdev::DeviceDrops>,
+    device_tx: Option<crate::netdev::DeviceDrops>,
 }
 
 // SAFETY: the mapping is owned by this value and used only through &mut self.
@@ -196,9 +197,11 @@ impl crate::pin::TakeOver for TcxLink {
 }
 
 impl AfPacket {
-    /// This port reports its interface's own receive drops (`device_rx_dropped`).
+    /// This port reports its interface's own receive and transmit drops
+    /// (`device_rx_dropped`, `device_tx_dropped`).
     pub fn report_device_drops(&mut self) {
-        self.device = crate::netdev::RxDrops::open(&self.name);
+        self.device = crate::netdev::DeviceDrops::rx(&self.name);
+        self.device_tx = crate::netdev::DeviceDrops::tx(&self.name);
     }
 
     /// Keeps the kernel's own stack off the frames this interface receives, for as long
@@ -326,6 +329,7 @@ impl AfPacket {
             fanout: cfg.fanout.is_some(),
             tcx: None,
             device: None,
+            device_tx: None,
         };
         check(
             setsockopt(
@@ -918,6 +922,9 @@ impl Port for AfPacket {
         }
         if let Some(n) = self.device.as_mut().map(|d| d.take()).filter(|&n| n > 0) {
             count(dataplane::Drop::DeviceRxDropped, n);
+        }
+        if let Some(n) = self.device_tx.as_mut().map(|d| d.take()).filter(|&n| n > 0) {
+            count(dataplane::Drop::DeviceTxDropped, n);
         }
     }
 }

@@ -290,14 +290,16 @@ impl AnyPort {
         }
     }
 
-    /// This port reports its interface's own receive drops (`device_rx_dropped`): one port
-    /// per interface should. AF_PACKET ports only: an XDP program's redirects that the
+    /// This port reports its interface's own drops: one port per interface should. On
+    /// transmit (`device_tx_dropped`) on both backends: on a veth, the frames its peer's
+    /// ring could not take, those the fast path redirected to it included. On receive
+    /// (`device_rx_dropped`) AF_PACKET ports only: an XDP program's redirects that the
     /// socket could not take count in a veth's `rx_dropped` too (measured: every one of
     /// them), and those are `rx_ring_full` and `xsk_rx_dropped` already.
     pub fn report_device_drops(&mut self) {
         match self {
             AnyPort::Packet(p) => p.report_device_drops(),
-            AnyPort::Xdp(_) => {}
+            AnyPort::Xdp(p) => p.report_device_drops(),
         }
     }
 }

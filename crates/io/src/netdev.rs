@@ -4,21 +4,39 @@ use std::ffi::CString;
 use std::io;
 use std::net::Ipv4Addr;
 
-/// Frames an interface's driver dropped on receive, from its statistics in sysfs:
-/// `rx_dropped` (a ring with no room or no buffer; on a veth, frames its peer could not
-/// queue to it), `rx_missed_errors` and `rx_fifo_errors` (a NIC's own ring full). These
-/// are shed before any work is spent on them; an element counts them as
-/// `device_rx_dropped` (one port per interface reads them: the first worker's).
+/// Frames an interface's device dropped, from its statistics in sysfs. On receive
+/// ([`DeviceDrops::rx`]): `rx_dropped` (a ring with no room or no buffer; on a veth, frames
+/// its peer could not queue to it), `rx_missed_errors` and `rx_fifo_errors` (a NIC's own
+/// ring full), shed before any work is spent on them; an element counts them as
+/// `device_rx_dropped`. On transmit ([`DeviceDrops::tx`]): `tx_dropped` (a queue or ring
+/// full; on a veth, frames its peer's ring could not take, those a fast path's program
+/// redirected to it included, which no element sees otherwise); `device_tx_dropped`. One
+/// port per interface reads them: the first worker's.
 #[derive(Debug)]
-pub struct RxDrops {
+pub struct DeviceDrops {
     dir: std::path::PathBuf,
+    files: &'static [&'static str],
     last: u64,
 }
 
-impl RxDrops {
-    /// The counts of interface `name` from now on; `None` (and a log line) where sysfs
-    /// shows another namespace's interface of that name, or none.
-    pub fn open(name: &str) -> Option<RxDrops> {
+/// The statistics [`DeviceDrops::rx`] sums.
+const RX_DROPS: &[&str] = &["rx_dropped", "rx_missed_errors", "rx_fifo_errors"];
+/// The statistics [`DeviceDrops::tx`] sums.
+const TX_DROPS: &[&str] = &["tx_dropped"];
+
+impl DeviceDrops {
+    /// The receive drops of interface `name` from now on; `None` (and a log line) where
+    /// sysfs shows another namespace's interface of that name, or none.
+    pub fn rx(name: &str) -> Option<DeviceDrops> {
+        Self::open(name, RX_DROPS, "device_rx_dropped")
+    }
+
+    /// The transmit drops of interface `name` from now on, as [`DeviceDrops::rx`].
+    pub fn tx(name: &str) -> Option<DeviceDrops> {
+        Self::open(name, TX_DROPS, "device_tx_dropped")
+    }
+
+    fn open(name: &str, files: &'static [&'static str], counter: &str) -> Option<DeviceDrops> {
         let dir = std::path::Path::new("/sys/class/net").join(name);
         let sysfs = std::fs::read_to_string(dir.join("ifindex")).ok();
         let same = sysfs
@@ -27,22 +45,27 @@ impl RxDrops {
         if !same {
             tracing::warn!(
                 interface = name,
-                "its statistics are not in this namespace's /sys/class/net: device_rx_dropped stays 0"
+                counter,
+                "its statistics are not in this namespace's /sys/class/net: the counter stays 0"
             );
             return None;
         }
-        Some(Self::at(dir.join("statistics")))
+        Some(Self::at(dir.join("statistics"), files))
     }
 
-    /// The counts in directory `dir` (a `statistics` directory) from now on.
-    pub fn at(dir: std::path::PathBuf) -> RxDrops {
-        let mut d = RxDrops { dir, last: 0 };
+    /// The sum of `files` in directory `dir` (a `statistics` directory) from now on.
+    pub fn at(dir: std::path::PathBuf, files: &'static [&'static str]) -> DeviceDrops {
+        let mut d = DeviceDrops {
+            dir,
+            files,
+            last: 0,
+        };
         d.last = d.read();
         d
     }
 
     fn read(&self) -> u64 {
-        ["rx_dropped", "rx_missed_errors", "rx_fifo_errors"]
+        self.files
             .iter()
             .filter_map(|f| std::fs::read_to_string(self.dir.join(f)).ok())
             .filter_map(|s| s.trim().parse::<u64>().ok())
@@ -357,7 +380,7 @@ mod tests {
             std::fs::write(dir.join("rx_fifo_errors"), format!("{f}\n")).unwrap();
         };
         set(5, 1, 0);
-        let mut r = RxDrops::at(dir.clone());
+        let mut r = DeviceDrops::at(dir.clone(), RX_DROPS);
         assert_eq!(r.take(), 0, "counted from now on");
         set(7, 4, 1);
         assert_eq!(r.take(), 6);
@@ -373,8 +396,9 @@ mod tests {
         assert_eq!(r.take(), 7);
         std::fs::remove_dir_all(&dir).unwrap();
         // The loopback interface of this namespace is found; a missing one is not.
-        assert!(RxDrops::open("lo").is_some());
-        assert!(RxDrops::open("no-such-if0").is_none());
+        assert!(DeviceDrops::rx("lo").is_some());
+        assert!(DeviceDrops::rx("no-such-if0").is_none());
+        assert!(DeviceDrops::tx("lo").is_some());
     }
 
     fn set_one(dir: &std::path::Path, f: &str, v: u64) {

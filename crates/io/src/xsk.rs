@@ -734,6 +734,18 @@ pub struct XdpPort {
     umem: Arc<Umem>,
     /// Frames sent in place, sent copied, and received copied, when last reported.
     reported: [u64; 3],
+    /// The interface's transmit drops, where this port reports them (the first worker's).
+    device_tx: Option<crate::netdev::DeviceDrops>,
+}
+
+impl XdpPort {
+    /// This port reports its interface's own transmit drops (`device_tx_dropped`): what
+    /// the device could not send, the fast path's redirects to it included. (Not its
+    /// receive drops: a veth counts in `rx_dropped` every frame its XDP program redirected
+    /// and the socket could not take, which `rx_ring_full` and `xsk_rx_dropped` count.)
+    pub fn report_device_drops(&mut self) {
+        self.device_tx = crate::netdev::DeviceDrops::tx(&self.name);
+    }
 }
 
 /// The attachment, shared by the ports (one per worker) of one interface.
@@ -884,6 +896,7 @@ impl XdpPort {
             next: 0,
             umem,
             reported: [0; 3],
+            device_tx: None,
         })
     }
 
@@ -1021,6 +1034,9 @@ impl Port for XdpPort {
     }
 
     fn take_backend_drops(&mut self, count: &mut dyn FnMut(Reason, u64)) {
+        if let Some(n) = self.device_tx.as_mut().map(|d| d.take()).filter(|&n| n > 0) {
+            count(Reason::DeviceTxDropped, n);
+        }
         for s in &mut self.sockets {
             let now = s.statistics();
             let was = std::mem::replace(&mut s.stats, now);
