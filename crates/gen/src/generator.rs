@@ -646,9 +646,13 @@ fn run_xdp(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
         .unwrap_or(u64::MAX / 2);
     let interval_ps = target.map(|r| (1e12 / r).round() as u64).unwrap_or(0);
     let tx0 = g.tx_packets();
-    let start = now_ns();
     g.arm(limit, interval_ps, duration_ns)
         .map_err(|e| format!("--xdp: {e}"))?;
+    // User space's reckoning runs from after the arming, so that its deadline never falls
+    // before the program's: the calls under way are cut short at it, and a frame due
+    // between an early cut and the program's deadline would be neither sent nor counted
+    // skipped (a CI run numbered 59,999 of 60,000 so).
+    let start = now_ns();
     // Each call is off the CPU for some 20 ms between two calls (the kernel sets up and
     // tears down its page pool), and nothing is sent then. Two threads on the same core
     // take turns: while one is between calls, the other runs the program. They share the
@@ -658,7 +662,7 @@ fn run_xdp(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
     // cannot, one worker runs alone.
     let pinned = current_cpu().is_some_and(pin);
     let running = AtomicBool::new(true);
-    // The program's deadline runs from its arming, a little after `start`: user space
+    // The program's deadline runs from its arming, a little before `start`: user space
     // keeps it running 2 ms past its own reckoning of the deadline (the program sends
     // nothing past its own), so that the last frames before that deadline are sent;
     // any that fall due after its last run are counted skipped (`XdpGen::finish`).
