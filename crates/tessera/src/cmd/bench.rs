@@ -424,9 +424,13 @@ pub(crate) fn run(what: Bench) -> Result<i32> {
                     (None, Some(n)) => (bench::table::synthetic6(n, 1), format!("synthetic6-{n}")),
                     (None, None) => bail!("give --table FILE or --synthetic N"),
                 };
-                let v = bench::fib_bench::run6(&t, &name, dpdk, &mut |stage| {
-                    eprintln!("bench fib: {stage}")
-                })
+                let v = bench::fib_bench::run6(
+                    &t,
+                    &name,
+                    dpdk,
+                    bench::fib_bench::LOOKUPS,
+                    &mut |stage| eprintln!("bench fib: {stage}"),
+                )
                 .map_err(anyhow::Error::msg)?;
                 return print(&v);
             }
