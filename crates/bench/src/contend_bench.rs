@@ -277,8 +277,10 @@ fn point(
         "sink",
         "--iface",
         "eth0",
+        // A cap: the sink is stopped once the generators are done and a drain has passed
+        // (as a forward bench's point does).
         "--duration",
-        &format!("{}", secs + 0.8),
+        &format!("{}", secs + 30.0),
         "--drop",
         "--json",
         "--intervals",
@@ -295,13 +297,32 @@ fn point(
             opts.trace_packets.to_string(),
         ]);
     }
-    let sink = Command::new("ip")
+    let mut sink = Command::new("ip")
         .args(&sargs)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| e.to_string())?;
-    std::thread::sleep(Duration::from_millis(300));
+    // The generators start when the sink says it receives (or after 5 s); its error
+    // output is kept for a failure's message.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    if let Some(err) = sink.stderr.take() {
+        let said = said.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("sink: receiving") {
+                    let _ = ready_tx.send(());
+                }
+                said.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_str(&line);
+            }
+        });
+    }
+    let _ = ready_rx.recv_timeout(Duration::from_secs(5));
     let mut gens = Vec::new();
     for (i, ((node, addr), r)) in SRC.iter().zip(rates).enumerate() {
         if r <= 0.0 {
@@ -344,15 +365,22 @@ fn point(
         ));
     }
     let mut sent = [None, None];
+    let mut gen_error = None;
     for (i, g) in gens {
-        let o = g.wait_with_output().map_err(|e| e.to_string())?;
-        let v: Value = serde_json::from_slice(&o.stdout)
-            .map_err(|e| format!("gen: {e}: {}", String::from_utf8_lossy(&o.stderr)))?;
-        sent[i] = Some(v);
+        match crate::forward_bench::report_of(g, "gen", false) {
+            Ok(v) => sent[i] = Some(v),
+            Err(e) => gen_error = gen_error.or(Some(e)),
+        }
     }
-    let o = sink.wait_with_output().map_err(|e| e.to_string())?;
-    let v: Value = serde_json::from_slice(&o.stdout)
-        .map_err(|e| format!("sink: {e}: {}", String::from_utf8_lossy(&o.stderr)))?;
+    std::thread::sleep(crate::forward_bench::SINK_DRAIN);
+    // SAFETY: kill(2) on a child of ours that has not been reaped yet.
+    unsafe { libc::kill(sink.id() as libc::pid_t, libc::SIGINT) };
+    if let Some(e) = gen_error {
+        let _ = sink.wait();
+        return Err(e);
+    }
+    let v = crate::forward_bench::report_of(sink, "sink", false)
+        .map_err(|e| format!("{e}{}", said.lock().unwrap_or_else(|e| e.into_inner())))?;
     let shares = fair_shares(&rates, opts.port_mbps);
     let mut flows = Vec::new();
     for i in 0..2 {

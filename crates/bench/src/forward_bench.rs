@@ -318,7 +318,7 @@ pub(crate) fn lab_mac(lab: &lab::Lab, node: &str, ifname: &str) -> Result<String
 /// generators are done).
 const SINK_SPARE_S: f64 = 30.0;
 /// How long the sinks keep receiving after the generators have ended.
-const SINK_DRAIN: std::time::Duration = std::time::Duration::from_millis(200);
+pub(crate) const SINK_DRAIN: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// One measurement point in a lab: sinks (on `eth0` of each node of `sinks`) and
 /// generators (`gens`: source node, destination arguments, rate) for `secs` seconds.
@@ -430,15 +430,10 @@ pub(crate) fn lab_point_with(
     }
     let mut p = Point::default();
     let mut gen_error = spawn_error;
+    // (Neither generator holds its interface past its report: the XDP one runs its
+    // program from a test run, attached nowhere.)
     for g in gen_procs {
-        let r = g
-            .wait_with_output()
-            .map_err(|e| e.to_string())
-            .and_then(|o| {
-                serde_json::from_slice::<Value>(&o.stdout)
-                    .map_err(|e| format!("gen: {e}: {}", String::from_utf8_lossy(&o.stderr)))
-            });
-        match r {
+        match report_of(g, "gen", false) {
             Ok(v) => {
                 p.offered_pps += v["achieved_pps"].as_f64().unwrap_or(0.0);
                 p.sent += v["sent"].as_u64().unwrap_or(0);
@@ -460,8 +455,9 @@ pub(crate) fn lab_point_with(
         return Err(e);
     }
     for s in sink_procs {
-        let o = s.wait_with_output().map_err(|e| e.to_string())?;
-        let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| format!("sink: {e}"))?;
+        // A sink on AF_XDP holds its interface's XDP program until it exits: the next
+        // point's sink could not attach before.
+        let v = report_of(s, "sink", sink_xdp)?;
         p.received += v["received"].as_u64().unwrap_or(0);
         p.sink_dropped += v["socket_dropped"].as_u64().unwrap_or(0);
         let l = &v["latency_ns_percentiles"];
@@ -478,6 +474,41 @@ pub(crate) fn lab_point_with(
         0.0
     };
     Ok(p)
+}
+
+/// The JSON report of our `gen` or `sink` (`what`), read as soon as it is out: they close
+/// their standard output once they have written it, before their sockets and programs
+/// (an AF_PACKET socket's close waits out RCU grace periods: 40-90 ms a process here, on
+/// every point). The rest of the child's exit is reaped in the background, or waited for
+/// with `wait_exit`.
+pub(crate) fn report_of(
+    mut c: std::process::Child,
+    what: &str,
+    wait_exit: bool,
+) -> Result<Value, String> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    if let Some(mut o) = c.stdout.take() {
+        o.read_to_end(&mut out)
+            .map_err(|e| format!("{what}: {e}"))?;
+    }
+    match serde_json::from_slice::<Value>(&out) {
+        Ok(v) if wait_exit => {
+            c.wait_with_output().map_err(|e| format!("{what}: {e}"))?;
+            Ok(v)
+        }
+        Ok(v) => {
+            std::thread::spawn(move || c.wait_with_output());
+            Ok(v)
+        }
+        Err(e) => {
+            let o = c.wait_with_output().map_err(|e| format!("{what}: {e}"))?;
+            Err(format!(
+                "{what}: {e}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ))
+        }
+    }
 }
 
 /// The contender that runs our forwarder with `[io] fast_path = true` (`--fast-path`), on

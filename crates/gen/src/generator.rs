@@ -387,9 +387,21 @@ pub const XDP_DESTS: usize = 1 << 18;
 
 /// Sends until the count or duration is reached or `stop` is set; returns the summary.
 pub fn run(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
+    run_then(cfg, stop, &mut |_| {})
+}
+
+/// As [`run`]; `done` gets the summary as soon as it is final, while the socket and the
+/// program are still open: what follows (the ring's last frames leaving, the socket's
+/// close, which waits out RCU grace periods: 40 ms and more) need not delay whoever waits
+/// for the summary (`tessera gen` prints it and closes its standard output there).
+pub fn run_then(
+    cfg: &GenConfig,
+    stop: &AtomicBool,
+    done: &mut dyn FnMut(&Value),
+) -> Result<Value, String> {
     cfg.validate()?;
     if cfg.xdp {
-        return run_xdp(cfg, stop);
+        return run_xdp(cfg, stop, done);
     }
     let (mut port, src_mac) = open_tx(&cfg.iface)?;
     let (templates, prefixes, prefixes6) = match &cfg.dst {
@@ -495,14 +507,12 @@ pub fn run(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
     }
     let secs = (last_ts.max(start) - start) as f64 / 1e9;
     end_markers(cfg, &mut port, &templates, &seqs)?;
-    // Let the kernel drain the ring before the socket closes.
-    std::thread::sleep(std::time::Duration::from_millis(50));
     let achieved = if secs > 0.0 {
         (sent.saturating_sub(1)) as f64 / secs
     } else {
         0.0
     };
-    Ok(json!({
+    let v = json!({
         "iface": cfg.iface,
         "sent": sent,
         "flows": flows,
@@ -514,7 +524,11 @@ pub fn run(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
         "gap_ns": gaps.json(),
         "ring_full_events": ring_full,
         "per_flow_sent": seqs,
-    }))
+    });
+    done(&v);
+    // Let the kernel drain the ring before the socket closes.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    Ok(v)
 }
 
 /// The signal that cuts a worker's call short ([`Interrupt`]).
@@ -595,7 +609,11 @@ impl WorkerThread {
 /// Gaps are not measured per frame here (`gap_ns` is null): the sink's interval rates show
 /// the pacing. `tx_packets` is what the interface took; a veth whose peer cannot keep up
 /// drops the rest (`device_dropped`): then the receiver, not the generator, is the limit.
-fn run_xdp(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
+fn run_xdp(
+    cfg: &GenConfig,
+    stop: &AtomicBool,
+    done: &mut dyn FnMut(&Value),
+) -> Result<Value, String> {
     let (mut port, src_mac) = open_tx(&cfg.iface)?;
     let (templates, dests) = match &cfg.dst {
         Destinations::One(dst) => (flow_templates(cfg, src_mac, *dst), None),
@@ -738,13 +756,12 @@ fn run_xdp(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
         ));
     }
     end_markers(cfg, &mut port, &templates, &seqs)?;
-    std::thread::sleep(std::time::Duration::from_millis(50));
     let achieved = if secs > 0.0 {
         numbered.saturating_sub(1) as f64 / secs
     } else {
         0.0
     };
-    Ok(json!({
+    let v = json!({
         "iface": cfg.iface,
         "backend": "xdp",
         "sent": numbered,
@@ -760,7 +777,10 @@ fn run_xdp(cfg: &GenConfig, stop: &AtomicBool) -> Result<Value, String> {
         "gap_ns": null,
         "ring_full_events": 0,
         "per_flow_sent": seqs,
-    }))
+    });
+    done(&v);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    Ok(v)
 }
 
 #[cfg(test)]

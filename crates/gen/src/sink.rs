@@ -356,6 +356,18 @@ impl Sink {
 
 /// Receives for the configured duration (or until `stop`) and returns the summary.
 pub fn run(cfg: &SinkConfig, stop: &AtomicBool, ready: impl FnOnce()) -> Result<Value, String> {
+    run_then(cfg, stop, ready, |_| {})
+}
+
+/// As [`run`]; `done` gets the summary before the port closes and the ingress drop is
+/// removed (an AF_PACKET socket's close waits out RCU grace periods, `nft` runs once
+/// more: 40-90 ms here), so that whoever waits for it need not wait for those too.
+pub fn run_then(
+    cfg: &SinkConfig,
+    stop: &AtomicBool,
+    ready: impl FnOnce(),
+    done: impl FnOnce(&Value),
+) -> Result<Value, String> {
     if !(1.0..=1000.0).contains(&cfg.interval_ms) {
         return Err(format!("--interval {}: use 1 to 1000 ms", cfg.interval_ms));
     }
@@ -439,6 +451,7 @@ pub fn run(cfg: &SinkConfig, stop: &AtomicBool, ready: impl FnOnce()) -> Result<
         // Frames whose receive time is when they were read, not the XDP hook's.
         v["unstamped_frames"] = x.unstamped().into();
     }
+    done(&v);
     Ok(v)
 }
 

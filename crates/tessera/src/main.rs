@@ -425,6 +425,21 @@ fn report(v: &serde_json::Value, json: bool) -> Result<i32> {
     Ok(0)
 }
 
+/// [`report`], then standard output closed (/dev/null in its place): a reader of it (a
+/// bench's point) has the whole report and its end at once, while this process goes on
+/// closing its sockets.
+fn report_and_close(v: &serde_json::Value, json: bool) -> Result<i32> {
+    let r = report(v, json);
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+    // SAFETY: dup2 onto our own standard output, with a descriptor we hold open.
+    if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 1) } < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    r
+}
+
 fn ask(control: &Path, cmd: &str) -> Result<i32> {
     let v = control::ctlsock::request(control, cmd).map_err(anyhow::Error::msg)?;
     print(&v)
@@ -649,8 +664,10 @@ fn run(cli: Cli) -> Result<i32> {
             let stop = Arc::new(AtomicBool::new(false));
             signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
             signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
-            let v = gen::generator::run(&cfg, &stop).map_err(anyhow::Error::msg)?;
-            report(&v, json)
+            let mut said = None;
+            gen::generator::run_then(&cfg, &stop, &mut |v| said = Some(report_and_close(v, json)))
+                .map_err(anyhow::Error::msg)?;
+            said.unwrap_or(Ok(0))
         }
         Cmd::Sink {
             iface,
@@ -678,9 +695,15 @@ fn run(cli: Cli) -> Result<i32> {
                 drop,
                 xdp,
             };
-            let v = gen::sink::run(&cfg, &stop, || eprintln!("sink: receiving"))
-                .map_err(anyhow::Error::msg)?;
-            report(&v, json)
+            let mut said = None;
+            gen::sink::run_then(
+                &cfg,
+                &stop,
+                || eprintln!("sink: receiving"),
+                |v| said = Some(report_and_close(v, json)),
+            )
+            .map_err(anyhow::Error::msg)?;
+            said.unwrap_or(Ok(0))
         }
         Cmd::Route { cmd } => {
             let (control, req) = match cmd {

@@ -255,16 +255,12 @@ fn hosts_see_one_router() {
     }
 }
 
-/// Runs `tessera sink` in b1 while `gen` runs in a1; returns (gen, sink) summaries.
-fn traffic(
-    lab: &TestLab,
-    gen_args: &[&str],
-    sink_secs: f64,
-    during: impl FnOnce(),
-) -> (Value, Value) {
+/// Runs `tessera sink` in b1 while `gen` runs in a1 (and `during` beside it); returns
+/// (gen, sink) summaries. The generator starts when the sink says it receives; the sink
+/// stops 300 ms after both the generator and `during` are done.
+fn traffic(lab: &TestLab, gen_args: &[&str], during: impl FnOnce()) -> (Value, Value) {
     let ns = format!("ts-{}-b1", lab.name);
-    let secs = sink_secs.to_string();
-    let sink = std::process::Command::new("ip")
+    let mut sink = std::process::Command::new("ip")
         .args([
             "netns",
             "exec",
@@ -273,8 +269,9 @@ fn traffic(
             "sink",
             "--iface",
             "eth0",
+            // A cap: it is stopped below.
             "--duration",
-            &secs,
+            "120",
             "--drop",
             "--json",
         ])
@@ -282,7 +279,25 @@ fn traffic(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let err = sink.stderr.take().unwrap();
+    let said = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(err).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("sink: receiving") {
+                let _ = ready_tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    assert!(
+        ready_rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the sink in b1 did not start receiving within 10 s"
+    );
     let lba_ext = lab.mac("lba", "lba-ext");
     let ns_a = format!("ts-{}-a1", lab.name);
     let mut args = vec![
@@ -310,17 +325,17 @@ fn traffic(
         .unwrap();
     during();
     let g = gen.wait_with_output().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on a child of ours that has not been reaped yet.
+    unsafe { libc::kill(sink.id() as libc::pid_t, libc::SIGINT) };
+    let s = sink.wait_with_output().unwrap();
+    let said = said.join().unwrap();
     assert!(
         g.status.success(),
         "gen: {}",
         String::from_utf8_lossy(&g.stderr)
     );
-    let s = sink.wait_with_output().unwrap();
-    assert!(
-        s.status.success(),
-        "sink: {}",
-        String::from_utf8_lossy(&s.stderr)
-    );
+    assert!(s.status.success(), "sink: {said}");
     (
         serde_json::from_slice(&g.stdout).unwrap(),
         serde_json::from_slice(&s.stdout).unwrap(),
@@ -368,7 +383,6 @@ fn weights_and_failover() {
     let (g, s) = traffic(
         &lab,
         &["--flows", "60000", "--rate", "40kpps", "--count", "120000"],
-        5.5,
         || {},
     );
     let t1 = packets_per_backend(&ask(&lab, "lba", "balance"));
@@ -396,7 +410,6 @@ fn weights_and_failover() {
     let (g, s) = traffic(
         &lab,
         &["--flows", "60", "--rate", "30kpps", "--duration", "3"],
-        4.5,
         || {
             std::thread::sleep(Duration::from_millis(1000));
             let t = Instant::now();
@@ -910,7 +923,6 @@ fn an_lb_reloads_its_backends_without_losing_a_packet() {
     let (g, s) = traffic(
         &lab,
         &["--flows", "60", "--rate", "20kpps", "--duration", "2"],
-        3.5,
         || {
             std::thread::sleep(Duration::from_millis(700));
             std::fs::write(&file, original.replace(r2, &format!("{r2}\nweight = 3"))).unwrap();
@@ -964,7 +976,6 @@ fn an_lb_reloads_its_backends_without_losing_a_packet() {
     let (g, s) = traffic(
         &lab,
         &["--flows", "60", "--rate", "20kpps", "--duration", "2"],
-        3.5,
         || {
             std::thread::sleep(Duration::from_millis(700));
             std::fs::write(
@@ -988,7 +999,7 @@ fn an_lb_reloads_its_backends_without_losing_a_packet() {
     let o = reload();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let dropped = drop_count(&lab.counters("lba"), "classify_no_rule");
-    let (g, s) = traffic(&lab, &["--rate", "5kpps", "--duration", "0.5"], 1.5, || {});
+    let (g, s) = traffic(&lab, &["--rate", "5kpps", "--duration", "0.5"], || {});
     assert_eq!(s["received"], 0, "{s}");
     let sent = g["sent"].as_u64().unwrap();
     let c = lab.counters("lba");
@@ -1000,7 +1011,7 @@ fn an_lb_reloads_its_backends_without_losing_a_packet() {
     let o = reload();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(weights(&lab), [1, 3, 1]);
-    let (g, s) = traffic(&lab, &["--rate", "5kpps", "--duration", "0.5"], 1.5, || {});
+    let (g, s) = traffic(&lab, &["--rate", "5kpps", "--duration", "0.5"], || {});
     assert_eq!(s["received"], g["sent"], "{s}");
     if io_backend() != "packet" {
         let replaced = lab.log_lines("lba", &["classifier rules replaced"]);
@@ -1171,7 +1182,6 @@ fn a_spare_lb_takes_over_within_three_hello_intervals() {
     let (g, s) = traffic(
         &lab,
         &["--flows", "60", "--rate", "10kpps", "--duration", "4"],
-        6.0,
         || {
             std::thread::sleep(Duration::from_millis(500));
             let o = lab.tessera(&[
@@ -1269,7 +1279,6 @@ fn a_spare_lb_takes_over_within_three_hello_intervals() {
         let (g, s) = traffic(
             &lab,
             &["--flows", "60", "--rate", "10kpps", "--duration", "4"],
-            6.0,
             || {
                 std::thread::sleep(Duration::from_millis(1500));
                 fail_lb(&lab, failed);
