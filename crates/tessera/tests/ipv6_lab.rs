@@ -887,14 +887,16 @@ fn a1_reaches_through_the_router(lab: &TestLab, dst: &str) {
 /// across the LB (OSPFv3 to ff02::5 and to the router's link-local address goes to the
 /// controller), zebra's route through b1's link-local address reaches the controller
 /// over FPM with its interface, goes to the back-ends with VLAN 20 written in it, and a1
-/// pings the loopback through the router.
+/// pings the loopback through the router. Short timers on both sides, as in
+/// labs/virtual-cp's OSPFv2 (a retransmit interval of 1 s: the adjacency is full a second
+/// after the election, not five).
 #[test]
 fn ospfv3_routes_through_link_local_next_hops_reach_the_back_ends() {
     let (lab, dir) = frr_lab(
         "ospf6",
         "ospf6d",
-        "hostname vcp\ninterface vlan20\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 hello-interval 1\n ipv6 ospf6 dead-interval 4\nrouter ospf6\n ospf6 router-id 10.255.0.1\n",
-        "hostname b1\ninterface eth0\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 hello-interval 1\n ipv6 ospf6 dead-interval 4\ninterface lo\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 passive\nrouter ospf6\n ospf6 router-id 10.2.0.10\n",
+        "hostname vcp\ninterface vlan20\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 hello-interval 1\n ipv6 ospf6 dead-interval 4\n ipv6 ospf6 retransmit-interval 1\nrouter ospf6\n ospf6 router-id 10.255.0.1\n",
+        "hostname b1\ninterface eth0\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 hello-interval 1\n ipv6 ospf6 dead-interval 4\n ipv6 ospf6 retransmit-interval 1\ninterface lo\n ipv6 ospf6 area 0.0.0.0\n ipv6 ospf6 passive\nrouter ospf6\n ospf6 router-id 10.2.0.10\n",
         "2001:db8:77::1/128",
     );
     let loopback: fib::Prefix6 = "2001:db8:77::1/128".parse().unwrap();
