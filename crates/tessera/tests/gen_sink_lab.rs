@@ -220,10 +220,20 @@ fn xdp_generator_counts_rate_and_sequence() {
         let lat = f["latency_ns"]["mean"].as_f64().unwrap();
         assert!(lat > 0.0 && lat < 1e9, "send times are CLOCK_REALTIME: {f}");
     }
+    // The schedule kept the rate: every frame that fell due, sent or skipped, over the
+    // run's time, within 1% of what was asked. What was sent (`achieved_pps`) is that less
+    // the skipped frames: up to 2% less, as above (a fresh-clone CI run: 39,559 pps sent,
+    // 1.1% under, with fewer than 2% skipped; the bound was 1% on it then).
+    let secs = g["duration_s"].as_f64().unwrap();
+    let scheduled = (sent + skipped - 1) as f64 / secs;
+    assert!(
+        (scheduled - 40_000.0).abs() / 40_000.0 < 0.01,
+        "scheduled {scheduled} pps: {g}"
+    );
     let pps = g["achieved_pps"].as_f64().unwrap();
     assert!(
-        (pps - 40_000.0).abs() / 40_000.0 < 0.01,
-        "achieved {pps} pps"
+        (0.98 * 40_000.0..=1.01 * 40_000.0).contains(&pps),
+        "achieved {pps} pps: {g}"
     );
 
     // Many destinations: every frame goes to an address of the prefixes, with a valid
