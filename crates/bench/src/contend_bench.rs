@@ -306,22 +306,7 @@ fn point(
     // The generators start when the sink says it receives (or after 5 s); its error
     // output is kept for a failure's message.
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    if let Some(err) = sink.stderr.take() {
-        let said = said.clone();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                if line.contains("sink: receiving") {
-                    let _ = ready_tx.send(());
-                }
-                said.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push_str(&line);
-            }
-        });
-    }
+    let said = crate::forward_bench::watch_sink(&mut sink, ready_tx);
     let _ = ready_rx.recv_timeout(Duration::from_secs(5));
     let mut gens = Vec::new();
     for (i, ((node, addr), r)) in SRC.iter().zip(rates).enumerate() {

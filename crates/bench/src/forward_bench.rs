@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 mod point;
-pub(crate) use point::{lab_point, lab_point_with, report_of, Point, SINK_DRAIN};
+pub(crate) use point::{lab_point, lab_point_with, report_of, watch_sink, Point, SINK_DRAIN};
 
 #[derive(Debug, Clone)]
 pub struct ForwardOpts {

@@ -84,18 +84,7 @@ pub(crate) fn lab_point_with(
             .spawn()
             .map_err(|e| e.to_string())?;
         // `ip netns exec` runs the sink in its own process: the PID is the sink's.
-        if let Some(err) = c.stderr.take() {
-            let tx = ready_tx.clone();
-            std::thread::spawn(move || {
-                use std::io::BufRead;
-                for line in std::io::BufReader::new(err).lines() {
-                    let Ok(line) = line else { break };
-                    if line.contains("sink: receiving") {
-                        let _ = tx.send(());
-                    }
-                }
-            });
-        }
+        watch_sink(&mut c, ready_tx.clone());
         sink_procs.push(c);
     }
     // Each sink says when it receives; the generators start after that (or after 5 s).
@@ -180,6 +169,31 @@ pub(crate) fn lab_point_with(
         0.0
     };
     Ok(p)
+}
+
+/// Reads a sink's error output in the background: `ready` gets a message when it says it
+/// receives; returns what it said (for a failure's message).
+pub(crate) fn watch_sink(
+    sink: &mut std::process::Child,
+    ready: std::sync::mpsc::Sender<()>,
+) -> std::sync::Arc<std::sync::Mutex<String>> {
+    let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    if let Some(err) = sink.stderr.take() {
+        let said = said.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("sink: receiving") {
+                    let _ = ready.send(());
+                }
+                let mut s = said.lock().unwrap_or_else(|e| e.into_inner());
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+    }
+    said
 }
 
 /// The JSON report of our `gen` or `sink` (`what`), read as soon as it is out: they close
