@@ -29,7 +29,7 @@
 //! measures that).
 
 use crate::balancer_bench::{element_load, element_napi, element_rows};
-use crate::forward_bench::{self, lab_mac, lab_point_with, ForwardOpts};
+use crate::forward_bench::{self, lab_mac, lab_point_with, realtime_napi, ForwardOpts};
 use crate::placement::plan_cpus;
 use crate::table;
 use serde_json::{json, Value};
@@ -468,7 +468,10 @@ fn measure(
         for i in 1..=m {
             let h = format!("h{i}");
             lab::cmd::in_ns(&l.ns(&h), "ethtool", &["-K", "eth0", "gro", "on"])?;
-            l.napi_threads(&h)?;
+            let threads = l.napi_threads(&h)?;
+            if opts.rt_napi {
+                realtime_napi(&threads).map_err(|e| format!("--rt-napi: {h}: {e}"))?;
+            }
             l.place(&h)?;
         }
         if s.contender == "kernel" {
@@ -504,7 +507,11 @@ fn measure(
         let napi = element_napi(&l, opts.rt_napi)?;
         // The bridge's ports' NAPI threads: what the interconnection costs.
         let bridge = if s.contender == "multistage" && opts.interconnect == Interconnect::Bridge {
-            l.napi_threads("ic")?
+            let threads = l.napi_threads("ic")?;
+            if opts.rt_napi {
+                realtime_napi(&threads).map_err(|e| format!("--rt-napi: ic: {e}"))?;
+            }
+            threads
         } else {
             Vec::new()
         };

@@ -267,8 +267,13 @@ pub(crate) enum Bench {
         /// Flows per sending host (UDP source ports: what the LBs spread).
         #[arg(long, default_value_t = 256)]
         flows: u16,
-        /// NAPI threads at SCHED_FIFO 50.
-        #[arg(long)]
+        /// Every port's NAPI thread (the elements', the interconnection's, the hosts') at
+        /// real-time priority (SCHED_FIFO 50): on by default, as in `bench forward`;
+        /// `--rt-napi false` leaves them at normal priority. A thread that waits for its
+        /// core behind another lets its veth's 256-frame ring overflow, and a router of
+        /// several elements has a ring at every hop (docs/scale.md).
+        #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true",
+              default_value = "true", action = clap::ArgAction::Set)]
         rt_napi: bool,
         /// Draw the plots of the run in --out again from its results.json; measure nothing.
         #[arg(long)]
