@@ -569,7 +569,10 @@ fn measure(
                 .map(|(n, a, r)| (n.as_str(), a.clone(), r.clone()))
                 .collect();
             let sinks: Vec<&str> = sinks.iter().map(String::as_str).collect();
-            lab_point_with(&l, &opts.exe, secs, size, &gens, &sinks, opts.sink_xdp)
+            // Which hop dropped what: every interface's transmit drops across the point.
+            let before = l.tx_dropped();
+            let p = lab_point_with(&l, &opts.exe, secs, size, &gens, &sinks, opts.sink_xdp)?;
+            Ok::<_, String>((p, json!(lab::drops::grown(&before, &l.tx_dropped()))))
         };
         let top = ceiling * senders.len() as f64;
         let steps: Vec<f64> = if opts.quick {
@@ -581,14 +584,14 @@ fn measure(
         let mut rows = Vec::new();
         let (mut peak, mut zero_loss, mut peak_at) = (0.0f64, 0.0f64, 0.0f64);
         for f in steps {
-            let p = point(top * f, opts.seconds)?;
+            let (p, drops) = point(top * f, opts.seconds)?;
             if p.forwarded_pps > peak {
                 (peak, peak_at) = (p.forwarded_pps, top * f);
             }
             if p.lost == 0 {
                 zero_loss = zero_loss.max(p.offered_pps);
             }
-            rows.push(json!({"kind": "step", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost}));
+            rows.push(json!({"kind": "step", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost, "drops": drops}));
             progress(&format!(
                 "{} {} B: offered {:.0} pps",
                 label(s),
@@ -599,7 +602,7 @@ fn measure(
         let (mut lo, mut hi) = (0.0f64, top);
         for _ in 0..searches {
             let mid = (lo + hi) / 2.0;
-            let p = point(mid, opts.seconds)?;
+            let (p, drops) = point(mid, opts.seconds)?;
             if p.forwarded_pps > peak {
                 (peak, peak_at) = (p.forwarded_pps, mid);
             }
@@ -609,13 +612,14 @@ fn measure(
             } else {
                 hi = mid;
             }
-            rows.push(json!({"kind": "search", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost}));
             progress(&format!(
-                "{} {} B: zero-loss search {mid:.0} pps, lost {}",
+                "{} {} B: zero-loss search {mid:.0} pps, lost {}{}",
                 label(s),
                 size,
-                p.lost
+                p.lost,
+                where_dropped(&drops)
             ));
+            rows.push(json!({"kind": "search", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost, "drops": drops}));
         }
         // The elements' cost per frame where they work hardest: at the load that gave the
         // peak. (At a low load each frame pays for a wake-up and a poll of its own, and the
@@ -624,7 +628,7 @@ fn measure(
         let at = peak_at;
         let before = element_load(&l, &napi);
         let bridge_before = bridge_cpu();
-        let p = point(at, 2.0 * opts.seconds)?;
+        let (p, drops) = point(at, 2.0 * opts.seconds)?;
         let after = element_load(&l, &napi);
         let bridge_s = bridge_cpu() - bridge_before;
         // Every frame crosses the bridge twice: LB to back-end, back-end to LB.
@@ -650,7 +654,7 @@ fn measure(
             json!({"kind": "bridge", "napi_threads": bridge.len(), "napi_cpu_s": (bridge_s * 100.0).round() / 100.0,
                 "frames_per_cpu_s": if bridge_s >= 0.05 { (crossings as f64 / bridge_s).round() } else { 0.0 }})
         };
-        rows.push(json!({"kind": "cost", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost}));
+        rows.push(json!({"kind": "cost", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost, "drops": drops}));
         // The share of the router's traffic that crosses each element: every frame crosses
         // two LBs (in and out: with one pair or two networks each LB carries every frame,
         // with K networks 2/K of them) and one back-end, in the proportion the LBs spread
@@ -693,6 +697,23 @@ fn measure(
     })();
     let _ = l.down();
     r
+}
+
+/// ` (at h1:eth0 40, lb1:eth1 12)`: the interfaces that dropped frames in a point, most
+/// first; nothing if none did.
+fn where_dropped(drops: &Value) -> String {
+    let mut v: Vec<(&String, u64)> = drops
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, d)| (k, d.as_u64().unwrap_or(0)))
+        .collect();
+    if v.is_empty() {
+        return String::new();
+    }
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let at: Vec<String> = v.iter().map(|(k, d)| format!("{k} {d}")).collect();
+    format!(" (at {})", at.join(", "))
 }
 
 fn label(s: &Setup) -> String {
@@ -1009,6 +1030,16 @@ fn model_table(results: &[Value], k: usize) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_points_drops_are_named_most_first() {
+        assert_eq!(where_dropped(&json!({})), "");
+        let d = json!({"h1:eth0": 3, "ic:ic-r1": 40, "lb1:eth1": 3});
+        assert_eq!(
+            where_dropped(&d),
+            " (at ic:ic-r1 40, h1:eth0 3, lb1:eth1 3)"
+        );
+    }
 
     #[test]
     fn traffic_goes_from_every_network_to_another() {

@@ -23,6 +23,7 @@
 //! checksum was left to offload and must complete it.
 
 pub mod cmd;
+pub mod drops;
 mod placement;
 pub mod topology;
 pub mod upgrade;

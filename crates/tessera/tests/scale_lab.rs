@@ -137,7 +137,23 @@ fn quick_scale_bench_writes_results_placement_and_a_plot() {
         assert!(r["peak_pps"].as_f64().unwrap() > 1000.0, "{}", r["label"]);
         assert!(r["model_pps"].as_f64().unwrap() > 0.0, "{}", r["label"]);
         assert!(r["over_single"].as_f64().unwrap() > 0.0, "{}", r["label"]);
+        // Every point says which of the lab's interfaces dropped frames in it (`drops`:
+        // `node:ifname` and how many, none where nothing dropped).
+        for p in r["points"].as_array().unwrap() {
+            for (at, n) in p["drops"].as_object().unwrap() {
+                let (node, ifname) = at.split_once(':').unwrap();
+                assert!(
+                    ["h", "lb", "r", "s", "ic"]
+                        .iter()
+                        .any(|k| node.starts_with(k)),
+                    "{p}"
+                );
+                assert!(!ifname.is_empty() && n.as_u64().unwrap() > 0, "{p}");
+            }
+        }
     }
+    // NAPI threads at real-time priority unless `--rt-napi false`.
+    assert_eq!(v["rt_napi"], true, "{brief}");
     // Every element of the router of two back-ends was measured, with its NAPI threads;
     // the back-ends' shares add up to the whole, the LBs' to two (in and out).
     let two = results
