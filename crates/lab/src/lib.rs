@@ -25,6 +25,7 @@
 pub mod cmd;
 pub mod drops;
 mod placement;
+mod queue;
 pub mod topology;
 pub mod upgrade;
 

@@ -691,6 +691,9 @@ impl Lab {
         for h in &self.topo.host {
             let ns = self.ns(&h.name);
             for i in &h.interfaces {
+                if i.name != "lo" {
+                    self.host_queue(&ns, &i.name)?;
+                }
                 if let Some(a) = &i.address {
                     ip_n(&ns, &["addr", "add", a, "dev", &i.name])?;
                 }
