@@ -180,8 +180,9 @@ fn drained_restart(lab: &TestLab) -> Vec<u64> {
 /// went; a drained restart once lost one packet in each of 11 of its 24 streams, and the
 /// back-ends' upgrade 6-7 in every stream. A fresh-clone run of 2026-11-28 lost 193 so, and
 /// a1's eth0 counted `tx_dropped 193` (UDP `SndbufErrors` 193): a1's frames go into the
-/// 256-frame ring of lba-ext, which runs the LB's XDP program, and a1's kernel drops them
-/// at its own transmit when the LB's receive work stalls, here while back-ends restart).
+/// 256-frame ring of lba-ext, which runs the LB's XDP program, and a1's kernel dropped them
+/// at its own transmit when the LB's receive work stalled, here while back-ends restarted.
+/// Since, every lab host has a transmit queue, which holds them instead: docs/lab.md).
 fn where_dropped(lab: &TestLab) -> String {
     let hosts: String = ["a1", "b1"]
         .iter()
