@@ -13,7 +13,7 @@
 //! our forwarder also what its counters say the flood cost (`slow_path_shed`, `local_udp`:
 //! the flood frames that reached user space).
 
-use crate::forward_bench::{lab_mac, lab_point_with};
+use crate::forward_bench::{lab_mac, lab_point_with, SinkKind};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -237,7 +237,7 @@ pub fn run(opts: &FloodOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
                             format!("{:.0}", opts.transit_pps),
                         )],
                         &["sink1"],
-                        true,
+                        SinkKind::Xdp,
                     );
                     let mut flood_sent_pps = 0.0;
                     if let Some(c) = flooder.take() {

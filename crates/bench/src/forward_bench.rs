@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 mod point;
+pub use point::SinkKind;
 pub(crate) use point::{lab_point, lab_point_with, report_of, watch_sink, Point, SINK_DRAIN};
 
 #[derive(Debug, Clone)]
@@ -55,8 +56,9 @@ pub struct ForwardOpts {
     pub ipv6: bool,
     /// The receiving ports' NAPI threads at SCHED_FIFO 50 (`--rt-napi`).
     pub rt_napi: bool,
-    /// The sinks receive on AF_XDP sockets (`sink --xdp`) instead of AF_PACKET rings.
-    pub sink_xdp: bool,
+    /// How the sinks receive (`--sink`); latency is measured with an AF_XDP sink where
+    /// this one only counts.
+    pub sink: SinkKind,
 }
 
 /// The smallest IPv6 test frame: Ethernet, IPv6 and UDP headers, the probe, the FCS.
@@ -272,6 +274,17 @@ impl Bench<'_> {
         gens: &[(&str, Vec<String>, String)],
         sinks: &[&str],
     ) -> Result<Point, String> {
+        self.point_with(size, gens, sinks, self.opts.sink)
+    }
+
+    /// [`Bench::point`] with sinks of the kind `sink`.
+    fn point_with(
+        &self,
+        size: usize,
+        gens: &[(&str, Vec<String>, String)],
+        sinks: &[&str],
+        sink: SinkKind,
+    ) -> Result<Point, String> {
         lab_point_with(
             &self.lab,
             &self.opts.exe,
@@ -279,7 +292,7 @@ impl Bench<'_> {
             size,
             gens,
             sinks,
-            self.opts.sink_xdp,
+            sink,
         )
     }
 }
@@ -926,7 +939,12 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                             // rate.
                             if best > 0.0 {
                                 for f in LATENCY_LOADS {
-                                    let p = bench.point(size, &gens_at(best * f), &sinks)?;
+                                    let p = bench.point_with(
+                                        size,
+                                        &gens_at(best * f),
+                                        &sinks,
+                                        opts.sink.with_latency(),
+                                    )?;
                                     rows.push(json!({
                                     "contender": contender, "family": family, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
                                     "kind": "latency", "load_of_zero_loss": f, "offered_pps": p.offered_pps.round(),
@@ -953,7 +971,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             r?;
         }
     }
-    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "ipv6": opts.ipv6, "rt_napi": opts.rt_napi, "sink": if opts.sink_xdp { "xdp" } else { "afpacket" }, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "placement": placements, "points": rows});
+    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "ipv6": opts.ipv6, "rt_napi": opts.rt_napi, "sink": opts.sink.name(), "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "placement": placements, "points": rows});
     write(
         &opts.out.join("results.json"),
         &serde_json::to_string_pretty(&v).unwrap_or_default(),

@@ -61,8 +61,8 @@ pub struct ScaleOpts {
     pub rt_napi: bool,
     /// What joins the multistage router's elements.
     pub interconnect: Interconnect,
-    /// The sinks receive on AF_XDP sockets (`sink --xdp`), not the AF_PACKET ring.
-    pub sink_xdp: bool,
+    /// How the sinks receive (`--sink`).
+    pub sink: forward_bench::SinkKind,
     /// The table's prefixes split among the receiving networks and the traffic's
     /// destinations drawn from them, so that lookups spread over the table as the
     /// Internet's do (else every frame goes to a host's address).
@@ -571,7 +571,7 @@ fn measure(
             let sinks: Vec<&str> = sinks.iter().map(String::as_str).collect();
             // Which hop dropped what: every interface's transmit drops across the point.
             let before = l.tx_dropped();
-            let p = lab_point_with(&l, &opts.exe, secs, size, &gens, &sinks, opts.sink_xdp)?;
+            let p = lab_point_with(&l, &opts.exe, secs, size, &gens, &sinks, opts.sink)?;
             Ok::<_, String>((p, json!(lab::drops::grown(&before, &l.tx_dropped()))))
         };
         let top = ceiling * senders.len() as f64;
@@ -792,7 +792,7 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
         sizes: Vec::new(),
         ipv6: false,
         rt_napi: opts.rt_napi,
-        sink_xdp: opts.sink_xdp,
+        sink: opts.sink,
     };
     let mut ceilings = serde_json::Map::new();
     for &size in &sizes {
@@ -949,7 +949,7 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
     let mut v = json!({
         "bench": "scale", "cores": cores, "ports": opts.ports, "networks": m,
         "backends": opts.backends, "flows_per_host": opts.flows, "seconds_per_point": opts.seconds,
-        "generator": "xdp", "sink": if opts.sink_xdp { "xdp" } else { "afpacket" },
+        "generator": "xdp", "sink": opts.sink.name(),
         "destinations": if opts.spread { "table" } else { "hosts" },
         "rt_napi": opts.rt_napi, "interconnect": opts.interconnect.name(),
         "generator_ceiling_pps": ceilings, "placement": placement,

@@ -35,6 +35,11 @@ pub struct SinkConfig {
     /// receives on the sender's CPU) as little as the kernel allows; ARP and the rest go
     /// to the host's stack. `drop` is then moot: UDP never reaches the stack.
     pub xdp: bool,
+    /// Only count: an XDP program counts the generator's data frames and drops them in
+    /// the hook ([`io::fastpath::count::CountSink`]), with no socket and no copy, the
+    /// least a receiver can spend per frame. The report has `received` and `bytes`, but
+    /// no flows, loss, reordering or latency. `xdp` and `drop` are then moot.
+    pub count: bool,
     /// More intervals for the rate statistics (milliseconds, each a multiple of
     /// `interval_ms`): per flow, `rates` lists the statistics for every interval.
     pub more_intervals_ms: Vec<f64>,
@@ -371,6 +376,9 @@ pub fn run_then(
     if !(1.0..=1000.0).contains(&cfg.interval_ms) {
         return Err(format!("--interval {}: use 1 to 1000 ms", cfg.interval_ms));
     }
+    if cfg.count {
+        return count_then(cfg, stop, ready, done);
+    }
     let (mut xdp, mut packet) = (None, None);
     let port: &mut dyn Port = if cfg.xdp {
         xdp.insert(
@@ -451,6 +459,36 @@ pub fn run_then(
         // Frames whose receive time is when they were read, not the XDP hook's.
         v["unstamped_frames"] = x.unstamped().into();
     }
+    done(&v);
+    Ok(v)
+}
+
+/// [`run_then`] with `count`: the counting program on the interface until the run ends.
+fn count_then(
+    cfg: &SinkConfig,
+    stop: &AtomicBool,
+    ready: impl FnOnce(),
+    done: impl FnOnce(&Value),
+) -> Result<Value, String> {
+    let c =
+        io::fastpath::count::CountSink::attach(&cfg.iface).map_err(|e| format!("--count: {e}"))?;
+    ready();
+    let start = Instant::now();
+    let end = Duration::from_secs_f64(cfg.duration.max(0.0));
+    while start.elapsed() < end && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let (received, bytes) = c.counts();
+    let secs = start.elapsed().as_secs_f64();
+    let v = json!({
+        "mode": "count",
+        "received": received,
+        "bytes": bytes,
+        "socket_dropped": 0,
+        "duration_s": secs,
+        "rate_pps": received as f64 / secs.max(1e-9),
+        "native": c.native(),
+    });
     done(&v);
     Ok(v)
 }

@@ -59,6 +59,7 @@
 //! - `neigh6`: a hash of `vlan << 16 | port` and an address to the neighbour's MAC.
 
 pub mod axon;
+pub mod count;
 pub mod l2;
 pub mod lb;
 

@@ -251,6 +251,11 @@ enum Cmd {
         /// to the host's stack.
         #[arg(long)]
         xdp: bool,
+        /// Only count: an XDP program counts the test frames and drops them in the hook, no
+        /// socket, no copy (the least a receiver can spend per frame). The summary has the
+        /// frames and bytes received, but no flows, loss, reordering or latency.
+        #[arg(long, conflicts_with_all = ["xdp", "drop", "trace"])]
+        count: bool,
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
@@ -679,6 +684,7 @@ fn run(cli: Cli) -> Result<i32> {
             port,
             drop,
             xdp,
+            count,
             json,
         } => {
             let stop = Arc::new(AtomicBool::new(false));
@@ -694,6 +700,7 @@ fn run(cli: Cli) -> Result<i32> {
                 port,
                 drop,
                 xdp,
+                count,
             };
             let mut said = None;
             gen::sink::run_then(

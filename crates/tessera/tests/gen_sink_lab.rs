@@ -347,6 +347,37 @@ fn the_xdp_sink_counts_and_stamps_and_leaves_arp_to_the_host() {
     assert!(!links.contains("xdp"), "{links}");
 }
 
+#[test]
+fn the_counting_sink_counts_every_data_frame_and_leaves_arp_to_the_host() {
+    let lab = TestLab::up(test_path("labs/pair.toml"), &[]);
+    let mut pinged = String::new();
+    let (g, s) = run_pair_with(
+        &lab,
+        &[
+            "--xdp", "--flows", "3", "--rate", "50kpps", "--count", "40000",
+        ],
+        "3",
+        &["--count"],
+        || {
+            // ARP passes the program to the host's stack: a fresh neighbour resolves, and
+            // the pings are not counted (ICMP).
+            lab.sh("a", &["ip", "neigh", "flush", "dev", "eth0"]);
+            pinged = lab.sh(
+                "a",
+                &["ping", "-c", "2", "-i", "0.2", "-W", "1", "10.9.0.2"],
+            );
+        },
+    );
+    assert!(pinged.contains("2 received"), "{pinged}");
+    assert_eq!(g["sent"].as_u64(), Some(40_000), "{g}");
+    assert_eq!(s["mode"], "count", "{s}");
+    assert_eq!(s["received"].as_u64(), Some(40_000), "{s}");
+    assert_eq!(s["bytes"].as_u64(), Some(40_000 * 60), "{s}");
+    // The program leaves with the sink.
+    let links = lab.sh("b", &["ip", "link", "show", "eth0"]);
+    assert!(!links.contains("xdp"), "{links}");
+}
+
 /// Runs the XDP generator on a (`src` of the prefixes' family) to `count` destinations
 /// drawn from `prefixes` (a table's text), while tcpdump on b prints what arrives
 /// (`tcpdump_args`: options, then the filter); returns tcpdump's output.

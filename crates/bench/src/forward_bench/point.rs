@@ -20,6 +20,56 @@ pub(crate) struct Point {
     pub latency_ns: [u64; 3],
 }
 
+/// How the sinks receive (`--sink`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkKind {
+    /// The AF_PACKET ring, test traffic dropped after it (`sink --drop`).
+    AfPacket,
+    /// An AF_XDP socket, frames stamped in the XDP hook (`sink --xdp`).
+    Xdp,
+    /// An XDP program that counts UDP frames and drops them (`sink --count`): no flows,
+    /// no latency, the least a receiver spends per frame.
+    Count,
+}
+
+impl SinkKind {
+    /// The name `--sink` takes and the results record.
+    pub fn name(self) -> &'static str {
+        match self {
+            SinkKind::AfPacket => "afpacket",
+            SinkKind::Xdp => "xdp",
+            SinkKind::Count => "count",
+        }
+    }
+
+    /// The kind `--sink NAME` names.
+    pub fn parse(name: &str) -> Result<SinkKind, String> {
+        match name {
+            "afpacket" => Ok(SinkKind::AfPacket),
+            "xdp" => Ok(SinkKind::Xdp),
+            "count" => Ok(SinkKind::Count),
+            _ => Err(format!("--sink {name}: use xdp, afpacket or count")),
+        }
+    }
+
+    /// The kind that measures latency: a counting sink takes no receive times, so the
+    /// AF_XDP one stands in for it.
+    pub fn with_latency(self) -> SinkKind {
+        match self {
+            SinkKind::Count => SinkKind::Xdp,
+            k => k,
+        }
+    }
+
+    fn arg(self) -> &'static str {
+        match self {
+            SinkKind::AfPacket => "--drop",
+            SinkKind::Xdp => "--xdp",
+            SinkKind::Count => "--count",
+        }
+    }
+}
+
 /// How long a sink may run past a point's duration (a cap: it is stopped when the
 /// generators are done).
 const SINK_SPARE_S: f64 = 30.0;
@@ -42,10 +92,10 @@ pub(crate) fn lab_point(
     gens: &[(&str, Vec<String>, String)],
     sinks: &[&str],
 ) -> Result<Point, String> {
-    lab_point_with(lab, exe, secs, size, gens, sinks, false)
+    lab_point_with(lab, exe, secs, size, gens, sinks, SinkKind::AfPacket)
 }
 
-/// As [`lab_point`]; with `sink_xdp`, the sinks receive on AF_XDP sockets (`sink --xdp`).
+/// As [`lab_point`], the sinks receiving as `sink` says.
 pub(crate) fn lab_point_with(
     lab: &lab::Lab,
     exe: &Path,
@@ -53,7 +103,7 @@ pub(crate) fn lab_point_with(
     size: usize,
     gens: &[(&str, Vec<String>, String)],
     sinks: &[&str],
-    sink_xdp: bool,
+    sink: SinkKind,
 ) -> Result<Point, String> {
     if crate::interrupted() {
         return Err("interrupted".into());
@@ -75,7 +125,7 @@ pub(crate) fn lab_point_with(
                     "eth0",
                     "--duration",
                     &sink_secs,
-                    if sink_xdp { "--xdp" } else { "--drop" },
+                    sink.arg(),
                     "--json",
                 ],
             )
@@ -150,9 +200,9 @@ pub(crate) fn lab_point_with(
         return Err(e);
     }
     for s in sink_procs {
-        // A sink on AF_XDP holds its interface's XDP program until it exits: the next
-        // point's sink could not attach before.
-        let v = report_of(s, "sink", sink_xdp)?;
+        // A sink on AF_XDP (or counting) holds its interface's XDP program until it
+        // exits: the next point's sink could not attach before.
+        let v = report_of(s, "sink", sink != SinkKind::AfPacket)?;
         p.received += v["received"].as_u64().unwrap_or(0);
         p.sink_dropped += v["socket_dropped"].as_u64().unwrap_or(0);
         let l = &v["latency_ns_percentiles"];

@@ -110,8 +110,11 @@ pub(crate) enum Bench {
         /// no socket buffer per frame) or `afpacket` (the AF_PACKET ring, as before).
         /// A veth receives on the sender's core, the router's: the sink's own work there
         /// is the same for every contender, and `xdp` makes it a fraction of
-        /// `afpacket`'s (docs/measurement.md).
-        #[arg(long, default_value = "xdp", value_parser = ["xdp", "afpacket"])]
+        /// `afpacket`'s (docs/measurement.md); or `count` (an XDP program that counts
+        /// the frames and drops them: no socket, no copy, the least a receiver spends,
+        /// so that the sink is not what limits a fast router; no flows, and latency is
+        /// measured with an AF_XDP sink).
+        #[arg(long, default_value = "xdp", value_parser = ["xdp", "afpacket", "count"])]
         sink: String,
         /// Measure IPv6 as well, on the same (dual-stack) lab in the same run: each
         /// contender over IPv4, then over IPv6 (as `NAME-ipv6`; 84-byte frames where IPv4
@@ -284,8 +287,9 @@ pub(crate) enum Bench {
         interconnect: String,
         /// How the hosts' sinks receive: `xdp` (an AF_XDP socket, no socket buffer per
         /// frame: the host's cores go to its generator) or `afpacket` (`sink --drop`, as
-        /// runs before 2026-11-27 did).
-        #[arg(long, default_value = "xdp", value_parser = ["xdp", "afpacket"])]
+        /// runs before 2026-11-27 did) or `count` (an XDP program that counts the frames
+        /// and drops them: the least a receiver spends).
+        #[arg(long, default_value = "xdp", value_parser = ["xdp", "afpacket", "count"])]
         sink: String,
         /// Destinations drawn from the table, its prefixes split among the receiving
         /// networks (each through its host), so that the routers' lookups spread over the
@@ -543,7 +547,7 @@ pub(crate) fn run(what: Bench) -> Result<i32> {
                 sizes,
                 ipv6,
                 rt_napi,
-                sink_xdp: sink == "xdp",
+                sink: bench::forward_bench::SinkKind::parse(&sink).map_err(anyhow::Error::msg)?,
             };
             let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
             print(&v)
@@ -744,7 +748,7 @@ pub(crate) fn run(what: Bench) -> Result<i32> {
                 flows: flows.max(1),
                 rt_napi,
                 interconnect,
-                sink_xdp: sink == "xdp",
+                sink: bench::forward_bench::SinkKind::parse(&sink).map_err(anyhow::Error::msg)?,
                 spread,
             };
             let v = bench::scale_bench::run(&opts, &mut |s| eprintln!("bench scale: {s}"))
