@@ -311,6 +311,15 @@ fn xdp_generator_counts_rate_and_sequence() {
     assert!(per.iter().all(|&n| (800..1200).contains(&n)), "{per:?}");
 }
 
+/// Pings b from a twice with a's neighbour table flushed first: ping's output.
+fn ping_afresh(lab: &TestLab) -> String {
+    lab.sh("a", &["ip", "neigh", "flush", "dev", "eth0"]);
+    lab.sh(
+        "a",
+        &["ping", "-c", "2", "-i", "0.2", "-W", "1", "10.9.0.2"],
+    )
+}
+
 #[test]
 fn the_xdp_sink_counts_and_stamps_and_leaves_arp_to_the_host() {
     let lab = TestLab::up(test_path("labs/pair.toml"), &[]);
@@ -320,14 +329,8 @@ fn the_xdp_sink_counts_and_stamps_and_leaves_arp_to_the_host() {
         &["--flows", "2", "--rate", "20kpps", "--duration", "1"],
         "4",
         &["--xdp"],
-        || {
-            // ARP goes to the host's stack, not to the sink: a fresh neighbour resolves.
-            lab.sh("a", &["ip", "neigh", "flush", "dev", "eth0"]);
-            pinged = lab.sh(
-                "a",
-                &["ping", "-c", "2", "-i", "0.2", "-W", "1", "10.9.0.2"],
-            );
-        },
+        // ARP goes to the host's stack, not to the sink: a fresh neighbour resolves.
+        || pinged = ping_afresh(&lab),
     );
     assert!(pinged.contains("2 received"), "{pinged}");
     let sent = g["sent"].as_u64().unwrap();
@@ -358,15 +361,9 @@ fn the_counting_sink_counts_every_data_frame_and_leaves_arp_to_the_host() {
         ],
         "3",
         &["--count"],
-        || {
-            // ARP passes the program to the host's stack: a fresh neighbour resolves, and
-            // the pings are not counted (ICMP).
-            lab.sh("a", &["ip", "neigh", "flush", "dev", "eth0"]);
-            pinged = lab.sh(
-                "a",
-                &["ping", "-c", "2", "-i", "0.2", "-W", "1", "10.9.0.2"],
-            );
-        },
+        // ARP passes the program to the host's stack: a fresh neighbour resolves, and the
+        // pings are not counted (ICMP).
+        || pinged = ping_afresh(&lab),
     );
     assert!(pinged.contains("2 received"), "{pinged}");
     assert_eq!(g["sent"].as_u64(), Some(40_000), "{g}");
