@@ -11,33 +11,39 @@ pub type Placed = (Vec<String>, Vec<String>);
 /// done. With `spare_to_last`, the last element (the interconnection, which stands for a
 /// hardware switch and must not be what limits the router) also gets every core left over.
 pub fn plan_cpus(hosts: usize, elements: usize, spare_to_last: bool) -> (Option<Placed>, String) {
-    plan_cpus_on(
-        &io::placement::online_cpus(),
-        hosts,
-        elements,
-        spare_to_last,
-    )
+    plan_cpus_for(hosts, &vec![1; elements], spare_to_last)
 }
 
-/// [`plan_cpus`] on a machine whose online CPUs are `online`.
+/// As [`plan_cpus`], element `i` getting `widths[i]` cores (an LB of two, say).
+pub fn plan_cpus_for(
+    hosts: usize,
+    widths: &[usize],
+    spare_to_last: bool,
+) -> (Option<Placed>, String) {
+    plan_cpus_on(&io::placement::online_cpus(), hosts, widths, spare_to_last)
+}
+
+/// [`plan_cpus_for`] on a machine whose online CPUs are `online`.
 fn plan_cpus_on(
     online: &[usize],
     hosts: usize,
-    elements: usize,
+    widths: &[usize],
     spare_to_last: bool,
 ) -> (Option<Placed>, String) {
-    let need = 2 * hosts + elements;
+    let elements = widths.len();
+    let cores: usize = widths.iter().sum();
+    let need = 2 * hosts + cores;
     if online.len() < need {
         return (
             None,
             format!(
-                "not placed: {hosts} hosts (2 cores each) and {elements} elements (1 each) need {need} cores, this machine has {}; the scheduler shares them",
+                "not placed: {hosts} hosts (2 cores each) and {elements} elements ({cores} cores) need {need} cores, this machine has {}; the scheduler shares them",
                 online.len()
             ),
         );
     }
     let per_host = if online.len() > need + hosts { 3 } else { 2 };
-    let need = per_host * hosts + elements;
+    let need = per_host * hosts + cores;
     let start = if online.len() > need { 1 } else { 0 };
     let mut next = online[start..].iter();
     let mut take = |n: usize| -> String {
@@ -45,7 +51,7 @@ fn plan_cpus_on(
         io::placement::CpuList::of(&v).to_string()
     };
     let h = (0..hosts).map(|_| take(per_host)).collect();
-    let mut e: Vec<String> = (0..elements).map(|_| take(1)).collect();
+    let mut e: Vec<String> = widths.iter().map(|&w| take(w.max(1))).collect();
     let mut spare = String::new();
     if spare_to_last && elements > 0 {
         let rest = online.len() - start - need;
@@ -115,23 +121,30 @@ mod tests {
         let cpus: Vec<usize> = (0..16).collect();
         // Two hosts and seven elements on 16: three cores a host, from CPU 1, and the
         // interconnection (the last element) on the two left over too.
-        let (p, note) = plan_cpus_on(&cpus, 2, 7, true);
+        let (p, note) = plan_cpus_on(&cpus, 2, &[1; 7], true);
         let (h, e) = p.unwrap();
         assert_eq!(h, ["1-3", "4-6"]);
         assert_eq!(&e[..6], ["7", "8", "9", "10", "11", "12"]);
         assert_eq!(e[6], "13-15");
         assert!(note.starts_with("placed: 13 cores of 16"), "{note}");
         // Four hosts and five elements: two cores a host.
-        let (p, _) = plan_cpus_on(&cpus, 4, 5, false);
+        let (p, _) = plan_cpus_on(&cpus, 4, &[1; 5], false);
         let (h, e) = p.unwrap();
         assert_eq!(h[3], "7-8");
         assert_eq!(e, ["9", "10", "11", "12", "13"]);
         // Exactly enough: CPU 0 too.
-        let (p, _) = plan_cpus_on(&cpus, 4, 8, false);
+        let (p, _) = plan_cpus_on(&cpus, 4, &[1; 8], false);
         assert_eq!(p.unwrap().0[0], "0-1");
         // Too few: nothing placed, and why.
-        let (p, note) = plan_cpus_on(&[0, 1], 2, 1, false);
+        let (p, note) = plan_cpus_on(&[0, 1], 2, &[1; 1], false);
         assert!(p.is_none());
         assert!(note.starts_with("not placed: 2 hosts"), "{note}");
+        // Two networks, LBs of two cores, two back-ends and the switch: the LBs' two
+        // cores each side by side, three cores a host.
+        let (p, note) = plan_cpus_on(&cpus, 2, &[2, 2, 1, 1, 1], true);
+        let (h, e) = p.unwrap();
+        assert_eq!(h, ["1-3", "4-6"]);
+        assert_eq!(e, ["7-8", "9-10", "11", "12", "13-15"]);
+        assert!(note.starts_with("placed: 13 cores of 16"), "{note}");
     }
 }

@@ -30,7 +30,7 @@
 
 use crate::balancer_bench::{element_load, element_napi, element_rows};
 use crate::forward_bench::{self, lab_mac, lab_point_with, realtime_napi, ForwardOpts};
-use crate::placement::plan_cpus;
+use crate::placement::{plan_cpus, plan_cpus_for};
 use crate::table;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -67,6 +67,9 @@ pub struct ScaleOpts {
     /// destinations drawn from them, so that lookups spread over the table as the
     /// Internet's do (else every frame goes to a host's address).
     pub spread: bool,
+    /// Cores of each LB of the multistage router (1: a core per element). With two, each
+    /// of the LB's two ports' receive work (its fast path) runs on a core of its own.
+    pub lb_cores: usize,
 }
 
 pub const CONTENDERS: [&str; 5] = ["multistage", "forwarder", "kernel", "workers", "star"];
@@ -207,11 +210,10 @@ fn table_line(t: &TableFile) -> String {
     }
 }
 
-/// The multistage router of `m` networks and `n` back-ends.
+/// The multistage router of `m` networks and `n` back-ends, its LBs of `lb_cores` cores.
 fn multistage(
     out: &Path,
-    m: usize,
-    n: usize,
+    (m, n, lb_cores): (usize, usize, usize),
     table: &TableFile,
     tag: &str,
     interconnect: Interconnect,
@@ -220,7 +222,9 @@ fn multistage(
     // cores left over: every frame crosses it twice, and a hardware switch forwards at
     // line rate.
     let switch = interconnect == Interconnect::Switch;
-    let (cpus, note) = plan_cpus(m, m + n + usize::from(switch), switch);
+    let mut widths = vec![lb_cores; m];
+    widths.resize(m + n + usize::from(switch), 1);
+    let (cpus, note) = plan_cpus_for(m, &widths, switch);
     let (hc, ec) = (cpus.as_ref().map(|c| &c.0), cpus.as_ref().map(|c| &c.1));
     let mut topo = format!("name = \"sc\"\ndist_key = true\n\n{}", hosts(m, hc));
     let mut links = String::new();
@@ -295,7 +299,7 @@ fn multistage(
     Ok(Setup {
         contender: "multistage",
         backends: n,
-        cores: m + n,
+        cores: m * lb_cores + n,
         lab: p,
         first_hops: (1..=m)
             .map(|i| (format!("lb{i}"), format!("lb{i}-ext")))
@@ -505,6 +509,9 @@ fn measure(
             }
         }
         let napi = element_napi(&l, opts.rt_napi)?;
+        if s.contender == "multistage" && opts.lb_cores > 1 {
+            spread_lb_napi(&l)?;
+        }
         // The bridge's ports' NAPI threads: what the interconnection costs.
         let bridge = if s.contender == "multistage" && opts.interconnect == Interconnect::Bridge {
             let threads = l.napi_threads("ic")?;
@@ -684,6 +691,12 @@ fn measure(
                 took(e) as f64 / others.max(1) as f64
             };
             e["share"] = json!((share * 1000.0).round() / 1000.0);
+            let cores = if s.contender == "multistage" && is_lb(e) {
+                opts.lb_cores.max(1)
+            } else {
+                1
+            };
+            e["cores"] = json!(cores);
         }
         progress(&format!("{} {} B: costs at {at:.0} pps", label(s), size));
         Ok(Measured {
@@ -697,6 +710,25 @@ fn measure(
     })();
     let _ = l.down();
     r
+}
+
+/// An LB of several cores (`--lb-cores`): its external port's receive work (the fast
+/// path, in NAPI) on its first core, its internal port's on its second. (Placed with
+/// `cpus`, the LB itself keeps both beside its one worker, on the core it leaves free.)
+fn spread_lb_napi(l: &lab::Lab) -> Result<(), String> {
+    for e in l.topo.element.iter().filter(|e| e.name.starts_with("lb")) {
+        let Some(c) = l.cpus(&e.name).map(|c| c.cpus()) else {
+            continue;
+        };
+        for (k, port) in ["ext", "int"].into_iter().enumerate() {
+            let ifname = format!("{}-{port}", e.name);
+            for pid in forward_bench::threaded_napi(l, &e.name, &ifname)? {
+                io::placement::pin(pid, &[c[k % c.len()]])
+                    .map_err(|err| format!("--lb-cores: {}:{ifname}: {err}", e.name))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// ` (at h1:eth0 40, lb1:eth1 12)`: the interfaces that dropped frames in a point, most
@@ -737,7 +769,8 @@ pub fn predict(elements: &[Value], offer_limit: f64) -> (f64, String) {
         if per_cpu <= 0.0 || share <= 0.0 {
             continue;
         }
-        let cap = per_cpu / share;
+        let cores = e["cores"].as_f64().unwrap_or(1.0).max(1.0);
+        let cap = per_cpu * cores / share;
         if cap < best.0 {
             best = (cap, e["element"].as_str().unwrap_or("").to_string());
         }
@@ -845,8 +878,7 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
             if only.iter().any(|o| o == "multistage") {
                 setups.push(multistage(
                     &opts.out,
-                    m,
-                    n,
+                    (m, n, opts.lb_cores.max(1)),
                     &tf,
                     &format!("ms{n}-{key}"),
                     opts.interconnect,
@@ -945,13 +977,13 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
         .iter()
         .find(|r| r["contender"] == "multistage")
         .and_then(|r| r["over_single"].as_f64());
-    let model = model_table(&results, opts.ports);
+    let model = model_table(&results, opts.ports, opts.lb_cores.max(1));
     let mut v = json!({
         "bench": "scale", "cores": cores, "ports": opts.ports, "networks": m,
         "backends": opts.backends, "flows_per_host": opts.flows, "seconds_per_point": opts.seconds,
         "generator": "xdp", "sink": opts.sink.name(),
         "destinations": if opts.spread { "table" } else { "hosts" },
-        "rt_napi": opts.rt_napi, "interconnect": opts.interconnect.name(),
+        "rt_napi": opts.rt_napi, "interconnect": opts.interconnect.name(), "lb_cores": opts.lb_cores.max(1),
         "generator_ceiling_pps": ceilings, "placement": placement,
         "multistage_over_single": multistage_over_single,
         "model": model,
@@ -978,7 +1010,7 @@ pub fn replot(dir: &Path) -> Result<Vec<String>, String> {
 /// mean per-frame costs of the measured LBs and back-ends (first size and table), each
 /// element on a core of its own, the LBs carrying what they carried and the back-ends an
 /// even share.
-fn model_table(results: &[Value], k: usize) -> Value {
+fn model_table(results: &[Value], k: usize, lb_cores: usize) -> Value {
     let Some(first) = results.iter().find(|r| r["contender"] == "multistage") else {
         return Value::Null;
     };
@@ -1008,12 +1040,12 @@ fn model_table(results: &[Value], k: usize) -> Value {
     let lb_per_cpu = mean(&lb.iter().map(|x| x.0).collect::<Vec<_>>());
     let lb_share = mean(&lb.iter().map(|x| x.1).collect::<Vec<_>>());
     let be_per_cpu = mean(&be);
-    let lb_cap = lb_per_cpu / lb_share;
+    let lb_cap = lb_per_cpu * lb_cores as f64 / lb_share;
     let rows: Vec<Value> = [1usize, 2, 4, 8, 16]
         .iter()
         .map(|&n| {
             let be_cap = be_per_cpu * n as f64;
-            json!({"backends": n, "cores": networks(k) + n,
+            json!({"backends": n, "cores": networks(k) * lb_cores + n,
                 "predicted_pps": lb_cap.min(be_cap).round(),
                 "limit": if lb_cap < be_cap { "LBs" } else { "back-ends" }})
         })
@@ -1067,6 +1099,11 @@ mod tests {
         // Generators below everything: they are the limit. Unmeasured elements count not.
         let (p, who) = predict(&[e("lb1", 4e6, 1.0), e("r1", 0.0, 0.0)], 1e6);
         assert_eq!((p, who.as_str()), (1e6, "generators"));
+        // An LB of two cores passes twice what it passes per CPU-second.
+        let mut lb = e("lb1", 2e6, 1.0);
+        lb["cores"] = json!(2);
+        let (p, who) = predict(&[lb, e("r1", 3e6, 0.5), e("r2", 3e6, 0.5)], 9e6);
+        assert_eq!((p, who.as_str()), (4e6, "lb1"));
     }
 
     #[test]
@@ -1078,12 +1115,12 @@ mod tests {
             key: "10".into(),
             spread: false,
         };
-        let s = multistage(&dir, 2, 3, &t, "t", Interconnect::Bridge).unwrap();
+        let s = multistage(&dir, (2, 3, 1), &t, "t", Interconnect::Bridge).unwrap();
         let l = lab::Lab::load(&s.lab, Some("t"), "tessera".into()).unwrap();
         assert_eq!(l.topo.element.len(), 5);
         assert_eq!(l.topo.switch.len(), 1);
         // With our switch: one more element, a port for each of the five.
-        let sw = multistage(&dir, 2, 3, &t, "w", Interconnect::Switch).unwrap();
+        let sw = multistage(&dir, (2, 3, 1), &t, "w", Interconnect::Switch).unwrap();
         let l = lab::Lab::load(&sw.lab, Some("w"), "tessera".into()).unwrap();
         assert_eq!((l.topo.element.len(), l.topo.switch.len()), (6, 0));
         assert_eq!(sw.cores, 5);
@@ -1094,6 +1131,9 @@ mod tests {
         assert_eq!(s.cores, 5);
         let lb = control::balancer::BalancerFile::load(&dir.join("t-lb1.toml")).unwrap();
         assert_eq!(lb.interfaces.len(), 2);
+        // LBs of two cores: the router's cores count them.
+        let two = multistage(&dir, (2, 3, 2), &t, "two", Interconnect::Switch).unwrap();
+        assert_eq!(two.cores, 7);
         let r = control::ForwarderFile::load(&dir.join("t-r3.toml")).unwrap();
         assert_eq!(r.interfaces.len(), 3);
         let s = single(&dir, 2, 1, false, &t, "f").unwrap();

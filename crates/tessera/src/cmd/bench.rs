@@ -296,6 +296,13 @@ pub(crate) enum Bench {
         /// table as Internet traffic's do; without it every frame goes to a host's address.
         #[arg(long)]
         spread: bool,
+        /// Cores of each LB of the multistage router (1 to 8; default 1, a core per
+        /// element): with two, the receive work of the LB's external port (its fast path
+        /// runs there) on one core and its internal port's on the other, as an LB machine
+        /// with a NIC per side would have it. Where nothing can be placed it changes only
+        /// the cores counted.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
+        lb_cores: u16,
     },
     /// Transit forwarding beside a flood of packets addressed to the router: our forwarder
     /// (its fast path shedding the flood at `[io] slow_path_limit`, and with no limit)
@@ -728,6 +735,7 @@ pub(crate) fn run(what: Bench) -> Result<i32> {
             interconnect,
             sink,
             spread,
+            lb_cores,
         } => {
             let exe = std::env::current_exe().context("cannot find the tessera binary")?;
             let interconnect = bench::scale_bench::Interconnect::parse(&interconnect)
@@ -750,6 +758,7 @@ pub(crate) fn run(what: Bench) -> Result<i32> {
                 interconnect,
                 sink: bench::forward_bench::SinkKind::parse(&sink).map_err(anyhow::Error::msg)?,
                 spread,
+                lb_cores: lb_cores.into(),
             };
             let v = bench::scale_bench::run(&opts, &mut |s| eprintln!("bench scale: {s}"))
                 .map_err(anyhow::Error::msg)?;
