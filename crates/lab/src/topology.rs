@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 mod daemons;
-mod start;
 
 /// The BPF filesystem the lab's elements pin under (`TESSERA_BPF_DIR`, `io::pin`).
 pub const LAB_BPF_DIR: &str = "/run/tessera/bpf";
@@ -727,23 +726,19 @@ impl Lab {
             }
         }
         self.wait_links_up(Duration::from_secs(5))?;
-        for e in self.topo.element.iter().filter(|e| self.role(e) == "linux") {
-            self.start_linux(e)?;
-        }
-        // The elements side by side, LBs last: their back-ends are running (and saying
-        // hello) when they start.
-        for lbs in [false, true] {
-            let group: Vec<&Element> = (self.topo.element.iter())
-                .filter(|e| runs_process(&self.role(e)) && (self.role(e) == "balancer") == lbs)
-                .collect();
-            let (started, err) = self.start_group(&group);
-            st.pids.extend(started);
-            self.save(&st)?;
-            if let Some(err) = err {
-                return Err(err);
-            }
-            for e in group {
-                self.start_frr(&e.name, &self.frr_always(e), true)?;
+        // LBs last: their back-ends are running (and saying hello) when they start.
+        let mut order: Vec<&Element> = self.topo.element.iter().collect();
+        order.sort_by_key(|e| self.role(e) == "balancer");
+        for e in order {
+            match self.role(e).as_str() {
+                "linux" => self.start_linux(e)?,
+                "external" => {}
+                _ => {
+                    let pid = self.start_element(e)?;
+                    st.pids.insert(e.name.clone(), pid);
+                    self.save(&st)?;
+                    self.start_frr(&e.name, &self.frr_always(e), true)?;
+                }
             }
         }
         // Hosts' and kernel routers' receive work on their CPUs (elements place their own).
