@@ -469,7 +469,8 @@ pub fn controllers_upgraded(lab: &TestLab) {
     eprintln!("lab upgrade, controllers: {steps}; lost per stream {lost:?}");
     assert!(
         lost.iter().all(|&l| l == 0),
-        "controllers upgraded: lost per stream {lost:?}"
+        "controllers upgraded: lost per stream {lost:?}\n{}",
+        where_dropped(lab)
     );
 }
 
