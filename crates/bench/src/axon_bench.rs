@@ -23,7 +23,7 @@
 //!   rate at the generator's highest, the one-way latency at 10 kpps, ax2's CPU seconds
 //!   and the frames its programs forwarded.
 
-use crate::forward_bench::{lab_mac, lab_point};
+use crate::forward_bench::{lab_mac, lab_point, SinkKind};
 use dataplane::axon::{Axon, AxonConfig};
 use dataplane::buf::{Pkt, TxQueues};
 use dataplane::switch::PortConfig;
@@ -201,6 +201,7 @@ fn h1_to(
         64,
         &[("h1", dst, rate.into())],
         &[&format!("h{to}")],
+        SinkKind::AfPacket,
     )
 }
 

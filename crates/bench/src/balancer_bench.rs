@@ -10,7 +10,7 @@
 //! forwarder alone), and the zero-loss rate found by a binary search below it; with
 //! `--fast-path`, a second pass with every element's fast path.
 
-use crate::forward_bench::{lab_mac, lab_point, realtime_napi, threaded_napi};
+use crate::forward_bench::{lab_mac, lab_point, realtime_napi, threaded_napi, SinkKind};
 use crate::pipeline_bench::{frame, measure};
 use dataplane::balancer::{Balancer, Mode};
 use dataplane::{Event, TxQueues};
@@ -209,7 +209,15 @@ fn through_lab(
         .collect();
         let before = element_load(&l, &napi);
         let gens = [(src, args.clone(), "max".to_string())];
-        let p = lab_point(&l, &opts.exe, opts.seconds, 64, &gens, &[sink])?;
+        let p = lab_point(
+            &l,
+            &opts.exe,
+            opts.seconds,
+            64,
+            &gens,
+            &[sink],
+            SinkKind::AfPacket,
+        )?;
         let after = element_load(&l, &napi);
         // The zero-loss rate: a binary search on the rate asked for, below what the
         // generator offered at its maximum; the highest load actually offered that
@@ -218,7 +226,15 @@ fn through_lab(
         for _ in 0..SEARCHES {
             let mid = (lo + hi) / 2.0;
             let gens = [(src, args.clone(), format!("{mid:.0}"))];
-            let q = lab_point(&l, &opts.exe, opts.seconds, 64, &gens, &[sink])?;
+            let q = lab_point(
+                &l,
+                &opts.exe,
+                opts.seconds,
+                64,
+                &gens,
+                &[sink],
+                SinkKind::AfPacket,
+            )?;
             if q.lost == 0 {
                 lo = mid;
                 zero_loss = zero_loss.max(q.offered_pps);
@@ -232,7 +248,15 @@ fn through_lab(
         let at_zero_loss = if lo > 0.0 {
             let before = element_load(&l, &napi);
             let gens = [(src, args.clone(), format!("{lo:.0}"))];
-            let q = lab_point(&l, &opts.exe, 3.0 * opts.seconds, 64, &gens, &[sink])?;
+            let q = lab_point(
+                &l,
+                &opts.exe,
+                3.0 * opts.seconds,
+                64,
+                &gens,
+                &[sink],
+                SinkKind::AfPacket,
+            )?;
             let after = element_load(&l, &napi);
             json!({"offered_pps": q.offered_pps.round(), "lost": q.lost,
                 "elements": element_rows(&before, &after)})

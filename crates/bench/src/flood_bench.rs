@@ -13,7 +13,7 @@
 //! our forwarder also what its counters say the flood cost (`slow_path_shed`, `local_udp`:
 //! the flood frames that reached user space).
 
-use crate::forward_bench::{lab_mac, lab_point_with, SinkKind};
+use crate::forward_bench::{lab_mac, lab_point, SinkKind};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -218,7 +218,7 @@ pub fn run(opts: &FloodOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
                     } else {
                         None
                     };
-                    let p = lab_point_with(
+                    let p = lab_point(
                         &l,
                         &opts.exe,
                         opts.seconds,

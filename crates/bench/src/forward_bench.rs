@@ -28,7 +28,7 @@ use std::process::{Command, Stdio};
 
 mod point;
 pub use point::SinkKind;
-pub(crate) use point::{lab_point, lab_point_with, report_of, watch_sink, Point, SINK_DRAIN};
+pub(crate) use point::{lab_point, report_of, watch_sink, Point, SINK_DRAIN};
 
 #[derive(Debug, Clone)]
 pub struct ForwardOpts {
@@ -285,7 +285,7 @@ impl Bench<'_> {
         sinks: &[&str],
         sink: SinkKind,
     ) -> Result<Point, String> {
-        lab_point_with(
+        lab_point(
             &self.lab,
             &self.opts.exe,
             self.opts.seconds,

@@ -29,7 +29,7 @@
 //! measures that).
 
 use crate::balancer_bench::{element_load, element_napi, element_rows};
-use crate::forward_bench::{self, lab_mac, lab_point_with, realtime_napi, ForwardOpts};
+use crate::forward_bench::{self, lab_mac, lab_point, realtime_napi, ForwardOpts};
 use crate::placement::{plan_cpus, plan_cpus_for};
 use crate::table;
 use serde_json::{json, Value};
@@ -472,10 +472,7 @@ fn measure(
         for i in 1..=m {
             let h = format!("h{i}");
             lab::cmd::in_ns(&l.ns(&h), "ethtool", &["-K", "eth0", "gro", "on"])?;
-            let threads = l.napi_threads(&h)?;
-            if opts.rt_napi {
-                realtime_napi(&threads).map_err(|e| format!("--rt-napi: {h}: {e}"))?;
-            }
+            node_napi(&l, &h, opts.rt_napi)?;
             l.place(&h)?;
         }
         if s.contender == "kernel" {
@@ -514,11 +511,7 @@ fn measure(
         }
         // The bridge's ports' NAPI threads: what the interconnection costs.
         let bridge = if s.contender == "multistage" && opts.interconnect == Interconnect::Bridge {
-            let threads = l.napi_threads("ic")?;
-            if opts.rt_napi {
-                realtime_napi(&threads).map_err(|e| format!("--rt-napi: ic: {e}"))?;
-            }
-            threads
+            node_napi(&l, "ic", opts.rt_napi)?
         } else {
             Vec::new()
         };
@@ -578,7 +571,7 @@ fn measure(
             let sinks: Vec<&str> = sinks.iter().map(String::as_str).collect();
             // Which hop dropped what: every interface's transmit drops across the point.
             let before = l.tx_dropped();
-            let p = lab_point_with(&l, &opts.exe, secs, size, &gens, &sinks, opts.sink)?;
+            let p = lab_point(&l, &opts.exe, secs, size, &gens, &sinks, opts.sink)?;
             Ok::<_, String>((p, json!(lab::drops::grown(&before, &l.tx_dropped()))))
         };
         let top = ceiling * senders.len() as f64;
@@ -692,7 +685,7 @@ fn measure(
             };
             e["share"] = json!((share * 1000.0).round() / 1000.0);
             let cores = if s.contender == "multistage" && is_lb(e) {
-                opts.lb_cores.max(1)
+                opts.lb_cores
             } else {
                 1
             };
@@ -710,6 +703,16 @@ fn measure(
     })();
     let _ = l.down();
     r
+}
+
+/// The NAPI threads of a host's or the bridge's interfaces (moved into threads of their
+/// own), at SCHED_FIFO 50 with `rt`.
+fn node_napi(l: &lab::Lab, node: &str, rt: bool) -> Result<Vec<i32>, String> {
+    let threads = l.napi_threads(node)?;
+    if rt {
+        realtime_napi(&threads).map_err(|e| format!("--rt-napi: {node}: {e}"))?;
+    }
+    Ok(threads)
 }
 
 /// An LB of several cores (`--lb-cores`): its external port's receive work (the fast
@@ -784,6 +787,9 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
     }
     if opts.backends.is_empty() || opts.backends.iter().any(|&n| n == 0 || n > 16) {
         return Err("--backends: numbers of back-ends from 1 to 16".into());
+    }
+    if !(1..=8).contains(&opts.lb_cores) {
+        return Err(format!("--lb-cores {}: 1 to 8 cores an LB", opts.lb_cores));
     }
     let only: Vec<String> = if !opts.only.is_empty() {
         if let Some(o) = opts.only.iter().find(|o| !CONTENDERS.contains(&o.as_str())) {
@@ -878,7 +884,7 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
             if only.iter().any(|o| o == "multistage") {
                 setups.push(multistage(
                     &opts.out,
-                    (m, n, opts.lb_cores.max(1)),
+                    (m, n, opts.lb_cores),
                     &tf,
                     &format!("ms{n}-{key}"),
                     opts.interconnect,
@@ -977,13 +983,13 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
         .iter()
         .find(|r| r["contender"] == "multistage")
         .and_then(|r| r["over_single"].as_f64());
-    let model = model_table(&results, opts.ports, opts.lb_cores.max(1));
+    let model = model_table(&results, opts.ports, opts.lb_cores);
     let mut v = json!({
         "bench": "scale", "cores": cores, "ports": opts.ports, "networks": m,
         "backends": opts.backends, "flows_per_host": opts.flows, "seconds_per_point": opts.seconds,
         "generator": "xdp", "sink": opts.sink.name(),
         "destinations": if opts.spread { "table" } else { "hosts" },
-        "rt_napi": opts.rt_napi, "interconnect": opts.interconnect.name(), "lb_cores": opts.lb_cores.max(1),
+        "rt_napi": opts.rt_napi, "interconnect": opts.interconnect.name(), "lb_cores": opts.lb_cores,
         "generator_ceiling_pps": ceilings, "placement": placement,
         "multistage_over_single": multistage_over_single,
         "model": model,

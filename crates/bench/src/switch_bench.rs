@@ -6,7 +6,7 @@
 //! frames per CPU-second; the bridge forwards inside the kernel's receive path, charged
 //! to whichever core sent the frame, so it has no such figure of its own.
 
-use crate::forward_bench::{lab_mac, lab_point};
+use crate::forward_bench::{lab_mac, lab_point, SinkKind};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -105,6 +105,7 @@ pub fn run(opts: &SwitchOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, S
                     size,
                     &[("src1", dst, "max".into())],
                     &["sink1"],
+                    SinkKind::AfPacket,
                 )?;
                 let cpu = match (pid, cpu0) {
                     (Some(pid), Some(c0)) => Some(cpu_seconds(pid) - c0),

@@ -11,33 +11,39 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 impl Lab {
-    /// The transmit drops of every interface of the lab's hosts and elements, keyed
-    /// `node:ifname`. A node whose namespace cannot be read is left out.
+    /// The transmit drops of every interface of the lab's nodes (hosts, elements,
+    /// switches), keyed `node:ifname`. A node whose namespace cannot be read is left out.
     pub fn tx_dropped(&self) -> BTreeMap<String, u64> {
-        let nodes = self.topo.host.iter().map(|h| &h.name);
-        let nodes = nodes.chain(self.topo.element.iter().map(|e| &e.name));
         let mut m = BTreeMap::new();
-        for node in nodes {
-            let Ok(out) = ip_n(&self.ns(node), &["-j", "-s", "link", "show"]) else {
-                continue;
-            };
-            m.extend(parse(node, &out));
+        for (node, _) in self.nodes() {
+            for (ifname, stats) in counters(&self.ns(node)) {
+                if let Some(d) = stats["tx"]["dropped"].as_u64() {
+                    m.insert(format!("{node}:{ifname}"), d);
+                }
+            }
         }
         m
     }
 }
 
-/// `node:ifname` and `tx.dropped` of each interface but `lo` in `ip -j -s link show`'s
-/// output.
-fn parse(node: &str, out: &str) -> Vec<(String, u64)> {
+/// Every interface but `lo` of namespace `ns` with its kernel counters (`stats64` of `ip
+/// -s -j link show`: `rx` and `tx`, each with `dropped`, `errors` and more); none if the
+/// namespace cannot be read.
+pub fn counters(ns: &str) -> Vec<(String, Value)> {
+    ip_n(ns, &["-j", "-s", "link", "show"])
+        .map(|out| parse(&out))
+        .unwrap_or_default()
+}
+
+/// Each interface but `lo` in `ip -j -s link show`'s output, with its `stats64`.
+fn parse(out: &str) -> Vec<(String, Value)> {
     let v: Value = serde_json::from_str(out).unwrap_or(Value::Null);
     v.as_array()
         .into_iter()
         .flatten()
         .filter_map(|i| {
             let name = i["ifname"].as_str()?;
-            let d = i["stats64"]["tx"]["dropped"].as_u64()?;
-            (name != "lo").then(|| (format!("{node}:{name}"), d))
+            (name != "lo").then(|| (name.to_string(), i["stats64"].clone()))
         })
         .collect()
 }
@@ -66,11 +72,17 @@ mod tests {
             {"ifindex":2,"ifname":"eth0","stats64":{"rx":{"dropped":3},"tx":{"dropped":40}}},
             {"ifindex":3,"ifname":"eth1","stats64":{"rx":{"dropped":0},"tx":{"dropped":5}}},
             {"ifindex":4,"ifname":"eth2"}]"#;
-        let before: BTreeMap<String, u64> = parse("lb1", out).into_iter().collect();
+        let read = parse(out);
+        assert_eq!(read.len(), 3, "{read:?}");
+        let before: BTreeMap<String, u64> = read
+            .iter()
+            .filter_map(|(n, s)| Some((format!("lb1:{n}"), s["tx"]["dropped"].as_u64()?)))
+            .collect();
         assert_eq!(
             before,
             BTreeMap::from([("lb1:eth0".into(), 40), ("lb1:eth1".into(), 5)])
         );
+        assert_eq!(read[0].1["rx"]["dropped"], 3);
         let mut after = before.clone();
         after.insert("lb1:eth0".into(), 52);
         after.insert("h2:eth0".into(), 1);
@@ -78,6 +90,6 @@ mod tests {
             grown(&before, &after),
             BTreeMap::from([("h2:eth0".into(), 1), ("lb1:eth0".into(), 12)])
         );
-        assert!(parse("x", "not json").is_empty());
+        assert!(parse("not json").is_empty());
     }
 }

@@ -396,7 +396,7 @@ impl Lab {
         Ok(())
     }
 
-    fn nodes(&self) -> Vec<(&str, Kind)> {
+    pub(crate) fn nodes(&self) -> Vec<(&str, Kind)> {
         let t = &self.topo;
         t.host
             .iter()

@@ -83,20 +83,8 @@ pub(crate) const SINK_DRAIN: std::time::Duration = std::time::Duration::from_mil
 /// and a short drain has passed, then are told to stop (SIGINT) and report. (A sink with
 /// a fixed duration cut off the tail of a generator that took long to start, such as one
 /// drawing its destinations from a full table: a few milliseconds of frames counted lost
-/// at every rate.)
+/// at every rate.) The sinks receive as `sink` says.
 pub(crate) fn lab_point(
-    lab: &lab::Lab,
-    exe: &Path,
-    secs: f64,
-    size: usize,
-    gens: &[(&str, Vec<String>, String)],
-    sinks: &[&str],
-) -> Result<Point, String> {
-    lab_point_with(lab, exe, secs, size, gens, sinks, SinkKind::AfPacket)
-}
-
-/// As [`lab_point`], the sinks receiving as `sink` says.
-pub(crate) fn lab_point_with(
     lab: &lab::Lab,
     exe: &Path,
     secs: f64,

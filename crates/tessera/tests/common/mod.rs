@@ -282,13 +282,7 @@ impl TestLab {
             .filter_map(|l| l.split_whitespace().next())
             .filter(|n| n.starts_with(&prefix))
         {
-            let o = Command::new("ip")
-                .args(["-n", ns, "-s", "-j", "link", "show"])
-                .output()
-                .unwrap();
-            let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
-            for i in v.as_array().into_iter().flatten() {
-                let stats = &i["stats64"];
+            for (ifname, stats) in lab::drops::counters(ns) {
                 let seen: Vec<String> = [
                     ("rx", "dropped"),
                     ("rx", "errors"),
@@ -304,12 +298,7 @@ impl TestLab {
                 })
                 .collect();
                 if !seen.is_empty() {
-                    out += &format!(
-                        "{}/{} {}\n",
-                        &ns[prefix.len()..],
-                        i["ifname"].as_str().unwrap_or("?"),
-                        seen.join(" ")
-                    );
+                    out += &format!("{}/{ifname} {}\n", &ns[prefix.len()..], seen.join(" "));
                 }
             }
         }
