@@ -113,6 +113,7 @@ fn program(
     const DIV_X: u8 = 0x3f;
     const JLE_X: u8 = 0xbd;
     const MUL_K: u8 = 0x27;
+    const MUL_X: u8 = 0x2f;
     const OR_X: u8 = 0x4f;
     const LSH_K: u8 = 0x67;
     const DIV_K: u8 = 0x37;
@@ -162,15 +163,16 @@ fn program(
         i(MOV_X, 4, 2, 0, 0),
         i(SUB_X, 4, 1, 0, 0),   // r4 = how late (ps)
         i(LDX_DW, 5, 6, 56, 0), // r5 = slack (ps)
-        i(JLE_X, 4, 5, 5, 0),   // late by more than the slack: the missed frames are
+        i(JLE_X, 4, 5, 6, 0),   // late by more than the slack: the missed frames are
         i(DIV_X, 4, 3, 0, 0),   // skipped, not sent in a burst (r4 / 0 is 0 in eBPF)
         i(LDX_DW, 5, 6, 48, 0),
         i(ADD_X, 5, 4, 0, 0),
         i(STX_DW, 6, 5, 48, 0), // skipped += late / interval
-        i(MOV_X, 1, 2, 0, 0),   // due now
-        i(ADD_X, 1, 3, 0, 0),
-        i(STX_DW, 6, 1, 8, 0), // next due += interval
-        i(LDX_DW, 1, 6, 0, 0), // r1 = number of this frame
+        i(MUL_X, 4, 3, 0, 0),   // this frame stands for the last one due, and the
+        i(ADD_X, 1, 4, 0, 0),   // schedule keeps its phase: sent + skipped is exactly
+        i(ADD_X, 1, 3, 0, 0),   // the frames due by the deadline
+        i(STX_DW, 6, 1, 8, 0),  // next due += interval
+        i(LDX_DW, 1, 6, 0, 0),  // r1 = number of this frame
         i(LDX_DW, 2, 6, 16, 0),
         j(JGE_X, 1, 2), // count reached: drop
         i(MOV_X, 3, 1, 0, 0),
