@@ -130,7 +130,7 @@ fn restart_backend(lab: &TestLab, delay: u64) -> (Duration, Vec<u64>) {
 /// until it holds the table, and undrains it. Returns the packets each stream lost.
 fn drained_restart(lab: &TestLab) -> Vec<u64> {
     let mut drained = Duration::ZERO;
-    let lost = under_load(lab, 12, || {
+    let lost = lossless_under_load(lab, 12, "a drained restart of r1", || {
         let ctl = lab.control("vcp");
         let ctl = ctl.to_str().unwrap();
         let t = Instant::now();
@@ -443,7 +443,9 @@ pub fn elements_restarted_within_seconds(lab: &TestLab) {
         .contains("1 received")
     });
     let mut steps = Value::Null;
-    let lost = under_load(lab, 16, || steps = upgrade(lab, "back-end"));
+    let lost = lossless_under_load(lab, 16, "the back-ends' upgrade", || {
+        steps = upgrade(lab, "back-end")
+    });
     eprintln!("lab upgrade, back-ends: {steps}; lost per stream {lost:?}");
     assert_eq!(steps["steps"].as_array().unwrap().len(), 3, "{steps}");
     assert!(
@@ -465,13 +467,53 @@ pub fn elements_restarted_within_seconds(lab: &TestLab) {
 /// active one) under load: nothing lost.
 pub fn controllers_upgraded(lab: &TestLab) {
     let mut steps = Value::Null;
-    let lost = under_load(lab, 8, || steps = upgrade(lab, "controller"));
+    let lost = lossless_under_load(lab, 8, "the controllers' upgrade", || {
+        steps = upgrade(lab, "controller")
+    });
     eprintln!("lab upgrade, controllers: {steps}; lost per stream {lost:?}");
     assert!(
         lost.iter().all(|&l| l == 0),
         "controllers upgraded: lost per stream {lost:?}\n{}",
         where_dropped(lab)
     );
+}
+
+/// Frames the lab's interconnection switch (node `ic`, a Linux bridge) dropped at its
+/// ports' full receive rings: `rx_dropped` of its veths (not of `br0`, whose count is frames
+/// for the bridge's own stack). A port's ring is 256 frames; what an element's fast path
+/// redirects to its interconnection port lands there, and when the bridge's receive work
+/// waits for a CPU (deferred to ksoftirqd on a busy 2-core machine, while upgraded
+/// elements start beside it) the ring overflows. Runs of 2026-11-28 lost 901 frames so
+/// (`ic/p2 rx_dropped 901`, the port facing LB A, which counted `device_tx_dropped 901`).
+fn switch_ring_drops(lab: &TestLab) -> u64 {
+    lab::drops::counters(&format!("ts-{}-ic", lab.name))
+        .into_iter()
+        .filter(|(ifname, _)| ifname != "br0")
+        .map(|(_, stats)| stats["rx"]["dropped"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// Runs `step` under load (as [`under_load`]) and returns what each stream lost; a run in
+/// which packets were lost while the lab's switch dropped frames at its ports' rings
+/// ([`switch_ring_drops`]) says nothing about the router, and is run again, up to three
+/// runs in all (each logged with its figures). A loss with no such drop beside it is
+/// returned at once: the caller's bound judges it.
+fn lossless_under_load(lab: &TestLab, secs: u32, what: &str, mut step: impl FnMut()) -> Vec<u64> {
+    let mut run = 1;
+    loop {
+        let before = switch_ring_drops(lab);
+        let lost = under_load(lab, secs, &mut step);
+        let ring = switch_ring_drops(lab) - before;
+        let total: u64 = lost.iter().sum();
+        if total == 0 || ring == 0 || run == 3 {
+            return lost;
+        }
+        eprintln!(
+            "{what}, run {run}: {total} packets lost while the lab's switch dropped {ring} frames at its ports' full rings (the lab's CPUs, not the router): run again\n{}",
+            where_dropped(lab)
+        );
+        run += 1;
+    }
 }
 
 /// Runs `f` under 24 UDP streams of 1,000 packets a second from a1's 192.0.2.1 to b1's
