@@ -493,11 +493,14 @@ fn switch_ring_drops(lab: &TestLab) -> u64 {
         .sum()
 }
 
-/// Runs `step` under load (as [`under_load`]) and returns what each stream lost; a run in
-/// which packets were lost while the lab's switch dropped frames at its ports' rings
-/// ([`switch_ring_drops`]) says nothing about the router, and is run again, up to three
-/// runs in all (each logged with its figures). A loss with no such drop beside it is
-/// returned at once: the caller's bound judges it.
+/// Runs `step` under load (as [`under_load`]) and returns what each stream lost; a run
+/// whose every lost packet the lab's switch can account for, having dropped at least as
+/// many frames at its ports' full rings ([`switch_ring_drops`]), says nothing about the
+/// router, and is run again, up to three runs in all (each logged with its figures). A
+/// loss larger than the switch's drops is returned at once: the caller's bound judges it.
+/// (With the switch's ports' NAPI threads made real-time by hand, which fills those rings
+/// at every restart here, a drained restart lost 30 with 24 such drops in one run: failed
+/// at once under this rule.)
 fn lossless_under_load(lab: &TestLab, secs: u32, what: &str, mut step: impl FnMut()) -> Vec<u64> {
     let mut run = 1;
     loop {
@@ -505,7 +508,7 @@ fn lossless_under_load(lab: &TestLab, secs: u32, what: &str, mut step: impl FnMu
         let lost = under_load(lab, secs, &mut step);
         let ring = switch_ring_drops(lab) - before;
         let total: u64 = lost.iter().sum();
-        if total == 0 || ring == 0 || run == 3 {
+        if total == 0 || ring < total || run == 3 {
             return lost;
         }
         eprintln!(
