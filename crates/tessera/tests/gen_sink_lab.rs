@@ -142,24 +142,7 @@ fn xdp_generator_counts_rate_and_sequence() {
     lab.sh("b", &["ethtool", "-K", "eth0", "gro", "off"]);
     let o = lab.exec(
         "a",
-        &[
-            exe(),
-            "gen",
-            "--xdp",
-            "--iface",
-            "eth0",
-            "--dst-mac",
-            &bmac,
-            "--src",
-            "10.9.0.1",
-            "--dst",
-            "10.9.0.2",
-            "--rate",
-            "10kpps",
-            "--count",
-            "1000",
-            "--json",
-        ],
+        &xdp_gen_to_b(&bmac, &["--rate", "10kpps", "--count", "1000", "--json"]),
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("gro on"), "{err}");
@@ -329,24 +312,7 @@ fn a_stalled_xdp_generator_counts_every_frame_it_skipped() {
     let tx0 = tx();
     let child = lab.spawn(
         "a",
-        &[
-            exe(),
-            "gen",
-            "--xdp",
-            "--iface",
-            "eth0",
-            "--dst-mac",
-            &bmac,
-            "--src",
-            "10.9.0.1",
-            "--dst",
-            "10.9.0.2",
-            "--rate",
-            "40kpps",
-            "--duration",
-            "1.5",
-            "--json",
-        ],
+        &xdp_gen_to_b(&bmac, &["--rate", "40kpps", "--duration", "1.5", "--json"]),
     );
     // `ip netns exec` execs the command: the child's PID is the generator's.
     let pid = child.id() as libc::pid_t;
@@ -373,6 +339,25 @@ fn a_stalled_xdp_generator_counts_every_frame_it_skipped() {
         skipped >= 8 * (800 - 192) / 2,
         "the stops skipped frames: {g}"
     );
+}
+
+/// `tessera gen --xdp` from a's eth0 to b (`bmac`, 10.9.0.2), with `rest` added.
+fn xdp_gen_to_b<'a>(bmac: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        exe(),
+        "gen",
+        "--xdp",
+        "--iface",
+        "eth0",
+        "--dst-mac",
+        bmac,
+        "--src",
+        "10.9.0.1",
+        "--dst",
+        "10.9.0.2",
+    ];
+    v.extend_from_slice(rest);
+    v
 }
 
 /// Pings b from a twice with a's neighbour table flushed first: ping's output.
