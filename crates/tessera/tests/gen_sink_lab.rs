@@ -343,19 +343,14 @@ fn a_stalled_xdp_generator_counts_every_frame_it_skipped() {
 
 /// `tessera gen --xdp` from a's eth0 to b (`bmac`, 10.9.0.2), with `rest` added.
 fn xdp_gen_to_b<'a>(bmac: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
-    let mut v = vec![
-        exe(),
-        "gen",
-        "--xdp",
-        "--iface",
-        "eth0",
-        "--dst-mac",
-        bmac,
-        "--src",
-        "10.9.0.1",
-        "--dst",
-        "10.9.0.2",
-    ];
+    let mut v = xdp_gen_from_a(bmac, &["--src", "10.9.0.1", "--dst", "10.9.0.2"]);
+    v.extend_from_slice(rest);
+    v
+}
+
+/// `tessera gen --xdp` from a's eth0 to the MAC `bmac`, with `rest` added.
+fn xdp_gen_from_a<'a>(bmac: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![exe(), "gen", "--xdp", "--iface", "eth0", "--dst-mac", bmac];
     v.extend_from_slice(rest);
     v
 }
@@ -452,26 +447,22 @@ fn xdp_to_prefixes(
     let size = if src.contains(':') { "84" } else { "64" };
     let out = lab.sh(
         "a",
-        &[
-            exe(),
-            "gen",
-            "--xdp",
-            "--iface",
-            "eth0",
-            "--dst-mac",
+        &xdp_gen_from_a(
             bmac,
-            "--src",
-            src,
-            "--dst-prefixes",
-            pfx.to_str().unwrap(),
-            "--size",
-            size,
-            "--rate",
-            "20kpps",
-            "--count",
-            &n,
-            "--json",
-        ],
+            &[
+                "--src",
+                src,
+                "--dst-prefixes",
+                pfx.to_str().unwrap(),
+                "--size",
+                size,
+                "--rate",
+                "20kpps",
+                "--count",
+                &n,
+                "--json",
+            ],
+        ),
     );
     let _ = std::fs::remove_dir_all(&dir);
     let g: Value = serde_json::from_str(&out).unwrap();
