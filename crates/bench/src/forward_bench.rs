@@ -889,11 +889,16 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                             };
                             let case =
                                 format!("{contender} {tsize} prefixes {size}B {} flow", fl.name());
+                            // A step's and a search point's slowest frame too (where the
+                            // sink stamps frames; not with `--sink count`): at overload, how
+                            // long after its sending the tail of a point arrives, which the
+                            // sinks' drain (`SINK_DRAIN`) must cover.
                             let mut record = |kind: &str, p: &Point| {
                                 rows.push(json!({
                                 "contender": contender, "family": family, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
                                 "kind": kind, "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(),
                                 "sent": p.sent, "received": p.received, "lost": p.lost, "sink_dropped": p.sink_dropped, "generator_ceiling_pps": ceil.round(),
+                                "latency_max_ns": (p.latency_ns[2] > 0).then_some(p.latency_ns[2]),
                             }));
                             };
                             let mut best = 0.0f64;
