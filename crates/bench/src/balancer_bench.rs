@@ -207,26 +207,10 @@ fn through_lab(
         .iter()
         .map(|s| s.to_string())
         .collect();
-        let before = element_load(&l, &napi);
-        let gens = [(src, args.clone(), "max".to_string())];
-        let p = lab_point(
-            &l,
-            &opts.exe,
-            opts.seconds,
-            64,
-            &gens,
-            &[sink],
-            SinkKind::AfPacket,
-        )?;
-        let after = element_load(&l, &napi);
-        // The zero-loss rate: a binary search on the rate asked for, below what the
-        // generator offered at its maximum; the highest load actually offered that
-        // arrived whole.
-        let (mut lo, mut hi, mut zero_loss) = (0.0f64, p.offered_pps, 0.0f64);
-        for _ in 0..SEARCHES {
-            let mid = (lo + hi) / 2.0;
-            let gens = [(src, args.clone(), format!("{mid:.0}"))];
-            let q = lab_point(
+        // One point of 64-byte frames at `rate` from the source to the sink.
+        let point = |rate: String| {
+            let gens = [(src, args.clone(), rate)];
+            lab_point(
                 &l,
                 &opts.exe,
                 opts.seconds,
@@ -234,7 +218,18 @@ fn through_lab(
                 &gens,
                 &[sink],
                 SinkKind::AfPacket,
-            )?;
+            )
+        };
+        let before = element_load(&l, &napi);
+        let p = point("max".to_string())?;
+        let after = element_load(&l, &napi);
+        // The zero-loss rate: a binary search on the rate asked for, below what the
+        // generator offered at its maximum; the highest load actually offered that
+        // arrived whole.
+        let (mut lo, mut hi, mut zero_loss) = (0.0f64, p.offered_pps, 0.0f64);
+        for _ in 0..SEARCHES {
+            let mid = (lo + hi) / 2.0;
+            let q = point(format!("{mid:.0}"))?;
             if q.lost == 0 {
                 lo = mid;
                 zero_loss = zero_loss.max(q.offered_pps);
