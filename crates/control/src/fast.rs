@@ -260,22 +260,32 @@ impl FastLink {
         });
     }
 
-    /// Per port: whether frames bound out of it take the fast path, and if not why.
-    pub fn egress_of(&self) -> Vec<(bool, Option<String>, u64)> {
-        let on = self.fp.lock().map(|f| f.egress()).unwrap_or_default();
+    /// Per port: how frames bound out of it leave (XDP, tcx or user space), why not in
+    /// XDP where an XDP program could send them, and how often its device changed.
+    pub fn egress_of(&self) -> Vec<(io::fastpath::EgressMode, Option<String>, u64)> {
+        use io::fastpath::EgressMode;
+        let (modes, xdp) = self
+            .fp
+            .lock()
+            .map(|f| (f.egress_modes(), f.runs_xdp()))
+            .unwrap_or_default();
         let watched = self.egress.get().map(|w| w.ports()).unwrap_or_default();
         (0..self.names.len())
             .map(|i| {
-                let ok = on.get(i).copied().unwrap_or(true);
+                let mode = modes.get(i).copied().unwrap_or(EgressMode::Xdp);
                 let w = watched.get(i);
-                // Why frames may not leave by it, where they may not: in tcx a device that
-                // refuses XDP redirects still takes the socket buffers the program sends.
-                (
-                    ok,
-                    w.filter(|_| !ok)
-                        .and_then(|p| p.egress.why().map(str::to_string)),
-                    w.map_or(0, |p| p.changes),
-                )
+                // Why frames do not leave by it in XDP, where an XDP program would send
+                // them: its device refuses them (then tcx, through the hand-off, or user
+                // space where the ports have none). Where the fast path runs in tcx alone
+                // (AF_PACKET ports), every device takes its socket buffers: no why.
+                let why = w
+                    .filter(|_| xdp && mode != EgressMode::Xdp)
+                    .and_then(|p| p.egress.why())
+                    .map(|why| match mode {
+                        EgressMode::Tcx => format!("{why}; handed to tcx, which sends them"),
+                        _ => format!("{why}; no hand-off to tcx here (a kernel before 6.6): user space sends them"),
+                    });
+                (mode, why, w.map_or(0, |p| p.changes))
             })
             .collect()
     }
@@ -646,7 +656,7 @@ pub enum PortFast {
     /// frames may leave by it in the fast path (and why not, and how often that changed).
     On {
         stats: [u64; io::fastpath::STATS],
-        egress: bool,
+        egress: io::fastpath::EgressMode,
         egress_why: Option<String>,
         egress_changes: u64,
     },
@@ -664,10 +674,10 @@ impl PortFast {
                 egress_changes,
             } => {
                 let mut v = json!({
-                    "on": true, "egress": egress, "egress_changes": egress_changes,
+                    "on": true, "egress": egress.as_str(), "egress_changes": egress_changes,
                     "forwarded_in": stats[0], "to_user_space": stats[1], "forwarded_out": stats[2],
                     "forwarded_in_bytes": stats[3], "forwarded_out_bytes": stats[4],
-                    "shed": stats[5], "shed_bytes": stats[6],
+                    "shed": stats[5], "shed_bytes": stats[6], "handed_to_tcx": stats[7],
                 });
                 if let Some(w) = egress_why {
                     v["egress_why"] = json!(w);
@@ -695,11 +705,21 @@ pub fn port_fast(
         (Some(why), _) => PortFast::Off(why.clone()),
         (None, Some(st)) => PortFast::On {
             stats: *st,
-            egress,
+            egress: xdp_or_user_space(egress),
             egress_why: held.or_else(|| watched.and_then(|p| p.egress.why().map(str::to_string))),
             egress_changes: watched.map_or(0, |p| p.changes),
         },
         (None, None) => PortFast::Off("[io] fast_path = false".into()),
+    }
+}
+
+/// The egress of a port whose frames an element's XDP program redirects where `xdp`, and
+/// user space sends otherwise.
+pub fn xdp_or_user_space(xdp: bool) -> io::fastpath::EgressMode {
+    if xdp {
+        io::fastpath::EgressMode::Xdp
+    } else {
+        io::fastpath::EgressMode::UserSpace
     }
 }
 
@@ -752,7 +772,7 @@ pub fn stats_json(names: &[String], st: &[[u64; io::fastpath::STATS]]) -> Value 
             name.clone(),
             json!({"rx_forwarded": s[0], "to_user_space": s[1], "tx_forwarded": s[2],
                 "rx_forwarded_bytes": s[3], "tx_forwarded_bytes": s[4], "shed": s[5],
-                "shed_bytes": s[6]}),
+                "shed_bytes": s[6], "tx_handed_to_tcx": s[7]}),
         );
     }
     json!({

@@ -95,7 +95,7 @@ impl LbFastLink {
         let w = egress.map(|w| w.ports()).unwrap_or_default();
         Some(crate::fast::PortFast::On {
             stats: *fp.stats().get(i)?,
-            egress: fp.egress().get(i).copied().unwrap_or(true),
+            egress: crate::fast::xdp_or_user_space(fp.egress().get(i).copied().unwrap_or(true)),
             egress_why: if fp.suspended() {
                 Some(crate::fast::SUSPENDED.into())
             } else {

@@ -108,14 +108,22 @@ const SLOW: u16 = 0x7fff;
 /// then the bytes of the frames forwarded in and out (an Ethernet frame's length as the
 /// program holds it when it counts: without an 802.1Q tag in the forwarder's program,
 /// whose tags come off before and go on after), then the frames shed on their way to user
-/// space ([`ProgramFacts::slow_path_limit`]) and their bytes.
-pub const STATS: usize = 7;
+/// space ([`ProgramFacts::slow_path_limit`]) and their bytes, then the frames sent out
+/// of the port through the hand-off to tcx ([`crate::handoff`]; counted in "forwarded out"
+/// too).
+pub const STATS: usize = 8;
 /// Where [`STATS`]'s byte counts sit in an entry (bytes from its start).
 pub(crate) const IN_BYTES: i16 = 24;
 pub(crate) const OUT_BYTES: i16 = 32;
 /// Where the frames shed and their bytes sit in a [`STATS`] entry.
 const SHED: i16 = 40;
 const SHED_BYTES: i16 = 48;
+/// Where the frames handed to tcx sit in a [`STATS`] entry.
+const HANDED_OFF: i16 = 56;
+/// In the second word of a `ports` entry (the interface index in the low 32 bits): the
+/// device takes no frames redirected in XDP, and the XDP program hands those bound out of
+/// it to the tcx hook ([`crate::handoff`]).
+pub const PORT_HANDOFF: u64 = 1 << 32;
 /// [`ProgramFacts::slow_path_limit`]'s default: frames per second per port and receiving
 /// CPU.
 pub const SLOW_PATH_LIMIT: u32 = 20_000;
@@ -139,6 +147,8 @@ const SKB_VLAN_PROTO: i16 = 28;
 const SKB_DATA: i16 = 76;
 const SKB_DATA_END: i16 = 80;
 const SKB_SIZE: usize = 192;
+/// `struct xdp_md`'s size.
+const XDP_MD_SIZE: usize = 24;
 
 /// Where a next-hop group sends frames, as the fast path sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +197,8 @@ pub struct FastPath {
     /// Whether an XDP program has been made: only then does a port's egress matter (tcx
     /// redirects socket buffers, which every device takes).
     xdp: std::sync::atomic::AtomicBool,
+    /// Whether every port's tcx hook runs the hand-off ([`FastPath::set_handoff`]).
+    handoff: std::sync::atomic::AtomicBool,
     /// Every frame to user space ([`FastPath::suspend`]).
     suspended: std::sync::atomic::AtomicBool,
     /// The time after which the programs forward nothing ([`FastPath::beat`]; 0: none).
@@ -584,6 +596,7 @@ impl FastPath {
                 .collect(),
             port_words,
             xdp: std::sync::atomic::AtomicBool::new(false),
+            handoff: std::sync::atomic::AtomicBool::new(false),
             suspended: std::sync::atomic::AtomicBool::new(false),
             deadline: std::sync::atomic::AtomicU64::new(0),
             ifindexes,
@@ -707,9 +720,12 @@ impl FastPath {
     }
 
     /// Whether port `port`'s device takes frames redirected in XDP (see [`crate::egress`]).
-    /// Where it does not, and an XDP program of this fast path may redirect to it, its
-    /// `ports` entry carries an MTU of 0: no frame fits it, so the programs leave every
-    /// frame bound there to user space, which sends it through its socket.
+    /// Where it does not, and an XDP program of this fast path may redirect to it, the
+    /// frames bound there are handed to the tcx hook of the port they came in by, where
+    /// every port runs the hand-off ([`FastPath::set_handoff`]; its `ports` entry carries
+    /// [`PORT_HANDOFF`]); else its entry carries an MTU of 0: no frame fits it, so the
+    /// programs leave every frame bound there to user space, which sends it through its
+    /// socket.
     pub fn set_egress(&self, port: u32, ok: bool) -> io::Result<()> {
         use std::sync::atomic::Ordering;
         if let Some(e) = self.egress.get(port as usize) {
@@ -719,15 +735,45 @@ impl FastPath {
         Ok(())
     }
 
+    /// Says whether every port's tcx ingress hook runs the hand-off ([`crate::handoff`]):
+    /// only then may an XDP program hand frames to it (a frame passed with the hand-off's
+    /// metadata to a hook without it would be the kernel stack's, which drops it).
+    pub fn set_handoff(&self, on: bool) -> io::Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.handoff.swap(on, Ordering::Relaxed) != on {
+            for p in 0..self.nports {
+                self.write_port(p)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether frames bound out of each port take the fast path (false: user space sends
     /// them, as [`FastPath::set_egress`] and [`FastPath::suspend`] say).
     pub fn egress(&self) -> Vec<bool> {
+        self.egress_modes()
+            .into_iter()
+            .map(|m| m != EgressMode::UserSpace)
+            .collect()
+    }
+
+    /// How frames bound out of each port leave it.
+    pub fn egress_modes(&self) -> Vec<EgressMode> {
         use std::sync::atomic::Ordering;
         let xdp = self.xdp.load(Ordering::Relaxed);
+        let handoff = self.handoff.load(Ordering::Relaxed);
         let suspended = self.suspended.load(Ordering::Relaxed);
         self.egress
             .iter()
-            .map(|e| !suspended && (!xdp || e.load(Ordering::Relaxed)))
+            .map(
+                |e| match (suspended, xdp, e.load(Ordering::Relaxed), handoff) {
+                    (true, ..) => EgressMode::UserSpace,
+                    (false, false, ..) => EgressMode::Tcx,
+                    (false, true, true, _) => EgressMode::Xdp,
+                    (false, true, false, true) => EgressMode::Tcx,
+                    (false, true, false, false) => EgressMode::UserSpace,
+                },
+            )
             .collect()
     }
 
@@ -743,6 +789,11 @@ impl FastPath {
         Ok(())
     }
 
+    /// Whether an XDP program of this fast path was made (its ports are AF_XDP's).
+    pub fn runs_xdp(&self) -> bool {
+        self.xdp.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Whether [`FastPath::suspend`] holds the programs.
     pub fn suspended(&self) -> bool {
         self.suspended.load(std::sync::atomic::Ordering::Relaxed)
@@ -752,8 +803,12 @@ impl FastPath {
         let Some(&[word, ifindex]) = self.port_words.get(port as usize) else {
             return Ok(());
         };
-        let ok = self.egress().get(port as usize).copied().unwrap_or(true);
-        let word = if ok { word } else { word & ((1 << 48) - 1) };
+        let xdp = self.xdp.load(std::sync::atomic::Ordering::Relaxed);
+        let (word, ifindex) = match self.egress_modes().get(port as usize) {
+            Some(EgressMode::UserSpace) => (word & ((1 << 48) - 1), ifindex),
+            Some(EgressMode::Tcx) if xdp => (word, ifindex | PORT_HANDOFF),
+            _ => (word, ifindex),
+        };
         let deadline = self.deadline.load(std::sync::atomic::Ordering::Relaxed);
         map_update(&self.ports, &port, &[word, ifindex, deadline])
     }
@@ -851,6 +906,29 @@ impl FastPath {
     }
 }
 
+/// How frames bound out of a port leave it, as `show interfaces` says (`egress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EgressMode {
+    /// Redirected in XDP (through the device map).
+    Xdp,
+    /// Sent from the tcx hook with `bpf_redirect`: the fast path runs in tcx (AF_PACKET
+    /// ports), or its XDP program hands them to tcx ([`crate::handoff`]).
+    Tcx,
+    /// Through user space (a capture under way, or a device that takes no XDP frames
+    /// where the hand-off is not there).
+    UserSpace,
+}
+
+impl EgressMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EgressMode::Xdp => "xdp",
+            EgressMode::Tcx => "tcx",
+            EgressMode::UserSpace => "user space",
+        }
+    }
+}
+
 /// Which hook a [`Detached`] program is made for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum At {
@@ -877,6 +955,9 @@ pub enum Verdict {
     /// Dropped it (tcx: a marked frame, back for the socket; either hook: shed over the
     /// slow path's limit).
     Drop,
+    /// Handed it, ready to leave, to the tcx hook of its port, for the interface with this
+    /// index (XDP: passed with the hand-off's metadata, [`crate::handoff`]).
+    HandOff(u32),
     /// Anything else: the program's return value.
     Other(u32),
 }
@@ -919,17 +1000,33 @@ impl Detached {
         attr[4] = u32s(1, 0);
         if self.at == At::Tc {
             attr[5] = u32s(SKB_SIZE as u32, SKB_SIZE as u32);
-            attr[6] = ctx_in.as_ptr() as u64;
-            attr[7] = ctx_out.as_mut_ptr() as u64;
+        } else {
+            // xdp_md: data 0, data_end the frame's length; out, its `data` is the length
+            // of the metadata the program left, which the data out starts with.
+            ctx_in[..4].fill(0);
+            ctx_in[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+            attr[5] = u32s(XDP_MD_SIZE as u32, XDP_MD_SIZE as u32);
         }
+        attr[6] = ctx_in.as_ptr() as u64;
+        attr[7] = ctx_out.as_mut_ptr() as u64;
         bpf(10, &mut attr).map_err(|e| io::Error::new(e.kind(), format!("bpf test run: {e}")))?;
         let retval = (attr[0] >> 32) as u32;
         let size = (attr[1] >> 32) as usize;
         out.truncate(size.min(out.len()));
+        let word = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let meta = match self.at {
+            At::Xdp => (word(&ctx_out, 0) as usize).min(out.len()),
+            At::Tc => 0,
+        };
+        let handed = (meta >= 8 && word(&out, 0) == crate::handoff::MAGIC).then(|| word(&out, 4));
+        out.drain(..meta);
         let marked =
             u32::from_ne_bytes([ctx_out[m], ctx_out[m + 1], ctx_out[m + 2], ctx_out[m + 3]])
                 == TO_USER_SPACE_MARK;
         let v = match (self.at, retval) {
+            (At::Xdp, r) if r == XDP_PASS as u32 && handed.is_some() => {
+                Verdict::HandOff(handed.unwrap_or_default())
+            }
             (At::Xdp, XDP_REDIRECT) => Verdict::Forward,
             (At::Xdp, r) if r == XDP_PASS as u32 => Verdict::ToUserSpace,
             (At::Xdp, XDP_DROP) => Verdict::Drop,

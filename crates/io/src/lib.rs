@@ -13,6 +13,7 @@ pub mod afpacket;
 pub mod egress;
 pub mod fastpath;
 mod genl;
+pub mod handoff;
 pub mod netdev;
 pub mod pin;
 pub mod placement;

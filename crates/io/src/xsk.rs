@@ -765,6 +765,13 @@ impl AttachedShared {
         load_xdp(&program(Hook::Xdp(self.0.map.as_raw_fd())), "tessera_fast")
     }
 
+    /// Whether the interface's tcx hook runs the fast path's hand-off
+    /// ([`crate::handoff`]): frames its XDP program passes with the hand-off's metadata
+    /// leave by their egress there.
+    pub fn handoff(&self) -> bool {
+        self.0.handoff.is_some()
+    }
+
     /// Whether a predecessor's program still runs in the link, waiting for
     /// [`AttachedShared::take_over`].
     pub fn takeover_pending(&self) -> bool {

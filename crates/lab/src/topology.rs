@@ -57,6 +57,13 @@ pub struct Host {
     /// `Lab::place`).
     #[serde(default)]
     pub cpus: Option<String>,
+    /// `false`: the host's links stay as a container's veth is made (and as the lab
+    /// makes every link: no segmentation offload, GRO off), with no XDP program: its veth
+    /// then takes no frame an XDP program redirects to it, and an element's fast path
+    /// hands the frames bound there to tcx (`io::handoff`). Default: GRO on where the
+    /// elements' XDP fast path runs (see `lab up --fast-path`), off otherwise.
+    #[serde(default)]
+    pub gro: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -207,6 +214,9 @@ pub struct Lab {
     /// only: with `--io packet` they run without); `None`: each element's config says (on
     /// by default).
     pub fast_path: Option<bool>,
+    /// Every host as with `gro = false` (`lab up --hosts plain`): links as containers
+    /// have them.
+    pub plain_hosts: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,6 +287,7 @@ impl Lab {
             roles: BTreeMap::new(),
             io: None,
             fast_path: None,
+            plain_hosts: false,
         };
         lab.validate()
             .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -678,7 +689,9 @@ impl Lab {
                 // socket buffers need no NAPI on the far end, and hosts keep their
                 // wire-like receive (the demo compares TCP with the kernel's on the same
                 // hosts).
-                let is_host = self.topo.host.iter().any(|h| &h.name == node);
+                let host = self.topo.host.iter().find(|h| &h.name == node);
+                let is_host =
+                    host.is_some_and(|h| h.gro != Some(false) && !self.plain_hosts);
                 let xdp_fast =
                     self.fast_path != Some(false) && self.io.as_deref() != Some("packet");
                 if (*is_switch && self.topo.switch.iter().any(|s| &s.name == node && s.gro))

@@ -71,6 +71,9 @@ struct Check {
     /// it sent them.
     bytes: (u64, u64),
     at: At,
+    /// Every port's device takes no frames redirected in XDP, and the ports' tcx hooks
+    /// run the hand-off ([`Check::hand_off`]).
+    handoff: bool,
 }
 
 impl Check {
@@ -156,7 +159,21 @@ impl Check {
             fast: 0,
             bytes: (0, 0),
             at,
+            handoff: false,
         }
+    }
+
+    /// Has every port refuse frames redirected in XDP, with the hand-off to tcx there:
+    /// the XDP program then hands every frame it forwards to tcx, with the same bytes.
+    fn hand_off(mut self) -> Check {
+        let fp = self.fl.fp.lock().unwrap();
+        fp.set_handoff(true).unwrap();
+        for p in 0..self.fl.names.len() as u32 {
+            fp.set_egress(p, false).unwrap();
+        }
+        drop(fp);
+        self.handoff = self.at == At::Xdp;
+        self
     }
 
     /// Both paths on `frame` from `port`; panics where they disagree.
@@ -178,8 +195,16 @@ impl Check {
         let mut tx = TxQueues::new(self.f.ifaces.len());
         dataplane::element::process_batch(&mut self.f, &mut vec![p], port, self.now, &mut tx);
         let sent = tx.drain_all();
+        let lo = io::netdev::ifindex("lo").unwrap() as u32;
         match v {
-            Verdict::Forward => {
+            Verdict::Forward | Verdict::HandOff(_) => {
+                // Handed to tcx where (and only where) the egress takes no XDP frames.
+                assert_eq!(
+                    v == Verdict::HandOff(lo),
+                    self.handoff,
+                    "{v:?} with the hand-off {}: {frame:02x?}",
+                    self.handoff
+                );
                 self.fast += 1;
                 self.bytes.0 += frame.len() as u64;
                 self.bytes.1 += out.len() as u64;
@@ -287,15 +312,20 @@ fn frame6(src: &str, dst: &str, hops: u8, msg: Option<&icmpv6::Repr>, udp_len: u
 /// never answers, and 2001:db8:300::/48 through both resolved gateways (ECMP).
 #[test]
 fn the_xdp_fast_path_agrees_on_ipv6() {
-    agrees6(At::Xdp);
+    agrees6(At::Xdp, false);
+}
+
+#[test]
+fn the_xdp_fast_path_hands_ipv6_to_tcx_alike() {
+    agrees6(At::Xdp, true);
 }
 
 #[test]
 fn the_tcx_fast_path_agrees_on_ipv6() {
-    agrees6(At::Tc);
+    agrees6(At::Tc, false);
 }
 
-fn agrees6(at: At) {
+fn agrees6(at: At, handoff: bool) {
     let (mut f, now) = dataplane::fuzzing::forwarder();
     let p6 = |s: &str| fib::Prefix6::parse_strict(s).unwrap();
     let a6 = |s: &str| -> Ipv6Addr { s.parse().unwrap() };
@@ -315,6 +345,9 @@ fn agrees6(at: At) {
     )
     .unwrap();
     let mut c = Check::with(f, now, at);
+    if handoff {
+        c = c.hand_off();
+    }
     const H: &str = "2001:db8:1::10";
     // Resolve both gateways: a packet that needs each (user space solicits it), then
     // its advertisement (to the router's own address: user space's).
@@ -464,12 +497,20 @@ fn past_its_deadline_the_fast_path_forwards_nothing() {
 
 #[test]
 fn the_xdp_fast_path_agrees_with_the_forwarder() {
-    agrees(At::Xdp);
+    agrees(At::Xdp, false);
+}
+
+/// Where the egress takes no frames redirected in XDP (a veth whose peer runs no NAPI),
+/// the XDP program forwards the same frames, rewritten alike, through the hand-off to
+/// tcx, and counts them as handed off on the egress port.
+#[test]
+fn the_xdp_fast_path_hands_to_tcx_what_it_forwards() {
+    agrees(At::Xdp, true);
 }
 
 #[test]
 fn the_tcx_fast_path_agrees_with_the_forwarder() {
-    agrees(At::Tc);
+    agrees(At::Tc, false);
 }
 
 /// A frame with an 802.1Q tag (`tci`) after the MACs.
@@ -483,7 +524,16 @@ fn tagged(f: &[u8], tci: u16) -> Vec<u8> {
 
 #[test]
 fn the_xdp_fast_path_agrees_with_a_backend_on_its_vlans() {
-    let mut c = Check::backend(At::Xdp);
+    backend_vlans(Check::backend(At::Xdp));
+}
+
+/// As above, every egress handed to tcx: the tags go on and come off alike.
+#[test]
+fn the_xdp_fast_path_hands_a_backends_vlans_to_tcx_alike() {
+    backend_vlans(Check::backend(At::Xdp).hand_off());
+}
+
+fn backend_vlans(mut c: Check) {
     // Forwarded by both: between the two VLANs either way, from a tag with priority
     // bits (out with priority 0, as user space tags), from the untagged interface out
     // of a VLAN and from a VLAN to the untagged interface.
@@ -567,8 +617,11 @@ fn the_tcx_fast_path_serves_sub_interfaces() {
     assert_eq!(c.fast, before + 3, "tcx left a frame to user space");
 }
 
-fn agrees(at: At) {
+fn agrees(at: At, handoff: bool) {
     let mut c = Check::new(at);
+    if handoff {
+        c = c.hand_off();
+    }
     let good = udp([192, 0, 2, 7], 18);
     // Forwarded by both: through a gateway on port 1 (the default route), through one
     // on port 0, and larger frames.
@@ -692,6 +745,8 @@ fn agrees(at: At) {
     let sum = |k: usize| st.iter().map(|s| s[k]).sum::<u64>();
     assert_eq!((sum(0), sum(2)), (c.fast as u64, c.fast as u64), "{st:?}");
     assert_eq!((sum(3), sum(4)), c.bytes, "{st:?}");
+    let handed = if c.handoff { c.fast as u64 } else { 0 };
+    assert_eq!(sum(7), handed, "handed off: {st:?}");
 }
 
 /// A star member (docs/star.md): port 0 on 10.1.0.0/24 (MAC0), port 1 the internal one
@@ -841,6 +896,19 @@ fn the_xdp_fast_path_agrees_with_a_star_member() {
             c.frame(port, &f);
         }
     }
+}
+
+/// Where the egresses take no frames redirected in XDP, a star member's crossings of the
+/// switch (which redirect in XDP alone) are user space's, and nothing is redirected to
+/// a device that would drop it.
+#[test]
+fn a_star_member_leaves_the_switch_to_user_space_where_it_hands_off() {
+    let mut c = star(At::Xdp).hand_off();
+    for f in [udp([10, 3, 0, 10], 18), udp([10, 4, 7, 1], 18)] {
+        c.frame(0, &f);
+    }
+    c.frame(1, &star_frame(0, [10, 1, 0, 10]));
+    assert_eq!(c.fast, 0, "{} frames by the fast path", c.fast);
 }
 
 /// An IPv6 star frame from member 3 to this one's internal port: header version 2, out of

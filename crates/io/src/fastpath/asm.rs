@@ -57,6 +57,7 @@ pub(super) const MAP_LOOKUP: i32 = 1;
 pub(super) const REDIRECT_MAP: i32 = 51;
 pub(super) const REDIRECT: i32 = 23;
 pub(super) const ADJUST_HEAD: i32 = 44;
+pub(super) const ADJUST_META: i32 = 54;
 pub(super) const KTIME_GET_NS: i32 = 5;
 pub(super) const SKB_VLAN_PUSH: i32 = 18;
 pub(super) const SKB_VLAN_POP: i32 = 19;
@@ -118,6 +119,14 @@ impl Asm {
             .j(JGT_X, 0, 1, 0, "slow")
             .i(MOV_X, 0, 6, 0, 0)
             .label(next)
+    }
+    /// With the `ports` entry in r0: a port whose frames the forwarder's path hands to
+    /// tcx ([`PORT_HANDOFF`]) is no way out for a path that redirects in XDP alone (a star
+    /// member's): to `slow`; else on, r0 as it was.
+    pub(super) fn not_handed_off(&mut self) -> &mut Self {
+        self.i(LDX_DW, 1, 0, 8, 0)
+            .i(RSH_K, 1, 0, 0, 32)
+            .j(JNE_K, 1, 0, 0, "slow")
     }
     /// `r1` = the 16-bit entry of the word at `r0` that the bits of the destination (r9)
     /// from `shift` name (two bits: which of the word's four entries).

@@ -81,11 +81,11 @@ pub(super) fn program(
             .label("tc_linear");
     } else {
         a.i(LDX_W, 1, 6, 16, 0) // rx_queue_index
-            .i(STX_DW, 10, 1, -32, 0);
+            .i(STX_DW, 10, 1, -32, 0)
+            // The context, for bpf_xdp_adjust_head and the hand-off's metadata.
+            .i(STX_DW, 10, 6, -72, 0);
         if f.tagged || !f.vlans.is_empty() || star.is_some() {
-            a.i(STX_DW, 10, 6, -72, 0) // the context, for bpf_xdp_adjust_head
-                .i(MOV_K, 1, 0, 0, 0)
-                .i(STX_DW, 10, 1, -64, 0); // untagged (so far)
+            a.i(MOV_K, 1, 0, 0, 0).i(STX_DW, 10, 1, -64, 0); // untagged (so far)
         }
         a.i(LDX_W, 7, 6, 0, 0) // data
             .i(LDX_W, 8, 6, 4, 0); // data_end
@@ -238,7 +238,11 @@ pub(super) fn program(
         .i(STX_DW, 10, 1, -48, 0)
         .i(RSH_K, 1, 0, 0, 48) // MTU
         .i(LDX_DW, 2, 10, -24, 0)
-        .j(JGT_X, 2, 1, 0, "slow") // larger than the egress MTU
+        .j(JGT_X, 2, 1, 0, "slow"); // larger than the egress MTU
+    if !tc {
+        handoff_room(&mut a, 34, "");
+    }
+    a
         // The neighbour.
         .i(MOV_X, 2, 10, 0, 0)
         .i(ADD_K, 2, 0, 0, -16)
@@ -286,8 +290,9 @@ pub(super) fn program(
             a.i(LDX_DW, 1, 10, -80, 0).j(JEQ_K, 1, 0, 0, "send");
             push_tag(&mut a, -80, true);
         }
-        a.label("send")
-            .i(LDX_DW, 2, 10, -40, 0)
+        a.label("send");
+        handoff_send(&mut a, stats);
+        a.i(LDX_DW, 2, 10, -40, 0)
             .map(1, tx)
             .i(MOV_K, 3, 0, 0, 0)
             .i(CALL, 0, 0, 0, REDIRECT_MAP);
@@ -364,6 +369,60 @@ pub(super) fn program(
         ipv6(&mut a, f, tc, [fib6, hops6, neigh6, ports]);
     }
     a.finish()
+}
+
+/// XDP, with the egress port's `ports` entry's interface index word at -56 and the
+/// context at -72: where that port takes no frames redirected in XDP ([`PORT_HANDOFF`]),
+/// room for the hand-off's metadata in front of the frame (refused: to `slow`, the frame
+/// untouched yet), and r7 and r8 the frame's bounds again, `len` bytes of it checked. The
+/// metadata is written at `send` ([`handoff_send`]), once the frame is ready to leave:
+/// a frame that goes elsewhere before never carries the hand-off's mark.
+pub(super) fn handoff_room(a: &mut Asm, len: i32, sfx: &str) {
+    let done = format!("handoff_room_done{sfx}");
+    a.i(LDX_DW, 1, 10, -56, 0)
+        .i(RSH_K, 1, 0, 0, 32)
+        .j(JEQ_K, 1, 0, 0, &done)
+        .i(LDX_DW, 1, 10, -72, 0)
+        .i(MOV_K, 2, 0, 0, -crate::handoff::META_LEN)
+        .i(CALL, 0, 0, 0, ADJUST_META)
+        .j(JNE_K, 0, 0, 0, "slow")
+        .i(LDX_DW, 1, 10, -72, 0)
+        .i(LDX_W, 7, 1, 0, 0)
+        .i(LDX_W, 8, 1, 4, 0)
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, len)
+        .j(JGT_X, 1, 8, 0, "slow") // (cannot happen: the frame is as long as before)
+        .label(&done);
+}
+
+/// XDP, at `send`: a frame bound out of a port that takes no frames redirected in XDP
+/// (its interface index word at -56 carries [`PORT_HANDOFF`]) gets the hand-off's
+/// metadata (its mark and the egress interface index), is counted as handed off on the
+/// egress port (at -40), and goes to the tcx hook of the port it came in by (`XDP_PASS`),
+/// which sends it out ([`crate::handoff`]); any other frame goes on.
+pub(super) fn handoff_send(a: &mut Asm, stats: i32) {
+    a.i(LDX_DW, 1, 10, -56, 0)
+        .i(RSH_K, 1, 0, 0, 32)
+        .j(JEQ_K, 1, 0, 0, "redirect")
+        .i(LDX_DW, 1, 10, -72, 0)
+        .i(LDX_W, 2, 1, 8, 0) // data_meta
+        .i(LDX_W, 3, 1, 0, 0) // data
+        .i(MOV_X, 4, 2, 0, 0)
+        .i(ADD_K, 4, 0, 0, crate::handoff::META_LEN)
+        .j(JGT_X, 4, 3, 0, "handoff_lost")
+        .i(MOV_K, 4, 0, 0, crate::handoff::MAGIC as i32)
+        .i(STX_W, 2, 4, 0, 0)
+        .i(LDX_DW, 4, 10, -56, 0)
+        .i(STX_W, 2, 4, 4, 0)
+        .i(LDX_DW, 1, 10, -40, 0)
+        .count(stats, 1, HANDED_OFF, "handed_off")
+        .i(MOV_K, 0, 0, 0, XDP_PASS)
+        .i(EXIT, 0, 0, 0, 0)
+        // What cannot happen (the room made for the metadata gone): dropped.
+        .label("handoff_lost")
+        .i(MOV_K, 0, 0, 0, XDP_DROP as i32)
+        .i(EXIT, 0, 0, 0, 0)
+        .label("redirect");
 }
 
 /// The TTL decremented, with the RFC 1624 update of the header checksum the user-space
@@ -662,8 +721,11 @@ pub(super) fn ipv6(
         .i(STX_DW, 10, 1, -48, 0)
         .i(RSH_K, 1, 0, 0, 48) // MTU
         .i(LDX_DW, 2, 10, -24, 0)
-        .j(JGT_X, 2, 1, 0, "slow") // larger than the egress MTU: packet too big
-        .i(MOV_X, 2, 10, 0, 0)
+        .j(JGT_X, 2, 1, 0, "slow"); // larger than the egress MTU: packet too big
+    if !tc {
+        handoff_room(a, 54, "6");
+    }
+    a.i(MOV_X, 2, 10, 0, 0)
         .i(ADD_K, 2, 0, 0, -128)
         .map(1, neigh6)
         .i(CALL, 0, 0, 0, MAP_LOOKUP)

@@ -106,6 +106,7 @@ pub(super) fn star_in(
         .i(LDX_DW, 1, 10, -40, 0)
         .lookup(0, ports, 1)
         .deadline("star_in_in_time")
+        .not_handed_off()
         .i(LDX_DW, 1, 0, 0, 0)
         .i(STX_DW, 10, 1, -48, 0)
         .i(RSH_K, 1, 0, 0, 48)
@@ -249,6 +250,7 @@ pub(super) fn star_in6(
         .i(LDX_DW, 1, 10, -40, 0)
         .lookup(0, ports, 1)
         .deadline("star_in6_in_time")
+        .not_handed_off()
         .i(LDX_DW, 1, 0, 0, 0)
         .i(STX_DW, 10, 1, -48, 0)
         .i(RSH_K, 1, 0, 0, 48)
@@ -305,6 +307,7 @@ fn internal_port(a: &mut Asm, ports: i32, internal: u32, header: i32, in_time: &
     a.i(MOV_K, 1, 0, 0, internal as i32)
         .lookup(0, ports, 1)
         .deadline(in_time)
+        .not_handed_off()
         .i(LDX_DW, 1, 0, 0, 0)
         .i(STX_DW, 10, 1, -48, 0) // the internal port's MAC
         .i(RSH_K, 1, 0, 0, 48)

@@ -96,6 +96,8 @@ pub(super) struct Attached {
     /// A predecessor's program still runs in the link ([`crate::pin::defer_takeover`]):
     /// `_prog` takes its place at [`crate::xsk::AttachedShared::take_over`].
     pub(super) pending: std::sync::atomic::AtomicBool,
+    /// The tcx link of the fast path's hand-off ([`crate::handoff`]), where it attached.
+    pub(super) handoff: Option<OwnedFd>,
 }
 
 /// How the XDP program is attached.
@@ -142,6 +144,7 @@ pub(super) fn attach(
     // predecessor's program, with its state, until then). Either way the link is ours
     // from now on (pinned again, or not, as `keep`).
     let keep = program.is_some() && crate::pin::enabled();
+    let handoff = program.is_some().then(|| handoff(ifindex, keep)).flatten();
     if let Some(t) = crate::pin::take_pinned(
         ifindex,
         &["link-drv", "link-skb"],
@@ -157,6 +160,7 @@ pub(super) fn attach(
             native: t.name == "link-drv",
             fast: program.is_some(),
             pending: std::sync::atomic::AtomicBool::new(t.deferred),
+            handoff,
         });
     }
     let link = |flags: u32| {
@@ -185,7 +189,21 @@ pub(super) fn attach(
         native,
         fast: program.is_some(),
         pending: std::sync::atomic::AtomicBool::new(false),
+        handoff,
     })
+}
+
+/// The hand-off of a fast path's frames to egresses that take no XDP frames
+/// ([`crate::handoff`]) in interface `ifindex`'s tcx hook; where the kernel has no tcx
+/// (before 6.6), none, and a log line says that such egresses are user space's.
+fn handoff(ifindex: u32, keep: bool) -> Option<OwnedFd> {
+    match crate::handoff::attach(ifindex, keep) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::warn!(ifindex, error = %e, "fast path: no hand-off to tcx; frames bound to devices that take no XDP frames go to user space");
+            None
+        }
+    }
 }
 
 /// Loads an XDP program (attach type BPF_XDP); a verifier error comes with its log.

@@ -133,6 +133,16 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
     // ports[w]: the ports worker w owns, one per interface.
     let mut ports: Vec<Vec<io::AnyPort>> = (0..workers).map(|_| Vec::new()).collect();
     let mut umems = cfg.io.shared_umem.then(|| io::Umems::new(&names, workers));
+    // Per AF_XDP port, whether its tcx hook runs the fast path's hand-off. Taken as
+    // there from the first frame: a port's hand-off attaches before its XDP program, so
+    // an XDP program that hands a frame over always has it (a restart's first frames
+    // included); where one could not attach, it is off for every port once they are open.
+    let mut handoffs = Vec::new();
+    if let Some(fl) = &fast {
+        if let Ok(fp) = fl.fp.lock() {
+            fp.set_handoff(true).map_err(|e| anyhow::anyhow!("fast path: {e}"))?;
+        }
+    }
     for (k, (name, link)) in names.iter().zip(&links).enumerate() {
         let (backend, ring) = (cfg.io.backend, cfg.io.packet_ring);
         let mine = match &fast {
@@ -150,8 +160,16 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
         let info = mine[0].info();
         tracing::info!(interface = name, backend = info.backend, mode = %info.mode, workers, "port open");
         attachments.extend(mine[0].fast_path_link());
+        handoffs.push(mine[0].attachment().is_none_or(|a| a.handoff()));
         for (w, p) in mine.into_iter().enumerate() {
             ports[w].push(p);
+        }
+    }
+    if let Some(fl) = fast.as_ref().filter(|_| !handoffs.iter().all(|&h| h)) {
+        // A port whose tcx hook could not take the hand-off (a kernel without tcx):
+        // frames bound to devices that take no XDP frames are user space's.
+        if let Ok(fp) = fl.fp.lock() {
+            fp.set_handoff(false).map_err(|e| anyhow::anyhow!("fast path: {e}"))?;
         }
     }
     if let (Some(fl), Some(grace), Some(b)) = (&fast, handover, &cfg.backend) {

@@ -32,6 +32,11 @@ pub(crate) enum LabCmd {
         /// what XDP programs redirect; with false, links stay wire-like.
         #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
         fast_path: Option<bool>,
+        /// `plain`: every host's links as a container's veth is made (GRO off, no XDP
+        /// program), as `gro = false` on a host does; `tuned` (the default): GRO on where
+        /// the elements' XDP fast path runs.
+        #[arg(long, value_name = "KIND", default_value = "tuned", value_parser = ["tuned", "plain"])]
+        hosts: String,
     },
     /// Stop the elements and remove every namespace, link and bridge of the lab.
     Down {
@@ -124,11 +129,13 @@ pub(crate) fn lab_cmd(cmd: LabCmd) -> Result<i32> {
             role,
             io,
             fast_path,
+            hosts,
         } => {
             let mut l = load_lab(&lab)?;
             backend_arg(io.as_deref())?;
             l.io = io;
             l.fast_path = fast_path;
+            l.plain_hosts = hosts == "plain";
             for r in role {
                 let (node, role) = r
                     .split_once('=')
@@ -142,8 +149,12 @@ pub(crate) fn lab_cmd(cmd: LabCmd) -> Result<i32> {
                 l.roles.insert(node.to_string(), role.to_string());
             }
             l.up().map_err(anyhow::Error::msg)?;
+            let plain = l.plain_hosts
+                || l.topo.host.iter().any(|h| h.gro == Some(false));
             let gro = if l.fast_path == Some(false) || l.io.as_deref() == Some("packet") {
                 "GRO off too"
+            } else if plain {
+                "GRO on at switch ports, off at plain hosts (as containers have it): the elements' XDP fast paths hand those hosts' frames to tcx"
             } else {
                 "GRO on at hosts and switch ports, for the elements' XDP fast paths"
             };
