@@ -1304,10 +1304,11 @@ fn record_route_and_fragmented_pings_to_the_router() {
 
 /// The fast path is on by default; where the hosts' links have GRO off (wire-like veths,
 /// whose far end then runs no NAPI and would drop every frame an XDP program redirects to
-/// it), the router does not redirect to them: it says so in `show interfaces`, and user
-/// space sends those frames, so that every ping gets through. Once a host turns GRO on, the
-/// fast path sends to it (the kernel's notification, or the timed look, tells the router).
-/// On AF_PACKET ports the fast path is tcx's, whose socket buffers every veth takes.
+/// it), the router's XDP program hands the frames bound there to its port's tcx hook,
+/// which sends them (`egress: "tcx"` in `show interfaces`, with why), so that every ping
+/// gets through in the fast path. Once a host turns GRO on, the XDP program redirects to
+/// it again (the kernel's notification, or the timed look, tells the router). On
+/// AF_PACKET ports the fast path is tcx's, whose socket buffers every veth takes.
 #[test]
 fn the_default_fast_path_loses_nothing_on_wire_like_links() {
     let dir = single_copy("nohole", |r| r, |t| t);
@@ -1317,7 +1318,7 @@ fn the_default_fast_path_loses_nothing_on_wire_like_links() {
         lab.sh(h, &["ethtool", "-K", "eth0", "gro", "off"]);
     }
     let port = |lab: &TestLab, name: &str| lab.port_fast("r", name);
-    let wait_egress = |lab: &TestLab, name: &str, want: bool| {
+    let wait_egress = |lab: &TestLab, name: &str, want: &str| {
         let t = std::time::Instant::now();
         loop {
             let p = port(lab, name);
@@ -1327,51 +1328,134 @@ fn the_default_fast_path_loses_nothing_on_wire_like_links() {
             std::thread::sleep(Duration::from_millis(100));
         }
     };
-    let p2 = wait_egress(&lab, "r-eth2", !xdp);
+    let p2 = wait_egress(&lab, "r-eth2", "tcx");
     assert_eq!(p2["on"], true, "{p2}");
+    assert_eq!(p2["egress"], "tcx", "{p2}");
     if xdp {
-        assert_eq!(p2["egress"], false, "{p2}");
         let why = p2["egress_why"].as_str().unwrap_or_default();
         assert!(why.contains("runs no NAPI"), "{p2}");
+        assert!(why.contains("handed to tcx"), "{p2}");
     } else {
         // tcx sends socket buffers, which such a device takes: nothing to explain.
-        assert_eq!(p2["egress"], true, "{p2}");
         assert!(p2["egress_why"].is_null(), "{p2}");
     }
     // An untouched host (GRO on, as the lab sets it with the fast path on) takes them.
-    assert_eq!(port(&lab, "r-eth1")["egress"], true);
+    assert_eq!(
+        port(&lab, "r-eth1")["egress"],
+        if xdp { "xdp" } else { "tcx" }
+    );
+    let fast = |lab: &TestLab, what: &str| {
+        lab.counters("r")["fast_path"]["interfaces"]["r-eth2"][what]
+            .as_u64()
+            .unwrap()
+    };
+    let (tx0, handed0) = (fast(&lab, "tx_forwarded"), fast(&lab, "tx_handed_to_tcx"));
     let p = lab.sh(
         "src1",
         &["ping", "-c", "200", "-i", "0.005", "-W", "2", "10.3.0.10"],
     );
     assert!(p.contains("200 received"), "{p}\n{}", lab.logs("r"));
-    let tx2 = |lab: &TestLab| {
-        lab.counters("r")["fast_path"]["interfaces"]["r-eth2"]["tx_forwarded"]
-            .as_u64()
-            .unwrap()
-    };
-    if xdp {
-        assert_eq!(tx2(&lab), 0, "{}", lab.counters("r"));
-    }
-    // GRO on at sink1: its veth's peer runs NAPI, and the fast path sends to it again.
+    // Every request left by the fast path, handed to tcx where the program is XDP's.
+    assert!(fast(&lab, "tx_forwarded") - tx0 >= 200, "{}", lab.counters("r"));
+    let handed = fast(&lab, "tx_handed_to_tcx") - handed0;
+    assert_eq!(handed >= 200, xdp, "{}", lab.counters("r"));
+    // GRO on at sink1: its veth's peer runs NAPI, and XDP redirects to it again.
     lab.sh("sink1", &["ethtool", "-K", "eth0", "gro", "on"]);
-    let p2 = wait_egress(&lab, "r-eth2", true);
-    assert_eq!(p2["egress"], true, "{p2}");
+    let p2 = wait_egress(&lab, "r-eth2", if xdp { "xdp" } else { "tcx" });
     if xdp {
+        assert_eq!(p2["egress"], "xdp", "{p2}");
         // On at start (the lab's GRO), off, on again.
         assert_eq!(p2["egress_changes"], 2, "{p2}");
     }
-    let before = tx2(&lab);
+    let (before, handed) = (fast(&lab, "tx_forwarded"), fast(&lab, "tx_handed_to_tcx"));
     let p = lab.sh(
         "src1",
         &["ping", "-c", "20", "-i", "0.01", "-W", "2", "10.3.0.10"],
     );
     assert!(p.contains("20 received"), "{p}");
-    assert!(tx2(&lab) - before >= 19, "{}", lab.counters("r"));
+    assert!(fast(&lab, "tx_forwarded") - before >= 19, "{}", lab.counters("r"));
+    assert_eq!(fast(&lab, "tx_handed_to_tcx"), handed, "{}", lab.counters("r"));
     if xdp {
         let log = lab.logs("r");
         assert!(log.contains("fast path egress changed"), "{log}");
     }
+}
+
+/// Hosts whose links are as a container's (`lab up --hosts plain`: GRO off, no XDP
+/// program, so their veths take no frame redirected in XDP): the forwarder's fast path
+/// still carries every transit packet (through the hand-off to tcx on AF_XDP ports),
+/// TCP crosses it, and a restart under a generator's load loses nothing: the hand-off's
+/// link is pinned and taken over as the XDP program's is.
+#[test]
+fn plain_hosts_keep_the_fast_path_across_a_restart() {
+    let lab = TestLab::up(repo_path("labs/single-router.toml"), &["--hosts", "plain"]);
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.3.0.10"],
+    );
+    assert!(p.contains("2 received"), "{p}");
+    assert_eq!(lab.port_fast("r", "r-eth2")["egress"], "tcx");
+    let forwarded = |lab: &TestLab| {
+        lab.counters("r")["fast_path"]["forwarded"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = forwarded(&lab);
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "100", "-i", "0.005", "-W", "2", "10.3.0.10"],
+    );
+    assert!(p.contains("100 received"), "{p}");
+    // Requests in at r-eth0, replies in at r-eth2: every one by the fast path.
+    assert!(forwarded(&lab) - before >= 200, "{}", lab.counters("r"));
+    let before = forwarded(&lab);
+    lab.iperf3("src1", "sink1", "10.3.0.10", &["-t", "1"]);
+    assert!(forwarded(&lab) - before > 1000, "{}", lab.counters("r"));
+    // A restart under a generator's 50 kpps, received by an AF_PACKET sink (no XDP on
+    // the host).
+    lab.sh("r", &["ethtool", "-K", "r-eth0", "gro", "on"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let rmac = lab.mac("r", "r-eth0");
+    let sink = lab.spawn(
+        "sink1",
+        &[
+            common::exe(),
+            "sink",
+            "--iface",
+            "eth0",
+            "--duration",
+            "20",
+            "--json",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    let gen = lab.spawn(
+        "src1",
+        &xdp_gen(&rmac, "10.1.0.10", "10.3.0.10", "50kpps", "5"),
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    lab.element("stop", "r");
+    lab.element("start", "r");
+    let g = gen.wait_with_output().unwrap();
+    assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
+    let g: serde_json::Value = serde_json::from_slice(&g.stdout).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) on the sink we spawned (`ip netns exec` execs it), not yet reaped.
+    unsafe { libc::kill(sink.id() as i32, libc::SIGINT) };
+    let s = sink.wait_with_output().unwrap();
+    let s: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+    let sent = g["sent"].as_u64().unwrap();
+    let got = s["received"].as_u64().unwrap() + s["socket_dropped"].as_u64().unwrap_or(0);
+    eprintln!("plain hosts, restart under load: sent {sent}, received {got}");
+    assert!(sent > 200_000, "{g}");
+    assert_eq!(
+        got,
+        sent,
+        "lost {} of {sent} across the restart: {s}\n{}",
+        sent.saturating_sub(got),
+        lab.logs("r")
+    );
+    assert_eq!(lab.port_fast("r", "r-eth2")["egress"], "tcx");
 }
 
 /// `tessera reload` and SIGHUP: the forwarder re-reads its config file; a changed route is
