@@ -59,6 +59,9 @@ pub struct ForwardOpts {
     /// How the sinks receive (`--sink`); latency is measured with an AF_XDP sink where
     /// this one only counts.
     pub sink: SinkKind,
+    /// The hosts' links as a container's (`--hosts plain`: GRO off, no XDP program): the
+    /// sinks then receive on the AF_PACKET ring (an XDP sink would run the host's NAPI).
+    pub plain_hosts: bool,
 }
 
 /// The smallest IPv6 test frame: Ethernet, IPv6 and UDP headers, the probe, the FCS.
@@ -714,6 +717,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             if other.is_none() {
                 l.roles.insert("r".into(), role.into());
             }
+            l.plain_hosts = opts.plain_hosts;
             if contender == MULTISTAGE_FAST {
                 // (The lab turns GRO on on the switch's ports and the hosts' interfaces.)
                 l.fast_path = Some(true);
@@ -976,7 +980,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             r?;
         }
     }
-    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "ipv6": opts.ipv6, "rt_napi": opts.rt_napi, "sink": opts.sink.name(), "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "placement": placements, "points": rows});
+    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "ipv6": opts.ipv6, "rt_napi": opts.rt_napi, "sink": opts.sink.name(), "hosts": if opts.plain_hosts { "plain" } else { "tuned" }, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "placement": placements, "points": rows});
     write(
         &opts.out.join("results.json"),
         &serde_json::to_string_pretty(&v).unwrap_or_default(),

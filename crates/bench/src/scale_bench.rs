@@ -832,6 +832,7 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
         ipv6: false,
         rt_napi: opts.rt_napi,
         sink: opts.sink,
+        plain_hosts: false,
     };
     let mut ceilings = serde_json::Map::new();
     for &size in &sizes {

@@ -281,10 +281,7 @@ impl FastLink {
                 let why = w
                     .filter(|_| xdp && mode != EgressMode::Xdp)
                     .and_then(|p| p.egress.why())
-                    .map(|why| match mode {
-                        EgressMode::Tcx => format!("{why}; handed to tcx, which sends them"),
-                        _ => format!("{why}; no hand-off to tcx here (a kernel before 6.6): user space sends them"),
-                    });
+                    .map(|why| egress_why(mode, why));
                 (mode, why, w.map_or(0, |p| p.changes))
             })
             .collect()
@@ -710,6 +707,17 @@ pub fn port_fast(
             egress_changes: watched.map_or(0, |p| p.changes),
         },
         (None, None) => PortFast::Off("[io] fast_path = false".into()),
+    }
+}
+
+/// Why frames bound out of a port leave it as `mode` says, where its device takes no
+/// frames redirected in XDP (`why`, the egress watch's words).
+pub fn egress_why(mode: io::fastpath::EgressMode, why: &str) -> String {
+    match mode {
+        io::fastpath::EgressMode::Tcx => format!("{why}; handed to tcx, which sends them"),
+        _ => format!(
+            "{why}; no hand-off to tcx here (a kernel before 6.6): user space sends them"
+        ),
     }
 }
 

@@ -93,13 +93,20 @@ impl LbFastLink {
     ) -> Option<crate::fast::PortFast> {
         let i = names.iter().position(|n| n == name)?;
         let w = egress.map(|w| w.ports()).unwrap_or_default();
+        let mode = fp
+            .egress_modes()
+            .get(i)
+            .copied()
+            .unwrap_or(io::fastpath::EgressMode::Xdp);
         Some(crate::fast::PortFast::On {
             stats: *fp.stats().get(i)?,
-            egress: crate::fast::xdp_or_user_space(fp.egress().get(i).copied().unwrap_or(true)),
+            egress: mode,
             egress_why: if fp.suspended() {
                 Some(crate::fast::SUSPENDED.into())
             } else {
-                w.get(i).and_then(|p| p.egress.why().map(str::to_string))
+                w.get(i)
+                    .and_then(|p| p.egress.why())
+                    .map(|why| crate::fast::egress_why(mode, why))
             },
             egress_changes: w.get(i).map_or(0, |p| p.changes),
         })
@@ -398,9 +405,23 @@ mod tests {
         fast: usize,
         fast_balanced: u64,
         user_balanced: u64,
+        /// Every port refuses frames redirected in XDP, and hands them to tcx.
+        handoff: bool,
     }
 
     impl Check {
+        /// Has every port refuse frames redirected in XDP, with the hand-off to tcx: the
+        /// program then hands every frame it sends out to tcx, with the same bytes.
+        fn hand_off(mut self) -> Check {
+            self.link.fp.set_handoff(true);
+            for p in 0..self.b.ports.len() as u32 {
+                self.link.fp.set_egress(p, false);
+            }
+            self.link.publish(&self.b).unwrap();
+            self.handoff = true;
+            self
+        }
+
         /// Two external ports (VLAN 10 on 10.1.0.1/24, VLAN 20 on 10.2.0.1/24), one
         /// internal port, three back-ends behind it; the default rules and `extra`.
         fn new(mode: dataplane::balancer::Mode, extra: Vec<Rule>) -> Check {
@@ -453,6 +474,7 @@ mod tests {
                 fast: 0,
                 fast_balanced: 0,
                 user_balanced: 0,
+                handoff: false,
             }
         }
 
@@ -474,8 +496,10 @@ mod tests {
             let balanced = self.b.counters.snapshot().events["balance_packets"] - before;
             self.user_balanced += balanced;
             let sent = tx.drain_all();
+            let lo = io::netdev::ifindex("lo").unwrap() as u32;
             match v {
-                Verdict::Forward => {
+                Verdict::Forward | Verdict::HandOff(_) => {
+                    assert_eq!(v == Verdict::HandOff(lo), self.handoff, "{v:?}: {frame:02x?}");
                     self.fast += 1;
                     self.fast_balanced += balanced;
                     assert_eq!(
@@ -643,7 +667,11 @@ mod tests {
     }
 
     fn agrees(mode: dataplane::balancer::Mode) {
-        let mut k = Check::new(mode, vec![ssh()]);
+        agrees_with(Check::new(mode, vec![ssh()]));
+    }
+
+    fn agrees_with(mut k: Check) {
+        let mode = k.b.cfg.mode;
         let cases = k.cases();
         for (port, f) in &cases {
             k.frame(*port, f);
@@ -689,6 +717,21 @@ mod tests {
         assert_eq!(after - before, k.fast_balanced);
         let st = k.link.fp.stats();
         assert_eq!(st.iter().map(|s| s[0]).sum::<u64>(), k.fast as u64);
+        let handed = if k.handoff { k.fast as u64 } else { 0 };
+        assert_eq!(st.iter().map(|s| s[7]).sum::<u64>(), handed, "handed to tcx");
+    }
+
+    /// Where no port takes frames redirected in XDP (veths whose peers run no NAPI), the
+    /// LB balances and sends outward the same frames, the same bytes, through the
+    /// hand-off to tcx.
+    #[test]
+    fn the_lb_fast_path_hands_to_tcx_what_it_sends() {
+        agrees_with(Check::new(dataplane::balancer::Mode::Maglev, vec![ssh()]).hand_off());
+        let mut k = Check::new(dataplane::balancer::Mode::Hash, vec![]).hand_off();
+        for (port, f) in Check::cases6() {
+            k.frame(port, &f);
+        }
+        assert_eq!(k.fast_balanced, 33);
     }
 
     /// IPv6's common case (TCP and UDP, balanced and outward) takes the fast path, and

@@ -39,7 +39,7 @@
 
 use super::{
     detached_xdp, filled_array, mac_u64, offload_check, offload_check_for, percpu_sum, pop_tag,
-    push_tag, reload_frame, stats_map, tx_map, Asm, Detached, Family, FrameLen, ADD_K, AND_K,
+    push_tag, reload_frame, stats_map, tx_map, Asm, Detached, Family, FrameLen, ADD_K, ADJUST_META, AND_K,
     BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT,
     IN_BYTES, JA, JEQ32_K, JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K, JNE_X, KTIME_GET_NS, LDX_B,
     LDX_DW, LDX_H, LDX_W, LD_IMM64, LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X, OUT_BYTES, REDIRECT_MAP,
@@ -62,8 +62,11 @@ pub const VLAN_BASE: u32 = PORT_BASE + 2 * MAX_PORTS as u32;
 pub const ENTRY_BASE: u32 = VLAN_BASE + 4096 / 4;
 /// Back-ends the fast path serves.
 pub const MAX_ENTRIES: usize = 4096;
+/// Per port: 0 where frames leave it redirected in XDP, or `1 << 32 | ifindex` where its
+/// device takes none and they go through the hand-off to tcx ([`crate::handoff`]).
+pub const HANDOFF_BASE: u32 = ENTRY_BASE + MAX_ENTRIES as u32;
 /// The table's slots (entry indices), four 16-bit entries to a word.
-pub const SLOT_BASE: u32 = ENTRY_BASE + MAX_ENTRIES as u32;
+pub const SLOT_BASE: u32 = HANDOFF_BASE + MAX_PORTS as u32;
 /// Counter ids for back-ends (`lb counts` entries).
 pub const MAX_IDS: usize = 128;
 
@@ -148,9 +151,40 @@ pub struct LbFastPath {
     egress_version: std::sync::atomic::AtomicU64,
     /// Every frame to user space ([`LbFastPath::suspend`]).
     suspended: std::sync::atomic::AtomicBool,
+    /// Whether every port's tcx hook runs the hand-off ([`LbFastPath::set_handoff`]).
+    handoff: std::sync::atomic::AtomicBool,
+    /// The ports' interface indexes, in port order.
+    ifindexes: Vec<u32>,
 }
 
 impl LbFastPath {
+    /// Says whether every port's tcx ingress hook runs the hand-off ([`crate::handoff`]):
+    /// then a port whose device takes no frames redirected in XDP gets its frames through
+    /// it (from the next [`LbFastPath::publish`]), else from user space.
+    pub fn set_handoff(&self, on: bool) {
+        use std::sync::atomic::Ordering;
+        if self.handoff.swap(on, Ordering::Relaxed) != on {
+            self.egress_version.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How frames bound out of each port leave it.
+    pub fn egress_modes(&self) -> Vec<super::EgressMode> {
+        use super::EgressMode;
+        use std::sync::atomic::Ordering;
+        let suspended = self.suspended.load(Ordering::Relaxed);
+        let handoff = self.handoff.load(Ordering::Relaxed);
+        self.egress
+            .iter()
+            .map(|e| match (suspended, e.load(Ordering::Relaxed), handoff) {
+                (true, ..) => EgressMode::UserSpace,
+                (false, true, _) => EgressMode::Xdp,
+                (false, false, true) => EgressMode::Tcx,
+                (false, false, false) => EgressMode::UserSpace,
+            })
+            .collect()
+    }
+
     /// Whether port `port`'s device takes frames redirected in XDP (`crate::egress`).
     /// Where it does not, the next [`LbFastPath::publish`] leaves every frame bound there
     /// to user space: back-ends behind it have no entry, and its external VLAN none.
@@ -165,11 +199,9 @@ impl LbFastPath {
 
     /// Per port, whether frames may leave by it in the fast path.
     pub fn egress(&self) -> Vec<bool> {
-        use std::sync::atomic::Ordering;
-        let suspended = self.suspended.load(Ordering::Relaxed);
-        self.egress
-            .iter()
-            .map(|e| !suspended && e.load(Ordering::Relaxed))
+        self.egress_modes()
+            .into_iter()
+            .map(|m| m != super::EgressMode::UserSpace)
             .collect()
     }
 
@@ -209,6 +241,10 @@ impl LbFastPath {
         )?;
         drop(template);
         let tx = tx_map(ifnames)?;
+        let ifindexes = ifnames
+            .iter()
+            .map(|i| crate::netdev::ifindex(i).map(|x| x as u32))
+            .collect::<io::Result<Vec<u32>>>()?;
         let stats = stats_map(n)?;
         let counts = map_create(
             BPF_MAP_TYPE_PERCPU_ARRAY,
@@ -232,6 +268,8 @@ impl LbFastPath {
                 .collect(),
             egress_version: std::sync::atomic::AtomicU64::new(0),
             suspended: std::sync::atomic::AtomicBool::new(false),
+            handoff: std::sync::atomic::AtomicBool::new(false),
+            ifindexes,
         };
         me.publish(&[], &[], &[])?;
         Ok(me)
@@ -254,8 +292,8 @@ impl LbFastPath {
             &[]
         };
         let words = SLOT_BASE + slots.len().div_ceil(4) as u32;
-        let egress = self.egress();
-        let out_ok = |port: usize| egress.get(port).copied().unwrap_or(true);
+        let modes = self.egress_modes();
+        let out_ok = |port: usize| modes.get(port) != Some(&super::EgressMode::UserSpace);
         let inner = filled_array(words, "lb table", |w| {
             w[0] = slots.len() as u64;
             let none = 0xffffu64;
@@ -296,6 +334,12 @@ impl LbFastPath {
                     }
                     _ => 0,
                 };
+            }
+            for (i, m) in modes.iter().enumerate().take(MAX_PORTS) {
+                if *m == super::EgressMode::Tcx {
+                    let ifindex = self.ifindexes.get(i).copied().unwrap_or(0);
+                    w[HANDOFF_BASE as usize + i] = 1 << 32 | ifindex as u64;
+                }
             }
             for (k, c) in slots.chunks(4).enumerate() {
                 w[SLOT_BASE as usize + k] =
@@ -593,7 +637,9 @@ fn fast_part(a: &mut Asm, f: &LbProgramFacts, [state, tx, stats, counts]: [i32; 
         .i(STX_DW, 10, 2, -40, 0) // egress port
         .i(RSH_K, 1, 0, 0, 56)
         .i(AND_K, 1, 0, 0, 0x7f)
-        .i(STX_DW, 10, 1, -64, 0) // counter id
+        .i(STX_DW, 10, 1, -64, 0); // counter id
+    handoff_room(a, 34, "balance");
+    a
         .i(LDX_DW, 1, 10, -48, 0)
         .i(RSH_K, 1, 0, 0, 48)
         .i(AND_K, 1, 0, 0, 0xfff)
@@ -632,6 +678,7 @@ fn fast_part(a: &mut Asm, f: &LbProgramFacts, [state, tx, stats, counts]: [i32; 
         .i(ADD_K, 1, 0, 0, PORT_BASE as i32);
     word(a);
     a.i(LDX_DW, 1, 0, 0, 0).i(STX_DW, 10, 1, -48, 0);
+    handoff_room(a, 38, "to_ext");
     // The tag comes out: the MACs move up four bytes, the frame starts there.
     pop_tag(a, true);
     reload_frame(a, 14);
@@ -646,8 +693,9 @@ fn fast_part(a: &mut Asm, f: &LbProgramFacts, [state, tx, stats, counts]: [i32; 
         .i(MOV_K, 1, 0, 0, me)
         .count_frame(stats, 1, 0, IN_BYTES, FrameLen::Bounds, "counted_in")
         .i(LDX_DW, 1, 10, -40, 0)
-        .count_frame(stats, 1, 16, OUT_BYTES, FrameLen::Bounds, "counted_out")
-        .i(LDX_DW, 2, 10, -40, 0)
+        .count_frame(stats, 1, 16, OUT_BYTES, FrameLen::Bounds, "counted_out");
+    handoff_send(a, stats);
+    a.i(LDX_DW, 2, 10, -40, 0)
         .map(1, tx)
         .i(MOV_K, 3, 0, 0, 0)
         .i(CALL, 0, 0, 0, REDIRECT_MAP)
@@ -695,6 +743,54 @@ fn fast_part(a: &mut Asm, f: &LbProgramFacts, [state, tx, stats, counts]: [i32; 
     plain_ipv6(a, 18, &f.addrs6, "int6");
     key6(a, 18, "int6");
     rules(a, &f.rules6, false, LbVerdict::IntToExt, "to_ext", "int6");
+}
+
+/// With the egress port at -40 (the state in r6), its hand-off word to -136 (see
+/// [`HANDOFF_BASE`]); where it hands off, room for the hand-off's metadata in front of
+/// the frame (refused: to `slow`, the frame untouched yet) and r7 and r8 the frame's
+/// bounds again, `len` bytes of it checked. `p` prefixes labels.
+fn handoff_room(a: &mut Asm, len: i32, p: &str) {
+    let done = format!("{p}_handoff_done");
+    a.i(LDX_DW, 1, 10, -40, 0)
+        .i(ADD_K, 1, 0, 0, HANDOFF_BASE as i32);
+    word(a);
+    a.i(LDX_DW, 1, 0, 0, 0)
+        .i(STX_DW, 10, 1, -136, 0)
+        .j(JEQ_K, 1, 0, 0, &done)
+        .i(LDX_DW, 1, 10, -72, 0)
+        .i(MOV_K, 2, 0, 0, -crate::handoff::META_LEN)
+        .i(CALL, 0, 0, 0, ADJUST_META)
+        .j(JNE_K, 0, 0, 0, "slow")
+        .i(LDX_DW, 1, 10, -72, 0)
+        .i(LDX_W, 7, 1, 0, 0)
+        .i(LDX_W, 8, 1, 4, 0)
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, len)
+        .j(JGT_X, 1, 8, 0, "slow") // (cannot happen: the frame is as long as before)
+        .label(&done);
+}
+
+/// At `forward`, counted: a frame whose egress hands off (its word at -136, from
+/// [`handoff_room`]) gets the hand-off's metadata, is counted as handed off on the egress
+/// port (at -40) and goes to this port's tcx hook (`XDP_PASS`); any other goes on.
+fn handoff_send(a: &mut Asm, stats: i32) {
+    a.i(LDX_DW, 1, 10, -136, 0)
+        .j(JEQ_K, 1, 0, 0, "redirect")
+        .i(LDX_DW, 1, 10, -72, 0)
+        .i(LDX_W, 2, 1, 8, 0) // data_meta
+        .i(LDX_W, 3, 1, 0, 0) // data
+        .i(MOV_X, 4, 2, 0, 0)
+        .i(ADD_K, 4, 0, 0, crate::handoff::META_LEN)
+        .j(JGT_X, 4, 3, 0, "aborted") // (cannot happen: the room was made)
+        .i(MOV_K, 4, 0, 0, crate::handoff::MAGIC as i32)
+        .i(STX_W, 2, 4, 0, 0)
+        .i(LDX_DW, 4, 10, -136, 0)
+        .i(STX_W, 2, 4, 4, 0)
+        .i(LDX_DW, 1, 10, -40, 0)
+        .count(stats, 1, super::HANDED_OFF, "lb_handed_off")
+        .i(MOV_K, 0, 0, 0, super::XDP_PASS)
+        .i(EXIT, 0, 0, 0, 0)
+        .label("redirect");
 }
 
 /// Checks of an IPv6 packet at `o` in a frame at r7..r8 (`p` prefixes labels): version 6,
@@ -759,7 +855,8 @@ fn key6(a: &mut Asm, o: i16, p: &str) {
 /// Stack: -8 a 32-bit key, -32 the receive queue, -40 the egress port, -48 the port's
 /// state word (later the egress port's), -56 its address, -64 the back-end's counter id,
 /// -72 the context, -80 the VLAN id to tag with, -88 to -104 the classifier's key, -112
-/// the flow hash and then the back-end's word, -120 a shift. Registers: r6 the context,
+/// the flow hash and then the back-end's word, -120 a shift, -136 the egress port's
+/// hand-off word ([`HANDOFF_BASE`]). Registers: r6 the context,
 /// then the state; r7 and r8 the frame's bounds; r9 the total length.
 fn program(f: &LbProgramFacts, [state, tx, stats, counts, deadline, xsk]: [i32; 6]) -> Vec<u8> {
     let mut a = Asm::new();

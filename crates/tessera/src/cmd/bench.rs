@@ -116,6 +116,13 @@ pub(crate) enum Bench {
         /// measured with an AF_XDP sink).
         #[arg(long, default_value = "xdp", value_parser = ["xdp", "afpacket", "count"])]
         sink: String,
+        /// `plain`: the hosts' links as a container's veth is made (GRO off, no XDP
+        /// program: `lab up --hosts plain`), so that an XDP program cannot redirect to
+        /// them and the fast path hands their frames to tcx; the sinks then receive on
+        /// the AF_PACKET ring whatever `--sink` says (an XDP sink would run the host's
+        /// NAPI). `tuned` (the default): GRO on at the hosts where the fast path runs.
+        #[arg(long, default_value = "tuned", value_parser = ["tuned", "plain"])]
+        hosts: String,
         /// Measure IPv6 as well, on the same (dual-stack) lab in the same run: each
         /// contender over IPv4, then over IPv6 (as `NAME-ipv6`; 84-byte frames where IPv4
         /// has 64), the table's IPv6 part (synthetic, or a file's IPv6 routes) loaded too.
@@ -496,9 +503,17 @@ pub(crate) fn run(what: Bench) -> Result<i32> {
             ipv6,
             rt_napi,
             sink,
+            hosts,
         } => {
             let exe = std::env::current_exe().context("cannot find the tessera binary")?;
             stop_lab_benches_on_signals()?;
+            let plain_hosts = hosts == "plain";
+            let sink = if plain_hosts && sink != "afpacket" {
+                eprintln!("bench forward: --hosts plain: the sinks receive on the AF_PACKET ring (--sink {sink} would run an XDP program on the hosts)");
+                "afpacket".to_string()
+            } else {
+                sink
+            };
             for b in &io {
                 backend_arg(Some(b))?;
             }
@@ -555,6 +570,7 @@ pub(crate) fn run(what: Bench) -> Result<i32> {
                 ipv6,
                 rt_napi,
                 sink: bench::forward_bench::SinkKind::parse(&sink).map_err(anyhow::Error::msg)?,
+                plain_hosts,
             };
             let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
             print(&v)

@@ -292,6 +292,7 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
     // A predecessor's programs balance on in the pinned links until this LB's state is
     // published (control::balancer::run).
     io::pin::defer_takeover(fast.is_some());
+    let mut lb_handoffs = Vec::new();
     for (k, i) in cfg.interfaces.iter().enumerate() {
         let facts = control::lbfast::LbFastLink::facts(&b, k as u32);
         let program = |hook: io::xsk::Hook| match (&fast, hook) {
@@ -331,9 +332,16 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
                 programs.push((facts.clone(), att));
             }
         }
+        // A port without the fast path's program (AF_PACKET) runs no XDP: it hands nothing.
+        lb_handoffs.push(mine[0].attachment().is_none_or(|a| a.handoff()));
         for (w, p) in mine.into_iter().enumerate() {
             ports[w].push(p);
         }
+    }
+    // Frames bound to a device that takes no XDP frames leave through the hand-off to tcx
+    // where every port's hook runs it (the state published next says so).
+    if let Some(fl) = &fast {
+        fl.fp.set_handoff(lb_handoffs.iter().all(|&h| h));
     }
     let handed = match (&fast, handover) {
         (Some(fl), Some(grace)) => fl.hand_over(grace, stop.clone()),
