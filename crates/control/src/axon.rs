@@ -513,9 +513,12 @@ pub fn run<P: Port>(
                             .then(|| "a host port: frames leave by it through user space, which takes the Axon header off".into())
                     }
                 });
+                // (No hand-off to tcx here yet: a port whose device takes no XDP frames
+                // is user space's.)
                 let egress = f
                     .as_ref()
-                    .is_some_and(|f| f.egress_now(i) && f.neighbours[i].is_some());
+                    .is_some_and(|f| f.egress_now(i) && f.neighbours[i].is_some())
+                    .then_some(io::fastpath::EgressMode::Xdp);
                 p["fast_path"] =
                     crate::fast::port_fast(off, stats.get(i), egress, held, watched.get(i)).json();
             }

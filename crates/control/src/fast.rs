@@ -694,16 +694,21 @@ impl PortFast {
 pub fn port_fast(
     off: Option<&String>,
     stats: Option<&[u64; io::fastpath::STATS]>,
-    egress: bool,
+    egress: Option<io::fastpath::EgressMode>,
     held: Option<String>,
     watched: Option<&io::egress::PortEgress>,
 ) -> PortFast {
+    let mode = egress.unwrap_or(io::fastpath::EgressMode::UserSpace);
     match (off, stats) {
         (Some(why), _) => PortFast::Off(why.clone()),
         (None, Some(st)) => PortFast::On {
             stats: *st,
-            egress: xdp_or_user_space(egress),
-            egress_why: held.or_else(|| watched.and_then(|p| p.egress.why().map(str::to_string))),
+            egress: mode,
+            egress_why: held.or_else(|| {
+                watched
+                    .and_then(|p| p.egress.why())
+                    .map(|why| egress_why(mode, why))
+            }),
             egress_changes: watched.map_or(0, |p| p.changes),
         },
         (None, None) => PortFast::Off("[io] fast_path = false".into()),
@@ -715,9 +720,7 @@ pub fn port_fast(
 pub fn egress_why(mode: io::fastpath::EgressMode, why: &str) -> String {
     match mode {
         io::fastpath::EgressMode::Tcx => format!("{why}; handed to tcx, which sends them"),
-        _ => format!(
-            "{why}; no hand-off to tcx here (a kernel before 6.6): user space sends them"
-        ),
+        _ => format!("{why}; no hand-off to tcx here (a kernel before 6.6): user space sends them"),
     }
 }
 

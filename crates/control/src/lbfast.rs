@@ -499,7 +499,11 @@ mod tests {
             let lo = io::netdev::ifindex("lo").unwrap() as u32;
             match v {
                 Verdict::Forward | Verdict::HandOff(_) => {
-                    assert_eq!(v == Verdict::HandOff(lo), self.handoff, "{v:?}: {frame:02x?}");
+                    assert_eq!(
+                        v == Verdict::HandOff(lo),
+                        self.handoff,
+                        "{v:?}: {frame:02x?}"
+                    );
                     self.fast += 1;
                     self.fast_balanced += balanced;
                     assert_eq!(
@@ -718,7 +722,11 @@ mod tests {
         let st = k.link.fp.stats();
         assert_eq!(st.iter().map(|s| s[0]).sum::<u64>(), k.fast as u64);
         let handed = if k.handoff { k.fast as u64 } else { 0 };
-        assert_eq!(st.iter().map(|s| s[7]).sum::<u64>(), handed, "handed to tcx");
+        assert_eq!(
+            st.iter().map(|s| s[7]).sum::<u64>(),
+            handed,
+            "handed to tcx"
+        );
     }
 
     /// Where no port takes frames redirected in XDP (veths whose peers run no NAPI), the

@@ -243,6 +243,9 @@ pub struct SwitchFast {
     pub egress: Vec<bool>,
     /// Every frame through user space, while a capture runs.
     pub suspended: bool,
+    /// Every port's tcx hook runs the hand-off (`io::handoff`): a port whose device takes
+    /// no XDP frames gets its frames through it.
+    pub handoff: bool,
     synced: Instant,
 }
 
@@ -264,6 +267,7 @@ impl SwitchFast {
             fp,
             egress: vec![true; eligible.len()],
             suspended: false,
+            handoff: false,
             eligible,
             synced: Instant::now(),
         })
@@ -278,9 +282,22 @@ impl SwitchFast {
         }
     }
 
-    /// Whether frames may leave by `port` in the fast path now.
-    pub fn egress_now(&self, port: usize) -> bool {
-        !self.suspended && self.eligible[port] && self.egress[port]
+    /// Says whether every port's tcx hook runs the hand-off to tcx.
+    pub fn set_handoff(&mut self, on: bool) {
+        self.handoff = on;
+        for p in 0..self.eligible.len() {
+            self.write_port(p);
+        }
+    }
+
+    /// How frames leave by `port` in the fast path now (`None`: they do not).
+    pub fn egress_now(&self, port: usize) -> Option<io::fastpath::EgressMode> {
+        use io::fastpath::EgressMode;
+        match (self.suspended || !self.eligible[port], self.egress[port]) {
+            (true, _) => None,
+            (false, true) => Some(EgressMode::Xdp),
+            (false, false) => self.handoff.then_some(EgressMode::Tcx),
+        }
     }
 
     fn write_port(&self, port: usize) {
@@ -411,7 +428,7 @@ pub fn run<P: Port>(
                         (!f.eligible[i]).then(|| crate::fast::SHAPED.into())
                     }
                 });
-                let egress = f.as_ref().is_some_and(|f| f.egress_now(i));
+                let egress = f.as_ref().and_then(|f| f.egress_now(i));
                 p["fast_path"] = crate::fast::port_fast(off, stats.get(i), egress, held, w).json();
             }
         }

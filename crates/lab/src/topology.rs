@@ -690,8 +690,7 @@ impl Lab {
                 // wire-like receive (the demo compares TCP with the kernel's on the same
                 // hosts).
                 let host = self.topo.host.iter().find(|h| &h.name == node);
-                let is_host =
-                    host.is_some_and(|h| h.gro != Some(false) && !self.plain_hosts);
+                let is_host = host.is_some_and(|h| h.gro != Some(false) && !self.plain_hosts);
                 let xdp_fast =
                     self.fast_path != Some(false) && self.io.as_deref() != Some("packet");
                 if (*is_switch && self.topo.switch.iter().any(|s| &s.name == node && s.gro))

@@ -1356,7 +1356,11 @@ fn the_default_fast_path_loses_nothing_on_wire_like_links() {
     );
     assert!(p.contains("200 received"), "{p}\n{}", lab.logs("r"));
     // Every request left by the fast path, handed to tcx where the program is XDP's.
-    assert!(fast(&lab, "tx_forwarded") - tx0 >= 200, "{}", lab.counters("r"));
+    assert!(
+        fast(&lab, "tx_forwarded") - tx0 >= 200,
+        "{}",
+        lab.counters("r")
+    );
     let handed = fast(&lab, "tx_handed_to_tcx") - handed0;
     assert_eq!(handed >= 200, xdp, "{}", lab.counters("r"));
     // GRO on at sink1: its veth's peer runs NAPI, and XDP redirects to it again.
@@ -1373,8 +1377,17 @@ fn the_default_fast_path_loses_nothing_on_wire_like_links() {
         &["ping", "-c", "20", "-i", "0.01", "-W", "2", "10.3.0.10"],
     );
     assert!(p.contains("20 received"), "{p}");
-    assert!(fast(&lab, "tx_forwarded") - before >= 19, "{}", lab.counters("r"));
-    assert_eq!(fast(&lab, "tx_handed_to_tcx"), handed, "{}", lab.counters("r"));
+    assert!(
+        fast(&lab, "tx_forwarded") - before >= 19,
+        "{}",
+        lab.counters("r")
+    );
+    assert_eq!(
+        fast(&lab, "tx_handed_to_tcx"),
+        handed,
+        "{}",
+        lab.counters("r")
+    );
     if xdp {
         let log = lab.logs("r");
         assert!(log.contains("fast path egress changed"), "{log}");

@@ -172,7 +172,7 @@ fn the_switch_fast_path_takes_known_unicast_between_unshaped_ports() {
     assert_eq!(p1["on"], true, "{ifs}");
     assert_eq!(
         (p1["egress"].clone(), pr["egress"].clone()),
-        (true.into(), false.into()),
+        ("xdp".into(), "user space".into()),
         "{ifs}"
     );
     // The 20 pings' requests at least, and TCP both ways.
@@ -227,7 +227,7 @@ fn a_switch_reloads_its_ports_shaping_in_place() {
     };
     let shaped = mbps();
     assert!(shaped < 21.0, "{shaped} Mbit/s through a 20 Mbit/s port");
-    assert_eq!(egress_r(), false);
+    assert_eq!(egress_r(), "user space");
     std::fs::write(
         &file,
         original.replace("capacity_bps = 20_000_000", "capacity_bps = 200_000_000"),
@@ -247,7 +247,7 @@ fn a_switch_reloads_its_ports_shaping_in_place() {
     std::fs::write(&file, original.replace("capacity_bps = 20_000_000\n", "")).unwrap();
     let o = reload();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(egress_r(), true, "{}", lab.show_json("interfaces", "swq"));
+    assert_eq!(egress_r(), "xdp", "{}", lab.show_json("interfaces", "swq"));
     // A broken file, a change of mode: refused, named, nothing changed.
     std::fs::write(
         &file,
@@ -268,17 +268,17 @@ fn a_switch_reloads_its_ports_shaping_in_place() {
     let o = reload();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("switch.mode"), "{err}");
-    assert_eq!(egress_r(), true);
+    assert_eq!(egress_r(), "xdp");
     // SIGHUP: back to the original, shaped port.
     std::fs::write(&file, &original).unwrap();
     let pid = lab.node("swq")["pid"].as_i64().unwrap() as i32;
     // SAFETY: the lab started this process for this test.
     unsafe { libc::kill(pid, libc::SIGHUP) };
     let t = std::time::Instant::now();
-    while egress_r() != false && t.elapsed() < Duration::from_secs(3) {
+    while egress_r() != "user space" && t.elapsed() < Duration::from_secs(3) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(egress_r(), false, "{}", lab.logs("swq"));
+    assert_eq!(egress_r(), "user space", "{}", lab.logs("swq"));
     assert_eq!(
         lab.log_lines("swq", &["config reloaded"]).len(),
         3,

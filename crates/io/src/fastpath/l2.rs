@@ -13,15 +13,17 @@
 //!
 //! Maps: `switch macs` (a hash of the MAC, as [`super::mac_u64`] packs it, to its port),
 //! kept by the switch's run loop from its table ([`SwitchFastPath::sync`]); `switch
-//! ports` (per port: bit 0, frames may leave here in the fast path); `tx ports` (a device
+//! ports` (per port: bit 0, frames may leave here in the fast path; bit 1, they leave
+//! through the hand-off to tcx, [`crate::handoff`], the port's interface index in the
+//! high 32 bits); `tx ports` (a device
 //! map of the ports' interfaces); `stats` (per CPU and port: frames the fast path took in,
 //! left to user space, sent out; as the forwarder's).
 
 use super::{
     detached_xdp, lb::plain_ipv4, mac_u64, map_delete, offload_check_for, percpu_sum, stats_map,
-    tx_map, Asm, Detached, Family, FrameLen, ADD_K, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, CALL,
-    IN_BYTES, JA, JEQ_K, JGT_X, JNE_K, JSET_K, LDX_B, LDX_DW, LDX_H, LDX_W, LSH_K, MAP_LOOKUP,
-    MOV_K, MOV_X, OR_X, STATS, STX_DW,
+    tx_map, Asm, Detached, Family, FrameLen, ADD_K, ADJUST_META, BPF_MAP_TYPE_ARRAY,
+    BPF_MAP_TYPE_HASH, CALL, EXIT, IN_BYTES, JA, JEQ_K, JGT_X, JNE_K, JSET_K, LDX_B, LDX_DW, LDX_H,
+    LDX_W, LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X, OUT_BYTES, RSH_K, STATS, STX_DW, STX_W,
 };
 use crate::xdp::{map_create, map_update};
 use std::collections::HashMap;
@@ -40,7 +42,14 @@ pub struct SwitchFastPath {
     nports: u32,
     /// What `macs` holds now.
     published: HashMap<u64, u32>,
+    /// The ports' interface indexes, in port order.
+    ifindexes: Vec<u32>,
 }
+
+/// A `switch ports` word's flags: frames may leave by the port in the fast path; they
+/// leave through the hand-off to tcx.
+const ELIGIBLE: u64 = 1;
+const HANDOFF: u64 = 2;
 
 impl SwitchFastPath {
     /// Creates the maps for the ports whose interfaces are `ifnames`; `eligible[i]`: frames
@@ -51,6 +60,10 @@ impl SwitchFastPath {
         let ports = map_create(BPF_MAP_TYPE_ARRAY, 4, 8, n.max(1), 0, 0, "switch ports")?;
         let tx = tx_map(ifnames)?;
         let stats = stats_map(n)?;
+        let ifindexes = ifnames
+            .iter()
+            .map(|i| crate::netdev::ifindex(i).map(|x| x as u32))
+            .collect::<io::Result<Vec<u32>>>()?;
         for i in 0..ifnames.len() {
             let flags = u64::from(eligible.get(i).copied().unwrap_or(false));
             map_update(&ports, &(i as u32), &flags)?;
@@ -62,15 +75,25 @@ impl SwitchFastPath {
             stats,
             nports: n,
             published: HashMap::new(),
+            ifindexes,
         })
     }
 
-    /// Whether frames may leave by port `port` in the fast path (its `switch ports` flag).
-    pub fn set_port(&self, port: u32, eligible: bool) -> io::Result<()> {
+    /// How frames leave by port `port` in the fast path (its `switch ports` word): not at
+    /// all (`None`), redirected in XDP, or through the hand-off to tcx.
+    pub fn set_port(&self, port: u32, egress: Option<super::EgressMode>) -> io::Result<()> {
         if port >= self.nports {
             return Ok(());
         }
-        map_update(&self.ports, &port, &u64::from(eligible))
+        let word = match egress {
+            Some(super::EgressMode::Xdp) => ELIGIBLE,
+            Some(super::EgressMode::Tcx) => {
+                let ifindex = self.ifindexes.get(port as usize).copied().unwrap_or(0);
+                ELIGIBLE | HANDOFF | (ifindex as u64) << 32
+            }
+            _ => 0,
+        };
+        map_update(&self.ports, &port, &word)
     }
 
     /// Brings `switch macs` in step with the switch's table (MAC, port): new and moved
@@ -148,7 +171,8 @@ fn mac_lookup(a: &mut Asm, macs: i32, off: i16) {
         .j(JEQ_K, 0, 0, 0, "slow");
 }
 
-/// Stack: -8 a 32-bit key, -16 a MAC, -32 the receive queue, -40 the egress port.
+/// Stack: -8 a 32-bit key, -16 a MAC, -32 the receive queue, -40 the egress port, -48 its
+/// `switch ports` word.
 /// Registers: r6 the context; r7 and r8 the frame's bounds; r9 an IPv4 packet's length.
 fn program(me: u32, [macs, ports, tx, stats, xsk]: [i32; 5]) -> Vec<u8> {
     let mut a = Asm::new();
@@ -176,7 +200,8 @@ fn program(me: u32, [macs, ports, tx, stats, xsk]: [i32; 5]) -> Vec<u8> {
         .i(STX_DW, 10, 1, -40, 0)
         .lookup(0, ports, 1)
         .i(LDX_DW, 1, 0, 0, 0)
-        .j(JSET_K, 1, 0, 1, "eligible")
+        .i(STX_DW, 10, 1, -48, 0)
+        .j(JSET_K, 1, 0, ELIGIBLE as i32, "eligible")
         .j(JA, 0, 0, 0, "slow")
         .label("eligible")
         // An untagged IPv4 frame: a plain packet whose checksum is not left to offload.
@@ -188,9 +213,42 @@ fn program(me: u32, [macs, ports, tx, stats, xsk]: [i32; 5]) -> Vec<u8> {
     plain_ipv4(&mut a, 14);
     offload_check_for(&mut a, Family::V4, "forward", "forward");
     a.label("forward")
+        .i(LDX_DW, 1, 10, -48, 0)
+        .j(JSET_K, 1, 0, HANDOFF as i32, "handoff")
         .i(MOV_K, 1, 0, 0, me)
         .count_frame(stats, 1, 0, IN_BYTES, FrameLen::Bounds, "counted_in")
         .send_out(stats, tx, "counted_out");
+    // To a port that takes no frames redirected in XDP: room for the hand-off's metadata
+    // (refused: user space's), the frame counted, the metadata written, to this port's
+    // tcx hook (`crate::handoff`).
+    a.label("handoff")
+        .i(MOV_X, 1, 6, 0, 0)
+        .i(MOV_K, 2, 0, 0, -crate::handoff::META_LEN)
+        .i(CALL, 0, 0, 0, ADJUST_META)
+        .j(JNE_K, 0, 0, 0, "slow")
+        .i(LDX_W, 7, 6, 0, 0)
+        .i(LDX_W, 8, 6, 4, 0)
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, 14)
+        .j(JGT_X, 1, 8, 0, "slow")
+        .i(MOV_K, 1, 0, 0, me)
+        .count_frame(stats, 1, 0, IN_BYTES, FrameLen::Bounds, "handoff_in")
+        .i(LDX_DW, 1, 10, -40, 0)
+        .count_frame(stats, 1, 16, OUT_BYTES, FrameLen::Bounds, "handoff_out")
+        .i(LDX_W, 2, 6, 8, 0) // data_meta
+        .i(LDX_W, 3, 6, 0, 0) // data
+        .i(MOV_X, 4, 2, 0, 0)
+        .i(ADD_K, 4, 0, 0, crate::handoff::META_LEN)
+        .j(JGT_X, 4, 3, 0, "slow") // (cannot happen: the room was made)
+        .i(MOV_K, 4, 0, 0, crate::handoff::MAGIC as i32)
+        .i(STX_W, 2, 4, 0, 0)
+        .i(LDX_DW, 4, 10, -48, 0)
+        .i(RSH_K, 4, 0, 0, 32)
+        .i(STX_W, 2, 4, 4, 0)
+        .i(LDX_DW, 1, 10, -40, 0)
+        .count(stats, 1, super::HANDED_OFF, "handoff_counted")
+        .i(MOV_K, 0, 0, 0, super::XDP_PASS)
+        .i(EXIT, 0, 0, 0, 0);
     a.slow_to_socket(stats, xsk, me);
     a.finish()
 }
@@ -267,6 +325,32 @@ mod tests {
             assert_eq!(s[0][0], 2, "{s:?}"); // in on port 0: the two forwarded frames
             assert_eq!(s[1][2], 2, "{s:?}"); // out on port 1
             assert_eq!(s[1][0], 1, "{s:?}");
+        });
+    }
+
+    /// To a port whose device takes no XDP frames, the same frames leave unchanged through
+    /// the hand-off to tcx (the port's interface index in the metadata), counted; a port
+    /// taken out of the fast path gets none.
+    #[test]
+    fn a_port_that_takes_no_xdp_frames_gets_them_through_tcx() {
+        let ns = Netns::with_veth("l2h");
+        ns.run(|| {
+            let names = ["ua".to_string(), "ub".to_string()];
+            let mut fp = SwitchFastPath::new(&names, &[true, true]).unwrap();
+            let ub = crate::netdev::ifindex("ub").unwrap() as u32;
+            fp.sync(&[(A, 0), (B, 1)]).unwrap();
+            fp.set_port(1, Some(crate::fastpath::EgressMode::Tcx))
+                .unwrap();
+            let p0 = fp.detached(0).unwrap();
+            let f = udp(B, A, false);
+            assert_eq!(p0.run(&f).unwrap(), (Verdict::HandOff(ub), f.clone()));
+            fp.set_port(1, None).unwrap();
+            assert_eq!(p0.run(&f).unwrap().0, Verdict::ToUserSpace);
+            fp.set_port(1, Some(crate::fastpath::EgressMode::Xdp))
+                .unwrap();
+            assert_eq!(p0.run(&f).unwrap().0, Verdict::Forward);
+            let s = fp.stats();
+            assert_eq!((s[0][0], s[1][2], s[1][7]), (2, 2, 1), "{s:?}");
         });
     }
 }

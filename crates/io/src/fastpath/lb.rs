@@ -39,8 +39,8 @@
 
 use super::{
     detached_xdp, filled_array, mac_u64, offload_check, offload_check_for, percpu_sum, pop_tag,
-    push_tag, reload_frame, stats_map, tx_map, Asm, Detached, Family, FrameLen, ADD_K, ADJUST_META, AND_K,
-    BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT,
+    push_tag, reload_frame, stats_map, tx_map, Asm, Detached, Family, FrameLen, ADD_K, ADJUST_META,
+    AND_K, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT,
     IN_BYTES, JA, JEQ32_K, JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K, JNE_X, KTIME_GET_NS, LDX_B,
     LDX_DW, LDX_H, LDX_W, LD_IMM64, LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X, OUT_BYTES, REDIRECT_MAP,
     RSH_K, RSH_X, STATS, STX_DW, STX_H, STX_W, SUB_K, SUB_X, TO_BE,
@@ -639,8 +639,7 @@ fn fast_part(a: &mut Asm, f: &LbProgramFacts, [state, tx, stats, counts]: [i32; 
         .i(AND_K, 1, 0, 0, 0x7f)
         .i(STX_DW, 10, 1, -64, 0); // counter id
     handoff_room(a, 34, "balance");
-    a
-        .i(LDX_DW, 1, 10, -48, 0)
+    a.i(LDX_DW, 1, 10, -48, 0)
         .i(RSH_K, 1, 0, 0, 48)
         .i(AND_K, 1, 0, 0, 0xfff)
         .i(STX_DW, 10, 1, -80, 0); // the port's VLAN id

@@ -140,7 +140,8 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
     let mut handoffs = Vec::new();
     if let Some(fl) = &fast {
         if let Ok(fp) = fl.fp.lock() {
-            fp.set_handoff(true).map_err(|e| anyhow::anyhow!("fast path: {e}"))?;
+            fp.set_handoff(true)
+                .map_err(|e| anyhow::anyhow!("fast path: {e}"))?;
         }
     }
     for (k, (name, link)) in names.iter().zip(&links).enumerate() {
@@ -169,7 +170,8 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
         // A port whose tcx hook could not take the hand-off (a kernel without tcx):
         // frames bound to devices that take no XDP frames are user space's.
         if let Ok(fp) = fl.fp.lock() {
-            fp.set_handoff(false).map_err(|e| anyhow::anyhow!("fast path: {e}"))?;
+            fp.set_handoff(false)
+                .map_err(|e| anyhow::anyhow!("fast path: {e}"))?;
         }
     }
     if let (Some(fl), Some(grace), Some(b)) = (&fast, handover, &cfg.backend) {
@@ -415,7 +417,7 @@ pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
         let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
         io::Umems::new(&names, 1)
     });
-    let fast = match &off {
+    let mut fast = match &off {
         None => Some(control::switch::SwitchFast::new(&cfg.cfg).map_err(anyhow::Error::msg)?),
         Some(_) => None,
     };
@@ -431,6 +433,15 @@ pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
         program.as_ref().map(|p| p as &dyn Fn(u32, i32) -> Vec<u8>),
         umems.as_mut(),
     )?;
+    // Frames bound to a port whose device takes no XDP frames go through the hand-off to
+    // tcx where every port's hook runs it.
+    if let Some(f) = &mut fast {
+        f.set_handoff(
+            ports
+                .iter()
+                .all(|p| p.attachment().is_none_or(|a| a.handoff())),
+        );
+    }
     let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
     control::run::place_ports(&cfg.io, &names);
     let names = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();

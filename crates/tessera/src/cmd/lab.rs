@@ -149,8 +149,7 @@ pub(crate) fn lab_cmd(cmd: LabCmd) -> Result<i32> {
                 l.roles.insert(node.to_string(), role.to_string());
             }
             l.up().map_err(anyhow::Error::msg)?;
-            let plain = l.plain_hosts
-                || l.topo.host.iter().any(|h| h.gro == Some(false));
+            let plain = l.plain_hosts || l.topo.host.iter().any(|h| h.gro == Some(false));
             let gro = if l.fast_path == Some(false) || l.io.as_deref() == Some("packet") {
                 "GRO off too"
             } else if plain {
