@@ -798,15 +798,18 @@ fn elements_with_two_workers() {
 /// ports, tcx on AF_PACKET ones, both serving their VLAN sub-interfaces) and, on AF_XDP
 /// ports, the LBs' (`lab up --fast-path`: balance outward
 /// in, int-to-ext back out). With `--fast-path` on AF_XDP the lab turns GRO on on the
-/// switch's ports and the hosts' interfaces, so that their veths take what an XDP program
-/// redirects to them. Hosts see one router (one TTL decrement), TCP goes through, and what the LBs'
-/// fast paths balanced reaches `show balance`.
+/// switch's ports, so that their veths take what an XDP program redirects to them; the
+/// hosts are left as containers have them (`--hosts plain`: GRO off, no XDP), so the
+/// LBs send outward through their hand-off to tcx (the other multistage tests run with
+/// the hosts' GRO on, where the LBs redirect to them in XDP). Hosts see one router (one
+/// TTL decrement), TCP goes through, and what the LBs' fast paths balanced reaches `show
+/// balance`.
 #[test]
 fn elements_with_the_fast_path() {
     let lbs = io_backend() != "packet";
     let dir = lab_copy("fast", |e| e.starts_with('r').then_some("fast_path = true"));
     std::fs::copy(repo_path(LAB), dir.join("lab.toml")).unwrap();
-    let lab = TestLab::up(dir.join("lab.toml"), &["--fast-path"]);
+    let lab = TestLab::up(dir.join("lab.toml"), &["--fast-path", "--hosts", "plain"]);
     // On AF_PACKET ports the fast path is tcx's (socket buffers): GRO stays off.
     let gro = format!(
         "generic-receive-offload: {}",
@@ -819,7 +822,7 @@ fn elements_with_the_fast_path() {
     }
     for h in ["a1", "b1"] {
         let k = lab.sh(h, &["ethtool", "-k", "eth0"]);
-        assert!(k.contains(&gro), "{h}: {k}");
+        assert!(k.contains("generic-receive-offload: off"), "{h}: {k}");
     }
     ping_through(&lab);
     let p = lab.sh(
@@ -874,6 +877,10 @@ fn elements_with_the_fast_path() {
             outward >= out,
             "{lb} sent {outward} outward in its fast path: {c}"
         );
+        // Outward to a plain host: every one through the hand-off to tcx.
+        let handed = fp[ext]["tx_handed_to_tcx"].as_u64().unwrap();
+        assert!(handed >= out, "{lb} handed {handed} to tcx: {c}");
+        assert_eq!(lab.port_fast(lb, ext)["egress"], "tcx", "{lb}");
         let counted: u64 = ask(&lab, lb, "balance")["entries"]
             .as_array()
             .unwrap()

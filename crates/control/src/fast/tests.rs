@@ -898,17 +898,35 @@ fn the_xdp_fast_path_agrees_with_a_star_member() {
     }
 }
 
-/// Where the egresses take no frames redirected in XDP, a star member's crossings of the
-/// switch (which redirect in XDP alone) are user space's, and nothing is redirected to
-/// a device that would drop it.
+/// Where the egresses take no frames redirected in XDP, a star member's crossings onto
+/// its switch (which redirect in XDP alone) are user space's, so nothing is redirected to
+/// a device that would drop it; a star frame off the switch leaves by its external port
+/// through the hand-off to tcx, the same bytes as user space sends. IPv6 alike.
 #[test]
-fn a_star_member_leaves_the_switch_to_user_space_where_it_hands_off() {
+fn a_star_member_hands_frames_off_its_switch_to_tcx() {
     let mut c = star(At::Xdp).hand_off();
     for f in [udp([10, 3, 0, 10], 18), udp([10, 4, 7, 1], 18)] {
         c.frame(0, &f);
     }
+    assert_eq!(c.fast, 0, "{} frames onto the switch by the fast path", c.fast);
     c.frame(1, &star_frame(0, [10, 1, 0, 10]));
-    assert_eq!(c.fast, 0, "{} frames by the fast path", c.fast);
+    assert_eq!(c.fast, 1, "the star frame was not handed off");
+    // IPv6: the host on port 0 resolved first (its advertisement, user space's).
+    let mut c = star_member(At::Xdp, true).hand_off();
+    const H: &str = "2001:db8:1::10";
+    let na = icmpv6::Repr::NeighborAdvert {
+        router: false,
+        solicited: true,
+        override_: true,
+        target: H.parse().unwrap(),
+        options: wire::icmpv6::NdOptions {
+            target_lladdr: Some(wire::MacAddr([2, 0, 0, 0, 1, 0])),
+            ..Default::default()
+        },
+    };
+    c.frame(0, &frame6(H, "2001:db8:1::1", 255, Some(&na), 0));
+    c.frame(1, &star_frame6(0, H));
+    assert_eq!(c.fast, 1, "the IPv6 star frame was not handed off");
 }
 
 /// An IPv6 star frame from member 3 to this one's internal port: header version 2, out of

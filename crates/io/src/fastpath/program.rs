@@ -291,7 +291,7 @@ pub(super) fn program(
             push_tag(&mut a, -80, true);
         }
         a.label("send");
-        handoff_send(&mut a, stats);
+        handoff_send(&mut a, stats, "");
         a.i(LDX_DW, 2, 10, -40, 0)
             .map(1, tx)
             .i(MOV_K, 3, 0, 0, 0)
@@ -399,30 +399,32 @@ pub(super) fn handoff_room(a: &mut Asm, len: i32, sfx: &str) {
 /// (its interface index word at -56 carries [`PORT_HANDOFF`]) gets the hand-off's
 /// metadata (its mark and the egress interface index), is counted as handed off on the
 /// egress port (at -40), and goes to the tcx hook of the port it came in by (`XDP_PASS`),
-/// which sends it out ([`crate::handoff`]); any other frame goes on.
-pub(super) fn handoff_send(a: &mut Asm, stats: i32) {
+/// which sends it out ([`crate::handoff`]); any other frame goes on, at `redirect{sfx}`
+/// (`sfx` makes the labels the caller's own).
+pub(super) fn handoff_send(a: &mut Asm, stats: i32, sfx: &str) {
+    let l = |s: &str| format!("{s}{sfx}");
     a.i(LDX_DW, 1, 10, -56, 0)
         .i(RSH_K, 1, 0, 0, 32)
-        .j(JEQ_K, 1, 0, 0, "redirect")
+        .j(JEQ_K, 1, 0, 0, &l("redirect"))
         .i(LDX_DW, 1, 10, -72, 0)
         .i(LDX_W, 2, 1, 8, 0) // data_meta
         .i(LDX_W, 3, 1, 0, 0) // data
         .i(MOV_X, 4, 2, 0, 0)
         .i(ADD_K, 4, 0, 0, crate::handoff::META_LEN)
-        .j(JGT_X, 4, 3, 0, "handoff_lost")
+        .j(JGT_X, 4, 3, 0, &l("handoff_lost"))
         .i(MOV_K, 4, 0, 0, crate::handoff::MAGIC as i32)
         .i(STX_W, 2, 4, 0, 0)
         .i(LDX_DW, 4, 10, -56, 0)
         .i(STX_W, 2, 4, 4, 0)
         .i(LDX_DW, 1, 10, -40, 0)
-        .count(stats, 1, HANDED_OFF, "handed_off")
+        .count(stats, 1, HANDED_OFF, &l("handed_off"))
         .i(MOV_K, 0, 0, 0, XDP_PASS)
         .i(EXIT, 0, 0, 0, 0)
         // What cannot happen (the room made for the metadata gone): dropped.
-        .label("handoff_lost")
+        .label(&l("handoff_lost"))
         .i(MOV_K, 0, 0, 0, XDP_DROP as i32)
         .i(EXIT, 0, 0, 0, 0)
-        .label("redirect");
+        .label(&l("redirect"));
 }
 
 /// The TTL decremented, with the RFC 1624 update of the header checksum the user-space

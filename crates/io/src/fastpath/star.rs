@@ -106,13 +106,15 @@ pub(super) fn star_in(
         .i(LDX_DW, 1, 10, -40, 0)
         .lookup(0, ports, 1)
         .deadline("star_in_in_time")
-        .not_handed_off()
+        .i(LDX_DW, 1, 0, 8, 0)
+        .i(STX_DW, 10, 1, -56, 0) // interface index and hand-off flag
         .i(LDX_DW, 1, 0, 0, 0)
         .i(STX_DW, 10, 1, -48, 0)
         .i(RSH_K, 1, 0, 0, 48)
         .i(LDX_DW, 2, 10, -24, 0)
-        .j(JGT_X, 2, 1, 0, "slow") // fragments or an ICMP error: user space's
-        .i(MOV_X, 2, 10, 0, 0)
+        .j(JGT_X, 2, 1, 0, "slow"); // fragments or an ICMP error: user space's
+    handoff_room(a, i32::from(ip) + 20, "_star_in");
+    a.i(MOV_X, 2, 10, 0, 0)
         .i(ADD_K, 2, 0, 0, -16)
         .map(1, neigh)
         .i(CALL, 0, 0, 0, MAP_LOOKUP)
@@ -136,7 +138,7 @@ pub(super) fn star_in(
         .i(CALL, 0, 0, 0, ADJUST_HEAD)
         .j(JNE_K, 0, 0, 0, "aborted");
     reload_frame(a, 14);
-    a.send_out(stats, tx, "star_in_counted_out");
+    send_or_hand_off(a, stats, tx, "_star_in");
 }
 
 /// A star member's IPv6 packet for another member's network (XDP), from label
@@ -250,13 +252,15 @@ pub(super) fn star_in6(
         .i(LDX_DW, 1, 10, -40, 0)
         .lookup(0, ports, 1)
         .deadline("star_in6_in_time")
-        .not_handed_off()
+        .i(LDX_DW, 1, 0, 8, 0)
+        .i(STX_DW, 10, 1, -56, 0) // interface index and hand-off flag
         .i(LDX_DW, 1, 0, 0, 0)
         .i(STX_DW, 10, 1, -48, 0)
         .i(RSH_K, 1, 0, 0, 48)
         .i(LDX_DW, 2, 10, -24, 0)
-        .j(JGT_X, 2, 1, 0, "slow") // packet too big: user space's
-        .i(MOV_X, 2, 10, 0, 0)
+        .j(JGT_X, 2, 1, 0, "slow"); // packet too big: user space's
+    handoff_room(a, i32::from(ip) + 40, "_star_in6");
+    a.i(MOV_X, 2, 10, 0, 0)
         .i(ADD_K, 2, 0, 0, -128)
         .map(1, neigh6)
         .i(CALL, 0, 0, 0, MAP_LOOKUP)
@@ -280,7 +284,27 @@ pub(super) fn star_in6(
         .i(CALL, 0, 0, 0, ADJUST_HEAD)
         .j(JNE_K, 0, 0, 0, "aborted");
     reload_frame(a, 14);
-    a.send_out(stats, tx, "star_in6_counted_out");
+    send_or_hand_off(a, stats, tx, "_star_in6");
+}
+
+/// Counts the frame out of the port at -40 and sends it there: through the hand-off to
+/// tcx where that port takes no XDP frames (its word at -56, [`handoff_send`]), else
+/// through the device map. `sfx` makes the labels the caller's own.
+fn send_or_hand_off(a: &mut Asm, stats: i32, tx: i32, sfx: &str) {
+    a.i(LDX_DW, 1, 10, -40, 0).count_frame(
+        stats,
+        1,
+        16,
+        OUT_BYTES,
+        FrameLen::Bounds,
+        &format!("counted_out{sfx}"),
+    );
+    handoff_send(a, stats, sfx);
+    a.i(LDX_DW, 2, 10, -40, 0)
+        .map(1, tx)
+        .i(MOV_K, 3, 0, 0, 0)
+        .i(CALL, 0, 0, 0, REDIRECT_MAP)
+        .i(EXIT, 0, 0, 0, 0);
 }
 
 /// Labels `{prefix}_{i}`, one per member (its internal MAC and its port index on the
