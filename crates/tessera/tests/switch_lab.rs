@@ -190,6 +190,27 @@ fn the_switch_fast_path_takes_known_unicast_between_unshaped_ports() {
     // Read after `show interfaces`: as many, or more if a frame passed in between.
     let later = fp["interfaces"]["swq-1"]["rx_forwarded"].as_u64().unwrap();
     assert!(later >= p1["forwarded_in"].as_u64().unwrap(), "{c}");
+    // qa1's link as a container's (GRO off, no XDP: its veth takes no XDP frames): the
+    // switch sends it its frames through the hand-off to tcx, and pings still cross.
+    lab.sh("qa1", &["ethtool", "-K", "eth0", "gro", "off"]);
+    let t = std::time::Instant::now();
+    while lab.port_fast("swq", "swq-1")["egress"] != "tcx" && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let handed = || {
+        lab.port_fast("swq", "swq-1")["handed_to_tcx"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = handed();
+    let out = lab.sh(
+        "qa2",
+        &["ping", "-c", "20", "-i", "0.05", "-W", "2", "10.6.0.1"],
+    );
+    assert!(out.contains(" 0% packet loss"), "{out}");
+    let p1 = lab.port_fast("swq", "swq-1");
+    assert_eq!(p1["egress"], "tcx", "{p1}");
+    assert!(handed() - before >= 20, "{p1}");
 }
 
 /// `tessera reload` (and SIGHUP) on a switch: a port's capacity changes in place (TCP

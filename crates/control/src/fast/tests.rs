@@ -908,7 +908,11 @@ fn a_star_member_hands_frames_off_its_switch_to_tcx() {
     for f in [udp([10, 3, 0, 10], 18), udp([10, 4, 7, 1], 18)] {
         c.frame(0, &f);
     }
-    assert_eq!(c.fast, 0, "{} frames onto the switch by the fast path", c.fast);
+    assert_eq!(
+        c.fast, 0,
+        "{} frames onto the switch by the fast path",
+        c.fast
+    );
     c.frame(1, &star_frame(0, [10, 1, 0, 10]));
     assert_eq!(c.fast, 1, "the star frame was not handed off");
     // IPv6: the host on port 0 resolved first (its advertisement, user space's).
