@@ -340,11 +340,14 @@ pub struct AxonFast {
     pub egress: Vec<bool>,
     /// Every frame through user space, while a capture runs.
     pub suspended: bool,
+    /// Every port's tcx hook runs the hand-off (`io::handoff`): a port whose device takes
+    /// no XDP frames gets its frames through it.
+    pub handoff: bool,
     /// Per port: the neighbour Axon's MAC, while one is heard there.
     neighbours: Vec<Option<[u8; 6]>>,
     /// Per port: what its entry in the program's map says now (None: no frame leaves by
-    /// it in the fast path).
-    published: Vec<Option<[u8; 6]>>,
+    /// it in the fast path; else the neighbour's MAC and whether through the hand-off).
+    published: Vec<Option<([u8; 6], bool)>>,
 }
 
 impl AxonFast {
@@ -365,6 +368,7 @@ impl AxonFast {
                 .collect(),
             egress: vec![true; n],
             suspended: false,
+            handoff: false,
             neighbours: vec![None; n],
             published: vec![None; n],
         })
@@ -378,19 +382,38 @@ impl AxonFast {
         }
     }
 
-    /// Whether frames may leave by `port` in the fast path now (once a neighbour Axon is
-    /// heard there).
-    pub fn egress_now(&self, port: usize) -> bool {
-        !self.suspended && self.eligible[port] && self.egress[port]
+    /// Says whether every port's tcx hook runs the hand-off to tcx.
+    pub fn set_handoff(&mut self, on: bool) {
+        self.handoff = on;
+        for p in 0..self.eligible.len() {
+            self.write_port(p);
+        }
+    }
+
+    /// How frames may leave by `port` in the fast path now, once a neighbour Axon is
+    /// heard there (`None`: they may not).
+    pub fn egress_now(&self, port: usize) -> Option<io::fastpath::EgressMode> {
+        use io::fastpath::EgressMode;
+        match (self.suspended || !self.eligible[port], self.egress[port]) {
+            (true, _) => None,
+            (false, true) => Some(EgressMode::Xdp),
+            (false, false) => self.handoff.then_some(EgressMode::Tcx),
+        }
     }
 
     /// Brings port `port`'s map entry in step (written only when it changes).
     fn write_port(&mut self, port: usize) {
-        let want = self.neighbours[port].filter(|_| self.egress_now(port));
+        let mode = self.egress_now(port);
+        let want = self.neighbours[port]
+            .filter(|_| mode.is_some())
+            .map(|m| (m, mode == Some(io::fastpath::EgressMode::Tcx)));
         if self.published[port] == want {
             return;
         }
-        match self.fp.set_port(port as u32, want) {
+        match self
+            .fp
+            .set_port(port as u32, want.map(|w| w.0), want.is_some_and(|w| w.1))
+        {
             Ok(()) => self.published[port] = want,
             Err(e) => tracing::warn!(port, error = %e, "Axon fast path: ports map"),
         }
@@ -513,12 +536,10 @@ pub fn run<P: Port>(
                             .then(|| "a host port: frames leave by it through user space, which takes the Axon header off".into())
                     }
                 });
-                // (No hand-off to tcx here yet: a port whose device takes no XDP frames
-                // is user space's.)
                 let egress = f
                     .as_ref()
-                    .is_some_and(|f| f.egress_now(i) && f.neighbours[i].is_some())
-                    .then_some(io::fastpath::EgressMode::Xdp);
+                    .filter(|f| f.neighbours[i].is_some())
+                    .and_then(|f| f.egress_now(i));
                 p["fast_path"] =
                     crate::fast::port_fast(off, stats.get(i), egress, held, watched.get(i)).json();
             }

@@ -14,17 +14,22 @@
 //! out of a host port, plain frames from hosts, malformed headers) goes to the port's
 //! AF_XDP socket and the user-space Axon, which stays the one source of truth.
 //!
-//! Maps: `axon ports` (per port, two words: the neighbour's port MAC as
+//! Where the next port's device takes no frames redirected in XDP, the frame, made the
+//! same, leaves through the hand-off to tcx ([`crate::handoff`]).
+//!
+//! Maps: `axon ports` (per port, three words: the neighbour's port MAC as
 //! [`super::mac_u64`] packs it, with bit 48 set while frames may leave here in the fast
-//! path; then this port's own MAC), kept by the Axon's run loop from its neighbour table
+//! path; then this port's own MAC; then `1 << 32 | ifindex` where they leave through the
+//! hand-off, else 0), kept by the Axon's run loop from its neighbour table
 //! ([`AxonFastPath::set_port`]); `tx ports` (a device map of the ports' interfaces);
 //! `stats` (per CPU and port: frames the fast path took in, left to user space, sent out;
 //! as the forwarder's).
 
 use super::{
     detached_xdp, mac_u64, percpu_sum, stats_map, tx_map, Asm, Detached, FrameLen, ADD_K, ADD_X,
-    AND_K, BPF_MAP_TYPE_ARRAY, IN_BYTES, JA, JEQ_K, JGE_K, JGT_X, JNE_K, JNE_X, JSET_K, LDX_B,
-    LDX_DW, LDX_H, LDX_W, MOV_K, MOV_X, OR_K, RSH_K, STATS, STX_B, STX_DW, STX_H, STX_W,
+    ADJUST_META, AND_K, BPF_MAP_TYPE_ARRAY, CALL, EXIT, IN_BYTES, JA, JEQ_K, JGE_K, JGT_X, JNE_K,
+    JNE_X, JSET_K, LDX_B, LDX_DW, LDX_H, LDX_W, MOV_K, MOV_X, OR_K, OUT_BYTES, REDIRECT_MAP, RSH_K,
+    STATS, STX_B, STX_DW, STX_H, STX_W, SUB_X,
 };
 use crate::xdp::{map_create, map_update};
 use std::io;
@@ -53,6 +58,8 @@ pub struct AxonFastPath {
     tx: OwnedFd,
     stats: OwnedFd,
     macs: Vec<[u8; 6]>,
+    /// The ports' interface indexes, in port order.
+    ifindexes: Vec<u32>,
 }
 
 impl AxonFastPath {
@@ -60,29 +67,41 @@ impl AxonFastPath {
     /// `macs`; no port takes fast-path frames yet (no neighbour is known).
     pub fn new(ifnames: &[String], macs: &[[u8; 6]]) -> io::Result<AxonFastPath> {
         let n = ifnames.len() as u32;
-        let ports = map_create(BPF_MAP_TYPE_ARRAY, 4, 16, n.max(1), 0, 0, "axon ports")?;
+        let ports = map_create(BPF_MAP_TYPE_ARRAY, 4, 24, n.max(1), 0, 0, "axon ports")?;
         let tx = tx_map(ifnames)?;
         let stats = stats_map(n)?;
+        let ifindexes = ifnames
+            .iter()
+            .map(|i| crate::netdev::ifindex(i).map(|x| x as u32))
+            .collect::<io::Result<Vec<u32>>>()?;
         let fp = AxonFastPath {
             ports,
             tx,
             stats,
             macs: macs.to_vec(),
+            ifindexes,
         };
         for p in 0..n {
-            fp.set_port(p, None)?;
+            fp.set_port(p, None, false)?;
         }
         Ok(fp)
     }
 
     /// Port `port`'s entry: `to` the MAC of the neighbour Axon's port that frames leaving
-    /// here in the fast path are sent to, or None: none leaves here in the fast path.
-    pub fn set_port(&self, port: u32, to: Option<[u8; 6]>) -> io::Result<()> {
+    /// here in the fast path are sent to, or None: none leaves here in the fast path;
+    /// `handoff`: they leave through the hand-off to tcx (its device takes no XDP frames).
+    pub fn set_port(&self, port: u32, to: Option<[u8; 6]>, handoff: bool) -> io::Result<()> {
         let Some(mine) = self.macs.get(port as usize) else {
             return Ok(());
         };
         let first = to.map_or(0, |m| mac_u64(&m) | ELIGIBLE);
-        map_update(&self.ports, &port, &[first, mac_u64(mine)])
+        let ifindex = self.ifindexes.get(port as usize).copied().unwrap_or(0);
+        let third = if handoff && to.is_some() {
+            1 << 32 | ifindex as u64
+        } else {
+            0
+        };
+        map_update(&self.ports, &port, &[first, mac_u64(mine), third])
     }
 
     /// Per port, summed over CPUs: frames the fast path took in, left to user space, sent
@@ -114,7 +133,9 @@ impl AxonFastPath {
 }
 
 /// Stack: -8 a 32-bit key, -32 the receive queue, -40 the output port, -48 the output
-/// port's nibble is the high one (0) or the low one (1).
+/// port's nibble is the high one (0) or the low one (1), -56 the output port's hand-off
+/// word, -64 its neighbour's MAC, -72 the context, -80 the path byte's offset in the
+/// frame, -88 the output port's own MAC.
 /// Registers: r6 the context; r7 and r8 the frame's bounds; r9 the path byte that holds
 /// the next hop.
 fn program(me: u32, [ports, tx, stats, xsk]: [i32; 4]) -> Vec<u8> {
@@ -122,6 +143,7 @@ fn program(me: u32, [ports, tx, stats, xsk]: [i32; 4]) -> Vec<u8> {
     a.i(MOV_X, 6, 1, 0, 0)
         .i(LDX_W, 1, 6, 16, 0) // rx_queue_index
         .i(STX_DW, 10, 1, -32, 0)
+        .i(STX_DW, 10, 6, -72, 0)
         .i(LDX_W, 7, 6, 0, 0)
         .i(LDX_W, 8, 6, 4, 0);
     debug_assert!(me <= LAST_PORT, "an Axon port number is a nibble below 15");
@@ -183,11 +205,39 @@ fn program(me: u32, [ports, tx, stats, xsk]: [i32; 4]) -> Vec<u8> {
         .j(JSET_K, 2, 0, 1, "eligible")
         .j(JA, 0, 0, 0, "slow")
         .label("eligible")
+        .i(STX_DW, 10, 1, -64, 0)
+        .i(LDX_DW, 2, 0, 8, 0)
+        .i(STX_DW, 10, 2, -88, 0)
+        .i(LDX_DW, 2, 0, 16, 0)
+        .i(STX_DW, 10, 2, -56, 0)
+        .j(JEQ_K, 2, 0, 0, "macs")
+        // Out through the hand-off: room for its metadata first (refused: user space's,
+        // the frame untouched yet), then the frame's bounds and the path byte again.
+        .i(MOV_X, 2, 9, 0, 0)
+        .i(SUB_X, 2, 7, 0, 0)
+        .i(STX_DW, 10, 2, -80, 0)
+        .i(MOV_X, 1, 6, 0, 0)
+        .i(MOV_K, 2, 0, 0, -crate::handoff::META_LEN)
+        .i(CALL, 0, 0, 0, ADJUST_META)
+        .j(JNE_K, 0, 0, 0, "slow")
+        .i(LDX_W, 7, 6, 0, 0)
+        .i(LDX_W, 8, 6, 4, 0)
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, i32::from(PATH))
+        .j(JGT_X, 1, 8, 0, "slow")
+        .i(LDX_DW, 9, 10, -80, 0)
+        .i(AND_K, 9, 0, 0, 15)
+        .i(ADD_X, 9, 7, 0, 0)
+        .i(MOV_X, 1, 9, 0, 0)
+        .i(ADD_K, 1, 0, 0, i32::from(PATH) + 1)
+        .j(JGT_X, 1, 8, 0, "slow")
+        .label("macs")
         // The outer MACs: the neighbour's port, then this Axon's port.
+        .i(LDX_DW, 1, 10, -64, 0)
         .i(STX_W, 7, 1, 0, 0)
         .i(RSH_K, 1, 0, 0, 32)
         .i(STX_H, 7, 1, 4, 0)
-        .i(LDX_DW, 1, 0, 8, 0)
+        .i(LDX_DW, 1, 10, -88, 0)
         .i(STX_W, 7, 1, 6, 0)
         .i(RSH_K, 1, 0, 0, 32)
         .i(STX_H, 7, 1, 10, 0)
@@ -212,7 +262,14 @@ fn program(me: u32, [ports, tx, stats, xsk]: [i32; 4]) -> Vec<u8> {
         .i(STX_B, 7, 1, REV, 0)
         .i(MOV_K, 1, 0, 0, me)
         .count_frame(stats, 1, 0, IN_BYTES, FrameLen::Bounds, "counted_in")
-        .send_out(stats, tx, "counted_out");
+        .i(LDX_DW, 1, 10, -40, 0)
+        .count_frame(stats, 1, 16, OUT_BYTES, FrameLen::Bounds, "counted_out");
+    super::program::handoff_send(&mut a, stats, "");
+    a.i(LDX_DW, 2, 10, -40, 0)
+        .map(1, tx)
+        .i(MOV_K, 3, 0, 0, 0)
+        .i(CALL, 0, 0, 0, REDIRECT_MAP)
+        .i(EXIT, 0, 0, 0, 0);
     a.slow_to_socket(stats, xsk, me);
     a.finish()
 }
@@ -252,7 +309,7 @@ mod tests {
             let f = frame(0, &[3, 5, 1, 2], 2);
             // No neighbour on port 1 yet: user space's.
             assert_eq!(p0.run(&f).unwrap().0, Verdict::ToUserSpace);
-            fp.set_port(1, Some(NEXT)).unwrap();
+            fp.set_port(1, Some(NEXT), false).unwrap();
             let (v, out) = p0.run(&f).unwrap();
             assert_eq!(v, Verdict::Forward);
             // What the user-space Axon makes of it: the MACs, the input port recorded in
@@ -262,6 +319,12 @@ mod tests {
             want[6..12].copy_from_slice(&MINE[1]);
             want[14..20].copy_from_slice(&[0, 6, 1, 3, 0x35, 0x02]);
             assert_eq!(out, want);
+            // Port 1's device takes no XDP frames: the same frame through the hand-off to
+            // tcx, for ub.
+            fp.set_port(1, Some(NEXT), true).unwrap();
+            let ub = crate::netdev::ifindex("ub").unwrap() as u32;
+            assert_eq!(p0.run(&f).unwrap(), (Verdict::HandOff(ub), want.clone()));
+            fp.set_port(1, Some(NEXT), false).unwrap();
             // An odd index: the low nibble.
             let f = frame(1, &[3, 1, 2], 2);
             let (v, out) = p0.run(&f).unwrap();
@@ -312,11 +375,12 @@ mod tests {
             assert_eq!(v, Verdict::Forward);
             assert_eq!(out[PATH as usize + 15], 0x30);
             // The neighbour gone: user space's again.
-            fp.set_port(1, None).unwrap();
+            fp.set_port(1, None, false).unwrap();
             assert_eq!(p0.run(&frame(0, &[1], 1)).unwrap().0, Verdict::ToUserSpace);
             let s = fp.stats();
-            assert_eq!(s[0][0], 3, "{s:?}"); // in on port 0: the three forwarded
-            assert_eq!(s[1][2], 3, "{s:?}"); // out on port 1
+            assert_eq!(s[0][0], 4, "{s:?}"); // in on port 0: the four forwarded
+            assert_eq!(s[1][2], 4, "{s:?}"); // out on port 1
+            assert_eq!(s[1][7], 1, "{s:?}"); // of them, through the hand-off
             assert_eq!(s[0][1], 12, "{s:?}"); // to user space
         });
     }

@@ -161,7 +161,7 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
         let info = mine[0].info();
         tracing::info!(interface = name, backend = info.backend, mode = %info.mode, workers, "port open");
         attachments.extend(mine[0].fast_path_link());
-        handoffs.push(mine[0].attachment().is_none_or(|a| a.handoff()));
+        handoffs.push(hands_off(&mine[0]));
         for (w, p) in mine.into_iter().enumerate() {
             ports[w].push(p);
         }
@@ -200,6 +200,13 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
         "forwarder stopped"
     );
     Ok(0)
+}
+
+/// Whether a port's frames bound to a device that takes no XDP frames can go through the
+/// hand-off to tcx (`io::handoff`): its interface's tcx hook runs it, or the port runs no
+/// XDP program of the element's (AF_PACKET), so it hands nothing over.
+fn hands_off(p: &io::AnyPort) -> bool {
+    p.attachment().is_none_or(|a| a.handoff())
 }
 
 /// Takes an interface from the kernel's IP stack; what the system says of it.
@@ -335,7 +342,7 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
             }
         }
         // A port without the fast path's program (AF_PACKET) runs no XDP: it hands nothing.
-        lb_handoffs.push(mine[0].attachment().is_none_or(|a| a.handoff()));
+        lb_handoffs.push(hands_off(&mine[0]));
         for (w, p) in mine.into_iter().enumerate() {
             ports[w].push(p);
         }
@@ -436,11 +443,7 @@ pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
     // Frames bound to a port whose device takes no XDP frames go through the hand-off to
     // tcx where every port's hook runs it.
     if let Some(f) = &mut fast {
-        f.set_handoff(
-            ports
-                .iter()
-                .all(|p| p.attachment().is_none_or(|a| a.handoff())),
-        );
+        f.set_handoff(ports.iter().all(hands_off));
     }
     let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
     control::run::place_ports(&cfg.io, &names);
@@ -619,7 +622,7 @@ pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
         cfg.cfg.macs[i] =
             wire::MacAddr(io::netdev::mac(&p.name).with_context(|| format!("port {}", p.name))?);
     }
-    let fast = match &off {
+    let mut fast = match &off {
         None => Some(control::axon::AxonFast::new(&cfg.cfg).map_err(anyhow::Error::msg)?),
         Some(_) => None,
     };
@@ -635,6 +638,11 @@ pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
         program.as_ref().map(|p| p as &dyn Fn(u32, i32) -> Vec<u8>),
         umems.as_mut(),
     )?;
+    // Frames bound to an Axon link whose device takes no XDP frames go through the
+    // hand-off to tcx where every port's hook runs it.
+    if let Some(f) = &mut fast {
+        f.set_handoff(ports.iter().all(hands_off));
+    }
     let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
     control::run::place_ports(&cfg.io, &names);
     let names = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();
