@@ -892,6 +892,22 @@ fn elements_with_the_fast_path() {
             "{lb}: show balance counts {counted}: {c}"
         );
     }
+    if lbs {
+        // LB B, which sends the stream out to b1 through its hand-off, restarted under
+        // it: its programs and the hand-off's link outlive the process, and nothing is
+        // lost.
+        let (g, s) = traffic(&lab, &["--rate", "20kpps", "--duration", "3"], || {
+            std::thread::sleep(Duration::from_millis(800));
+            lab.element("stop", "lbb");
+            lab.element("start", "lbb");
+        });
+        let sent = g["sent"].as_u64().unwrap();
+        let got = s["received"].as_u64().unwrap();
+        eprintln!("lbb restarted under a stream to a plain host: sent {sent}, received {got}");
+        assert!(sent > 30_000, "{g}");
+        assert_eq!(got, sent, "lost {}: {s}", sent.saturating_sub(got));
+        assert_eq!(lab.port_fast("lbb", "lbb-ext")["egress"], "tcx");
+    }
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
