@@ -97,7 +97,7 @@ pub(super) struct Attached {
     /// `_prog` takes its place at [`crate::xsk::AttachedShared::take_over`].
     pub(super) pending: std::sync::atomic::AtomicBool,
     /// The tcx link of the fast path's hand-off ([`crate::handoff`]), where it attached.
-    pub(super) handoff: Option<OwnedFd>,
+    pub(super) handoff: Option<crate::handoff::Link>,
 }
 
 /// How the XDP program is attached.
@@ -196,7 +196,7 @@ pub(super) fn attach(
 /// The hand-off of a fast path's frames to egresses that take no XDP frames
 /// ([`crate::handoff`]) in interface `ifindex`'s tcx hook; where the kernel has no tcx
 /// (before 6.6), none, and a log line says that such egresses are user space's.
-fn handoff(ifindex: u32, keep: bool) -> Option<OwnedFd> {
+fn handoff(ifindex: u32, keep: bool) -> Option<crate::handoff::Link> {
     match crate::handoff::attach(ifindex, keep) {
         Ok(l) => Some(l),
         Err(e) => {
