@@ -5,73 +5,55 @@
 //! header), no VLAN tag, carrying UDP whose payload starts with a test probe's data magic
 //! (`wire::probe::DATA`); it is dropped in the hook. A generator's end markers
 //! (`wire::probe::END`) are dropped and not counted. Everything else (ARP, neighbour
-//! discovery, other UDP, other protocols) passes to the host's stack. Map: `sink count`
+//! discovery, other UDP, other protocols) passes to the host's stack. Map: `sink_count`
 //! (per CPU: frames, bytes).
+//!
+//! The program is C (`bpf/count.bpf.c`, compiled by clang from the build script, with
+//! BTF), loaded and attached with aya.
 
-use super::{percpu_sum, Asm, FrameLen, BPF_MAP_TYPE_PERCPU_ARRAY, XDP_PASS};
-use super::{ADD_K, EXIT, JA, JEQ_K, JGT_X, JNE_K, LDX_B, LDX_H, LDX_W, MOV_K, MOV_X};
-use crate::xdp::{bpf, map_create, u32s, BPF_LINK_CREATE, BPF_XDP};
+use aya::maps::PerCpuArray;
+use aya::programs::{Xdp, XdpFlags};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-/// XDP_DROP.
-const XDP_DROP: i32 = 1;
-/// The XDP attach flags: the driver's hook, the generic one.
-const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
-const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+/// The program's object, as clang made it from `bpf/count.bpf.c`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/count.bpf.o"));
 
-/// A probe's first two bytes, as loaded (network order read little-endian): data, end.
-const DATA_AS_LOADED: i32 = 0x557e;
-const END_AS_LOADED: i32 = 0x5e7e;
+fn err(what: &str, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("{what}: {e}"))
+}
 
-/// The program, counting into the per-CPU array `stats` (one entry: frames, bytes).
-pub(crate) fn count_program(stats: i32) -> Vec<u8> {
-    let mut a = Asm::new();
-    a.i(LDX_W, 7, 1, 0, 0)
-        .i(LDX_W, 8, 1, 4, 0)
-        // Ethernet, IPv4 and UDP headers and a probe's magic: 44 bytes.
-        .i(MOV_X, 2, 7, 0, 0)
-        .i(ADD_K, 2, 0, 0, 44)
-        .j(JGT_X, 2, 8, 0, "pass")
-        // The EtherType, as loaded.
-        .i(LDX_H, 3, 7, 12, 0)
-        .j(JEQ_K, 3, 0, 0x0008, "v4")
-        .j(JEQ_K, 3, 0, 0xdd86, "v6")
-        .j(JA, 0, 0, 0, "pass")
-        .label("v4")
-        // Version 4, header of 20 bytes; UDP.
-        .i(LDX_B, 4, 7, 14, 0)
-        .j(JNE_K, 4, 0, 0x45, "pass")
-        .i(LDX_B, 4, 7, 23, 0)
-        .j(JNE_K, 4, 0, 17, "pass")
-        .i(LDX_H, 5, 7, 42, 0)
-        .j(JA, 0, 0, 0, "probe")
-        .label("v6")
-        // Ethernet, IPv6 and UDP headers and the magic: 64 bytes; UDP right after IPv6.
-        .i(MOV_X, 2, 7, 0, 0)
-        .i(ADD_K, 2, 0, 0, 64)
-        .j(JGT_X, 2, 8, 0, "pass")
-        .i(LDX_B, 4, 7, 20, 0)
-        .j(JNE_K, 4, 0, 17, "pass")
-        .i(LDX_H, 5, 7, 62, 0)
-        .label("probe")
-        .j(JEQ_K, 5, 0, END_AS_LOADED, "drop")
-        .j(JNE_K, 5, 0, DATA_AS_LOADED, "pass")
-        .i(MOV_K, 1, 0, 0, 0)
-        .count_frame(stats, 1, 0, 8, FrameLen::Bounds, "drop")
-        .i(MOV_K, 0, 0, 0, XDP_DROP)
-        .i(EXIT, 0, 0, 0, 0)
-        .label("pass")
-        .i(MOV_K, 0, 0, 0, XDP_PASS)
-        .i(EXIT, 0, 0, 0, 0);
-    a.finish()
+/// The program loaded into the kernel, with its map; attached nowhere yet.
+fn loaded() -> io::Result<aya::Ebpf> {
+    let mut ebpf = aya::Ebpf::load(OBJECT).map_err(|e| err("count object", e))?;
+    program(&mut ebpf)?
+        .load()
+        .map_err(|e| err("load the counting program", e))?;
+    Ok(ebpf)
+}
+
+fn program(ebpf: &mut aya::Ebpf) -> io::Result<&mut Xdp> {
+    ebpf.program_mut("count")
+        .ok_or_else(|| err("count object", "no program `count`"))?
+        .try_into()
+        .map_err(|e| err("count object", e))
+}
+
+/// Frames and bytes `ebpf`'s map counted so far (all CPUs).
+fn counted(ebpf: &aya::Ebpf) -> io::Result<(u64, u64)> {
+    let map = ebpf
+        .map("sink_count")
+        .ok_or_else(|| err("count object", "no map `sink_count`"))?;
+    let counts: PerCpuArray<_, [u64; 2]> =
+        PerCpuArray::try_from(map).map_err(|e| err("sink_count", e))?;
+    let per_cpu = counts.get(&0, 0).map_err(|e| err("sink_count", e))?;
+    Ok(per_cpu
+        .iter()
+        .fold((0, 0), |(f, b), c| (f + c[0], b + c[1])))
 }
 
 /// The counting program attached to an interface; detached when dropped.
 pub struct CountSink {
-    stats: OwnedFd,
-    _prog: OwnedFd,
-    _link: OwnedFd,
+    ebpf: aya::Ebpf,
     native: bool,
 }
 
@@ -79,46 +61,28 @@ impl CountSink {
     /// Attaches the program to `ifname`'s XDP hook: the driver's (a veth's own), or the
     /// generic one where the driver has none.
     pub fn attach(ifname: &str) -> io::Result<CountSink> {
-        let ifindex = crate::netdev::ifindex(ifname)? as u32;
-        let stats = stats()?;
-        let prog = crate::xsk::load_xdp(&count_program(stats.as_raw_fd()), "tessera_count")?;
-        let link = |flags: u32| {
-            let mut attr = [0u64; 16];
-            attr[0] = u32s(prog.as_raw_fd() as u32, ifindex);
-            attr[1] = u32s(BPF_XDP, flags);
-            bpf(BPF_LINK_CREATE, &mut attr)
+        let mut ebpf = loaded()?;
+        let prog = program(&mut ebpf)?;
+        let native = match prog.attach(ifname, XdpFlags::DRV_MODE) {
+            Ok(_) => true,
+            Err(_) => {
+                prog.attach(ifname, XdpFlags::SKB_MODE)
+                    .map_err(|e| err(&format!("{ifname}: XDP attach"), e))?;
+                false
+            }
         };
-        let (fd, native) = match link(XDP_FLAGS_DRV_MODE) {
-            Ok(fd) => (fd, true),
-            Err(_) => (
-                link(XDP_FLAGS_SKB_MODE)
-                    .map_err(|e| io::Error::new(e.kind(), format!("{ifname}: XDP attach: {e}")))?,
-                false,
-            ),
-        };
-        Ok(CountSink {
-            stats,
-            _prog: prog,
-            // SAFETY: a link descriptor the kernel just returned, owned from here on.
-            _link: unsafe { OwnedFd::from_raw_fd(fd) },
-            native,
-        })
+        Ok(CountSink { ebpf, native })
     }
 
-    /// Frames and bytes counted so far (all CPUs).
+    /// Frames and bytes counted so far (all CPUs; zeros if the map cannot be read).
     pub fn counts(&self) -> (u64, u64) {
-        let [frames, bytes] = percpu_sum::<2>(&self.stats, 0);
-        (frames, bytes)
+        counted(&self.ebpf).unwrap_or_default()
     }
 
     /// Whether the program runs in the driver's hook (else the generic one).
     pub fn native(&self) -> bool {
         self.native
     }
-}
-
-fn stats() -> io::Result<OwnedFd> {
-    map_create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 16, 1, 0, 0, "sink count")
 }
 
 #[cfg(test)]
@@ -135,9 +99,16 @@ mod tests {
 
     #[test]
     fn probes_are_counted_and_dropped_markers_dropped_the_rest_passes() {
-        let stats = stats().unwrap();
+        use std::os::fd::AsFd;
+        let mut ebpf = loaded().unwrap();
         let d = Detached {
-            prog: crate::xsk::load_xdp(&count_program(stats.as_raw_fd()), "tessera_count").unwrap(),
+            prog: program(&mut ebpf)
+                .unwrap()
+                .fd()
+                .unwrap()
+                .as_fd()
+                .try_clone_to_owned()
+                .unwrap(),
             at: super::super::At::Xdp,
             _xsk: None,
         };
@@ -177,7 +148,7 @@ mod tests {
         for (f, want) in &cases {
             assert_eq!(d.run(f).unwrap().0, *want, "{f:02x?}");
         }
-        let [frames, bytes] = percpu_sum::<2>(&stats, 0);
+        let (frames, bytes) = counted(&ebpf).unwrap();
         assert_eq!(frames, 2);
         assert_eq!(bytes, (cases[0].0.len() + cases[1].0.len()) as u64);
     }
