@@ -25,7 +25,7 @@
 //! fill ring and a transmit ring's worth for copies; past that they are copied to the
 //! heap and given back at once, so that frames the element holds never starve the rings.
 
-use crate::xdp::{bpf, insn, u32s};
+use crate::xdp::{bpf, u32s};
 use dataplane::buf::{Buf, FrameStore, Pkt, Pool};
 use dataplane::counters::Event;
 use dataplane::port::{Port, PortInfo, TxResult};
@@ -40,7 +40,7 @@ mod program;
 mod ring;
 use program::*;
 pub(crate) use program::{load_program, load_xdp};
-pub use program::{stamp_program, AttachMode, Hook, ProgramFor};
+pub use program::{AttachMode, Hook, ProgramFor};
 pub use ring::Umem;
 use ring::*;
 
@@ -71,7 +71,6 @@ const XDP_MAX_TX_SKB_BUDGET: i32 = 9;
 pub(crate) const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
-const XDP_PASS: i32 = 2;
 
 /// The most frames one socket's `recv` takes from its RX ring at once (an element's batch).
 const RECV_BATCH: usize = 256;
@@ -90,7 +89,7 @@ pub struct XskConfig {
     pub tx: u32,
     /// Take copy mode even where the driver offers zero-copy.
     pub force_copy: bool,
-    /// Receive timestamps taken in the XDP hook ([`stamp_program`] writes the kernel's
+    /// Receive timestamps taken in the XDP hook (`xsk_stamp`, `bpf/xsk.bpf.c`, writes the kernel's
     /// clock into each frame's metadata): `recv` sets `rx_ns` (CLOCK_REALTIME) from them.
     /// Only with [`XdpPort::open_stamped`], whose program writes them.
     pub rx_stamp: bool,
@@ -823,7 +822,7 @@ impl XdpPort {
         Self::open_queues(name, cfg, shared, &(0..queues).collect::<Vec<_>>(), umem)
     }
 
-    /// A receiving port for measurement: [`stamp_program`] on `name` (IPv4 and IPv6 UDP
+    /// A receiving port for measurement: `xsk_stamp` (`bpf/xsk.bpf.c`) on `name` (IPv4 and IPv6 UDP
     /// to the sockets, with their receive times; the rest to the kernel's stack) and a
     /// socket on every receive queue, whose frames carry `rx_ns`.
     pub fn open_stamped(name: &str, cfg: XskConfig) -> io::Result<XdpPort> {
@@ -1170,12 +1169,10 @@ mod tests {
     }
 
     #[test]
-    fn redirect_program_is_six_slots() {
-        let p = redirect_program(7);
-        assert_eq!(p.len(), 6 * 8);
-        // The map reference carries the pseudo-map-fd source register and the fd.
-        assert_eq!(p[8], 0x18);
-        assert_eq!(p[9] >> 4, crate::xdp::BPF_PSEUDO_MAP_FD);
-        assert_eq!(i32::from_le_bytes(p[12..16].try_into().unwrap()), 7);
+    fn the_plain_programs_load_with_a_map_of_every_queue() {
+        for stamp in [false, true] {
+            let (map, prog) = program::load_plain(4, stamp).unwrap();
+            assert!(map.as_raw_fd() >= 0 && prog.as_raw_fd() >= 0);
+        }
     }
 }

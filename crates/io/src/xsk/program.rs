@@ -4,85 +4,39 @@
 
 use super::*;
 
-/// The redirect program: the frame's receive queue indexes the XSKMAP; no socket there
-/// means `XDP_PASS`.
-pub(super) fn redirect_program(map_fd: i32) -> Vec<u8> {
-    const LDX_W: u8 = 0x61;
-    const LD_IMM64: u8 = 0x18;
-    const MOV_K: u8 = 0xb7;
-    const CALL: u8 = 0x85;
-    const EXIT: u8 = 0x95;
-    const REDIRECT_MAP: i32 = 51;
-    [
-        insn(LDX_W, 2, 1, 16, 0), // r2 = ctx->rx_queue_index
-        insn(LD_IMM64, 1, crate::xdp::BPF_PSEUDO_MAP_FD, 0, map_fd),
-        insn(0, 0, 0, 0, 0),
-        insn(MOV_K, 3, 0, 0, XDP_PASS), // default action
-        insn(CALL, 0, 0, 0, REDIRECT_MAP),
-        insn(EXIT, 0, 0, 0, 0),
-    ]
-    .concat()
-}
+/// The programs of an AF_XDP port without an element's fast path, as clang made them from
+/// `bpf/xsk.bpf.c`: `xsk_redirect` (every frame to its queue's socket; no socket there
+/// means `XDP_PASS`) and `xsk_stamp` (IPv4 and IPv6 UDP frames to the sockets with their
+/// receive times in 8 bytes of metadata; the rest to the kernel's stack), and their
+/// XSKMAP `xsks`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xsk.bpf.o"));
 
-/// A receiving program for measurement: IPv4 and IPv6 UDP frames get their receive time
-/// (the kernel's monotonic clock) in 8 bytes of metadata and go to the queue's socket,
-/// everything else (ARP, neighbour discovery) to the kernel's stack. A frame whose
-/// metadata the kernel refuses goes to the socket unstamped.
-pub fn stamp_program(map_fd: i32) -> Vec<u8> {
-    use crate::xdp::insn;
-    const LDX_B: u8 = 0x71;
-    const LDX_H: u8 = 0x69;
-    const LDX_W: u8 = 0x61;
-    const STX_DW: u8 = 0x7b;
-    const LD_IMM64: u8 = 0x18;
-    const MOV_K: u8 = 0xb7;
-    const MOV_X: u8 = 0xbf;
-    const ADD_K: u8 = 0x07;
-    const JEQ_K: u8 = 0x15;
-    const JNE_K: u8 = 0x55;
-    const JGT_X: u8 = 0x2d;
-    const JA: u8 = 0x05;
-    const CALL: u8 = 0x85;
-    const EXIT: u8 = 0x95;
-    const ADJUST_META: i32 = 54;
-    const KTIME_GET_NS: i32 = 5;
-    const REDIRECT_MAP: i32 = 51;
-    // Offsets are counted in instructions after the jump; LD_IMM64 takes two.
-    [
-        insn(MOV_X, 6, 1, 0, 0),                                     // 0: r6 = ctx
-        insn(LDX_W, 2, 6, 0, 0),                                     // 1: r2 = data
-        insn(LDX_W, 3, 6, 4, 0),                                     // 2: r3 = data_end
-        insn(MOV_X, 4, 2, 0, 0),                                     // 3
-        insn(ADD_K, 4, 0, 0, 24),                                    // 4: r4 = data + 24
-        insn(JGT_X, 4, 3, 24, 0),                                    // 5: short -> pass (30)
-        insn(LDX_H, 4, 2, 12, 0), // 6: EtherType, as loaded (little-endian)
-        insn(JEQ_K, 4, 0, 3, 0x0008), // 7: IPv4 -> 11
-        insn(JNE_K, 4, 0, 21, 0xdd86u16 as i32), // 8: not IPv6 -> pass (30)
-        insn(LDX_B, 5, 2, 20, 0), // 9: IPv6 next header
-        insn(JA, 0, 0, 1, 0),     // 10 -> 12
-        insn(LDX_B, 5, 2, 23, 0), // 11: IPv4 protocol
-        insn(JNE_K, 5, 0, 17, 17), // 12: not UDP -> pass (30)
-        insn(MOV_X, 1, 6, 0, 0),  // 13
-        insn(MOV_K, 2, 0, 0, -8), // 14
-        insn(CALL, 0, 0, 0, ADJUST_META), // 15
-        insn(JNE_K, 0, 0, 7, 0),  // 16: refused -> redirect (24)
-        insn(CALL, 0, 0, 0, KTIME_GET_NS), // 17
-        insn(LDX_W, 2, 6, 0, 0),  // 18: r2 = data
-        insn(LDX_W, 3, 6, 8, 0),  // 19: r3 = data_meta
-        insn(MOV_X, 4, 3, 0, 0),  // 20
-        insn(ADD_K, 4, 0, 0, 8),  // 21
-        insn(JGT_X, 4, 2, 1, 0),  // 22: no room -> redirect (24)
-        insn(STX_DW, 3, 0, 0, 0), // 23: *(u64 *)data_meta = now
-        insn(LDX_W, 2, 6, 16, 0), // 24: r2 = rx_queue_index
-        insn(LD_IMM64, 1, crate::xdp::BPF_PSEUDO_MAP_FD, 0, map_fd), // 25-26
-        insn(0, 0, 0, 0, 0),
-        insn(MOV_K, 3, 0, 0, XDP_PASS), // 27: no socket on the queue: to the stack
-        insn(CALL, 0, 0, 0, REDIRECT_MAP), // 28
-        insn(EXIT, 0, 0, 0, 0),         // 29
-        insn(MOV_K, 0, 0, 0, XDP_PASS), // 30: pass
-        insn(EXIT, 0, 0, 0, 0),         // 31
-    ]
-    .concat()
+/// Loads (with aya) `xsk_stamp` where `stamp`, else `xsk_redirect`, with an XSKMAP of
+/// `queues` entries: the map and the program, to attach and fill as the element's own.
+pub(super) fn load_plain(queues: u32, stamp: bool) -> io::Result<(OwnedFd, OwnedFd)> {
+    use std::os::fd::AsFd;
+    let err = |what: &str, e: &dyn std::fmt::Display| io::Error::other(format!("{what}: {e}"));
+    let mut ebpf = aya::EbpfLoader::new()
+        .set_max_entries("xsks", queues.max(1))
+        .load(OBJECT)
+        .map_err(|e| err("the XSK programs' object", &e))?;
+    let name = if stamp { "xsk_stamp" } else { "xsk_redirect" };
+    let prog: &mut aya::programs::Xdp = ebpf
+        .program_mut(name)
+        .ok_or_else(|| err("the XSK programs' object", &format!("no program `{name}`")))?
+        .try_into()
+        .map_err(|e| err(name, &e))?;
+    prog.load().map_err(|e| err(name, &e))?;
+    let prog = prog
+        .fd()
+        .map_err(|e| err(name, &e))?
+        .as_fd()
+        .try_clone_to_owned()?;
+    let map = match ebpf.take_map("xsks") {
+        Some(aya::maps::Map::XskMap(m)) => m.fd().as_fd().try_clone_to_owned()?,
+        _ => return Err(err("the XSK programs' object", &"no XSKMAP `xsks`")),
+    };
+    Ok((map, prog))
 }
 
 /// The redirect program attached to one interface, and its XSKMAP.
@@ -131,13 +85,17 @@ pub(super) fn attach(
     program: Option<ProgramFor>,
     stamp: bool,
 ) -> io::Result<Attached> {
-    let map = crate::xdp::map_create(BPF_MAP_TYPE_XSKMAP, 4, 4, queues.max(1), 0, 0, "XSKMAP")?;
-    let (code, name) = match program {
-        Some(p) => (p(Hook::Xdp(map.as_raw_fd())), "tessera_fast"),
-        None if stamp => (stamp_program(map.as_raw_fd()), "tessera_stamp"),
-        None => (redirect_program(map.as_raw_fd()), "tessera_xsk"),
+    // An element's fast path (its program made here, for a map of ours), or the plain
+    // programs in C.
+    let (map, prog) = match program {
+        Some(p) => {
+            let map =
+                crate::xdp::map_create(BPF_MAP_TYPE_XSKMAP, 4, 4, queues.max(1), 0, 0, "XSKMAP")?;
+            let prog = load_xdp(&p(Hook::Xdp(map.as_raw_fd())), "tessera_fast")?;
+            (map, prog)
+        }
+        None => load_plain(queues, stamp)?,
     };
-    let prog = load_xdp(&code, name)?;
     // A link a previous incarnation of the element pinned (its fast path, still
     // forwarding): this program takes its place in the same hook, at once or, where the
     // element defers its take-over, once its state is published (a live link keeps the
