@@ -120,14 +120,6 @@ impl Asm {
             .i(MOV_X, 0, 6, 0, 0)
             .label(next)
     }
-    /// With the `ports` entry in r0: a port whose frames the forwarder's path hands to
-    /// tcx ([`PORT_HANDOFF`]) is no way out for a path that redirects in XDP alone (a star
-    /// member's): to `slow`; else on, r0 as it was.
-    pub(super) fn not_handed_off(&mut self) -> &mut Self {
-        self.i(LDX_DW, 1, 0, 8, 0)
-            .i(RSH_K, 1, 0, 0, 32)
-            .j(JNE_K, 1, 0, 0, "slow")
-    }
     /// `r1` = the 16-bit entry of the word at `r0` that the bits of the destination (r9)
     /// from `shift` name (two bits: which of the word's four entries).
     pub(super) fn entry(&mut self, shift: i32) -> &mut Self {

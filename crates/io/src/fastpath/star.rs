@@ -32,7 +32,7 @@ pub(super) fn star_out(a: &mut Asm, f: &ProgramFacts, s: &StarFacts, [ports, tx,
     member_targets(a, members, "star_member", "star_send");
     let header = STAR_HEADER_LEN as i32;
     a.label("star_send");
-    internal_port(a, ports, s.internal, header, "star_send_in_time");
+    internal_port(a, ports, s.internal, header, 34, "star_send_in_time");
     decrement_ttl(a);
     a.i(MOV_K, 1, 0, 0, f.port as i32)
         .count_frame(
@@ -55,8 +55,8 @@ pub(super) fn star_out(a: &mut Asm, f: &ProgramFacts, s: &StarFacts, [ports, tx,
         .i(TO_BE, 1, 0, 0, 32) // the next hop, network order
         .i(STX_W, 7, 1, 18, 0)
         .i(MOV_K, 1, 0, 0, ingress as i32)
-        .i(STX_W, 7, 1, 22, 0)
-        .send_out(stats, tx, "star_out_counted_out");
+        .i(STX_W, 7, 1, 22, 0);
+    send_or_hand_off(a, stats, tx, "_star_out");
 }
 
 /// A star frame on the internal port (XDP), from label `star_in` (to the port's MAC, 34
@@ -167,7 +167,7 @@ pub(super) fn star_out6(
     member_targets(a, members, "star6_member", "star_send6");
     let header = STAR_HEADER6_LEN as i32;
     a.label("star_send6");
-    internal_port(a, ports, s.internal, header, "star_send6_in_time");
+    internal_port(a, ports, s.internal, header, 54, "star_send6_in_time");
     // The ingress address: of this port's interface, the first whose prefix holds the
     // source, else the fallback (the frame's source at 22 is neither link-local nor
     // multicast here: those went to user space).
@@ -204,7 +204,7 @@ pub(super) fn star_out6(
             .i(LDX_W, 1, 10, -176 + 4 * w, 0)
             .i(STX_W, 7, 1, 34 + 4 * w, 0);
     }
-    a.send_out(stats, tx, "star_out6_counted_out");
+    send_or_hand_off(a, stats, tx, "_star_out6");
 }
 
 /// An IPv6 star frame on the internal port (XDP), from label `star_in6` (to the port's
@@ -326,18 +326,22 @@ fn member_targets<'m>(
 }
 
 /// The internal port's MAC to -48; a packet (its length at -24) over that port's MTU less
-/// a star header of `header` bytes goes to user space.
-fn internal_port(a: &mut Asm, ports: i32, internal: u32, header: i32, in_time: &str) {
+/// a star header of `header` bytes goes to user space. Where the internal port takes no
+/// XDP frames, room for the hand-off's metadata ([`handoff_room`]; the frame's bounds
+/// again, `len` bytes of it checked), its interface index word at -56 either way.
+fn internal_port(a: &mut Asm, ports: i32, internal: u32, header: i32, len: i32, in_time: &str) {
     a.i(MOV_K, 1, 0, 0, internal as i32)
         .lookup(0, ports, 1)
         .deadline(in_time)
-        .not_handed_off()
+        .i(LDX_DW, 1, 0, 8, 0)
+        .i(STX_DW, 10, 1, -56, 0) // interface index and hand-off flag
         .i(LDX_DW, 1, 0, 0, 0)
         .i(STX_DW, 10, 1, -48, 0) // the internal port's MAC
         .i(RSH_K, 1, 0, 0, 48)
         .i(SUB_K, 1, 0, 0, header) // its MTU, less the header
         .i(LDX_DW, 2, 10, -24, 0)
         .j(JGT_X, 2, 1, 0, "slow");
+    handoff_room(a, len, &format!("_{in_time}"));
 }
 
 /// An Ethernet header at byte `off` of the frame: to the MAC at -88, from the one at -48,
