@@ -157,7 +157,8 @@ impl FastLink {
 
     /// Checks now whether each port's device takes frames redirected in XDP, and follows
     /// it until `stop`: a port that does not is no frame's way out in XDP (its frames go
-    /// to user space), until it does (see `io::egress`).
+    /// through the hand-off to tcx, `io::handoff`, or to user space where the ports have
+    /// none), until it does (see `io::egress`).
     pub fn watch_egress(&self, stop: Arc<std::sync::atomic::AtomicBool>) {
         let fp = self.fp.clone();
         let w = io::egress::EgressWatch::start(&self.names, stop, move |port, ok| {

@@ -10,9 +10,11 @@
 //! updates its own whenever its peer's XDP program, GRO or state changes, with a
 //! notification to the family's `mgmt` group.
 //!
-//! The fast paths do not redirect to a port whose device refuses such frames: its frames
-//! go to user space (or the kernel), which sends them through the socket path that works
-//! whatever the far end runs ([`EgressWatch`]).
+//! The fast paths do not redirect to a port whose device refuses such frames
+//! ([`EgressWatch`] follows each port): they hand its frames, ready to leave, to the tcx
+//! hook of the port they came in by, which sends them as socket buffers
+//! ([`crate::handoff`]); where the kernel has no tcx, they go to user space, which sends
+//! them through its socket.
 
 use crate::genl::{attr, attrs, Genl};
 use std::io;
@@ -132,7 +134,7 @@ impl EgressWatch {
             if let Some(why) = p.egress.why() {
                 // Said of XDP alone: a port whose fast path runs in tcx sends its frames
                 // as socket buffers, which such a device takes.
-                tracing::info!(interface = %p.name, xdp_redirect_egress = p.egress.ok(), why, "fast path egress: where this port's fast path runs in XDP, frames bound out of it go to user space (not where it runs in tcx)");
+                tracing::info!(interface = %p.name, xdp_redirect_egress = p.egress.ok(), why, "fast path egress: where this port's fast path runs in XDP, frames bound out of it go through the hand-off to tcx (or user space where the kernel has no tcx)");
             }
         }
         let state = Arc::new(Mutex::new(first));

@@ -44,7 +44,8 @@
 //! - `neigh`: a hash of `(vlan << 16 | port) << 32 | address` to the neighbour's MAC, kept
 //!   by the worker from its neighbour table (`vlan` 0: the port's untagged interface).
 //! - `ports`: per port, its MAC (low 48 bits) and IP MTU (high 16 bits), then its interface
-//!   index, then the time (`bpf_ktime_get_ns`) after which the program forwards nothing
+//!   index (low 32 bits; [`PORT_HANDOFF`] above them where the device takes no frames
+//!   redirected in XDP and the XDP program hands them to tcx, [`crate::handoff`]), then the time (`bpf_ktime_get_ns`) after which the program forwards nothing
 //!   out of it (0: none): an element that hands its fast path over to its next start
 //!   ([`FastPath::beat`]) keeps that time a few seconds ahead while it runs, so that a fast
 //!   path left behind by an element that never comes back stops on its own.
