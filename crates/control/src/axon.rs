@@ -393,12 +393,11 @@ impl AxonFast {
     /// How frames may leave by `port` in the fast path now, once a neighbour Axon is
     /// heard there (`None`: they may not).
     pub fn egress_now(&self, port: usize) -> Option<io::fastpath::EgressMode> {
-        use io::fastpath::EgressMode;
-        match (self.suspended || !self.eligible[port], self.egress[port]) {
-            (true, _) => None,
-            (false, true) => Some(EgressMode::Xdp),
-            (false, false) => self.handoff.then_some(EgressMode::Tcx),
-        }
+        crate::fast::egress_mode(
+            self.suspended || !self.eligible[port],
+            self.egress[port],
+            self.handoff,
+        )
     }
 
     /// Brings port `port`'s map entry in step (written only when it changes).

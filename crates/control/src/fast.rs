@@ -725,13 +725,16 @@ pub fn egress_why(mode: io::fastpath::EgressMode, why: &str) -> String {
     }
 }
 
-/// The egress of a port whose frames an element's XDP program redirects where `xdp`, and
-/// user space sends otherwise.
-pub fn xdp_or_user_space(xdp: bool) -> io::fastpath::EgressMode {
-    if xdp {
-        io::fastpath::EgressMode::Xdp
-    } else {
-        io::fastpath::EgressMode::UserSpace
+/// How frames leave by a port of an element whose programs are XDP's (a switch, an Axon):
+/// not at all in the fast path where `held` (a capture, a shaped port), redirected in XDP
+/// where its device takes them (`xdp`), else through the hand-off to tcx where the ports
+/// run it (`handoff`).
+pub fn egress_mode(held: bool, xdp: bool, handoff: bool) -> Option<io::fastpath::EgressMode> {
+    use io::fastpath::EgressMode;
+    match (held, xdp) {
+        (true, _) => None,
+        (false, true) => Some(EgressMode::Xdp),
+        (false, false) => handoff.then_some(EgressMode::Tcx),
     }
 }
 

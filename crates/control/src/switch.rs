@@ -292,12 +292,11 @@ impl SwitchFast {
 
     /// How frames leave by `port` in the fast path now (`None`: they do not).
     pub fn egress_now(&self, port: usize) -> Option<io::fastpath::EgressMode> {
-        use io::fastpath::EgressMode;
-        match (self.suspended || !self.eligible[port], self.egress[port]) {
-            (true, _) => None,
-            (false, true) => Some(EgressMode::Xdp),
-            (false, false) => self.handoff.then_some(EgressMode::Tcx),
-        }
+        crate::fast::egress_mode(
+            self.suspended || !self.eligible[port],
+            self.egress[port],
+            self.handoff,
+        )
     }
 
     fn write_port(&self, port: usize) {

@@ -1426,39 +1426,9 @@ fn plain_hosts_keep_the_fast_path_across_a_restart() {
     assert!(forwarded(&lab) - before > 1000, "{}", lab.counters("r"));
     // A restart under a generator's 50 kpps, received by an AF_PACKET sink (no XDP on
     // the host).
-    lab.sh("r", &["ethtool", "-K", "r-eth0", "gro", "on"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let rmac = lab.mac("r", "r-eth0");
-    let sink = lab.spawn(
-        "sink1",
-        &[
-            common::exe(),
-            "sink",
-            "--iface",
-            "eth0",
-            "--duration",
-            "20",
-            "--json",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(700));
-    let gen = lab.spawn(
-        "src1",
-        &xdp_gen(&rmac, "10.1.0.10", "10.3.0.10", "50kpps", "5"),
-    );
-    std::thread::sleep(Duration::from_millis(1000));
-    lab.element("stop", "r");
-    lab.element("start", "r");
-    let g = gen.wait_with_output().unwrap();
-    assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
-    let g: serde_json::Value = serde_json::from_slice(&g.stdout).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: kill(2) on the sink we spawned (`ip netns exec` execs it), not yet reaped.
-    unsafe { libc::kill(sink.id() as i32, libc::SIGINT) };
-    let s = sink.wait_with_output().unwrap();
-    let s: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
-    let sent = g["sent"].as_u64().unwrap();
-    let got = s["received"].as_u64().unwrap() + s["socket_dropped"].as_u64().unwrap_or(0);
+    let Restarted {
+        g, s, sent, got, ..
+    } = restart_under_the_xdp_generator(&lab, &[]);
     eprintln!("plain hosts, restart under load: sent {sent}, received {got}");
     assert!(sent > 200_000, "{g}");
     assert_eq!(
@@ -1679,37 +1649,29 @@ fn a_flood_to_the_router_is_shed_in_the_fast_path_and_counted() {
     assert!(p.contains("5 received"), "{p}");
 }
 
-/// A forwarder restarted under load, with the default config (the fast path, handed over
-/// to its next start: `[io] restart_grace_s`), loses none of the frames its fast path
-/// forwards: the programs and maps outlive the process, the next start reads what they
-/// knew (neighbours), publishes its table and takes the programs over in place, and the
-/// stream never notices. On AF_PACKET ports the same holds for the tcx fast path: its
-/// link is pinned as the XDP one is.
-#[test]
-fn a_restart_under_load_loses_nothing_the_fast_path_forwards() {
-    let lab = single();
-    let p = lab.sh(
-        "src1",
-        &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.3.0.10"],
-    );
-    assert!(p.contains("2 received"), "{p}");
+/// What [`restart_under_the_xdp_generator`] saw: the generator's and the sink's summaries,
+/// frames sent and received (the sink's socket drops included), and how long after the
+/// stop began r was stopped and running again.
+struct Restarted {
+    g: serde_json::Value,
+    s: serde_json::Value,
+    sent: u64,
+    got: u64,
+    stopped: Duration,
+    restarted: Duration,
+}
+
+/// r stopped and started again under the XDP generator's 50 kpps for 5 s from src1 to
+/// sink1, whose sink runs with `sink_args` (`--xdp`, or none: the AF_PACKET ring).
+fn restart_under_the_xdp_generator(lab: &TestLab, sink_args: &[&str]) -> Restarted {
     // The router's veth takes the XDP generator's frames.
     lab.sh("r", &["ethtool", "-K", "r-eth0", "gro", "on"]);
     std::thread::sleep(Duration::from_millis(300)); // the neighbours reach the fast path
     let rmac = lab.mac("r", "r-eth0");
-    let sink = lab.spawn(
-        "sink1",
-        &[
-            common::exe(),
-            "sink",
-            "--iface",
-            "eth0",
-            "--xdp",
-            "--duration",
-            "20",
-            "--json",
-        ],
-    );
+    let mut argv = vec![common::exe(), "sink", "--iface", "eth0"];
+    argv.extend_from_slice(sink_args);
+    argv.extend_from_slice(&["--duration", "20", "--json"]);
+    let sink = lab.spawn("sink1", &argv);
     std::thread::sleep(Duration::from_millis(700));
     let gen = lab.spawn(
         "src1",
@@ -1731,6 +1693,38 @@ fn a_restart_under_load_loses_nothing_the_fast_path_forwards() {
     let s: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
     let sent = g["sent"].as_u64().unwrap();
     let got = s["received"].as_u64().unwrap() + s["socket_dropped"].as_u64().unwrap_or(0);
+    Restarted {
+        g,
+        s,
+        sent,
+        got,
+        stopped,
+        restarted,
+    }
+}
+
+/// A forwarder restarted under load, with the default config (the fast path, handed over
+/// to its next start: `[io] restart_grace_s`), loses none of the frames its fast path
+/// forwards: the programs and maps outlive the process, the next start reads what they
+/// knew (neighbours), publishes its table and takes the programs over in place, and the
+/// stream never notices. On AF_PACKET ports the same holds for the tcx fast path: its
+/// link is pinned as the XDP one is.
+#[test]
+fn a_restart_under_load_loses_nothing_the_fast_path_forwards() {
+    let lab = single();
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.3.0.10"],
+    );
+    assert!(p.contains("2 received"), "{p}");
+    let Restarted {
+        g,
+        s,
+        sent,
+        got,
+        stopped,
+        restarted,
+    } = restart_under_the_xdp_generator(&lab, &["--xdp"]);
     eprintln!(
         "stopped in {stopped:?}, started again after {restarted:?}: sent {sent}, received {got}"
     );

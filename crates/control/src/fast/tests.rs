@@ -898,6 +898,22 @@ fn the_xdp_fast_path_agrees_with_a_star_member() {
     }
 }
 
+/// The host `h` (at 02:00:00:00:01:00) on port 0 of a star member advertises itself to
+/// the router (user space's): its neighbour is resolved from then on.
+fn advertise_host6(c: &mut Check, h: &str) {
+    let na = icmpv6::Repr::NeighborAdvert {
+        router: false,
+        solicited: true,
+        override_: true,
+        target: h.parse().unwrap(),
+        options: wire::icmpv6::NdOptions {
+            target_lladdr: Some(wire::MacAddr([2, 0, 0, 0, 1, 0])),
+            ..Default::default()
+        },
+    };
+    c.frame(0, &frame6(h, "2001:db8:1::1", 255, Some(&na), 0));
+}
+
 /// Where the egresses take no frames redirected in XDP, a star member's frames onto its
 /// switch (the star header put on) and off it (taken off) leave through the hand-off to
 /// tcx, the same bytes as user space sends. IPv6 alike.
@@ -913,17 +929,7 @@ fn a_star_member_hands_frames_across_its_switch_to_tcx() {
     // IPv6: the host on port 0 resolved first (its advertisement, user space's).
     let mut c = star_member(At::Xdp, true).hand_off();
     const H: &str = "2001:db8:1::10";
-    let na = icmpv6::Repr::NeighborAdvert {
-        router: false,
-        solicited: true,
-        override_: true,
-        target: H.parse().unwrap(),
-        options: wire::icmpv6::NdOptions {
-            target_lladdr: Some(wire::MacAddr([2, 0, 0, 0, 1, 0])),
-            ..Default::default()
-        },
-    };
-    c.frame(0, &frame6(H, "2001:db8:1::1", 255, Some(&na), 0));
+    advertise_host6(&mut c, H);
     c.frame(1, &star_frame6(0, H));
     assert_eq!(c.fast, 1, "the IPv6 star frame was not handed off");
     c.frame(0, &frame6(H, "2001:db8:3::10", 64, None, 18));
@@ -972,17 +978,7 @@ fn the_xdp_fast_path_agrees_with_a_star_member_on_ipv6() {
     // then its advertisement, then the fast path sends it on.
     let good = star_frame6(0, H);
     c.frame(1, &good);
-    let na = icmpv6::Repr::NeighborAdvert {
-        router: false,
-        solicited: true,
-        override_: true,
-        target: H.parse().unwrap(),
-        options: wire::icmpv6::NdOptions {
-            target_lladdr: Some(wire::MacAddr([2, 0, 0, 0, 1, 0])),
-            ..Default::default()
-        },
-    };
-    c.frame(0, &frame6(H, "2001:db8:1::1", 255, Some(&na), 0));
+    advertise_host6(&mut c, H);
     let before = c.fast;
     c.frame(1, &good);
     assert_eq!(c.fast, before + 1, "the fast path took none of {good:02x?}");

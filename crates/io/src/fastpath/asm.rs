@@ -120,6 +120,56 @@ impl Asm {
             .i(MOV_X, 0, 6, 0, 0)
             .label(next)
     }
+    /// XDP: room for the hand-off's metadata in front of the frame ([`crate::handoff`]:
+    /// `bpf_xdp_adjust_meta` on the context `ctx`), refused: to `slow` (the caller makes
+    /// room before it touches the frame); then r7 and r8 the frame's bounds again, `len`
+    /// bytes of it checked (else `slow`: cannot happen, the frame is as long as before).
+    pub(super) fn handoff_room(&mut self, ctx: Ctx, len: i32) -> &mut Self {
+        self.ctx_to_r1(ctx)
+            .i(MOV_K, 2, 0, 0, -crate::handoff::META_LEN)
+            .i(CALL, 0, 0, 0, ADJUST_META)
+            .j(JNE_K, 0, 0, 0, "slow")
+            .ctx_to_r1(ctx)
+            .i(LDX_W, 7, 1, 0, 0)
+            .i(LDX_W, 8, 1, 4, 0)
+            .i(MOV_X, 1, 7, 0, 0)
+            .i(ADD_K, 1, 0, 0, len)
+            .j(JGT_X, 1, 8, 0, "slow")
+    }
+    /// XDP, the room made ([`Asm::handoff_room`]): the hand-off's metadata written (its
+    /// mark, then the egress interface index, the low 32 bits of the stack word at
+    /// `ifindex`), the frame counted as handed off on the port at -40 (on at label
+    /// `counted`), and `XDP_PASS` to this port's tcx hook, which sends it. Where the room
+    /// is gone (cannot happen), to `lost`.
+    pub(super) fn handoff_pass(
+        &mut self,
+        ctx: Ctx,
+        ifindex: i16,
+        stats: i32,
+        lost: &str,
+        counted: &str,
+    ) -> &mut Self {
+        self.ctx_to_r1(ctx)
+            .i(LDX_W, 2, 1, 8, 0) // data_meta
+            .i(LDX_W, 3, 1, 0, 0) // data
+            .i(MOV_X, 4, 2, 0, 0)
+            .i(ADD_K, 4, 0, 0, crate::handoff::META_LEN)
+            .j(JGT_X, 4, 3, 0, lost)
+            .i(MOV_K, 4, 0, 0, crate::handoff::MAGIC as i32)
+            .i(STX_W, 2, 4, 0, 0)
+            .i(LDX_DW, 4, 10, ifindex, 0)
+            .i(STX_W, 2, 4, 4, 0)
+            .i(LDX_DW, 1, 10, -40, 0)
+            .count(stats, 1, HANDED_OFF, counted)
+            .i(MOV_K, 0, 0, 0, XDP_PASS)
+            .i(EXIT, 0, 0, 0, 0)
+    }
+    fn ctx_to_r1(&mut self, ctx: Ctx) -> &mut Self {
+        match ctx {
+            Ctx::Reg(r) => self.i(MOV_X, 1, r, 0, 0),
+            Ctx::Stack(slot) => self.i(LDX_DW, 1, 10, slot, 0),
+        }
+    }
     /// `r1` = the 16-bit entry of the word at `r0` that the bits of the destination (r9)
     /// from `shift` name (two bits: which of the word's four entries).
     pub(super) fn entry(&mut self, shift: i32) -> &mut Self {
@@ -222,6 +272,13 @@ impl Asm {
         }
         self.code.concat()
     }
+}
+
+/// Where a program holds its context: in a register, or spilled at a stack slot.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ctx {
+    Reg(u8),
+    Stack(i16),
 }
 
 /// Where a program finds the length of the frame it counts.

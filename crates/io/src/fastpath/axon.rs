@@ -27,9 +27,9 @@
 
 use super::{
     detached_xdp, mac_u64, percpu_sum, stats_map, tx_map, Asm, Detached, FrameLen, ADD_K, ADD_X,
-    ADJUST_META, AND_K, BPF_MAP_TYPE_ARRAY, CALL, EXIT, IN_BYTES, JA, JEQ_K, JGE_K, JGT_X, JNE_K,
-    JNE_X, JSET_K, LDX_B, LDX_DW, LDX_H, LDX_W, MOV_K, MOV_X, OR_K, OUT_BYTES, REDIRECT_MAP, RSH_K,
-    STATS, STX_B, STX_DW, STX_H, STX_W, SUB_X,
+    AND_K, BPF_MAP_TYPE_ARRAY, CALL, EXIT, IN_BYTES, JA, JEQ_K, JGE_K, JGT_X, JNE_K, JNE_X, JSET_K,
+    LDX_B, LDX_DW, LDX_H, LDX_W, MOV_K, MOV_X, OR_K, OUT_BYTES, REDIRECT_MAP, RSH_K, STATS, STX_B,
+    STX_DW, STX_H, STX_W, SUB_X,
 };
 use crate::xdp::{map_create, map_update};
 use std::io;
@@ -216,15 +216,7 @@ fn program(me: u32, [ports, tx, stats, xsk]: [i32; 4]) -> Vec<u8> {
         .i(MOV_X, 2, 9, 0, 0)
         .i(SUB_X, 2, 7, 0, 0)
         .i(STX_DW, 10, 2, -80, 0)
-        .i(MOV_X, 1, 6, 0, 0)
-        .i(MOV_K, 2, 0, 0, -crate::handoff::META_LEN)
-        .i(CALL, 0, 0, 0, ADJUST_META)
-        .j(JNE_K, 0, 0, 0, "slow")
-        .i(LDX_W, 7, 6, 0, 0)
-        .i(LDX_W, 8, 6, 4, 0)
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, i32::from(PATH))
-        .j(JGT_X, 1, 8, 0, "slow")
+        .handoff_room(super::Ctx::Reg(6), i32::from(PATH))
         .i(LDX_DW, 9, 10, -80, 0)
         .i(AND_K, 9, 0, 0, 15)
         .i(ADD_X, 9, 7, 0, 0)

@@ -21,9 +21,9 @@
 
 use super::{
     detached_xdp, lb::plain_ipv4, mac_u64, map_delete, offload_check_for, percpu_sum, stats_map,
-    tx_map, Asm, Detached, Family, FrameLen, ADD_K, ADJUST_META, BPF_MAP_TYPE_ARRAY,
-    BPF_MAP_TYPE_HASH, CALL, EXIT, IN_BYTES, JA, JEQ_K, JGT_X, JNE_K, JSET_K, LDX_B, LDX_DW, LDX_H,
-    LDX_W, LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X, OUT_BYTES, RSH_K, STATS, STX_DW, STX_W,
+    tx_map, Asm, Detached, Family, FrameLen, ADD_K, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, CALL,
+    IN_BYTES, JA, JEQ_K, JGT_X, JNE_K, JSET_K, LDX_B, LDX_DW, LDX_H, LDX_W, LSH_K, MAP_LOOKUP,
+    MOV_K, MOV_X, OR_X, OUT_BYTES, RSH_K, STATS, STX_DW,
 };
 use crate::xdp::{map_create, map_update};
 use std::collections::HashMap;
@@ -172,7 +172,7 @@ fn mac_lookup(a: &mut Asm, macs: i32, off: i16) {
 }
 
 /// Stack: -8 a 32-bit key, -16 a MAC, -32 the receive queue, -40 the egress port, -48 its
-/// `switch ports` word.
+/// `switch ports` word, -56 its interface index (a hand-off).
 /// Registers: r6 the context; r7 and r8 the frame's bounds; r9 an IPv4 packet's length.
 fn program(me: u32, [macs, ports, tx, stats, xsk]: [i32; 5]) -> Vec<u8> {
     let mut a = Asm::new();
@@ -222,33 +222,16 @@ fn program(me: u32, [macs, ports, tx, stats, xsk]: [i32; 5]) -> Vec<u8> {
     // (refused: user space's), the frame counted, the metadata written, to this port's
     // tcx hook (`crate::handoff`).
     a.label("handoff")
-        .i(MOV_X, 1, 6, 0, 0)
-        .i(MOV_K, 2, 0, 0, -crate::handoff::META_LEN)
-        .i(CALL, 0, 0, 0, ADJUST_META)
-        .j(JNE_K, 0, 0, 0, "slow")
-        .i(LDX_W, 7, 6, 0, 0)
-        .i(LDX_W, 8, 6, 4, 0)
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, 14)
-        .j(JGT_X, 1, 8, 0, "slow")
+        .handoff_room(super::Ctx::Reg(6), 14)
         .i(MOV_K, 1, 0, 0, me)
         .count_frame(stats, 1, 0, IN_BYTES, FrameLen::Bounds, "handoff_in")
         .i(LDX_DW, 1, 10, -40, 0)
         .count_frame(stats, 1, 16, OUT_BYTES, FrameLen::Bounds, "handoff_out")
-        .i(LDX_W, 2, 6, 8, 0) // data_meta
-        .i(LDX_W, 3, 6, 0, 0) // data
-        .i(MOV_X, 4, 2, 0, 0)
-        .i(ADD_K, 4, 0, 0, crate::handoff::META_LEN)
-        .j(JGT_X, 4, 3, 0, "slow") // (cannot happen: the room was made)
-        .i(MOV_K, 4, 0, 0, crate::handoff::MAGIC as i32)
-        .i(STX_W, 2, 4, 0, 0)
-        .i(LDX_DW, 4, 10, -48, 0)
-        .i(RSH_K, 4, 0, 0, 32)
-        .i(STX_W, 2, 4, 4, 0)
-        .i(LDX_DW, 1, 10, -40, 0)
-        .count(stats, 1, super::HANDED_OFF, "handoff_counted")
-        .i(MOV_K, 0, 0, 0, super::XDP_PASS)
-        .i(EXIT, 0, 0, 0, 0);
+        // The egress interface index: the port word's high 32 bits, to -56.
+        .i(LDX_DW, 1, 10, -48, 0)
+        .i(RSH_K, 1, 0, 0, 32)
+        .i(STX_DW, 10, 1, -56, 0)
+        .handoff_pass(super::Ctx::Reg(6), -56, stats, "slow", "handoff_counted");
     a.slow_to_socket(stats, xsk, me);
     a.finish()
 }

@@ -39,8 +39,8 @@
 
 use super::{
     detached_xdp, filled_array, mac_u64, offload_check, offload_check_for, percpu_sum, pop_tag,
-    push_tag, reload_frame, stats_map, tx_map, Asm, Detached, Family, FrameLen, ADD_K, ADJUST_META,
-    AND_K, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT,
+    push_tag, reload_frame, stats_map, tx_map, Asm, Detached, Family, FrameLen, ADD_K, AND_K,
+    BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT,
     IN_BYTES, JA, JEQ32_K, JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K, JNE_X, KTIME_GET_NS, LDX_B,
     LDX_DW, LDX_H, LDX_W, LD_IMM64, LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X, OUT_BYTES, REDIRECT_MAP,
     RSH_K, RSH_X, STATS, STX_DW, STX_H, STX_W, SUB_K, SUB_X, TO_BE,
@@ -756,16 +756,7 @@ fn handoff_room(a: &mut Asm, len: i32, p: &str) {
     a.i(LDX_DW, 1, 0, 0, 0)
         .i(STX_DW, 10, 1, -136, 0)
         .j(JEQ_K, 1, 0, 0, &done)
-        .i(LDX_DW, 1, 10, -72, 0)
-        .i(MOV_K, 2, 0, 0, -crate::handoff::META_LEN)
-        .i(CALL, 0, 0, 0, ADJUST_META)
-        .j(JNE_K, 0, 0, 0, "slow")
-        .i(LDX_DW, 1, 10, -72, 0)
-        .i(LDX_W, 7, 1, 0, 0)
-        .i(LDX_W, 8, 1, 4, 0)
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, len)
-        .j(JGT_X, 1, 8, 0, "slow") // (cannot happen: the frame is as long as before)
+        .handoff_room(super::Ctx::Stack(-72), len)
         .label(&done);
 }
 
@@ -775,20 +766,13 @@ fn handoff_room(a: &mut Asm, len: i32, p: &str) {
 fn handoff_send(a: &mut Asm, stats: i32) {
     a.i(LDX_DW, 1, 10, -136, 0)
         .j(JEQ_K, 1, 0, 0, "redirect")
-        .i(LDX_DW, 1, 10, -72, 0)
-        .i(LDX_W, 2, 1, 8, 0) // data_meta
-        .i(LDX_W, 3, 1, 0, 0) // data
-        .i(MOV_X, 4, 2, 0, 0)
-        .i(ADD_K, 4, 0, 0, crate::handoff::META_LEN)
-        .j(JGT_X, 4, 3, 0, "aborted") // (cannot happen: the room was made)
-        .i(MOV_K, 4, 0, 0, crate::handoff::MAGIC as i32)
-        .i(STX_W, 2, 4, 0, 0)
-        .i(LDX_DW, 4, 10, -136, 0)
-        .i(STX_W, 2, 4, 4, 0)
-        .i(LDX_DW, 1, 10, -40, 0)
-        .count(stats, 1, super::HANDED_OFF, "lb_handed_off")
-        .i(MOV_K, 0, 0, 0, super::XDP_PASS)
-        .i(EXIT, 0, 0, 0, 0)
+        .handoff_pass(
+            super::Ctx::Stack(-72),
+            -136,
+            stats,
+            "aborted",
+            "lb_handed_off",
+        )
         .label("redirect");
 }
 

@@ -382,16 +382,7 @@ pub(super) fn handoff_room(a: &mut Asm, len: i32, sfx: &str) {
     a.i(LDX_DW, 1, 10, -56, 0)
         .i(RSH_K, 1, 0, 0, 32)
         .j(JEQ_K, 1, 0, 0, &done)
-        .i(LDX_DW, 1, 10, -72, 0)
-        .i(MOV_K, 2, 0, 0, -crate::handoff::META_LEN)
-        .i(CALL, 0, 0, 0, ADJUST_META)
-        .j(JNE_K, 0, 0, 0, "slow")
-        .i(LDX_DW, 1, 10, -72, 0)
-        .i(LDX_W, 7, 1, 0, 0)
-        .i(LDX_W, 8, 1, 4, 0)
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, len)
-        .j(JGT_X, 1, 8, 0, "slow") // (cannot happen: the frame is as long as before)
+        .handoff_room(Ctx::Stack(-72), len)
         .label(&done);
 }
 
@@ -406,20 +397,13 @@ pub(super) fn handoff_send(a: &mut Asm, stats: i32, sfx: &str) {
     a.i(LDX_DW, 1, 10, -56, 0)
         .i(RSH_K, 1, 0, 0, 32)
         .j(JEQ_K, 1, 0, 0, &l("redirect"))
-        .i(LDX_DW, 1, 10, -72, 0)
-        .i(LDX_W, 2, 1, 8, 0) // data_meta
-        .i(LDX_W, 3, 1, 0, 0) // data
-        .i(MOV_X, 4, 2, 0, 0)
-        .i(ADD_K, 4, 0, 0, crate::handoff::META_LEN)
-        .j(JGT_X, 4, 3, 0, &l("handoff_lost"))
-        .i(MOV_K, 4, 0, 0, crate::handoff::MAGIC as i32)
-        .i(STX_W, 2, 4, 0, 0)
-        .i(LDX_DW, 4, 10, -56, 0)
-        .i(STX_W, 2, 4, 4, 0)
-        .i(LDX_DW, 1, 10, -40, 0)
-        .count(stats, 1, HANDED_OFF, &l("handed_off"))
-        .i(MOV_K, 0, 0, 0, XDP_PASS)
-        .i(EXIT, 0, 0, 0, 0)
+        .handoff_pass(
+            Ctx::Stack(-72),
+            -56,
+            stats,
+            &l("handoff_lost"),
+            &l("handed_off"),
+        )
         // What cannot happen (the room made for the metadata gone): dropped.
         .label(&l("handoff_lost"))
         .i(MOV_K, 0, 0, 0, XDP_DROP as i32)
