@@ -357,13 +357,13 @@ fn point(
             Err(e) => gen_error = gen_error.or(Some(e)),
         }
     }
-    std::thread::sleep(crate::forward_bench::SINK_DRAIN);
-    // SAFETY: kill(2) on a child of ours that has not been reaped yet.
-    unsafe { libc::kill(sink.id() as libc::pid_t, libc::SIGINT) };
     if let Some(e) = gen_error {
+        // SAFETY: kill(2) on a child of ours that has not been reaped yet.
+        unsafe { libc::kill(sink.id() as libc::pid_t, libc::SIGINT) };
         let _ = sink.wait();
         return Err(e);
     }
+    crate::forward_bench::drain(&sink);
     let v = crate::forward_bench::report_of(sink, "sink", false)
         .map_err(|e| format!("{e}{}", said.lock().unwrap_or_else(|e| e.into_inner())))?;
     let shares = fair_shares(&rates, opts.port_mbps);

@@ -28,7 +28,7 @@ use std::process::{Command, Stdio};
 
 mod point;
 pub use point::SinkKind;
-pub(crate) use point::{lab_point, report_of, watch_sink, Point, SINK_DRAIN};
+pub(crate) use point::{drain, lab_point, report_of, watch_sink, KeptSinks, Point};
 
 #[derive(Debug, Clone)]
 pub struct ForwardOpts {
@@ -240,6 +240,8 @@ impl Flows {
 struct Bench<'a> {
     opts: &'a ForwardOpts,
     lab: lab::Lab,
+    /// The sinks, kept from one point to the next of this lab.
+    sinks: KeptSinks,
     done: usize,
     total: usize,
 }
@@ -288,7 +290,7 @@ impl Bench<'_> {
         sinks: &[&str],
         sink: SinkKind,
     ) -> Result<Point, String> {
-        lab_point(
+        self.sinks.point(
             &self.lab,
             &self.opts.exe,
             self.opts.seconds,
@@ -504,6 +506,7 @@ pub(crate) fn ceiling(
     let b = Bench {
         opts,
         lab: l.clone(),
+        sinks: KeptSinks::default(),
         done: 0,
         total: 1,
     };
@@ -530,6 +533,7 @@ pub(crate) fn ceiling(
         }
         b.point(size, &[("src1", dst, "max".into())], &["sink1"])
     })();
+    drop(b);
     let _ = l.down();
     // What arrived, not what was sent: the XDP generator can send more than a sink takes,
     // and then the pair's ceiling is the sink's.
@@ -752,6 +756,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             let mut bench = Bench {
                 opts,
                 lab: l.clone(),
+                sinks: KeptSinks::default(),
                 done,
                 total,
             };
@@ -896,7 +901,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                             // A step's and a search point's slowest frame too (where the
                             // sink stamps frames; not with `--sink count`): at overload, how
                             // long after its sending the tail of a point arrives, which the
-                            // sinks' drain (`SINK_DRAIN`) must cover.
+                            // sinks' drain (`drain`) must cover.
                             let mut record = |kind: &str, p: &Point| {
                                 rows.push(json!({
                                 "contender": contender, "family": family, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
@@ -975,6 +980,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 Ok(())
             })();
             done = bench.done;
+            drop(bench);
             drop(external);
             let _ = l.down();
             r?;

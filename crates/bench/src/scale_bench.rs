@@ -29,7 +29,7 @@
 //! measures that).
 
 use crate::balancer_bench::{element_load, element_napi, element_rows};
-use crate::forward_bench::{self, lab_mac, lab_point, realtime_napi, ForwardOpts};
+use crate::forward_bench::{self, lab_mac, realtime_napi, ForwardOpts, KeptSinks};
 use crate::placement::{plan_cpus, plan_cpus_for};
 use crate::table;
 use serde_json::{json, Value};
@@ -562,6 +562,8 @@ fn measure(
                 .collect()
         };
         let sinks: Vec<String> = senders.iter().map(|&(_, to)| format!("h{to}")).collect();
+        // Dropped at the closure's end, before the lab goes down.
+        let kept = KeptSinks::default();
         let point = |total: f64, secs: f64| {
             let g = gens_at(total);
             let gens: Vec<(&str, Vec<String>, String)> = g
@@ -571,7 +573,7 @@ fn measure(
             let sinks: Vec<&str> = sinks.iter().map(String::as_str).collect();
             // Which hop dropped what: every interface's transmit drops across the point.
             let before = l.tx_dropped();
-            let p = lab_point(&l, &opts.exe, secs, size, &gens, &sinks, opts.sink)?;
+            let p = kept.point(&l, &opts.exe, secs, size, &gens, &sinks, opts.sink)?;
             Ok::<_, String>((p, json!(lab::drops::grown(&before, &l.tx_dropped()))))
         };
         let top = ceiling * senders.len() as f64;

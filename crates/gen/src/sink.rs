@@ -359,9 +359,84 @@ impl Sink {
     }
 }
 
+/// How a drain ends (`drain` set: the senders are done): once nothing has arrived for
+/// this long, what was on its way has arrived.
+pub const DRAIN_QUIET: Duration = Duration::from_millis(50);
+/// A drain's bound, however busy the interface stays.
+pub const DRAIN_MAX: Duration = Duration::from_millis(200);
+
+/// When a run ends: at once when `stop` is set; when `drain` is set, once nothing has
+/// arrived for [`DRAIN_QUIET`] (counted from the drain's start at the earliest), or
+/// [`DRAIN_MAX`] after it began. With [`Ending::points`], a drain ends a point instead:
+/// its summary goes to the callback, and the sink goes on with a new point.
+pub struct Ending<'a> {
+    stop: &'a AtomicBool,
+    drain: &'a AtomicBool,
+    began: Option<Instant>,
+    last_rx: Option<Instant>,
+    points: Option<&'a mut dyn FnMut(&Value)>,
+}
+
+impl<'a> Ending<'a> {
+    pub fn new(stop: &'a AtomicBool, drain: &'a AtomicBool) -> Ending<'a> {
+        Ending {
+            stop,
+            drain,
+            began: None,
+            last_rx: None,
+            points: None,
+        }
+    }
+
+    /// Points (`tessera sink --points`): each drain ends one, whose summary goes to
+    /// `each`; the run ends on `stop` or at its duration.
+    pub fn points(mut self, each: &'a mut dyn FnMut(&Value)) -> Ending<'a> {
+        self.points = Some(each);
+        self
+    }
+
+    /// After the receive loop: true when a point ended (its summary `v` was handed on,
+    /// the drain is over) and the run goes on; false when the run ends.
+    fn next_point(&mut self, v: &Value) -> bool {
+        let Some(each) = self.points.as_mut() else {
+            return false;
+        };
+        if self.stop.load(Ordering::Relaxed) || !self.drain.load(Ordering::Relaxed) {
+            return false;
+        }
+        each(v);
+        self.drain.store(false, Ordering::Relaxed);
+        self.began = None;
+        self.last_rx = None;
+        true
+    }
+
+    /// Whether the run is over, told whether frames arrived since the last call.
+    fn over(&mut self, arrived: bool) -> bool {
+        let now = Instant::now();
+        if arrived {
+            self.last_rx = Some(now);
+        }
+        if self.stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        if !self.drain.load(Ordering::Relaxed) {
+            return false;
+        }
+        let began = *self.began.get_or_insert(now);
+        let quiet_since = self.last_rx.map_or(began, |t| t.max(began));
+        now - quiet_since >= DRAIN_QUIET || now - began >= DRAIN_MAX
+    }
+}
+
 /// Receives for the configured duration (or until `stop`) and returns the summary.
 pub fn run(cfg: &SinkConfig, stop: &AtomicBool, ready: impl FnOnce()) -> Result<Value, String> {
-    run_then(cfg, stop, ready, |_| {})
+    run_then(
+        cfg,
+        &mut Ending::new(stop, &AtomicBool::new(false)),
+        ready,
+        |_| {},
+    )
 }
 
 /// As [`run`]; `done` gets the summary before the port closes and the ingress drop is
@@ -369,7 +444,7 @@ pub fn run(cfg: &SinkConfig, stop: &AtomicBool, ready: impl FnOnce()) -> Result<
 /// more: 40-90 ms here), so that whoever waits for it need not wait for those too.
 pub fn run_then(
     cfg: &SinkConfig,
-    stop: &AtomicBool,
+    ending: &mut Ending,
     ready: impl FnOnce(),
     done: impl FnOnce(&Value),
 ) -> Result<Value, String> {
@@ -377,11 +452,11 @@ pub fn run_then(
         return Err(format!("--interval {}: use 1 to 1000 ms", cfg.interval_ms));
     }
     if cfg.count {
-        return count_then(cfg, stop, ready, done);
+        return count_then(cfg, ending, ready, done);
     }
     let (mut xdp, mut packet) = (None, None);
-    let port: &mut dyn Port = if cfg.xdp {
-        xdp.insert(
+    if cfg.xdp {
+        xdp = Some(
             // A deep ring (8,192 frames, 64 MiB of buffers): the sink process waits for a
             // core behind the kernel's receive threads, and what arrives meanwhile waits.
             io::XdpPort::open_stamped(
@@ -392,11 +467,11 @@ pub fn run_then(
                 },
             )
             .map_err(|e| format!("--xdp: {e}"))?,
-        )
+        );
     } else {
         // Blocks: at the rates a sink takes, a wake-up per block costs less than one per
         // frame, and the kernel's receive timestamps do not depend on when we read them.
-        packet.insert(
+        packet = Some(
             io::AfPacket::open(
                 &cfg.iface,
                 io::RingConfig {
@@ -405,8 +480,8 @@ pub fn run_then(
                 },
             )
             .map_err(|e| e.to_string())?,
-        )
-    };
+        );
+    }
     let _drop = if cfg.drop && !cfg.xdp {
         Some(IngressDrop::install(&cfg.iface, cfg.port)?)
     } else {
@@ -427,6 +502,36 @@ pub fn run_then(
     if let Some(t) = &cfg.trace {
         sink = sink.with_trace(t, cfg.trace_max)?;
     }
+    ready();
+    let began = Instant::now();
+    let end = Duration::from_secs_f64(cfg.duration.max(0.0));
+    loop {
+        let port: &mut dyn Port = match (&mut xdp, &mut packet) {
+            (Some(x), _) => x,
+            (None, p) => p.as_mut().ok_or("no port")?,
+        };
+        let mut v = receive(port, &mut sink, ending, began + end)?;
+        if let Some(x) = &xdp {
+            // Frames whose receive time is when they were read, not the XDP hook's (since
+            // the run began).
+            v["unstamped_frames"] = x.unstamped().into();
+        }
+        if !(Instant::now() < began + end && ending.next_point(&v)) {
+            done(&v);
+            return Ok(v);
+        }
+        sink = Sink::new(cfg.interval_ms, cfg.port).with_more_intervals(&more);
+    }
+}
+
+/// Receives into `sink` until `ending` says the run or the point is over or `until` has
+/// passed; returns the summary.
+fn receive(
+    port: &mut dyn Port,
+    sink: &mut Sink,
+    ending: &mut Ending,
+    until: Instant,
+) -> Result<Value, String> {
     let mut pool = dataplane::Pool::new();
     let mut batch = Vec::with_capacity(512);
     let mut pfd = libc::pollfd {
@@ -434,12 +539,11 @@ pub fn run_then(
         events: libc::POLLIN,
         revents: 0,
     };
-    ready();
     let start = Instant::now();
-    let end = Duration::from_secs_f64(cfg.duration.max(0.0));
-    while start.elapsed() < end && !stop.load(Ordering::Relaxed) {
+    let mut n = 0;
+    while Instant::now() < until && !ending.over(n > 0) {
         let mut oversize = 0;
-        let n = port
+        n = port
             .recv(&mut pool, &mut batch, 256, &mut oversize)
             .map_err(|e| e.to_string())?;
         sink.other += oversize;
@@ -454,43 +558,51 @@ pub fn run_then(
     }
     port.take_backend_drops(&mut |why, n| *sink.socket_drops.entry(why.name()).or_default() += n);
     sink.finish()?;
-    let mut v = sink.summary(start.elapsed().as_secs_f64());
-    if let Some(x) = &xdp {
-        // Frames whose receive time is when they were read, not the XDP hook's.
-        v["unstamped_frames"] = x.unstamped().into();
-    }
-    done(&v);
-    Ok(v)
+    Ok(sink.summary(start.elapsed().as_secs_f64()))
 }
 
 /// [`run_then`] with `count`: the counting program on the interface until the run ends.
 fn count_then(
     cfg: &SinkConfig,
-    stop: &AtomicBool,
+    ending: &mut Ending,
     ready: impl FnOnce(),
     done: impl FnOnce(&Value),
 ) -> Result<Value, String> {
     let c =
         io::fastpath::count::CountSink::attach(&cfg.iface).map_err(|e| format!("--count: {e}"))?;
     ready();
-    let start = Instant::now();
+    let began = Instant::now();
     let end = Duration::from_secs_f64(cfg.duration.max(0.0));
-    while start.elapsed() < end && !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(2));
+    // The counts at the start of the point.
+    let (mut base, mut base_bytes) = (0, 0);
+    loop {
+        let start = Instant::now();
+        let mut seen = base;
+        loop {
+            let (received, _) = c.counts();
+            if began.elapsed() >= end || ending.over(received != seen) {
+                break;
+            }
+            seen = received;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let (received, bytes) = c.counts();
+        let secs = start.elapsed().as_secs_f64();
+        let v = json!({
+            "mode": "count",
+            "received": received - base,
+            "bytes": bytes - base_bytes,
+            "socket_dropped": 0,
+            "duration_s": secs,
+            "rate_pps": (received - base) as f64 / secs.max(1e-9),
+            "native": c.native(),
+        });
+        if !(began.elapsed() < end && ending.next_point(&v)) {
+            done(&v);
+            return Ok(v);
+        }
+        (base, base_bytes) = (received, bytes);
     }
-    let (received, bytes) = c.counts();
-    let secs = start.elapsed().as_secs_f64();
-    let v = json!({
-        "mode": "count",
-        "received": received,
-        "bytes": bytes,
-        "socket_dropped": 0,
-        "duration_s": secs,
-        "rate_pps": received as f64 / secs.max(1e-9),
-        "native": c.native(),
-    });
-    done(&v);
-    Ok(v)
 }
 
 #[cfg(test)]

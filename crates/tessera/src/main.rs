@@ -221,6 +221,9 @@ enum Cmd {
         json: bool,
     },
     /// Receive test traffic and report per-flow counts, loss, reordering, latency, rates.
+    ///
+    /// Ends after --duration, at once on SIGINT or SIGTERM, or on SIGUSR1 (the senders are
+    /// done) once nothing has arrived for 50 ms, 200 ms after the signal at the latest.
     Sink {
         #[arg(long)]
         iface: String,
@@ -256,6 +259,12 @@ enum Cmd {
         /// frames and bytes received, but no flows, loss, reordering or latency.
         #[arg(long, conflicts_with_all = ["xdp", "drop", "trace"])]
         count: bool,
+        /// Measurement points, one sink for many: each SIGUSR1 ends a point (once drained,
+        /// as above), whose summary is printed as one line of JSON; the sink then goes on
+        /// receiving for the next. SIGINT, SIGTERM or --duration end the run (the summary
+        /// of the unfinished point last).
+        #[arg(long, requires = "json", conflicts_with = "trace")]
+        points: bool,
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
@@ -685,11 +694,14 @@ fn run(cli: Cli) -> Result<i32> {
             drop,
             xdp,
             count,
+            points,
             json,
         } => {
             let stop = Arc::new(AtomicBool::new(false));
             signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
             signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+            let drain = Arc::new(AtomicBool::new(false));
+            signal_hook::flag::register(signal_hook::consts::SIGUSR1, drain.clone())?;
             let cfg = gen::sink::SinkConfig {
                 iface,
                 duration,
@@ -703,9 +715,20 @@ fn run(cli: Cli) -> Result<i32> {
                 count,
             };
             let mut said = None;
+            let mut point = |v: &serde_json::Value| {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                // A reader waits for the line: a failed write ends the next point's wait
+                // with the pipe's end instead.
+                let _ = writeln!(out, "{v}").and_then(|_| out.flush());
+            };
+            let mut ending = gen::sink::Ending::new(&stop, &drain);
+            if points {
+                ending = ending.points(&mut point);
+            }
             gen::sink::run_then(
                 &cfg,
-                &stop,
+                &mut ending,
                 || eprintln!("sink: receiving"),
                 |v| said = Some(report_and_close(v, json)),
             )

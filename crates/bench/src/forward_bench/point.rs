@@ -70,20 +70,24 @@ impl SinkKind {
     }
 }
 
-/// How long a sink may run past a point's duration (a cap: it is stopped when the
-/// generators are done).
-const SINK_SPARE_S: f64 = 30.0;
-/// How long the sinks keep receiving after the generators have ended.
-pub(crate) const SINK_DRAIN: std::time::Duration = std::time::Duration::from_millis(200);
+/// Tells a sink that the generators have ended (SIGUSR1): it reports once nothing more
+/// has arrived for [`gen::sink::DRAIN_QUIET`], [`gen::sink::DRAIN_MAX`] at the latest (a
+/// fixed 200 ms before 2026-11-29: what is still on its way is in a queue that empties
+/// without pause, and a pause of its length ends it here).
+pub(crate) fn drain(sink: &std::process::Child) {
+    // SAFETY: kill(2) on a child of ours that has not been reaped yet.
+    unsafe { libc::kill(sink.id() as libc::pid_t, libc::SIGUSR1) };
+}
 
 /// One measurement point in a lab: sinks (on `eth0` of each node of `sinks`) and
 /// generators (`gens`: source node, destination arguments, rate) for `secs` seconds.
 ///
 /// Every frame the generators send counts: the sinks run until the generators have ended
-/// and a short drain has passed, then are told to stop (SIGINT) and report. (A sink with
-/// a fixed duration cut off the tail of a generator that took long to start, such as one
-/// drawing its destinations from a full table: a few milliseconds of frames counted lost
-/// at every rate.) The sinks receive as `sink` says.
+/// and what was on its way has arrived ([`drain`]), then report. (A sink with a fixed
+/// duration cut off the tail of a generator that took long to start, such as one drawing
+/// its destinations from a full table: a few milliseconds of frames counted lost at every
+/// rate.) The sinks receive as `sink` says; each is started for the point and ends with
+/// it ([`KeptSinks::point`] keeps them across points).
 pub(crate) fn lab_point(
     lab: &lab::Lab,
     exe: &Path,
@@ -96,45 +100,102 @@ pub(crate) fn lab_point(
     if crate::interrupted() {
         return Err("interrupted".into());
     }
-    let exe = exe.to_string_lossy().to_string();
-    // A cap only: the sinks are stopped once the generators are done.
-    let sink_secs = format!("{}", secs + SINK_SPARE_S);
-    let mut sink_procs = Vec::new();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let mut procs = Vec::new();
     for s in sinks {
-        // In the node's namespace, on its CPUs where it names some (`cpus`).
-        let mut c = lab
-            .command(
-                s,
-                &[
-                    exe.as_str(),
-                    "sink",
-                    "--iface",
-                    "eth0",
-                    "--duration",
-                    &sink_secs,
-                    sink.arg(),
-                    "--json",
-                ],
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| e.to_string())?;
-        // `ip netns exec` runs the sink in its own process: the PID is the sink's.
+        let mut c = start_sink(lab, exe, s, secs + SINK_SPARE_S, sink, false)?;
         watch_sink(&mut c, ready_tx.clone());
-        sink_procs.push(c);
+        procs.push(c);
     }
-    // Each sink says when it receives; the generators start after that (or after 5 s).
+    wait_ready(&ready_rx, sinks.len());
+    let offered = run_generators(lab, exe, secs, size, gens);
+    let mut reports = Vec::new();
+    for s in &procs {
+        match offered {
+            Ok(_) => drain(s),
+            // SAFETY: kill(2) on a child of ours that has not been reaped yet.
+            Err(_) => unsafe {
+                libc::kill(s.id() as libc::pid_t, libc::SIGINT);
+            },
+        }
+    }
+    let offered = match offered {
+        Ok(o) => o,
+        Err(e) => {
+            for s in procs {
+                let _ = s.wait_with_output();
+            }
+            return Err(e);
+        }
+    };
+    for s in procs {
+        // A sink on AF_XDP (or counting) holds its interface's XDP program until it
+        // exits: the next point's sink could not attach before.
+        reports.push(report_of(s, "sink", sink != SinkKind::AfPacket)?);
+    }
+    Ok(point_of(offered, &reports))
+}
+
+/// How long a sink may run past a point's duration (a cap: it is stopped when the
+/// generators are done).
+const SINK_SPARE_S: f64 = 30.0;
+
+/// `tessera sink` on `node`'s `eth0`, in its namespace (on its CPUs where it names some:
+/// `cpus`), for at most `secs`; with `--points` when `points`. `ip netns exec` runs the
+/// sink in its own process: the PID is the sink's.
+fn start_sink(
+    lab: &lab::Lab,
+    exe: &Path,
+    node: &str,
+    secs: f64,
+    sink: SinkKind,
+    points: bool,
+) -> Result<std::process::Child, String> {
+    let exe = exe.to_string_lossy();
+    let secs = secs.to_string();
+    let mut args = vec![
+        exe.as_ref(),
+        "sink",
+        "--iface",
+        "eth0",
+        "--duration",
+        &secs,
+        sink.arg(),
+        "--json",
+    ];
+    if points {
+        args.push("--points");
+    }
+    lab.command(node, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("sink on {node}: {e}"))
+}
+
+/// Waits until `n` sinks have said that they receive (5 s at most: the generators start
+/// then anyway, and the point counts what was lost).
+fn wait_ready(ready: &std::sync::mpsc::Receiver<()>, n: usize) {
     let t = std::time::Instant::now();
-    for _ in sinks {
+    for _ in 0..n {
         let left = std::time::Duration::from_secs(5).saturating_sub(t.elapsed());
-        if ready_rx.recv_timeout(left).is_err() {
+        if ready.recv_timeout(left).is_err() {
             break;
         }
     }
-    let mut gen_procs = Vec::new();
-    let mut spawn_error = None;
+}
+
+/// What the generators offered: (packets per second, frames sent).
+fn run_generators(
+    lab: &lab::Lab,
+    exe: &Path,
+    secs: f64,
+    size: usize,
+    gens: &[(&str, Vec<String>, String)],
+) -> Result<(f64, u64), String> {
+    let exe = exe.to_string_lossy().to_string();
+    let mut procs = Vec::new();
+    let mut error = None;
     for (node, dst, rate) in gens {
         let mut args: Vec<String> =
             vec![exe.clone(), "gen".into(), "--iface".into(), "eth0".into()];
@@ -154,43 +215,39 @@ pub(crate) fn lab_point(
             .stderr(Stdio::piped())
             .spawn()
         {
-            Ok(g) => gen_procs.push(g),
+            Ok(g) => procs.push(g),
             Err(e) => {
-                spawn_error = Some(format!("gen: {e}"));
+                error = Some(format!("gen: {e}"));
                 break;
             }
         }
     }
-    let mut p = Point::default();
-    let mut gen_error = spawn_error;
+    let (mut pps, mut sent) = (0.0, 0);
     // (Neither generator holds its interface past its report: the XDP one runs its
     // program from a test run, attached nowhere.)
-    for g in gen_procs {
+    for g in procs {
         match report_of(g, "gen", false) {
             Ok(v) => {
-                p.offered_pps += v["achieved_pps"].as_f64().unwrap_or(0.0);
-                p.sent += v["sent"].as_u64().unwrap_or(0);
+                pps += v["achieved_pps"].as_f64().unwrap_or(0.0);
+                sent += v["sent"].as_u64().unwrap_or(0);
             }
-            Err(e) => gen_error = gen_error.or(Some(e)),
+            Err(e) => error = error.or(Some(e)),
         }
     }
-    // What is still on its way arrives within the drain; then the sinks stop and report
-    // (on every path: a sink left running would hold its namespace).
-    std::thread::sleep(SINK_DRAIN);
-    for s in &sink_procs {
-        // SAFETY: kill(2) on a child of ours that has not been reaped yet.
-        unsafe { libc::kill(s.id() as libc::pid_t, libc::SIGINT) };
+    match error {
+        Some(e) => Err(e),
+        None => Ok((pps, sent)),
     }
-    if let Some(e) = gen_error {
-        for s in sink_procs {
-            let _ = s.wait_with_output();
-        }
-        return Err(e);
-    }
-    for s in sink_procs {
-        // A sink on AF_XDP (or counting) holds its interface's XDP program until it
-        // exits: the next point's sink could not attach before.
-        let v = report_of(s, "sink", sink != SinkKind::AfPacket)?;
+}
+
+/// The point from what the generators offered and the sinks' reports.
+fn point_of((offered_pps, sent): (f64, u64), reports: &[Value]) -> Point {
+    let mut p = Point {
+        offered_pps,
+        sent,
+        ..Point::default()
+    };
+    for v in reports {
         p.received += v["received"].as_u64().unwrap_or(0);
         p.sink_dropped += v["socket_dropped"].as_u64().unwrap_or(0);
         let l = &v["latency_ns_percentiles"];
@@ -206,7 +263,121 @@ pub(crate) fn lab_point(
     } else {
         0.0
     };
-    Ok(p)
+    p
+}
+
+/// Sinks kept running across the points of one lab (`tessera sink --points`), one per
+/// node: a sink's start (an AF_XDP one's 64 MiB of buffers and its XDP program, the
+/// process and its namespace) took a quarter of a second of every point here, more than
+/// the traffic of a `--quick` point. A point that asks a node for a sink of another kind
+/// replaces the one there. Dropped, it stops them (what the lab's teardown would do).
+#[derive(Default)]
+pub(crate) struct KeptSinks {
+    running: std::cell::RefCell<std::collections::BTreeMap<String, Kept>>,
+}
+
+struct Kept {
+    kind: SinkKind,
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    said: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Kept {
+    /// SIGINT, then reaped: it holds its interface's XDP program until it exits.
+    fn stop(mut self) {
+        // SAFETY: kill(2) on a child of ours that has not been reaped yet.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+        let _ = self.child.wait();
+    }
+}
+
+impl KeptSinks {
+    /// As [`lab_point`], with the sinks kept.
+    pub(crate) fn point(
+        &self,
+        lab: &lab::Lab,
+        exe: &Path,
+        secs: f64,
+        size: usize,
+        gens: &[(&str, Vec<String>, String)],
+        sinks: &[&str],
+        sink: SinkKind,
+    ) -> Result<Point, String> {
+        if crate::interrupted() {
+            return Err("interrupted".into());
+        }
+        let mut running = self.running.borrow_mut();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let mut starting = 0;
+        for &node in sinks {
+            if running.get(node).is_some_and(|k| k.kind == sink) {
+                continue;
+            }
+            if let Some(k) = running.remove(node) {
+                k.stop();
+            }
+            // A day: a cap, for a bench that dies without stopping it (the lab's
+            // teardown ends it too).
+            let mut child = start_sink(lab, exe, node, 86_400.0, sink, true)?;
+            let said = watch_sink(&mut child, ready_tx.clone());
+            let out = child.stdout.take().ok_or("sink: no standard output")?;
+            running.insert(
+                node.to_string(),
+                Kept {
+                    kind: sink,
+                    child,
+                    out: std::io::BufReader::new(out),
+                    said,
+                },
+            );
+            starting += 1;
+        }
+        wait_ready(&ready_rx, starting);
+        let offered = match run_generators(lab, exe, secs, size, gens) {
+            Ok(o) => o,
+            Err(e) => {
+                // The sinks' points would mix with the next: these end here.
+                for node in sinks {
+                    if let Some(k) = running.remove(*node) {
+                        k.stop();
+                    }
+                }
+                return Err(e);
+            }
+        };
+        for node in sinks {
+            drain(&running[*node].child);
+        }
+        let mut reports = Vec::new();
+        for &node in sinks {
+            let k = running.get_mut(node).ok_or("sink gone")?;
+            let mut line = String::new();
+            use std::io::BufRead;
+            let read = k.out.read_line(&mut line);
+            match read
+                .map_err(|e| e.to_string())
+                .and_then(|_| serde_json::from_str::<Value>(&line).map_err(|e| e.to_string()))
+            {
+                Ok(v) => reports.push(v),
+                Err(e) => {
+                    let k = running.remove(node).ok_or("sink gone")?;
+                    let said = k.said.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    k.stop();
+                    return Err(format!("sink on {node}: {e}: {said}"));
+                }
+            }
+        }
+        Ok(point_of(offered, &reports))
+    }
+}
+
+impl Drop for KeptSinks {
+    fn drop(&mut self) {
+        for (_, k) in std::mem::take(self.running.get_mut()) {
+            k.stop();
+        }
+    }
 }
 
 /// Reads a sink's error output in the background: `ready` gets a message when it says it
