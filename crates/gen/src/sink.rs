@@ -609,6 +609,52 @@ fn count_then(
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_drain_ends_after_a_quiet_spell_or_at_its_bound() {
+        let (stop, drain) = (AtomicBool::new(false), AtomicBool::new(false));
+        let mut e = Ending::new(&stop, &drain);
+        assert!(!e.over(true));
+        // No drain asked: the run goes on, frames or not.
+        std::thread::sleep(DRAIN_QUIET * 2);
+        assert!(!e.over(false));
+        drain.store(true, Ordering::Relaxed);
+        // Quiet is counted from the drain's start, not from the last frame before it.
+        assert!(!e.over(false));
+        std::thread::sleep(DRAIN_QUIET + Duration::from_millis(5));
+        assert!(e.over(false));
+        // Frames arriving all along: the bound ends it.
+        let mut e = Ending::new(&stop, &drain);
+        let t = Instant::now();
+        while !e.over(true) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(t.elapsed() >= DRAIN_MAX, "{:?}", t.elapsed());
+        // Stop ends it at once.
+        drain.store(false, Ordering::Relaxed);
+        stop.store(true, Ordering::Relaxed);
+        assert!(Ending::new(&stop, &drain).over(true));
+    }
+
+    #[test]
+    fn with_points_a_drain_ends_a_point_and_a_stop_the_run() {
+        let (stop, drain) = (AtomicBool::new(false), AtomicBool::new(false));
+        let mut seen = Vec::new();
+        let mut each = |v: &Value| seen.push(v.clone());
+        let mut e = Ending::new(&stop, &drain).points(&mut each);
+        // Ended by its duration (no drain): the run is over.
+        assert!(!e.next_point(&json!(0)));
+        drain.store(true, Ordering::Relaxed);
+        assert!(e.next_point(&json!(1)));
+        // The drain is consumed: the next point runs until the next one.
+        assert!(!drain.load(Ordering::Relaxed));
+        assert!(!e.over(false));
+        stop.store(true, Ordering::Relaxed);
+        drain.store(true, Ordering::Relaxed);
+        assert!(!e.next_point(&json!(2)));
+        drop(e);
+        assert_eq!(seen, vec![json!(1)]);
+    }
+
     fn flow(seqs: &[u64]) -> Flow {
         let mut f = Flow::default();
         for &s in seqs {

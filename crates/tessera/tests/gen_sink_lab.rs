@@ -469,3 +469,70 @@ fn xdp_to_prefixes(
     assert_eq!(g["sent"], count, "{g}");
     String::from_utf8_lossy(&cap.wait_with_output().unwrap().stdout).into_owned()
 }
+
+/// `sink --points`: one sink for several measurement points, each ended by SIGUSR1 (the
+/// generator is done) with its own summary line once what was on its way has arrived;
+/// the counts start again from zero at each point. On the AF_XDP sink and the counting
+/// one.
+#[test]
+fn a_sink_with_points_reports_each_point_apart() {
+    use std::io::BufRead;
+    let lab = TestLab::up(test_path("labs/pair.toml"), &[]);
+    let bmac = lab.mac("b", "eth0");
+    let ns_b = format!("ts-{}-b", lab.name);
+    for kind in ["--xdp", "--count"] {
+        let mut sink = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns_b, exe(), "sink", "--iface", "eth0"])
+            .args(["--duration", "60", kind, "--json", "--points"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(sink.stdout.take().unwrap()).lines();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        for count in ["3000", "5000"] {
+            let g = lab.sh(
+                "a",
+                &[
+                    exe(),
+                    "gen",
+                    "--iface",
+                    "eth0",
+                    "--dst-mac",
+                    &bmac,
+                    "--src",
+                    "10.9.0.1",
+                    "--dst",
+                    "10.9.0.2",
+                    "--rate",
+                    "20kpps",
+                    "--count",
+                    count,
+                    "--json",
+                ],
+            );
+            let g: Value = serde_json::from_str(&g).unwrap();
+            let t = std::time::Instant::now();
+            // SAFETY: kill(2) on our own child, not reaped.
+            unsafe { libc::kill(sink.id() as libc::pid_t, libc::SIGUSR1) };
+            let line = lines.next().expect("a line per point").unwrap();
+            let took = t.elapsed();
+            let s: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(s["received"], g["sent"], "{kind} {count}: {s}");
+            assert_eq!(g["sent"].as_u64(), Some(count.parse().unwrap()), "{g}");
+            // Quiet for 50 ms ends the drain; 200 ms at the latest.
+            assert!(
+                took >= std::time::Duration::from_millis(45)
+                    && took < std::time::Duration::from_secs(2),
+                "{kind}: the point's summary came {took:?} after SIGUSR1"
+            );
+        }
+        // SIGINT ends the run, with the (empty) point it was in.
+        // SAFETY: as above.
+        unsafe { libc::kill(sink.id() as libc::pid_t, libc::SIGINT) };
+        let rest: Vec<String> = lines.map(Result::unwrap).collect();
+        let last: Value = serde_json::from_str(&rest.join("\n")).unwrap();
+        assert_eq!(last["received"].as_u64(), Some(0), "{kind}: {last}");
+        assert!(sink.wait().unwrap().success(), "{kind}");
+    }
+}
