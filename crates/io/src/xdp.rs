@@ -2,7 +2,7 @@
 //! frames" mode (`BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES`), with no socket
 //! buffer per frame on the sending side.
 //!
-//! The program (assembled below, 77 instructions, 90 with [`Dests`]) paces in the kernel: each run reads the
+//! The program (`bpf/gen.bpf.c`, loaded with aya) paces in the kernel: each run reads the
 //! clock and, if the next frame is due (and the count and deadline allow), takes the next
 //! number from a one-entry array map and writes into the frame the flow (number modulo the
 //! flow count), the per-flow sequence number, the UDP source port of the flow and the send
@@ -25,7 +25,6 @@ pub(crate) const BPF_MAP_UPDATE_ELEM: i32 = 2;
 pub(crate) const BPF_PROG_LOAD: i32 = 5;
 pub(crate) const BPF_LINK_CREATE: i32 = 28;
 const BPF_PROG_TEST_RUN: i32 = 10;
-const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub(crate) const BPF_PROG_TYPE_XDP: u32 = 6;
 pub(crate) const BPF_XDP: u32 = 37;
 const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
@@ -91,174 +90,6 @@ const VALUE_LEN: usize = 64 + 48;
 /// does) has rewritten the MAC addresses, the TTL and the checksum by then.
 const HEADER_LEN: usize = 42;
 
-/// The generator program. Each run: a frame not yet due, past the deadline or over the
-/// count is dropped (not sent, not numbered); otherwise it is numbered, stamped and sent.
-#[allow(clippy::too_many_arguments)]
-fn program(
-    map_fd: i32,
-    ifindex: i32,
-    flows: u16,
-    flow_base: u16,
-    base_port: u16,
-    at: &Offsets,
-    need: i32,
-    clock_offset: i64,
-    dests: Option<(i32, &Dests)>,
-) -> Vec<[u8; 8]> {
-    const MOV_X: u8 = 0xbf; // dst = src (64-bit)
-    const MOV_K: u8 = 0xb7; // dst = imm
-    const ADD_K: u8 = 0x07;
-    const ADD_X: u8 = 0x0f;
-    const SUB_X: u8 = 0x1f;
-    const DIV_X: u8 = 0x3f;
-    const JLE_X: u8 = 0xbd;
-    const MUL_K: u8 = 0x27;
-    const MUL_X: u8 = 0x2f;
-    const OR_X: u8 = 0x4f;
-    const LSH_K: u8 = 0x67;
-    const DIV_K: u8 = 0x37;
-    const MOD_K: u8 = 0x97;
-    const AND_K: u8 = 0x57;
-    const LDX_H: u8 = 0x69;
-    const STX_W: u8 = 0x63;
-    const TO_BE: u8 = 0xdc;
-    const LDX_W: u8 = 0x61;
-    const LDX_DW: u8 = 0x79;
-    const STX_DW: u8 = 0x7b;
-    const STX_H: u8 = 0x6b;
-    const ST_W: u8 = 0x62;
-    const LD_IMM64: u8 = 0x18;
-    const JEQ_K: u8 = 0x15;
-    const JGT_X: u8 = 0x2d;
-    const JGE_X: u8 = 0x3d;
-    const CALL: u8 = 0x85;
-    const EXIT: u8 = 0x95;
-    const MAP_LOOKUP: i32 = 1;
-    const KTIME_GET_NS: i32 = 5;
-    const REDIRECT: i32 = 23;
-    const PRANDOM: i32 = 7;
-    // (instruction, jumps to `drop`)
-    let j = |code, dst, src| (insn(code, dst, src, 0, 0), true);
-    let i = |code, dst, src, off, imm| (insn(code, dst, src, off, imm), false);
-    let mut p: Vec<([u8; 8], bool)> = vec![
-        i(LDX_W, 7, 1, 0, 0),  // r7 = data
-        i(LDX_W, 8, 1, 4, 0),  // r8 = data_end
-        i(ST_W, 10, 0, -4, 0), // key = 0
-        i(MOV_X, 2, 10, 0, 0),
-        i(ADD_K, 2, 0, 0, -4), // r2 = &key
-        i(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, map_fd),
-        i(0, 0, 0, 0, 0),
-        i(CALL, 0, 0, 0, MAP_LOOKUP),
-        j(JEQ_K, 0, 0),       // no value: drop
-        i(MOV_X, 6, 0, 0, 0), // r6 = &value
-        i(CALL, 0, 0, 0, KTIME_GET_NS),
-        i(MOV_X, 9, 0, 0, 0), // r9 = now (ns)
-        i(LDX_DW, 1, 6, 24, 0),
-        j(JGT_X, 9, 1), // past the deadline: drop
-        i(MOV_X, 2, 9, 0, 0),
-        i(MUL_K, 2, 0, 0, 1000), // r2 = now (ps)
-        i(LDX_DW, 1, 6, 8, 0),   // r1 = next due (ps)
-        j(JGT_X, 1, 2),          // not due yet: drop
-        i(LDX_DW, 3, 6, 32, 0),  // r3 = interval (ps)
-        i(MOV_X, 4, 2, 0, 0),
-        i(SUB_X, 4, 1, 0, 0),   // r4 = how late (ps)
-        i(LDX_DW, 5, 6, 56, 0), // r5 = slack (ps)
-        i(JLE_X, 4, 5, 6, 0),   // late by more than the slack: the missed frames are
-        i(DIV_X, 4, 3, 0, 0),   // skipped, not sent in a burst (r4 / 0 is 0 in eBPF)
-        i(LDX_DW, 5, 6, 48, 0),
-        i(ADD_X, 5, 4, 0, 0),
-        i(STX_DW, 6, 5, 48, 0), // skipped += late / interval
-        i(MUL_X, 4, 3, 0, 0),   // this frame stands for the last one due, and the
-        i(ADD_X, 1, 4, 0, 0),   // schedule keeps its phase: sent + skipped is exactly
-        i(ADD_X, 1, 3, 0, 0),   // the frames due by the deadline
-        i(STX_DW, 6, 1, 8, 0),  // next due += interval
-        i(LDX_DW, 1, 6, 0, 0),  // r1 = number of this frame
-        i(LDX_DW, 2, 6, 16, 0),
-        j(JGE_X, 1, 2), // count reached: drop
-        i(MOV_X, 3, 1, 0, 0),
-        i(ADD_K, 3, 0, 0, 1),
-        i(STX_DW, 6, 3, 0, 0),  // numbered += 1
-        i(STX_DW, 6, 9, 40, 0), // last sent = now
-        i(MOV_X, 2, 7, 0, 0),
-        i(ADD_K, 2, 0, 0, need),
-        j(JGT_X, 2, 8), // frame too short: drop
-    ];
-    for k in 0..HEADER_LEN / 8 {
-        let o = (8 * k) as i16;
-        p.push(i(LDX_DW, 3, 6, 64 + o, 0));
-        p.push(i(STX_DW, 7, 3, o, 0));
-    }
-    let o = (HEADER_LEN / 8 * 8) as i16;
-    p.push(i(LDX_H, 3, 6, 64 + o, 0));
-    p.push(i(STX_H, 7, 3, o, 0)); // the headers as they were built
-    p.extend([
-        i(MOV_X, 2, 1, 0, 0),
-        i(MOD_K, 2, 0, 0, flows as i32), // r2 = flow index
-        i(MOV_X, 3, 1, 0, 0),
-        i(DIV_K, 3, 0, 0, flows as i32), // r3 = sequence in the flow
-        i(MOV_X, 4, 2, 0, 0),
-        i(ADD_K, 4, 0, 0, flow_base as i32),
-        i(LSH_K, 4, 0, 0, 48),
-        i(OR_X, 4, 3, 0, 0),
-        i(TO_BE, 4, 0, 0, 64),
-        i(STX_DW, 7, 4, at.flow as i16, 0), // flow id and sequence
-        i(ADD_K, 2, 0, 0, base_port as i32),
-        i(TO_BE, 2, 0, 0, 16),
-        i(STX_H, 7, 2, at.src_port as i16, 0), // the flow's UDP source port
-        i(LD_IMM64, 1, 0, 0, clock_offset as i32),
-        i(0, 0, 0, 0, (clock_offset >> 32) as i32),
-        i(ADD_X, 1, 9, 0, 0),
-        i(TO_BE, 1, 0, 0, 64),
-        i(STX_DW, 7, 1, at.time as i16, 0), // send time, CLOCK_REALTIME
-    ]);
-    if let Some((fd, d)) = dests {
-        let mask = (d.entries.len() as u32).next_power_of_two() - 1;
-        p.extend([
-            i(CALL, 0, 0, 0, PRANDOM),
-            i(AND_K, 0, 0, 0, mask as i32),
-            i(STX_W, 10, 0, -8, 0), // key = random & mask
-            i(MOV_X, 2, 10, 0, 0),
-            i(ADD_K, 2, 0, 0, -8),
-            i(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, fd),
-            i(0, 0, 0, 0, 0),
-            i(CALL, 0, 0, 0, MAP_LOOKUP),
-            j(JEQ_K, 0, 0), // cannot happen (an array, key in range); the verifier asks
-        ]);
-        match d.csum_at {
-            Some(csum_at) => p.extend([
-                i(LDX_W, 1, 0, 0, 0),
-                i(STX_W, 7, 1, d.addr_at as i16, 0), // destination address
-                i(LDX_H, 1, 0, 4, 0),
-                i(STX_H, 7, 1, csum_at as i16, 0), // its header checksum
-            ]),
-            None => p.extend([
-                i(LDX_DW, 1, 0, 0, 0),
-                i(STX_DW, 7, 1, d.addr_at as i16, 0), // the IPv6 destination's upper half
-            ]),
-        }
-    }
-    p.extend([
-        i(MOV_K, 1, 0, 0, ifindex),
-        i(MOV_K, 2, 0, 0, 0),
-        i(CALL, 0, 0, 0, REDIRECT), // r0 = XDP_REDIRECT
-        i(EXIT, 0, 0, 0, 0),
-        // drop:
-        i(MOV_K, 0, 0, 0, 1), // XDP_DROP
-        i(EXIT, 0, 0, 0, 0),
-    ]);
-    let drop_at = (p.len() - 2) as i16;
-    p.iter()
-        .enumerate()
-        .map(|(k, (b, jumps))| {
-            let mut b = *b;
-            if *jumps {
-                b[2..4].copy_from_slice(&(drop_at - k as i16 - 1).to_le_bytes());
-            }
-            b
-        })
-        .collect()
-}
-
 pub(crate) fn bpf(cmd: i32, attr: &mut [u64; 16]) -> io::Result<i32> {
     // SAFETY: attr is a zero-padded 128-byte bpf_attr whose pointers (if any) point to
     // buffers the caller keeps alive for the duration of the call.
@@ -289,26 +120,6 @@ pub(crate) fn clock_ns(c: libc::clockid_t) -> i64 {
     // SAFETY: ts is a valid timespec to write to.
     unsafe { libc::clock_gettime(c, &mut ts) };
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
-
-/// An array map holding `d`'s entries, eight bytes each: the address, then the checksum.
-fn dest_map(d: &Dests) -> io::Result<OwnedFd> {
-    let mut attr = [0u64; 16];
-    attr[0] = u32s(BPF_MAP_TYPE_ARRAY, 4);
-    attr[1] = u32s(8, d.entries.len() as u32);
-    let fd = bpf(BPF_MAP_CREATE, &mut attr)
-        .map_err(|e| io::Error::new(e.kind(), format!("bpf map create (destinations): {e}")))?;
-    // SAFETY: the kernel just returned this descriptor to us.
-    let map = unsafe { OwnedFd::from_raw_fd(fd) };
-    for (k, value) in d.entries.iter().enumerate() {
-        let key = k as u32;
-        let mut attr = [0u64; 16];
-        attr[0] = u32s(fd as u32, 0);
-        attr[1] = &key as *const u32 as u64;
-        attr[2] = value.as_ptr() as u64;
-        bpf(BPF_MAP_UPDATE_ELEM, &mut attr)?;
-    }
-    Ok(map)
 }
 
 /// Creates a BPF map; an error names it (`what`).
@@ -359,6 +170,81 @@ pub(crate) fn map_next_key<K>(map: &OwnedFd, key: Option<&K>, next: &mut K) -> b
     bpf(BPF_MAP_GET_NEXT_KEY, &mut attr).is_ok()
 }
 
+/// The generator's program and maps, as clang made them from `bpf/gen.bpf.c`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gen.bpf.o"));
+
+/// Loads (with aya) the generator program told what `XdpGen::new` was given: the program,
+/// its state map and its destinations' map (filled from `dests`).
+#[allow(clippy::too_many_arguments)]
+fn load(
+    ifindex: u32,
+    flows: u16,
+    flow_base: u16,
+    base_port: u16,
+    at: &Offsets,
+    need: u32,
+    clock_offset: i64,
+    dests: Option<&Dests>,
+) -> io::Result<(OwnedFd, OwnedFd, Option<OwnedFd>)> {
+    use std::os::fd::AsFd;
+    let err = |what: &str, e: &dyn std::fmt::Display| io::Error::other(format!("{what}: {e}"));
+    let (flows, flow_base, base_port) =
+        (u32::from(flows), u32::from(flow_base), u32::from(base_port));
+    let (at_src_port, at_flow, at_time) = (
+        u32::from(at.src_port),
+        u32::from(at.flow),
+        u32::from(at.time),
+    );
+    let n = dests.map_or(1, |d| d.entries.len() as u32);
+    let (has_dests, dest_mask) = (u32::from(dests.is_some()), n.next_power_of_two() - 1);
+    let addr_at = dests.map_or(0, |d| u32::from(d.addr_at));
+    let csum_at = dests.and_then(|d| d.csum_at).map_or(0, u32::from);
+    let mut ebpf = aya::EbpfLoader::new()
+        .set_global("ifindex", &ifindex, true)
+        .set_global("flows", &flows, true)
+        .set_global("flow_base", &flow_base, true)
+        .set_global("base_port", &base_port, true)
+        .set_global("at_src_port", &at_src_port, true)
+        .set_global("at_flow", &at_flow, true)
+        .set_global("at_time", &at_time, true)
+        .set_global("need", &need, true)
+        .set_global("clock_offset", &clock_offset, true)
+        .set_global("dests", &has_dests, true)
+        .set_global("dest_mask", &dest_mask, true)
+        .set_global("addr_at", &addr_at, true)
+        .set_global("csum_at", &csum_at, true)
+        .set_max_entries("gen_dests", n)
+        .load(OBJECT)
+        .map_err(|e| err("the generator's object", &e))?;
+    let prog: &mut aya::programs::Xdp = ebpf
+        .program_mut("gen")
+        .ok_or_else(|| err("the generator's object", &"no program `gen`"))?
+        .try_into()
+        .map_err(|e| err("gen", &e))?;
+    prog.load().map_err(|e| err("gen", &e))?;
+    let prog = prog
+        .fd()
+        .map_err(|e| err("gen", &e))?
+        .as_fd()
+        .try_clone_to_owned()?;
+    let mut map = |name: &str| match ebpf.take_map(name) {
+        Some(aya::maps::Map::Array(m)) => Ok(m.fd().as_fd().try_clone_to_owned()?),
+        _ => Err(err("the generator's object", &format!("no array `{name}`"))),
+    };
+    let state = map("gen_state")?;
+    let dest_map = match dests {
+        Some(d) => {
+            let m = map("gen_dests")?;
+            for (k, value) in d.entries.iter().enumerate() {
+                map_update(&m, &(k as u32), value)?;
+            }
+            Some(m)
+        }
+        None => None,
+    };
+    Ok((prog, state, dest_map))
+}
+
 /// A loaded generator program and its frame.
 pub struct XdpGen {
     prog: OwnedFd,
@@ -405,64 +291,24 @@ impl XdpGen {
                 "frame too short for the probe, or no flows",
             ));
         }
-        let ifindex = crate::netdev::ifindex(iface)?;
-        let mut attr = [0u64; 16];
-        attr[0] = u32s(BPF_MAP_TYPE_ARRAY, 4);
-        attr[1] = u32s(VALUE_LEN as u32, 1);
-        let map_fd = bpf(BPF_MAP_CREATE, &mut attr)
-            .map_err(|e| io::Error::new(e.kind(), format!("bpf map create: {e}")))?;
-        // SAFETY: the kernel just returned this descriptor to us.
-        let map = unsafe { OwnedFd::from_raw_fd(map_fd) };
-        let dest_map = match &dests {
-            Some(d) => Some(dest_map(d)?),
-            None => None,
-        };
+        let ifindex = crate::netdev::ifindex(iface)? as u32;
         let offset = clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC);
-        let code: Vec<u8> = program(
-            map_fd,
+        let (prog, map, dest_map) = load(
             ifindex,
             flows,
             flow_base,
             base_port,
             &at,
-            need as i32,
+            need as u32,
             offset,
-            dest_map
-                .as_ref()
-                .zip(dests.as_ref())
-                .map(|(m, d)| (m.as_raw_fd(), d)),
-        )
-        .concat();
-        let license = b"GPL\0";
-        let mut log = vec![0u8; 1 << 16];
-        let mut attr = [0u64; 16];
-        attr[0] = u32s(BPF_PROG_TYPE_XDP, (code.len() / 8) as u32);
-        attr[1] = code.as_ptr() as u64;
-        attr[2] = license.as_ptr() as u64;
-        attr[3] = u32s(1, log.len() as u32);
-        attr[4] = log.as_mut_ptr() as u64;
-        // kern_version, prog_flags = 0; prog_name "tessera_gen"; prog_ifindex = 0;
-        // expected_attach_type = BPF_XDP.
-        let mut name = [0u8; 16];
-        name[..11].copy_from_slice(b"tessera_gen");
-        attr[6] = u64::from_le_bytes(name[..8].try_into().unwrap_or_default());
-        attr[7] = u64::from_le_bytes(name[8..].try_into().unwrap_or_default());
-        attr[8] = u32s(0, BPF_XDP);
-        let prog_fd = bpf(BPF_PROG_LOAD, &mut attr).map_err(|e| {
-            let text = String::from_utf8_lossy(&log);
-            io::Error::new(
-                e.kind(),
-                format!("bpf prog load: {e}: {}", text.trim_end_matches('\0').trim()),
-            )
-        })?;
-        // SAFETY: as above.
-        let prog = unsafe { OwnedFd::from_raw_fd(prog_fd) };
+            dests.as_ref(),
+        )?;
         Ok(XdpGen {
             prog,
             map,
             _dests: dest_map,
             frame: frame.to_vec(),
-            ctx: [0, frame.len() as u32, 0, ifindex as u32, 0, 0],
+            ctx: [0, frame.len() as u32, 0, ifindex, 0, 0],
             iface: iface.to_string(),
             armed_ns: 0,
         })
