@@ -667,7 +667,7 @@ pub struct RunWith {
     pub io: crate::config::IoConfig,
     pub metrics: crate::metrics::MetricsConfig,
     pub external: Vec<String>,
-    pub fast: Option<crate::lbfast::LbFastLink>,
+    pub fast: Option<crate::lbfast::LbFast>,
     /// Per port name, why its program does not carry the fast path (every port, when the
     /// element runs none).
     pub fast_off: std::collections::HashMap<String, String>,
@@ -835,7 +835,7 @@ pub fn run<P: Port + Send>(
                         let mut next = Vec::new();
                         if let Some((fp, _, _)) = &fast_view {
                             for (facts, att) in &programs {
-                                let facts = crate::lbfast::LbFastLink::with_rules(facts, &rules);
+                                let facts = crate::lbfast::LbFast::with_rules(facts, &rules);
                                 let code = |hook: io::xsk::Hook| match hook {
                                     io::xsk::Hook::Xdp(xsk) => fp.program(&facts, xsk),
                                     io::xsk::Hook::Tc => Vec::new(),
@@ -875,7 +875,7 @@ pub fn run<P: Port + Send>(
                 "counters" => {
                     let mut v = crate::run::workers_counters(&all_counters)?;
                     if let Some((fp, names, _)) = &fast_view {
-                        v["fast_path"] = crate::lbfast::LbFastLink::counters(fp, names);
+                        v["fast_path"] = crate::lbfast::LbFast::counters(fp, names);
                     }
                     Ok(v)
                 }
@@ -888,7 +888,7 @@ pub fn run<P: Port + Send>(
                                 return Some(crate::fast::PortFast::Off(why.clone()));
                             }
                             let (fp, names, egress) = fast_view.as_ref()?;
-                            crate::lbfast::LbFastLink::port_fast(fp, names, egress.get(), n)
+                            crate::lbfast::LbFast::port_fast(fp, names, egress.get(), n)
                         },
                         "[io] fast_path = false",
                     );

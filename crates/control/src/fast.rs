@@ -7,17 +7,17 @@
 use dataplane::forwarder::{Forwarder, Hop6, Iface, RouteChanges6};
 use dataplane::neighbour::State;
 use dataplane::routes::RouteTable;
-use io::fastpath::{FastPath, FastPort, Hop, ProgramFacts, Routes6};
+use io::fastpath::{FastPort, ForwarderFastPath, Hop, ProgramFacts, Routes6};
 use serde_json::{json, Value};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
 
 /// A forwarder's fast path and how its interfaces map to ports.
 #[derive(Clone)]
-pub struct FastLink {
-    pub fp: Arc<Mutex<FastPath>>,
+pub struct ForwarderFast {
+    pub fp: Arc<Mutex<ForwarderFastPath>>,
     /// Per forwarder interface, its port and VLAN id (0: untagged) if the fast path
-    /// serves it (see [`FastLink::ports_of`]).
+    /// serves it (see [`ForwarderFast::ports_of`]).
     pub port_of_iface: Vec<Option<(u16, u16)>>,
     /// Port names, in port order.
     pub names: Vec<String>,
@@ -28,24 +28,24 @@ pub struct FastLink {
     /// Hands IPv6 route changes to the thread that writes them (started with the first).
     tx6: Arc<Mutex<Option<mpsc::Sender<RouteChanges6>>>>,
     /// IPv6 route changes handed to that thread, and written by it
-    /// ([`FastLink::wait_routes6`]).
+    /// ([`ForwarderFast::wait_routes6`]).
     sent6: Arc<std::sync::atomic::AtomicU64>,
     written6: Arc<std::sync::atomic::AtomicU64>,
-    /// Whether each port's device takes frames redirected in XDP ([`FastLink::watch_egress`]).
+    /// Whether each port's device takes frames redirected in XDP ([`ForwarderFast::watch_egress`]).
     pub egress: Arc<std::sync::OnceLock<io::egress::EgressWatch>>,
-    /// Set when this start took a predecessor's fast path over ([`FastLink::adopt`]): the
+    /// Set when this start took a predecessor's fast path over ([`ForwarderFast::adopt`]): the
     /// neighbours it read.
     taken_over: Arc<std::sync::OnceLock<usize>>,
     /// A back-end's ports whose predecessor's programs still run in their pinned links
-    /// ([`FastLink::defer_takeover`]).
+    /// ([`ForwarderFast::defer_takeover`]).
     deferred: Arc<Mutex<Vec<Arc<dyn io::pin::TakeOver>>>>,
 }
 
-impl FastLink {
+impl ForwarderFast {
     /// A back-end that hands its fast path over: the predecessor's programs forward on in
     /// the ports' pinned links (`atts`), with its table and neighbours, for `wait` after
     /// this start opened its ports, then this start's take them
-    /// ([`FastLink::take_over_deferred`]). Meanwhile the LBs hear this start's hellos: under
+    /// ([`ForwarderFast::take_over_deferred`]). Meanwhile the LBs hear this start's hellos: under
     /// a controller they give it no flows until it holds the controller's table, so the
     /// flows the predecessor still forwards move to the other back-ends first; without
     /// one, this start forwards with its config's routes, as the predecessor did. (While
@@ -90,13 +90,13 @@ impl FastLink {
 
     /// Creates the fast path's maps for `ifaces` (a forwarder's; untagged ones are its
     /// ports, in order).
-    pub fn new(ifaces: &[Iface]) -> Result<FastLink, String> {
+    pub fn new(ifaces: &[Iface]) -> Result<ForwarderFast, String> {
         Self::on_devices(ifaces, None)
     }
 
-    /// As [`FastLink::new`], with the device map naming `device` for every port instead of
+    /// As [`ForwarderFast::new`], with the device map naming `device` for every port instead of
     /// the ports' own interfaces (for checking verdicts without the interfaces).
-    pub fn on_devices(ifaces: &[Iface], device: Option<&str>) -> Result<FastLink, String> {
+    pub fn on_devices(ifaces: &[Iface], device: Option<&str>) -> Result<ForwarderFast, String> {
         let port_of_iface = Self::ports_of(ifaces);
         let ports = ifaces
             .iter()
@@ -107,8 +107,8 @@ impl FastLink {
                 mtu: i.mtu.min(u16::MAX as usize) as u16,
             })
             .collect::<Vec<_>>();
-        let fp = FastPath::new(&ports).map_err(|e| format!("fast path: {e}"))?;
-        Ok(FastLink {
+        let fp = ForwarderFastPath::new(&ports).map_err(|e| format!("fast path: {e}"))?;
+        Ok(ForwarderFast {
             routes6: fp.routes6(),
             tx6: Arc::default(),
             sent6: Arc::default(),
@@ -179,7 +179,7 @@ impl FastLink {
     }
 
     /// Takes over what a predecessor's fast path left pinned (see
-    /// [`FastLink::hand_over`]): its resolved neighbours become this forwarder's, so that
+    /// [`ForwarderFast::hand_over`]): its resolved neighbours become this forwarder's, so that
     /// the programs made now forward to them from their first frame, as the predecessor's
     /// did. Returns how many.
     pub fn adopt(&self, f: &mut Forwarder) -> usize {
@@ -193,7 +193,7 @@ impl FastLink {
             .map(|n| io::netdev::ifindex(n).map_or(0, |i| i as u32))
             .collect();
         let mut n = 0;
-        for (ifindex, vlan, ip, mac) in FastPath::pinned_neighbours(&dir) {
+        for (ifindex, vlan, ip, mac) in ForwarderFastPath::pinned_neighbours(&dir) {
             let Some(port) = ports.iter().position(|&i| i == ifindex) else {
                 continue;
             };
@@ -213,8 +213,8 @@ impl FastLink {
     }
 
     /// Hands the fast path over to the element's next start: its maps pinned for the
-    /// successor ([`FastLink::adopt`]), and, while this element runs (until `stop`), the
-    /// programs' deadline kept `grace` ahead ([`FastPath::beat`]), so that they forward
+    /// successor ([`ForwarderFast::adopt`]), and, while this element runs (until `stop`), the
+    /// programs' deadline kept `grace` ahead ([`ForwarderFastPath::beat`]), so that they forward
     /// for at most `grace` after this element is gone unless a successor takes them over.
     /// The links themselves are pinned as the ports open ([`io::pin::enable`]).
     pub fn hand_over(&self, grace: std::time::Duration, stop: Arc<std::sync::atomic::AtomicBool>) {
@@ -488,7 +488,7 @@ impl FastLink {
         }
     }
 
-    /// As [`FastLink::sync_routes6`], written before it returns (for tests).
+    /// As [`ForwarderFast::sync_routes6`], written before it returns (for tests).
     pub fn sync_routes6_now(&self, f: &mut Forwarder) {
         if let Some(c) = f.take_route_changes6() {
             write_routes6(&self.routes6, &self.port_of_iface, c);

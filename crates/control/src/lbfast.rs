@@ -13,7 +13,7 @@ use wire::ethernet::ethertype;
 use wire::MacAddr;
 
 /// An LB's fast path and what its first worker keeps to feed it.
-pub struct LbFastLink {
+pub struct LbFast {
     pub fp: Arc<LbFastPath>,
     /// Port names, in port order.
     pub names: Vec<String>,
@@ -23,7 +23,7 @@ pub struct LbFastLink {
     last: Vec<u64>,
     /// The LB state's version and the ports' egress version last published.
     published: Option<(u64, u64)>,
-    /// Whether each port's device takes frames redirected in XDP ([`LbFastLink::watch_egress`]).
+    /// Whether each port's device takes frames redirected in XDP ([`LbFast::watch_egress`]).
     pub egress: Arc<std::sync::OnceLock<io::egress::EgressWatch>>,
     /// When the counters were last read.
     read: Instant,
@@ -32,21 +32,21 @@ pub struct LbFastLink {
 /// How often the first worker reads the fast path's per-back-end counters.
 const COUNTS_INTERVAL: Duration = Duration::from_millis(100);
 
-impl LbFastLink {
+impl LbFast {
     /// Creates the fast path's maps for the ports named `names`, in port order.
-    pub fn new(names: &[String]) -> Result<LbFastLink, String> {
+    pub fn new(names: &[String]) -> Result<LbFast, String> {
         Self::on_devices(names, None)
     }
 
-    /// As [`LbFastLink::new`], with the device map naming `device` for every port (for
+    /// As [`LbFast::new`], with the device map naming `device` for every port (for
     /// checking verdicts without the interfaces).
-    pub fn on_devices(names: &[String], device: Option<&str>) -> Result<LbFastLink, String> {
+    pub fn on_devices(names: &[String], device: Option<&str>) -> Result<LbFast, String> {
         let devices: Vec<String> = names
             .iter()
             .map(|n| device.unwrap_or(n).to_string())
             .collect();
         let fp = LbFastPath::new(&devices).map_err(|e| format!("fast path: {e}"))?;
-        Ok(LbFastLink {
+        Ok(LbFast {
             fp: Arc::new(fp),
             names: names.to_vec(),
             ids: HashMap::new(),
@@ -400,7 +400,7 @@ mod tests {
     struct Check {
         b: Balancer,
         now: Instant,
-        link: LbFastLink,
+        link: LbFast,
         progs: Vec<Detached>,
         fast: usize,
         fast_balanced: u64,
@@ -461,10 +461,10 @@ mod tests {
 
         fn with(b: Balancer, now: Instant) -> Check {
             let names: Vec<String> = b.ports.iter().map(|p| p.name.clone()).collect();
-            let mut link = LbFastLink::on_devices(&names, Some("lo")).unwrap();
+            let mut link = LbFast::on_devices(&names, Some("lo")).unwrap();
             link.publish(&b).unwrap();
             let progs = (0..b.ports.len() as u32)
-                .map(|k| link.fp.detached(&LbFastLink::facts(&b, k)).unwrap())
+                .map(|k| link.fp.detached(&LbFast::facts(&b, k)).unwrap())
                 .collect();
             Check {
                 b,
@@ -818,7 +818,7 @@ mod tests {
     fn a_port_beyond_the_fast_paths_reach_is_user_space() {
         let max = io::fastpath::lb::MAX_PORTS;
         let names: Vec<String> = (0..=max).map(|i| format!("p{i}")).collect();
-        let link = LbFastLink::on_devices(&names, Some("lo")).unwrap();
+        let link = LbFast::on_devices(&names, Some("lo")).unwrap();
         let facts = LbProgramFacts {
             port: max as u32,
             mac: EXT_A,

@@ -336,7 +336,7 @@ pub fn run<P: Port + Send>(
     cfg: Option<&ForwarderFile>,
     control: Option<&Path>,
     stop: Arc<AtomicBool>,
-    fast: Option<crate::fast::FastLink>,
+    fast: Option<crate::fast::ForwarderFast>,
     fast_off: Option<String>,
 ) -> Result<dataplane::counters::Snapshot, String> {
     if ports.is_empty() {
@@ -805,7 +805,7 @@ fn route_writer(
     writer: Arc<Mutex<crate::distrib::Writer>>,
     table: Arc<Mutex<wire::dist::HelloState>>,
     routes: Arc<Mutex<RouteTable>>,
-    fast: Option<crate::fast::FastLink>,
+    fast: Option<crate::fast::ForwarderFast>,
     mac: MacAddr,
     signer: Arc<wire::dist::auth::Signer>,
     stop: Arc<AtomicBool>,

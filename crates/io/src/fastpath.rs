@@ -2,6 +2,11 @@
 //! each port, before any socket sees the frame: its XDP program on AF_XDP ports, its tcx
 //! ingress program on AF_PACKET ones ([`Hook`]).
 //!
+//! Names: each element's fast path is `<element>FastPath` here (its maps and programs:
+//! [`ForwarderFastPath`], [`lb::LbFastPath`], [`axon::AxonFastPath`],
+//! [`l2::SwitchFastPath`]), and `<element>Fast` in `control` (the handle the element keeps
+//! it in step with: `ForwarderFast`, `LbFast`, `AxonFast`, `SwitchFast`).
+//!
 //! A frame takes the fast path when it is an unfragmented IPv4 packet without options, to
 //! the port's own MAC, of exactly the frame's length, with a valid header checksum, a TTL
 //! above 1, a source and a destination that are neither martian nor the router's own (nor
@@ -47,7 +52,7 @@
 //!   index (low 32 bits; [`PORT_HANDOFF`] above them where the device takes no frames
 //!   redirected in XDP and the XDP program hands them to tcx, [`crate::handoff`]), then the time (`bpf_ktime_get_ns`) after which the program forwards nothing
 //!   out of it (0: none): an element that hands its fast path over to its next start
-//!   ([`FastPath::beat`]) keeps that time a few seconds ahead while it runs, so that a fast
+//!   ([`ForwarderFastPath::beat`]) keeps that time a few seconds ahead while it runs, so that a fast
 //!   path left behind by an element that never comes back stops on its own.
 //! - `tx`: a device map of the ports' interfaces.
 //! - `stats`: per CPU and port, frames forwarded in (received), sent to user space, and
@@ -180,7 +185,7 @@ fn map_delete<K>(map: &OwnedFd, key: &K) -> io::Result<()> {
 }
 
 /// The maps of one element's fast path.
-pub struct FastPath {
+pub struct ForwarderFastPath {
     fib: OwnedFd,
     neigh: OwnedFd,
     /// IPv6: the routes (the kernel's longest-prefix-match trie, written under a lock of
@@ -198,16 +203,16 @@ pub struct FastPath {
     nports: u32,
     /// Per port, its `ports` entry as made (MAC, MTU, interface index).
     port_words: Vec<[u64; 2]>,
-    /// Per port, whether its device takes frames redirected in XDP ([`FastPath::set_egress`]).
+    /// Per port, whether its device takes frames redirected in XDP ([`ForwarderFastPath::set_egress`]).
     egress: Vec<std::sync::atomic::AtomicBool>,
     /// Whether an XDP program has been made: only then does a port's egress matter (tcx
     /// redirects socket buffers, which every device takes).
     xdp: std::sync::atomic::AtomicBool,
-    /// Whether every port's tcx hook runs the hand-off ([`FastPath::set_handoff`]).
+    /// Whether every port's tcx hook runs the hand-off ([`ForwarderFastPath::set_handoff`]).
     handoff: std::sync::atomic::AtomicBool,
-    /// Every frame to user space ([`FastPath::suspend`]).
+    /// Every frame to user space ([`ForwarderFastPath::suspend`]).
     suspended: std::sync::atomic::AtomicBool,
-    /// The time after which the programs forward nothing ([`FastPath::beat`]; 0: none).
+    /// The time after which the programs forward nothing ([`ForwarderFastPath::beat`]; 0: none).
     deadline: std::sync::atomic::AtomicU64,
     /// The ports' interface indices, in port order.
     ifindexes: Vec<u32>,
@@ -539,10 +544,10 @@ fn mac_u64(m: &[u8; 6]) -> u64 {
     u64::from_le_bytes(b)
 }
 
-impl FastPath {
+impl ForwarderFastPath {
     /// Creates the maps for `ports` (an empty table: everything goes to user space until
-    /// [`FastPath::publish`]).
-    pub fn new(ports: &[FastPort]) -> io::Result<FastPath> {
+    /// [`ForwarderFastPath::publish`]).
+    pub fn new(ports: &[FastPort]) -> io::Result<ForwarderFastPath> {
         let n = ports.len() as u32;
         let template = map_create(
             BPF_MAP_TYPE_ARRAY,
@@ -584,7 +589,7 @@ impl FastPath {
         }
         let fib6_fd = routes6.fib6.as_raw_fd();
         let hops6_fd = routes6.hops.as_raw_fd();
-        let mut me = FastPath {
+        let mut me = ForwarderFastPath {
             fib,
             neigh,
             routes6: Arc::new(Mutex::new(routes6)),
@@ -704,7 +709,7 @@ impl FastPath {
         self.routes6.clone()
     }
 
-    /// As [`FastPath::set_neighbours`], for IPv6.
+    /// As [`ForwarderFastPath::set_neighbours`], for IPv6.
     pub fn set_neighbours6(
         &mut self,
         resolved: impl IntoIterator<Item = (u16, u16, Ipv6Addr, [u8; 6])>,
@@ -728,7 +733,7 @@ impl FastPath {
     /// Whether port `port`'s device takes frames redirected in XDP (see [`crate::egress`]).
     /// Where it does not, and an XDP program of this fast path may redirect to it, the
     /// frames bound there are handed to the tcx hook of the port they came in by, where
-    /// every port runs the hand-off ([`FastPath::set_handoff`]; its `ports` entry carries
+    /// every port runs the hand-off ([`ForwarderFastPath::set_handoff`]; its `ports` entry carries
     /// [`PORT_HANDOFF`]); else its entry carries an MTU of 0: no frame fits it, so the
     /// programs leave every frame bound there to user space, which sends it through its
     /// socket.
@@ -755,7 +760,7 @@ impl FastPath {
     }
 
     /// Whether frames bound out of each port take the fast path (false: user space sends
-    /// them, as [`FastPath::set_egress`] and [`FastPath::suspend`] say).
+    /// them, as [`ForwarderFastPath::set_egress`] and [`ForwarderFastPath::suspend`] say).
     pub fn egress(&self) -> Vec<bool> {
         self.egress_modes()
             .into_iter()
@@ -800,7 +805,7 @@ impl FastPath {
         self.xdp.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Whether [`FastPath::suspend`] holds the programs.
+    /// Whether [`ForwarderFastPath::suspend`] holds the programs.
     pub fn suspended(&self) -> bool {
         self.suspended.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -840,7 +845,7 @@ impl FastPath {
         crate::pin::pin(&self.neigh, &dir.join("neigh"))
     }
 
-    /// The neighbours a predecessor's fast path pinned in `dir` (see [`FastPath::pin`]):
+    /// The neighbours a predecessor's fast path pinned in `dir` (see [`ForwarderFastPath::pin`]):
     /// (interface index, VLAN id, address, MAC). Empty where there are none.
     pub fn pinned_neighbours(dir: &std::path::Path) -> Vec<(u32, u16, Ipv4Addr, [u8; 6])> {
         let (Ok(ports), Ok(neigh)) = (
@@ -1029,8 +1034,8 @@ mod tests {
     use super::*;
 
     /// A fast path of one port on `lo` (MAC 02:00:00:00:00:01), and its program's facts.
-    fn one_port(slow_path_limit: u32) -> (FastPath, ProgramFacts) {
-        let fp = FastPath::new(&[FastPort {
+    fn one_port(slow_path_limit: u32) -> (ForwarderFastPath, ProgramFacts) {
+        let fp = ForwarderFastPath::new(&[FastPort {
             ifname: "lo".into(),
             mac: [2, 0, 0, 0, 0, 1],
             mtu: 1500,

@@ -9,7 +9,7 @@
 //! `net<ino>/if<ifindex>/`, holding `link-drv` or `link-skb` (the XDP link of an AF_XDP
 //! port, named by its attach mode) or `link-tcx` (the tcx ingress link of an AF_PACKET
 //! port's fast path) and, in the first port's, the element's maps a successor reads
-//! ([`crate::fastpath::FastPath::pin`]).
+//! ([`crate::fastpath::ForwarderFastPath::pin`]).
 
 use crate::xdp::{bpf, u32s};
 use std::io;

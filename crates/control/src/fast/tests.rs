@@ -65,7 +65,7 @@ struct Check {
     f: Forwarder,
     now: std::time::Instant,
     progs: Vec<io::fastpath::Detached>,
-    fl: FastLink,
+    fl: ForwarderFast,
     fast: usize,
     /// Bytes of the frames the fast path forwarded, in and out, as sent to it and as
     /// it sent them.
@@ -136,7 +136,7 @@ impl Check {
     }
 
     fn with(mut f: Forwarder, now: std::time::Instant, at: At) -> Check {
-        let fl = FastLink::on_devices(&f.ifaces, Some("lo")).unwrap();
+        let fl = ForwarderFast::on_devices(&f.ifaces, Some("lo")).unwrap();
         let t = f.take_routes().unwrap();
         fl.publish(&t).unwrap();
         fl.sync_routes6_now(&mut f);
@@ -147,7 +147,7 @@ impl Check {
             .filter(|i| i.vlan.is_none())
             .enumerate()
             .map(|(k, i)| {
-                let facts = FastLink::facts(&f, k as u32, i.mac.0);
+                let facts = ForwarderFast::facts(&f, k as u32, i.mac.0);
                 fl.fp.lock().unwrap().detached(&facts, at).unwrap()
             })
             .collect();
@@ -470,7 +470,7 @@ fn agrees6(at: At, handoff: bool) {
 }
 
 /// Past the deadline that an element handing its fast path over keeps ahead
-/// ([`FastPath::beat`]), the programs forward nothing: a fast path whose element is
+/// ([`ForwarderFastPath::beat`]), the programs forward nothing: a fast path whose element is
 /// gone for good stops on its own; a new beat and it forwards again.
 #[test]
 fn past_its_deadline_the_fast_path_forwards_nothing() {
@@ -1032,7 +1032,7 @@ fn the_tcx_fast_path_leaves_the_star_to_user_space() {
     // Left to user space, not shed as frames the router answers are past the slow
     // path's limit: a limit of one frame a second lets none of the star's through to
     // `police`'s bucket.
-    let mut facts = FastLink::facts(&c.f, 0, MAC0);
+    let mut facts = ForwarderFast::facts(&c.f, 0, MAC0);
     facts.slow_path_limit = 1;
     let prog = c.fl.fp.lock().unwrap().detached(&facts, At::Tc).unwrap();
     for _ in 0..5 {

@@ -140,7 +140,7 @@ pub(super) type Pending6 = Mutex<Option<Routes6>>;
 pub(super) fn route_command(
     routes: &Mutex<RouteTable>,
     cfg: Option<&ForwarderFile>,
-    fast: Option<&crate::fast::FastLink>,
+    fast: Option<&crate::fast::ForwarderFast>,
     pending6: &Pending6,
     cmd: &str,
     req: &Value,

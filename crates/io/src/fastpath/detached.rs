@@ -36,7 +36,7 @@ pub enum Verdict {
     Other(u32),
 }
 
-impl FastPath {
+impl ForwarderFastPath {
     /// The program of a port for the hook `at`, loaded and not attached.
     pub fn detached(&self, f: &ProgramFacts, at: At) -> io::Result<Detached> {
         Ok(match at {

@@ -99,7 +99,7 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
     let off = (!cfg.io.fast_path).then(|| "[io] fast_path = false".to_string());
     let fast = match &off {
         None => {
-            let fl = control::fast::FastLink::new(&f.ifaces).map_err(anyhow::Error::msg)?;
+            let fl = control::fast::ForwarderFast::new(&f.ifaces).map_err(anyhow::Error::msg)?;
             fl.watch_egress(stop.clone());
             Some(fl)
         }
@@ -108,7 +108,7 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
     // A forwarder hands its XDP fast path over to its next start: the links pinned as the
     // ports open, the maps a successor reads, a deadline kept ahead. A back-end's start
     // leaves its predecessor's programs running for three of its hello intervals, while
-    // the LBs learn of it (control::fast::FastLink::defer_takeover).
+    // the LBs learn of it (control::fast::ForwarderFast::defer_takeover).
     let handover = handover(fast.is_some(), &cfg.io);
     let backend_handover = cfg.backend.is_some() && handover.is_some();
     io::pin::defer_takeover(backend_handover);
@@ -148,7 +148,7 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
         let (backend, ring) = (cfg.io.backend, cfg.io.packet_ring);
         let mine = match &fast {
             Some(fl) => {
-                let mut facts = control::fast::FastLink::facts(&f, k as u32, link.mac.0);
+                let mut facts = control::fast::ForwarderFast::facts(&f, k as u32, link.mac.0);
                 facts.slow_path_limit = cfg.io.slow_path_limit;
                 let program = |hook: io::xsk::Hook| match fl.fp.lock() {
                     Ok(fp) => fp.program(&facts, hook),
@@ -281,7 +281,7 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
     let fast = match &off {
         None => {
             let names: Vec<String> = cfg.interfaces.iter().map(|i| i.name.clone()).collect();
-            let fl = control::lbfast::LbFastLink::new(&names).map_err(anyhow::Error::msg)?;
+            let fl = control::lbfast::LbFast::new(&names).map_err(anyhow::Error::msg)?;
             fl.watch_egress(stop.clone());
             Some(fl)
         }
@@ -303,7 +303,7 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
     io::pin::defer_takeover(fast.is_some());
     let mut lb_handoffs = Vec::new();
     for (k, i) in cfg.interfaces.iter().enumerate() {
-        let facts = control::lbfast::LbFastLink::facts(&b, k as u32);
+        let facts = control::lbfast::LbFast::facts(&b, k as u32);
         let program = |hook: io::xsk::Hook| match (&fast, hook) {
             (Some(fl), io::xsk::Hook::Xdp(xsk)) => fl.fp.program(&facts, xsk),
             _ => Vec::new(),
