@@ -16,7 +16,7 @@
  * What it reads: its state (gen_state) and the frame's bytes it writes.
  * Maps: gen_state (one entry: the schedule, the counters, the headers; io::xdp says what
  * user space writes and reads), gen_dests (destinations, when drawn from a table).
- * Told at load (read-only globals): the interface, the flows, where the fields sit.
+ * Told at load (its read-only global): the interface, the flows, where the fields sit.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -55,20 +55,24 @@ struct {
 	__type(value, __u64);
 } gen_dests SEC(".maps");
 
-/* Set at load. */
-volatile const __u32 ifindex;
-volatile const __u32 flows = 1;
-volatile const __u32 flow_base;
-volatile const __u32 base_port;
-volatile const __u32 at_src_port; /* the UDP source port */
-volatile const __u32 at_flow;     /* the probe's flow id and 48-bit sequence number */
-volatile const __u32 at_time;     /* the probe's send time */
-volatile const __u32 need;        /* the frame's bytes the program writes */
-volatile const __s64 clock_offset; /* CLOCK_REALTIME less CLOCK_MONOTONIC, ns */
-volatile const __u32 dests;       /* destinations drawn from gen_dests */
-volatile const __u32 dest_mask;   /* their number less one */
-volatile const __u32 addr_at;     /* where the destination sits */
-volatile const __u32 csum_at;     /* where the IPv4 header checksum sits (0: IPv6) */
+/* Told at load: the one read-only global (io::xdp's GenConfig). */
+struct gen_config {
+	__u32 ifindex;
+	__u32 flows;
+	__u32 flow_base;
+	__u32 base_port;
+	__u32 at_src_port; /* the UDP source port */
+	__u32 at_flow;     /* the probe's flow id and 48-bit sequence number */
+	__u32 at_time;     /* the probe's send time */
+	__u32 need;        /* the frame's bytes the program writes */
+	__s64 clock_offset; /* CLOCK_REALTIME less CLOCK_MONOTONIC, ns */
+	__u32 dests;       /* destinations drawn from gen_dests */
+	__u32 dest_mask;   /* their number less one */
+	__u32 addr_at;     /* where the destination sits */
+	__u32 csum_at;     /* where the IPv4 header checksum sits (0: IPv6) */
+};
+
+volatile const struct gen_config cfg = { .flows = 1 };
 
 SEC("xdp")
 int gen(struct xdp_md *ctx)
@@ -102,7 +106,7 @@ int gen(struct xdp_md *ctx)
 		return XDP_DROP;
 	st->numbered = n + 1;
 	st->last_ns = now;
-	if (data + need > data_end)
+	if (data + cfg.need > data_end)
 		return XDP_DROP;
 	/* The headers as they were built, then what differs per frame. */
 	__u64 *to = data;
@@ -110,24 +114,24 @@ int gen(struct xdp_md *ctx)
 	for (int k = 0; k < HEADER_LEN / 8; k++)
 		to[k] = st->header[k];
 	*(__u16 *)(data + HEADER_LEN / 8 * 8) = *(__u16 *)&st->header[HEADER_LEN / 8];
-	__u64 flow = n % flows;
-	__u64 seq = n / flows;
-	*(__u64 *)(data + at_flow) = bpf_cpu_to_be64((flow + flow_base) << 48 | seq);
-	*(__u16 *)(data + at_src_port) = bpf_htons((__u16)(flow + base_port));
-	*(__u64 *)(data + at_time) = bpf_cpu_to_be64(now + clock_offset);
-	if (dests) {
-		__u32 d = bpf_get_prandom_u32() & dest_mask;
+	__u64 flow = n % cfg.flows;
+	__u64 seq = n / cfg.flows;
+	*(__u64 *)(data + cfg.at_flow) = bpf_cpu_to_be64((flow + cfg.flow_base) << 48 | seq);
+	*(__u16 *)(data + cfg.at_src_port) = bpf_htons((__u16)(flow + cfg.base_port));
+	*(__u64 *)(data + cfg.at_time) = bpf_cpu_to_be64(now + cfg.clock_offset);
+	if (cfg.dests) {
+		__u32 d = bpf_get_prandom_u32() & cfg.dest_mask;
 		__u64 *e = bpf_map_lookup_elem(&gen_dests, &d);
 		if (!e)
 			return XDP_DROP; /* cannot happen: an array, the key in range */
-		if (csum_at) {
-			*(__u32 *)(data + addr_at) = *(__u32 *)e;
-			*(__u16 *)(data + csum_at) = *((__u16 *)e + 2);
+		if (cfg.csum_at) {
+			*(__u32 *)(data + cfg.addr_at) = *(__u32 *)e;
+			*(__u16 *)(data + cfg.csum_at) = *((__u16 *)e + 2);
 		} else {
-			*(__u64 *)(data + addr_at) = *e;
+			*(__u64 *)(data + cfg.addr_at) = *e;
 		}
 	}
-	return bpf_redirect(ifindex, 0);
+	return bpf_redirect(cfg.ifindex, 0);
 }
 
 char LICENSE[] SEC("license") = "GPL";

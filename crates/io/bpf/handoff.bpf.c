@@ -23,7 +23,7 @@
 /* TCX_NEXT (linux/bpf.h from 6.6 on): on to the next program, or the stack. */
 #define HANDOFF_NEXT (-1)
 
-SEC("classifier")
+SEC("tcx/ingress")
 int handoff(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data;

@@ -196,6 +196,21 @@ impl crate::pin::TakeOver for TcxLink {
     }
 }
 
+/// A tcx ingress link of `prog` on interface `ifindex`, after the programs there (libbpf-rs
+/// has no tcx links: ours, through `BPF_LINK_CREATE`). The program leaves the hook when
+/// the link closes.
+pub(crate) fn tcx_ingress_link(
+    prog: &std::os::fd::OwnedFd,
+    ifindex: u32,
+) -> io::Result<std::os::fd::OwnedFd> {
+    let mut attr = [0u64; 16];
+    attr[0] = crate::xdp::u32s(std::os::fd::AsRawFd::as_raw_fd(prog) as u32, ifindex);
+    attr[1] = crate::xdp::u32s(BPF_TCX_INGRESS, 0);
+    let fd = crate::xdp::bpf(crate::xdp::BPF_LINK_CREATE, &mut attr)?;
+    // SAFETY: the kernel just returned this descriptor to us.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+}
+
 impl AfPacket {
     /// This port reports its interface's own receive and transmit drops
     /// (`device_rx_dropped`, `device_tx_dropped`).
@@ -256,17 +271,9 @@ impl AfPacket {
         let (link, pending) = match taken {
             Some(t) => (t.link, t.deferred.then_some(prog)),
             None => {
-                let mut attr = [0u64; 16];
-                attr[0] = crate::xdp::u32s(
-                    std::os::fd::AsRawFd::as_raw_fd(&prog) as u32,
-                    ifindex as u32,
-                );
-                attr[1] = crate::xdp::u32s(BPF_TCX_INGRESS, 0);
-                let fd = crate::xdp::bpf(crate::xdp::BPF_LINK_CREATE, &mut attr).map_err(|e| {
+                let link = tcx_ingress_link(&prog, ifindex as u32).map_err(|e| {
                     io::Error::new(e.kind(), format!("{}: tcx ingress link: {e}", self.name))
                 })?;
-                // SAFETY: the kernel just returned this descriptor to us.
-                let link: std::os::fd::OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) };
                 if keep {
                     crate::pin::pin_link(ifindex as u32, "link-tcx", &link);
                 }

@@ -14,14 +14,12 @@
 //! program were not there.
 //!
 //! The program is C (`bpf/handoff.bpf.c`, compiled by clang from the build script, with
-//! BTF) and loaded by aya; it has no maps and no state: a restart or an upgrade puts the
+//! BTF) and loaded with libbpf ([`crate::bpfobj`]); it has no maps and no state: a restart or an upgrade puts the
 //! new one in the pinned link (`link-handoff`) in one step, and the old XDP program's
 //! hand-offs are forwarded by the new one alike.
 
-use aya::programs::links::{FdLink, PinnedLink};
-use aya::programs::tc::{SchedClassifierLink, TcAttachOptions};
-use aya::programs::{LinkOrder, SchedClassifier, TcAttachType};
 use std::io;
+use std::os::fd::OwnedFd;
 
 /// The first four bytes of the metadata an XDP fast path writes in front of a frame it
 /// hands to tcx (its second four: the egress interface index). The C program's
@@ -33,106 +31,61 @@ pub const META_LEN: i32 = 8;
 pub const PIN: &str = "link-handoff";
 
 /// The program's object, as clang made it from `bpf/handoff.bpf.c`.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/handoff.bpf.o"));
-
-fn err(what: &str, e: impl std::fmt::Display) -> io::Error {
-    io::Error::other(format!("{what}: {e}"))
-}
+static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/handoff.bpf.o"));
 
 /// The hand-off loaded into the kernel, attached nowhere yet.
 pub struct Program {
-    ebpf: aya::Ebpf,
+    prog: OwnedFd,
 }
 
 impl Program {
     /// Loads the program (the verifier's refusal comes here).
     pub fn load() -> io::Result<Program> {
-        let ebpf = aya::Ebpf::load(OBJECT).map_err(|e| err("hand-off object", e))?;
-        let mut me = Program { ebpf };
-        me.prog()?.load().map_err(|e| err("load the hand-off", e))?;
-        Ok(me)
-    }
-
-    fn prog(&mut self) -> io::Result<&mut SchedClassifier> {
-        self.ebpf
-            .program_mut("handoff")
-            .ok_or_else(|| err("hand-off object", "no program `handoff`"))?
-            .try_into()
-            .map_err(|e| err("hand-off object", e))
+        let obj = crate::bpfobj::load(OBJECT, "the hand-off", Default::default())?;
+        Ok(Program {
+            prog: obj.prog("handoff")?,
+        })
     }
 
     /// The loaded program's descriptor (for `BPF_PROG_TEST_RUN`).
-    pub fn raw_fd(&mut self) -> io::Result<i32> {
-        use std::os::fd::{AsFd, AsRawFd};
-        let p = self.prog()?;
-        let fd = p.fd().map_err(|e| err("hand-off", e))?;
-        Ok(fd.as_fd().as_raw_fd())
+    pub fn raw_fd(&self) -> i32 {
+        std::os::fd::AsRawFd::as_raw_fd(&self.prog)
     }
 }
 
-/// A port's hand-off link: closed with it unless pinned.
-pub enum Link {
-    Own(FdLink),
-    Pinned(PinnedLink),
+/// A port's hand-off link: the program leaves the hook when it closes, unless pinned.
+pub struct Link {
+    _link: OwnedFd,
+    _prog: OwnedFd,
 }
 
 /// Runs the hand-off in interface `ifindex`'s tcx ingress hook: in the link a
 /// predecessor pinned, if any (its program replaced in one step), else in a new one,
 /// pinned where `keep` so that it outlives this process as the XDP program's link does.
 pub fn attach(ifindex: u32, keep: bool) -> io::Result<Link> {
-    let mut p = Program::load()?;
-    let prog = p.prog()?;
-    if let Some(path) = crate::pin::dir(ifindex, false).map(|d| d.join(PIN)) {
-        if path.exists() {
-            let taken = PinnedLink::from_pin(&path)
-                .map_err(|e| err("pinned hand-off link", e))
-                .and_then(|pinned| {
-                    let fd: FdLink = pinned.into();
-                    let link = SchedClassifierLink::try_from(fd)
-                        .map_err(|e| err("pinned hand-off link", e))?;
-                    let id = prog
-                        .attach_to_link(link)
-                        .map_err(|e| err("hand-off link update", e))?;
-                    prog.take_link(id).map_err(|e| err("hand-off link", e))
-                });
-            match taken.and_then(|l| FdLink::try_from(l).map_err(|e| err("hand-off link", e))) {
-                Ok(fd) => {
-                    if !keep {
-                        let _ = std::fs::remove_file(&path);
-                    }
-                    return Ok(Link::Own(fd));
-                }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "pinned link not taken over");
-                    let _ = std::fs::remove_file(&path);
-                }
-            }
-        }
+    let p = Program::load()?;
+    if let Some(t) = crate::pin::take_pinned(
+        ifindex,
+        &[PIN],
+        crate::pin::BPF_LINK_TYPE_TCX,
+        &p.prog,
+        false,
+        keep,
+    ) {
+        return Ok(Link {
+            _link: t.link,
+            _prog: p.prog,
+        });
     }
-    let name = crate::netdev::ifname(ifindex)
-        .ok_or_else(|| err("hand-off", format!("no interface has index {ifindex}")))?;
-    let new = |prog: &mut SchedClassifier| -> io::Result<FdLink> {
-        let id = prog
-            .attach_with_options(
-                &name,
-                TcAttachType::Ingress,
-                TcAttachOptions::TcxOrder(LinkOrder::default()),
-            )
-            .map_err(|e| err("tcx ingress link (hand-off)", e))?;
-        let link = prog.take_link(id).map_err(|e| err("hand-off link", e))?;
-        FdLink::try_from(link).map_err(|e| err("hand-off link", e))
-    };
-    let fd = new(prog)?;
-    let Some(dir) = crate::pin::dir(ifindex, keep).filter(|_| keep) else {
-        return Ok(Link::Own(fd));
-    };
-    match fd.pin(dir.join(PIN)) {
-        Ok(pinned) => Ok(Link::Pinned(pinned)),
-        Err(e) => {
-            tracing::warn!(error = %e, "link not pinned: the fast path stops with the element");
-            new(prog).map(Link::Own)
-        }
+    let link = crate::afpacket::tcx_ingress_link(&p.prog, ifindex)
+        .map_err(|e| io::Error::new(e.kind(), format!("tcx ingress link (hand-off): {e}")))?;
+    if keep {
+        crate::pin::pin_link(ifindex, PIN, &link);
     }
+    Ok(Link {
+        _link: link,
+        _prog: p.prog,
+    })
 }
 
 #[cfg(test)]
@@ -144,8 +97,8 @@ mod tests {
     /// on untouched (a test run gives no metadata). Needs root (BPF).
     #[test]
     fn the_hand_off_loads_and_passes_other_frames_on() {
-        let mut prog = Program::load().unwrap();
-        let fd = prog.raw_fd().unwrap();
+        let prog = Program::load().unwrap();
+        let fd = prog.raw_fd();
         let mut frame = vec![0xffu8; 6];
         frame.extend([2, 0, 0, 0, 0, 2, 0x08, 0x06]);
         frame.resize(60, 0);

@@ -10,6 +10,7 @@
 //! This crate and `lab` are the only ones with `unsafe` and system calls.
 
 pub mod afpacket;
+pub mod bpfobj;
 pub mod egress;
 pub mod fastpath;
 mod genl;

@@ -2,7 +2,7 @@
 //! frames" mode (`BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES`), with no socket
 //! buffer per frame on the sending side.
 //!
-//! The program (`bpf/gen.bpf.c`, loaded with aya) paces in the kernel: each run reads the
+//! The program (`bpf/gen.bpf.c`, loaded with libbpf: [`crate::bpfobj`]) paces in the kernel: each run reads the
 //! clock and, if the next frame is due (and the count and deadline allow), takes the next
 //! number from a one-entry array map and writes into the frame the flow (number modulo the
 //! flow count), the per-flow sequence number, the UDP source port of the flow and the send
@@ -171,11 +171,29 @@ pub(crate) fn map_next_key<K>(map: &OwnedFd, key: Option<&K>, next: &mut K) -> b
 }
 
 /// The generator's program and maps, as clang made them from `bpf/gen.bpf.c`.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gen.bpf.o"));
+static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gen.bpf.o"));
 
-/// Loads (with aya) the generator program told what `XdpGen::new` was given: the program,
-/// its state map and its destinations' map (filled from `dests`).
-#[allow(clippy::too_many_arguments)]
+/// The program's read-only global (`struct gen_config` of `bpf/gen.bpf.c`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct GenConfig {
+    ifindex: u32,
+    flows: u32,
+    flow_base: u32,
+    base_port: u32,
+    at_src_port: u32,
+    at_flow: u32,
+    at_time: u32,
+    need: u32,
+    clock_offset: i64,
+    dests: u32,
+    dest_mask: u32,
+    addr_at: u32,
+    csum_at: u32,
+}
+
+/// Loads the generator program told what `XdpGen::new` was given: the program, its state
+/// map and its destinations' map (filled from `dests`).
 fn load(
     ifindex: u32,
     flows: u16,
@@ -186,55 +204,34 @@ fn load(
     clock_offset: i64,
     dests: Option<&Dests>,
 ) -> io::Result<(OwnedFd, OwnedFd, Option<OwnedFd>)> {
-    use std::os::fd::AsFd;
-    let err = |what: &str, e: &dyn std::fmt::Display| io::Error::other(format!("{what}: {e}"));
-    let (flows, flow_base, base_port) =
-        (u32::from(flows), u32::from(flow_base), u32::from(base_port));
-    let (at_src_port, at_flow, at_time) = (
-        u32::from(at.src_port),
-        u32::from(at.flow),
-        u32::from(at.time),
-    );
     let n = dests.map_or(1, |d| d.entries.len() as u32);
-    let (has_dests, dest_mask) = (u32::from(dests.is_some()), n.next_power_of_two() - 1);
-    let addr_at = dests.map_or(0, |d| u32::from(d.addr_at));
-    let csum_at = dests.and_then(|d| d.csum_at).map_or(0, u32::from);
-    let mut ebpf = aya::EbpfLoader::new()
-        .set_global("ifindex", &ifindex, true)
-        .set_global("flows", &flows, true)
-        .set_global("flow_base", &flow_base, true)
-        .set_global("base_port", &base_port, true)
-        .set_global("at_src_port", &at_src_port, true)
-        .set_global("at_flow", &at_flow, true)
-        .set_global("at_time", &at_time, true)
-        .set_global("need", &need, true)
-        .set_global("clock_offset", &clock_offset, true)
-        .set_global("dests", &has_dests, true)
-        .set_global("dest_mask", &dest_mask, true)
-        .set_global("addr_at", &addr_at, true)
-        .set_global("csum_at", &csum_at, true)
-        .set_max_entries("gen_dests", n)
-        .load(OBJECT)
-        .map_err(|e| err("the generator's object", &e))?;
-    let prog: &mut aya::programs::Xdp = ebpf
-        .program_mut("gen")
-        .ok_or_else(|| err("the generator's object", &"no program `gen`"))?
-        .try_into()
-        .map_err(|e| err("gen", &e))?;
-    prog.load().map_err(|e| err("gen", &e))?;
-    let prog = prog
-        .fd()
-        .map_err(|e| err("gen", &e))?
-        .as_fd()
-        .try_clone_to_owned()?;
-    let mut map = |name: &str| match ebpf.take_map(name) {
-        Some(aya::maps::Map::Array(m)) => Ok(m.fd().as_fd().try_clone_to_owned()?),
-        _ => Err(err("the generator's object", &format!("no array `{name}`"))),
+    let cfg = GenConfig {
+        ifindex,
+        flows: flows.into(),
+        flow_base: flow_base.into(),
+        base_port: base_port.into(),
+        at_src_port: at.src_port.into(),
+        at_flow: at.flow.into(),
+        at_time: at.time.into(),
+        need,
+        clock_offset,
+        dests: dests.is_some().into(),
+        dest_mask: n.next_power_of_two() - 1,
+        addr_at: dests.map_or(0, |d| d.addr_at.into()),
+        csum_at: dests.and_then(|d| d.csum_at).map_or(0, u32::from),
     };
-    let state = map("gen_state")?;
+    let obj = crate::bpfobj::load(
+        OBJECT,
+        "the generator's program",
+        crate::bpfobj::Load {
+            config: Some(crate::bpfobj::config_bytes(&cfg)),
+            max_entries: &[("gen_dests", n)],
+            ..Default::default()
+        },
+    )?;
     let dest_map = match dests {
         Some(d) => {
-            let m = map("gen_dests")?;
+            let m = obj.map("gen_dests")?;
             for (k, value) in d.entries.iter().enumerate() {
                 map_update(&m, &(k as u32), value)?;
             }
@@ -242,7 +239,7 @@ fn load(
         }
         None => None,
     };
-    Ok((prog, state, dest_map))
+    Ok((obj.prog("gen")?, obj.map("gen_state")?, dest_map))
 }
 
 /// A loaded generator program and its frame.

@@ -41,6 +41,7 @@ mod ring;
 use program::*;
 pub(crate) use program::{load_program, load_xdp};
 pub use program::{AttachMode, Hook, ProgramFor};
+pub(crate) use program::xdp_link;
 pub use ring::Umem;
 use ring::*;
 

@@ -9,51 +9,31 @@
 //! (per CPU: frames, bytes).
 //!
 //! The program is C (`bpf/count.bpf.c`, compiled by clang from the build script, with
-//! BTF), loaded and attached with aya.
+//! BTF), loaded with libbpf ([`crate::bpfobj`]).
 
-use aya::maps::PerCpuArray;
-use aya::programs::{Xdp, XdpFlags};
 use std::io;
+use std::os::fd::OwnedFd;
 
 /// The program's object, as clang made it from `bpf/count.bpf.c`.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/count.bpf.o"));
-
-fn err(what: &str, e: impl std::fmt::Display) -> io::Error {
-    io::Error::other(format!("{what}: {e}"))
-}
+static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/count.bpf.o"));
 
 /// The program loaded into the kernel, with its map; attached nowhere yet.
-fn loaded() -> io::Result<aya::Ebpf> {
-    let mut ebpf = aya::Ebpf::load(OBJECT).map_err(|e| err("count object", e))?;
-    program(&mut ebpf)?
-        .load()
-        .map_err(|e| err("load the counting program", e))?;
-    Ok(ebpf)
+fn loaded() -> io::Result<(OwnedFd, OwnedFd)> {
+    let obj = crate::bpfobj::load(OBJECT, "the counting program", Default::default())?;
+    Ok((obj.prog("count")?, obj.map("sink_count")?))
 }
 
-fn program(ebpf: &mut aya::Ebpf) -> io::Result<&mut Xdp> {
-    ebpf.program_mut("count")
-        .ok_or_else(|| err("count object", "no program `count`"))?
-        .try_into()
-        .map_err(|e| err("count object", e))
-}
-
-/// Frames and bytes `ebpf`'s map counted so far (all CPUs).
-fn counted(ebpf: &aya::Ebpf) -> io::Result<(u64, u64)> {
-    let map = ebpf
-        .map("sink_count")
-        .ok_or_else(|| err("count object", "no map `sink_count`"))?;
-    let counts: PerCpuArray<_, [u64; 2]> =
-        PerCpuArray::try_from(map).map_err(|e| err("sink_count", e))?;
-    let per_cpu = counts.get(&0, 0).map_err(|e| err("sink_count", e))?;
-    Ok(per_cpu
-        .iter()
-        .fold((0, 0), |(f, b), c| (f + c[0], b + c[1])))
+/// Frames and bytes the map `sink_count` counted so far (all CPUs).
+fn counted(map: &OwnedFd) -> io::Result<(u64, u64)> {
+    let [frames, bytes] = super::percpu_sum::<2>(map, 0);
+    Ok((frames, bytes))
 }
 
 /// The counting program attached to an interface; detached when dropped.
 pub struct CountSink {
-    ebpf: aya::Ebpf,
+    _link: OwnedFd,
+    _prog: OwnedFd,
+    map: OwnedFd,
     native: bool,
 }
 
@@ -61,22 +41,22 @@ impl CountSink {
     /// Attaches the program to `ifname`'s XDP hook: the driver's (a veth's own), or the
     /// generic one where the driver has none.
     pub fn attach(ifname: &str) -> io::Result<CountSink> {
-        let mut ebpf = loaded()?;
-        let prog = program(&mut ebpf)?;
-        let native = match prog.attach(ifname, XdpFlags::DRV_MODE) {
-            Ok(_) => true,
-            Err(_) => {
-                prog.attach(ifname, XdpFlags::SKB_MODE)
-                    .map_err(|e| err(&format!("{ifname}: XDP attach"), e))?;
-                false
-            }
-        };
-        Ok(CountSink { ebpf, native })
+        let (prog, map) = loaded()?;
+        let ifindex = crate::netdev::ifindex(ifname)? as u32;
+        let (link, native) =
+            crate::xsk::xdp_link(&prog, ifindex, crate::xsk::AttachMode::Auto)
+                .map_err(|e| io::Error::new(e.kind(), format!("{ifname}: XDP attach: {e}")))?;
+        Ok(CountSink {
+            _link: link,
+            _prog: prog,
+            map,
+            native,
+        })
     }
 
     /// Frames and bytes counted so far (all CPUs; zeros if the map cannot be read).
     pub fn counts(&self) -> (u64, u64) {
-        counted(&self.ebpf).unwrap_or_default()
+        counted(&self.map).unwrap_or_default()
     }
 
     /// Whether the program runs in the driver's hook (else the generic one).
@@ -99,16 +79,9 @@ mod tests {
 
     #[test]
     fn probes_are_counted_and_dropped_markers_dropped_the_rest_passes() {
-        use std::os::fd::AsFd;
-        let mut ebpf = loaded().unwrap();
+        let (prog, map) = loaded().unwrap();
         let d = Detached {
-            prog: program(&mut ebpf)
-                .unwrap()
-                .fd()
-                .unwrap()
-                .as_fd()
-                .try_clone_to_owned()
-                .unwrap(),
+            prog,
             at: super::super::At::Xdp,
             _xsk: None,
         };
@@ -148,7 +121,7 @@ mod tests {
         for (f, want) in &cases {
             assert_eq!(d.run(f).unwrap().0, *want, "{f:02x?}");
         }
-        let (frames, bytes) = counted(&ebpf).unwrap();
+        let (frames, bytes) = counted(&map).unwrap();
         assert_eq!(frames, 2);
         assert_eq!(bytes, (cases[0].0.len() + cases[1].0.len()) as u64);
     }

@@ -9,34 +9,22 @@ use super::*;
 /// means `XDP_PASS`) and `xsk_stamp` (IPv4 and IPv6 UDP frames to the sockets with their
 /// receive times in 8 bytes of metadata; the rest to the kernel's stack), and their
 /// XSKMAP `xsks`.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xsk.bpf.o"));
+static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/xsk.bpf.o"));
 
-/// Loads (with aya) `xsk_stamp` where `stamp`, else `xsk_redirect`, with an XSKMAP of
-/// `queues` entries: the map and the program, to attach and fill as the element's own.
+/// Loads `xsk_stamp` where `stamp`, else `xsk_redirect`, with an XSKMAP of `queues`
+/// entries: the map and the program, to attach and fill as the element's own.
 pub(super) fn load_plain(queues: u32, stamp: bool) -> io::Result<(OwnedFd, OwnedFd)> {
-    use std::os::fd::AsFd;
-    let err = |what: &str, e: &dyn std::fmt::Display| io::Error::other(format!("{what}: {e}"));
-    let mut ebpf = aya::EbpfLoader::new()
-        .set_max_entries("xsks", queues.max(1))
-        .load(OBJECT)
-        .map_err(|e| err("the XSK programs' object", &e))?;
     let name = if stamp { "xsk_stamp" } else { "xsk_redirect" };
-    let prog: &mut aya::programs::Xdp = ebpf
-        .program_mut(name)
-        .ok_or_else(|| err("the XSK programs' object", &format!("no program `{name}`")))?
-        .try_into()
-        .map_err(|e| err(name, &e))?;
-    prog.load().map_err(|e| err(name, &e))?;
-    let prog = prog
-        .fd()
-        .map_err(|e| err(name, &e))?
-        .as_fd()
-        .try_clone_to_owned()?;
-    let map = match ebpf.take_map("xsks") {
-        Some(aya::maps::Map::XskMap(m)) => m.fd().as_fd().try_clone_to_owned()?,
-        _ => return Err(err("the XSK programs' object", &"no XSKMAP `xsks`")),
-    };
-    Ok((map, prog))
+    let obj = crate::bpfobj::load(
+        OBJECT,
+        "the XSK programs",
+        crate::bpfobj::Load {
+            max_entries: &[("xsks", queues.max(1))],
+            programs: &[name],
+            ..Default::default()
+        },
+    )?;
+    Ok((obj.map("xsks")?, obj.prog(name)?))
 }
 
 /// The redirect program attached to one interface, and its XSKMAP.
@@ -121,21 +109,7 @@ pub(super) fn attach(
             handoff,
         });
     }
-    let link = |flags: u32| {
-        let mut attr = [0u64; 16];
-        attr[0] = u32s(prog.as_raw_fd() as u32, ifindex);
-        attr[1] = u32s(crate::xdp::BPF_XDP, flags);
-        bpf(crate::xdp::BPF_LINK_CREATE, &mut attr)
-    };
-    let (fd, native) = match mode {
-        AttachMode::Auto => match link(XDP_FLAGS_DRV_MODE) {
-            Ok(fd) => (fd, true),
-            Err(_) => (link(XDP_FLAGS_SKB_MODE)?, false),
-        },
-        AttachMode::Generic => (link(XDP_FLAGS_SKB_MODE)?, false),
-    };
-    // SAFETY: as above.
-    let link = unsafe { OwnedFd::from_raw_fd(fd) };
+    let (link, native) = xdp_link(&prog, ifindex, mode)?;
     if keep {
         let name = if native { "link-drv" } else { "link-skb" };
         crate::pin::pin_link(ifindex, name, &link);
@@ -149,6 +123,27 @@ pub(super) fn attach(
         pending: std::sync::atomic::AtomicBool::new(false),
         handoff,
     })
+}
+
+/// An XDP link of `prog` on interface `ifindex`: in the driver's hook where `mode` allows
+/// and the driver has one (true), else the generic one. The program leaves the interface
+/// when the link closes.
+pub(crate) fn xdp_link(prog: &OwnedFd, ifindex: u32, mode: AttachMode) -> io::Result<(OwnedFd, bool)> {
+    let link = |flags: u32| {
+        let mut attr = [0u64; 16];
+        attr[0] = u32s(prog.as_raw_fd() as u32, ifindex);
+        attr[1] = u32s(crate::xdp::BPF_XDP, flags);
+        bpf(crate::xdp::BPF_LINK_CREATE, &mut attr)
+    };
+    let (fd, native) = match mode {
+        AttachMode::Auto => match link(XDP_FLAGS_DRV_MODE) {
+            Ok(fd) => (fd, true),
+            Err(_) => (link(XDP_FLAGS_SKB_MODE)?, false),
+        },
+        AttachMode::Generic => (link(XDP_FLAGS_SKB_MODE)?, false),
+    };
+    // SAFETY: the kernel just returned this descriptor to us.
+    Ok((unsafe { OwnedFd::from_raw_fd(fd) }, native))
 }
 
 /// The hand-off of a fast path's frames to egresses that take no XDP frames
