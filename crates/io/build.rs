@@ -17,6 +17,12 @@ fn main() {
         .filter(|p| p.to_string_lossy().ends_with(".bpf.c"))
         .collect();
     sources.sort();
+    // The headers the programs share.
+    for h in std::fs::read_dir("bpf").into_iter().flatten().flatten() {
+        if h.path().extension().is_some_and(|e| e == "h") {
+            println!("cargo:rerun-if-changed={}", h.path().display());
+        }
+    }
     for src in sources {
         println!("cargo:rerun-if-changed={}", src.display());
         let name = src.file_name().and_then(|n| n.to_str()).unwrap_or_default();

@@ -838,7 +838,7 @@ pub fn run<P: Port + Send>(
                                 let facts = crate::lbfast::LbFast::with_rules(facts, &rules);
                                 let code = |hook: io::xsk::Hook| match hook {
                                     io::xsk::Hook::Xdp(xsk) => fp.program(&facts, xsk),
-                                    io::xsk::Hook::Tc => Vec::new(),
+                                    io::xsk::Hook::Tc => Err(io::xsk::xdp_only()),
                                 };
                                 let prog = att.load(&code).map_err(|e| {
                                     format!("{}: the rules' program for port {}: {e}; nothing changed", path.display(), facts.port)

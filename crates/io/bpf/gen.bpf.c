@@ -75,7 +75,7 @@ struct gen_config {
 volatile const struct gen_config cfg = { .flows = 1 };
 
 SEC("xdp")
-int gen(struct xdp_md *ctx)
+int tessera_gen(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;

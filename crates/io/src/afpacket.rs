@@ -163,10 +163,9 @@ fn setsockopt<T>(fd: i32, level: i32, opt: i32, v: &T) -> libc::c_int {
 }
 
 /// The kernel's numbers for a tcx ingress program: BPF_PROG_TYPE_SCHED_CLS,
-/// BPF_TCX_INGRESS, TCX_DROP.
+/// BPF_TCX_INGRESS.
 pub(crate) const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
 pub(crate) const BPF_TCX_INGRESS: u32 = 46;
-const TCX_DROP: i32 = 2;
 
 /// What a port's tcx ingress program does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,6 +194,10 @@ impl crate::pin::TakeOver for TcxLink {
         }
     }
 }
+
+/// The drop that keeps the kernel's stack off a port, as clang made it from
+/// `bpf/nostack.bpf.c`.
+static NOSTACK: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/nostack.bpf.o"));
 
 /// A tcx ingress link of `prog` on interface `ifindex`, after the programs there (libbpf-rs
 /// has no tcx links: ours, through `BPF_LINK_CREATE`). The program leaves the hook when
@@ -227,34 +230,23 @@ impl AfPacket {
     /// frames). Kernels before 6.6 have no tcx: the error says so and the port works
     /// without it.
     pub fn keep_stack_off(&mut self) -> io::Result<()> {
-        use crate::xdp::insn;
-        // r0 = TCX_DROP; exit
-        let code: Vec<u8> = [insn(0xb7, 0, 0, 0, TCX_DROP), insn(0x95, 0, 0, 0, 0)].concat();
-        self.tcx_ingress(&code, Tcx::StackOff)
+        let obj = crate::bpfobj::load(NOSTACK, "the stack's drop", Default::default())?;
+        self.tcx_ingress(obj.prog("tessera_nostack")?, Tcx::StackOff)
     }
 
-    /// Runs the forwarder's fast path (`code`, made by `fastpath` for [`crate::xsk::Hook::Tc`])
+    /// Runs the forwarder's fast path (`prog`, loaded by `fastpath` for [`crate::xsk::Hook::Tc`])
     /// in this port's tcx ingress hook, for as long as the port lives. It forwards the
     /// frames it takes itself, before any socket, with their socket buffers (a checksum
     /// left to offload stays so); it marks every other frame and receives it again, and
     /// only then may this socket take it (open it with [`RingConfig::accept_mark`]); the
     /// marked frame then ends in the program, so the kernel's stack sees none of the
     /// port's frames.
-    pub fn attach_fast_path(&mut self, code: &[u8]) -> io::Result<()> {
-        self.tcx_ingress(code, Tcx::FastPath)
+    pub fn attach_fast_path(&mut self, prog: std::os::fd::OwnedFd) -> io::Result<()> {
+        self.tcx_ingress(prog, Tcx::FastPath)
     }
 
-    fn tcx_ingress(&mut self, code: &[u8], what: Tcx) -> io::Result<()> {
+    fn tcx_ingress(&mut self, prog: std::os::fd::OwnedFd, what: Tcx) -> io::Result<()> {
         let ifindex = crate::netdev::ifindex(&self.name)?;
-        let prog = crate::xsk::load_program(
-            BPF_PROG_TYPE_SCHED_CLS,
-            BPF_TCX_INGRESS,
-            code,
-            match what {
-                Tcx::StackOff => "tessera_nostack",
-                Tcx::FastPath => "tessera_fast",
-            },
-        )?;
         // A link the element's last start pinned (its fast path, still forwarding): this
         // program takes its place, at once or when the element says so; a start without
         // the fast path takes it too (and ends it).

@@ -89,9 +89,8 @@ pub fn load(object: &[u8], what: &'static str, with: Load) -> io::Result<Loaded>
     // libelf reads the object in place: eight-byte aligned, as an ELF file's headers are.
     let mut aligned = vec![0u64; object.len().div_ceil(8)];
     // SAFETY: the Vec holds at least object.len() bytes; u64 has no invalid bit patterns.
-    let bytes = unsafe {
-        std::slice::from_raw_parts_mut(aligned.as_mut_ptr().cast::<u8>(), object.len())
-    };
+    let bytes =
+        unsafe { std::slice::from_raw_parts_mut(aligned.as_mut_ptr().cast::<u8>(), object.len()) };
     bytes.copy_from_slice(object);
     let mut open = libbpf_rs::ObjectBuilder::default()
         .open_memory(bytes)

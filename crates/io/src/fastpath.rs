@@ -515,12 +515,12 @@ fn tx_map(ifnames: &[String]) -> io::Result<OwnedFd> {
     Ok(tx)
 }
 
-/// An XDP program whose code `code` makes for a socket map, loaded under `name` with an
-/// empty socket map of its own and attached nowhere: for [`Detached::run`].
-fn detached_xdp(code: impl FnOnce(i32) -> Vec<u8>, name: &str) -> io::Result<Detached> {
+/// An XDP program that `prog` loads for a socket map, with an empty socket map of its own
+/// and attached nowhere: for [`Detached::run`].
+fn detached_xdp(prog: impl FnOnce(i32) -> io::Result<OwnedFd>) -> io::Result<Detached> {
     let xsk = map_create(crate::xsk::BPF_MAP_TYPE_XSKMAP, 4, 4, 1, 0, 0, "XSKMAP")?;
     Ok(Detached {
-        prog: crate::xsk::load_xdp(&code(xsk.as_raw_fd()), name)?,
+        prog: prog(xsk.as_raw_fd())?,
         at: At::Xdp,
         _xsk: Some(xsk),
     })
@@ -880,10 +880,24 @@ impl ForwarderFastPath {
         out
     }
 
-    /// The program of one port for `hook`: the fast path, and every other frame to the
-    /// port's sockets (XDP: the socket map, by receive queue; tcx: marked and received
-    /// again).
-    pub fn program(&self, f: &ProgramFacts, hook: Hook) -> Vec<u8> {
+    /// The program of one port for `hook`, loaded: the fast path, and every other frame
+    /// to the port's sockets (XDP: the socket map, by receive queue; tcx: marked and
+    /// received again).
+    pub fn program(&self, f: &ProgramFacts, hook: Hook) -> io::Result<OwnedFd> {
+        let code = self.code(f, hook);
+        match hook {
+            Hook::Xdp(_) => crate::xsk::load_xdp(&code, "tessera_fast"),
+            Hook::Tc => crate::xsk::load_program(
+                crate::afpacket::BPF_PROG_TYPE_SCHED_CLS,
+                crate::afpacket::BPF_TCX_INGRESS,
+                &code,
+                "tessera_fast",
+            ),
+        }
+    }
+
+    /// [`ForwarderFastPath::program`]'s instructions.
+    fn code(&self, f: &ProgramFacts, hook: Hook) -> Vec<u8> {
         if matches!(hook, Hook::Xdp(_))
             && !self.xdp.swap(true, std::sync::atomic::Ordering::Relaxed)
         {

@@ -179,9 +179,11 @@ fn open_one(
 /// line says why.
 fn packet_program(p: &mut AfPacket, program: Option<xsk::ProgramFor>) -> std::io::Result<()> {
     if let Some(make) = program {
-        return p.attach_fast_path(&make(xsk::Hook::Tc)).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("{}: fast path (tcx): {e}", p.name()))
-        });
+        return make(xsk::Hook::Tc)
+            .and_then(|prog| p.attach_fast_path(prog))
+            .map_err(|e| {
+                std::io::Error::new(e.kind(), format!("{}: fast path (tcx): {e}", p.name()))
+            });
     }
     if let Err(e) = p.keep_stack_off() {
         tracing::warn!(interface = p.name(), reason = %e, "the kernel's stack still takes this port's frames");

@@ -136,6 +136,21 @@ pub(crate) fn map_create(
     attr[0] = u32s(kind, key);
     attr[1] = u32s(value, entries);
     attr[2] = u32s(flags, inner as u32);
+    // map_name (bytes 28 to 43): `what` as bpftool shows it, in the characters the kernel
+    // takes (letters, digits, '_' and '.'), 15 at most.
+    let mut name = [0u8; 16];
+    for (n, c) in name.iter_mut().zip(what.bytes().take(15)) {
+        *n = if c.is_ascii_alphanumeric() || c == b'.' {
+            c
+        } else {
+            b'_'
+        };
+    }
+    attr[3] |= u64::from(u32::from_le_bytes([name[0], name[1], name[2], name[3]])) << 32;
+    attr[4] = u64::from_le_bytes([
+        name[4], name[5], name[6], name[7], name[8], name[9], name[10], name[11],
+    ]);
+    attr[5] = u64::from(u32::from_le_bytes([name[12], name[13], name[14], name[15]]));
     let fd = bpf(BPF_MAP_CREATE, &mut attr)
         .map_err(|e| io::Error::new(e.kind(), format!("bpf map create ({what}): {e}")))?;
     // SAFETY: the kernel just returned this descriptor to us.
@@ -239,7 +254,7 @@ fn load(
         }
         None => None,
     };
-    Ok((obj.prog("gen")?, obj.map("gen_state")?, dest_map))
+    Ok((obj.prog("tessera_gen")?, obj.map("gen_state")?, dest_map))
 }
 
 /// A loaded generator program and its frame.

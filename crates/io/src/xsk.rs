@@ -38,10 +38,10 @@ use std::sync::{Arc, Mutex};
 
 mod program;
 mod ring;
+pub(crate) use program::xdp_link;
 use program::*;
 pub(crate) use program::{load_program, load_xdp};
-pub use program::{AttachMode, Hook, ProgramFor};
-pub(crate) use program::xdp_link;
+pub use program::{xdp_only, AttachMode, Hook, ProgramFor};
 pub use ring::Umem;
 use ring::*;
 
@@ -762,7 +762,7 @@ impl AttachedShared {
                 "this port runs the plain redirect, not an element's program",
             ));
         }
-        load_xdp(&program(Hook::Xdp(self.0.map.as_raw_fd())), "tessera_fast")
+        program(Hook::Xdp(self.0.map.as_raw_fd()))
     }
 
     /// Whether the interface's tcx hook runs the fast path's hand-off

@@ -229,18 +229,6 @@ impl Asm {
             .i(STX_DW, 0, 2, bytes, 0)
             .label(next)
     }
-    /// Counts the frame out of the port at -40 (its bounds' length; on at label `counted`)
-    /// and sends it out of that port through the device map `tx` (XDP).
-    pub(super) fn send_out(&mut self, stats: i32, tx: i32, counted: &str) -> &mut Self {
-        self.i(LDX_DW, 1, 10, -40, 0)
-            .count_frame(stats, 1, 16, OUT_BYTES, FrameLen::Bounds, counted)
-            .i(LDX_DW, 2, 10, -40, 0)
-            .map(1, tx)
-            .i(MOV_K, 3, 0, 0, 0)
-            .i(CALL, 0, 0, 0, REDIRECT_MAP)
-            .i(EXIT, 0, 0, 0, 0)
-    }
-
     /// Label `slow`: the frame counted as left to user space on port `me` and handed to
     /// the AF_XDP socket of its receive queue (at -32) in the socket map `xsk` (XDP).
     pub(super) fn slow_to_socket(&mut self, stats: i32, xsk: i32, me: i32) -> &mut Self {

@@ -114,7 +114,12 @@ impl AxonFastPath {
 
     /// The XDP program of port `port`: the fast path, and every other frame to the AF_XDP
     /// socket of its receive queue in the socket map `xsk`.
-    pub fn program(&self, port: u32, xsk: i32) -> Vec<u8> {
+    pub fn program(&self, port: u32, xsk: i32) -> io::Result<OwnedFd> {
+        crate::xsk::load_xdp(&self.code(port, xsk), "tessera_axon")
+    }
+
+    /// [`AxonFastPath::program`]'s instructions.
+    fn code(&self, port: u32, xsk: i32) -> Vec<u8> {
         program(
             port,
             [
@@ -128,7 +133,7 @@ impl AxonFastPath {
 
     /// The program of a port, loaded (with an empty socket map) and not attached.
     pub fn detached(&self, port: u32) -> io::Result<Detached> {
-        detached_xdp(|xsk| self.program(port, xsk), "tessera_axon")
+        detached_xdp(|xsk| self.program(port, xsk))
     }
 }
 

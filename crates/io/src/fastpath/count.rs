@@ -43,9 +43,8 @@ impl CountSink {
     pub fn attach(ifname: &str) -> io::Result<CountSink> {
         let (prog, map) = loaded()?;
         let ifindex = crate::netdev::ifindex(ifname)? as u32;
-        let (link, native) =
-            crate::xsk::xdp_link(&prog, ifindex, crate::xsk::AttachMode::Auto)
-                .map_err(|e| io::Error::new(e.kind(), format!("{ifname}: XDP attach: {e}")))?;
+        let (link, native) = crate::xsk::xdp_link(&prog, ifindex, crate::xsk::AttachMode::Auto)
+            .map_err(|e| io::Error::new(e.kind(), format!("{ifname}: XDP attach: {e}")))?;
         Ok(CountSink {
             _link: link,
             _prog: prog,

@@ -40,14 +40,9 @@ impl ForwarderFastPath {
     /// The program of a port for the hook `at`, loaded and not attached.
     pub fn detached(&self, f: &ProgramFacts, at: At) -> io::Result<Detached> {
         Ok(match at {
-            At::Xdp => detached_xdp(|xsk| self.program(f, Hook::Xdp(xsk)), "tessera_fast")?,
+            At::Xdp => detached_xdp(|xsk| self.program(f, Hook::Xdp(xsk)))?,
             At::Tc => Detached {
-                prog: crate::xsk::load_program(
-                    crate::afpacket::BPF_PROG_TYPE_SCHED_CLS,
-                    crate::afpacket::BPF_TCX_INGRESS,
-                    &self.program(f, Hook::Tc),
-                    "tessera_fast",
-                )?,
+                prog: self.program(f, Hook::Tc)?,
                 at,
                 _xsk: None,
             },

@@ -20,15 +20,13 @@
 //! left to user space, sent out; as the forwarder's).
 
 use super::{
-    detached_xdp, lb::plain_ipv4, mac_u64, map_delete, offload_check_for, percpu_sum, stats_map,
-    tx_map, Asm, Detached, Family, FrameLen, ADD_K, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, CALL,
-    IN_BYTES, JA, JEQ_K, JGT_X, JNE_K, JSET_K, LDX_B, LDX_DW, LDX_H, LDX_W, LSH_K, MAP_LOOKUP,
-    MOV_K, MOV_X, OR_X, OUT_BYTES, RSH_K, STATS, STX_DW,
+    detached_xdp, mac_u64, map_delete, percpu_sum, stats_map, tx_map, Detached, BPF_MAP_TYPE_ARRAY,
+    BPF_MAP_TYPE_HASH, STATS,
 };
 use crate::xdp::{map_create, map_update};
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// Learned MACs the fast path holds (the user-space table's limit).
 pub const MAX_MACS: u32 = 65_536;
@@ -135,105 +133,45 @@ impl SwitchFastPath {
             .collect()
     }
 
-    /// The XDP program of port `port`: the fast path, and every other frame to the AF_XDP
-    /// socket of its receive queue in the socket map `xsk`.
-    pub fn program(&self, port: u32, xsk: i32) -> Vec<u8> {
-        program(
-            port,
-            [
-                self.macs.as_raw_fd(),
-                self.ports.as_raw_fd(),
-                self.tx.as_raw_fd(),
-                self.stats.as_raw_fd(),
-                xsk,
-            ],
-        )
+    /// The XDP program of port `port`, loaded (`bpf/l2.bpf.c`, sharing the switch's
+    /// maps): the fast path, and every other frame to the AF_XDP socket of its receive
+    /// queue in the socket map `xsk`.
+    pub fn program(&self, port: u32, xsk: i32) -> io::Result<OwnedFd> {
+        // SAFETY: `xsk` is the port's socket map, open for the whole call (the caller's).
+        let xsk = unsafe { BorrowedFd::borrow_raw(xsk) };
+        let obj = crate::bpfobj::load(
+            OBJECT,
+            "the switch's fast path",
+            crate::bpfobj::Load {
+                config: Some(crate::bpfobj::config_bytes(&L2Config { port })),
+                reuse: &[
+                    ("switch_macs", self.macs.as_fd()),
+                    ("switch_ports", self.ports.as_fd()),
+                    ("tx_ports", self.tx.as_fd()),
+                    ("stats", self.stats.as_fd()),
+                    ("xsks", xsk),
+                ],
+                ..Default::default()
+            },
+        )?;
+        obj.prog("tessera_l2")
     }
 
     /// The program of a port, loaded (with an empty socket map) and not attached.
     pub fn detached(&self, port: u32) -> io::Result<Detached> {
-        detached_xdp(|xsk| self.program(port, xsk), "tessera_l2")
+        detached_xdp(|xsk| self.program(port, xsk))
     }
 }
 
-/// `r0` = the `switch macs` entry of the MAC at byte `off` of the frame (at -16 on the
-/// stack), or to `slow`.
-fn mac_lookup(a: &mut Asm, macs: i32, off: i16) {
-    a.i(LDX_W, 1, 7, off, 0)
-        .i(LDX_H, 2, 7, off + 4, 0)
-        .i(LSH_K, 2, 0, 0, 32)
-        .i(OR_X, 1, 2, 0, 0)
-        .i(STX_DW, 10, 1, -16, 0)
-        .i(MOV_X, 2, 10, 0, 0)
-        .i(ADD_K, 2, 0, 0, -16)
-        .map(1, macs)
-        .i(CALL, 0, 0, 0, MAP_LOOKUP)
-        .j(JEQ_K, 0, 0, 0, "slow");
-}
+/// The switch's fast path, as clang made it from `bpf/l2.bpf.c`.
+static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/l2.bpf.o"));
 
-/// Stack: -8 a 32-bit key, -16 a MAC, -32 the receive queue, -40 the egress port, -48 its
-/// `switch ports` word, -56 its interface index (a hand-off).
-/// Registers: r6 the context; r7 and r8 the frame's bounds; r9 an IPv4 packet's length.
-fn program(me: u32, [macs, ports, tx, stats, xsk]: [i32; 5]) -> Vec<u8> {
-    let mut a = Asm::new();
-    let me = me as i32;
-    a.i(MOV_X, 6, 1, 0, 0)
-        .i(LDX_W, 1, 6, 16, 0) // rx_queue_index
-        .i(STX_DW, 10, 1, -32, 0)
-        .i(LDX_W, 7, 6, 0, 0)
-        .i(LDX_W, 8, 6, 4, 0)
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, 14)
-        .j(JGT_X, 1, 8, 0, "slow")
-        // Group destinations are flooded, group sources refused: user space's.
-        .i(LDX_B, 1, 7, 0, 0)
-        .j(JSET_K, 1, 0, 1, "slow")
-        .i(LDX_B, 1, 7, 6, 0)
-        .j(JSET_K, 1, 0, 1, "slow");
-    // The source, learned on this port (else user space learns it, or its move).
-    mac_lookup(&mut a, macs, 6);
-    a.i(LDX_W, 1, 0, 0, 0).j(JNE_K, 1, 0, me, "slow");
-    // The destination, learned on another port that takes fast-path frames.
-    mac_lookup(&mut a, macs, 0);
-    a.i(LDX_W, 1, 0, 0, 0)
-        .j(JEQ_K, 1, 0, me, "slow")
-        .i(STX_DW, 10, 1, -40, 0)
-        .lookup(0, ports, 1)
-        .i(LDX_DW, 1, 0, 0, 0)
-        .i(STX_DW, 10, 1, -48, 0)
-        .j(JSET_K, 1, 0, ELIGIBLE as i32, "eligible")
-        .j(JA, 0, 0, 0, "slow")
-        .label("eligible")
-        // An untagged IPv4 frame: a plain packet whose checksum is not left to offload.
-        .i(LDX_H, 1, 7, 12, 0)
-        .j(JNE_K, 1, 0, 0x0008, "forward")
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, 34)
-        .j(JGT_X, 1, 8, 0, "slow");
-    plain_ipv4(&mut a, 14);
-    offload_check_for(&mut a, Family::V4, "forward", "forward");
-    a.label("forward")
-        .i(LDX_DW, 1, 10, -48, 0)
-        .j(JSET_K, 1, 0, HANDOFF as i32, "handoff")
-        .i(MOV_K, 1, 0, 0, me)
-        .count_frame(stats, 1, 0, IN_BYTES, FrameLen::Bounds, "counted_in")
-        .send_out(stats, tx, "counted_out");
-    // To a port that takes no frames redirected in XDP: room for the hand-off's metadata
-    // (refused: user space's), the frame counted, the metadata written, to this port's
-    // tcx hook (`crate::handoff`).
-    a.label("handoff")
-        .handoff_room(super::Ctx::Reg(6), 14)
-        .i(MOV_K, 1, 0, 0, me)
-        .count_frame(stats, 1, 0, IN_BYTES, FrameLen::Bounds, "handoff_in")
-        .i(LDX_DW, 1, 10, -40, 0)
-        .count_frame(stats, 1, 16, OUT_BYTES, FrameLen::Bounds, "handoff_out")
-        // The egress interface index: the port word's high 32 bits, to -56.
-        .i(LDX_DW, 1, 10, -48, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_DW, 10, 1, -56, 0)
-        .handoff_pass(super::Ctx::Reg(6), -56, stats, "slow", "handoff_counted");
-    a.slow_to_socket(stats, xsk, me);
-    a.finish()
+/// The program's read-only global (`struct l2_config` of `bpf/l2.bpf.c`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct L2Config {
+    /// The port the program runs on.
+    port: u32,
 }
 
 #[cfg(test)]

@@ -371,7 +371,12 @@ impl LbFastPath {
 
     /// The XDP program of one port: the fast path, and every other frame to the AF_XDP
     /// socket of its receive queue in the socket map `xsk`.
-    pub fn program(&self, f: &LbProgramFacts, xsk: i32) -> Vec<u8> {
+    pub fn program(&self, f: &LbProgramFacts, xsk: i32) -> io::Result<OwnedFd> {
+        crate::xsk::load_xdp(&self.code(f, xsk), "tessera_lb")
+    }
+
+    /// [`LbFastPath::program`]'s instructions.
+    fn code(&self, f: &LbProgramFacts, xsk: i32) -> Vec<u8> {
         program(
             f,
             [
@@ -394,7 +399,7 @@ impl LbFastPath {
 
     /// The program of a port, loaded (with an empty socket map) and not attached.
     pub fn detached(&self, f: &LbProgramFacts) -> io::Result<Detached> {
-        detached_xdp(|xsk| self.program(f, xsk), "tessera_lb")
+        detached_xdp(|xsk| self.program(f, xsk))
     }
 }
 

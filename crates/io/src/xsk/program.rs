@@ -63,8 +63,17 @@ pub enum Hook {
 }
 
 /// A program other than the plain redirect (or, on AF_PACKET, the drop after the socket):
-/// given the hook it runs in, its code.
-pub type ProgramFor<'a> = &'a dyn Fn(Hook) -> Vec<u8>;
+/// given the hook it runs in, the program loaded.
+pub type ProgramFor<'a> = &'a dyn Fn(Hook) -> io::Result<OwnedFd>;
+
+/// What a [`ProgramFor`] answers for [`Hook::Tc`] where the element's fast path runs in
+/// XDP only.
+pub fn xdp_only() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "this element's fast path runs in XDP only",
+    )
+}
 
 pub(super) fn attach(
     ifindex: u32,
@@ -79,7 +88,7 @@ pub(super) fn attach(
         Some(p) => {
             let map =
                 crate::xdp::map_create(BPF_MAP_TYPE_XSKMAP, 4, 4, queues.max(1), 0, 0, "XSKMAP")?;
-            let prog = load_xdp(&p(Hook::Xdp(map.as_raw_fd())), "tessera_fast")?;
+            let prog = p(Hook::Xdp(map.as_raw_fd()))?;
             (map, prog)
         }
         None => load_plain(queues, stamp)?,
@@ -128,7 +137,11 @@ pub(super) fn attach(
 /// An XDP link of `prog` on interface `ifindex`: in the driver's hook where `mode` allows
 /// and the driver has one (true), else the generic one. The program leaves the interface
 /// when the link closes.
-pub(crate) fn xdp_link(prog: &OwnedFd, ifindex: u32, mode: AttachMode) -> io::Result<(OwnedFd, bool)> {
+pub(crate) fn xdp_link(
+    prog: &OwnedFd,
+    ifindex: u32,
+    mode: AttachMode,
+) -> io::Result<(OwnedFd, bool)> {
     let link = |flags: u32| {
         let mut attr = [0u64; 16];
         attr[0] = u32s(prog.as_raw_fd() as u32, ifindex);

@@ -152,7 +152,7 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
                 facts.slow_path_limit = cfg.io.slow_path_limit;
                 let program = |hook: io::xsk::Hook| match fl.fp.lock() {
                     Ok(fp) => fp.program(&facts, hook),
-                    Err(_) => Vec::new(),
+                    Err(_) => Err(std::io::Error::other("the fast path's lock is poisoned")),
                 };
                 io::open_workers(name, backend, ring, Some(&program), workers, umems.as_mut())?
             }
@@ -306,7 +306,7 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
         let facts = control::lbfast::LbFast::facts(&b, k as u32);
         let program = |hook: io::xsk::Hook| match (&fast, hook) {
             (Some(fl), io::xsk::Hook::Xdp(xsk)) => fl.fp.program(&facts, xsk),
-            _ => Vec::new(),
+            _ => Err(io::xsk::xdp_only()),
         };
         let program = fast.as_ref().map(|_| &program as io::xsk::ProgramFor);
         let (ring, backend) = (cfg.io.packet_ring, cfg.io.backend);
@@ -437,7 +437,9 @@ pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
         &names,
         &cfg.io,
         off.as_ref(),
-        program.as_ref().map(|p| p as &dyn Fn(u32, i32) -> Vec<u8>),
+        program
+            .as_ref()
+            .map(|p| p as &dyn Fn(u32, i32) -> std::io::Result<std::os::fd::OwnedFd>),
         umems.as_mut(),
     )?;
     // Frames bound to a port whose device takes no XDP frames go through the hand-off to
@@ -503,7 +505,7 @@ fn open_l2_ports(
     names: &[String],
     cfg: &control::config::IoConfig,
     off: Option<&String>,
-    program: Option<&dyn Fn(u32, i32) -> Vec<u8>>,
+    program: Option<&dyn Fn(u32, i32) -> std::io::Result<std::os::fd::OwnedFd>>,
     mut umems: Option<&mut io::Umems>,
 ) -> Result<(Vec<io::AnyPort>, std::collections::HashMap<String, String>)> {
     let mut fast_off: std::collections::HashMap<String, String> = off
@@ -515,7 +517,7 @@ fn open_l2_ports(
             Some(p) => {
                 let program = |hook: io::xsk::Hook| match hook {
                     io::xsk::Hook::Xdp(xsk) => p(k as u32, xsk),
-                    io::xsk::Hook::Tc => Vec::new(),
+                    io::xsk::Hook::Tc => Err(io::xsk::xdp_only()),
                 };
                 open_fast_port(name, cfg, &program, umems.as_deref_mut(), &mut fast_off)?
             }
@@ -534,7 +536,7 @@ fn open_l2_ports(
 fn open_fast_port(
     name: &str,
     cfg: &control::config::IoConfig,
-    program: &dyn Fn(io::xsk::Hook) -> Vec<u8>,
+    program: io::xsk::ProgramFor,
     umems: Option<&mut io::Umems>,
     fast_off: &mut std::collections::HashMap<String, String>,
 ) -> Result<io::AnyPort> {
@@ -635,7 +637,9 @@ pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
         &names,
         &cfg.io,
         off.as_ref(),
-        program.as_ref().map(|p| p as &dyn Fn(u32, i32) -> Vec<u8>),
+        program
+            .as_ref()
+            .map(|p| p as &dyn Fn(u32, i32) -> std::io::Result<std::os::fd::OwnedFd>),
         umems.as_mut(),
     )?;
     // Frames bound to an Axon link whose device takes no XDP frames go through the
