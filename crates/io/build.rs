@@ -1,5 +1,5 @@
 //! Compiles the BPF programs written in C (`bpf/*.bpf.c`) with clang into BPF objects with
-//! BTF, which the crate embeds and loads with aya (`io::handoff`).
+//! BTF, which the crate embeds and loads with libbpf (`io::bpfobj`).
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -252,3 +252,64 @@ fn the_circle_finder_finds_a_circle() {
         vec![vec!["routes".to_string(), "flow_hash".to_string()]]
     );
 }
+
+/// The README's paths under "Where `unsafe` lives" (backticked, starting `crates/`).
+fn unsafe_places() -> Vec<String> {
+    let readme = std::fs::read_to_string(crates_dir().join("../README.md")).unwrap();
+    let start = readme
+        .find("Where `unsafe` lives")
+        .expect("README: no \"Where `unsafe` lives\"");
+    let section = &readme[start..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|p| p.starts_with("crates/"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn unsafe_lives_where_the_readme_says() {
+    let places = unsafe_places();
+    assert!(places.len() >= 5, "{places:?}");
+    let root = crates_dir().join("..");
+    let mut elsewhere = Vec::new();
+    for (_, src) in crates() {
+        for (m, f) in crate_files(&src) {
+            if is_test_file(&m, &f) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&f).unwrap();
+            let has = code(&text).iter().any(|l| {
+                l.contains("unsafe {")
+                    || l.contains("unsafe fn ")
+                    || l.contains("unsafe impl ")
+                    || l.contains("unsafe extern")
+            });
+            let rel = f
+                .canonicalize()
+                .unwrap()
+                .strip_prefix(root.canonicalize().unwrap())
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if has && !places.iter().any(|p| rel.starts_with(p.as_str())) {
+                elsewhere.push(rel);
+            }
+        }
+    }
+    assert!(
+        elsewhere.is_empty(),
+        "`unsafe` in files the README does not name: {elsewhere:#?}"
+    );
+}
+
+/// The check finds what it looks for: a crate's `unsafe` outside the README's list.
+#[test]
+fn the_unsafe_check_reads_the_readme_list() {
+    let places = unsafe_places();
+    assert!(places.iter().any(|p| p == "crates/io/"), "{places:?}");
+    assert!(!places.iter().any(|p| p.starts_with("crates/wire")), "{places:?}");
+}
