@@ -290,15 +290,7 @@ impl Bench<'_> {
         sinks: &[&str],
         sink: SinkKind,
     ) -> Result<Point, String> {
-        self.sinks.point(
-            &self.lab,
-            &self.opts.exe,
-            self.opts.seconds,
-            size,
-            gens,
-            sinks,
-            sink,
-        )
+        self.sinks.point(self.opts.seconds, size, gens, sinks, sink)
     }
 }
 
@@ -506,7 +498,7 @@ pub(crate) fn ceiling(
     let b = Bench {
         opts,
         lab: l.clone(),
-        sinks: KeptSinks::default(),
+        sinks: KeptSinks::new(&l, &opts.exe),
         done: 0,
         total: 1,
     };
@@ -756,7 +748,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
             let mut bench = Bench {
                 opts,
                 lab: l.clone(),
-                sinks: KeptSinks::default(),
+                sinks: KeptSinks::new(&l, &opts.exe),
                 done,
                 total,
             };

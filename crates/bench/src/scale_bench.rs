@@ -563,7 +563,7 @@ fn measure(
         };
         let sinks: Vec<String> = senders.iter().map(|&(_, to)| format!("h{to}")).collect();
         // Dropped at the closure's end, before the lab goes down.
-        let kept = KeptSinks::default();
+        let kept = KeptSinks::new(&l, &opts.exe);
         let point = |total: f64, secs: f64| {
             let g = gens_at(total);
             let gens: Vec<(&str, Vec<String>, String)> = g
@@ -573,7 +573,7 @@ fn measure(
             let sinks: Vec<&str> = sinks.iter().map(String::as_str).collect();
             // Which hop dropped what: every interface's transmit drops across the point.
             let before = l.tx_dropped();
-            let p = kept.point(&l, &opts.exe, secs, size, &gens, &sinks, opts.sink)?;
+            let p = kept.point(secs, size, &gens, &sinks, opts.sink)?;
             Ok::<_, String>((p, json!(lab::drops::grown(&before, &l.tx_dropped()))))
         };
         let top = ceiling * senders.len() as f64;

@@ -638,8 +638,8 @@ mod tests {
     #[test]
     fn with_points_a_drain_ends_a_point_and_a_stop_the_run() {
         let (stop, drain) = (AtomicBool::new(false), AtomicBool::new(false));
-        let mut seen = Vec::new();
-        let mut each = |v: &Value| seen.push(v.clone());
+        let seen = std::cell::RefCell::new(Vec::new());
+        let mut each = |v: &Value| seen.borrow_mut().push(v.clone());
         let mut e = Ending::new(&stop, &drain).points(&mut each);
         // Ended by its duration (no drain): the run is over.
         assert!(!e.next_point(&json!(0)));
@@ -651,8 +651,7 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         drain.store(true, Ordering::Relaxed);
         assert!(!e.next_point(&json!(2)));
-        drop(e);
-        assert_eq!(seen, vec![json!(1)]);
+        assert_eq!(*seen.borrow(), vec![json!(1)]);
     }
 
     fn flow(seqs: &[u64]) -> Flow {

@@ -207,39 +207,15 @@ struct GenConfig {
     csum_at: u32,
 }
 
-/// Loads the generator program told what `XdpGen::new` was given: the program, its state
-/// map and its destinations' map (filled from `dests`).
-fn load(
-    ifindex: u32,
-    flows: u16,
-    flow_base: u16,
-    base_port: u16,
-    at: &Offsets,
-    need: u32,
-    clock_offset: i64,
-    dests: Option<&Dests>,
-) -> io::Result<(OwnedFd, OwnedFd, Option<OwnedFd>)> {
+/// Loads the generator program told `cfg`: the program, its state map and its
+/// destinations' map (filled from `dests`).
+fn load(cfg: &GenConfig, dests: Option<&Dests>) -> io::Result<(OwnedFd, OwnedFd, Option<OwnedFd>)> {
     let n = dests.map_or(1, |d| d.entries.len() as u32);
-    let cfg = GenConfig {
-        ifindex,
-        flows: flows.into(),
-        flow_base: flow_base.into(),
-        base_port: base_port.into(),
-        at_src_port: at.src_port.into(),
-        at_flow: at.flow.into(),
-        at_time: at.time.into(),
-        need,
-        clock_offset,
-        dests: dests.is_some().into(),
-        dest_mask: n.next_power_of_two() - 1,
-        addr_at: dests.map_or(0, |d| d.addr_at.into()),
-        csum_at: dests.and_then(|d| d.csum_at).map_or(0, u32::from),
-    };
     let obj = crate::bpfobj::load(
         OBJECT,
         "the generator's program",
         crate::bpfobj::Load {
-            config: Some(crate::bpfobj::config_bytes(&cfg)),
+            config: Some(crate::bpfobj::config_bytes(cfg)),
             max_entries: &[("gen_dests", n)],
             ..Default::default()
         },
@@ -305,16 +281,23 @@ impl XdpGen {
         }
         let ifindex = crate::netdev::ifindex(iface)? as u32;
         let offset = clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC);
-        let (prog, map, dest_map) = load(
+        let n = dests.as_ref().map_or(1, |d| d.entries.len() as u32);
+        let cfg = GenConfig {
             ifindex,
-            flows,
-            flow_base,
-            base_port,
-            &at,
-            need as u32,
-            offset,
-            dests.as_ref(),
-        )?;
+            flows: flows.into(),
+            flow_base: flow_base.into(),
+            base_port: base_port.into(),
+            at_src_port: at.src_port.into(),
+            at_flow: at.flow.into(),
+            at_time: at.time.into(),
+            need: need as u32,
+            clock_offset: offset,
+            dests: dests.is_some().into(),
+            dest_mask: n.next_power_of_two() - 1,
+            addr_at: dests.as_ref().map_or(0, |d| d.addr_at.into()),
+            csum_at: dests.as_ref().and_then(|d| d.csum_at).map_or(0, u32::from),
+        };
+        let (prog, map, dest_map) = load(&cfg, dests.as_ref())?;
         Ok(XdpGen {
             prog,
             map,

@@ -311,5 +311,8 @@ fn unsafe_lives_where_the_readme_says() {
 fn the_unsafe_check_reads_the_readme_list() {
     let places = unsafe_places();
     assert!(places.iter().any(|p| p == "crates/io/"), "{places:?}");
-    assert!(!places.iter().any(|p| p.starts_with("crates/wire")), "{places:?}");
+    assert!(
+        !places.iter().any(|p| p.starts_with("crates/wire")),
+        "{places:?}"
+    );
 }

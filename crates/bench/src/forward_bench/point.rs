@@ -271,8 +271,9 @@ fn point_of((offered_pps, sent): (f64, u64), reports: &[Value]) -> Point {
 /// process and its namespace) took a quarter of a second of every point here, more than
 /// the traffic of a `--quick` point. A point that asks a node for a sink of another kind
 /// replaces the one there. Dropped, it stops them (what the lab's teardown would do).
-#[derive(Default)]
 pub(crate) struct KeptSinks {
+    lab: lab::Lab,
+    exe: std::path::PathBuf,
     running: std::cell::RefCell<std::collections::BTreeMap<String, Kept>>,
 }
 
@@ -293,11 +294,18 @@ impl Kept {
 }
 
 impl KeptSinks {
+    /// Sinks for the points of `lab`, with the binary `exe`; none started yet.
+    pub(crate) fn new(lab: &lab::Lab, exe: &Path) -> KeptSinks {
+        KeptSinks {
+            lab: lab.clone(),
+            exe: exe.to_path_buf(),
+            running: Default::default(),
+        }
+    }
+
     /// As [`lab_point`], with the sinks kept.
     pub(crate) fn point(
         &self,
-        lab: &lab::Lab,
-        exe: &Path,
         secs: f64,
         size: usize,
         gens: &[(&str, Vec<String>, String)],
@@ -307,6 +315,7 @@ impl KeptSinks {
         if crate::interrupted() {
             return Err("interrupted".into());
         }
+        let (lab, exe) = (&self.lab, self.exe.as_path());
         let mut running = self.running.borrow_mut();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let mut starting = 0;

@@ -166,7 +166,6 @@ impl Asm {
     }
     fn ctx_to_r1(&mut self, ctx: Ctx) -> &mut Self {
         match ctx {
-            Ctx::Reg(r) => self.i(MOV_X, 1, r, 0, 0),
             Ctx::Stack(slot) => self.i(LDX_DW, 1, 10, slot, 0),
         }
     }
@@ -262,10 +261,9 @@ impl Asm {
     }
 }
 
-/// Where a program holds its context: in a register, or spilled at a stack slot.
+/// Where a program holds its context: spilled at a stack slot.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Ctx {
-    Reg(u8),
     Stack(i16),
 }
 

@@ -26,28 +26,15 @@
 //! as the forwarder's).
 
 use super::{
-    detached_xdp, mac_u64, percpu_sum, stats_map, tx_map, Asm, Detached, FrameLen, ADD_K, ADD_X,
-    AND_K, BPF_MAP_TYPE_ARRAY, CALL, EXIT, IN_BYTES, JA, JEQ_K, JGE_K, JGT_X, JNE_K, JNE_X, JSET_K,
-    LDX_B, LDX_DW, LDX_H, LDX_W, MOV_K, MOV_X, OR_K, OUT_BYTES, REDIRECT_MAP, RSH_K, STATS, STX_B,
-    STX_DW, STX_H, STX_W, SUB_X,
+    detached_xdp, mac_u64, percpu_sum, stats_map, tx_map, Detached, BPF_MAP_TYPE_ARRAY, STATS,
 };
 use crate::xdp::{map_create, map_update};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-/// The outer EtherType of Axon frames, as a 16-bit load of its two bytes reads it.
-const ETHERTYPE_LOADED: i32 = 0xb688;
 /// Bit of an `axon ports` entry's first word: frames may leave by this port in the fast
 /// path.
 const ELIGIBLE: u64 = 1 << 48;
-/// Hops a header holds at most (`wire::axon::MAX_HOPS`).
-const MAX_HOPS: i32 = 32;
-/// Where the header's fields sit in the frame (after the outer Ethernet header).
-const KIND: i16 = 14;
-const HLEN: i16 = 15;
-const FWD: i16 = 16;
-const REV: i16 = 17;
-const PATH: i16 = 18;
 /// The last port number a nibble can name before the control plane's (0xf): an Axon has
 /// at most 15 ports (`dataplane::axon::MAX_PORTS`).
 const LAST_PORT: u32 = 14;
@@ -112,23 +99,31 @@ impl AxonFastPath {
             .collect()
     }
 
-    /// The XDP program of port `port`: the fast path, and every other frame to the AF_XDP
-    /// socket of its receive queue in the socket map `xsk`.
+    /// The XDP program of port `port`, loaded (`bpf/axon.bpf.c`, sharing the Axon's
+    /// maps): the fast path, and every other frame to the AF_XDP socket of its receive
+    /// queue in the socket map `xsk`.
     pub fn program(&self, port: u32, xsk: i32) -> io::Result<OwnedFd> {
-        crate::xsk::load_xdp(&self.code(port, xsk), "tessera_axon")
-    }
-
-    /// [`AxonFastPath::program`]'s instructions.
-    fn code(&self, port: u32, xsk: i32) -> Vec<u8> {
-        program(
-            port,
-            [
-                self.ports.as_raw_fd(),
-                self.tx.as_raw_fd(),
-                self.stats.as_raw_fd(),
-                xsk,
-            ],
-        )
+        debug_assert!(
+            port <= LAST_PORT,
+            "an Axon port number is a nibble below 15"
+        );
+        // SAFETY: `xsk` is the port's socket map, open for the whole call (the caller's).
+        let xsk = unsafe { BorrowedFd::borrow_raw(xsk) };
+        let obj = crate::bpfobj::load(
+            OBJECT,
+            "the Axon's fast path",
+            crate::bpfobj::Load {
+                config: Some(crate::bpfobj::config_bytes(&AxonConfig { port })),
+                reuse: &[
+                    ("axon_ports", self.ports.as_fd()),
+                    ("tx_ports", self.tx.as_fd()),
+                    ("stats", self.stats.as_fd()),
+                    ("xsks", xsk),
+                ],
+                ..Default::default()
+            },
+        )?;
+        obj.prog("tessera_axon")
     }
 
     /// The program of a port, loaded (with an empty socket map) and not attached.
@@ -137,138 +132,15 @@ impl AxonFastPath {
     }
 }
 
-/// Stack: -8 a 32-bit key, -32 the receive queue, -40 the output port, -48 the output
-/// port's nibble is the high one (0) or the low one (1), -56 the output port's hand-off
-/// word, -64 its neighbour's MAC, -72 the context, -80 the path byte's offset in the
-/// frame, -88 the output port's own MAC.
-/// Registers: r6 the context; r7 and r8 the frame's bounds; r9 the path byte that holds
-/// the next hop.
-fn program(me: u32, [ports, tx, stats, xsk]: [i32; 4]) -> Vec<u8> {
-    let mut a = Asm::new();
-    a.i(MOV_X, 6, 1, 0, 0)
-        .i(LDX_W, 1, 6, 16, 0) // rx_queue_index
-        .i(STX_DW, 10, 1, -32, 0)
-        .i(STX_DW, 10, 6, -72, 0)
-        .i(LDX_W, 7, 6, 0, 0)
-        .i(LDX_W, 8, 6, 4, 0);
-    debug_assert!(me <= LAST_PORT, "an Axon port number is a nibble below 15");
-    let me = (me & 0xf) as i32;
-    // The outer header and the header's fixed part.
-    a.i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_K, 1, 0, 0, i32::from(PATH))
-        .j(JGT_X, 1, 8, 0, "slow")
-        .i(LDX_H, 1, 7, 12, 0)
-        .j(JNE_K, 1, 0, ETHERTYPE_LOADED, "slow")
-        // Data (0) or control (1); hellos and probes are user space's.
-        .i(LDX_B, 1, 7, KIND, 0)
-        .j(JGE_K, 1, 0, 2, "slow")
-        // A forward path not used up, at most 32 hops, and hlen = 4 + ceil(hops / 2).
-        .i(LDX_B, 2, 7, FWD, 0)
-        .j(JEQ_K, 2, 0, 0, "slow")
-        .i(LDX_B, 3, 7, REV, 0)
-        .i(STX_DW, 10, 3, -48, 0)
-        .i(ADD_X, 2, 3, 0, 0)
-        .j(JGE_K, 2, 0, MAX_HOPS + 1, "slow")
-        .i(ADD_K, 2, 0, 0, 1)
-        .i(RSH_K, 2, 0, 0, 1)
-        .i(ADD_K, 2, 0, 0, 4)
-        .i(LDX_B, 1, 7, HLEN, 0)
-        .j(JNE_X, 1, 2, 0, "slow")
-        // The whole header inside the frame.
-        .i(MOV_X, 1, 7, 0, 0)
-        .i(ADD_X, 1, 2, 0, 0)
-        .i(ADD_K, 1, 0, 0, 14)
-        .j(JGT_X, 1, 8, 0, "slow")
-        // r9: the path byte of nibble `rev` (rev < 32: at most 15 bytes in).
-        .i(LDX_DW, 3, 10, -48, 0)
-        .i(MOV_X, 2, 3, 0, 0)
-        .i(AND_K, 3, 0, 0, 1)
-        .i(STX_DW, 10, 3, -48, 0)
-        .i(RSH_K, 2, 0, 0, 1)
-        .i(AND_K, 2, 0, 0, 15)
-        .i(MOV_X, 9, 7, 0, 0)
-        .i(ADD_X, 9, 2, 0, 0)
-        .i(MOV_X, 1, 9, 0, 0)
-        .i(ADD_K, 1, 0, 0, i32::from(PATH) + 1)
-        .j(JGT_X, 1, 8, 0, "slow")
-        // The next hop: the high nibble at an even index, the low one at an odd.
-        .i(LDX_B, 1, 9, PATH, 0)
-        .j(JSET_K, 3, 0, 1, "low")
-        .i(RSH_K, 1, 0, 0, 4)
-        .label("low")
-        .i(AND_K, 1, 0, 0, 15)
-        // The control plane's, or this very port: user space's.
-        .j(JEQ_K, 1, 0, 15, "slow")
-        .j(JEQ_K, 1, 0, me, "slow")
-        .i(STX_DW, 10, 1, -40, 0)
-        // An Axon link that takes fast-path frames (a port the program has no entry for
-        // is a miss).
-        .lookup(0, ports, 1)
-        .i(LDX_DW, 1, 0, 0, 0)
-        .i(MOV_X, 2, 1, 0, 0)
-        .i(RSH_K, 2, 0, 0, 48)
-        .j(JSET_K, 2, 0, 1, "eligible")
-        .j(JA, 0, 0, 0, "slow")
-        .label("eligible")
-        .i(STX_DW, 10, 1, -64, 0)
-        .i(LDX_DW, 2, 0, 8, 0)
-        .i(STX_DW, 10, 2, -88, 0)
-        .i(LDX_DW, 2, 0, 16, 0)
-        .i(STX_DW, 10, 2, -56, 0)
-        .j(JEQ_K, 2, 0, 0, "macs")
-        // Out through the hand-off: room for its metadata first (refused: user space's,
-        // the frame untouched yet), then the frame's bounds and the path byte again.
-        .i(MOV_X, 2, 9, 0, 0)
-        .i(SUB_X, 2, 7, 0, 0)
-        .i(STX_DW, 10, 2, -80, 0)
-        .handoff_room(super::Ctx::Reg(6), i32::from(PATH))
-        .i(LDX_DW, 9, 10, -80, 0)
-        .i(AND_K, 9, 0, 0, 15)
-        .i(ADD_X, 9, 7, 0, 0)
-        .i(MOV_X, 1, 9, 0, 0)
-        .i(ADD_K, 1, 0, 0, i32::from(PATH) + 1)
-        .j(JGT_X, 1, 8, 0, "slow")
-        .label("macs")
-        // The outer MACs: the neighbour's port, then this Axon's port.
-        .i(LDX_DW, 1, 10, -64, 0)
-        .i(STX_W, 7, 1, 0, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, 4, 0)
-        .i(LDX_DW, 1, 10, -88, 0)
-        .i(STX_W, 7, 1, 6, 0)
-        .i(RSH_K, 1, 0, 0, 32)
-        .i(STX_H, 7, 1, 10, 0)
-        // This hop's input port in the next hop's place.
-        .i(LDX_B, 1, 9, PATH, 0)
-        .i(LDX_DW, 3, 10, -48, 0)
-        .j(JSET_K, 3, 0, 1, "write_low")
-        .i(AND_K, 1, 0, 0, 0x0f)
-        .i(OR_K, 1, 0, 0, me << 4)
-        .j(JA, 0, 0, 0, "written")
-        .label("write_low")
-        .i(AND_K, 1, 0, 0, 0xf0)
-        .i(OR_K, 1, 0, 0, me)
-        .label("written")
-        .i(STX_B, 9, 1, PATH, 0)
-        // One hop less ahead, one more behind.
-        .i(LDX_B, 1, 7, FWD, 0)
-        .i(ADD_K, 1, 0, 0, -1)
-        .i(STX_B, 7, 1, FWD, 0)
-        .i(LDX_B, 1, 7, REV, 0)
-        .i(ADD_K, 1, 0, 0, 1)
-        .i(STX_B, 7, 1, REV, 0)
-        .i(MOV_K, 1, 0, 0, me)
-        .count_frame(stats, 1, 0, IN_BYTES, FrameLen::Bounds, "counted_in")
-        .i(LDX_DW, 1, 10, -40, 0)
-        .count_frame(stats, 1, 16, OUT_BYTES, FrameLen::Bounds, "counted_out");
-    super::program::handoff_send(&mut a, stats, "");
-    a.i(LDX_DW, 2, 10, -40, 0)
-        .map(1, tx)
-        .i(MOV_K, 3, 0, 0, 0)
-        .i(CALL, 0, 0, 0, REDIRECT_MAP)
-        .i(EXIT, 0, 0, 0, 0);
-    a.slow_to_socket(stats, xsk, me);
-    a.finish()
+/// The Axon's fast path, as clang made it from `bpf/axon.bpf.c`.
+static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/axon.bpf.o"));
+
+/// The program's read-only global (`struct axon_config` of `bpf/axon.bpf.c`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct AxonConfig {
+    /// The port the program runs on.
+    port: u32,
 }
 
 #[cfg(test)]
@@ -276,6 +148,10 @@ mod tests {
     use super::super::Verdict;
     use super::*;
     use crate::test_ns::Netns;
+
+    /// Where the path starts in the frame (after the outer Ethernet header and the
+    /// header's fixed part; `bpf/axon.bpf.c`'s PATH).
+    const PATH: u8 = 18;
 
     const NEXT: [u8; 6] = [2, 0, 0, 0, 0, 0xb];
     const MINE: [[u8; 6]; 3] = [[2, 0, 0, 0, 1, 0], [2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 1, 2]];
