@@ -294,6 +294,508 @@ impl Bench<'_> {
     }
 }
 
+/// One case of the matrix: a contender over a family, a table, a frame size and a flow
+/// mix, at the generator's ceiling `ceil`.
+#[derive(Clone, Copy)]
+struct Case<'a> {
+    contender: &'a str,
+    family: &'a str,
+    tsize: usize,
+    size: usize,
+    ceil: f64,
+    flows: Flows,
+    steps: &'a [f64],
+    searches: usize,
+}
+
+impl Bench<'_> {
+    /// Measures one case: the steps of offered load, the zero-loss search, and the
+    /// latency at shares of the zero-loss rate (the generators `gens_at` a rate, into
+    /// `sinks`); its rows go to `rows`.
+    fn case<'s>(
+        &mut self,
+        c: &Case,
+        gens_at: &dyn Fn(f64) -> Vec<(&'s str, Vec<String>, String)>,
+        sinks: &[&str],
+        rows: &mut Vec<Value>,
+    ) -> Result<(), String> {
+        let Case {
+            contender,
+            family,
+            tsize,
+            size,
+            ceil,
+            flows: fl,
+            steps,
+            searches,
+        } = *c;
+        let case = format!("{contender} {tsize} prefixes {size}B {} flow", fl.name());
+        // A step's and a search point's slowest frame too (where the
+        // sink stamps frames; not with `--sink count`): at overload, how
+        // long after its sending the tail of a point arrives, which the
+        // sinks' drain (`drain`) must cover.
+        let mut record = |kind: &str, p: &Point| {
+            rows.push(json!({
+                    "contender": contender, "family": family, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
+                    "kind": kind, "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(),
+                    "sent": p.sent, "received": p.received, "lost": p.lost, "sink_dropped": p.sink_dropped, "generator_ceiling_pps": ceil.round(),
+                    "latency_max_ns": (p.latency_ns[2] > 0).then_some(p.latency_ns[2]),
+                }));
+        };
+        let mut best = 0.0f64;
+        // Paced at a fraction of the ceiling, 100% included: `--rate max`
+        // with the XDP generator offers several times what any receiver
+        // here takes, and beyond the ceiling the sink, not the router, is
+        // what a point would measure.
+        for &f in steps {
+            let p = self.point(size, &gens_at(ceil * f), sinks)?;
+            if p.lost == 0 {
+                best = best.max(p.offered_pps);
+            }
+            record("step", &p);
+            self.progress(&format!("{case}: offered {:.0} pps", p.offered_pps));
+        }
+        // Zero-loss throughput by binary search (RFC 2544 style) on the rate
+        // asked for; reported as the highest load actually offered (the
+        // generator may fall short of what it was asked) that was forwarded
+        // without loss, among the steps and the search.
+        let (mut lo, mut hi) = (0.0f64, ceil);
+        for _ in 0..searches {
+            let mid = (lo + hi) / 2.0;
+            let p = self.point(size, &gens_at(mid), sinks)?;
+            record("search", &p);
+            if p.lost == 0 {
+                lo = mid;
+                best = best.max(p.offered_pps);
+            } else {
+                hi = mid;
+            }
+            self.progress(&format!(
+                "{case}: zero-loss search {mid:.0} pps, lost {}",
+                p.lost
+            ));
+        }
+        rows.push(json!({
+                "contender": contender, "family": family, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
+                "kind": "zero_loss_pps", "zero_loss_pps": best.round(), "generator_ceiling_pps": ceil.round(),
+            }));
+        // One-way latency through the router (the sink's receive time less
+        // the generator's send time) at 10%, 50% and 90% of the zero-loss
+        // rate.
+        if best > 0.0 {
+            for f in LATENCY_LOADS {
+                let p = self.point_with(
+                    size,
+                    &gens_at(best * f),
+                    sinks,
+                    self.opts.sink.with_latency(),
+                )?;
+                rows.push(json!({
+                        "contender": contender, "family": family, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
+                        "kind": "latency", "load_of_zero_loss": f, "offered_pps": p.offered_pps.round(),
+                        "sent": p.sent, "received": p.received, "lost": p.lost, "sink_dropped": p.sink_dropped,
+                        "latency_p50_ns": p.latency_ns[0], "latency_p99_ns": p.latency_ns[1], "latency_max_ns": p.latency_ns[2],
+                        "generator_ceiling_pps": ceil.round(),
+                    }));
+                self.progress(&format!(
+                    "{case}: latency at {:.0}% of zero-loss: p50 {} us, p99 {} us",
+                    f * 100.0,
+                    p.latency_ns[0] / 1000,
+                    p.latency_ns[1] / 1000
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Pings each source's destination over each family (`six`) in `families`, so that every
+/// neighbour is resolved before a point; `patient`: up to 20 tries (a router that takes a
+/// few seconds to come up), else one. An error names the contender that does not forward.
+fn resolve(
+    l: &lab::Lab,
+    sources: &[Source],
+    families: &[bool],
+    patient: bool,
+    contender: &str,
+) -> Result<(), String> {
+    for (src, _, _, _, dst4, _) in sources {
+        for &six in families {
+            let ns = l.ns(src);
+            let dst = if six { six_of(dst4) } else { dst4.to_string() };
+            let fam = if six { "-6" } else { "-4" };
+            let mut tries = if patient { 20 } else { 1 };
+            loop {
+                match sh(
+                    "ip",
+                    &[
+                        "netns", "exec", &ns, "ping", fam, "-c", "2", "-i", "0.2", "-W", "1", &dst,
+                    ],
+                ) {
+                    Ok(_) => break,
+                    Err(e) if tries <= 1 => {
+                        return Err(format!("{contender} does not forward {src} -> {dst}: {e}"))
+                    }
+                    Err(_) => tries -= 1,
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The lab of one contender, not up yet, and the role of its router node: `other`, a
+/// lab of its own (the star, the multistage router), else the single router's of
+/// `topos` (plain, with the fast path, without it) that the contender runs; `external`:
+/// the contender is a command of the user's.
+fn contender_lab(
+    opts: &ForwardOpts,
+    contender: &str,
+    external: bool,
+    other: Option<&Path>,
+    [topo, topo_fast, topo_user]: [&Path; 3],
+    labname: &str,
+) -> Result<(lab::Lab, String), String> {
+    let fast = contender == FAST || contender == FAST_TC;
+    let mut l = lab::Lab::load(
+        match other {
+            Some(p) => p,
+            None if fast => topo_fast,
+            None if contender == USER => topo_user,
+            None => topo,
+        },
+        Some(labname),
+        opts.exe.clone(),
+    )?;
+    let role = if external {
+        "external"
+    } else if contender.starts_with("forwarder") || other.is_some() {
+        "forwarder"
+    } else {
+        contender
+    };
+    if other.is_none() {
+        l.roles.insert("r".into(), role.into());
+    }
+    l.plain_hosts = opts.plain_hosts;
+    if contender == MULTISTAGE_FAST {
+        // (The lab turns GRO on on the switch's ports and the hosts' interfaces.)
+        l.fast_path = Some(true);
+        l.io = Some("xdp".into());
+    } else if fast {
+        l.io = Some(
+            if contender == FAST_TC {
+                "packet"
+            } else {
+                "xdp"
+            }
+            .into(),
+        );
+    } else if contender == USER || contender == STAR_USER {
+        // Wire-like hosts, as every run before the fast path was the default.
+        l.fast_path = Some(false);
+        l.io = opts.io.first().cloned();
+    } else if role == "forwarder" {
+        l.io = match (contender.strip_prefix("forwarder-"), opts.io.first()) {
+            (Some(b), _) => Some(b.to_string()),
+            (None, b) => b.cloned(),
+        };
+    }
+    Ok((l, role.to_string()))
+}
+
+/// What the routers of one table are given: the files' key (the table's IPv4 size, and
+/// its IPv6 size with --ipv6), the table's sizes, the routes file, the router's config,
+/// and the single router's labs (plain, with the fast path, without it).
+struct TableFiles {
+    key: String,
+    tsize: usize,
+    tsize6: usize,
+    tfile: PathBuf,
+    rcfg: PathBuf,
+    topos: [PathBuf; 3],
+}
+
+/// Writes the routes file, the router's config and the single router's labs for table
+/// `tname` (a number of prefixes for a synthetic table, or a table file) into --out.
+fn table_files(opts: &ForwardOpts, tname: &str) -> Result<TableFiles, String> {
+    // A synthetic table of that many prefixes, or a table file.
+    let (t, t6) = match tname.parse::<usize>() {
+        Ok(n) => (
+            table::synthetic(n, n as u64),
+            opts.ipv6.then(|| table::synthetic6(n, n as u64)),
+        ),
+        // A file may hold one family only: over IPv6 its IPv4 part may be empty.
+        Err(_) if opts.ipv6 => {
+            let path = Path::new(tname);
+            let t6 = table::read6(path)?.0;
+            let t = table::read(path).map(|t| t.0).unwrap_or_default();
+            (t, Some(t6))
+        }
+        Err(_) => (table::read(Path::new(tname))?.0, None),
+    };
+    let tsize = t.routes.len();
+    let tsize6 = t6.as_ref().map_or(0, |t| t.routes.len());
+    // Files are named by their IPv4 size, and their IPv6 size with --ipv6.
+    let key = if opts.ipv6 {
+        format!("{tsize}-{tsize6}")
+    } else {
+        tsize.to_string()
+    };
+    if opts.ipv6 {
+        eprintln!("bench forward: table {tname}: {tsize} IPv4 and {tsize6} IPv6 prefixes");
+    } else {
+        eprintln!("bench forward: table {tname}: {tsize} prefixes");
+    }
+    let tfile = opts.out.join(format!("table-{key}.txt"));
+    let mut text: String = t.routes.iter().map(|(p, _)| format!("{p}\n")).collect();
+    if let Some(t6) = &t6 {
+        text.extend(t6.routes.iter().map(|(p, _)| format!("{p}\n")));
+    }
+    write(&tfile, &text)?;
+    let rcfg = opts.out.join(format!("r-{key}.toml"));
+    let via = if opts.ipv6 {
+        "[\"10.3.0.10\", \"2001:db8:3::10\"]"
+    } else {
+        "\"10.3.0.10\""
+    };
+    let base = include_str!("../../../labs/single-router/r.toml").replace(
+        "routes_file = \"routes.txt\"",
+        &format!("routes_file = \"table-{key}.txt\"\nroutes_file_via = {via}"),
+    );
+    let (lab_text, base) = if opts.ipv6 {
+        dual_stack(include_str!("../../../labs/single-router.toml"), &base)
+    } else {
+        (
+            include_str!("../../../labs/single-router.toml").to_string(),
+            base,
+        )
+    };
+    write(&rcfg, &base)?;
+    let topo = opts.out.join(format!("lab-{key}.toml"));
+    write(
+        &topo,
+        &lab_text.replace("single-router/r.toml", &format!("r-{key}.toml")),
+    )?;
+    // The same router with `[io] fast_path` said: `true` for the fast-path contender,
+    // `false` for the user-space one.
+    let variant = |name: &str, fast: bool| -> Result<PathBuf, String> {
+        let topo = opts.out.join(format!("lab-{name}-{key}.toml"));
+        let r = format!("r-{name}-{key}.toml");
+        write(
+            &opts.out.join(&r),
+            &format!("{base}\n[io]\nfast_path = {fast}\n"),
+        )?;
+        write(&topo, &lab_text.replace("single-router/r.toml", &r))?;
+        Ok(topo)
+    };
+    let topo_fast = variant("fast", true)?;
+    let topo_user = variant("user", false)?;
+    Ok(TableFiles {
+        key,
+        tsize,
+        tsize6,
+        tfile,
+        rcfg,
+        topos: [topo, topo_fast, topo_user],
+    })
+}
+
+/// The measurement matrix --sizes, --flows, --tables and --quick ask for, and each
+/// case's steps of offered load (shares of the ceiling) and zero-loss search points.
+struct Matrix {
+    sizes: Vec<usize>,
+    flows: Vec<Flows>,
+    tables: Vec<String>,
+    steps: Vec<f64>,
+    searches: usize,
+}
+
+fn matrix(opts: &ForwardOpts) -> Result<Matrix, String> {
+    let sizes: Vec<usize> = if !opts.sizes.is_empty() {
+        if let Some(b) = opts.sizes.iter().find(|b| !(64..=1518).contains(*b)) {
+            return Err(format!("--sizes {b}: frames are 64 to 1518 bytes"));
+        }
+        opts.sizes.clone()
+    } else if opts.quick {
+        vec![64]
+    } else {
+        vec![64, 576, 1470]
+    };
+    let flows: Vec<Flows> = if !opts.flows.is_empty() {
+        opts.flows
+            .iter()
+            .map(|f| match f.as_str() {
+                "one" => Ok(Flows::One),
+                "two" => Ok(Flows::Two),
+                "many" => Ok(Flows::Many),
+                o => Err(format!("--flows {o:?}: use one, two or many")),
+            })
+            .collect::<Result<_, _>>()?
+    } else if opts.quick {
+        vec![Flows::One]
+    } else {
+        vec![Flows::One, Flows::Two, Flows::Many]
+    };
+    let tables: Vec<String> = if !opts.tables.is_empty() {
+        opts.tables.clone()
+    } else if opts.quick {
+        vec!["10".into()]
+    } else {
+        vec!["10".into(), "1000".into(), "167000".into()]
+    };
+    let steps: Vec<f64> = if opts.quick {
+        vec![0.25, 0.5, 0.75, 1.0]
+    } else {
+        (1..=10).map(|i| i as f64 / 10.0).collect()
+    };
+    let searches = if opts.quick { 3 } else { 6 };
+    Ok(Matrix {
+        sizes,
+        flows,
+        tables,
+        steps,
+        searches,
+    })
+}
+
+/// The generators of one point at `rate` (in all): from the first source, or the first
+/// two (`Flows::Two`, half each), to the router's MACs `rmac`, over IPv6 where `six`, to
+/// the destinations of the routes file `tfile` (`Flows::Many`) or to the sink's address.
+fn generators(
+    sources: &[Source],
+    rmac: &[String],
+    six: bool,
+    fl: Flows,
+    xdp: bool,
+    tfile: &Path,
+    rate: f64,
+) -> Vec<(&'static str, Vec<String>, String)> {
+    let n = if fl == Flows::Two { 2 } else { 1 };
+    let rate = format!("{:.0}", (rate / n as f64).max(1.0));
+    (0..n)
+        .map(|i| {
+            let (src, _, _, _, dst, saddr) = sources[i];
+            let (dst, saddr) = if six {
+                (six_of(dst), six_of(saddr))
+            } else {
+                (dst.to_string(), saddr.to_string())
+            };
+            let mut a = vec![
+                "--dst-mac".to_string(),
+                rmac[i].clone(),
+                "--src".into(),
+                saddr,
+                "--flow-base".into(),
+                (i * 100).to_string(),
+            ];
+            if xdp {
+                a.push("--xdp".into());
+            }
+            if fl == Flows::Many {
+                a.extend([
+                    "--dst-prefixes".into(),
+                    tfile.to_string_lossy().into_owned(),
+                ]);
+            } else {
+                a.extend(["--dst".into(), dst]);
+            }
+            (src, a, rate.clone())
+        })
+        .collect()
+}
+
+/// A contender's lab made ready to measure: the receive side of the XDP generator, GRO on
+/// at the hosts, the hosts placed on cores where the nodes were (`placed`: whether the
+/// router is the kernel's, or an external one), and every neighbour resolved
+/// ([`resolve`]; `patient` for a router that takes a few seconds).
+fn prepare(
+    opts: &ForwardOpts,
+    l: &lab::Lab,
+    sources: &[Source],
+    families: &[bool],
+    placed: Option<bool>,
+    patient: bool,
+    contender: &str,
+) -> Result<(), String> {
+    if opts.xdp {
+        for (_, rnode, rport, _, _, _) in sources {
+            xdp_receiver(l, rnode, rport, opts.rt_napi)?;
+        }
+    }
+    // Sinks take frames a router redirects in XDP (the fast path's): their veths run
+    // NAPI, with GRO on; so do the sources, which take the replies to the pings below.
+    // The same for every contender.
+    let mut hosts: Vec<&str> = Vec::new();
+    for (src, _, _, sink, _, _) in sources {
+        hosts.extend([*src, *sink]);
+    }
+    hosts.sort_unstable();
+    hosts.dedup();
+    for host in hosts {
+        sh(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &l.ns(host),
+                "ethtool",
+                "-K",
+                "eth0",
+                "gro",
+                "on",
+            ],
+        )?;
+    }
+    if let Some(kernel_or_external) = placed {
+        place_hosts(l, kernel_or_external)?;
+    }
+    // Resolve every neighbour before measuring (ARP has its own tests).
+    resolve(l, sources, families, patient, contender)
+}
+
+/// The frame sizes of a family: IPv6 at its smallest frame where IPv4 is at a size below
+/// it.
+fn sizes_of(sizes: &[usize], six: bool) -> Vec<usize> {
+    let mut v: Vec<usize> = sizes
+        .iter()
+        .map(|&s| if six { s.max(MIN_FRAME6) } else { s })
+        .collect();
+    v.dedup();
+    v
+}
+
+/// Where a frame size's ceiling sits in the results' `generator_ceiling_pps`.
+fn ceiling_key(size: usize, six: bool) -> String {
+    if six {
+        format!("{size}-ipv6")
+    } else {
+        size.to_string()
+    }
+}
+
+/// The generator's ceiling at each frame size of each family, straight into a sink.
+fn ceilings(
+    opts: &ForwardOpts,
+    sizes: &[usize],
+    families: &[bool],
+    labname: &str,
+) -> Result<serde_json::Map<String, Value>, String> {
+    eprintln!("bench forward: measuring the generator's ceiling");
+    let mut ceilings = serde_json::Map::new();
+    for &six in families {
+        for size in sizes_of(sizes, six) {
+            let c = ceiling(opts, size, six, labname)?;
+            let fam = if six { "IPv6" } else { "IPv4" };
+            eprintln!(
+                "bench forward: generator ceiling at {size} bytes over {fam}: {c:.0} packets/s"
+            );
+            ceilings.insert(ceiling_key(size, six), json!(c.round()));
+        }
+    }
+    Ok(ceilings)
+}
+
 /// The MAC of a lab interface.
 pub(crate) fn lab_mac(lab: &lab::Lab, node: &str, ifname: &str) -> Result<String, String> {
     let v = lab.show()?;
@@ -534,76 +1036,18 @@ pub(crate) fn ceiling(
 
 pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
     std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
-    let sizes: Vec<usize> = if !opts.sizes.is_empty() {
-        if let Some(b) = opts.sizes.iter().find(|b| !(64..=1518).contains(*b)) {
-            return Err(format!("--sizes {b}: frames are 64 to 1518 bytes"));
-        }
-        opts.sizes.clone()
-    } else if opts.quick {
-        vec![64]
-    } else {
-        vec![64, 576, 1470]
-    };
-    let flows: Vec<Flows> = if !opts.flows.is_empty() {
-        opts.flows
-            .iter()
-            .map(|f| match f.as_str() {
-                "one" => Ok(Flows::One),
-                "two" => Ok(Flows::Two),
-                "many" => Ok(Flows::Many),
-                o => Err(format!("--flows {o:?}: use one, two or many")),
-            })
-            .collect::<Result<_, _>>()?
-    } else if opts.quick {
-        vec![Flows::One]
-    } else {
-        vec![Flows::One, Flows::Two, Flows::Many]
-    };
-    let tables: Vec<String> = if !opts.tables.is_empty() {
-        opts.tables.clone()
-    } else if opts.quick {
-        vec!["10".into()]
-    } else {
-        vec!["10".into(), "1000".into(), "167000".into()]
-    };
-    let steps: Vec<f64> = if opts.quick {
-        vec![0.25, 0.5, 0.75, 1.0]
-    } else {
-        (1..=10).map(|i| i as f64 / 10.0).collect()
-    };
-    let searches = if opts.quick { 3 } else { 6 };
+    let Matrix {
+        sizes,
+        flows,
+        tables,
+        steps,
+        searches,
+    } = matrix(opts)?;
     let contenders = &opts.contenders;
     let labname = format!("bf{}", std::process::id());
     let families: &[bool] = if opts.ipv6 { &[false, true] } else { &[false] };
-    // IPv6 at its smallest frame where IPv4 is at a size below it.
-    let sizes_of = |six: bool| -> Vec<usize> {
-        let mut v: Vec<usize> = sizes
-            .iter()
-            .map(|&s| if six { s.max(MIN_FRAME6) } else { s })
-            .collect();
-        v.dedup();
-        v
-    };
-    let ceiling_key = |size: usize, six: bool| {
-        if six {
-            format!("{size}-ipv6")
-        } else {
-            size.to_string()
-        }
-    };
-
-    eprintln!("bench forward: measuring the generator's ceiling");
-    let mut ceilings = serde_json::Map::new();
-    for &six in families {
-        for size in sizes_of(six) {
-            let c = ceiling(opts, size, six, &labname)?;
-            let fam = if six { "IPv6" } else { "IPv4" };
-            eprintln!(
-                "bench forward: generator ceiling at {size} bytes over {fam}: {c:.0} packets/s"
-            );
-            ceilings.insert(ceiling_key(size, six), json!(c.round()));
-        }
-    }
+    let sizes_of = |six: bool| sizes_of(&sizes, six);
+    let ceilings = ceilings(opts, &sizes, families, &labname)?;
     let per_table: usize = families
         .iter()
         .map(|&six| sizes_of(six).len() * flows.len())
@@ -616,127 +1060,26 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
     let mut placements: Vec<Value> = Vec::new();
     let mut done = 0;
     for tname in &tables {
-        // A synthetic table of that many prefixes, or a table file.
-        let (t, t6) = match tname.parse::<usize>() {
-            Ok(n) => (
-                table::synthetic(n, n as u64),
-                opts.ipv6.then(|| table::synthetic6(n, n as u64)),
-            ),
-            // A file may hold one family only: over IPv6 its IPv4 part may be empty.
-            Err(_) if opts.ipv6 => {
-                let path = Path::new(tname);
-                let t6 = table::read6(path)?.0;
-                let t = table::read(path).map(|t| t.0).unwrap_or_default();
-                (t, Some(t6))
-            }
-            Err(_) => (table::read(Path::new(tname))?.0, None),
-        };
-        let tsize = t.routes.len();
-        let tsize6 = t6.as_ref().map_or(0, |t| t.routes.len());
-        // Files are named by their IPv4 size, and their IPv6 size with --ipv6.
-        let key = if opts.ipv6 {
-            format!("{tsize}-{tsize6}")
-        } else {
-            tsize.to_string()
-        };
-        if opts.ipv6 {
-            eprintln!("bench forward: table {tname}: {tsize} IPv4 and {tsize6} IPv6 prefixes");
-        } else {
-            eprintln!("bench forward: table {tname}: {tsize} prefixes");
-        }
-        let tfile = opts.out.join(format!("table-{key}.txt"));
-        let mut text: String = t.routes.iter().map(|(p, _)| format!("{p}\n")).collect();
-        if let Some(t6) = &t6 {
-            text.extend(t6.routes.iter().map(|(p, _)| format!("{p}\n")));
-        }
-        write(&tfile, &text)?;
-        let rcfg = opts.out.join(format!("r-{key}.toml"));
-        let via = if opts.ipv6 {
-            "[\"10.3.0.10\", \"2001:db8:3::10\"]"
-        } else {
-            "\"10.3.0.10\""
-        };
-        let base = include_str!("../../../labs/single-router/r.toml").replace(
-            "routes_file = \"routes.txt\"",
-            &format!("routes_file = \"table-{key}.txt\"\nroutes_file_via = {via}"),
-        );
-        let (lab_text, base) = if opts.ipv6 {
-            dual_stack(include_str!("../../../labs/single-router.toml"), &base)
-        } else {
-            (
-                include_str!("../../../labs/single-router.toml").to_string(),
-                base,
-            )
-        };
-        write(&rcfg, &base)?;
-        let topo = opts.out.join(format!("lab-{key}.toml"));
-        write(
-            &topo,
-            &lab_text.replace("single-router/r.toml", &format!("r-{key}.toml")),
-        )?;
-        // The same router with `[io] fast_path` said: `true` for the fast-path contender,
-        // `false` for the user-space one.
-        let variant = |name: &str, fast: bool| -> Result<PathBuf, String> {
-            let topo = opts.out.join(format!("lab-{name}-{key}.toml"));
-            let r = format!("r-{name}-{key}.toml");
-            write(
-                &opts.out.join(&r),
-                &format!("{base}\n[io]\nfast_path = {fast}\n"),
-            )?;
-            write(&topo, &lab_text.replace("single-router/r.toml", &r))?;
-            Ok(topo)
-        };
-        let topo_fast = variant("fast", true)?;
-        let topo_user = variant("user", false)?;
+        let TableFiles {
+            key,
+            tsize,
+            tsize6,
+            tfile,
+            rcfg,
+            topos: [topo, topo_fast, topo_user],
+        } = table_files(opts, tname)?;
         for (contender, command) in contenders {
             let contender = contender.as_str();
-            let fast = contender == FAST || contender == FAST_TC;
             let other = site(&opts.out, contender, &key, opts.ipv6)?;
             let sources = other.as_ref().map_or(SOURCES, |o| o.1);
-            let mut l = lab::Lab::load(
-                match &other {
-                    Some((p, _)) => p,
-                    None if fast => &topo_fast,
-                    None if contender == USER => &topo_user,
-                    None => &topo,
-                },
-                Some(&labname),
-                opts.exe.clone(),
+            let (mut l, role) = contender_lab(
+                opts,
+                contender,
+                command.is_some(),
+                other.as_ref().map(|o| o.0.as_path()),
+                [&topo, &topo_fast, &topo_user],
+                &labname,
             )?;
-            let role = if command.is_some() {
-                "external"
-            } else if contender.starts_with("forwarder") || other.is_some() {
-                "forwarder"
-            } else {
-                contender
-            };
-            if other.is_none() {
-                l.roles.insert("r".into(), role.into());
-            }
-            l.plain_hosts = opts.plain_hosts;
-            if contender == MULTISTAGE_FAST {
-                // (The lab turns GRO on on the switch's ports and the hosts' interfaces.)
-                l.fast_path = Some(true);
-                l.io = Some("xdp".into());
-            } else if fast {
-                l.io = Some(
-                    if contender == FAST_TC {
-                        "packet"
-                    } else {
-                        "xdp"
-                    }
-                    .into(),
-                );
-            } else if contender == USER || contender == STAR_USER {
-                // Wire-like hosts, as every run before the fast path was the default.
-                l.fast_path = Some(false);
-                l.io = opts.io.first().cloned();
-            } else if role == "forwarder" {
-                l.io = match (contender.strip_prefix("forwarder-"), opts.io.first()) {
-                    (Some(b), _) => Some(b.to_string()),
-                    (None, b) => b.cloned(),
-                };
-            }
             let (placed, note) = place_nodes(&mut l);
             if !placements
                 .iter()
@@ -765,71 +1108,15 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                         None,
                     )?);
                 }
-                if opts.xdp {
-                    for (_, rnode, rport, _, _, _) in sources {
-                        xdp_receiver(&l, rnode, rport, opts.rt_napi)?;
-                    }
-                }
-                // Sinks take frames a router redirects in XDP (the fast path's): their
-                // veths run NAPI, with GRO on; so do the sources, which take the replies to
-                // the pings below. The same for every contender.
-                let mut hosts: Vec<&str> = Vec::new();
-                for (src, _, _, sink, _, _) in sources {
-                    hosts.extend([src, sink]);
-                }
-                hosts.sort_unstable();
-                hosts.dedup();
-                for host in hosts {
-                    sh(
-                        "ip",
-                        &[
-                            "netns",
-                            "exec",
-                            &l.ns(host),
-                            "ethtool",
-                            "-K",
-                            "eth0",
-                            "gro",
-                            "on",
-                        ],
-                    )?;
-                }
-                if placed {
-                    place_hosts(&l, role == "linux" || role == "external")?;
-                }
-                // Resolve every neighbour before measuring (ARP has its own tests); an
-                // external router gets a few seconds to come up.
-                for (src, _, _, _, dst4, _) in sources {
-                    for &six in families {
-                        let ns = l.ns(src);
-                        let dst = if six { six_of(dst4) } else { dst4.to_string() };
-                        let fam = if six { "-6" } else { "-4" };
-                        // An external router, or a router of several elements (hellos, the
-                        // LBs' tables), gets a few seconds to come up.
-                        let mut tries = if command.is_some() || other.is_some() {
-                            20
-                        } else {
-                            1
-                        };
-                        loop {
-                            match sh(
-                                "ip",
-                                &[
-                                    "netns", "exec", &ns, "ping", fam, "-c", "2", "-i", "0.2",
-                                    "-W", "1", &dst,
-                                ],
-                            ) {
-                                Ok(_) => break,
-                                Err(e) if tries <= 1 => {
-                                    return Err(format!(
-                                        "{contender} does not forward {src} -> {dst}: {e}"
-                                    ))
-                                }
-                                Err(_) => tries -= 1,
-                            }
-                        }
-                    }
-                }
+                prepare(
+                    opts,
+                    &l,
+                    &sources,
+                    families,
+                    placed.then_some(role == "linux" || role == "external"),
+                    command.is_some() || other.is_some(),
+                    contender,
+                )?;
                 let rmac: Vec<String> = sources
                     .iter()
                     .map(|s| bench.mac(s.1, s.2))
@@ -849,123 +1136,25 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                     for size in sizes_of(six) {
                         let ceil = ceilings[&ceiling_key(size, six)].as_f64().unwrap_or(1.0);
                         for fl in flows.iter().copied() {
-                            let gens_at = |rate: f64| -> Vec<(&str, Vec<String>, String)> {
-                                let n = if fl == Flows::Two { 2 } else { 1 };
-                                let rate = format!("{:.0}", (rate / n as f64).max(1.0));
-                                (0..n)
-                                    .map(|i| {
-                                        let (src, _, _, _, dst, saddr) = sources[i];
-                                        let (dst, saddr) = if six {
-                                            (six_of(dst), six_of(saddr))
-                                        } else {
-                                            (dst.to_string(), saddr.to_string())
-                                        };
-                                        let mut a = vec![
-                                            "--dst-mac".to_string(),
-                                            rmac[i].clone(),
-                                            "--src".into(),
-                                            saddr,
-                                            "--flow-base".into(),
-                                            (i * 100).to_string(),
-                                        ];
-                                        if opts.xdp {
-                                            a.push("--xdp".into());
-                                        }
-                                        if fl == Flows::Many {
-                                            a.extend([
-                                                "--dst-prefixes".into(),
-                                                tfile.to_string_lossy().into_owned(),
-                                            ]);
-                                        } else {
-                                            a.extend(["--dst".into(), dst]);
-                                        }
-                                        (src, a, rate.clone())
-                                    })
-                                    .collect()
+                            let gens_at = |rate: f64| {
+                                generators(&sources, &rmac, six, fl, opts.xdp, &tfile, rate)
                             };
                             let sinks: Vec<&str> = if fl == Flows::Two {
                                 vec![sources[0].3, sources[1].3]
                             } else {
                                 vec![sources[0].3]
                             };
-                            let case =
-                                format!("{contender} {tsize} prefixes {size}B {} flow", fl.name());
-                            // A step's and a search point's slowest frame too (where the
-                            // sink stamps frames; not with `--sink count`): at overload, how
-                            // long after its sending the tail of a point arrives, which the
-                            // sinks' drain (`drain`) must cover.
-                            let mut record = |kind: &str, p: &Point| {
-                                rows.push(json!({
-                                "contender": contender, "family": family, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
-                                "kind": kind, "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(),
-                                "sent": p.sent, "received": p.received, "lost": p.lost, "sink_dropped": p.sink_dropped, "generator_ceiling_pps": ceil.round(),
-                                "latency_max_ns": (p.latency_ns[2] > 0).then_some(p.latency_ns[2]),
-                            }));
+                            let c = Case {
+                                contender,
+                                family,
+                                tsize,
+                                size,
+                                ceil,
+                                flows: fl,
+                                steps: &steps,
+                                searches,
                             };
-                            let mut best = 0.0f64;
-                            // Paced at a fraction of the ceiling, 100% included: `--rate max`
-                            // with the XDP generator offers several times what any receiver
-                            // here takes, and beyond the ceiling the sink, not the router, is
-                            // what a point would measure.
-                            for &f in &steps {
-                                let p = bench.point(size, &gens_at(ceil * f), &sinks)?;
-                                if p.lost == 0 {
-                                    best = best.max(p.offered_pps);
-                                }
-                                record("step", &p);
-                                bench
-                                    .progress(&format!("{case}: offered {:.0} pps", p.offered_pps));
-                            }
-                            // Zero-loss throughput by binary search (RFC 2544 style) on the rate
-                            // asked for; reported as the highest load actually offered (the
-                            // generator may fall short of what it was asked) that was forwarded
-                            // without loss, among the steps and the search.
-                            let (mut lo, mut hi) = (0.0f64, ceil);
-                            for _ in 0..searches {
-                                let mid = (lo + hi) / 2.0;
-                                let p = bench.point(size, &gens_at(mid), &sinks)?;
-                                record("search", &p);
-                                if p.lost == 0 {
-                                    lo = mid;
-                                    best = best.max(p.offered_pps);
-                                } else {
-                                    hi = mid;
-                                }
-                                bench.progress(&format!(
-                                    "{case}: zero-loss search {mid:.0} pps, lost {}",
-                                    p.lost
-                                ));
-                            }
-                            rows.push(json!({
-                            "contender": contender, "family": family, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
-                            "kind": "zero_loss_pps", "zero_loss_pps": best.round(), "generator_ceiling_pps": ceil.round(),
-                        }));
-                            // One-way latency through the router (the sink's receive time less
-                            // the generator's send time) at 10%, 50% and 90% of the zero-loss
-                            // rate.
-                            if best > 0.0 {
-                                for f in LATENCY_LOADS {
-                                    let p = bench.point_with(
-                                        size,
-                                        &gens_at(best * f),
-                                        &sinks,
-                                        opts.sink.with_latency(),
-                                    )?;
-                                    rows.push(json!({
-                                    "contender": contender, "family": family, "table_prefixes": tsize, "frame_bytes": size, "flows": fl.name(),
-                                    "kind": "latency", "load_of_zero_loss": f, "offered_pps": p.offered_pps.round(),
-                                    "sent": p.sent, "received": p.received, "lost": p.lost, "sink_dropped": p.sink_dropped,
-                                    "latency_p50_ns": p.latency_ns[0], "latency_p99_ns": p.latency_ns[1], "latency_max_ns": p.latency_ns[2],
-                                    "generator_ceiling_pps": ceil.round(),
-                                }));
-                                    bench.progress(&format!(
-                                    "{case}: latency at {:.0}% of zero-loss: p50 {} us, p99 {} us",
-                                    f * 100.0,
-                                    p.latency_ns[0] / 1000,
-                                    p.latency_ns[1] / 1000
-                                ));
-                                }
-                            }
+                            bench.case(&c, &gens_at, &sinks, &mut rows)?;
                         }
                     }
                 }

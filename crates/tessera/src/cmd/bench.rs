@@ -354,489 +354,565 @@ pub(crate) enum Bench {
 }
 
 /// Runs one benchmark.
+/// Runs the benchmark `what` names: each has a function of its own below.
 pub(crate) fn run(what: Bench) -> Result<i32> {
     match what {
-        Bench::Fib {
-            table,
-            growth: true,
-            rounds,
-            dpdk,
-            ..
-        } => {
-            if rounds == 0 {
-                bail!("--rounds must be at least 1");
+        w @ Bench::Fib { growth: true, .. } => fib_growth(w),
+        w @ Bench::Fib { .. } => fib(w),
+        w @ Bench::Forward { replot: true, .. } => forward_replot(w),
+        w @ Bench::Forward { replot: false, .. } => forward(w),
+        w @ Bench::Switch { .. } => switch(w),
+        w @ Bench::Axon { .. } => axon(w),
+        w @ Bench::Contend { .. } => contend(w),
+        w @ Bench::Balancer { .. } => balancer(w),
+        w @ Bench::Scale { replot: true, .. } => scale_replot(w),
+        w @ Bench::Scale { replot: false, .. } => scale(w),
+        w @ Bench::Flood { .. } => flood(w),
+        w @ Bench::Pipeline { .. } => pipeline(w),
+    }
+}
+
+/// `tessera bench fib --growth`: lookup rates as the table grows.
+fn fib_growth(w: Bench) -> Result<i32> {
+    let Bench::Fib {
+        table,
+        growth: true,
+        rounds,
+        dpdk,
+        ..
+    } = w
+    else {
+        bail!("bench fib: another benchmark's arguments");
+    };
+    if rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
+    let mut tables: Vec<(String, bench::table::Table)> = bench::fib_bench::GROWTH_SIZES
+        .iter()
+        .map(|&n| (format!("synthetic-{n}"), bench::table::synthetic(n, 1)))
+        .collect();
+    tables.push(match table {
+        Some(path) => {
+            let (t, _) = bench::table::read(&path).map_err(anyhow::Error::msg)?;
+            (path.display().to_string(), t)
+        }
+        None => (
+            "synthetic-901899".into(),
+            bench::table::synthetic(901_899, 1),
+        ),
+    });
+    let v = bench::fib_bench::growth(&tables, rounds, dpdk, &mut |stage| {
+        eprintln!("bench fib --growth: {stage}")
+    })
+    .map_err(anyhow::Error::msg)?;
+    eprintln!(
+        "{:<42} {:>9} {:>12} {:>7}",
+        "table", "prefixes", "batch M/s", "ratio"
+    );
+    for r in v["growth"].as_array().into_iter().flatten() {
+        eprintln!(
+            "{:<42} {:>9} {:>12.1} {:>7.2}",
+            r["table"].as_str().unwrap_or(""),
+            r["prefixes"].as_u64().unwrap_or(0),
+            r["batch"]["median"].as_f64().unwrap_or(0.0) / 1e6,
+            r["batch_ratio_to_first"].as_f64().unwrap_or(0.0)
+        );
+    }
+    for r in v["dpdk_growth"].as_array().into_iter().flatten() {
+        eprintln!(
+            "{:<42} {:>9} rte_lpm {:>7.1} M/s {:>5.2}, rte_fib {:>7.1} M/s {:>5.2}",
+            r["table"].as_str().unwrap_or(""),
+            r["prefixes"].as_u64().unwrap_or(0),
+            r["rte_lpm_batch"]["median"].as_f64().unwrap_or(0.0) / 1e6,
+            r["rte_lpm_ratio_to_first"].as_f64().unwrap_or(0.0),
+            r["rte_fib_batch"]["median"].as_f64().unwrap_or(0.0) / 1e6,
+            r["rte_fib_ratio_to_first"].as_f64().unwrap_or(0.0)
+        );
+    }
+    print(&v)
+}
+
+/// `tessera bench fib`.
+fn fib(w: Bench) -> Result<i32> {
+    let Bench::Fib {
+        table,
+        synthetic,
+        dpdk,
+        ipv6,
+        ..
+    } = w
+    else {
+        bail!("bench fib: another benchmark's arguments");
+    };
+    let v4_only = match &table {
+        Some(path) if !ipv6 => bench::table::read(path).map(Some),
+        _ => Ok(None),
+    };
+    let ipv6 = ipv6
+        || match &v4_only {
+            Err(e) if e.contains("no IPv4 prefix") => {
+                eprintln!("{e}: measuring its IPv6 prefixes");
+                true
             }
-            let mut tables: Vec<(String, bench::table::Table)> = bench::fib_bench::GROWTH_SIZES
-                .iter()
-                .map(|&n| (format!("synthetic-{n}"), bench::table::synthetic(n, 1)))
-                .collect();
-            tables.push(match table {
-                Some(path) => {
-                    let (t, _) = bench::table::read(&path).map_err(anyhow::Error::msg)?;
-                    (path.display().to_string(), t)
-                }
-                None => (
-                    "synthetic-901899".into(),
-                    bench::table::synthetic(901_899, 1),
-                ),
-            });
-            let v = bench::fib_bench::growth(&tables, rounds, dpdk, &mut |stage| {
-                eprintln!("bench fib --growth: {stage}")
-            })
-            .map_err(anyhow::Error::msg)?;
+            Err(e) => bail!("{e}"),
+            Ok(_) => false,
+        };
+    if ipv6 {
+        let (t, name) = match (table, synthetic) {
+            (Some(path), _) => {
+                let (t, skipped) = bench::table::read6(&path).map_err(anyhow::Error::msg)?;
+                eprintln!(
+                    "{}: {} IPv6 prefixes, {} next hops ({skipped} other lines or \
+                         records skipped)",
+                    path.display(),
+                    t.routes.len(),
+                    t.next_hops.len()
+                );
+                (t, path.display().to_string())
+            }
+            (None, Some(n)) => (bench::table::synthetic6(n, 1), format!("synthetic6-{n}")),
+            (None, None) => bail!("give --table FILE or --synthetic N"),
+        };
+        let v = bench::fib_bench::run6(&t, &name, dpdk, bench::fib_bench::LOOKUPS, &mut |stage| {
+            eprintln!("bench fib: {stage}")
+        })
+        .map_err(anyhow::Error::msg)?;
+        return print(&v);
+    }
+    let (t, name) = match (table, synthetic) {
+        (Some(path), _) => {
+            let (t, skipped) = v4_only
+                .map_err(anyhow::Error::msg)?
+                .context("the table was read")?;
             eprintln!(
-                "{:<42} {:>9} {:>12} {:>7}",
-                "table", "prefixes", "batch M/s", "ratio"
+                "{}: {} IPv4 prefixes, {} next hops ({skipped} other lines skipped)",
+                path.display(),
+                t.routes.len(),
+                t.next_hops.len()
             );
-            for r in v["growth"].as_array().into_iter().flatten() {
-                eprintln!(
-                    "{:<42} {:>9} {:>12.1} {:>7.2}",
-                    r["table"].as_str().unwrap_or(""),
-                    r["prefixes"].as_u64().unwrap_or(0),
-                    r["batch"]["median"].as_f64().unwrap_or(0.0) / 1e6,
-                    r["batch_ratio_to_first"].as_f64().unwrap_or(0.0)
-                );
-            }
-            for r in v["dpdk_growth"].as_array().into_iter().flatten() {
-                eprintln!(
-                    "{:<42} {:>9} rte_lpm {:>7.1} M/s {:>5.2}, rte_fib {:>7.1} M/s {:>5.2}",
-                    r["table"].as_str().unwrap_or(""),
-                    r["prefixes"].as_u64().unwrap_or(0),
-                    r["rte_lpm_batch"]["median"].as_f64().unwrap_or(0.0) / 1e6,
-                    r["rte_lpm_ratio_to_first"].as_f64().unwrap_or(0.0),
-                    r["rte_fib_batch"]["median"].as_f64().unwrap_or(0.0) / 1e6,
-                    r["rte_fib_ratio_to_first"].as_f64().unwrap_or(0.0)
-                );
-            }
-            print(&v)
+            (t, path.display().to_string())
         }
-        Bench::Fib {
-            table,
-            synthetic,
-            dpdk,
-            ipv6,
-            ..
-        } => {
-            let v4_only = match &table {
-                Some(path) if !ipv6 => bench::table::read(path).map(Some),
-                _ => Ok(None),
-            };
-            let ipv6 = ipv6
-                || match &v4_only {
-                    Err(e) if e.contains("no IPv4 prefix") => {
-                        eprintln!("{e}: measuring its IPv6 prefixes");
-                        true
-                    }
-                    Err(e) => bail!("{e}"),
-                    Ok(_) => false,
-                };
-            if ipv6 {
-                let (t, name) = match (table, synthetic) {
-                    (Some(path), _) => {
-                        let (t, skipped) =
-                            bench::table::read6(&path).map_err(anyhow::Error::msg)?;
-                        eprintln!(
-                            "{}: {} IPv6 prefixes, {} next hops ({skipped} other lines or \
-                                 records skipped)",
-                            path.display(),
-                            t.routes.len(),
-                            t.next_hops.len()
-                        );
-                        (t, path.display().to_string())
-                    }
-                    (None, Some(n)) => (bench::table::synthetic6(n, 1), format!("synthetic6-{n}")),
-                    (None, None) => bail!("give --table FILE or --synthetic N"),
-                };
-                let v = bench::fib_bench::run6(
-                    &t,
-                    &name,
-                    dpdk,
-                    bench::fib_bench::LOOKUPS,
-                    &mut |stage| eprintln!("bench fib: {stage}"),
-                )
-                .map_err(anyhow::Error::msg)?;
-                return print(&v);
-            }
-            let (t, name) = match (table, synthetic) {
-                (Some(path), _) => {
-                    let (t, skipped) = v4_only
-                        .map_err(anyhow::Error::msg)?
-                        .context("the table was read")?;
-                    eprintln!(
-                        "{}: {} IPv4 prefixes, {} next hops ({skipped} other lines skipped)",
-                        path.display(),
-                        t.routes.len(),
-                        t.next_hops.len()
-                    );
-                    (t, path.display().to_string())
-                }
-                (None, Some(n)) => (bench::table::synthetic(n, 1), format!("synthetic-{n}")),
-                (None, None) => bail!("give --table FILE or --synthetic N"),
-            };
-            let v = bench::fib_bench::run(&t, &name, dpdk, &mut |stage| {
-                eprintln!("bench fib: {stage}")
-            })
-            .map_err(anyhow::Error::msg)?;
-            print(&v)
-        }
-        Bench::Forward {
-            out, replot: true, ..
-        } => {
-            let files = bench::forward_bench::replot(&out).map_err(anyhow::Error::msg)?;
-            print(&serde_json::json!({ "plots": files }))
-        }
-        Bench::Forward {
-            out,
-            quick,
-            seconds,
-            contender,
-            only,
-            replot: false,
-            generator,
-            io,
-            tables,
-            flows,
-            sizes,
-            fast_path,
-            star,
-            multistage,
-            ipv6,
-            rt_napi,
-            sink,
-            hosts,
-        } => {
-            let exe = std::env::current_exe().context("cannot find the tessera binary")?;
-            stop_lab_benches_on_signals()?;
-            let plain_hosts = hosts == "plain";
-            let sink = if plain_hosts && sink != "afpacket" {
-                eprintln!("bench forward: --hosts plain: the sinks receive on the AF_PACKET ring (--sink {sink} would run an XDP program on the hosts)");
-                "afpacket".to_string()
-            } else {
-                sink
-            };
-            for b in &io {
-                backend_arg(Some(b))?;
-            }
-            let mut contenders: Vec<(String, Option<String>)> = match io.len() {
-                0 | 1 => vec![("forwarder".into(), None)],
-                _ => io
-                    .iter()
-                    .map(|b| (format!("forwarder-{b}"), None))
-                    .collect(),
-            };
-            if fast_path {
-                contenders.push((bench::forward_bench::USER.into(), None));
-                contenders.push((bench::forward_bench::FAST.into(), None));
-                if io.iter().any(|b| b == "packet") {
-                    contenders.push((bench::forward_bench::FAST_TC.into(), None));
-                }
-            }
-            if star {
-                contenders.push((bench::forward_bench::STAR.into(), None));
-                if fast_path {
-                    contenders.push((bench::forward_bench::STAR_USER.into(), None));
-                }
-            }
-            if multistage {
-                contenders.push((bench::forward_bench::MULTISTAGE.into(), None));
-                if fast_path {
-                    contenders.push((bench::forward_bench::MULTISTAGE_FAST.into(), None));
-                }
-            }
-            contenders.push(("linux".into(), None));
-            for c in contender {
-                let (name, cmd) = c
-                    .split_once('=')
-                    .with_context(|| format!("--contender {c:?}: expected NAME=COMMAND"))?;
-                contenders.push((name.to_string(), Some(cmd.to_string())));
-            }
-            if !only.is_empty() {
-                if let Some(o) = only.iter().find(|o| !contenders.iter().any(|c| &c.0 == *o)) {
-                    bail!("--only {o:?}: no such contender");
-                }
-                contenders.retain(|c| only.contains(&c.0));
-            }
-            let opts = bench::forward_bench::ForwardOpts {
-                out,
-                quick,
-                exe,
-                seconds: seconds.clamp(0.2, 60.0),
-                contenders,
-                xdp: generator == "xdp",
-                io,
-                tables,
-                flows,
-                sizes,
-                ipv6,
-                rt_napi,
-                sink: bench::forward_bench::SinkKind::parse(&sink).map_err(anyhow::Error::msg)?,
-                plain_hosts,
-            };
-            let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
-            print(&v)
-        }
-        Bench::Switch {
-            seconds,
-            sizes,
-            io,
-            out,
-        } => {
-            let exe = std::env::current_exe().context("cannot find the tessera binary")?;
-            for b in &io {
-                backend_arg(Some(b))?;
-            }
-            stop_lab_benches_on_signals()?;
-            let opts = bench::switch_bench::SwitchOpts {
-                exe,
-                out,
-                seconds: seconds.clamp(0.2, 60.0),
-                sizes,
-                io,
-            };
-            let v = bench::switch_bench::run(&opts, &mut |s| eprintln!("bench switch: {s}"))
-                .map_err(anyhow::Error::msg)?;
-            print(&v)
-        }
-        Bench::Axon {
-            setups,
-            link_mbps,
-            seconds,
-            io,
-            out,
-        } => {
-            let exe = std::env::current_exe().context("cannot find the tessera binary")?;
-            backend_arg(io.as_deref())?;
-            if !(1..=100_000).contains(&link_mbps) {
-                bail!("--link-mbps {link_mbps}: use 1 to 100000");
-            }
-            stop_lab_benches_on_signals()?;
-            let opts = bench::axon_bench::AxonOpts {
-                exe,
-                out,
-                setups: setups.clamp(1, 10_000_000),
-                link_mbps,
-                seconds: seconds.clamp(0.5, 60.0),
-                io,
-            };
-            let v = bench::axon_bench::run(&opts, &mut |s| eprintln!("bench axon: {s}"))
-                .map_err(anyhow::Error::msg)?;
-            print(&v)
-        }
-        Bench::Contend {
-            only,
-            dut,
-            port_mbps,
-            buffer_bytes,
-            size,
-            seconds,
-            grid_step,
-            grid_seconds,
-            tcp_seconds,
-            rtt,
-            cc,
-            io,
-            trace_packets,
-            out,
-        } => {
-            let exe = std::env::current_exe().context("cannot find the tessera binary")?;
-            backend_arg(io.as_deref())?;
-            let duts: Vec<String> = if only.is_empty() {
-                bench::contend_bench::BUILTIN
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect()
-            } else {
-                only
-            };
-            if let Some(d) = duts
-                .iter()
-                .find(|d| !bench::contend_bench::BUILTIN.contains(&d.as_str()))
-            {
-                bail!(
-                    "--only {d:?}: the built-in devices are {}",
-                    bench::contend_bench::BUILTIN.join(", ")
-                );
-            }
-            let mut commands = Vec::new();
-            for d in dut {
-                let (name, cmd) = d
-                    .split_once('=')
-                    .with_context(|| format!("--dut {d:?}: expected NAME=COMMAND"))?;
-                if name.is_empty()
-                    || !name
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-                {
-                    bail!("--dut {d:?}: the name takes letters, digits, '-' and '_'");
-                }
-                commands.push((name.to_string(), cmd.to_string()));
-            }
-            if !(port_mbps > 0.0 && port_mbps <= 100_000.0) {
-                bail!("--port-mbps {port_mbps}: use a rate above 0, up to 100000");
-            }
-            if rtt.iter().any(|r| !(0.0..=10_000.0).contains(r)) {
-                bail!("--rtt: round-trip times are 0 to 10000 ms");
-            }
-            stop_lab_benches_on_signals()?;
-            let opts = bench::contend_bench::ContendOpts {
-                exe,
-                out,
-                duts,
-                commands,
-                port_mbps,
-                buffer_bytes,
-                size,
-                seconds: seconds.clamp(0.3, 600.0),
-                grid_step_mbps: grid_step.max(0.0),
-                grid_seconds: grid_seconds.clamp(0.3, 60.0),
-                tcp_seconds: tcp_seconds.clamp(0.0, 600.0),
-                rtts_ms: rtt,
-                ccs: cc,
-                io,
-                trace_packets,
-            };
-            let v = bench::contend_bench::run(&opts, &mut |s| eprintln!("bench contend: {s}"))
-                .map_err(anyhow::Error::msg)?;
-            print(&v)
-        }
-        Bench::Balancer {
-            seconds,
-            no_lab,
-            io,
-            fast_path,
-            rt_napi,
-        } => {
-            let exe = std::env::current_exe().context("cannot find the tessera binary")?;
-            for b in &io {
-                backend_arg(Some(b))?;
-            }
-            if !no_lab {
-                stop_lab_benches_on_signals()?;
-            }
-            let secs = seconds.clamp(0.05, 60.0);
-            let opts = bench::balancer_bench::LabOpts {
-                repo: bench::balancer_bench::repo_root(&exe),
-                exe,
-                seconds: secs,
-                io,
-                fast_path,
-                rt_napi,
-            };
-            let v = bench::balancer_bench::run(
-                std::time::Duration::from_secs_f64(secs),
-                (!no_lab).then_some(&opts),
-                &mut |s| eprintln!("bench balancer: {s}"),
-            )
-            .map_err(anyhow::Error::msg)?;
-            print(&v)
-        }
-        Bench::Scale {
-            out, replot: true, ..
-        } => {
-            let files = bench::scale_bench::replot(&out).map_err(anyhow::Error::msg)?;
-            print(&serde_json::json!({ "plots": files }))
-        }
-        Bench::Scale {
-            out,
-            ports,
-            backends,
-            sizes,
-            tables,
-            only,
-            quick,
-            seconds,
-            flows,
-            rt_napi,
-            replot: false,
-            interconnect,
-            sink,
-            spread,
-            lb_cores,
-        } => {
-            let exe = std::env::current_exe().context("cannot find the tessera binary")?;
-            let interconnect = bench::scale_bench::Interconnect::parse(&interconnect)
-                .with_context(|| {
-                    format!("--interconnect {interconnect:?}: use switch or bridge")
-                })?;
-            stop_lab_benches_on_signals()?;
-            let opts = bench::scale_bench::ScaleOpts {
-                out,
-                exe,
-                ports,
-                backends,
-                sizes,
-                tables,
-                only,
-                quick,
-                seconds: seconds.clamp(0.05, 60.0),
-                flows: flows.max(1),
-                rt_napi,
-                interconnect,
-                sink: bench::forward_bench::SinkKind::parse(&sink).map_err(anyhow::Error::msg)?,
-                spread,
-                lb_cores: lb_cores.into(),
-            };
-            let v = bench::scale_bench::run(&opts, &mut |s| eprintln!("bench scale: {s}"))
-                .map_err(anyhow::Error::msg)?;
-            // The per-point rows stay in results.json; the answer is the summary.
-            let mut brief = v.clone();
-            for r in brief["results"].as_array_mut().into_iter().flatten() {
-                if let Some(o) = r.as_object_mut() {
-                    o.remove("points");
-                    o.remove("elements");
-                }
-            }
-            print(&brief)
-        }
-        Bench::Flood {
-            out,
-            seconds,
-            transit,
-            flood,
-            repeats,
-            io,
-            only,
-        } => {
-            let exe = std::env::current_exe().context("cannot find the tessera binary")?;
-            stop_lab_benches_on_signals()?;
-            let opts = bench::flood_bench::FloodOpts {
-                out,
-                exe,
-                seconds: seconds.clamp(0.2, 60.0),
-                transit_pps: transit.max(1.0),
-                flood_pps: flood.max(0.0),
-                repeats: repeats.max(1),
-                io,
-                only,
-            };
-            let v = bench::flood_bench::run(&opts, &mut |s| eprintln!("bench flood: {s}"))
-                .map_err(anyhow::Error::msg)?;
-            print(&serde_json::json!({ "summary": v["summary"], "plots": v["plots"] }))
-        }
-        Bench::Pipeline {
-            table,
-            seconds,
-            json,
-        } => {
-            let full = match &table {
-                Some(p) => Some(bench::table::read(p).map_err(anyhow::Error::msg)?.0),
-                None => None,
-            };
-            let name = table
-                .as_ref()
-                .and_then(|p| p.file_name())
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let secs = std::time::Duration::from_secs_f64(seconds.clamp(0.05, 60.0));
-            let v = bench::pipeline_bench::run(
-                full.as_ref().map(|t| (t, name.as_str())),
-                secs,
-                &mut |s| eprintln!("bench pipeline: {s}"),
-            );
-            if !json {
-                eprint!("{}", bench::pipeline_bench::text_table(&v));
-            }
-            print(&v)
+        (None, Some(n)) => (bench::table::synthetic(n, 1), format!("synthetic-{n}")),
+        (None, None) => bail!("give --table FILE or --synthetic N"),
+    };
+    let v = bench::fib_bench::run(&t, &name, dpdk, &mut |stage| {
+        eprintln!("bench fib: {stage}")
+    })
+    .map_err(anyhow::Error::msg)?;
+    print(&v)
+}
+
+/// `tessera bench forward --replot`: the plots drawn again from a run's results.
+fn forward_replot(w: Bench) -> Result<i32> {
+    let Bench::Forward {
+        out, replot: true, ..
+    } = w
+    else {
+        bail!("bench forward: another benchmark's arguments");
+    };
+    let files = bench::forward_bench::replot(&out).map_err(anyhow::Error::msg)?;
+    print(&serde_json::json!({ "plots": files }))
+}
+
+/// `tessera bench forward`.
+fn forward(w: Bench) -> Result<i32> {
+    let Bench::Forward {
+        out,
+        quick,
+        seconds,
+        contender,
+        only,
+        replot: false,
+        generator,
+        io,
+        tables,
+        flows,
+        sizes,
+        fast_path,
+        star,
+        multistage,
+        ipv6,
+        rt_napi,
+        sink,
+        hosts,
+    } = w
+    else {
+        bail!("bench forward: another benchmark's arguments");
+    };
+    let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+    stop_lab_benches_on_signals()?;
+    let plain_hosts = hosts == "plain";
+    let sink = if plain_hosts && sink != "afpacket" {
+        eprintln!("bench forward: --hosts plain: the sinks receive on the AF_PACKET ring (--sink {sink} would run an XDP program on the hosts)");
+        "afpacket".to_string()
+    } else {
+        sink
+    };
+    for b in &io {
+        backend_arg(Some(b))?;
+    }
+    let mut contenders: Vec<(String, Option<String>)> = match io.len() {
+        0 | 1 => vec![("forwarder".into(), None)],
+        _ => io
+            .iter()
+            .map(|b| (format!("forwarder-{b}"), None))
+            .collect(),
+    };
+    if fast_path {
+        contenders.push((bench::forward_bench::USER.into(), None));
+        contenders.push((bench::forward_bench::FAST.into(), None));
+        if io.iter().any(|b| b == "packet") {
+            contenders.push((bench::forward_bench::FAST_TC.into(), None));
         }
     }
+    if star {
+        contenders.push((bench::forward_bench::STAR.into(), None));
+        if fast_path {
+            contenders.push((bench::forward_bench::STAR_USER.into(), None));
+        }
+    }
+    if multistage {
+        contenders.push((bench::forward_bench::MULTISTAGE.into(), None));
+        if fast_path {
+            contenders.push((bench::forward_bench::MULTISTAGE_FAST.into(), None));
+        }
+    }
+    contenders.push(("linux".into(), None));
+    for c in contender {
+        let (name, cmd) = c
+            .split_once('=')
+            .with_context(|| format!("--contender {c:?}: expected NAME=COMMAND"))?;
+        contenders.push((name.to_string(), Some(cmd.to_string())));
+    }
+    if !only.is_empty() {
+        if let Some(o) = only.iter().find(|o| !contenders.iter().any(|c| &c.0 == *o)) {
+            bail!("--only {o:?}: no such contender");
+        }
+        contenders.retain(|c| only.contains(&c.0));
+    }
+    let opts = bench::forward_bench::ForwardOpts {
+        out,
+        quick,
+        exe,
+        seconds: seconds.clamp(0.2, 60.0),
+        contenders,
+        xdp: generator == "xdp",
+        io,
+        tables,
+        flows,
+        sizes,
+        ipv6,
+        rt_napi,
+        sink: bench::forward_bench::SinkKind::parse(&sink).map_err(anyhow::Error::msg)?,
+        plain_hosts,
+    };
+    let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
+    print(&v)
+}
+
+/// `tessera bench switch`.
+fn switch(w: Bench) -> Result<i32> {
+    let Bench::Switch {
+        seconds,
+        sizes,
+        io,
+        out,
+    } = w
+    else {
+        bail!("bench switch: another benchmark's arguments");
+    };
+    let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+    for b in &io {
+        backend_arg(Some(b))?;
+    }
+    stop_lab_benches_on_signals()?;
+    let opts = bench::switch_bench::SwitchOpts {
+        exe,
+        out,
+        seconds: seconds.clamp(0.2, 60.0),
+        sizes,
+        io,
+    };
+    let v = bench::switch_bench::run(&opts, &mut |s| eprintln!("bench switch: {s}"))
+        .map_err(anyhow::Error::msg)?;
+    print(&v)
+}
+
+/// `tessera bench axon`.
+fn axon(w: Bench) -> Result<i32> {
+    let Bench::Axon {
+        setups,
+        link_mbps,
+        seconds,
+        io,
+        out,
+    } = w
+    else {
+        bail!("bench axon: another benchmark's arguments");
+    };
+    let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+    backend_arg(io.as_deref())?;
+    if !(1..=100_000).contains(&link_mbps) {
+        bail!("--link-mbps {link_mbps}: use 1 to 100000");
+    }
+    stop_lab_benches_on_signals()?;
+    let opts = bench::axon_bench::AxonOpts {
+        exe,
+        out,
+        setups: setups.clamp(1, 10_000_000),
+        link_mbps,
+        seconds: seconds.clamp(0.5, 60.0),
+        io,
+    };
+    let v = bench::axon_bench::run(&opts, &mut |s| eprintln!("bench axon: {s}"))
+        .map_err(anyhow::Error::msg)?;
+    print(&v)
+}
+
+/// `tessera bench contend`.
+fn contend(w: Bench) -> Result<i32> {
+    let Bench::Contend {
+        only,
+        dut,
+        port_mbps,
+        buffer_bytes,
+        size,
+        seconds,
+        grid_step,
+        grid_seconds,
+        tcp_seconds,
+        rtt,
+        cc,
+        io,
+        trace_packets,
+        out,
+    } = w
+    else {
+        bail!("bench contend: another benchmark's arguments");
+    };
+    let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+    backend_arg(io.as_deref())?;
+    let duts: Vec<String> = if only.is_empty() {
+        bench::contend_bench::BUILTIN
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    } else {
+        only
+    };
+    if let Some(d) = duts
+        .iter()
+        .find(|d| !bench::contend_bench::BUILTIN.contains(&d.as_str()))
+    {
+        bail!(
+            "--only {d:?}: the built-in devices are {}",
+            bench::contend_bench::BUILTIN.join(", ")
+        );
+    }
+    let mut commands = Vec::new();
+    for d in dut {
+        let (name, cmd) = d
+            .split_once('=')
+            .with_context(|| format!("--dut {d:?}: expected NAME=COMMAND"))?;
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            bail!("--dut {d:?}: the name takes letters, digits, '-' and '_'");
+        }
+        commands.push((name.to_string(), cmd.to_string()));
+    }
+    if !(port_mbps > 0.0 && port_mbps <= 100_000.0) {
+        bail!("--port-mbps {port_mbps}: use a rate above 0, up to 100000");
+    }
+    if rtt.iter().any(|r| !(0.0..=10_000.0).contains(r)) {
+        bail!("--rtt: round-trip times are 0 to 10000 ms");
+    }
+    stop_lab_benches_on_signals()?;
+    let opts = bench::contend_bench::ContendOpts {
+        exe,
+        out,
+        duts,
+        commands,
+        port_mbps,
+        buffer_bytes,
+        size,
+        seconds: seconds.clamp(0.3, 600.0),
+        grid_step_mbps: grid_step.max(0.0),
+        grid_seconds: grid_seconds.clamp(0.3, 60.0),
+        tcp_seconds: tcp_seconds.clamp(0.0, 600.0),
+        rtts_ms: rtt,
+        ccs: cc,
+        io,
+        trace_packets,
+    };
+    let v = bench::contend_bench::run(&opts, &mut |s| eprintln!("bench contend: {s}"))
+        .map_err(anyhow::Error::msg)?;
+    print(&v)
+}
+
+/// `tessera bench balancer`.
+fn balancer(w: Bench) -> Result<i32> {
+    let Bench::Balancer {
+        seconds,
+        no_lab,
+        io,
+        fast_path,
+        rt_napi,
+    } = w
+    else {
+        bail!("bench balancer: another benchmark's arguments");
+    };
+    let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+    for b in &io {
+        backend_arg(Some(b))?;
+    }
+    if !no_lab {
+        stop_lab_benches_on_signals()?;
+    }
+    let secs = seconds.clamp(0.05, 60.0);
+    let opts = bench::balancer_bench::LabOpts {
+        repo: bench::balancer_bench::repo_root(&exe),
+        exe,
+        seconds: secs,
+        io,
+        fast_path,
+        rt_napi,
+    };
+    let v = bench::balancer_bench::run(
+        std::time::Duration::from_secs_f64(secs),
+        (!no_lab).then_some(&opts),
+        &mut |s| eprintln!("bench balancer: {s}"),
+    )
+    .map_err(anyhow::Error::msg)?;
+    print(&v)
+}
+
+/// `tessera bench scale --replot`: the plots drawn again from a run's results.
+fn scale_replot(w: Bench) -> Result<i32> {
+    let Bench::Scale {
+        out, replot: true, ..
+    } = w
+    else {
+        bail!("bench scale: another benchmark's arguments");
+    };
+    let files = bench::scale_bench::replot(&out).map_err(anyhow::Error::msg)?;
+    print(&serde_json::json!({ "plots": files }))
+}
+
+/// `tessera bench scale`.
+fn scale(w: Bench) -> Result<i32> {
+    let Bench::Scale {
+        out,
+        ports,
+        backends,
+        sizes,
+        tables,
+        only,
+        quick,
+        seconds,
+        flows,
+        rt_napi,
+        replot: false,
+        interconnect,
+        sink,
+        spread,
+        lb_cores,
+    } = w
+    else {
+        bail!("bench scale: another benchmark's arguments");
+    };
+    let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+    let interconnect = bench::scale_bench::Interconnect::parse(&interconnect)
+        .with_context(|| format!("--interconnect {interconnect:?}: use switch or bridge"))?;
+    stop_lab_benches_on_signals()?;
+    let opts = bench::scale_bench::ScaleOpts {
+        out,
+        exe,
+        ports,
+        backends,
+        sizes,
+        tables,
+        only,
+        quick,
+        seconds: seconds.clamp(0.05, 60.0),
+        flows: flows.max(1),
+        rt_napi,
+        interconnect,
+        sink: bench::forward_bench::SinkKind::parse(&sink).map_err(anyhow::Error::msg)?,
+        spread,
+        lb_cores: lb_cores.into(),
+    };
+    let v = bench::scale_bench::run(&opts, &mut |s| eprintln!("bench scale: {s}"))
+        .map_err(anyhow::Error::msg)?;
+    // The per-point rows stay in results.json; the answer is the summary.
+    let mut brief = v.clone();
+    for r in brief["results"].as_array_mut().into_iter().flatten() {
+        if let Some(o) = r.as_object_mut() {
+            o.remove("points");
+            o.remove("elements");
+        }
+    }
+    print(&brief)
+}
+
+/// `tessera bench flood`.
+fn flood(w: Bench) -> Result<i32> {
+    let Bench::Flood {
+        out,
+        seconds,
+        transit,
+        flood,
+        repeats,
+        io,
+        only,
+    } = w
+    else {
+        bail!("bench flood: another benchmark's arguments");
+    };
+    let exe = std::env::current_exe().context("cannot find the tessera binary")?;
+    stop_lab_benches_on_signals()?;
+    let opts = bench::flood_bench::FloodOpts {
+        out,
+        exe,
+        seconds: seconds.clamp(0.2, 60.0),
+        transit_pps: transit.max(1.0),
+        flood_pps: flood.max(0.0),
+        repeats: repeats.max(1),
+        io,
+        only,
+    };
+    let v = bench::flood_bench::run(&opts, &mut |s| eprintln!("bench flood: {s}"))
+        .map_err(anyhow::Error::msg)?;
+    print(&serde_json::json!({ "summary": v["summary"], "plots": v["plots"] }))
+}
+
+/// `tessera bench pipeline`.
+fn pipeline(w: Bench) -> Result<i32> {
+    let Bench::Pipeline {
+        table,
+        seconds,
+        json,
+    } = w
+    else {
+        bail!("bench pipeline: another benchmark's arguments");
+    };
+    let full = match &table {
+        Some(p) => Some(bench::table::read(p).map_err(anyhow::Error::msg)?.0),
+        None => None,
+    };
+    let name = table
+        .as_ref()
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let secs = std::time::Duration::from_secs_f64(seconds.clamp(0.05, 60.0));
+    let v = bench::pipeline_bench::run(full.as_ref().map(|t| (t, name.as_str())), secs, &mut |s| {
+        eprintln!("bench pipeline: {s}")
+    });
+    if !json {
+        eprint!("{}", bench::pipeline_bench::text_table(&v));
+    }
+    print(&v)
 }
