@@ -536,133 +536,15 @@ impl ForwarderFile {
     }
 
     pub fn parse(path: &Path, src: &str) -> Result<ForwarderFile, ConfigError> {
-        let err = |at: usize, key: String, message: String| ConfigError {
-            file: path.into(),
-            line: line_of(src, at),
-            key,
-            message,
-        };
+        let cx = At { path, src };
         let raw: Raw = from_toml(path, src)?;
         let mut interfaces: Vec<InterfaceConfig> = Vec::new();
         for (i, r) in raw.interface.iter().enumerate() {
-            let name = r.name.get_ref();
-            check_ifname(name)
-                .map_err(|m| err(r.name.span().start, format!("interface[{i}].name"), m))?;
-            if interfaces.iter().any(|x| &x.name == name) {
-                return Err(err(
-                    r.name.span().start,
-                    format!("interface[{i}].name"),
-                    format!("interface {name} is listed twice"),
-                ));
-            }
-            let key = format!("interface[{i}].address");
-            let at = r.address.span().start;
-            let texts: Vec<&String> = match r.address.get_ref() {
-                Via::One(a) => vec![a],
-                Via::Many(v) => v.iter().collect(),
-            };
-            let (mut v4, mut addrs6) = (Vec::new(), Vec::new());
-            for t in texts {
-                if t.contains(':') {
-                    addrs6.push(cidr6(t).map_err(|m| err(at, key.clone(), m))?);
-                } else {
-                    let (a, l) = cidr(t).map_err(|m| err(at, key.clone(), m))?;
-                    if a.is_unspecified() {
-                        return Err(err(at, key, "0.0.0.0 is no interface's address".into()));
-                    }
-                    v4.push((a, l));
-                }
-            }
-            // An IPv6-only interface: 0.0.0.0/0 stands for "no IPv4 address" (it has no
-            // IPv4 network, and answers no ARP). With no address at all (`address = []`),
-            // an unnumbered link: IPv6 link-local only.
-            let (addr, prefix_len) = match v4[..] {
-                [one] => one,
-                [] => (Ipv4Addr::UNSPECIFIED, 0),
-                _ => return Err(err(at, key, "more than one IPv4 address".into())),
-            };
-            let router_advertisements = match &r.router_advertisements {
-                Some(ra) if *ra.get_ref() && !addrs6.iter().any(|a| a.1 == 64) => {
-                    return Err(err(
-                        ra.span().start,
-                        format!("interface[{i}].router_advertisements"),
-                        "needs an IPv6 /64 in `address`: hosts configure themselves from /64s only (RFC 4862)".into(),
-                    ))
-                }
-                Some(ra) => *ra.get_ref(),
-                None => false,
-            };
-            let mtu = match &r.mtu {
-                Some(m) if !(68..=9216).contains(m.get_ref()) => {
-                    return Err(err(
-                        m.span().start,
-                        format!("interface[{i}].mtu"),
-                        format!("{} is not 68 to 9216", m.get_ref()),
-                    ))
-                }
-                Some(m) => Some(*m.get_ref() as usize),
-                None => None,
-            };
-            let vlan = match (&r.parent, &r.vlan) {
-                (None, None) => None,
-                (Some(p), Some(v)) => {
-                    let parent = interfaces
-                        .iter()
-                        .position(|x| &x.name == p.get_ref() && x.vlan.is_none())
-                        .ok_or_else(|| {
-                            err(
-                                p.span().start,
-                                format!("interface[{i}].parent"),
-                                format!(
-                                    "{:?} is not an untagged interface listed above",
-                                    p.get_ref()
-                                ),
-                            )
-                        })?;
-                    let id = *v.get_ref();
-                    if !(1..=4094).contains(&id) {
-                        return Err(err(
-                            v.span().start,
-                            format!("interface[{i}].vlan"),
-                            format!("{id} is not 1 to 4094"),
-                        ));
-                    }
-                    if interfaces.iter().any(|x| x.vlan == Some((parent, id))) {
-                        return Err(err(
-                            v.span().start,
-                            format!("interface[{i}].vlan"),
-                            format!("VLAN {id} is already on {}", p.get_ref()),
-                        ));
-                    }
-                    Some((parent, id))
-                }
-                (Some(p), None) => {
-                    return Err(err(
-                        p.span().start,
-                        format!("interface[{i}].parent"),
-                        "a sub-interface needs `vlan` too".into(),
-                    ))
-                }
-                (None, Some(v)) => {
-                    return Err(err(
-                        v.span().start,
-                        format!("interface[{i}].vlan"),
-                        "a sub-interface needs `parent` too".into(),
-                    ))
-                }
-            };
-            interfaces.push(InterfaceConfig {
-                name: name.clone(),
-                addr,
-                prefix_len,
-                addrs6,
-                mtu,
-                vlan,
-                router_advertisements,
-            });
+            let x = cx.interface(r, i, &interfaces)?;
+            interfaces.push(x);
         }
         if interfaces.is_empty() {
-            return Err(err(
+            return Err(cx.err(
                 0,
                 "interface".into(),
                 "no [[interface]] given; a forwarder needs at least one".into(),
@@ -683,50 +565,19 @@ impl ForwarderFile {
             .flat_map(|m| m.networks.iter())
             .filter_map(|n| fib::Prefix6::parse_strict(n.prefix.get_ref()).ok())
             .collect();
-        let gateways = |v: &Spanned<Via>, key: String| -> Result<Vec<Ipv4Addr>, ConfigError> {
-            let texts: Vec<&String> = match v.get_ref() {
-                Via::One(v) => vec![v],
-                Via::Many(v) => v.iter().collect(),
-            };
-            if texts.is_empty() {
-                return Err(err(v.span().start, key, "no gateway given".into()));
-            }
-            let mut out = Vec::new();
-            for t in texts {
-                let a: Ipv4Addr = t.parse().map_err(|_| {
-                    err(
-                        v.span().start,
-                        key.clone(),
-                        format!("{t:?} is not an IPv4 address"),
-                    )
-                })?;
-                if !interfaces
-                    .iter()
-                    .any(|x| x.net().is_some_and(|n| n.contains(a)))
-                    && !star_nets.iter().any(|p| p.contains(a))
-                {
-                    return Err(err(
-                        v.span().start,
-                        key,
-                        format!("gateway {a} is on none of the interfaces' networks"),
-                    ));
-                }
-                out.push(a);
-            }
-            Ok(out)
-        };
+        let gateways = |v: &Spanned<Via>, key: String| cx.gateways(v, key, &interfaces, &star_nets);
         let mut routes = Vec::new();
         let mut routes6 = Vec::new();
         for (i, r) in raw.route.iter().enumerate() {
             if r.prefix.get_ref().contains(':') {
                 routes6.push(
                     route6(src, &interfaces, &star_nets6, r, i)
-                        .map_err(|(at, key, m)| err(at, key, m))?,
+                        .map_err(|(at, key, m)| cx.err(at, key, m))?,
                 );
                 continue;
             }
             let prefix = Prefix::parse_strict(r.prefix.get_ref()).map_err(|e| {
-                err(
+                cx.err(
                     r.prefix.span().start,
                     format!("route[{i}].prefix"),
                     format!("{:?}: {e}", r.prefix.get_ref()),
@@ -743,7 +594,7 @@ impl ForwarderFile {
         let mut routes_file_via6 = Vec::new();
         let routes_file_via = match &raw.routes_file_via {
             Some(v) if raw.routes_file.is_none() => {
-                return Err(err(
+                return Err(cx.err(
                     v.span().start,
                     "routes_file_via".into(),
                     "set without routes_file".into(),
@@ -760,7 +611,7 @@ impl ForwarderFile {
                 .partition(|t| t.contains(':'));
                 if !six.is_empty() {
                     routes_file_via6 = gateways6(&six, &interfaces, &star_nets6)
-                        .map_err(|m| err(v.span().start, key.clone(), m))?;
+                        .map_err(|m| cx.err(v.span().start, key.clone(), m))?;
                 }
                 if four.is_empty() {
                     Vec::new()
@@ -774,99 +625,11 @@ impl ForwarderFile {
         };
         let backend = match &raw.backend {
             None => None,
-            Some(b) => {
-                let internal = interfaces
-                    .iter()
-                    .position(|x| &x.name == b.internal.get_ref() && x.vlan.is_none())
-                    .ok_or_else(|| {
-                        err(
-                            b.internal.span().start,
-                            "backend.internal".into(),
-                            format!(
-                                "{:?} is not an untagged interface of this forwarder",
-                                b.internal.get_ref()
-                            ),
-                        )
-                    })?;
-                let hello_interval_ms = match &b.hello_interval_ms {
-                    Some(h) if !(10..=60_000).contains(h.get_ref()) => {
-                        return Err(err(
-                            h.span().start,
-                            "backend.hello_interval_ms".into(),
-                            format!("{} is not 10 to 60000", h.get_ref()),
-                        ))
-                    }
-                    Some(h) => *h.get_ref(),
-                    None => 100,
-                };
-                Some(BackendConfig {
-                    internal,
-                    hello_interval_ms,
-                })
-            }
+            Some(b) => Some(cx.backend(b, &interfaces)?),
         };
         let star = match &raw.star {
             None => None,
-            Some(s) => {
-                let internal = interfaces
-                    .iter()
-                    .position(|x| &x.name == s.internal.get_ref() && x.vlan.is_none())
-                    .ok_or_else(|| {
-                        err(
-                            s.internal.span().start,
-                            "star.internal".into(),
-                            format!(
-                                "{:?} is not an untagged interface of this forwarder",
-                                s.internal.get_ref()
-                            ),
-                        )
-                    })?;
-                if backend.is_some() {
-                    return Err(err(
-                        s.internal.span().start,
-                        "star".into(),
-                        "a forwarder is a star member or a back-end, not both".into(),
-                    ));
-                }
-                let mut members = Vec::new();
-                let mut members6 = Vec::new();
-                for (i, m) in s.member.iter().enumerate() {
-                    let mac: wire::MacAddr = m.mac.get_ref().parse().map_err(|_| {
-                        err(
-                            m.mac.span().start,
-                            format!("star.member[{i}].mac"),
-                            format!("{:?} is not a MAC address", m.mac.get_ref()),
-                        )
-                    })?;
-                    for (j, n) in m.networks.iter().enumerate() {
-                        let port = *n.port.get_ref();
-                        if !(0..=254).contains(&port) {
-                            return Err(err(
-                                n.port.span().start,
-                                format!("star.member[{i}].networks[{j}].port"),
-                                format!("{port} is not a port index (0 to 254)"),
-                            ));
-                        }
-                        let key = format!("star.member[{i}].networks[{j}].prefix");
-                        let at = n.prefix.span().start;
-                        let text = n.prefix.get_ref();
-                        if text.contains(':') {
-                            let p = fib::Prefix6::parse_strict(text)
-                                .map_err(|e| err(at, key, format!("{text:?}: {e}")))?;
-                            members6.push((p, mac, port as u8));
-                        } else {
-                            let p = Prefix::parse_strict(text)
-                                .map_err(|e| err(at, key, format!("{text:?}: {e}")))?;
-                            members.push((p, mac, port as u8));
-                        }
-                    }
-                }
-                Some(StarConfig {
-                    internal,
-                    members,
-                    members6,
-                })
-            }
+            Some(s) => Some(cx.star(s, &interfaces, backend.is_some())?),
         };
         Ok(ForwarderFile {
             star,
@@ -882,6 +645,293 @@ impl ForwarderFile {
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
             dist: DistConfig::from_raw(path, src, raw.dist.as_ref())?,
             metrics: RawMetrics::check(path, src, raw.metrics.as_ref())?,
+        })
+    }
+}
+
+/// Where a forwarder file's errors point: the file and its text (for the line).
+struct At<'a> {
+    path: &'a Path,
+    src: &'a str,
+}
+
+impl At<'_> {
+    /// An error at byte `at` of the file, for `key`.
+    fn err(&self, at: usize, key: String, message: String) -> ConfigError {
+        ConfigError {
+            file: self.path.into(),
+            line: line_of(self.src, at),
+            key,
+            message,
+        }
+    }
+
+    /// `[[interface]]` number `i`, given the ones before it.
+    fn interface(
+        &self,
+        r: &RawInterface,
+        i: usize,
+        interfaces: &[InterfaceConfig],
+    ) -> Result<InterfaceConfig, ConfigError> {
+        let name = r.name.get_ref();
+        check_ifname(name)
+            .map_err(|m| self.err(r.name.span().start, format!("interface[{i}].name"), m))?;
+        if interfaces.iter().any(|x| &x.name == name) {
+            return Err(self.err(
+                r.name.span().start,
+                format!("interface[{i}].name"),
+                format!("interface {name} is listed twice"),
+            ));
+        }
+        let key = format!("interface[{i}].address");
+        let at = r.address.span().start;
+        let texts: Vec<&String> = match r.address.get_ref() {
+            Via::One(a) => vec![a],
+            Via::Many(v) => v.iter().collect(),
+        };
+        let (mut v4, mut addrs6) = (Vec::new(), Vec::new());
+        for t in texts {
+            if t.contains(':') {
+                addrs6.push(cidr6(t).map_err(|m| self.err(at, key.clone(), m))?);
+            } else {
+                let (a, l) = cidr(t).map_err(|m| self.err(at, key.clone(), m))?;
+                if a.is_unspecified() {
+                    return Err(self.err(at, key, "0.0.0.0 is no interface's address".into()));
+                }
+                v4.push((a, l));
+            }
+        }
+        // An IPv6-only interface: 0.0.0.0/0 stands for "no IPv4 address" (it has no
+        // IPv4 network, and answers no ARP). With no address at all (`address = []`),
+        // an unnumbered link: IPv6 link-local only.
+        let (addr, prefix_len) = match v4[..] {
+            [one] => one,
+            [] => (Ipv4Addr::UNSPECIFIED, 0),
+            _ => return Err(self.err(at, key, "more than one IPv4 address".into())),
+        };
+        let router_advertisements = match &r.router_advertisements {
+            Some(ra) if *ra.get_ref() && !addrs6.iter().any(|a| a.1 == 64) => {
+                return Err(self.err(
+                    ra.span().start,
+                    format!("interface[{i}].router_advertisements"),
+                    "needs an IPv6 /64 in `address`: hosts configure themselves from /64s only (RFC 4862)".into(),
+                ))
+            }
+            Some(ra) => *ra.get_ref(),
+            None => false,
+        };
+        let mtu = match &r.mtu {
+            Some(m) if !(68..=9216).contains(m.get_ref()) => {
+                return Err(self.err(
+                    m.span().start,
+                    format!("interface[{i}].mtu"),
+                    format!("{} is not 68 to 9216", m.get_ref()),
+                ))
+            }
+            Some(m) => Some(*m.get_ref() as usize),
+            None => None,
+        };
+        let vlan = match (&r.parent, &r.vlan) {
+            (None, None) => None,
+            (Some(p), Some(v)) => {
+                let parent = interfaces
+                    .iter()
+                    .position(|x| &x.name == p.get_ref() && x.vlan.is_none())
+                    .ok_or_else(|| {
+                        self.err(
+                            p.span().start,
+                            format!("interface[{i}].parent"),
+                            format!(
+                                "{:?} is not an untagged interface listed above",
+                                p.get_ref()
+                            ),
+                        )
+                    })?;
+                let id = *v.get_ref();
+                if !(1..=4094).contains(&id) {
+                    return Err(self.err(
+                        v.span().start,
+                        format!("interface[{i}].vlan"),
+                        format!("{id} is not 1 to 4094"),
+                    ));
+                }
+                if interfaces.iter().any(|x| x.vlan == Some((parent, id))) {
+                    return Err(self.err(
+                        v.span().start,
+                        format!("interface[{i}].vlan"),
+                        format!("VLAN {id} is already on {}", p.get_ref()),
+                    ));
+                }
+                Some((parent, id))
+            }
+            (Some(p), None) => {
+                return Err(self.err(
+                    p.span().start,
+                    format!("interface[{i}].parent"),
+                    "a sub-interface needs `vlan` too".into(),
+                ))
+            }
+            (None, Some(v)) => {
+                return Err(self.err(
+                    v.span().start,
+                    format!("interface[{i}].vlan"),
+                    "a sub-interface needs `parent` too".into(),
+                ))
+            }
+        };
+        Ok(InterfaceConfig {
+            name: name.clone(),
+            addr,
+            prefix_len,
+            addrs6,
+            mtu,
+            vlan,
+            router_advertisements,
+        })
+    }
+
+    /// A route's gateways (`via`, at `key`): IPv4 addresses on an interface's network or
+    /// a star member's.
+    fn gateways(
+        &self,
+        v: &Spanned<Via>,
+        key: String,
+        interfaces: &[InterfaceConfig],
+        star_nets: &[Prefix],
+    ) -> Result<Vec<Ipv4Addr>, ConfigError> {
+        let texts: Vec<&String> = match v.get_ref() {
+            Via::One(v) => vec![v],
+            Via::Many(v) => v.iter().collect(),
+        };
+        if texts.is_empty() {
+            return Err(self.err(v.span().start, key, "no gateway given".into()));
+        }
+        let mut out = Vec::new();
+        for t in texts {
+            let a: Ipv4Addr = t.parse().map_err(|_| {
+                self.err(
+                    v.span().start,
+                    key.clone(),
+                    format!("{t:?} is not an IPv4 address"),
+                )
+            })?;
+            if !interfaces
+                .iter()
+                .any(|x| x.net().is_some_and(|n| n.contains(a)))
+                && !star_nets.iter().any(|p| p.contains(a))
+            {
+                return Err(self.err(
+                    v.span().start,
+                    key,
+                    format!("gateway {a} is on none of the interfaces' networks"),
+                ));
+            }
+            out.push(a);
+        }
+        Ok(out)
+    }
+
+    /// `[backend]`: its internal port an untagged interface of this forwarder.
+    fn backend(
+        &self,
+        b: &RawBackend,
+        interfaces: &[InterfaceConfig],
+    ) -> Result<BackendConfig, ConfigError> {
+        let internal = interfaces
+            .iter()
+            .position(|x| &x.name == b.internal.get_ref() && x.vlan.is_none())
+            .ok_or_else(|| {
+                self.err(
+                    b.internal.span().start,
+                    "backend.internal".into(),
+                    format!(
+                        "{:?} is not an untagged interface of this forwarder",
+                        b.internal.get_ref()
+                    ),
+                )
+            })?;
+        let hello_interval_ms = match &b.hello_interval_ms {
+            Some(h) if !(10..=60_000).contains(h.get_ref()) => {
+                return Err(self.err(
+                    h.span().start,
+                    "backend.hello_interval_ms".into(),
+                    format!("{} is not 10 to 60000", h.get_ref()),
+                ))
+            }
+            Some(h) => *h.get_ref(),
+            None => 100,
+        };
+        Ok(BackendConfig {
+            internal,
+            hello_interval_ms,
+        })
+    }
+
+    /// `[star]`: its internal port an untagged interface of this forwarder (`backend`: the
+    /// forwarder is a back-end as well, which it cannot be), its members' networks.
+    fn star(
+        &self,
+        s: &RawStar,
+        interfaces: &[InterfaceConfig],
+        backend: bool,
+    ) -> Result<StarConfig, ConfigError> {
+        let internal = interfaces
+            .iter()
+            .position(|x| &x.name == s.internal.get_ref() && x.vlan.is_none())
+            .ok_or_else(|| {
+                self.err(
+                    s.internal.span().start,
+                    "star.internal".into(),
+                    format!(
+                        "{:?} is not an untagged interface of this forwarder",
+                        s.internal.get_ref()
+                    ),
+                )
+            })?;
+        if backend {
+            return Err(self.err(
+                s.internal.span().start,
+                "star".into(),
+                "a forwarder is a star member or a back-end, not both".into(),
+            ));
+        }
+        let mut members = Vec::new();
+        let mut members6 = Vec::new();
+        for (i, m) in s.member.iter().enumerate() {
+            let mac: wire::MacAddr = m.mac.get_ref().parse().map_err(|_| {
+                self.err(
+                    m.mac.span().start,
+                    format!("star.member[{i}].mac"),
+                    format!("{:?} is not a MAC address", m.mac.get_ref()),
+                )
+            })?;
+            for (j, n) in m.networks.iter().enumerate() {
+                let port = *n.port.get_ref();
+                if !(0..=254).contains(&port) {
+                    return Err(self.err(
+                        n.port.span().start,
+                        format!("star.member[{i}].networks[{j}].port"),
+                        format!("{port} is not a port index (0 to 254)"),
+                    ));
+                }
+                let key = format!("star.member[{i}].networks[{j}].prefix");
+                let at = n.prefix.span().start;
+                let text = n.prefix.get_ref();
+                if text.contains(':') {
+                    let p = fib::Prefix6::parse_strict(text)
+                        .map_err(|e| self.err(at, key, format!("{text:?}: {e}")))?;
+                    members6.push((p, mac, port as u8));
+                } else {
+                    let p = Prefix::parse_strict(text)
+                        .map_err(|e| self.err(at, key, format!("{text:?}: {e}")))?;
+                    members.push((p, mac, port as u8));
+                }
+            }
+        }
+        Ok(StarConfig {
+            internal,
+            members,
+            members6,
         })
     }
 }
