@@ -56,6 +56,8 @@
 use crate::config::{check_ifname, cidr, cidr6, from_toml, line_of, read, ConfigError, Via};
 use crate::ctlsock;
 use crate::run::{ask_worker, run_element, Asker, Link, Query};
+mod control;
+use control::LbControl;
 use dataplane::balancer::{default_rules, Balancer, BalancerConfig, LbPort, LogEvent, Mode, Rule};
 use dataplane::port::Port;
 use serde::Deserialize;
@@ -661,6 +663,46 @@ fn log_events(b: &mut Balancer) {
     }
 }
 
+/// Puts this LB's programs in the ports' links where a predecessor's still ran (its fast
+/// path handed over), now that this LB's state is published; logs how many.
+fn take_over(
+    programs: &[(
+        io::fastpath::lb::LbProgramFacts,
+        Arc<io::xsk::AttachedShared>,
+    )],
+) {
+    let mut taken = 0;
+    for (facts, att) in programs {
+        match att.take_over() {
+            Ok(true) => taken += 1,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(port = facts.port, error = %e, "fast path: the predecessor's program not replaced")
+            }
+        }
+    }
+    if taken > 0 {
+        tracing::info!(
+            ports = taken,
+            "fast path: taken over from this LB's last start"
+        );
+    }
+}
+
+/// The config file's text as this LB started from it (for `reload` to compare with), and
+/// the config as the LB runs it (the last one a reload applied; `[io]` as the command
+/// line left it, `io`), for `config`.
+fn as_started(
+    config: Option<&Path>,
+    io: crate::config::IoConfig,
+) -> (Option<String>, Mutex<Option<BalancerFile>>) {
+    let text = config.and_then(|p| std::fs::read_to_string(p).ok());
+    let running = config
+        .and_then(|p| BalancerFile::load(p).ok())
+        .map(|f| BalancerFile { io, ..f });
+    (text, Mutex::new(running))
+}
+
 /// How [`run`] runs the LB: its `[io]` and `[metrics]` settings, the names of its external
 /// interfaces (for the metrics) and its fast path, if it runs one.
 pub struct RunWith {
@@ -708,18 +750,7 @@ pub fn run<P: Port + Send>(
         config,
         programs,
     } = how;
-    // The config file as this LB started from it, for `reload` to compare with.
-    let started_text = config
-        .as_ref()
-        .and_then(|p| std::fs::read_to_string(p).ok());
-    // The config as the LB runs it (the last one a reload applied; `[io]` as the command
-    // line left it), for `config`.
-    let running = Mutex::new(
-        config
-            .as_ref()
-            .and_then(|p| BalancerFile::load(p).ok())
-            .map(|f| BalancerFile { io, ..f }),
-    );
+    let (started_text, running) = as_started(config.as_deref(), io);
     let metrics = &metrics;
     if ports.is_empty() {
         return Err("no worker".into());
@@ -746,22 +777,7 @@ pub fn run<P: Port + Send>(
     }
     // The state published: where a predecessor's programs still ran in the ports' links
     // (its fast path handed over), this LB's take their place now.
-    let mut taken = 0;
-    for (facts, att) in &programs {
-        match att.take_over() {
-            Ok(true) => taken += 1,
-            Ok(false) => {}
-            Err(e) => {
-                tracing::warn!(port = facts.port, error = %e, "fast path: the predecessor's program not replaced")
-            }
-        }
-    }
-    if taken > 0 {
-        tracing::info!(
-            ports = taken,
-            "fast path: taken over from this LB's last start"
-        );
-    }
+    take_over(&programs);
     let fast_view = fast
         .as_ref()
         .map(|fl| (fl.fp.clone(), fl.names.clone(), fl.egress.clone()));
@@ -789,122 +805,24 @@ pub fn run<P: Port + Send>(
     let view = crate::metrics::element_source(all_counters.clone(), name, "balancer", external);
     let metrics = crate::metrics::MetricsSlot::start(metrics, &view)?;
     let (qtx, qrx) = mpsc::channel::<Query>();
+    let ctl = LbControl {
+        config,
+        started_text,
+        running,
+        io,
+        asker: Mutex::new(qtx),
+        counters: counters.clone(),
+        all_counters,
+        metrics: metrics.clone(),
+        view,
+        fast_view,
+        fast_off,
+        programs,
+    };
     let _server = {
         {
-            let asker: Asker = Mutex::new(qtx);
-            let c = counters.clone();
-            let metrics = metrics.clone();
-            let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| {
-                match cmd {
-                    "config" => match running.lock().map_err(|_| "poisoned")?.as_ref() {
-                        Some(f) => Ok(json!({ "toml": f.shown() })),
-                        None => Err("this LB runs without a config file".into()),
-                    },
-                // Re-reads the config file: the back-ends and their weights change in
-                // place (the table rebuilt, the fast path's state published again); any
-                // other change is refused with its key; a file that does not load changes
-                // nothing and says why (file, line, key).
-                "reload" => {
-                    let Some(path) = config.as_ref() else {
-                        return Err("no configuration to reload from".into());
-                    };
-                    let text = std::fs::read_to_string(path)
-                        .map_err(|e| format!("{}: {e}", path.display()))?;
-                    let f = BalancerFile::load(path).map_err(|e| format!("{e}; nothing changed"))?;
-                    if let Some(key) = started_text
-                        .as_deref()
-                        .and_then(|old| crate::run::changed_key_outside(old, &text, &RELOADABLE))
-                        .or_else(|| metrics.refused(&f.metrics).map(str::to_string))
-                    {
-                        return Err(format!(
-                            "{}: key `{key}` changed, which needs a restart (a reload changes the back-ends and their weights, [[backend]], the rules, [[rule]], and [metrics] listen); nothing changed",
-                            path.display()
-                        ));
-                    }
-                    // The rules: the programs with the new ones loaded first (the
-                    // verifier's refusal changes nothing), then user space's, then each
-                    // port's program replaced in one step.
-                    let rules = dataplane::balancer::order_rules(f.cfg.rules.clone());
-                    let old_rules = running
-                        .lock()
-                        .map_err(|_| "poisoned")?
-                        .as_ref()
-                        .map(|r| dataplane::balancer::order_rules(r.cfg.rules.clone()));
-                    let rules_changed = old_rules.as_ref() != Some(&rules);
-                    if rules_changed {
-                        let mut next = Vec::new();
-                        if let Some((fp, _, _)) = &fast_view {
-                            for (facts, att) in &programs {
-                                let facts = crate::lbfast::LbFast::with_rules(facts, &rules);
-                                let code = |hook: io::xsk::Hook| match hook {
-                                    io::xsk::Hook::Xdp(xsk) => fp.program(&facts, xsk),
-                                    io::xsk::Hook::Tc => Err(io::xsk::xdp_only()),
-                                };
-                                let prog = att.load(&code).map_err(|e| {
-                                    format!("{}: the rules' program for port {}: {e}; nothing changed", path.display(), facts.port)
-                                })?;
-                                next.push((att, prog));
-                            }
-                        }
-                        let v = ask_worker(&asker, "set-rules", &json!({ "rules": rules }))?;
-                        if let Some(e) = v["error"].as_str() {
-                            return Err(format!("{}: {e}; nothing changed", path.display()));
-                        }
-                        for (att, prog) in &next {
-                            att.replace(prog).map_err(|e| {
-                                format!("{}: rules changed in user space, a port's program not replaced: {e}", path.display())
-                            })?;
-                        }
-                        tracing::info!(rules = rules.len(), programs = next.len(), "classifier rules replaced");
-                    }
-                    let entries: Vec<Value> = f
-                        .backends
-                        .iter()
-                        .map(|(m, p, w)| json!([m.to_string(), p, w]))
-                        .collect();
-                    let v = ask_worker(&asker, "set-backends", &json!({ "entries": entries }))?;
-                    if let Err(e) = metrics.reload(&f.metrics) {
-                        return Err(format!("{}: back-ends reloaded; [metrics] not moved: {e}", path.display()));
-                    }
-                    if let Ok(mut r) = running.lock() {
-                        *r = Some(BalancerFile { io, ..f });
-                    }
-                    tracing::info!(file = %path.display(), backends = entries.len(), "config reloaded");
-                    Ok(json!({"reloaded": true, "rules_changed": rules_changed, "balance": v}))
-                }
-                "counters" => {
-                    let mut v = crate::run::workers_counters(&all_counters)?;
-                    if let Some((fp, names, _)) = &fast_view {
-                        v["fast_path"] = crate::lbfast::LbFast::counters(fp, names);
-                    }
-                    Ok(v)
-                }
-                "interfaces" => {
-                    let mut v = ask_worker(&asker, cmd, req)?;
-                    crate::fast::decorate_interfaces(
-                        &mut v,
-                        |n| {
-                            if let Some(why) = fast_off.get(n) {
-                                return Some(crate::fast::PortFast::Off(why.clone()));
-                            }
-                            let (fp, names, egress) = fast_view.as_ref()?;
-                            crate::lbfast::LbFast::port_fast(fp, names, egress.get(), n)
-                        },
-                        "[io] fast_path = false",
-                    );
-                    Ok(v)
-                }
-                "describe" => serde_json::to_value(dataplane::counters::descriptions_for(c.role))
-                    .map_err(|e| e.to_string()),
-                "router" => Ok(crate::metrics::router_json(&view())),
-                "balance" | "rules" | "capture-start" | "capture-stop" => {
-                    ask_worker(&asker, cmd, req)
-                }
-                other => Err(format!(
-                    "unknown command {other:?}; try counters, describe, router, interfaces, balance, rules, reload, config"
-                )),
-            }
-            });
+            let handler: ctlsock::Handler =
+                Arc::new(move |cmd: &str, req: &Value| ctl.handle(cmd, req));
             // SIGHUP reloads, as `tessera reload` does.
             crate::run::reload_on_sighup(handler.clone(), stop.clone())?;
             match control {

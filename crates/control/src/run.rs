@@ -398,189 +398,36 @@ pub fn run<P: Port + Send>(
         let t = routes.lock().map_err(|_| "route table poisoned")?;
         fl.publish(&t)?;
     }
-    let fast_ctl = fast.clone();
     let fast6 = fast.clone();
     // A back-end takes routes from the controller on a thread of its own (see distrib).
-    let writer = match f.backend_internal() {
-        Some(internal) => {
-            let (to_writer, rx) = mpsc::sync_channel(WRITER_QUEUE);
-            let (tx, from_writer) = mpsc::channel();
-            let (tx6, routes6) = mpsc::channel();
-            let mut writer = crate::distrib::Writer::with_nets6(f.networks6(), f.vlans6());
-            writer.incarnation = f.incarnation().unwrap_or_else(wire::dist::new_incarnation);
-            tracing::info!(incarnation = %format!("{:016x}", writer.incarnation), "back-end starts: no table until the controller's");
-            let table = Arc::new(Mutex::new(writer.hello_state()));
-            f.set_fib_link(dataplane::forwarder::FibLink {
-                to_writer,
-                from_writer,
-                routes6,
-                table: table.clone(),
-            });
-            let w = Arc::new(Mutex::new(writer));
-            let mac = f.ifaces[internal as usize].mac;
-            let (w2, r2, fl, st) = (w.clone(), routes.clone(), fast.clone(), stop.clone());
-            let signer = f.dist_auth.signer.clone();
-            std::thread::Builder::new()
-                .name("route-writer".into())
-                .spawn(move || route_writer(rx, tx, tx6, w2, table, r2, fl, mac, signer, st))
-                .map_err(|e| e.to_string())?;
-            Some(w)
-        }
-        None => None,
+    let writer = start_writer(&mut f, &routes, fast.as_ref(), &stop)?;
+    let ctl = Control {
+        // The config file as this forwarder started from it, for `reload` to compare with.
+        started_text: cfg
+            .as_ref()
+            .and_then(|c| std::fs::read_to_string(&c.path).ok()),
+        running: Mutex::new(cfg.clone()),
+        cfg,
+        asker: Mutex::new(qtx),
+        counters: counters.clone(),
+        all_counters,
+        metrics: metrics.clone(),
+        view,
+        routes,
+        fast: fast.clone(),
+        fast_off,
+        pending6,
+        writer,
+        ipv6,
     };
-    // The config file as this forwarder started from it, for `reload` to compare with.
-    let started_text = cfg
-        .as_ref()
-        .and_then(|c| std::fs::read_to_string(&c.path).ok());
-    // The config as the forwarder runs it (the last one a reload applied), for `config`.
-    let running = Mutex::new(cfg.clone());
-    let handler: ctlsock::Handler = {
-        let asker: Asker = Mutex::new(qtx);
-        let c = counters.clone();
-        let metrics = metrics.clone();
-        Arc::new(move |cmd: &str, req: &Value| {
-            match cmd {
-                "config" => match running.lock().map_err(|_| "poisoned")?.as_ref() {
-                    Some(c) => Ok(json!({ "toml": crate::showconfig::forwarder(c) })),
-                    None => Err("this forwarder runs without a config file".into()),
-                },
-                // Re-reads the config file: the routes change in place (as route reload);
-                // any other change is refused with its key; a file that does not load
-                // changes nothing and says why (file, line, key).
-                "reload" => {
-                    let Some(c) = cfg.as_ref() else {
-                        return Err("no configuration to reload from".into());
-                    };
-                    let text = std::fs::read_to_string(&c.path)
-                        .map_err(|e| format!("{}: {e}", c.path.display()))?;
-                    let loaded = ForwarderFile::load(&c.path).map_err(|e| format!("{e}; nothing changed"))?;
-                    if let Some(key) = started_text
-                        .as_deref()
-                        .and_then(|old| changed_key(old, &text))
-                        .or_else(|| metrics.refused(&loaded.metrics).map(str::to_string))
-                    {
-                        return Err(format!(
-                            "{}: key `{key}` changed, which needs a restart (a reload changes the routes and [metrics] listen: {}); nothing changed",
-                            c.path.display(),
-                            RELOADABLE.join(", ")
-                        ));
-                    }
-                    let mut v = route_command(&routes, cfg.as_ref(), fast_ctl.as_ref(), &pending6, "reload-routes", req)?;
-                    let w = worker_result(ask_worker(&asker, "reload-routes6", req))?;
-                    if let Some(fl) = &fast_ctl {
-                        fl.wait_routes6(Duration::from_secs(30));
-                    }
-                    if let (Value::Object(a), Value::Object(b)) = (&mut v, w) {
-                        a.extend(b);
-                    }
-                    v["reloaded"] = json!(true);
-                    // Where /metrics is served (an address that cannot be opened leaves it
-                    // where it was, and says so after the routes it did apply).
-                    if let Err(e) = metrics.reload(&loaded.metrics) {
-                        return Err(format!("{}: routes reloaded; [metrics] not moved: {e}", c.path.display()));
-                    }
-                    v["metrics"] = json!(metrics.addr().map(|a| a.to_string()));
-                    if let Ok(mut r) = running.lock() {
-                        *r = Some(loaded);
-                    }
-                    tracing::info!(file = %c.path.display(), "config reloaded");
-                    Ok(v)
-                }
-                "counters" => {
-                    let mut v = workers_counters(&all_counters)?;
-                    if let Some(fl) = &fast_ctl {
-                        v["fast_path"] = fl.counters();
-                    }
-                    Ok(v)
-                }
-                "describe" => serde_json::to_value(dataplane::counters::descriptions_for(c.role)).map_err(|e| e.to_string()),
-                "router" => Ok(crate::metrics::router_json(&view())),
-                "interfaces" => {
-                    let mut v = ask_worker(&asker, cmd, req)?;
-                    let off = fast_off.as_deref().unwrap_or("the fast path is off");
-                    crate::fast::decorate_interfaces(
-                        &mut v,
-                        |n| fast_ctl.as_ref().and_then(|fl| fl.port_fast(n)),
-                        off,
-                    );
-                    Ok(v)
-                }
-                "neighbours" | "capture-start" | "capture-stop" => ask_worker(&asker, cmd, req),
-                "fib" => match &writer {
-                    Some(w) => {
-                        let w = w.lock().map_err(|_| "writer poisoned")?;
-                        Ok(json!({
-                            "role": "backend",
-                            "epoch": w.epoch,
-                            "version": w.version,
-                            "routes": w.len(),
-                            "routes6": w.counts().1,
-                            "digest": format!("{:016x}", w.digest()),
-                            "controller": w.controller.map(|m| m.to_string()),
-                            "incarnation": format!("{:016x}", w.incarnation),
-                            "writer": w.stats,
-                        }))
-                    }
-                    None => Err("this forwarder is not a back-end: it takes no routes from a controller".into()),
-                },
-                "route-add" | "route-del" if req["prefix"].as_str().is_some_and(|p| p.contains(':')) => {
-                    let v = worker_result(ask_worker(&asker, cmd, req));
-                    if let Some(fl) = &fast_ctl {
-                        fl.wait_routes6(Duration::from_secs(10));
-                    }
-                    v
-                }
-                "routes" | "route-add" | "route-del" | "reload-routes" => {
-                    let mut v = route_command(&routes, cfg.as_ref(), fast_ctl.as_ref(), &pending6, cmd, req)?;
-                    let more = match cmd {
-                        "reload-routes" => Some("reload-routes6"),
-                        "routes" if ipv6 => Some("routes6"),
-                        _ => None,
-                    };
-                    if let Some(m) = more {
-                        let w = worker_result(ask_worker(&asker, m, req))?;
-                        if let Some(fl) = &fast_ctl {
-                            fl.wait_routes6(Duration::from_secs(30));
-                        }
-                        if let (Value::Object(a), Value::Object(b)) = (&mut v, w) {
-                            a.extend(b);
-                        }
-                    }
-                    Ok(v)
-                }
-                other => Err(format!(
-                    "unknown command {other:?}; try counters, describe, router, interfaces, neighbours, fib, routes, route-add, route-del, reload-routes, reload, config"
-                )),
-            }
-        })
-    };
+    let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| ctl.handle(cmd, req));
     // SIGHUP reloads, as `tessera reload` does.
     reload_on_sighup(handler.clone(), stop.clone())?;
     let _server = match control {
         Some(path) => Some(ctlsock::serve(path, handler).map_err(|e| e.to_string())?),
         None => None,
     };
-    // The worker keeps the fast path's neighbours in step with its own, every 100 ms.
-    let mut synced = Instant::now();
-    let mut captured = false;
-    let mut neighbour_log = crate::statelog::NeighbourLog::default();
-    let tick = move |f: &mut Forwarder| {
-        if neighbour_log.due(Instant::now()) {
-            neighbour_log.observe(resolved_neighbours(f));
-        }
-        if let Some(fl) = &fast {
-            // A capture's start or end: one atomic load per pass until then.
-            if crate::capturing::capture_under_way() != captured {
-                captured = !captured;
-                fl.follow_capture();
-            }
-            if synced.elapsed() >= STATS_INTERVAL {
-                synced = Instant::now();
-                fl.sync_routes6(f);
-                fl.sync_neighbours(f);
-            }
-        }
-    };
+    let tick = lead_tick(fast);
     let mine = ports.remove(0);
     std::thread::scope(|scope| {
         let mut handles = Vec::new();
@@ -620,6 +467,67 @@ pub fn run<P: Port + Send>(
         r
     })?;
     dataplane::counters::Snapshot::sum(&at_end).ok_or_else(|| "no worker".into())
+}
+
+/// A back-end's route writer (the controller's table comes to it over DIST), started on
+/// a thread of its own; None for a forwarder that is not a back-end.
+fn start_writer(
+    f: &mut Forwarder,
+    routes: &Arc<Mutex<RouteTable>>,
+    fast: Option<&crate::fast::ForwarderFast>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Option<Arc<Mutex<crate::distrib::Writer>>>, String> {
+    let Some(internal) = f.backend_internal() else {
+        return Ok(None);
+    };
+    let (to_writer, rx) = mpsc::sync_channel(WRITER_QUEUE);
+    let (tx, from_writer) = mpsc::channel();
+    let (tx6, routes6) = mpsc::channel();
+    let mut writer = crate::distrib::Writer::with_nets6(f.networks6(), f.vlans6());
+    writer.incarnation = f.incarnation().unwrap_or_else(wire::dist::new_incarnation);
+    tracing::info!(incarnation = %format!("{:016x}", writer.incarnation), "back-end starts: no table until the controller's");
+    let table = Arc::new(Mutex::new(writer.hello_state()));
+    f.set_fib_link(dataplane::forwarder::FibLink {
+        to_writer,
+        from_writer,
+        routes6,
+        table: table.clone(),
+    });
+    let w = Arc::new(Mutex::new(writer));
+    let mac = f.ifaces[internal as usize].mac;
+    let (w2, r2, fl, st) = (w.clone(), routes.clone(), fast.cloned(), stop.clone());
+    let signer = f.dist_auth.signer.clone();
+    std::thread::Builder::new()
+        .name("route-writer".into())
+        .spawn(move || route_writer(rx, tx, tx6, w2, table, r2, fl, mac, signer, st))
+        .map_err(|e| e.to_string())?;
+    Ok(Some(w))
+}
+
+/// What the first worker does on each pass besides frames: logs its neighbours' changes
+/// and keeps the fast path's IPv6 routes and neighbours in step with its own (every
+/// [`STATS_INTERVAL`]), and the fast path off while a capture runs.
+fn lead_tick(fast: Option<crate::fast::ForwarderFast>) -> impl FnMut(&mut Forwarder) {
+    let mut synced = Instant::now();
+    let mut captured = false;
+    let mut neighbour_log = crate::statelog::NeighbourLog::default();
+    move |f: &mut Forwarder| {
+        if neighbour_log.due(Instant::now()) {
+            neighbour_log.observe(resolved_neighbours(f));
+        }
+        if let Some(fl) = &fast {
+            // A capture's start or end: one atomic load per pass until then.
+            if crate::capturing::capture_under_way() != captured {
+                captured = !captured;
+                fl.follow_capture();
+            }
+            if synced.elapsed() >= STATS_INTERVAL {
+                synced = Instant::now();
+                fl.sync_routes6(f);
+                fl.sync_neighbours(f);
+            }
+        }
+    }
 }
 
 /// The forwarder's neighbours with a known MAC (IPv4 and IPv6), as the log names them.

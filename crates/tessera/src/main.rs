@@ -491,38 +491,7 @@ fn top(control: &Path, interval_ms: u64, count: Option<u64>) -> Result<i32> {
 fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
         Cmd::Forwarder(a) => forwarder(&a),
-        Cmd::Show { what } => match what {
-            Show::Counters { control, describe } => {
-                ask(&control, if describe { "describe" } else { "counters" })
-            }
-            Show::Neighbours { control } => ask(&control, "neighbours"),
-            Show::Interfaces { control } => ask(&control, "interfaces"),
-            Show::Router { control } => ask(&control, "router"),
-            Show::Routes { control } => ask(&control, "routes"),
-            Show::Balance { control } => ask(&control, "balance"),
-            Show::Rules { control } => ask(&control, "rules"),
-            Show::Fib { control } => ask(&control, "fib"),
-            Show::Elements { control } => ask(&control, "elements"),
-            Show::Macs { control } => ask(&control, "macs"),
-            Show::Hosts { control } => ask(&control, "hosts"),
-            Show::Leases { control } => ask(&control, "leases"),
-            Show::Probes { control } => ask(&control, "probes"),
-            Show::Config { control } => {
-                let v =
-                    control::ctlsock::request(&control, "config").map_err(anyhow::Error::msg)?;
-                match (v["toml"].as_str(), v["error"].as_str()) {
-                    (Some(t), _) => {
-                        print!("{t}");
-                        Ok(0)
-                    }
-                    (None, e) => bail!(
-                        "{}: {}",
-                        control.display(),
-                        e.unwrap_or("no config in the answer")
-                    ),
-                }
-            }
-        },
+        w @ Cmd::Show { .. } => show(w),
         Cmd::Controller(a) if a.fast_path == Some(true) => {
             bail!("--fast-path is for forwarders, LBs, switches and Axons")
         }
@@ -626,115 +595,8 @@ fn run(cli: Cli) -> Result<i32> {
             interval_ms,
             count,
         } => top(&control, interval_ms, count),
-        Cmd::Gen {
-            iface,
-            dst_mac,
-            src,
-            dst,
-            dst_prefixes,
-            flows,
-            flow_base,
-            size,
-            rate,
-            duration,
-            count,
-            port,
-            xdp,
-            sleep_us,
-            json,
-        } => {
-            let dst = match (dst, dst_prefixes) {
-                (Some(d), _) => gen::generator::Destinations::One(d),
-                (None, Some(path)) if src.is_ipv6() => {
-                    let mut v = Vec::new();
-                    control::tables::read6(&path, |p, _| v.push(p)).map_err(anyhow::Error::msg)?;
-                    gen::generator::Destinations::Prefixes6(v)
-                }
-                (None, Some(path)) => {
-                    let mut v = Vec::new();
-                    control::tables::read(&path, |p, _| v.push(p)).map_err(anyhow::Error::msg)?;
-                    gen::generator::Destinations::Prefixes(v)
-                }
-                (None, None) => bail!("give --dst ADDR or --dst-prefixes FILE"),
-            };
-            let cfg = gen::generator::GenConfig {
-                iface,
-                dst_mac: dst_mac
-                    .parse()
-                    .map_err(|e| anyhow::anyhow!("--dst-mac {dst_mac:?}: {e}"))?,
-                src,
-                dst,
-                flows,
-                flow_base,
-                size,
-                rate: gen::rate::Rate::parse(&rate).map_err(anyhow::Error::msg)?,
-                duration,
-                count,
-                dst_port: port,
-                seed: 1,
-                xdp,
-                sleep_us,
-            };
-            let stop = Arc::new(AtomicBool::new(false));
-            signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
-            signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
-            let mut said = None;
-            gen::generator::run_then(&cfg, &stop, &mut |v| said = Some(report_and_close(v, json)))
-                .map_err(anyhow::Error::msg)?;
-            said.unwrap_or(Ok(0))
-        }
-        Cmd::Sink {
-            iface,
-            duration,
-            interval,
-            intervals,
-            trace,
-            trace_max,
-            port,
-            drop,
-            xdp,
-            count,
-            points,
-            json,
-        } => {
-            let stop = Arc::new(AtomicBool::new(false));
-            signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
-            signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
-            let drain = Arc::new(AtomicBool::new(false));
-            signal_hook::flag::register(signal_hook::consts::SIGUSR1, drain.clone())?;
-            let cfg = gen::sink::SinkConfig {
-                iface,
-                duration,
-                interval_ms: intervals.first().copied().unwrap_or(interval),
-                more_intervals_ms: intervals.iter().skip(1).copied().collect(),
-                trace,
-                trace_max,
-                port,
-                drop,
-                xdp,
-                count,
-            };
-            let mut said = None;
-            let mut point = |v: &serde_json::Value| {
-                use std::io::Write;
-                let mut out = std::io::stdout().lock();
-                // A reader waits for the line: a failed write ends the next point's wait
-                // with the pipe's end instead.
-                let _ = writeln!(out, "{v}").and_then(|_| out.flush());
-            };
-            let mut ending = gen::sink::Ending::new(&stop, &drain);
-            if points {
-                ending = ending.points(&mut point);
-            }
-            gen::sink::run_then(
-                &cfg,
-                &mut ending,
-                || eprintln!("sink: receiving"),
-                |v| said = Some(report_and_close(v, json)),
-            )
-            .map_err(anyhow::Error::msg)?;
-            said.unwrap_or(Ok(0))
-        }
+        w @ Cmd::Gen { .. } => gen_cmd(w),
+        w @ Cmd::Sink { .. } => sink_cmd(w),
         Cmd::Route { cmd } => {
             let (control, req) = match cmd {
                 RouteCmd::Add {
@@ -758,6 +620,165 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Inject { iface, hex, count } => inject(&iface, &hex, count),
         Cmd::Bench { what } => cmd::bench::run(what),
     }
+}
+
+/// `tessera gen`.
+fn gen_cmd(w: Cmd) -> Result<i32> {
+    let Cmd::Gen {
+        iface,
+        dst_mac,
+        src,
+        dst,
+        dst_prefixes,
+        flows,
+        flow_base,
+        size,
+        rate,
+        duration,
+        count,
+        port,
+        xdp,
+        sleep_us,
+        json,
+    } = w
+    else {
+        bail!("tessera gen: another command's arguments");
+    };
+    let dst = match (dst, dst_prefixes) {
+        (Some(d), _) => gen::generator::Destinations::One(d),
+        (None, Some(path)) if src.is_ipv6() => {
+            let mut v = Vec::new();
+            control::tables::read6(&path, |p, _| v.push(p)).map_err(anyhow::Error::msg)?;
+            gen::generator::Destinations::Prefixes6(v)
+        }
+        (None, Some(path)) => {
+            let mut v = Vec::new();
+            control::tables::read(&path, |p, _| v.push(p)).map_err(anyhow::Error::msg)?;
+            gen::generator::Destinations::Prefixes(v)
+        }
+        (None, None) => bail!("give --dst ADDR or --dst-prefixes FILE"),
+    };
+    let cfg = gen::generator::GenConfig {
+        iface,
+        dst_mac: dst_mac
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--dst-mac {dst_mac:?}: {e}"))?,
+        src,
+        dst,
+        flows,
+        flow_base,
+        size,
+        rate: gen::rate::Rate::parse(&rate).map_err(anyhow::Error::msg)?,
+        duration,
+        count,
+        dst_port: port,
+        seed: 1,
+        xdp,
+        sleep_us,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let mut said = None;
+    gen::generator::run_then(&cfg, &stop, &mut |v| said = Some(report_and_close(v, json)))
+        .map_err(anyhow::Error::msg)?;
+    said.unwrap_or(Ok(0))
+}
+
+/// `tessera show`.
+fn show(w: Cmd) -> Result<i32> {
+    let Cmd::Show { what } = w else {
+        bail!("tessera show: another command's arguments");
+    };
+    match what {
+        Show::Counters { control, describe } => {
+            ask(&control, if describe { "describe" } else { "counters" })
+        }
+        Show::Neighbours { control } => ask(&control, "neighbours"),
+        Show::Interfaces { control } => ask(&control, "interfaces"),
+        Show::Router { control } => ask(&control, "router"),
+        Show::Routes { control } => ask(&control, "routes"),
+        Show::Balance { control } => ask(&control, "balance"),
+        Show::Rules { control } => ask(&control, "rules"),
+        Show::Fib { control } => ask(&control, "fib"),
+        Show::Elements { control } => ask(&control, "elements"),
+        Show::Macs { control } => ask(&control, "macs"),
+        Show::Hosts { control } => ask(&control, "hosts"),
+        Show::Leases { control } => ask(&control, "leases"),
+        Show::Probes { control } => ask(&control, "probes"),
+        Show::Config { control } => {
+            let v = control::ctlsock::request(&control, "config").map_err(anyhow::Error::msg)?;
+            match (v["toml"].as_str(), v["error"].as_str()) {
+                (Some(t), _) => {
+                    print!("{t}");
+                    Ok(0)
+                }
+                (None, e) => bail!(
+                    "{}: {}",
+                    control.display(),
+                    e.unwrap_or("no config in the answer")
+                ),
+            }
+        }
+    }
+}
+
+/// `tessera sink`.
+fn sink_cmd(w: Cmd) -> Result<i32> {
+    let Cmd::Sink {
+        iface,
+        duration,
+        interval,
+        intervals,
+        trace,
+        trace_max,
+        port,
+        drop,
+        xdp,
+        count,
+        points,
+        json,
+    } = w
+    else {
+        bail!("tessera sink: another command's arguments");
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let drain = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, drain.clone())?;
+    let cfg = gen::sink::SinkConfig {
+        iface,
+        duration,
+        interval_ms: intervals.first().copied().unwrap_or(interval),
+        more_intervals_ms: intervals.iter().skip(1).copied().collect(),
+        trace,
+        trace_max,
+        port,
+        drop,
+        xdp,
+        count,
+    };
+    let mut said = None;
+    let mut point = |v: &serde_json::Value| {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        // A reader waits for the line: a failed write ends the next point's wait
+        // with the pipe's end instead.
+        let _ = writeln!(out, "{v}").and_then(|_| out.flush());
+    };
+    let mut ending = gen::sink::Ending::new(&stop, &drain);
+    if points {
+        ending = ending.points(&mut point);
+    }
+    gen::sink::run_then(
+        &cfg,
+        &mut ending,
+        || eprintln!("sink: receiving"),
+        |v| said = Some(report_and_close(v, json)),
+    )
+    .map_err(anyhow::Error::msg)?;
+    said.unwrap_or(Ok(0))
 }
 
 /// Writes `cmd`'s man page as `NAME.1` into `out`, then each visible subcommand's as

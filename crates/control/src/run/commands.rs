@@ -237,3 +237,148 @@ pub fn changed_key_outside(old: &str, new: &str, reloadable: &[&str]) -> Option<
     let parse = |s: &str| s.parse::<toml::Table>().ok().map(toml::Value::Table);
     walk("", parse(old).as_ref(), parse(new).as_ref(), reloadable)
 }
+
+/// What the forwarder's control thread answers commands from (`tessera show`, `route`,
+/// `reload`...): its config, routes, fast path, workers and metrics.
+pub(super) struct Control {
+    /// The config as this forwarder started from it, and that file's text: `reload`
+    /// compares the file with it.
+    pub(super) cfg: Option<ForwarderFile>,
+    pub(super) started_text: Option<String>,
+    /// The config as the forwarder runs it (the last one a reload applied), for `config`.
+    pub(super) running: Mutex<Option<ForwarderFile>>,
+    /// Asks the first worker (neighbours, interfaces, captures, IPv6 routes).
+    pub(super) asker: Asker,
+    pub(super) counters: Arc<dataplane::Counters>,
+    /// Every worker's counters.
+    pub(super) all_counters: Vec<Arc<dataplane::Counters>>,
+    pub(super) metrics: Arc<crate::metrics::MetricsSlot>,
+    pub(super) view: crate::metrics::Source,
+    pub(super) routes: Arc<Mutex<RouteTable>>,
+    pub(super) fast: Option<crate::fast::ForwarderFast>,
+    /// Why the fast path is off, where it is.
+    pub(super) fast_off: Option<String>,
+    pub(super) pending6: Arc<Pending6>,
+    /// A back-end's route writer (the controller's table).
+    pub(super) writer: Option<Arc<Mutex<crate::distrib::Writer>>>,
+    pub(super) ipv6: bool,
+}
+
+impl Control {
+    /// Answers command `cmd` with its request `req`.
+    pub(super) fn handle(&self, cmd: &str, req: &Value) -> Result<Value, String> {
+        match cmd {
+            "config" => match self.running.lock().map_err(|_| "poisoned")?.as_ref() {
+                Some(c) => Ok(json!({ "toml": crate::showconfig::forwarder(c) })),
+                None => Err("this forwarder runs without a config file".into()),
+            },
+            // Re-reads the config file: the routes change in place (as route reload);
+            // any other change is refused with its key; a file that does not load
+            // changes nothing and says why (file, line, key).
+            "reload" => {
+                let Some(c) = self.cfg.as_ref() else {
+                    return Err("no configuration to reload from".into());
+                };
+                let text = std::fs::read_to_string(&c.path)
+                    .map_err(|e| format!("{}: {e}", c.path.display()))?;
+                let loaded = ForwarderFile::load(&c.path).map_err(|e| format!("{e}; nothing changed"))?;
+                if let Some(key) = self.started_text
+                    .as_deref()
+                    .and_then(|old| changed_key(old, &text))
+                    .or_else(|| self.metrics.refused(&loaded.metrics).map(str::to_string))
+                {
+                    return Err(format!(
+                        "{}: key `{key}` changed, which needs a restart (a reload changes the routes and [metrics] listen: {}); nothing changed",
+                        c.path.display(),
+                        RELOADABLE.join(", ")
+                    ));
+                }
+                let mut v = route_command(&self.routes, self.cfg.as_ref(), self.fast.as_ref(), &self.pending6, "reload-routes", req)?;
+                let w = worker_result(ask_worker(&self.asker, "reload-routes6", req))?;
+                if let Some(fl) = &self.fast {
+                    fl.wait_routes6(Duration::from_secs(30));
+                }
+                if let (Value::Object(a), Value::Object(b)) = (&mut v, w) {
+                    a.extend(b);
+                }
+                v["reloaded"] = json!(true);
+                // Where /metrics is served (an address that cannot be opened leaves it
+                // where it was, and says so after the routes it did apply).
+                if let Err(e) = self.metrics.reload(&loaded.metrics) {
+                    return Err(format!("{}: routes reloaded; [metrics] not moved: {e}", c.path.display()));
+                }
+                v["metrics"] = json!(self.metrics.addr().map(|a| a.to_string()));
+                if let Ok(mut r) = self.running.lock() {
+                    *r = Some(loaded);
+                }
+                tracing::info!(file = %c.path.display(), "config reloaded");
+                Ok(v)
+            }
+            "counters" => {
+                let mut v = workers_counters(&self.all_counters)?;
+                if let Some(fl) = &self.fast {
+                    v["fast_path"] = fl.counters();
+                }
+                Ok(v)
+            }
+            "describe" => serde_json::to_value(dataplane::counters::descriptions_for(self.counters.role)).map_err(|e| e.to_string()),
+            "router" => Ok(crate::metrics::router_json(&(self.view)())),
+            "interfaces" => {
+                let mut v = ask_worker(&self.asker, cmd, req)?;
+                let off = self.fast_off.as_deref().unwrap_or("the fast path is off");
+                crate::fast::decorate_interfaces(
+                    &mut v,
+                    |n| self.fast.as_ref().and_then(|fl| fl.port_fast(n)),
+                    off,
+                );
+                Ok(v)
+            }
+            "neighbours" | "capture-start" | "capture-stop" => ask_worker(&self.asker, cmd, req),
+            "fib" => match &self.writer {
+                Some(w) => {
+                    let w = w.lock().map_err(|_| "writer poisoned")?;
+                    Ok(json!({
+                        "role": "backend",
+                        "epoch": w.epoch,
+                        "version": w.version,
+                        "routes": w.len(),
+                        "routes6": w.counts().1,
+                        "digest": format!("{:016x}", w.digest()),
+                        "controller": w.controller.map(|m| m.to_string()),
+                        "incarnation": format!("{:016x}", w.incarnation),
+                        "writer": w.stats,
+                    }))
+                }
+                None => Err("this forwarder is not a back-end: it takes no routes from a controller".into()),
+            },
+            "route-add" | "route-del" if req["prefix"].as_str().is_some_and(|p| p.contains(':')) => {
+                let v = worker_result(ask_worker(&self.asker, cmd, req));
+                if let Some(fl) = &self.fast {
+                    fl.wait_routes6(Duration::from_secs(10));
+                }
+                v
+            }
+            "routes" | "route-add" | "route-del" | "reload-routes" => {
+                let mut v = route_command(&self.routes, self.cfg.as_ref(), self.fast.as_ref(), &self.pending6, cmd, req)?;
+                let more = match cmd {
+                    "reload-routes" => Some("reload-routes6"),
+                    "routes" if self.ipv6 => Some("routes6"),
+                    _ => None,
+                };
+                if let Some(m) = more {
+                    let w = worker_result(ask_worker(&self.asker, m, req))?;
+                    if let Some(fl) = &self.fast {
+                        fl.wait_routes6(Duration::from_secs(30));
+                    }
+                    if let (Value::Object(a), Value::Object(b)) = (&mut v, w) {
+                        a.extend(b);
+                    }
+                }
+                Ok(v)
+            }
+            other => Err(format!(
+                "unknown command {other:?}; try counters, describe, router, interfaces, neighbours, fib, routes, route-add, route-del, reload-routes, reload, config"
+            )),
+        }
+    }
+}

@@ -65,7 +65,6 @@ pub(crate) enum DistCmd {
 }
 
 pub(crate) fn dist_cmd(cmd: DistCmd) -> Result<i32> {
-    use dataplane::port::Port;
     use wire::dist;
     match cmd {
         DistCmd::Send {
@@ -140,85 +139,7 @@ pub(crate) fn dist_cmd(cmd: DistCmd) -> Result<i32> {
                 &serde_json::json!({"sent": r.sent, "ring_full": r.ring_full, "bytes": frame.len(), "frame": hex}),
             )
         }
-        DistCmd::Listen {
-            iface,
-            count,
-            duration,
-            key_file,
-            frames,
-        } => {
-            let key = key_file.as_deref().map(read_dist_key).transpose()?;
-            let stop = Arc::new(AtomicBool::new(false));
-            signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
-            signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
-            let mut port = io::AfPacket::open(
-                &iface,
-                io::RingConfig {
-                    rx_blocks: 4,
-                    ..Default::default()
-                },
-            )?;
-            let mut pool = dataplane::Pool::new();
-            let mut batch = Vec::new();
-            let end =
-                std::time::Instant::now() + std::time::Duration::from_secs_f64(duration.max(0.0));
-            let mut seen = 0;
-            eprintln!("dist: listening on {iface}");
-            while std::time::Instant::now() < end
-                && !stop.load(std::sync::atomic::Ordering::Relaxed)
-            {
-                let mut over = 0;
-                port.recv(&mut pool, &mut batch, 64, &mut over)?;
-                for p in batch.drain(..) {
-                    let Ok(f) = wire::ethernet::Frame::new_checked(&p.data[..]) else {
-                        continue;
-                    };
-                    if f.ethertype() != dist::ETHERTYPE {
-                        continue;
-                    }
-                    let mut v = match dist::Repr::parse(f.payload()) {
-                        Ok(r) => serde_json::to_value(&r)?,
-                        Err(e) => serde_json::json!({"error": e.to_string()}),
-                    };
-                    v["src"] = serde_json::json!(f.src().to_string());
-                    v["dst"] = serde_json::json!(f.dst().to_string());
-                    if let Some((id, counter)) = dist::auth::trailer(&p.data) {
-                        v["key_id"] = serde_json::json!(id);
-                        v["counter"] = serde_json::json!(counter);
-                    }
-                    if let Some(k) = &key {
-                        v["auth"] = serde_json::json!(match dist::auth::verify(&p.data, k) {
-                            Ok(_) => "ok",
-                            Err(dist::auth::Reject::Unauthenticated) => "unsealed",
-                            Err(dist::auth::Reject::Malformed) => "malformed",
-                            Err(_) => "forged",
-                        });
-                    }
-                    if frames {
-                        v["frame"] = serde_json::json!(p
-                            .data
-                            .iter()
-                            .map(|b| format!("{b:02x}"))
-                            .collect::<String>());
-                    }
-                    if let Some(vid) = f.vlan() {
-                        v["vlan"] = serde_json::json!(vid);
-                    }
-                    println!("{v}");
-                    seen += 1;
-                    pool.put(p);
-                }
-                if count.is_some_and(|c| seen >= c) {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            Ok(if count.is_some_and(|c| seen < c) {
-                1
-            } else {
-                0
-            })
-        }
+        w @ DistCmd::Listen { .. } => dist_listen(w),
         DistCmd::Keygen { out } => {
             control::config::write_new_dist_key(&out).map_err(anyhow::Error::msg)?;
             eprintln!(
@@ -295,4 +216,88 @@ pub(crate) fn inject(iface: &str, hex: &str, count: usize) -> Result<i32> {
         serde_json::json!({"sent": r.sent, "ring_full": r.ring_full})
     );
     Ok(0)
+}
+
+/// `tessera dist listen`: DIST messages received, decoded and printed.
+fn dist_listen(w: DistCmd) -> Result<i32> {
+    let DistCmd::Listen {
+        iface,
+        count,
+        duration,
+        key_file,
+        frames,
+    } = w
+    else {
+        bail!("tessera dist listen: another command's arguments");
+    };
+    use dataplane::port::Port;
+    use wire::dist;
+    let key = key_file.as_deref().map(read_dist_key).transpose()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let mut port = io::AfPacket::open(
+        &iface,
+        io::RingConfig {
+            rx_blocks: 4,
+            ..Default::default()
+        },
+    )?;
+    let mut pool = dataplane::Pool::new();
+    let mut batch = Vec::new();
+    let end = std::time::Instant::now() + std::time::Duration::from_secs_f64(duration.max(0.0));
+    let mut seen = 0;
+    eprintln!("dist: listening on {iface}");
+    while std::time::Instant::now() < end && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut over = 0;
+        port.recv(&mut pool, &mut batch, 64, &mut over)?;
+        for p in batch.drain(..) {
+            let Ok(f) = wire::ethernet::Frame::new_checked(&p.data[..]) else {
+                continue;
+            };
+            if f.ethertype() != dist::ETHERTYPE {
+                continue;
+            }
+            let mut v = match dist::Repr::parse(f.payload()) {
+                Ok(r) => serde_json::to_value(&r)?,
+                Err(e) => serde_json::json!({"error": e.to_string()}),
+            };
+            v["src"] = serde_json::json!(f.src().to_string());
+            v["dst"] = serde_json::json!(f.dst().to_string());
+            if let Some((id, counter)) = dist::auth::trailer(&p.data) {
+                v["key_id"] = serde_json::json!(id);
+                v["counter"] = serde_json::json!(counter);
+            }
+            if let Some(k) = &key {
+                v["auth"] = serde_json::json!(match dist::auth::verify(&p.data, k) {
+                    Ok(_) => "ok",
+                    Err(dist::auth::Reject::Unauthenticated) => "unsealed",
+                    Err(dist::auth::Reject::Malformed) => "malformed",
+                    Err(_) => "forged",
+                });
+            }
+            if frames {
+                v["frame"] = serde_json::json!(p
+                    .data
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>());
+            }
+            if let Some(vid) = f.vlan() {
+                v["vlan"] = serde_json::json!(vid);
+            }
+            println!("{v}");
+            seen += 1;
+            pool.put(p);
+        }
+        if count.is_some_and(|c| seen >= c) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Ok(if count.is_some_and(|c| seen < c) {
+        1
+    } else {
+        0
+    })
 }

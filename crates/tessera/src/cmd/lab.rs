@@ -124,45 +124,7 @@ pub(crate) fn load_lab(a: &LabArgs) -> Result<lab::Lab> {
 
 pub(crate) fn lab_cmd(cmd: LabCmd) -> Result<i32> {
     match cmd {
-        LabCmd::Up {
-            lab,
-            role,
-            io,
-            fast_path,
-            hosts,
-        } => {
-            let mut l = load_lab(&lab)?;
-            backend_arg(io.as_deref())?;
-            l.io = io;
-            l.fast_path = fast_path;
-            l.plain_hosts = hosts == "plain";
-            for r in role {
-                let (node, role) = r
-                    .split_once('=')
-                    .with_context(|| format!("--role {r:?}: expected NODE=ROLE"))?;
-                if !lab::topology::ROLES.contains(&role) {
-                    bail!(
-                        "--role {r:?}: role is one of {}",
-                        lab::topology::ROLES.join(", ")
-                    );
-                }
-                l.roles.insert(node.to_string(), role.to_string());
-            }
-            l.up().map_err(anyhow::Error::msg)?;
-            let plain = l.plain_hosts || l.topo.host.iter().any(|h| h.gro == Some(false));
-            let gro = if l.fast_path == Some(false) || l.io.as_deref() == Some("packet") {
-                "GRO off too"
-            } else if plain {
-                "GRO on at switch ports, off at plain hosts (as containers have it): the elements' XDP fast paths hand those hosts' frames to tcx"
-            } else {
-                "GRO on at hosts and switch ports, for the elements' XDP fast paths"
-            };
-            eprintln!(
-                "lab {} is up (wire-like links: TSO, GSO and checksum offload off, frames never exceed the MTU; {gro})",
-                l.name
-            );
-            Ok(0)
-        }
+        w @ LabCmd::Up { .. } => lab_up(w),
         LabCmd::Down { lab } => {
             let l = load_lab(&lab)?;
             l.down().map_err(anyhow::Error::msg)?;
@@ -181,67 +143,7 @@ pub(crate) fn lab_cmd(cmd: LabCmd) -> Result<i32> {
             );
             Ok(0)
         }
-        LabCmd::Show { lab, json } => {
-            let l = load_lab(&lab)?;
-            let v = l.show().map_err(anyhow::Error::msg)?;
-            if json {
-                return print(&v);
-            }
-            for n in v["nodes"].as_array().into_iter().flatten() {
-                println!(
-                    "{:<10} {:<8} {:<20} {}",
-                    n["name"].as_str().unwrap_or(""),
-                    n["kind"].as_str().unwrap_or(""),
-                    n["namespace"].as_str().unwrap_or(""),
-                    if n["up"] == true { "up" } else { "down" }
-                );
-                let pl = &n["placement"];
-                for i in n["interfaces"].as_array().into_iter().flatten() {
-                    let name = i["name"].as_str().unwrap_or("");
-                    // Where its receive work runs: NAPI threads' CPUs, or the sender's.
-                    let napi: Vec<String> = pl["napi"][name]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(|t| match t["cpus"].as_str() {
-                            Some(c) => format!("cpu {c}"),
-                            None => "softirq".into(),
-                        })
-                        .collect();
-                    let rx = if napi.is_empty() {
-                        "rx: sender's cpu".to_string()
-                    } else {
-                        format!("rx: napi {}", napi.join(","))
-                    };
-                    println!(
-                        "    {:<10} {} {} {rx}",
-                        name,
-                        i["mac"].as_str().unwrap_or(""),
-                        i["addresses"]
-                    );
-                }
-                let threads: Vec<String> = pl["threads"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|t| {
-                        format!(
-                            "{} cpu {}",
-                            t["name"].as_str().unwrap_or(""),
-                            t["cpus"].as_str().unwrap_or("")
-                        )
-                    })
-                    .collect();
-                if pl["cpus"].is_string() || !threads.is_empty() {
-                    println!(
-                        "    cpus {}; threads: {}",
-                        pl["cpus"].as_str().unwrap_or("any"),
-                        threads.join(", ")
-                    );
-                }
-            }
-            Ok(0)
-        }
+        w @ LabCmd::Show { .. } => lab_show(w),
         LabCmd::Exec { lab, node, argv } => load_lab(&lab)?
             .exec(&node, &argv)
             .map_err(anyhow::Error::msg),
@@ -302,4 +204,115 @@ pub(crate) fn lab_cmd(cmd: LabCmd) -> Result<i32> {
             print(&v)
         }
     }
+}
+
+/// `tessera lab up`: the lab built and its elements started.
+fn lab_up(w: LabCmd) -> Result<i32> {
+    let LabCmd::Up {
+        lab,
+        role,
+        io,
+        fast_path,
+        hosts,
+    } = w
+    else {
+        bail!("tessera lab: another command's arguments");
+    };
+    let mut l = load_lab(&lab)?;
+    backend_arg(io.as_deref())?;
+    l.io = io;
+    l.fast_path = fast_path;
+    l.plain_hosts = hosts == "plain";
+    for r in role {
+        let (node, role) = r
+            .split_once('=')
+            .with_context(|| format!("--role {r:?}: expected NODE=ROLE"))?;
+        if !lab::topology::ROLES.contains(&role) {
+            bail!(
+                "--role {r:?}: role is one of {}",
+                lab::topology::ROLES.join(", ")
+            );
+        }
+        l.roles.insert(node.to_string(), role.to_string());
+    }
+    l.up().map_err(anyhow::Error::msg)?;
+    let plain = l.plain_hosts || l.topo.host.iter().any(|h| h.gro == Some(false));
+    let gro = if l.fast_path == Some(false) || l.io.as_deref() == Some("packet") {
+        "GRO off too"
+    } else if plain {
+        "GRO on at switch ports, off at plain hosts (as containers have it): the elements' XDP fast paths hand those hosts' frames to tcx"
+    } else {
+        "GRO on at hosts and switch ports, for the elements' XDP fast paths"
+    };
+    eprintln!(
+        "lab {} is up (wire-like links: TSO, GSO and checksum offload off, frames never exceed the MTU; {gro})",
+        l.name
+    );
+    Ok(0)
+}
+
+/// `tessera lab show`: the lab's nodes, interfaces and processes.
+fn lab_show(w: LabCmd) -> Result<i32> {
+    let LabCmd::Show { lab, json } = w else {
+        bail!("tessera lab: another command's arguments");
+    };
+    let l = load_lab(&lab)?;
+    let v = l.show().map_err(anyhow::Error::msg)?;
+    if json {
+        return print(&v);
+    }
+    for n in v["nodes"].as_array().into_iter().flatten() {
+        println!(
+            "{:<10} {:<8} {:<20} {}",
+            n["name"].as_str().unwrap_or(""),
+            n["kind"].as_str().unwrap_or(""),
+            n["namespace"].as_str().unwrap_or(""),
+            if n["up"] == true { "up" } else { "down" }
+        );
+        let pl = &n["placement"];
+        for i in n["interfaces"].as_array().into_iter().flatten() {
+            let name = i["name"].as_str().unwrap_or("");
+            // Where its receive work runs: NAPI threads' CPUs, or the sender's.
+            let napi: Vec<String> = pl["napi"][name]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| match t["cpus"].as_str() {
+                    Some(c) => format!("cpu {c}"),
+                    None => "softirq".into(),
+                })
+                .collect();
+            let rx = if napi.is_empty() {
+                "rx: sender's cpu".to_string()
+            } else {
+                format!("rx: napi {}", napi.join(","))
+            };
+            println!(
+                "    {:<10} {} {} {rx}",
+                name,
+                i["mac"].as_str().unwrap_or(""),
+                i["addresses"]
+            );
+        }
+        let threads: Vec<String> = pl["threads"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                format!(
+                    "{} cpu {}",
+                    t["name"].as_str().unwrap_or(""),
+                    t["cpus"].as_str().unwrap_or("")
+                )
+            })
+            .collect();
+        if pl["cpus"].is_string() || !threads.is_empty() {
+            println!(
+                "    cpus {}; threads: {}",
+                pl["cpus"].as_str().unwrap_or("any"),
+                threads.join(", ")
+            );
+        }
+    }
+    Ok(0)
 }
