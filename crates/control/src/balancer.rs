@@ -271,109 +271,9 @@ impl BalancerFile {
         };
         let raw: Raw = from_toml(path, src)?;
         let mut interfaces: Vec<LbInterface> = Vec::new();
+        let cx = crate::config::At { path, src };
         for (i, r) in raw.interface.iter().enumerate() {
-            let name = r.name.get_ref();
-            let key = |k: &str| format!("interface[{i}].{k}");
-            check_ifname(name).map_err(|m| err(r.name.span().start, key("name"), m))?;
-            if interfaces.iter().any(|x| &x.name == name) {
-                return Err(err(
-                    r.name.span().start,
-                    key("name"),
-                    format!("interface {name} is listed twice"),
-                ));
-            }
-            let role = *r.role.get_ref();
-            let mut ifc = LbInterface {
-                name: name.clone(),
-                role,
-                addr: Ipv4Addr::UNSPECIFIED,
-                prefix_len: 0,
-                addrs6: Vec::new(),
-                vlan: 0,
-            };
-            match role {
-                PortRole::External => {
-                    let a = r.address.as_ref().ok_or_else(|| {
-                        err(r.name.span().start, key("address"), "an external interface needs the router's address, like \"10.1.0.1/24\"".into())
-                    })?;
-                    let texts: Vec<&String> = match a.get_ref() {
-                        Via::One(t) => vec![t],
-                        Via::Many(v) => v.iter().collect(),
-                    };
-                    let mut v4 = Vec::new();
-                    for t in texts {
-                        if t.contains(':') {
-                            ifc.addrs6.push(
-                                cidr6(t).map_err(|m| err(a.span().start, key("address"), m))?,
-                            );
-                        } else {
-                            let (ip, len) =
-                                cidr(t).map_err(|m| err(a.span().start, key("address"), m))?;
-                            if ip.is_unspecified() {
-                                return Err(err(
-                                    a.span().start,
-                                    key("address"),
-                                    "0.0.0.0 is no interface's address".into(),
-                                ));
-                            }
-                            v4.push((ip, len));
-                        }
-                    }
-                    // IPv6-only: the address stays 0.0.0.0 (no IPv4 network, no ARP).
-                    match v4[..] {
-                        [(addr, len)] => {
-                            ifc.addr = addr;
-                            ifc.prefix_len = len;
-                        }
-                        [] if !ifc.addrs6.is_empty() => {}
-                        _ => {
-                            return Err(err(
-                                a.span().start,
-                                key("address"),
-                                "at most one IPv4 address and any IPv6 ones (at least one address), like [\"10.1.0.1/24\", \"2001:db8:1::1/64\"]".into(),
-                            ))
-                        }
-                    }
-                    let v = r.vlan.as_ref().ok_or_else(|| {
-                        err(
-                            r.name.span().start,
-                            key("vlan"),
-                            "an external interface needs its VLAN id on the interconnection".into(),
-                        )
-                    })?;
-                    if !(1..=4094).contains(v.get_ref()) {
-                        return Err(err(
-                            v.span().start,
-                            key("vlan"),
-                            format!("{} is not 1 to 4094", v.get_ref()),
-                        ));
-                    }
-                    if interfaces.iter().any(|x| x.vlan == *v.get_ref()) {
-                        return Err(err(
-                            v.span().start,
-                            key("vlan"),
-                            format!("VLAN {} is already used by another interface", v.get_ref()),
-                        ));
-                    }
-                    ifc.vlan = *v.get_ref();
-                }
-                PortRole::Internal => {
-                    if let Some(a) = &r.address {
-                        return Err(err(
-                            a.span().start,
-                            key("address"),
-                            "internal interfaces have no address".into(),
-                        ));
-                    }
-                    if let Some(v) = &r.vlan {
-                        return Err(err(
-                            v.span().start,
-                            key("vlan"),
-                            "internal interfaces have no VLAN id".into(),
-                        ));
-                    }
-                }
-            }
+            let ifc = lb_interface(&cx, r, i, &interfaces)?;
             interfaces.push(ifc);
         }
         let has = |role| interfaces.iter().any(|x| x.role == role);
@@ -482,33 +382,7 @@ impl BalancerFile {
         let hello_interval =
             ms(&raw.hello.interval_ms, "hello.interval_ms", Some(100))?.unwrap_or_default();
         let hello_timeout = ms(&raw.hello.timeout_ms, "hello.timeout_ms", None)?;
-        let mut rules = default_rules();
-        for (i, r) in raw.rule.iter().enumerate() {
-            let rr = r.get_ref();
-            if rr.arp_op.is_some() && rr.ethertype != Some(wire::ethernet::ethertype::ARP) {
-                return Err(err(
-                    r.span().start,
-                    format!("rule[{i}].arp_op"),
-                    "needs ethertype = 0x0806".into(),
-                ));
-            }
-            if rr.protocol.is_some() && rr.ethertype != Some(wire::ethernet::ethertype::IPV4) {
-                return Err(err(
-                    r.span().start,
-                    format!("rule[{i}].protocol"),
-                    "needs ethertype = 0x0800".into(),
-                ));
-            }
-            if rr.port.is_some() && !matches!(rr.protocol, Some(6) | Some(17)) {
-                return Err(err(
-                    r.span().start,
-                    format!("rule[{i}].port"),
-                    "needs protocol = 6 (TCP) or 17 (UDP)".into(),
-                ));
-            }
-            // Configured rules come first among rules as specific as they are.
-            rules.insert(0, rr.clone());
-        }
+        let rules = lb_rules(&cx, &raw.rule)?;
         Ok(BalancerFile {
             path: path.into(),
             interfaces,
@@ -526,6 +400,157 @@ impl BalancerFile {
             dist: crate::config::DistConfig::from_raw(path, src, raw.dist.as_ref())?,
         })
     }
+}
+
+/// `[[interface]]` number `i` of an LB's file, given the ones before it: an external one
+/// with the router's address and its VLAN id on the interconnection, or an internal one
+/// with neither.
+fn lb_interface(
+    cx: &crate::config::At,
+    r: &RawInterface,
+    i: usize,
+    interfaces: &[LbInterface],
+) -> Result<LbInterface, ConfigError> {
+    let name = r.name.get_ref();
+    let key = |k: &str| format!("interface[{i}].{k}");
+    check_ifname(name).map_err(|m| cx.err(r.name.span().start, key("name"), m))?;
+    if interfaces.iter().any(|x| &x.name == name) {
+        return Err(cx.err(
+            r.name.span().start,
+            key("name"),
+            format!("interface {name} is listed twice"),
+        ));
+    }
+    let role = *r.role.get_ref();
+    let mut ifc = LbInterface {
+        name: name.clone(),
+        role,
+        addr: Ipv4Addr::UNSPECIFIED,
+        prefix_len: 0,
+        addrs6: Vec::new(),
+        vlan: 0,
+    };
+    match role {
+        PortRole::External => {
+            let a = r.address.as_ref().ok_or_else(|| {
+                cx.err(
+                    r.name.span().start,
+                    key("address"),
+                    "an external interface needs the router's address, like \"10.1.0.1/24\"".into(),
+                )
+            })?;
+            let texts: Vec<&String> = match a.get_ref() {
+                Via::One(t) => vec![t],
+                Via::Many(v) => v.iter().collect(),
+            };
+            let mut v4 = Vec::new();
+            for t in texts {
+                if t.contains(':') {
+                    ifc.addrs6
+                        .push(cidr6(t).map_err(|m| cx.err(a.span().start, key("address"), m))?);
+                } else {
+                    let (ip, len) =
+                        cidr(t).map_err(|m| cx.err(a.span().start, key("address"), m))?;
+                    if ip.is_unspecified() {
+                        return Err(cx.err(
+                            a.span().start,
+                            key("address"),
+                            "0.0.0.0 is no interface's address".into(),
+                        ));
+                    }
+                    v4.push((ip, len));
+                }
+            }
+            // IPv6-only: the address stays 0.0.0.0 (no IPv4 network, no ARP).
+            match v4[..] {
+                [(addr, len)] => {
+                    ifc.addr = addr;
+                    ifc.prefix_len = len;
+                }
+                [] if !ifc.addrs6.is_empty() => {}
+                _ => {
+                    return Err(cx.err(
+                        a.span().start,
+                        key("address"),
+                        "at most one IPv4 address and any IPv6 ones (at least one address), like [\"10.1.0.1/24\", \"2001:db8:1::1/64\"]".into(),
+                    ))
+                }
+            }
+            let v = r.vlan.as_ref().ok_or_else(|| {
+                cx.err(
+                    r.name.span().start,
+                    key("vlan"),
+                    "an external interface needs its VLAN id on the interconnection".into(),
+                )
+            })?;
+            if !(1..=4094).contains(v.get_ref()) {
+                return Err(cx.err(
+                    v.span().start,
+                    key("vlan"),
+                    format!("{} is not 1 to 4094", v.get_ref()),
+                ));
+            }
+            if interfaces.iter().any(|x| x.vlan == *v.get_ref()) {
+                return Err(cx.err(
+                    v.span().start,
+                    key("vlan"),
+                    format!("VLAN {} is already used by another interface", v.get_ref()),
+                ));
+            }
+            ifc.vlan = *v.get_ref();
+        }
+        PortRole::Internal => {
+            if let Some(a) = &r.address {
+                return Err(cx.err(
+                    a.span().start,
+                    key("address"),
+                    "internal interfaces have no address".into(),
+                ));
+            }
+            if let Some(v) = &r.vlan {
+                return Err(cx.err(
+                    v.span().start,
+                    key("vlan"),
+                    "internal interfaces have no VLAN id".into(),
+                ));
+            }
+        }
+    }
+    Ok(ifc)
+}
+
+/// The classifier's rules: the defaults, with the file's `[[rule]]`s first among rules as
+/// specific as they are; a field that needs another (`arp_op` an ARP ethertype,
+/// `protocol` IPv4's, `port` TCP or UDP) is an error.
+fn lb_rules(cx: &crate::config::At, raw: &[Spanned<Rule>]) -> Result<Vec<Rule>, ConfigError> {
+    let mut rules = default_rules();
+    for (i, r) in raw.iter().enumerate() {
+        let rr = r.get_ref();
+        if rr.arp_op.is_some() && rr.ethertype != Some(wire::ethernet::ethertype::ARP) {
+            return Err(cx.err(
+                r.span().start,
+                format!("rule[{i}].arp_op"),
+                "needs ethertype = 0x0806".into(),
+            ));
+        }
+        if rr.protocol.is_some() && rr.ethertype != Some(wire::ethernet::ethertype::IPV4) {
+            return Err(cx.err(
+                r.span().start,
+                format!("rule[{i}].protocol"),
+                "needs ethertype = 0x0800".into(),
+            ));
+        }
+        if rr.port.is_some() && !matches!(rr.protocol, Some(6) | Some(17)) {
+            return Err(cx.err(
+                r.span().start,
+                format!("rule[{i}].port"),
+                "needs protocol = 6 (TCP) or 17 (UDP)".into(),
+            ));
+        }
+        // Configured rules come first among rules as specific as they are.
+        rules.insert(0, rr.clone());
+    }
+    Ok(rules)
 }
 
 /// Builds the LB from its configuration and its ports (one link per interface, in order).

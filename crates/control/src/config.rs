@@ -649,15 +649,15 @@ impl ForwarderFile {
     }
 }
 
-/// Where a forwarder file's errors point: the file and its text (for the line).
-struct At<'a> {
-    path: &'a Path,
-    src: &'a str,
+/// Where a config file's errors point: the file and its text (for the line).
+pub(crate) struct At<'a> {
+    pub(crate) path: &'a Path,
+    pub(crate) src: &'a str,
 }
 
 impl At<'_> {
     /// An error at byte `at` of the file, for `key`.
-    fn err(&self, at: usize, key: String, message: String) -> ConfigError {
+    pub(crate) fn err(&self, at: usize, key: String, message: String) -> ConfigError {
         ConfigError {
             file: self.path.into(),
             line: line_of(self.src, at),
