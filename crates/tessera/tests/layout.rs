@@ -1,5 +1,7 @@
 //! The layout rules of the README ("Layout"): no source file over 1,200 lines outside its
-//! tests, and no import circle between the files of a crate. Reads the sources only.
+//! tests, no function over 150 lines outside tests (but the ones still listed), no import
+//! circle between the files of a crate, and `unsafe` only where the README says. Reads the
+//! sources only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -314,5 +316,129 @@ fn the_unsafe_check_reads_the_readme_list() {
     assert!(
         !places.iter().any(|p| p.starts_with("crates/wire")),
         "{places:?}"
+    );
+}
+
+/// Lines a function may take outside tests (issue 59).
+const MAX_FN_LINES: usize = 150;
+
+/// Functions still over [`MAX_FN_LINES`], each to be split (the list only shrinks): file
+/// under `crates/`, function name.
+const LONG_FNS: [(&str, &str); 17] = [
+    ("io/src/fastpath/program.rs", "program"),
+    ("wire/src/dist/codec.rs", "parse"),
+    ("bench/src/scale_bench.rs", "measure"),
+    ("lab/src/topology.rs", "build"),
+    ("bench/src/flood_bench.rs", "run"),
+    ("io/src/afpacket.rs", "open"),
+    ("bench/src/scale_bench.rs", "run"),
+    ("io/src/fastpath/lb.rs", "fast_part"),
+    ("bench/src/fib_bench.rs", "run"),
+    ("io/src/xsk.rs", "open"),
+    ("lab/src/upgrade.rs", "upgrade"),
+    ("gen/src/generator.rs", "run_xdp"),
+    ("control/src/vcp.rs", "receive"),
+    ("tessera/src/cmd/elements.rs", "balancer"),
+    ("control/src/vcp/run.rs", "run"),
+    ("bench/src/contend_bench.rs", "run"),
+    ("control/src/vcp/file.rs", "parse"),
+];
+
+/// The functions of a file's code (outside its test module) and their lengths in lines,
+/// from the `fn` line to the closing brace at the same indentation.
+fn fn_lengths(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("#[cfg(test)]"))
+        .collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i];
+        let t = l.trim_start();
+        let indent = &l[..l.len() - t.len()];
+        let after = [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "async ",
+            "unsafe ",
+            "const ",
+        ]
+        .iter()
+        .fold(t, |t, p| t.strip_prefix(p).unwrap_or(t));
+        let Some(rest) = after.strip_prefix("fn ") else {
+            i += 1;
+            continue;
+        };
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        // Its body's opening line (a declaration without a body ends in ';').
+        let mut j = i;
+        while j < lines.len() && !lines[j].trim_end().ends_with('{') {
+            if lines[j].trim_end().ends_with(';') {
+                break;
+            }
+            j += 1;
+        }
+        if j >= lines.len() || lines[j].trim_end().ends_with(';') {
+            i = j + 1;
+            continue;
+        }
+        let close = format!("{indent}}}");
+        let mut k = j + 1;
+        while k < lines.len() && lines[k].trim_end() != close {
+            k += 1;
+        }
+        out.push((name, k - i + 1));
+        i = k + 1;
+    }
+    out
+}
+
+#[test]
+fn no_function_is_over_150_lines_but_the_listed() {
+    let mut over = Vec::new();
+    let mut listed_now_short = Vec::new();
+    let root = crates_dir();
+    for (_, src) in crates() {
+        for (m, f) in crate_files(&src) {
+            if is_test_file(&m, &f) {
+                continue;
+            }
+            let rel = f
+                .canonicalize()
+                .unwrap()
+                .strip_prefix(root.canonicalize().unwrap())
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let text = std::fs::read_to_string(&f).unwrap();
+            for (name, n) in fn_lengths(&text) {
+                let listed = LONG_FNS.contains(&(rel.as_str(), name.as_str()));
+                if n > MAX_FN_LINES && !listed {
+                    over.push(format!("{rel}: {name} ({n} lines)"));
+                }
+                if n <= MAX_FN_LINES && listed {
+                    listed_now_short.push(format!("{rel}: {name} ({n} lines)"));
+                }
+            }
+        }
+    }
+    assert!(over.is_empty(), "over {MAX_FN_LINES} lines: {over:#?}");
+    assert!(
+        listed_now_short.is_empty(),
+        "split: take these off LONG_FNS: {listed_now_short:#?}"
+    );
+}
+
+#[test]
+fn the_function_lengths_are_counted_from_fn_to_its_brace() {
+    let text = "fn a() {\n    x;\n}\n\n    pub(crate) fn b(\n        y: u8,\n    ) -> u8 {\n        y\n    }\nfn c();\n";
+    assert_eq!(
+        fn_lengths(text),
+        vec![("a".to_string(), 3), ("b".to_string(), 5)]
     );
 }
