@@ -135,58 +135,10 @@ impl ControllerFile {
             })?,
             None => DEFAULT_PRIORITY,
         };
-        let mut ospf_grace = None;
-        let (mut on_active, mut on_standby) = (Vec::new(), Vec::new());
-        if let Some(t) = &raw.takeover {
-            for (v, key, out) in [
-                (&t.on_active, "takeover.on_active", &mut on_active),
-                (&t.on_standby, "takeover.on_standby", &mut on_standby),
-            ] {
-                if let Some(a) = v {
-                    if a.get_ref().is_empty() || a.get_ref()[0].is_empty() {
-                        return Err(err(
-                            a.span().start,
-                            key,
-                            "needs a program and its arguments, like [\"/usr/local/bin/start-protocols\"]".into(),
-                        ));
-                    }
-                    *out = a.get_ref().clone();
-                }
-            }
-            let addr =
-                |v: &Option<Spanned<String>>, key: &str| -> Result<Option<Ipv4Addr>, ConfigError> {
-                    v.as_ref()
-                        .map(|s| {
-                            s.get_ref().parse().map_err(|_| {
-                                err(
-                                    s.span().start,
-                                    key,
-                                    format!("{:?} is not a dotted IPv4 address", s.get_ref()),
-                                )
-                            })
-                        })
-                        .transpose()
-                };
-            let area = addr(&t.ospf_area, "takeover.ospf_area")?.unwrap_or(Ipv4Addr::UNSPECIFIED);
-            let grace_period_s = match &t.ospf_grace_period_s {
-                Some(g) if !(1..=1800).contains(g.get_ref()) => {
-                    return Err(err(
-                        g.span().start,
-                        "takeover.ospf_grace_period_s",
-                        "must be 1 to 1800".into(),
-                    ))
-                }
-                Some(g) => *g.get_ref() as u32,
-                None => 120,
-            };
-            if let Some(router_id) = addr(&t.ospf_router_id, "takeover.ospf_router_id")? {
-                ospf_grace = Some(OspfGrace {
-                    router_id,
-                    area,
-                    grace_period_s,
-                });
-            }
-        }
+        let (ospf_grace, on_active, on_standby) = match &raw.takeover {
+            Some(t) => takeover(&crate::config::At { path, src }, t)?,
+            None => (None, Vec::new(), Vec::new()),
+        };
         let (mut fpm_listen, mut fpm_settle) = (None, Duration::from_millis(DEFAULT_SETTLE_MS));
         if let Some(f) = &raw.fpm {
             fpm_listen = Some(f.listen.get_ref().parse().map_err(|_| {
@@ -259,6 +211,65 @@ impl ControllerFile {
             on_standby,
         })
     }
+}
+
+/// `[takeover]`: the OSPF Grace-LSA's facts (where a router ID is given), and the commands
+/// run on becoming active and standby.
+type Takeover = (Option<OspfGrace>, Vec<String>, Vec<String>);
+
+/// Reads `[takeover]` ([`Takeover`]).
+fn takeover(cx: &crate::config::At, t: &RawTakeover) -> Result<Takeover, ConfigError> {
+    let mut ospf_grace = None;
+    let (mut on_active, mut on_standby) = (Vec::new(), Vec::new());
+    for (v, key, out) in [
+        (&t.on_active, "takeover.on_active", &mut on_active),
+        (&t.on_standby, "takeover.on_standby", &mut on_standby),
+    ] {
+        if let Some(a) = v {
+            if a.get_ref().is_empty() || a.get_ref()[0].is_empty() {
+                return Err(cx.err(
+                    a.span().start,
+                    key.to_string(),
+                    "needs a program and its arguments, like [\"/usr/local/bin/start-protocols\"]"
+                        .into(),
+                ));
+            }
+            *out = a.get_ref().clone();
+        }
+    }
+    let addr = |v: &Option<Spanned<String>>, key: &str| -> Result<Option<Ipv4Addr>, ConfigError> {
+        v.as_ref()
+            .map(|s| {
+                s.get_ref().parse().map_err(|_| {
+                    cx.err(
+                        s.span().start,
+                        key.to_string(),
+                        format!("{:?} is not a dotted IPv4 address", s.get_ref()),
+                    )
+                })
+            })
+            .transpose()
+    };
+    let area = addr(&t.ospf_area, "takeover.ospf_area")?.unwrap_or(Ipv4Addr::UNSPECIFIED);
+    let grace_period_s = match &t.ospf_grace_period_s {
+        Some(g) if !(1..=1800).contains(g.get_ref()) => {
+            return Err(cx.err(
+                g.span().start,
+                "takeover.ospf_grace_period_s".into(),
+                "must be 1 to 1800".into(),
+            ))
+        }
+        Some(g) => *g.get_ref() as u32,
+        None => 120,
+    };
+    if let Some(router_id) = addr(&t.ospf_router_id, "takeover.ospf_router_id")? {
+        ospf_grace = Some(OspfGrace {
+            router_id,
+            area,
+            grace_period_s,
+        });
+    }
+    Ok((ospf_grace, on_active, on_standby))
 }
 
 impl ControllerFile {
