@@ -158,36 +158,8 @@ pub fn run<P: Port>(
         fpm_synced: Arc::new(AtomicBool::new(false)),
         resettle: AtomicBool::new(false),
     });
-    let mut c = Controller::new(mac, cfg.hello_interval, cfg.configure_lbs, Instant::now());
-    c.terminate = cfg.terminate;
-    c.priority = cfg.priority;
-    c.ospf_grace = cfg.ospf_grace;
-    c.on_active = cfg.on_active.clone();
-    c.on_standby = cfg.on_standby.clone();
-    if cfg.fpm_listen.is_some() {
-        c.settle = Some(cfg.fpm_settle);
-        // Hold distribution until zebra has resent its table (at most settle_ms).
-        c.hold = Some((shared.fpm_synced.clone(), c.started + cfg.fpm_settle));
-    }
-    c.guard = cfg.dist.guard();
-    c.signer = cfg.dist.signer();
-    let ctl = Arc::new(Mutex::new(c));
-    let view: crate::metrics::Source = {
-        let (c, sh) = (ctl.clone(), shared.clone());
-        let name = crate::metrics::element_name(&cfg.metrics, control, "controller");
-        // Lock order everywhere: fpm, then fib, then the controller.
-        Arc::new(move || {
-            let Ok(fib) = sh.fib.lock() else {
-                return Vec::new();
-            };
-            let Ok(c) = c.lock() else {
-                return Vec::new();
-            };
-            let mut v = c.router_view_with(Some(&fib));
-            v.push(c.own_gauges(&name, &fib));
-            v
-        })
-    };
+    let ctl = Arc::new(Mutex::new(controller(cfg, mac, &shared)));
+    let view = metrics_view(cfg, control, &ctl, &shared);
     let metrics = crate::metrics::MetricsSlot::start(&cfg.metrics, &view)?;
     let _fpm = match cfg.fpm_listen {
         Some(addr) => {
@@ -286,6 +258,48 @@ pub fn run<P: Port>(
         }
     }
     Ok(())
+}
+
+/// The controller as `cfg` makes it: its hello interval, priority, takeover actions and
+/// DIST keys; where FPM feeds it, distribution held until zebra has resent its table (at
+/// most `[fpm] settle_ms`).
+fn controller(cfg: &ControllerFile, mac: MacAddr, shared: &Shared) -> Controller {
+    let mut c = Controller::new(mac, cfg.hello_interval, cfg.configure_lbs, Instant::now());
+    c.terminate = cfg.terminate;
+    c.priority = cfg.priority;
+    c.ospf_grace = cfg.ospf_grace;
+    c.on_active = cfg.on_active.clone();
+    c.on_standby = cfg.on_standby.clone();
+    if cfg.fpm_listen.is_some() {
+        c.settle = Some(cfg.fpm_settle);
+        c.hold = Some((shared.fpm_synced.clone(), c.started + cfg.fpm_settle));
+    }
+    c.guard = cfg.dist.guard();
+    c.signer = cfg.dist.signer();
+    c
+}
+
+/// What `/metrics` shows of the controller: the router view it keeps, and its own gauges.
+fn metrics_view(
+    cfg: &ControllerFile,
+    control: Option<&Path>,
+    ctl: &Arc<Mutex<Controller>>,
+    shared: &Arc<Shared>,
+) -> crate::metrics::Source {
+    let (c, sh) = (ctl.clone(), shared.clone());
+    let name = crate::metrics::element_name(&cfg.metrics, control, "controller");
+    // Lock order everywhere: fpm, then fib, then the controller.
+    Arc::new(move || {
+        let Ok(fib) = sh.fib.lock() else {
+            return Vec::new();
+        };
+        let Ok(c) = c.lock() else {
+            return Vec::new();
+        };
+        let mut v = c.router_view_with(Some(&fib));
+        v.push(c.own_gauges(&name, &fib));
+        v
+    })
 }
 
 fn send<P: Port>(port: &mut P, q: &mut Vec<Pkt>, pool: &mut Pool, ctl: &Mutex<Controller>) {
