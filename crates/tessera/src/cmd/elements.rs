@@ -239,6 +239,43 @@ pub(crate) fn open_port(
     Ok((port, link))
 }
 
+/// Why the LB runs without its fast path (None: it runs it). The fast path is an XDP
+/// program: its ports are AF_XDP's. Said outright (`[io] fast_path = true`), the backend
+/// becomes "xdp" ("auto" does not fall back to AF_PACKET then), and "packet" is an error;
+/// by default, a port that cannot open AF_XDP runs on AF_PACKET without it, and says so.
+fn lb_fast_off(io_cfg: &mut control::config::IoConfig, config: &Path) -> Result<Option<String>> {
+    let mut off = (!io_cfg.fast_path).then(|| "[io] fast_path = false".to_string());
+    if io_cfg.fast_path && io_cfg.backend == io::Backend::Packet {
+        if io_cfg.fast_path_set {
+            bail!(
+                "{}: [io] fast_path of the LB runs in XDP: it needs backend = \"xdp\" or \"auto\", not \"packet\"",
+                config.display()
+            );
+        }
+        off = Some("the LB's fast path runs in XDP, and [io] backend = \"packet\"".into());
+    }
+    if io_cfg.fast_path && io_cfg.fast_path_set {
+        io_cfg.backend = io::Backend::Xdp;
+    }
+    Ok(off)
+}
+
+/// The log line of an LB that runs: its interfaces, back-ends, mode, fast path, workers.
+fn log_lb_running(
+    cfg: &control::balancer::BalancerFile,
+    b: &dataplane::balancer::Balancer,
+    fast_path: bool,
+) {
+    tracing::info!(
+        interfaces = %cfg.interfaces.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(","),
+        backends = b.table.entries.len(),
+        mode = ?b.table.mode,
+        fast_path,
+        workers = cfg.io.workers,
+        "balancer running"
+    );
+}
+
 pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
     let (config, control) = (a.config.as_path(), a.control.as_deref());
     let mut cfg = control::balancer::BalancerFile::load(config)?;
@@ -248,22 +285,7 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
     a.place(&mut cfg.io)?;
     a.dist(&mut cfg.dist, "balancer")?;
     a.fast(&mut cfg.io);
-    // The LB's fast path is an XDP program: its ports are AF_XDP's. Said outright, "auto"
-    // does not fall back to AF_PACKET then; by default, a port that cannot open AF_XDP
-    // runs on AF_PACKET without it, and says so.
-    let mut off = (!cfg.io.fast_path).then(|| "[io] fast_path = false".to_string());
-    if cfg.io.fast_path && cfg.io.backend == io::Backend::Packet {
-        if cfg.io.fast_path_set {
-            bail!(
-                "{}: [io] fast_path of the LB runs in XDP: it needs backend = \"xdp\" or \"auto\", not \"packet\"",
-                config.display()
-            );
-        }
-        off = Some("the LB's fast path runs in XDP, and [io] backend = \"packet\"".into());
-    }
-    if cfg.io.fast_path && cfg.io.fast_path_set {
-        cfg.io.backend = io::Backend::Xdp;
-    }
+    let off = lb_fast_off(&mut cfg.io, config)?;
     let mut fast_off = std::collections::HashMap::new();
     let stop = stop_on_signals()?;
     let workers = cfg.io.workers;
@@ -366,24 +388,17 @@ pub(crate) fn balancer(a: &ElementArgs) -> Result<i32> {
     }
     let names: Vec<&str> = cfg.interfaces.iter().map(|i| i.name.as_str()).collect();
     control::run::place_ports(&cfg.io, &names);
-    tracing::info!(
-        interfaces = %cfg.interfaces.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(","),
-        backends = b.table.entries.len(),
-        mode = ?b.table.mode,
-        fast_path = fast.is_some(),
-        workers,
-        "balancer running"
-    );
-    let external = cfg
-        .interfaces
-        .iter()
-        .filter(|i| i.role == wire::dist::PortRole::External)
-        .map(|i| i.name.clone())
-        .collect();
+    log_lb_running(&cfg, &b, fast.is_some());
     let how = control::balancer::RunWith {
         io: cfg.io,
         metrics: cfg.metrics.clone(),
-        external,
+        // The external interfaces' names (the router view's ports).
+        external: cfg
+            .interfaces
+            .iter()
+            .filter(|i| i.role == wire::dist::PortRole::External)
+            .map(|i| i.name.clone())
+            .collect(),
         fast,
         fast_off,
         config: Some(config.to_path_buf()),
