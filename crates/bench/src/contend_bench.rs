@@ -578,32 +578,7 @@ pub fn run(opts: &ContendOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, 
                     }
                 }
                 if opts.tcp_seconds > 0.0 && rtts.contains(&rtt) {
-                    let ping = ping_rtt_ms(&l);
-                    progress(&format!(
-                        "{dut}: round-trip time {} (added {rtt} ms)",
-                        ping.map_or("unknown".into(), |p| format!("{p:.2} ms"))
-                    ));
-                    for cc in &ccs {
-                        for sack in [true, false] {
-                            let flows = tcp_run(&l, cc, sack, opts.tcp_seconds)?;
-                            let rates: Vec<f64> = flows
-                                .iter()
-                                .map(|f| f["received_mbps"].as_f64().unwrap_or(0.0))
-                                .collect();
-                            progress(&format!(
-                                "{dut} TCP {cc} rtt {rtt} ms sack {}: {:.0} + {:.0} Mbit/s (Jain {:.3})",
-                                if sack { "on" } else { "off" },
-                                rates[0],
-                                rates[1],
-                                jain(&rates)
-                            ));
-                            tcp_rows.push(json!({
-                                "device": dut, "cc": cc, "rtt_ms": rtt, "ping_rtt_ms": ping, "sack": sack,
-                                "total_mbps": rates.iter().sum::<f64>(), "jain": jain(&rates),
-                                "flows": flows,
-                            }));
-                        }
-                    }
+                    tcp_rows.extend(tcp_pass(&l, opts, dut, rtt, &ccs, progress)?);
                 }
                 Ok(())
             })();
@@ -641,6 +616,46 @@ pub fn run(opts: &ContendOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, 
     )?;
     write(&opts.out.join("table.md"), &markdown(&v))?;
     Ok(v)
+}
+
+/// The TCP runs through `dut` at added round-trip time `rtt` (ms): each congestion
+/// control of `ccs`, with SACK and without; their rows.
+fn tcp_pass(
+    l: &lab::Lab,
+    opts: &ContendOpts,
+    dut: &str,
+    rtt: f64,
+    ccs: &[String],
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Value>, String> {
+    let mut rows = Vec::new();
+    let ping = ping_rtt_ms(l);
+    progress(&format!(
+        "{dut}: round-trip time {} (added {rtt} ms)",
+        ping.map_or("unknown".into(), |p| format!("{p:.2} ms"))
+    ));
+    for cc in ccs {
+        for sack in [true, false] {
+            let flows = tcp_run(l, cc, sack, opts.tcp_seconds)?;
+            let rates: Vec<f64> = flows
+                .iter()
+                .map(|f| f["received_mbps"].as_f64().unwrap_or(0.0))
+                .collect();
+            progress(&format!(
+                "{dut} TCP {cc} rtt {rtt} ms sack {}: {:.0} + {:.0} Mbit/s (Jain {:.3})",
+                if sack { "on" } else { "off" },
+                rates[0],
+                rates[1],
+                jain(&rates)
+            ));
+            rows.push(json!({
+                "device": dut, "cc": cc, "rtt_ms": rtt, "ping_rtt_ms": ping, "sack": sack,
+                "total_mbps": rates.iter().sum::<f64>(), "jain": jain(&rates),
+                "flows": flows,
+            }));
+        }
+    }
+    Ok(rows)
 }
 
 /// The study's table and the TCP table, as Markdown.
