@@ -609,12 +609,12 @@ impl WorkerThread {
 /// Gaps are not measured per frame here (`gap_ns` is null): the sink's interval rates show
 /// the pacing. `tx_packets` is what the interface took; a veth whose peer cannot keep up
 /// drops the rest (`device_dropped`): then the receiver, not the generator, is the limit.
-fn run_xdp(
+/// The XDP generator's program for `cfg` (frames from `src_mac`), and the flows' frame
+/// templates (for the end markers).
+fn xdp_program(
     cfg: &GenConfig,
-    stop: &AtomicBool,
-    done: &mut dyn FnMut(&Value),
-) -> Result<Value, String> {
-    let (mut port, src_mac) = open_tx(&cfg.iface)?;
+    src_mac: MacAddr,
+) -> Result<(io::xdp::XdpGen, Vec<Vec<u8>>), String> {
     let (templates, dests) = match &cfg.dst {
         Destinations::One(dst) => (flow_templates(cfg, src_mac, *dst), None),
         Destinations::Prefixes(p) => {
@@ -646,7 +646,7 @@ fn run_xdp(
         flow: (lay.probe_at + 2) as u16,
         time: (lay.probe_at + 10) as u16,
     };
-    let mut g = io::xdp::XdpGen::new(
+    let g = io::xdp::XdpGen::new(
         &cfg.iface,
         &first,
         flows as u16,
@@ -656,6 +656,17 @@ fn run_xdp(
         dests,
     )
     .map_err(|e| format!("--xdp: {e}"))?;
+    Ok((g, templates))
+}
+
+fn run_xdp(
+    cfg: &GenConfig,
+    stop: &AtomicBool,
+    done: &mut dyn FnMut(&Value),
+) -> Result<Value, String> {
+    let (mut port, src_mac) = open_tx(&cfg.iface)?;
+    let (mut g, templates) = xdp_program(cfg, src_mac)?;
+    let flows = templates.len() as u64;
     let target = cfg.rate.pps(cfg.size);
     let limit = cfg.count.unwrap_or(u64::MAX);
     let duration_ns = cfg
