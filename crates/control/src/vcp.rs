@@ -566,90 +566,7 @@ impl Controller {
         };
         self.stats.dist_received += 1;
         match r.msg {
-            dist::Message::Hello(h) => {
-                self.stats.hellos_received += 1;
-                let stats = &mut self.stats;
-                let mut appeared = false;
-                let e = self.elements.entry(src).or_insert_with(|| {
-                    stats.elements_up += 1;
-                    appeared = true;
-                    tracing::info!(element = %src, kind = ?h.element, ports = h.ports.len(), incarnation = %h.state.map_or("none".into(), |s| format!("{:016x}", s.incarnation)), "element up");
-                    ElementInfo {
-                        kind: h.element,
-                        ports: Vec::new(),
-                        addrs6: Vec::new(),
-                        interval: Duration::ZERO,
-                        last_seen: now,
-                        since: now,
-                        rx_packets: 0,
-                        tx_packets: 0,
-                        dropped: 0,
-                        priority: 0,
-                        active: false,
-                        state: None,
-                    }
-                });
-                let before = e.state;
-                e.kind = h.element;
-                e.ports = h.ports;
-                e.addrs6 = h.addrs6.clone();
-                e.interval = Duration::from_millis(h.interval_ms.max(1) as u64);
-                e.last_seen = now;
-                self.silent.remove(&src);
-                (e.rx_packets, e.tx_packets, e.dropped) = (h.rx_packets, h.tx_packets, h.dropped);
-                (e.priority, e.active) = (h.priority, h.active);
-                e.state = h.state;
-                let lb_interval = e.interval;
-                let kind = h.element;
-                let ports = e.ports.clone();
-                if appeared {
-                    // Whatever it acknowledged before its hellos stopped, it is not
-                    // consistent until it acknowledges again.
-                    self.dist.reappeared(src, now);
-                }
-                // The active controller distributes to the back-ends, and to the standby
-                // controllers, which mirror the table (docs/dist.md, "Controller election").
-                if self.role == Role::Active
-                    && (kind == ElementKind::Forwarder
-                        || (kind == ElementKind::Controller && !h.active))
-                {
-                    self.dist.add(src, now);
-                    if let Some(st) = &h.state {
-                        if self.dist.hello(src, st, fib, now) {
-                            self.stats.restarts_seen += 1;
-                        }
-                    }
-                } else if kind == ElementKind::Controller && h.active {
-                    self.dist.remove(src);
-                }
-                if kind == ElementKind::Balancer && self.role == Role::Active {
-                    if appeared {
-                        // A new LB, or one back after its hellos stopped: its table now.
-                        self.next_balance = now;
-                    }
-                    if let Some(st) = h.state {
-                        let known = self.lb_incarnations.insert(src, st.incarnation);
-                        let restarted = known.is_some_and(|i| i != st.incarnation)
-                            || before.is_some_and(|b| b.incarnation != st.incarnation);
-                        if restarted {
-                            self.stats.lb_restarts_seen += 1;
-                            tracing::warn!(element = %src, incarnation = %format!("{:016x}", st.incarnation), "LB restarted (a new incarnation): its table goes to it at once");
-                            self.next_balance = now;
-                        } else if let Some((d, at)) = self.balance_digests.get(&src) {
-                            // It holds another table than the one sent, and not for the
-                            // time the last one takes to arrive.
-                            if st.digest != *d && now.duration_since(*at) >= lb_interval * 2 {
-                                self.stats.lb_tables_resent += 1;
-                                tracing::warn!(element = %src, "LB's table differs from the one sent: sending it again");
-                                self.next_balance = now;
-                            }
-                        }
-                    }
-                }
-                if h.element == ElementKind::Balancer && self.terminate {
-                    self.make_taps(&ports, &h.addrs6);
-                }
-            }
+            dist::Message::Hello(h) => self.on_hello(src, h, fib, now),
             dist::Message::Routes(b) => {
                 // The active controller's table, mirrored by a standby.
                 let from_active = self
@@ -697,6 +614,93 @@ impl Controller {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A hello from element `src`: its record kept, and what the active controller does
+    /// for it (distribution to a back-end or a standby, an LB's table when it appears,
+    /// restarts or holds another; the TAPs of an LB's external ports).
+    fn on_hello(&mut self, src: MacAddr, h: dist::Hello, fib: &mut Fib, now: Instant) {
+        self.stats.hellos_received += 1;
+        let stats = &mut self.stats;
+        let mut appeared = false;
+        let e = self.elements.entry(src).or_insert_with(|| {
+            stats.elements_up += 1;
+            appeared = true;
+            tracing::info!(element = %src, kind = ?h.element, ports = h.ports.len(), incarnation = %h.state.map_or("none".into(), |s| format!("{:016x}", s.incarnation)), "element up");
+            ElementInfo {
+                kind: h.element,
+                ports: Vec::new(),
+                addrs6: Vec::new(),
+                interval: Duration::ZERO,
+                last_seen: now,
+                since: now,
+                rx_packets: 0,
+                tx_packets: 0,
+                dropped: 0,
+                priority: 0,
+                active: false,
+                state: None,
+            }
+        });
+        let before = e.state;
+        e.kind = h.element;
+        e.ports = h.ports;
+        e.addrs6 = h.addrs6.clone();
+        e.interval = Duration::from_millis(h.interval_ms.max(1) as u64);
+        e.last_seen = now;
+        self.silent.remove(&src);
+        (e.rx_packets, e.tx_packets, e.dropped) = (h.rx_packets, h.tx_packets, h.dropped);
+        (e.priority, e.active) = (h.priority, h.active);
+        e.state = h.state;
+        let lb_interval = e.interval;
+        let kind = h.element;
+        let ports = e.ports.clone();
+        if appeared {
+            // Whatever it acknowledged before its hellos stopped, it is not
+            // consistent until it acknowledges again.
+            self.dist.reappeared(src, now);
+        }
+        // The active controller distributes to the back-ends, and to the standby
+        // controllers, which mirror the table (docs/dist.md, "Controller election").
+        if self.role == Role::Active
+            && (kind == ElementKind::Forwarder || (kind == ElementKind::Controller && !h.active))
+        {
+            self.dist.add(src, now);
+            if let Some(st) = &h.state {
+                if self.dist.hello(src, st, fib, now) {
+                    self.stats.restarts_seen += 1;
+                }
+            }
+        } else if kind == ElementKind::Controller && h.active {
+            self.dist.remove(src);
+        }
+        if kind == ElementKind::Balancer && self.role == Role::Active {
+            if appeared {
+                // A new LB, or one back after its hellos stopped: its table now.
+                self.next_balance = now;
+            }
+            if let Some(st) = h.state {
+                let known = self.lb_incarnations.insert(src, st.incarnation);
+                let restarted = known.is_some_and(|i| i != st.incarnation)
+                    || before.is_some_and(|b| b.incarnation != st.incarnation);
+                if restarted {
+                    self.stats.lb_restarts_seen += 1;
+                    tracing::warn!(element = %src, incarnation = %format!("{:016x}", st.incarnation), "LB restarted (a new incarnation): its table goes to it at once");
+                    self.next_balance = now;
+                } else if let Some((d, at)) = self.balance_digests.get(&src) {
+                    // It holds another table than the one sent, and not for the
+                    // time the last one takes to arrive.
+                    if st.digest != *d && now.duration_since(*at) >= lb_interval * 2 {
+                        self.stats.lb_tables_resent += 1;
+                        tracing::warn!(element = %src, "LB's table differs from the one sent: sending it again");
+                        self.next_balance = now;
+                    }
+                }
+            }
+        }
+        if h.element == ElementKind::Balancer && self.terminate {
+            self.make_taps(&ports, &h.addrs6);
         }
     }
 
