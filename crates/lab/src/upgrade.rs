@@ -54,6 +54,38 @@ pub const KINDS: [&str; 6] = [
     "axon",
 ];
 
+/// Back-end `name` drained on the active controller `ctl`, restarted, and undrained once
+/// it holds the controller's table again: the step's record.
+fn drained_restart(lab: &Lab, name: &str, ctl: &str) -> Result<Value, String> {
+    let t = Instant::now();
+    let drain = json!({"cmd": "drain", "element": name});
+    let drained = wait(
+        &format!("{name} idle after its drain"),
+        Duration::from_secs(30),
+        || ask(lab, ctl, drain.clone()).is_ok_and(|v| v["state"] == "idle"),
+    )?;
+    let restarted_ms = restart(lab, name)?;
+    let table = wait(
+        &format!("{name} holding the controller's table after its start"),
+        Duration::from_secs(30),
+        || {
+            let (Ok(own), Ok(c)) = (
+                ask(lab, name, json!({"cmd": "fib"})),
+                ask(lab, ctl, json!({"cmd": "fib"})),
+            ) else {
+                return false;
+            };
+            own["epoch"] == c["epoch"] && own["digest"] == c["digest"]
+        },
+    )?;
+    ask(lab, ctl, json!({"cmd": "undrain", "element": name}))?;
+    Ok(json!({
+        "element": name, "role": "back-end", "done": "drained, restarted, undrained",
+        "drain_ms": drained.as_millis() as u64, "restart_ms": restarted_ms,
+        "table_ms": table.as_millis() as u64, "total_ms": t.elapsed().as_millis() as u64,
+    }))
+}
+
 /// Restarts every element of `lab` in turn (see the module's documentation), or those of
 /// the kinds or names in `only` ([`KINDS`], element names; empty: all), in the same order;
 /// `say` hears each step as it ends. Returns the steps.
@@ -113,37 +145,8 @@ pub fn upgrade(lab: &Lab, only: &[String], say: &mut dyn FnMut(&str)) -> Result<
         let ctl = active.as_deref().ok_or_else(|| {
             format!("back-end {name}: no active controller answers to drain it on")
         })?;
-        let t = Instant::now();
-        let drain = json!({"cmd": "drain", "element": name});
-        let drained = wait(
-            &format!("{name} idle after its drain"),
-            Duration::from_secs(30),
-            || ask(lab, ctl, drain.clone()).is_ok_and(|v| v["state"] == "idle"),
-        )?;
         let _ = cfg;
-        let restarted_ms = restart(lab, name)?;
-        let table = wait(
-            &format!("{name} holding the controller's table after its start"),
-            Duration::from_secs(30),
-            || {
-                let (Ok(own), Ok(c)) = (
-                    ask(lab, name, json!({"cmd": "fib"})),
-                    ask(lab, ctl, json!({"cmd": "fib"})),
-                ) else {
-                    return false;
-                };
-                own["epoch"] == c["epoch"] && own["digest"] == c["digest"]
-            },
-        )?;
-        ask(lab, ctl, json!({"cmd": "undrain", "element": name}))?;
-        record(
-            json!({
-                "element": name, "role": "back-end", "done": "drained, restarted, undrained",
-                "drain_ms": drained.as_millis() as u64, "restart_ms": restarted_ms,
-                "table_ms": table.as_millis() as u64, "total_ms": t.elapsed().as_millis() as u64,
-            }),
-            say,
-        );
+        record(drained_restart(lab, name, ctl)?, say);
     }
     // Standalone forwarders: their fast path is handed over to the next start.
     for (name, _, _) in procs
