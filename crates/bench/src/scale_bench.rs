@@ -784,39 +784,7 @@ pub fn predict(elements: &[Value], offer_limit: f64) -> (f64, String) {
 }
 
 pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, String> {
-    if opts.ports == 0 || opts.ports > 16 {
-        return Err(format!("--ports {}: 1 to 16 external networks", opts.ports));
-    }
-    if opts.backends.is_empty() || opts.backends.iter().any(|&n| n == 0 || n > 16) {
-        return Err("--backends: numbers of back-ends from 1 to 16".into());
-    }
-    if !(1..=8).contains(&opts.lb_cores) {
-        return Err(format!("--lb-cores {}: 1 to 8 cores an LB", opts.lb_cores));
-    }
-    let only: Vec<String> = if !opts.only.is_empty() {
-        if let Some(o) = opts.only.iter().find(|o| !CONTENDERS.contains(&o.as_str())) {
-            return Err(format!("--only {o:?}: use {}", CONTENDERS.join(", ")));
-        }
-        opts.only.clone()
-    } else if opts.quick {
-        vec!["multistage".into(), "forwarder".into()]
-    } else {
-        CONTENDERS.iter().map(|s| s.to_string()).collect()
-    };
-    let sizes = if !opts.sizes.is_empty() {
-        opts.sizes.clone()
-    } else if opts.quick {
-        vec![64]
-    } else {
-        vec![64, 1470]
-    };
-    let tables = if !opts.tables.is_empty() {
-        opts.tables.clone()
-    } else if opts.quick {
-        vec!["10".into()]
-    } else {
-        vec!["10".into(), "167000".into()]
-    };
+    let (only, sizes, tables) = matrix(opts)?;
     std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
     let cores = io::placement::online_cpus().len();
     let m = networks(opts.ports);
@@ -858,65 +826,8 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
             spread: opts.spread,
         };
         let key = tf.key.clone();
-        if opts.spread {
-            // Prefix i to the i-th receiving network (round robin), through its host; each
-            // sender draws its destinations from its receiver's share.
-            let mut to: Vec<usize> = streams(opts.ports).iter().map(|s| s.1).collect();
-            to.sort_unstable();
-            to.dedup();
-            let mut text = String::new();
-            let mut shares = vec![String::new(); m + 1];
-            for (i, (p, _)) in t.routes.iter().enumerate() {
-                let n = to[i % to.len()];
-                let _ = writeln!(text, "{p} 10.{n}.0.10");
-                let _ = writeln!(shares[n], "{p}");
-            }
-            write(&opts.out.join(format!("table-{key}.txt")), &text)?;
-            for &n in &to {
-                write(&opts.out.join(format!("table-{key}-to{n}.txt")), &shares[n])?;
-            }
-        } else {
-            let text: String = t.routes.iter().map(|(p, _)| format!("{p}\n")).collect();
-            write(&opts.out.join(format!("table-{key}.txt")), &text)?;
-        }
-        let mut setups = Vec::new();
-        if only.iter().any(|o| o == "forwarder") {
-            setups.push(single(&opts.out, m, 1, false, &tf, &format!("fwd-{key}"))?);
-        }
-        for &n in &opts.backends {
-            if only.iter().any(|o| o == "multistage") {
-                setups.push(multistage(
-                    &opts.out,
-                    (m, n, opts.lb_cores),
-                    &tf,
-                    &format!("ms{n}-{key}"),
-                    opts.interconnect,
-                )?);
-            }
-            if only.iter().any(|o| o == "kernel") {
-                setups.push(single(
-                    &opts.out,
-                    m,
-                    m + n,
-                    true,
-                    &tf,
-                    &format!("linux{n}-{key}"),
-                )?);
-            }
-            if only.iter().any(|o| o == "workers") {
-                setups.push(single(
-                    &opts.out,
-                    m,
-                    m + n,
-                    false,
-                    &tf,
-                    &format!("wk{n}-{key}"),
-                )?);
-            }
-        }
-        if only.iter().any(|o| o == "star") {
-            setups.push(star(&opts.out, m, &tf, &format!("star-{key}"))?);
-        }
+        write_table(opts, &t, &key, m)?;
+        let setups = setups(opts, &only, m, &tf)?;
         for s in &setups {
             if !placement.iter().any(|p: &Value| p["contender"] == label(s)) {
                 placement.push(json!({"contender": label(s), "cores": s.cores, "placed": s.placed, "note": s.note}));
@@ -1005,6 +916,122 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
     let plots = crate::plot::scale_plot(&opts.out, &v)?;
     v["plots"] = json!(plots);
     Ok(v)
+}
+
+/// What --only, --sizes and --tables ask for (or --quick, or the whole matrix), once the
+/// options are checked.
+#[allow(clippy::type_complexity)]
+fn matrix(opts: &ScaleOpts) -> Result<(Vec<String>, Vec<usize>, Vec<String>), String> {
+    if opts.ports == 0 || opts.ports > 16 {
+        return Err(format!("--ports {}: 1 to 16 external networks", opts.ports));
+    }
+    if opts.backends.is_empty() || opts.backends.iter().any(|&n| n == 0 || n > 16) {
+        return Err("--backends: numbers of back-ends from 1 to 16".into());
+    }
+    if !(1..=8).contains(&opts.lb_cores) {
+        return Err(format!("--lb-cores {}: 1 to 8 cores an LB", opts.lb_cores));
+    }
+    let only: Vec<String> = if !opts.only.is_empty() {
+        if let Some(o) = opts.only.iter().find(|o| !CONTENDERS.contains(&o.as_str())) {
+            return Err(format!("--only {o:?}: use {}", CONTENDERS.join(", ")));
+        }
+        opts.only.clone()
+    } else if opts.quick {
+        vec!["multistage".into(), "forwarder".into()]
+    } else {
+        CONTENDERS.iter().map(|s| s.to_string()).collect()
+    };
+    let sizes = if !opts.sizes.is_empty() {
+        opts.sizes.clone()
+    } else if opts.quick {
+        vec![64]
+    } else {
+        vec![64, 1470]
+    };
+    let tables = if !opts.tables.is_empty() {
+        opts.tables.clone()
+    } else if opts.quick {
+        vec!["10".into()]
+    } else {
+        vec!["10".into(), "167000".into()]
+    };
+    Ok((only, sizes, tables))
+}
+
+/// The routes file of table `t` (files keyed `key`), and with --spread each receiving
+/// network's share of it (the senders draw their destinations from their receiver's).
+fn write_table(opts: &ScaleOpts, t: &table::Table, key: &str, m: usize) -> Result<(), String> {
+    if opts.spread {
+        // Prefix i to the i-th receiving network (round robin), through its host; each
+        // sender draws its destinations from its receiver's share.
+        let mut to: Vec<usize> = streams(opts.ports).iter().map(|s| s.1).collect();
+        to.sort_unstable();
+        to.dedup();
+        let mut text = String::new();
+        let mut shares = vec![String::new(); m + 1];
+        for (i, (p, _)) in t.routes.iter().enumerate() {
+            let n = to[i % to.len()];
+            let _ = writeln!(text, "{p} 10.{n}.0.10");
+            let _ = writeln!(shares[n], "{p}");
+        }
+        write(&opts.out.join(format!("table-{key}.txt")), &text)?;
+        for &n in &to {
+            write(&opts.out.join(format!("table-{key}-to{n}.txt")), &shares[n])?;
+        }
+    } else {
+        let text: String = t.routes.iter().map(|(p, _)| format!("{p}\n")).collect();
+        write(&opts.out.join(format!("table-{key}.txt")), &text)?;
+    }
+    Ok(())
+}
+
+/// The routers to measure on table `tf`, as --only and --backends ask.
+fn setups(
+    opts: &ScaleOpts,
+    only: &[String],
+    m: usize,
+    tf: &TableFile,
+) -> Result<Vec<Setup>, String> {
+    let key = &tf.key;
+    let mut setups = Vec::new();
+    if only.iter().any(|o| o == "forwarder") {
+        setups.push(single(&opts.out, m, 1, false, tf, &format!("fwd-{key}"))?);
+    }
+    for &n in &opts.backends {
+        if only.iter().any(|o| o == "multistage") {
+            setups.push(multistage(
+                &opts.out,
+                (m, n, opts.lb_cores),
+                tf,
+                &format!("ms{n}-{key}"),
+                opts.interconnect,
+            )?);
+        }
+        if only.iter().any(|o| o == "kernel") {
+            setups.push(single(
+                &opts.out,
+                m,
+                m + n,
+                true,
+                tf,
+                &format!("linux{n}-{key}"),
+            )?);
+        }
+        if only.iter().any(|o| o == "workers") {
+            setups.push(single(
+                &opts.out,
+                m,
+                m + n,
+                false,
+                tf,
+                &format!("wk{n}-{key}"),
+            )?);
+        }
+    }
+    if only.iter().any(|o| o == "star") {
+        setups.push(star(&opts.out, m, tf, &format!("star-{key}"))?);
+    }
+    Ok(setups)
 }
 
 /// Draws the plots again from a run's results.json (after a change to the plots).

@@ -214,6 +214,83 @@ pub(crate) fn tcx_ingress_link(
     Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
 }
 
+/// Has the packet socket `fd` take only frames whose mark is `mark` (a classic BPF socket
+/// filter: the others are not copied).
+fn accept_only_mark(fd: i32, mark: u32, name: &str) -> io::Result<()> {
+    // Classic BPF: A = skb->mark; accept the whole frame if it is `mark`, else
+    // nothing (the frame is not copied).
+    let code = [
+        libc::sock_filter {
+            code: 0x20, // BPF_LD | BPF_W | BPF_ABS
+            jt: 0,
+            jf: 0,
+            k: (libc::SKF_AD_OFF + libc::SKF_AD_MARK) as u32,
+        },
+        libc::sock_filter {
+            code: 0x15, // BPF_JMP | BPF_JEQ | BPF_K
+            jt: 0,
+            jf: 1,
+            k: mark,
+        },
+        libc::sock_filter {
+            code: 0x06, // BPF_RET | BPF_K
+            jt: 0,
+            jf: 0,
+            k: u32::MAX,
+        },
+        libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+    ];
+    let prog = libc::sock_fprog {
+        len: code.len() as u16,
+        filter: code.as_ptr() as *mut libc::sock_filter,
+    };
+    check(
+        setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog),
+        "SO_ATTACH_FILTER",
+        name,
+    )?;
+    Ok(())
+}
+
+/// Binds the packet socket `fd` to interface `ifindex` for every protocol, and joins it to
+/// its fanout group, if any.
+fn bind(fd: i32, ifindex: i32, fanout: Option<Fanout>, name: &str) -> io::Result<()> {
+    // SAFETY: sockaddr_ll is plain old data.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    sll.sll_ifindex = ifindex;
+    // SAFETY: sll is a valid sockaddr_ll of the size given.
+    let r = unsafe {
+        libc::bind(
+            fd,
+            &sll as *const _ as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
+    check(r, "bind", name)?;
+    if let Some(group) = fanout {
+        // Flow hash: the frames of one flow (5-tuple; addresses for fragments) always
+        // reach the same socket, so a worker never reorders a flow.
+        let arg = match group {
+            // The id field must be 0 with UNIQUEID; the kernel picks the id.
+            Fanout::New => libc::PACKET_FANOUT_HASH << 16 | libc::PACKET_FANOUT_FLAG_UNIQUEID << 16,
+            Fanout::Join(id) => id as u32 | libc::PACKET_FANOUT_HASH << 16,
+        };
+        check(
+            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg),
+            "PACKET_FANOUT",
+            name,
+        )?;
+    }
+    Ok(())
+}
+
 impl AfPacket {
     /// This port reports its interface's own receive and transmit drops
     /// (`device_rx_dropped`, `device_tx_dropped`).
@@ -388,36 +465,7 @@ impl AfPacket {
             }
         };
         check(rc, "PACKET_RX_RING", name)?;
-        let tx_block = (me.tx_frame_size as u32).max(1 << 16);
-        let per_block = tx_block / me.tx_frame_size as u32;
-        let tx_blocks = cfg.tx_frames.div_ceil(per_block).max(1);
-        // The V2 request is the first four fields of the V3 one; the kernel reads the
-        // version's own size.
-        let tx = libc::tpacket_req3 {
-            tp_block_size: tx_block,
-            tp_block_nr: tx_blocks,
-            tp_frame_size: me.tx_frame_size as u32,
-            tp_frame_nr: per_block * tx_blocks,
-            tp_retire_blk_tov: 0,
-            tp_sizeof_priv: 0,
-            tp_feature_req_word: 0,
-        };
-        let rc = match cfg.rx_ring {
-            RxRing::Blocks => setsockopt(fd, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx),
-            RxRing::Frames => setsockopt(
-                fd,
-                libc::SOL_PACKET,
-                libc::PACKET_TX_RING,
-                &libc::tpacket_req {
-                    tp_block_size: tx.tp_block_size,
-                    tp_block_nr: tx.tp_block_nr,
-                    tp_frame_size: tx.tp_frame_size,
-                    tp_frame_nr: tx.tp_frame_nr,
-                },
-            ),
-        };
-        check(rc, "PACKET_TX_RING", name)?;
-        me.tx_frames = (per_block * tx_blocks) as usize;
+        let (tx_block, tx_blocks) = me.tx_ring(cfg.rx_ring, cfg.tx_frames)?;
         let rx_len = me.rx_block_size * me.rx_blocks;
         let tx_len = (tx_block * tx_blocks) as usize;
         // SAFETY: maps the rings just configured on fd; checked for MAP_FAILED.
@@ -451,75 +499,46 @@ impl AfPacket {
             name,
         )?;
         if let Some(mark) = cfg.accept_mark {
-            // Classic BPF: A = skb->mark; accept the whole frame if it is `mark`, else
-            // nothing (the frame is not copied).
-            let code = [
-                libc::sock_filter {
-                    code: 0x20, // BPF_LD | BPF_W | BPF_ABS
-                    jt: 0,
-                    jf: 0,
-                    k: (libc::SKF_AD_OFF + libc::SKF_AD_MARK) as u32,
-                },
-                libc::sock_filter {
-                    code: 0x15, // BPF_JMP | BPF_JEQ | BPF_K
-                    jt: 0,
-                    jf: 1,
-                    k: mark,
-                },
-                libc::sock_filter {
-                    code: 0x06, // BPF_RET | BPF_K
-                    jt: 0,
-                    jf: 0,
-                    k: u32::MAX,
-                },
-                libc::sock_filter {
-                    code: 0x06,
-                    jt: 0,
-                    jf: 0,
-                    k: 0,
-                },
-            ];
-            let prog = libc::sock_fprog {
-                len: code.len() as u16,
-                filter: code.as_ptr() as *mut libc::sock_filter,
-            };
-            check(
-                setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog),
-                "SO_ATTACH_FILTER",
-                name,
-            )?;
+            accept_only_mark(fd, mark, name)?;
         }
-        // SAFETY: sockaddr_ll is plain old data.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-        sll.sll_ifindex = ifindex;
-        // SAFETY: sll is a valid sockaddr_ll of the size given.
-        let r = unsafe {
-            libc::bind(
-                fd,
-                &sll as *const _ as *const libc::sockaddr,
-                std::mem::size_of::<libc::sockaddr_ll>() as u32,
-            )
-        };
-        check(r, "bind", name)?;
-        if let Some(group) = cfg.fanout {
-            // Flow hash: the frames of one flow (5-tuple; addresses for fragments) always
-            // reach the same socket, so a worker never reorders a flow.
-            let arg = match group {
-                // The id field must be 0 with UNIQUEID; the kernel picks the id.
-                Fanout::New => {
-                    libc::PACKET_FANOUT_HASH << 16 | libc::PACKET_FANOUT_FLAG_UNIQUEID << 16
-                }
-                Fanout::Join(id) => id as u32 | libc::PACKET_FANOUT_HASH << 16,
-            };
-            check(
-                setsockopt(fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg),
-                "PACKET_FANOUT",
-                name,
-            )?;
-        }
+        bind(fd, ifindex, cfg.fanout, name)?;
         Ok(me)
+    }
+
+    /// Sets up the transmit ring for `tx_frames` frames at least (its request in the
+    /// version `rx_ring` names): its block size and count.
+    fn tx_ring(&mut self, rx_ring: RxRing, tx_frames: u32) -> io::Result<(u32, u32)> {
+        let tx_block = (self.tx_frame_size as u32).max(1 << 16);
+        let per_block = tx_block / self.tx_frame_size as u32;
+        let tx_blocks = tx_frames.div_ceil(per_block).max(1);
+        // The V2 request is the first four fields of the V3 one; the kernel reads the
+        // version's own size.
+        let tx = libc::tpacket_req3 {
+            tp_block_size: tx_block,
+            tp_block_nr: tx_blocks,
+            tp_frame_size: self.tx_frame_size as u32,
+            tp_frame_nr: per_block * tx_blocks,
+            tp_retire_blk_tov: 0,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        let rc = match rx_ring {
+            RxRing::Blocks => setsockopt(self.fd, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx),
+            RxRing::Frames => setsockopt(
+                self.fd,
+                libc::SOL_PACKET,
+                libc::PACKET_TX_RING,
+                &libc::tpacket_req {
+                    tp_block_size: tx.tp_block_size,
+                    tp_block_nr: tx.tp_block_nr,
+                    tp_frame_size: tx.tp_frame_size,
+                    tp_frame_nr: tx.tp_frame_nr,
+                },
+            ),
+        };
+        check(rc, "PACKET_TX_RING", &self.name)?;
+        self.tx_frames = (per_block * tx_blocks) as usize;
+        Ok((tx_block, tx_blocks))
     }
 
     /// The fanout group this socket belongs to (see [`RingConfig::fanout`]).

@@ -182,6 +182,80 @@ fn getsockopt<T: Default>(fd: i32, opt: i32) -> io::Result<T> {
     }
 }
 
+/// Registers `umem` with the AF_XDP socket `s` (the first socket of a UMEM does; the
+/// others bind to it).
+fn register(s: i32, umem: &Umem) -> io::Result<()> {
+    // struct xdp_umem_reg: addr, len, chunk_size, headroom, flags (24 bytes, which every
+    // kernel with AF_XDP takes).
+    #[repr(C)]
+    struct UmemReg {
+        addr: u64,
+        len: u64,
+        chunk_size: u32,
+        headroom: u32,
+        flags: u32,
+        pad: u32,
+    }
+    let reg = UmemReg {
+        addr: umem.mem as u64,
+        len: umem.len as u64,
+        chunk_size: FRAME as u32,
+        headroom: 0,
+        flags: 0,
+        pad: 0,
+    };
+    sockopt(s, XDP_UMEM_REG, &reg, "XDP_UMEM_REG")
+}
+
+/// Binds the AF_XDP socket `s` to queue `queue` of interface `ifindex` with `flags` (and
+/// to the UMEM of the socket `shared_with`, where it shares one). A queue whose last
+/// socket just closed stays taken until the kernel's deferred release of that socket's
+/// pool has run (a workqueue's, after the process ended): an element restarted at once
+/// (`systemctl restart`, `lab upgrade`) may find it busy for a moment. Busy, the bind is
+/// tried again for up to 2 s.
+fn bind_xsk(
+    s: i32,
+    ifindex: u32,
+    queue: u32,
+    shared_with: Option<i32>,
+    flags: u16,
+) -> io::Result<()> {
+    #[repr(C)]
+    struct SockaddrXdp {
+        family: u16,
+        flags: u16,
+        ifindex: u32,
+        queue_id: u32,
+        shared_umem_fd: u32,
+    }
+    let a = SockaddrXdp {
+        family: AF_XDP as u16,
+        flags,
+        ifindex,
+        queue_id: queue,
+        shared_umem_fd: shared_with.unwrap_or(0) as u32,
+    };
+    let busy_until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        // SAFETY: a is a valid sockaddr_xdp of the size given.
+        let r = unsafe {
+            libc::bind(
+                s,
+                &a as *const SockaddrXdp as *const libc::sockaddr,
+                std::mem::size_of::<SockaddrXdp>() as u32,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EBUSY) || std::time::Instant::now() >= busy_until {
+            return Err(e);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 impl Socket {
     /// A socket on `umem`; with `lend`, received frames are lent to the element rather
     /// than copied to the heap.
@@ -217,26 +291,7 @@ impl Socket {
                     "the socket that registered this UMEM is closed: open the ports of a UMEM together",
                 ));
             }
-            // struct xdp_umem_reg: addr, len, chunk_size, headroom, flags (24 bytes,
-            // which every kernel with AF_XDP takes).
-            #[repr(C)]
-            struct UmemReg {
-                addr: u64,
-                len: u64,
-                chunk_size: u32,
-                headroom: u32,
-                flags: u32,
-                pad: u32,
-            }
-            let reg = UmemReg {
-                addr: umem.mem as u64,
-                len: umem.len as u64,
-                chunk_size: FRAME as u32,
-                headroom: 0,
-                flags: 0,
-                pad: 0,
-            };
-            sockopt(s, XDP_UMEM_REG, &reg, "XDP_UMEM_REG")?;
+            register(s, &umem)?;
         }
         // Every socket has fill and completion rings of its own (a socket sharing the UMEM
         // on another queue or device must).
@@ -288,54 +343,7 @@ impl Socket {
         me.refill();
         // A bigger copy-mode transmit budget where the kernel has it; harmless otherwise.
         let _ = sockopt(s, XDP_MAX_TX_SKB_BUDGET, &(cfg.tx as i32), "budget");
-        let bind_once = |flags: u16| -> io::Result<()> {
-            #[repr(C)]
-            struct SockaddrXdp {
-                family: u16,
-                flags: u16,
-                ifindex: u32,
-                queue_id: u32,
-                shared_umem_fd: u32,
-            }
-            let a = SockaddrXdp {
-                family: AF_XDP as u16,
-                flags,
-                ifindex,
-                queue_id: queue,
-                shared_umem_fd: shared_with.unwrap_or(0) as u32,
-            };
-            // SAFETY: a is a valid sockaddr_xdp of the size given.
-            let r = unsafe {
-                libc::bind(
-                    s,
-                    &a as *const SockaddrXdp as *const libc::sockaddr,
-                    std::mem::size_of::<SockaddrXdp>() as u32,
-                )
-            };
-            if r < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(())
-            }
-        };
-        // A queue whose last socket just closed stays taken until the kernel's deferred
-        // release of that socket's pool has run (a workqueue's, after the process ended):
-        // an element restarted at once (`systemctl restart`, `lab upgrade`) may find it
-        // busy for a moment. Busy, the bind is tried again for up to 2 s.
-        let busy_until = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        let bind = |flags: u16| -> io::Result<()> {
-            loop {
-                match bind_once(flags) {
-                    Err(e)
-                        if e.raw_os_error() == Some(libc::EBUSY)
-                            && std::time::Instant::now() < busy_until =>
-                    {
-                        std::thread::sleep(std::time::Duration::from_millis(10));
-                    }
-                    r => return r,
-                }
-            }
-        };
+        let bind = |flags: u16| bind_xsk(s, ifindex, queue, shared_with, flags);
         // A socket sharing the UMEM takes its mode (zero-copy or copy, need_wakeup) from
         // the socket that registered it: the kernel refuses any other flag with
         // XDP_SHARED_UMEM.
