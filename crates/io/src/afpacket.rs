@@ -307,7 +307,14 @@ impl AfPacket {
     /// frames). Kernels before 6.6 have no tcx: the error says so and the port works
     /// without it.
     pub fn keep_stack_off(&mut self) -> io::Result<()> {
-        let obj = crate::bpfobj::load(NOSTACK, "the stack's drop", Default::default())?;
+        let obj = crate::bpfobj::load(
+            NOSTACK,
+            "the stack's drop",
+            crate::bpfobj::Load {
+                name: "nostack",
+                ..Default::default()
+            },
+        )?;
         self.tcx_ingress(obj.prog("tessera_nostack")?, Tcx::StackOff)
     }
 

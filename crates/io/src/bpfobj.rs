@@ -41,6 +41,9 @@ fn log_libbpf() {
 /// What a load is given beside the object.
 #[derive(Default)]
 pub struct Load<'a> {
+    /// The object's name (its source file's, `l2` for `l2.bpf.c`): `bpftool map show`
+    /// names the read-only global's map after it (`l2.rodata`).
+    pub name: &'a str,
     /// The program's read-only global: its `.rodata` section's bytes (a C struct of the
     /// object's, as `#[repr(C)]` Rust lays it out); it must be the whole section.
     pub config: Option<&'a [u8]>,
@@ -92,9 +95,11 @@ pub fn load(object: &[u8], what: &'static str, with: Load) -> io::Result<Loaded>
     let bytes =
         unsafe { std::slice::from_raw_parts_mut(aligned.as_mut_ptr().cast::<u8>(), object.len()) };
     bytes.copy_from_slice(object);
-    let mut open = libbpf_rs::ObjectBuilder::default()
-        .open_memory(bytes)
-        .map_err(|e| err(what, e))?;
+    let mut builder = libbpf_rs::ObjectBuilder::default();
+    if !with.name.is_empty() {
+        builder.name(with.name).map_err(|e| err(what, e))?;
+    }
+    let mut open = builder.open_memory(bytes).map_err(|e| err(what, e))?;
     let mut found = 0;
     for mut m in open.maps_mut() {
         let name = m.name().to_string_lossy().into_owned();

@@ -41,7 +41,14 @@ pub struct Program {
 impl Program {
     /// Loads the program (the verifier's refusal comes here).
     pub fn load() -> io::Result<Program> {
-        let obj = crate::bpfobj::load(OBJECT, "the hand-off", Default::default())?;
+        let obj = crate::bpfobj::load(
+            OBJECT,
+            "the hand-off",
+            crate::bpfobj::Load {
+                name: "handoff",
+                ..Default::default()
+            },
+        )?;
         Ok(Program {
             prog: obj.prog("handoff")?,
         })

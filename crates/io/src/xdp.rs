@@ -215,6 +215,7 @@ fn load(cfg: &GenConfig, dests: Option<&Dests>) -> io::Result<(OwnedFd, OwnedFd,
         OBJECT,
         "the generator's program",
         crate::bpfobj::Load {
+            name: "gen",
             config: Some(crate::bpfobj::config_bytes(cfg)),
             max_entries: &[("gen_dests", n)],
             ..Default::default()

@@ -113,6 +113,7 @@ impl AxonFastPath {
             OBJECT,
             "the Axon's fast path",
             crate::bpfobj::Load {
+                name: "axon",
                 config: Some(crate::bpfobj::config_bytes(&AxonConfig { port })),
                 reuse: &[
                     ("axon_ports", self.ports.as_fd()),

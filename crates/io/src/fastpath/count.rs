@@ -19,7 +19,14 @@ static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/count.bpf.o"));
 
 /// The program loaded into the kernel, with its map; attached nowhere yet.
 fn loaded() -> io::Result<(OwnedFd, OwnedFd)> {
-    let obj = crate::bpfobj::load(OBJECT, "the counting program", Default::default())?;
+    let obj = crate::bpfobj::load(
+        OBJECT,
+        "the counting program",
+        crate::bpfobj::Load {
+            name: "count",
+            ..Default::default()
+        },
+    )?;
     Ok((obj.prog("count")?, obj.map("sink_count")?))
 }
 

@@ -143,6 +143,7 @@ impl SwitchFastPath {
             OBJECT,
             "the switch's fast path",
             crate::bpfobj::Load {
+                name: "l2",
                 config: Some(crate::bpfobj::config_bytes(&L2Config { port })),
                 reuse: &[
                     ("switch_macs", self.macs.as_fd()),

@@ -19,6 +19,7 @@ pub(super) fn load_plain(queues: u32, stamp: bool) -> io::Result<(OwnedFd, Owned
         OBJECT,
         "the XSK programs",
         crate::bpfobj::Load {
+            name: "xsk",
             max_entries: &[("xsks", queues.max(1))],
             programs: &[name],
             ..Default::default()
