@@ -82,20 +82,6 @@ struct axon_config {
 
 volatile const struct axon_config cfg;
 
-static __always_inline void count(__u32 port, int out, __u64 len)
-{
-	struct port_stats *s = PORT_STATS(&stats, port);
-	if (!s)
-		return;
-	if (out) {
-		s->out++;
-		s->out_bytes += len;
-	} else {
-		s->in++;
-		s->in_bytes += len;
-	}
-}
-
 /* A MAC kept as mac_key packs it, written at p. */
 static __always_inline void put_mac(void *p, __u64 mac)
 {
@@ -167,8 +153,8 @@ int tessera_axon(struct xdp_md *ctx)
 	/* One hop less ahead, one more behind. */
 	f[FWD]--;
 	f[REV]++;
-	count(me, 0, end - data);
-	count(next, 1, end - data);
+	count_frame(&stats, me, 0, end - data);
+	count_frame(&stats, next, 1, end - data);
 	if (handoff >> 32) {
 		if (handoff_write(ctx, (__u32)handoff))
 			return XDP_DROP; /* cannot happen: the room made is gone */

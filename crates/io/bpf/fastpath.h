@@ -44,6 +44,22 @@ static __always_inline __u64 mac_key(const void *p)
 		(struct port_stats *)bpf_map_lookup_elem(map, &__k);           \
 	})
 
+/* Counts a frame of `len` bytes in port `port`'s counters of `map` (a port_stats per CPU
+ * array): forwarded out of it where `out`, else taken in by it. */
+static __always_inline void count_frame(void *map, __u32 port, int out, __u64 len)
+{
+	struct port_stats *s = PORT_STATS(map, port);
+	if (!s)
+		return;
+	if (out) {
+		s->out++;
+		s->out_bytes += len;
+	} else {
+		s->in++;
+		s->in_bytes += len;
+	}
+}
+
 /* An IPv4 header at `ip` (the frame's end at `end`): version 4 without options, not a
  * fragment, exactly as long as the rest of the frame. Its total length, else 0. The
  * caller has checked that the 20 bytes are there. */

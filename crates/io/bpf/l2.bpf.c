@@ -80,20 +80,6 @@ static __always_inline long learned(const void *p)
 	return port ? *port : -1;
 }
 
-static __always_inline void count(__u32 port, int out, __u64 len)
-{
-	struct port_stats *s = PORT_STATS(&stats, port);
-	if (!s)
-		return;
-	if (out) {
-		s->out++;
-		s->out_bytes += len;
-	} else {
-		s->in++;
-		s->in_bytes += len;
-	}
-}
-
 SEC("xdp")
 int tessera_l2(struct xdp_md *ctx)
 {
@@ -127,8 +113,8 @@ int tessera_l2(struct xdp_md *ctx)
 			goto slow;
 	}
 	if (!(w & PORT_HANDOFF)) {
-		count(me, 0, end - data);
-		count(out, 1, end - data);
+		count_frame(&stats, me, 0, end - data);
+		count_frame(&stats, out, 1, end - data);
 		return bpf_redirect_map(&tx_ports, out, 0);
 	}
 	/* To a port that takes no frames redirected in XDP: room for the hand-off's
@@ -140,8 +126,8 @@ int tessera_l2(struct xdp_md *ctx)
 	end = (void *)(long)ctx->data_end;
 	if (data + 14 > end)
 		goto slow;
-	count(me, 0, end - data);
-	count(out, 1, end - data);
+	count_frame(&stats, me, 0, end - data);
+	count_frame(&stats, out, 1, end - data);
 	if (handoff_write(ctx, w >> 32))
 		goto slow;
 	struct port_stats *s = PORT_STATS(&stats, out);
