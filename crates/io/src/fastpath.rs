@@ -78,12 +78,10 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 mod program;
-use program::*;
+
 
 mod asm;
 use asm::*;
-mod star;
-use star::*;
 mod detached;
 pub use detached::{At, Detached, Verdict};
 
@@ -191,8 +189,6 @@ pub struct ForwarderFastPath {
     /// IPv6: the routes (the kernel's longest-prefix-match trie, written under a lock of
     /// its own) and the neighbours.
     routes6: Arc<Mutex<Routes6>>,
-    fib6_fd: i32,
-    hops6_fd: i32,
     neigh6: OwnedFd,
     ports: OwnedFd,
     tx: OwnedFd,
@@ -587,14 +583,10 @@ impl ForwarderFastPath {
             map_update(&tx, &k, &ifindex)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: device map: {e}", p.ifname)))?;
         }
-        let fib6_fd = routes6.fib6.as_raw_fd();
-        let hops6_fd = routes6.hops.as_raw_fd();
         let mut me = ForwarderFastPath {
             fib,
             neigh,
             routes6: Arc::new(Mutex::new(routes6)),
-            fib6_fd,
-            hops6_fd,
             neigh6,
             neigh6_written: HashMap::new(),
             ports: pmap,
@@ -880,24 +872,11 @@ impl ForwarderFastPath {
         out
     }
 
-    /// The program of one port for `hook`, loaded: the fast path, and every other frame
-    /// to the port's sockets (XDP: the socket map, by receive queue; tcx: marked and
-    /// received again).
+    /// The program of one port for `hook`, loaded (`bpf/forward.bpf.c`, sharing the
+    /// element's maps): the fast path, and every other frame to the port's sockets (XDP:
+    /// the socket map, by receive queue; tcx: marked and received again).
     pub fn program(&self, f: &ProgramFacts, hook: Hook) -> io::Result<OwnedFd> {
-        let code = self.code(f, hook);
-        match hook {
-            Hook::Xdp(_) => crate::xsk::load_xdp(&code, "tessera_fast"),
-            Hook::Tc => crate::xsk::load_program(
-                crate::afpacket::BPF_PROG_TYPE_SCHED_CLS,
-                crate::afpacket::BPF_TCX_INGRESS,
-                &code,
-                "tessera_fast",
-            ),
-        }
-    }
-
-    /// [`ForwarderFastPath::program`]'s instructions.
-    fn code(&self, f: &ProgramFacts, hook: Hook) -> Vec<u8> {
+        use std::os::fd::AsFd;
         if matches!(hook, Hook::Xdp(_))
             && !self.xdp.swap(true, std::sync::atomic::Ordering::Relaxed)
         {
@@ -908,24 +887,21 @@ impl ForwarderFastPath {
             }
         }
         let me = self.ifindexes.get(f.port as usize).copied().unwrap_or(0);
-        program(
-            f,
+        let config = program::config(f, hook, me)?;
+        let routes6 = self.routes6.lock().unwrap_or_else(|e| e.into_inner());
+        program::load(
+            &config,
             hook,
-            me,
-            [
-                self.fib.as_raw_fd(),
-                self.neigh.as_raw_fd(),
-                self.ports.as_raw_fd(),
-                self.tx.as_raw_fd(),
-                self.stats.as_raw_fd(),
-                match hook {
-                    Hook::Xdp(xsk) => xsk,
-                    Hook::Tc => -1,
-                },
-                self.fib6_fd,
-                self.neigh6.as_raw_fd(),
-                self.hops6_fd,
-                self.police.as_raw_fd(),
+            &[
+                ("fib", self.fib.as_fd()),
+                ("neigh", self.neigh.as_fd()),
+                ("fib6", routes6.fib6.as_fd()),
+                ("hops6", routes6.hops.as_fd()),
+                ("neigh6", self.neigh6.as_fd()),
+                ("ports", self.ports.as_fd()),
+                ("tx_ports", self.tx.as_fd()),
+                ("stats", self.stats.as_fd()),
+                ("police", self.police.as_fd()),
             ],
         )
     }
@@ -1089,6 +1065,46 @@ mod tests {
         assert_eq!(v, Verdict::Drop);
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         assert!(possible_cpus() >= cpus, "{} < {cpus}", possible_cpus());
+    }
+
+    /// The program passes the verifier with every list it is told at its longest (the
+    /// router's addresses, VLAN ids, a star's members, ports and networks), and says so
+    /// clearly when one is longer. Needs root (BPF).
+    #[test]
+    fn program_loads_with_its_lists_at_their_longest() {
+        use program::*;
+        let (fp, mut facts) = one_port(20_000);
+        facts.special = (0..MAX_SPECIAL as u32).map(Ipv4Addr::from).collect();
+        facts.special6 = (0..MAX_SPECIAL6 as u128).map(Ipv6Addr::from).collect();
+        facts.vlans = (1..4095).collect();
+        facts.tagged = true;
+        for at in [At::Xdp, At::Tc] {
+            fp.detached(&facts, at).unwrap();
+        }
+        let star = StarFacts {
+            internal: 0,
+            members: (0..MAX_MEMBERS as u32)
+                .map(|i| (i << 8, !0xff, [2, 0, 0, 0, 0, i as u8], 1))
+                .collect(),
+            ingress: 0x0a00_0001,
+            ports: (0..MAX_STAR_PORTS as u32).map(|i| (i as u8, 0)).collect(),
+            members6: (0..MAX_MEMBERS as u128)
+                .map(|i| ((i << 64).to_be_bytes(), [0xff; 16], [2, 0, 0, 0, 0, 1], 1))
+                .collect(),
+            ingress6: (0..MAX_INGRESS6 as u128)
+                .map(|i| (i.to_be_bytes(), [0xff; 16], i.to_be_bytes()))
+                .collect(),
+            ingress6_else: [0; 16],
+        };
+        facts.vlans.clear();
+        facts.tagged = false;
+        facts.star = Some(star);
+        for at in [At::Xdp, At::Tc] {
+            fp.detached(&facts, at).unwrap();
+        }
+        facts.special.push(Ipv4Addr::new(10, 9, 9, 9));
+        let e = fp.detached(&facts, At::Xdp).err().expect("one address too many");
+        assert!(e.to_string().contains("at most 512"), "{e}");
     }
 
     /// Over `slow_path_limit`, frames the router would answer itself (here: TTL 1, and an

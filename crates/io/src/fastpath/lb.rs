@@ -38,9 +38,8 @@
 //! behind by an LB that never comes back stops on its own).
 
 use super::{
-    detached_xdp, filled_array, mac_u64, offload_check, offload_check_for, percpu_sum, pop_tag,
-    push_tag, reload_frame, stats_map, tx_map, Asm, Detached, Family, FrameLen, ADD_K, AND_K,
-    BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT,
+    detached_xdp, filled_array, mac_u64, percpu_sum, stats_map, tx_map, Asm, Detached, FrameLen, ADD_K, AND_K,
+    ADD_X, ADJUST_HEAD, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_PERCPU_ARRAY, CALL, EXIT,
     IN_BYTES, JA, JEQ32_K, JEQ_K, JGE_K, JGT_X, JLT_K, JNE32_K, JNE_K, JNE_X, KTIME_GET_NS, LDX_B,
     LDX_DW, LDX_H, LDX_W, LD_IMM64, LSH_K, MAP_LOOKUP, MOV_K, MOV_X, OR_X, OUT_BYTES, REDIRECT_MAP,
     RSH_K, RSH_X, STATS, STX_DW, STX_H, STX_W, SUB_K, SUB_X, TO_BE,
@@ -879,3 +878,112 @@ fn program(f: &LbProgramFacts, [state, tx, stats, counts, deadline, xsk]: [i32; 
     }
     a.finish()
 }
+
+/// Takes the 802.1Q tag out of the frame at r7 (XDP, at least 18 bytes checked): the MACs
+/// move up four bytes and the frame starts there (`bpf_xdp_adjust_head` on the context in
+/// r6, or with `ctx_on_stack` at -72); a refusal goes to `aborted`. The caller reloads the
+/// frame's bounds.
+fn pop_tag(a: &mut Asm, ctx_on_stack: bool) {
+    for off in [8i16, 4, 0] {
+        a.i(LDX_W, 1, 7, off, 0).i(STX_W, 7, 1, off + 4, 0);
+    }
+    if ctx_on_stack {
+        a.i(LDX_DW, 1, 10, -72, 0);
+    } else {
+        a.i(MOV_X, 1, 6, 0, 0);
+    }
+    a.i(MOV_K, 2, 0, 0, 4)
+        .i(CALL, 0, 0, 0, ADJUST_HEAD)
+        .j(JNE_K, 0, 0, 0, "aborted");
+}
+
+/// After a move of the frame's start (XDP): r6 the context again (from -72), r7 and r8 the
+/// frame's new bounds, at least `len` bytes of it checked (else `aborted`).
+fn reload_frame(a: &mut Asm, len: i32) {
+    a.i(LDX_DW, 6, 10, -72, 0)
+        .i(LDX_W, 7, 6, 0, 0)
+        .i(LDX_W, 8, 6, 4, 0)
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, len)
+        .j(JGT_X, 1, 8, 0, "aborted");
+}
+
+/// Puts an 802.1Q tag in front of the frame (XDP): four bytes more at its start
+/// (`bpf_xdp_adjust_head` on the context at -72; r6, r7 and r8 then the context and the
+/// frame's new bounds), the MACs moved down to them, 0x8100, and the tag control
+/// information from the stack slot `tci` (its low 16 bits; byte-swapped first with `swap`,
+/// for a VLAN id held in host order).
+fn push_tag(a: &mut Asm, tci: i16, swap: bool) {
+    a.i(LDX_DW, 1, 10, -72, 0)
+        .i(MOV_K, 2, 0, 0, -4)
+        .i(CALL, 0, 0, 0, ADJUST_HEAD)
+        .j(JNE_K, 0, 0, 0, "aborted");
+    reload_frame(a, 18);
+    for off in [0i16, 4, 8] {
+        a.i(LDX_W, 1, 7, off + 4, 0).i(STX_W, 7, 1, off, 0);
+    }
+    a.i(MOV_K, 1, 0, 0, 0x0081)
+        .i(STX_H, 7, 1, 12, 0)
+        .i(LDX_DW, 1, 10, tci, 0);
+    if swap {
+        a.i(TO_BE, 1, 0, 0, 16);
+    }
+    a.i(STX_H, 7, 1, 14, 0);
+}
+
+/// Goes to `slow` when the frame is TCP or UDP with its checksum left to offload (the field
+/// holds just the pseudo-header sum), else on at `lookup`. r9 holds the IP packet's length.
+fn offload_check(a: &mut Asm) {
+    offload_check_for(a, Family::V4, "lookup", "lookup");
+}
+
+/// The IP header an offload check reads.
+#[derive(Clone, Copy, PartialEq)]
+enum Family {
+    V4,
+    V6,
+}
+
+/// [`offload_check`] for `family` (IPv4 without options, or IPv6 without extension
+/// headers): TCP or UDP with a checksum left to offload goes to `slow`, with a complete
+/// one on at `next`; another protocol on at `other`.
+fn offload_check_for(a: &mut Asm, family: Family, next: &str, other: &str) {
+    // Where the protocol, the transport header and the addresses are; the header's length.
+    let (proto, l4, addrs, header, sfx) = match family {
+        Family::V4 => (23i16, 34i16, 26i16..34, 20, ""),
+        Family::V6 => (20, 54, 22..54, 40, "6"),
+    };
+    let l = |name: &str| format!("{name}{sfx}");
+    a.i(LDX_B, 3, 7, proto, 0)
+        .i(MOV_K, 4, 0, 0, 0)
+        .j(JEQ_K, 3, 0, 6, &l("tcp"))
+        .j(JEQ_K, 3, 0, 17, &l("udp"))
+        .j(JA, 0, 0, 0, other)
+        .label(&l("tcp"))
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, (l4 + 18) as i32)
+        .j(JGT_X, 1, 8, 0, "slow")
+        .i(LDX_H, 4, 7, l4 + 16, 0)
+        .j(JA, 0, 0, 0, &l("pseudo"))
+        .label(&l("udp"))
+        .i(MOV_X, 1, 7, 0, 0)
+        .i(ADD_K, 1, 0, 0, (l4 + 8) as i32)
+        .j(JGT_X, 1, 8, 0, "slow")
+        .i(LDX_H, 4, 7, l4 + 6, 0)
+        .label(&l("pseudo"))
+        // In the little-endian reading of the words: addresses, protocol << 8, and the
+        // byte-swapped transport length.
+        .i(MOV_X, 1, 3, 0, 0)
+        .i(LSH_K, 1, 0, 0, 8);
+    for off in addrs.step_by(2) {
+        a.i(LDX_H, 2, 7, off, 0).i(ADD_X, 1, 2, 0, 0);
+    }
+    a.i(MOV_X, 2, 9, 0, 0)
+        .i(SUB_K, 2, 0, 0, header)
+        .i(TO_BE, 2, 0, 0, 16)
+        .i(ADD_X, 1, 2, 0, 0)
+        .fold(1, 2)
+        .j(JNE_X, 1, 4, 0, next)
+        .j(JA, 0, 0, 0, "slow");
+}
+
