@@ -162,9 +162,7 @@ fn setsockopt<T>(fd: i32, level: i32, opt: i32, v: &T) -> libc::c_int {
     }
 }
 
-/// The kernel's numbers for a tcx ingress program: BPF_PROG_TYPE_SCHED_CLS,
-/// BPF_TCX_INGRESS.
-pub(crate) const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+/// The kernel's number for a tcx ingress link: BPF_TCX_INGRESS.
 pub(crate) const BPF_TCX_INGRESS: u32 = 46;
 
 /// What a port's tcx ingress program does.
@@ -214,48 +212,40 @@ pub(crate) fn tcx_ingress_link(
     Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
 }
 
-/// Has the packet socket `fd` take only frames whose mark is `mark` (a classic BPF socket
-/// filter: the others are not copied).
+/// Has the packet socket `fd` take only frames whose mark is `mark` (`bpf/mark.bpf.c`, a
+/// socket filter: the others are not copied).
 fn accept_only_mark(fd: i32, mark: u32, name: &str) -> io::Result<()> {
-    // Classic BPF: A = skb->mark; accept the whole frame if it is `mark`, else
-    // nothing (the frame is not copied).
-    let code = [
-        libc::sock_filter {
-            code: 0x20, // BPF_LD | BPF_W | BPF_ABS
-            jt: 0,
-            jf: 0,
-            k: (libc::SKF_AD_OFF + libc::SKF_AD_MARK) as u32,
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct MarkConfig {
+        mark: u32,
+    }
+    let obj = crate::bpfobj::load(
+        MARK,
+        "the packet socket's filter",
+        crate::bpfobj::Load {
+            name: "mark",
+            config: Some(crate::bpfobj::config_bytes(&MarkConfig { mark })),
+            ..Default::default()
         },
-        libc::sock_filter {
-            code: 0x15, // BPF_JMP | BPF_JEQ | BPF_K
-            jt: 0,
-            jf: 1,
-            k: mark,
-        },
-        libc::sock_filter {
-            code: 0x06, // BPF_RET | BPF_K
-            jt: 0,
-            jf: 0,
-            k: u32::MAX,
-        },
-        libc::sock_filter {
-            code: 0x06,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-    ];
-    let prog = libc::sock_fprog {
-        len: code.len() as u16,
-        filter: code.as_ptr() as *mut libc::sock_filter,
-    };
+    )?;
+    // The socket keeps the program for as long as it is open.
+    let prog = obj.prog("tessera_mark")?;
     check(
-        setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog),
-        "SO_ATTACH_FILTER",
+        setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_BPF,
+            &std::os::fd::AsRawFd::as_raw_fd(&prog),
+        ),
+        "SO_ATTACH_BPF",
         name,
     )?;
     Ok(())
 }
+
+/// `bpf/mark.bpf.c`.
+static MARK: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mark.bpf.o"));
 
 /// Binds the packet socket `fd` to interface `ifindex` for every protocol, and joins it to
 /// its fanout group, if any.

@@ -69,7 +69,7 @@ pub mod count;
 pub mod l2;
 pub mod lb;
 
-use crate::xdp::{bpf, insn, map_create, map_update, u32s, BPF_PSEUDO_MAP_FD};
+use crate::xdp::{bpf, map_create, map_update, u32s};
 use crate::xsk::Hook;
 use std::collections::HashMap;
 use std::io;
@@ -79,9 +79,6 @@ use std::sync::{Arc, Mutex};
 
 mod program;
 
-
-mod asm;
-use asm::*;
 mod detached;
 pub use detached::{At, Detached, Verdict};
 
@@ -121,14 +118,6 @@ const SLOW: u16 = 0x7fff;
 /// of the port through the hand-off to tcx ([`crate::handoff`]; counted in "forwarded out"
 /// too).
 pub const STATS: usize = 8;
-/// Where [`STATS`]'s byte counts sit in an entry (bytes from its start).
-pub(crate) const IN_BYTES: i16 = 24;
-pub(crate) const OUT_BYTES: i16 = 32;
-/// Where the frames shed and their bytes sit in a [`STATS`] entry.
-const SHED: i16 = 40;
-const SHED_BYTES: i16 = 48;
-/// Where the frames handed to tcx sit in a [`STATS`] entry.
-const HANDED_OFF: i16 = 56;
 /// In the second word of a `ports` entry (the interface index in the low 32 bits): the
 /// device takes no frames redirected in XDP, and the XDP program hands those bound out of
 /// it to the tcx hook ([`crate::handoff`]).
@@ -142,19 +131,11 @@ pub const SLOW_PATH_LIMIT: u32 = 20_000;
 /// mark, and the program drops them when they come by again.
 pub const TO_USER_SPACE_MARK: u32 = 0x7e55_0001;
 
-/// The kernel's numbers for tcx programs: verdicts and `bpf_redirect`'s ingress flag.
+/// The kernel's numbers for tcx programs' verdicts (for the test runs).
 const TCX_DROP: i32 = 2;
 const TCX_REDIRECT: u32 = 7;
-const BPF_F_INGRESS: i32 = 1;
-/// `__sk_buff` offsets: len, mark, vlan_present, vlan_tci, vlan_proto, data, data_end;
-/// and its size.
-const SKB_LEN: i16 = 0;
+/// `__sk_buff`'s mark's offset, and its size (for the test runs).
 const SKB_MARK: i16 = 8;
-const SKB_VLAN_PRESENT: i16 = 20;
-const SKB_VLAN_TCI: i16 = 24;
-const SKB_VLAN_PROTO: i16 = 28;
-const SKB_DATA: i16 = 76;
-const SKB_DATA_END: i16 = 80;
 const SKB_SIZE: usize = 192;
 /// `struct xdp_md`'s size.
 const XDP_MD_SIZE: usize = 24;
@@ -1103,7 +1084,10 @@ mod tests {
             fp.detached(&facts, at).unwrap();
         }
         facts.special.push(Ipv4Addr::new(10, 9, 9, 9));
-        let e = fp.detached(&facts, At::Xdp).err().expect("one address too many");
+        let e = fp
+            .detached(&facts, At::Xdp)
+            .err()
+            .expect("one address too many");
         assert!(e.to_string().contains("at most 512"), "{e}");
     }
 

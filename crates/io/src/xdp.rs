@@ -22,13 +22,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 pub(crate) const BPF_MAP_CREATE: i32 = 0;
 const BPF_MAP_LOOKUP_ELEM: i32 = 1;
 pub(crate) const BPF_MAP_UPDATE_ELEM: i32 = 2;
-pub(crate) const BPF_PROG_LOAD: i32 = 5;
 pub(crate) const BPF_LINK_CREATE: i32 = 28;
 const BPF_PROG_TEST_RUN: i32 = 10;
-pub(crate) const BPF_PROG_TYPE_XDP: u32 = 6;
 pub(crate) const BPF_XDP: u32 = 37;
 const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
-pub(crate) const BPF_PSEUDO_MAP_FD: u8 = 1;
 
 /// Where the fields the program writes sit in the frame (see `wire::probe`).
 pub struct Offsets {
@@ -59,16 +56,6 @@ pub struct Dests {
 
 /// How many intervals late a frame may be and still be sent (see [`XdpGen::arm`]).
 pub const SLACK_FRAMES: u64 = 192;
-
-/// One eBPF instruction.
-pub(crate) fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> [u8; 8] {
-    let mut b = [0u8; 8];
-    b[0] = code;
-    b[1] = (src << 4) | (dst & 0x0f);
-    b[2..4].copy_from_slice(&off.to_le_bytes());
-    b[4..8].copy_from_slice(&imm.to_le_bytes());
-    b
-}
 
 /// The map value the program reads and writes.
 ///

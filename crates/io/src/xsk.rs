@@ -40,7 +40,6 @@ mod program;
 mod ring;
 pub(crate) use program::xdp_link;
 use program::*;
-pub(crate) use program::{load_program, load_xdp};
 pub use program::{xdp_only, AttachMode, Hook, ProgramFor};
 pub use ring::Umem;
 use ring::*;
