@@ -54,6 +54,9 @@ pub struct Load<'a> {
     pub max_entries: &'a [(&'a str, u32)],
     /// The programs to load, by name (none named: every program of the object).
     pub programs: &'a [&'a str],
+    /// Maps not to create, by name: those only programs left unloaded use (say, a tcx
+    /// program's object's AF_XDP socket map).
+    pub skip: &'a [&'a str],
 }
 
 /// An object loaded: its programs and the maps it created (those not reused) live as long
@@ -121,6 +124,11 @@ pub fn load(object: &[u8], what: &'static str, with: Load) -> io::Result<Loaded>
                 init.copy_from_slice(config);
                 found += 1;
             }
+            continue;
+        }
+        if with.skip.contains(&name.as_str()) {
+            m.set_autocreate(false)
+                .map_err(|e| err(what, format!("map `{name}`: {e}")))?;
             continue;
         }
         if let Some((_, fd)) = with.reuse.iter().find(|(n, _)| *n == name) {

@@ -21,7 +21,8 @@
 //! Every other frame (ARP, neighbour discovery and all ICMPv6, DIST, the Virtual-CP's
 //! traffic, anything a rule does not balance, fragments, options, the round-robin mode) goes to the port's
 //! AF_XDP socket and the user-space LB, which stays the one source of truth: the classifier
-//! rules are compiled into the program (only those that can match an IPv4 frame, in their
+//! rules are told to the program at load (`bpf/lb.bpf.c`'s read-only global: those that
+//! can match an IPv4 frame, and those that can match an IPv6 TCP or UDP one, in their
 //! order), and the state the rules and the table read (the ports' roles, VLAN ids and
 //! addresses, the back-ends and the table's slots) is published by the LB's first worker
 //! whenever it changes, by replacing the one entry of an array of maps, as the

@@ -235,6 +235,8 @@ pub(super) fn load(
             config: Some(crate::bpfobj::config_bytes(c)),
             reuse: &reuse,
             programs: &[prog],
+            // The tcx program has no AF_XDP sockets.
+            skip: if xsk.is_some() { &[] } else { &["xsks"] },
             ..Default::default()
         },
     )?;
