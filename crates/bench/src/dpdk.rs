@@ -274,6 +274,21 @@ fn start(progress: &mut dyn FnMut(&str)) -> Result<bool, String> {
         .map_err(|e| format!("DPDK: {e}"))
 }
 
+/// The DPDK structures' rows of workload `wl` in `tessera bench fib`'s results, from `r`:
+/// the rates of its passes, DPDK's from the seventh on (as `fib_bench::run` orders them).
+pub fn push_rates(results: &mut Vec<serde_json::Value>, wl: &str, r: &[f64]) {
+    for (s, mode, at) in [
+        ("rte_lpm", "single", 6),
+        ("rte_lpm", "batch", 7),
+        ("rte_lpm-lookupx4", "batch", 8),
+        ("rte_fib", "single", 9),
+        ("rte_fib", "batch", 10),
+    ] {
+        let rate = r.get(at).copied().unwrap_or(0.0);
+        results.push(serde_json::json!({"structure": s, "workload": wl, "mode": mode, "lookups_per_sec": rate.round()}));
+    }
+}
+
 /// Starts DPDK (see [`start`]) and builds both IPv4 contenders.
 pub fn contenders(t: &Table, progress: &mut dyn FnMut(&str)) -> Result<Contenders, String> {
     let huge_pages = start(progress)?;

@@ -136,19 +136,9 @@ pub fn run(
     let check = workloads(t, 1 << 16, 99);
     for (_, addrs) in &check {
         for &a in addrs {
-            let want = rib.lookup(a.into());
-            assert_eq!(
-                pop.lookup(a.into()),
-                want,
-                "poptrie disagrees at {}",
-                Ipv4Addr::from(a)
-            );
-            assert_eq!(
-                tbm.longest_match(a.into()).map(|m| *m.2),
-                want,
-                "treebitmap disagrees at {}",
-                Ipv4Addr::from(a)
-            );
+            // (DPDK's structures check it too, where built.)
+            #[cfg_attr(not(feature = "dpdk"), allow(unused_variables))]
+            let want = agree(&rib, &pop, &tbm, a);
             #[cfg(feature = "dpdk")]
             if let Some(d) = &dpdk {
                 d.check(a, want);
@@ -187,7 +177,7 @@ pub fn run(
                 tbm.longest_match(x.into()).map(|m| *m.2).unwrap_or(0)
             })
         });
-        for (s, mode, r) in [
+        let ours = [
             ("poptrie", "single", pop_single),
             ("poptrie", "batch", pop_batch),
             ("dir-24-8", "single", d24_single),
@@ -198,28 +188,82 @@ pub fn run(
             ("binary-trie", "batch", trie_single),
             ("ip_network_table-deps-treebitmap", "single", tbm_single),
             ("ip_network_table-deps-treebitmap", "batch", tbm_single),
-        ] {
+        ];
+        for (s, mode, r) in ours {
             results.push(
                 json!({"structure": s, "workload": wl, "mode": mode, "lookups_per_sec": r.round()}),
             );
         }
         #[cfg(feature = "dpdk")]
         if dpdk.is_some() {
-            for (s, mode, r) in [
-                ("rte_lpm", "single", r[6]),
-                ("rte_lpm", "batch", r[7]),
-                ("rte_lpm-lookupx4", "batch", r[8]),
-                ("rte_fib", "single", r[9]),
-                ("rte_fib", "batch", r[10]),
-            ] {
-                results.push(json!({"structure": s, "workload": wl, "mode": mode, "lookups_per_sec": r.round()}));
-            }
+            crate::dpdk::push_rates(&mut results, wl, &r);
         }
     }
     progress("updates");
     let updates = update_rate(t);
     progress("memory");
     let memory_probe = memory_probe(pop.memory_bytes(), LOOKUPS);
+    let ratios = ratios(&results);
+    #[allow(unused_mut)]
+    let mut v = json!({
+        "table": name,
+        "prefixes": t.routes.len(),
+        "next_hops": t.next_hops.len(),
+        "build_ms": (build_ms * 10.0).round() / 10.0,
+        "reference_trie_build_ms": rib_ms.round(),
+        "treebitmap_build_ms": tbm_ms.round(),
+        "dir24_build_ms": dir24_ms.round(),
+        "dir24_memory_bytes": dir24.memory_bytes(),
+        "dir24_huge_pages_kib": dir24_huge_kib,
+        "memory_bytes": pop.memory_bytes(),
+        "poptrie_huge_pages_kib": pop_huge_kib,
+        "bytes_per_prefix": (pop.memory_bytes() as f64 / t.routes.len().max(1) as f64 * 100.0).round() / 100.0,
+        "reference_trie_memory_bytes": rib.memory_bytes(),
+        "updates_per_sec": updates["single"],
+        "updates": updates,
+        "memory_probe": memory_probe,
+        "lookups_per_workload": LOOKUPS,
+        "results": results,
+        "ratios": Value::Object(ratios),
+    });
+    #[cfg(feature = "dpdk")]
+    if let Some(d) = &dpdk {
+        v["dpdk"] = json!({
+            "huge_pages": d.huge_pages,
+            "rte_lpm_build_ms": d.lpm_build_ms.round(),
+            "rte_lpm_memory_bytes": d.lpm.memory_bytes(),
+            "rte_fib_build_ms": d.fib_build_ms.round(),
+        });
+    }
+    Ok(v)
+}
+
+/// The reference trie's answer for `a`, which Poptrie and the treebitmap must give too.
+fn agree(
+    rib: &BinaryTrie,
+    pop: &Poptrie,
+    tbm: &IpLookupTable<Ipv4Addr, u32>,
+    a: u32,
+) -> Option<u32> {
+    let want = rib.lookup(a.into());
+    assert_eq!(
+        pop.lookup(a.into()),
+        want,
+        "poptrie disagrees at {}",
+        Ipv4Addr::from(a)
+    );
+    assert_eq!(
+        tbm.longest_match(a.into()).map(|m| *m.2),
+        want,
+        "treebitmap disagrees at {}",
+        Ipv4Addr::from(a)
+    );
+    want
+}
+
+/// Poptrie's lookup rate over each other structure's, per workload and mode (those this
+/// run measured).
+fn ratios(results: &[Value]) -> serde_json::Map<String, Value> {
     let get = |s: &str, wl: &str, m: &str| {
         results
             .iter()
@@ -255,38 +299,7 @@ pub fn run(
             ratios.insert(format!("poptrie/{other}"), Value::Object(m));
         }
     }
-    #[allow(unused_mut)]
-    let mut v = json!({
-        "table": name,
-        "prefixes": t.routes.len(),
-        "next_hops": t.next_hops.len(),
-        "build_ms": (build_ms * 10.0).round() / 10.0,
-        "reference_trie_build_ms": rib_ms.round(),
-        "treebitmap_build_ms": tbm_ms.round(),
-        "dir24_build_ms": dir24_ms.round(),
-        "dir24_memory_bytes": dir24.memory_bytes(),
-        "dir24_huge_pages_kib": dir24_huge_kib,
-        "memory_bytes": pop.memory_bytes(),
-        "poptrie_huge_pages_kib": pop_huge_kib,
-        "bytes_per_prefix": (pop.memory_bytes() as f64 / t.routes.len().max(1) as f64 * 100.0).round() / 100.0,
-        "reference_trie_memory_bytes": rib.memory_bytes(),
-        "updates_per_sec": updates["single"],
-        "updates": updates,
-        "memory_probe": memory_probe,
-        "lookups_per_workload": LOOKUPS,
-        "results": results,
-        "ratios": Value::Object(ratios),
-    });
-    #[cfg(feature = "dpdk")]
-    if let Some(d) = &dpdk {
-        v["dpdk"] = json!({
-            "huge_pages": d.huge_pages,
-            "rte_lpm_build_ms": d.lpm_build_ms.round(),
-            "rte_lpm_memory_bytes": d.lpm.memory_bytes(),
-            "rte_fib_build_ms": d.fib_build_ms.round(),
-        });
-    }
-    Ok(v)
+    ratios
 }
 
 /// The IPv6 workloads, as [`workloads`]: `random-prefix`, `uniform` (over 2000::/3, the

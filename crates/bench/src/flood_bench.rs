@@ -84,24 +84,7 @@ pub fn run(opts: &FloodOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
             CONTENDERS.join(", ")
         ));
     }
-    let base = include_str!("../../../labs/single-router/r.toml");
-    write(
-        &opts.out.join("routes.txt"),
-        include_str!("../../../labs/single-router/routes.txt"),
-    )?;
-    write(&opts.out.join("r.toml"), base)?;
-    write(
-        &opts.out.join("r-unlimited.toml"),
-        &format!("{base}\n[io]\nslow_path_limit = 0\n"),
-    )?;
-    let topo_text = include_str!("../../../labs/single-router.toml");
-    let topo = opts.out.join("lab.toml");
-    write(&topo, &topo_text.replace("single-router/r.toml", "r.toml"))?;
-    let topo_unlimited = opts.out.join("lab-unlimited.toml");
-    write(
-        &topo_unlimited,
-        &topo_text.replace("single-router/r.toml", "r-unlimited.toml"),
-    )?;
+    let (topo, topo_unlimited) = write_labs(opts)?;
     let floods: Vec<f64> = [0.0, 0.25, 0.5, 1.0]
         .iter()
         .map(|f| (opts.flood_pps * f).round())
@@ -128,96 +111,13 @@ pub fn run(opts: &FloodOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
         }
         l.up()?;
         let r = (|| -> Result<(), String> {
-            // The router's receiving ports run NAPI (the XDP generators' frames), and the
-            // hosts take frames redirected in XDP.
-            for port in ["r-eth0", "r-eth1"] {
-                sh(
-                    "ip",
-                    &[
-                        "netns",
-                        "exec",
-                        &l.ns("r"),
-                        "ethtool",
-                        "-K",
-                        port,
-                        "gro",
-                        "on",
-                    ],
-                )?;
-            }
-            for host in ["src1", "src2", "sink1"] {
-                sh(
-                    "ip",
-                    &[
-                        "netns",
-                        "exec",
-                        &l.ns(host),
-                        "ethtool",
-                        "-K",
-                        "eth0",
-                        "gro",
-                        "on",
-                    ],
-                )?;
-            }
-            for (src, dst) in [("src1", "10.3.0.10"), ("src2", FLOOD_DST)] {
-                sh(
-                    "ip",
-                    &[
-                        "netns",
-                        "exec",
-                        &l.ns(src),
-                        "ping",
-                        "-c",
-                        "2",
-                        "-i",
-                        "0.2",
-                        "-W",
-                        "1",
-                        dst,
-                    ],
-                )
-                .map_err(|e| format!("{contender}: no answer {src} -> {dst}: {e}"))?;
-            }
+            ready(&l, contender)?;
             let mac_transit = lab_mac(&l, "r", "r-eth0")?;
             let mac_flood = lab_mac(&l, "r", "r-eth1")?;
             for &flood in &floods {
                 for rep in 0..opts.repeats {
                     let before = counters(&l, &opts.exe);
-                    let mut flooder = if flood > 0.0 {
-                        let c = l
-                            .command(
-                                "src2",
-                                &[
-                                    exe.as_str(),
-                                    "gen",
-                                    "--iface",
-                                    "eth0",
-                                    "--xdp",
-                                    "--dst-mac",
-                                    &mac_flood,
-                                    "--src",
-                                    "10.2.0.10",
-                                    "--dst",
-                                    FLOOD_DST,
-                                    "--size",
-                                    "64",
-                                    "--rate",
-                                    &format!("{flood:.0}"),
-                                    "--duration",
-                                    &format!("{}", opts.seconds + 30.0),
-                                    "--json",
-                                ],
-                            )
-                            .stdout(Stdio::piped())
-                            .stderr(Stdio::piped())
-                            .spawn()
-                            .map_err(|e| format!("gen: {e}"))?;
-                        std::thread::sleep(std::time::Duration::from_millis(500));
-                        Some(c)
-                    } else {
-                        None
-                    };
+                    let mut flooder = start_flood(&l, &exe, &mac_flood, flood, opts.seconds)?;
                     let p = lab_point(
                         &l,
                         &opts.exe,
@@ -239,16 +139,10 @@ pub fn run(opts: &FloodOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
                         &["sink1"],
                         SinkKind::Xdp,
                     );
-                    let mut flood_sent_pps = 0.0;
-                    if let Some(c) = flooder.take() {
-                        // SAFETY: kill(2) on a child of ours not reaped yet.
-                        unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGINT) };
-                        let o = c.wait_with_output().map_err(|e| e.to_string())?;
-                        let v: Value = serde_json::from_slice(&o.stdout).map_err(|e| {
-                            format!("flood gen: {e}: {}", String::from_utf8_lossy(&o.stderr))
-                        })?;
-                        flood_sent_pps = v["achieved_pps"].as_f64().unwrap_or(0.0);
-                    }
+                    let flood_sent_pps = match flooder.take() {
+                        Some(c) => stop_flood(c)?,
+                        None => 0.0,
+                    };
                     let p = p?;
                     let after = counters(&l, &opts.exe);
                     let delta = |name: &str| drop_count(&after, name) - drop_count(&before, name);
@@ -308,6 +202,141 @@ pub fn run(opts: &FloodOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
     let mut v = v;
     v["plots"] = json!(plots);
     Ok(v)
+}
+
+/// The single-router lab's files in `--out`: the router's config (and one without a slow
+/// path limit), its routes, and the lab with either config; the two labs' paths.
+fn write_labs(opts: &FloodOpts) -> Result<(PathBuf, PathBuf), String> {
+    let base = include_str!("../../../labs/single-router/r.toml");
+    write(
+        &opts.out.join("routes.txt"),
+        include_str!("../../../labs/single-router/routes.txt"),
+    )?;
+    write(&opts.out.join("r.toml"), base)?;
+    write(
+        &opts.out.join("r-unlimited.toml"),
+        &format!("{base}\n[io]\nslow_path_limit = 0\n"),
+    )?;
+    let topo_text = include_str!("../../../labs/single-router.toml");
+    let topo = opts.out.join("lab.toml");
+    write(&topo, &topo_text.replace("single-router/r.toml", "r.toml"))?;
+    let topo_unlimited = opts.out.join("lab-unlimited.toml");
+    write(
+        &topo_unlimited,
+        &topo_text.replace("single-router/r.toml", "r-unlimited.toml"),
+    )?;
+    Ok((topo, topo_unlimited))
+}
+
+/// The lab made ready: the router's receiving ports run NAPI (the XDP generators'
+/// frames), the hosts take frames redirected in XDP, and both paths answer.
+fn ready(l: &lab::Lab, contender: &str) -> Result<(), String> {
+    // The router's receiving ports run NAPI (the XDP generators' frames), and the
+    // hosts take frames redirected in XDP.
+    for port in ["r-eth0", "r-eth1"] {
+        sh(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &l.ns("r"),
+                "ethtool",
+                "-K",
+                port,
+                "gro",
+                "on",
+            ],
+        )?;
+    }
+    for host in ["src1", "src2", "sink1"] {
+        sh(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &l.ns(host),
+                "ethtool",
+                "-K",
+                "eth0",
+                "gro",
+                "on",
+            ],
+        )?;
+    }
+    for (src, dst) in [("src1", "10.3.0.10"), ("src2", FLOOD_DST)] {
+        sh(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &l.ns(src),
+                "ping",
+                "-c",
+                "2",
+                "-i",
+                "0.2",
+                "-W",
+                "1",
+                dst,
+            ],
+        )
+        .map_err(|e| format!("{contender}: no answer {src} -> {dst}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The flood's generator at `flood` packets a second to the router's own address (none
+/// for 0), started half a second ahead of the transit traffic.
+fn start_flood(
+    l: &lab::Lab,
+    exe: &str,
+    mac_flood: &str,
+    flood: f64,
+    seconds: f64,
+) -> Result<Option<std::process::Child>, String> {
+    if flood <= 0.0 {
+        return Ok(None);
+    }
+    let c = l
+        .command(
+            "src2",
+            &[
+                exe,
+                "gen",
+                "--iface",
+                "eth0",
+                "--xdp",
+                "--dst-mac",
+                mac_flood,
+                "--src",
+                "10.2.0.10",
+                "--dst",
+                FLOOD_DST,
+                "--size",
+                "64",
+                "--rate",
+                &format!("{flood:.0}"),
+                "--duration",
+                &format!("{}", seconds + 30.0),
+                "--json",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("gen: {e}"))?;
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    Ok(Some(c))
+}
+
+/// Stops the flood's generator: the rate it sent at.
+fn stop_flood(c: std::process::Child) -> Result<f64, String> {
+    // SAFETY: kill(2) on a child of ours not reaped yet.
+    unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGINT) };
+    let o = c.wait_with_output().map_err(|e| e.to_string())?;
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .map_err(|e| format!("flood gen: {e}: {}", String::from_utf8_lossy(&o.stderr)))?;
+    Ok(v["achieved_pps"].as_f64().unwrap_or(0.0))
 }
 
 /// Per contender and flood rate: the median transit forwarded over the repeats, and its

@@ -463,48 +463,7 @@ fn measure(
     let _ = l.down();
     l.up()?;
     let r = (|| {
-        // Every host takes what a router redirects in XDP (GRO on, so its veth runs NAPI);
-        // then its NAPI threads go to its cores; a kernel router's too.
-        // Threaded whether placed or not: a host's receive work run in softirq would run
-        // in the NAPI thread of whichever element sent it the frame, and be counted as
-        // that element's (the egress LB's, the forwarder's).
-        let m = networks(k);
-        for i in 1..=m {
-            let h = format!("h{i}");
-            lab::cmd::in_ns(&l.ns(&h), "ethtool", &["-K", "eth0", "gro", "on"])?;
-            node_napi(&l, &h, opts.rt_napi)?;
-            l.place(&h)?;
-        }
-        if s.contender == "kernel" {
-            for i in 1..=m {
-                lab::cmd::in_ns(
-                    &l.ns("r"),
-                    "ethtool",
-                    &["-K", &format!("r-eth{i}"), "gro", "on"],
-                )?;
-            }
-            l.place("r")?;
-        }
-        for (from, to) in streams(k) {
-            let dst = format!("10.{to}.0.10");
-            let mut tries = 20;
-            loop {
-                match lab::cmd::in_ns(
-                    &l.ns(&format!("h{from}")),
-                    "ping",
-                    &["-c", "2", "-i", "0.2", "-W", "1", &dst],
-                ) {
-                    Ok(_) => break,
-                    Err(e) if tries <= 1 => {
-                        return Err(format!(
-                            "{} does not forward h{from} -> {dst}: {e}",
-                            s.contender
-                        ))
-                    }
-                    Err(_) => tries -= 1,
-                }
-            }
-        }
+        prepare(&l, s, opts)?;
         let napi = element_napi(&l, opts.rt_napi)?;
         if s.contender == "multistage" && opts.lb_cores > 1 {
             spread_lb_napi(&l)?;
@@ -577,52 +536,7 @@ fn measure(
             Ok::<_, String>((p, json!(lab::drops::grown(&before, &l.tx_dropped()))))
         };
         let top = ceiling * senders.len() as f64;
-        let steps: Vec<f64> = if opts.quick {
-            vec![0.5, 1.0]
-        } else {
-            (1..=5).map(|i| i as f64 / 5.0).collect()
-        };
-        let searches = if opts.quick { 3 } else { 6 };
-        let mut rows = Vec::new();
-        let (mut peak, mut zero_loss, mut peak_at) = (0.0f64, 0.0f64, 0.0f64);
-        for f in steps {
-            let (p, drops) = point(top * f, opts.seconds)?;
-            if p.forwarded_pps > peak {
-                (peak, peak_at) = (p.forwarded_pps, top * f);
-            }
-            if p.lost == 0 {
-                zero_loss = zero_loss.max(p.offered_pps);
-            }
-            rows.push(json!({"kind": "step", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost, "drops": drops}));
-            progress(&format!(
-                "{} {} B: offered {:.0} pps",
-                label(s),
-                size,
-                p.offered_pps
-            ));
-        }
-        let (mut lo, mut hi) = (0.0f64, top);
-        for _ in 0..searches {
-            let mid = (lo + hi) / 2.0;
-            let (p, drops) = point(mid, opts.seconds)?;
-            if p.forwarded_pps > peak {
-                (peak, peak_at) = (p.forwarded_pps, mid);
-            }
-            if p.lost == 0 {
-                lo = mid;
-                zero_loss = zero_loss.max(p.offered_pps);
-            } else {
-                hi = mid;
-            }
-            progress(&format!(
-                "{} {} B: zero-loss search {mid:.0} pps, lost {}{}",
-                label(s),
-                size,
-                p.lost,
-                where_dropped(&drops)
-            ));
-            rows.push(json!({"kind": "search", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost, "drops": drops}));
-        }
+        let (mut rows, peak, zero_loss, peak_at) = rates(&point, top, opts, s, size, progress)?;
         // The elements' cost per frame where they work hardest: at the load that gave the
         // peak. (At a low load each frame pays for a wake-up and a poll of its own, and the
         // cost per frame says little about capacity; at overload some of the work goes to
@@ -657,42 +571,7 @@ fn measure(
                 "frames_per_cpu_s": if bridge_s >= 0.05 { (crossings as f64 / bridge_s).round() } else { 0.0 }})
         };
         rows.push(json!({"kind": "cost", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost, "drops": drops}));
-        // The share of the router's traffic that crosses each element: every frame crosses
-        // two LBs (in and out: with one pair or two networks each LB carries every frame,
-        // with K networks 2/K of them) and one back-end, in the proportion the LBs spread
-        // flows, read from what each took (not from what was delivered: at overload an
-        // element also takes frames that are dropped further on); or the one router.
-        let took = |e: &Value| {
-            e["rx_packets"].as_u64().unwrap_or(0) + e["fast_path_packets"].as_u64().unwrap_or(0)
-        };
-        let is_lb = |e: &Value| e["element"].as_str().is_some_and(|n| n.starts_with("lb"));
-        let lbs: u64 = elements.iter().filter(|e| is_lb(e)).map(took).sum();
-        let others: u64 = elements.iter().filter(|e| !is_lb(e)).map(took).sum();
-        for e in elements.iter_mut() {
-            let share = if s.contender == "star" {
-                // Every frame crosses two members: where it enters, where it leaves.
-                2.0 * took(e) as f64 / others.max(1) as f64
-            } else if is_lb(e) {
-                // By design, not by count: with one pair the first LB also takes what the
-                // second never sees, at overload.
-                if lbs == 0 {
-                    0.0
-                } else if k <= 2 {
-                    1.0
-                } else {
-                    2.0 / k as f64
-                }
-            } else {
-                took(e) as f64 / others.max(1) as f64
-            };
-            e["share"] = json!((share * 1000.0).round() / 1000.0);
-            let cores = if s.contender == "multistage" && is_lb(e) {
-                opts.lb_cores
-            } else {
-                1
-            };
-            e["cores"] = json!(cores);
-        }
+        shares(&mut elements, s, opts);
         progress(&format!("{} {} B: costs at {at:.0} pps", label(s), size));
         Ok(Measured {
             peak,
@@ -705,6 +584,157 @@ fn measure(
     })();
     let _ = l.down();
     r
+}
+
+/// Each element's `share` of the router's traffic and its `cores`.
+fn shares(elements: &mut [Value], s: &Setup, opts: &ScaleOpts) {
+    let k = opts.ports;
+    // The share of the router's traffic that crosses each element: every frame crosses
+    // two LBs (in and out: with one pair or two networks each LB carries every frame,
+    // with K networks 2/K of them) and one back-end, in the proportion the LBs spread
+    // flows, read from what each took (not from what was delivered: at overload an
+    // element also takes frames that are dropped further on); or the one router.
+    let took = |e: &Value| {
+        e["rx_packets"].as_u64().unwrap_or(0) + e["fast_path_packets"].as_u64().unwrap_or(0)
+    };
+    let is_lb = |e: &Value| e["element"].as_str().is_some_and(|n| n.starts_with("lb"));
+    let lbs: u64 = elements.iter().filter(|e| is_lb(e)).map(took).sum();
+    let others: u64 = elements.iter().filter(|e| !is_lb(e)).map(took).sum();
+    for e in elements.iter_mut() {
+        let share = if s.contender == "star" {
+            // Every frame crosses two members: where it enters, where it leaves.
+            2.0 * took(e) as f64 / others.max(1) as f64
+        } else if is_lb(e) {
+            // By design, not by count: with one pair the first LB also takes what the
+            // second never sees, at overload.
+            if lbs == 0 {
+                0.0
+            } else if k <= 2 {
+                1.0
+            } else {
+                2.0 / k as f64
+            }
+        } else {
+            took(e) as f64 / others.max(1) as f64
+        };
+        e["share"] = json!((share * 1000.0).round() / 1000.0);
+        let cores = if s.contender == "multistage" && is_lb(e) {
+            opts.lb_cores
+        } else {
+            1
+        };
+        e["cores"] = json!(cores);
+    }
+}
+
+/// A setup's peak and zero-loss rates: steps of offered load up to `top`, then a search
+/// for the zero-loss rate; each point's row, the peak, the zero-loss rate and the load
+/// that gave the peak.
+fn rates(
+    point: &dyn Fn(f64, f64) -> Result<(forward_bench::Point, Value), String>,
+    top: f64,
+    opts: &ScaleOpts,
+    s: &Setup,
+    size: usize,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(Vec<Value>, f64, f64, f64), String> {
+    let steps: Vec<f64> = if opts.quick {
+        vec![0.5, 1.0]
+    } else {
+        (1..=5).map(|i| i as f64 / 5.0).collect()
+    };
+    let searches = if opts.quick { 3 } else { 6 };
+    let mut rows = Vec::new();
+    let (mut peak, mut zero_loss, mut peak_at) = (0.0f64, 0.0f64, 0.0f64);
+    for f in steps {
+        let (p, drops) = point(top * f, opts.seconds)?;
+        if p.forwarded_pps > peak {
+            (peak, peak_at) = (p.forwarded_pps, top * f);
+        }
+        if p.lost == 0 {
+            zero_loss = zero_loss.max(p.offered_pps);
+        }
+        rows.push(json!({"kind": "step", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost, "drops": drops}));
+        progress(&format!(
+            "{} {} B: offered {:.0} pps",
+            label(s),
+            size,
+            p.offered_pps
+        ));
+    }
+    let (mut lo, mut hi) = (0.0f64, top);
+    for _ in 0..searches {
+        let mid = (lo + hi) / 2.0;
+        let (p, drops) = point(mid, opts.seconds)?;
+        if p.forwarded_pps > peak {
+            (peak, peak_at) = (p.forwarded_pps, mid);
+        }
+        if p.lost == 0 {
+            lo = mid;
+            zero_loss = zero_loss.max(p.offered_pps);
+        } else {
+            hi = mid;
+        }
+        progress(&format!(
+            "{} {} B: zero-loss search {mid:.0} pps, lost {}{}",
+            label(s),
+            size,
+            p.lost,
+            where_dropped(&drops)
+        ));
+        rows.push(json!({"kind": "search", "offered_pps": p.offered_pps.round(), "forwarded_pps": p.forwarded_pps.round(), "sent": p.sent, "received": p.received, "lost": p.lost, "drops": drops}));
+    }
+    Ok((rows, peak, zero_loss, peak_at))
+}
+
+/// The lab of a setup made ready to measure: every host's receive work where it goes (GRO
+/// on, NAPI threads of its own, placed), a kernel router's too, and every stream's path
+/// forwarding.
+fn prepare(l: &lab::Lab, s: &Setup, opts: &ScaleOpts) -> Result<(), String> {
+    let k = opts.ports;
+    // Every host takes what a router redirects in XDP (GRO on, so its veth runs NAPI);
+    // then its NAPI threads go to its cores; a kernel router's too.
+    // Threaded whether placed or not: a host's receive work run in softirq would run
+    // in the NAPI thread of whichever element sent it the frame, and be counted as
+    // that element's (the egress LB's, the forwarder's).
+    let m = networks(k);
+    for i in 1..=m {
+        let h = format!("h{i}");
+        lab::cmd::in_ns(&l.ns(&h), "ethtool", &["-K", "eth0", "gro", "on"])?;
+        node_napi(l, &h, opts.rt_napi)?;
+        l.place(&h)?;
+    }
+    if s.contender == "kernel" {
+        for i in 1..=m {
+            lab::cmd::in_ns(
+                &l.ns("r"),
+                "ethtool",
+                &["-K", &format!("r-eth{i}"), "gro", "on"],
+            )?;
+        }
+        l.place("r")?;
+    }
+    for (from, to) in streams(k) {
+        let dst = format!("10.{to}.0.10");
+        let mut tries = 20;
+        loop {
+            match lab::cmd::in_ns(
+                &l.ns(&format!("h{from}")),
+                "ping",
+                &["-c", "2", "-i", "0.2", "-W", "1", &dst],
+            ) {
+                Ok(_) => break,
+                Err(e) if tries <= 1 => {
+                    return Err(format!(
+                        "{} does not forward h{from} -> {dst}: {e}",
+                        s.contender
+                    ))
+                }
+                Err(_) => tries -= 1,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The NAPI threads of a host's or the bridge's interfaces (moved into threads of their

@@ -123,6 +123,7 @@ struct forward_config {
 	__u32 ningress6;
 	__u32 nvlans;
 	__u64 vlans[64];             /* a bit per VLAN id of the port's sub-interfaces */
+	__u64 special_bits[16];      /* special_hash of every special address, IPv4 and IPv6 */
 	__u32 special[MAX_SPECIAL]; /* the router's own and broadcast addresses, as read */
 	__u8 special6[MAX_SPECIAL6][16];
 	struct star_member members[MAX_MEMBERS]; /* longest prefixes first */
@@ -289,16 +290,38 @@ static __always_inline int our_vlan(__u32 vid)
 	return (cfg.vlans[(vid >> 6) & 63] >> (vid & 63)) & 1;
 }
 
-/* An IPv4 address as read from the frame: martian (0/8, 127/8, multicast, class E,
- * broadcast), or one of the router's own or a broadcast address. */
-static __always_inline int special4(const __u8 *a)
+/* A first byte of a martian IPv4 address: 0/8, 127/8, multicast, class E, broadcast. */
+static __always_inline int martian(__u8 first)
 {
-	if (a[0] == 0 || a[0] == 127 || a[0] >= 224)
+	return first == 0 || first == 127 || first >= 224;
+}
+
+/* Where an address's 32-bit word (as read from the frame: an IPv4 address, the last word
+ * of an IPv6 one) falls in special_bits (io::fastpath::program's special_hash): a word
+ * whose bit is clear is no special address's, and most packets' are, so they skip the
+ * list. */
+static __always_inline int maybe_special(__u32 w)
+{
+	__u32 h = (w ^ (w >> 16) ^ (w >> 8)) & 1023;
+	return (cfg.special_bits[h >> 6] >> (h & 63)) & 1;
+}
+
+/* The IPv4 packet's source or destination (at ip + 12 and ip + 16, as read from the
+ * frame) is martian, or one of the router's own or a broadcast address. */
+static __always_inline int special4(const __u8 *ip)
+{
+	if (martian(ip[12]) || martian(ip[16]))
 		return 1;
-	__u32 w = *(const __u32 *)a;
-	for (__u32 i = 0; i < cfg.nspecial && i < MAX_SPECIAL; i++)
-		if (w == cfg.special[i])
+	__u32 src = *(const __u32 *)(ip + 12), dst = *(const __u32 *)(ip + 16);
+	if (!maybe_special(src) && !maybe_special(dst))
+		return 0;
+	/* (The count read once: each read of the configuration is a load.) */
+	__u32 n = cfg.nspecial;
+	for (__u32 i = 0; i < n && i < MAX_SPECIAL; i++) {
+		__u32 a = cfg.special[i];
+		if (src == a || dst == a)
 			return 1;
+	}
 	return 0;
 }
 
@@ -324,7 +347,7 @@ static __always_inline int check_ipv4(__u8 *ip, void *end, __u32 frame, int xdp,
 		sum += *(__u16 *)(ip + k);
 	if (fold(sum) != 0xffff)
 		return POLICE; /* a bad header checksum */
-	if (special4(ip + 12) || special4(ip + 16))
+	if (special4(ip))
 		return POLICE;
 	if (xdp) {
 		int left = offload_left_ipv4(ip, end, total);
@@ -336,7 +359,7 @@ static __always_inline int check_ipv4(__u8 *ip, void *end, __u32 frame, int xdp,
 
 /* The route of IPv4 destination `dst` (host order) in the DIR-24-8 table: its port,
  * VLAN id and neighbour key. */
-static __always_inline int route4(__u32 dst, struct egress *e)
+static __always_inline int route4(__u32 dst, __u32 flags, struct egress *e)
 {
 	__u32 k = 0;
 	void *table = bpf_map_lookup_elem(&fib, &k);
@@ -368,7 +391,7 @@ static __always_inline int route4(__u32 dst, struct egress *e)
 		return SLOW;
 	e->port = (nh >> 32) & 0xffff;
 	e->vlan = nh >> 48;
-	if (!(cfg.flags & F_TAGGED) && e->vlan)
+	if (!(flags & F_TAGGED) && e->vlan)
 		return SLOW; /* cannot happen: no VLAN ids in this table */
 	__u32 gw = nh;
 	e->key = (nh >> 32) << 32 | (gw ? gw : dst);
@@ -396,7 +419,8 @@ static __always_inline int check_ipv6(__u8 *ip, void *end, __u32 frame, int xdp,
 			return SLOW; /* ::/8 (unspecified, loopback, mapped), multicast */
 		if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80)
 			return SLOW; /* fe80::/10 */
-		for (__u32 i = 0; i < cfg.nspecial6 && i < MAX_SPECIAL6; i++) {
+		__u32 n = maybe_special(*(const __u32 *)(a + 12)) ? cfg.nspecial6 : 0;
+		for (__u32 i = 0; i < n && i < MAX_SPECIAL6; i++) {
 			const volatile __u8 *s = cfg.special6[i];
 			if (*(const __u32 *)a == *(const volatile __u32 *)s &&
 			    *(const __u32 *)(a + 4) == *(const volatile __u32 *)(s + 4) &&
@@ -442,7 +466,7 @@ static __always_inline __u64 *record(void *table, __u32 i)
  * fib::Poptrie6::lookup_raw walks it: dir, the wide quarter and up to four levels below
  * (to bit 64: a connected /64), then the leaf; a prefix that goes on past bit 64 is user
  * space's. Its port, VLAN id and neighbour key. */
-static __always_inline int route6(const __u8 *dst, struct egress *e)
+static __always_inline int route6(const __u8 *dst, __u32 flags, struct egress *e)
 {
 	__u64 hi = bpf_be64_to_cpu(*(const __u64 *)dst);
 	__u32 zero = 0;
@@ -497,7 +521,7 @@ static __always_inline int route6(const __u8 *dst, struct egress *e)
 		return SLOW;
 	e->port = h->port;
 	e->vlan = h->vlan;
-	if (!(cfg.flags & F_TAGGED) && e->vlan)
+	if (!(flags & F_TAGGED) && e->vlan)
 		return SLOW; /* cannot happen: no VLAN ids in this table */
 	e->key6.word = e->vlan << 16 | e->port;
 	__builtin_memcpy(e->key6.addr, h->flags & ROUTE6_CONNECTED ? dst : h->gw, 16);
@@ -825,9 +849,12 @@ int tessera_fast(struct xdp_md *ctx)
 	void *end = (void *)(long)ctx->data_end;
 	__u32 tag_in = 0; /* 1 << 16 | the tag's control information as read; 0: untagged */
 	__u32 len = 0;
-	struct egress e = {};
+	struct egress e; /* (each path writes what it reads) */
 	int r;
 	__u8 *p = data;
+	/* The configuration's words this path reads, each read once (a read is a load). */
+	const __u32 flags = cfg.flags;
+	const __u64 own = cfg.mac; /* the port's MAC */
 	if (cfg.nvlans) {
 		/* Tagged with one of the port's VLAN ids: the tag comes out (the MACs move up
 		 * four bytes, the frame starts four later), and the frame runs as an untagged
@@ -852,18 +879,18 @@ int tessera_fast(struct xdp_md *ctx)
 	}
 	if (data + 34 > end)
 		goto slow;
-	if (mac_key(p) != (cfg.mac & 0xffffffffffffULL))
+	if (mac_key(p) != (own & 0xffffffffffffULL))
 		goto slow; /* not to the port's MAC */
 	__u16 type = *(__u16 *)(p + 12);
 	int v6 = 0;
-	if (type == bpf_htons(0x86dd) && (cfg.flags & F_IPV6)) {
+	if (type == bpf_htons(0x86dd) && (flags & F_IPV6)) {
 		if (data + 54 > end)
 			goto slow;
 		v6 = 1;
 		r = check_ipv6(p + 14, end, end - data, 1, &len);
 		if (r == GO_ON)
-			r = route6(p + 38, &e);
-	} else if (type == bpf_htons(ETH_P_STAR) && (cfg.flags & F_STAR_IN)) {
+			r = route6(p + 38, flags, &e);
+	} else if (type == bpf_htons(ETH_P_STAR) && (flags & F_STAR_IN)) {
 		r = star_in(ctx);
 		if (r == ABORT)
 			return XDP_ABORTED;
@@ -873,7 +900,7 @@ int tessera_fast(struct xdp_md *ctx)
 	} else if (type == bpf_htons(0x0800)) {
 		r = check_ipv4(p + 14, end, end - data, 1, &len);
 		if (r == GO_ON)
-			r = route4(bpf_ntohl(*(__u32 *)(p + 30)), &e);
+			r = route4(bpf_ntohl(*(__u32 *)(p + 30)), flags, &e);
 	} else {
 		goto slow;
 	}
@@ -881,9 +908,9 @@ int tessera_fast(struct xdp_md *ctx)
 		goto police;
 	if (r != GO_ON)
 		goto slow;
-	if ((cfg.flags & F_STAR) && e.port == cfg.star_internal) {
+	if ((flags & F_STAR) && e.port == cfg.star_internal) {
 		/* Across the star's switch. */
-		if (!(cfg.flags & F_STAR_FAST))
+		if (!(flags & F_STAR_FAST))
 			goto slow;
 		r = star_out(ctx, &e, len, v6);
 		if (r == ABORT)
@@ -933,6 +960,8 @@ int tessera_fast_tc(struct __sk_buff *skb)
 	__u32 len = 0;
 	struct egress e = {};
 	int r;
+	const __u32 flags = cfg.flags;
+	const __u64 own = cfg.mac; /* the port's MAC */
 	if (skb->mark == TO_USER_SPACE_MARK)
 		return TCX_DROP; /* left to user space by this program, back for the socket */
 	/* A frame's 802.1Q tag is not in the bytes the program reads: the kernel takes it out
@@ -958,21 +987,21 @@ int tessera_fast_tc(struct __sk_buff *skb)
 	__u8 *p = data;
 	if (data + 34 > end)
 		goto slow;
-	if (mac_key(p) != (cfg.mac & 0xffffffffffffULL))
+	if (mac_key(p) != (own & 0xffffffffffffULL))
 		goto slow;
 	__u16 type = *(__u16 *)(p + 12);
 	int v6 = 0;
-	if (type == bpf_htons(0x86dd) && (cfg.flags & F_IPV6)) {
+	if (type == bpf_htons(0x86dd) && (flags & F_IPV6)) {
 		if (data + 54 > end)
 			goto slow;
 		v6 = 1;
 		r = check_ipv6(p + 14, end, skb->len, 0, &len);
 		if (r == GO_ON)
-			r = route6(p + 38, &e);
+			r = route6(p + 38, flags, &e);
 	} else if (type == bpf_htons(0x0800)) {
 		r = check_ipv4(p + 14, end, skb->len, 0, &len);
 		if (r == GO_ON)
-			r = route4(bpf_ntohl(*(__u32 *)(p + 30)), &e);
+			r = route4(bpf_ntohl(*(__u32 *)(p + 30)), flags, &e);
 	} else {
 		goto slow;
 	}
@@ -980,7 +1009,7 @@ int tessera_fast_tc(struct __sk_buff *skb)
 		goto police;
 	if (r != GO_ON)
 		goto slow;
-	if ((cfg.flags & F_STAR) && e.port == cfg.star_internal)
+	if ((flags & F_STAR) && e.port == cfg.star_internal)
 		goto slow; /* across the star's switch: user space's in tcx */
 	if (egress_port(&e, len, 0) != GO_ON)
 		goto slow;

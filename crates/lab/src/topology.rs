@@ -549,11 +549,57 @@ impl Lab {
             )
             .filter(|_| speaks6)
             .collect();
+        self.make_namespaces(&mut st, &kernel_v6)?;
+        self.make_switches()?;
+        for (i, l) in self.topo.link.iter().enumerate() {
+            self.make_link(i, l)?;
+        }
+        self.configure_hosts()?;
+        self.wait_links_up(Duration::from_secs(5))?;
+        // LBs last: their back-ends are running (and saying hello) when they start.
+        let mut order: Vec<&Element> = self.topo.element.iter().collect();
+        order.sort_by_key(|e| self.role(e) == "balancer");
+        for e in order {
+            match self.role(e).as_str() {
+                "linux" => self.start_linux(e)?,
+                "external" => {}
+                _ => {
+                    let pid = self.start_element(e)?;
+                    st.pids.insert(e.name.clone(), pid);
+                    self.save(&st)?;
+                    self.start_frr(&e.name, &self.frr_always(e), true)?;
+                }
+            }
+        }
+        // Hosts' and kernel routers' receive work on their CPUs (elements place their own).
+        for (node, kind) in self.nodes() {
+            let kernel =
+                kind == Kind::Host || self.element(node).is_ok_and(|e| self.role(e) == "linux");
+            if kernel {
+                self.place(node)?;
+            }
+        }
+        self.ipv6_addresses_settled(&kernel_v6)?;
+        self.dhcp_clients()?;
+        self.slaac_addresses()?;
+        // Outside routers, once the router is there to peer with.
+        for h in &self.topo.host {
+            self.start_frr(&h.name, &h.frr, false)?;
+            if let Some(conf) = &h.bird {
+                self.start_bird(&h.name, conf)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every node's namespace, recorded in the lab's state as it is made; IPv6 off but
+    /// in `kernel_v6`.
+    fn make_namespaces(&self, st: &mut State, kernel_v6: &[&str]) -> Result<(), String> {
         for (node, _) in self.nodes() {
             let ns = self.ns(node);
             cmd::run("ip", &["netns", "add", &ns])?;
             st.namespaces.push(ns.clone());
-            self.save(&st)?;
+            self.save(st)?;
             ip_n(&ns, &["link", "set", "lo", "up"])?;
             let off = if kernel_v6.contains(&node) { "0" } else { "1" };
             in_ns(
@@ -581,6 +627,11 @@ impl Lab {
                 )?;
             }
         }
+        Ok(())
+    }
+
+    /// Each switch's bridge, a plain Ethernet switch.
+    fn make_switches(&self) -> Result<(), String> {
         for s in &self.topo.switch {
             let ns = self.ns(&s.name);
             ip_n(
@@ -600,106 +651,114 @@ impl Lab {
                 ],
             )?;
         }
-        for (i, l) in self.topo.link.iter().enumerate() {
-            let ends: Vec<(String, String, bool)> = [&l.a, &l.b]
-                .iter()
-                .map(|end| match end.split_once(':') {
-                    Some((n, ifn)) => (n.to_string(), ifn.to_string(), false),
-                    None => (end.to_string(), format!("p{i}"), true),
-                })
-                .collect();
-            let (na, ia, _) = &ends[0];
-            let (nb, ib, _) = &ends[1];
-            let (nsa, nsb) = (self.ns(na), self.ns(nb));
-            let q = l.queues.unwrap_or(1).to_string();
-            // Each end's interface index differs from its peer's: the kernel takes a
-            // link whose index equals the one it names as its link (every namespace
-            // numbers its interfaces from 1, so a veth's two ends often would) for a
-            // plain device and reports its carrier up to a second late, and until then
-            // the device's queue drops what the host sends (every lab waited most of a
-            // second for its links). Unique in the lab, and clear of what a namespace
-            // numbers itself (lo, br0).
-            let (xa, xb) = (
-                (LINK_IFINDEX_BASE + 2 * i).to_string(),
-                (LINK_IFINDEX_BASE + 2 * i + 1).to_string(),
-            );
-            cmd::run(
-                "ip",
+        Ok(())
+    }
+
+    /// Link `i`: a veth pair between its ends, wire-like (see below), GRO on where an XDP
+    /// program redirects to it.
+    fn make_link(&self, i: usize, l: &Link) -> Result<(), String> {
+        let ends: Vec<(String, String, bool)> = [&l.a, &l.b]
+            .iter()
+            .map(|end| match end.split_once(':') {
+                Some((n, ifn)) => (n.to_string(), ifn.to_string(), false),
+                None => (end.to_string(), format!("p{i}"), true),
+            })
+            .collect();
+        let (na, ia, _) = &ends[0];
+        let (nb, ib, _) = &ends[1];
+        let (nsa, nsb) = (self.ns(na), self.ns(nb));
+        let q = l.queues.unwrap_or(1).to_string();
+        // Each end's interface index differs from its peer's: the kernel takes a
+        // link whose index equals the one it names as its link (every namespace
+        // numbers its interfaces from 1, so a veth's two ends often would) for a
+        // plain device and reports its carrier up to a second late, and until then
+        // the device's queue drops what the host sends (every lab waited most of a
+        // second for its links). Unique in the lab, and clear of what a namespace
+        // numbers itself (lo, br0).
+        let (xa, xb) = (
+            (LINK_IFINDEX_BASE + 2 * i).to_string(),
+            (LINK_IFINDEX_BASE + 2 * i + 1).to_string(),
+        );
+        cmd::run(
+            "ip",
+            &[
+                "link",
+                "add",
+                ia,
+                "netns",
+                &nsa,
+                "index",
+                &xa,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                ib,
+                "netns",
+                &nsb,
+                "index",
+                &xb,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+            ],
+        )?;
+        let mtu = l.mtu.unwrap_or(1500).to_string();
+        for ((node, ifn, is_switch), fixed) in ends.iter().zip([&l.a_mac, &l.b_mac]) {
+            let ns = self.ns(node);
+            let mac = fixed.clone().unwrap_or_else(|| self.mac(node, ifn));
+            ip_n(&ns, &["link", "set", ifn, "address", &mac, "mtu", &mtu])?;
+            // Wire-like links: no segmentation or receive aggregation, every frame
+            // with its checksums complete (on a wire a frame always is: a NIC fills
+            // them before it sends; a veth would hand the far end a socket buffer
+            // whose TCP or UDP checksum is left to offload, which an XDP program
+            // cannot complete and must leave to user space), and an 802.1Q tag
+            // travels in the frame (a tag the kernel took out of the frame into
+            // socket-buffer metadata would be invisible to an XDP program on the far
+            // end: a bridge untags what it receives and, with transmit VLAN offload
+            // on, hands the tag to the veth beside the frame).
+            in_ns(
+                &ns,
+                "ethtool",
                 &[
-                    "link",
-                    "add",
-                    ia,
-                    "netns",
-                    &nsa,
-                    "index",
-                    &xa,
-                    "numtxqueues",
-                    &q,
-                    "numrxqueues",
-                    &q,
-                    "type",
-                    "veth",
-                    "peer",
-                    "name",
-                    ib,
-                    "netns",
-                    &nsb,
-                    "index",
-                    &xb,
-                    "numtxqueues",
-                    &q,
-                    "numrxqueues",
-                    &q,
+                    "-K", ifn, "tx", "off", "tso", "off", "gso", "off", "gro", "off", "txvlan",
+                    "off", "rxvlan", "off",
                 ],
             )?;
-            let mtu = l.mtu.unwrap_or(1500).to_string();
-            for ((node, ifn, is_switch), fixed) in ends.iter().zip([&l.a_mac, &l.b_mac]) {
-                let ns = self.ns(node);
-                let mac = fixed.clone().unwrap_or_else(|| self.mac(node, ifn));
-                ip_n(&ns, &["link", "set", ifn, "address", &mac, "mtu", &mtu])?;
-                // Wire-like links: no segmentation or receive aggregation, every frame
-                // with its checksums complete (on a wire a frame always is: a NIC fills
-                // them before it sends; a veth would hand the far end a socket buffer
-                // whose TCP or UDP checksum is left to offload, which an XDP program
-                // cannot complete and must leave to user space), and an 802.1Q tag
-                // travels in the frame (a tag the kernel took out of the frame into
-                // socket-buffer metadata would be invisible to an XDP program on the far
-                // end: a bridge untags what it receives and, with transmit VLAN offload
-                // on, hands the tag to the veth beside the frame).
-                in_ns(
-                    &ns,
-                    "ethtool",
-                    &[
-                        "-K", ifn, "tx", "off", "tso", "off", "gso", "off", "gro", "off", "txvlan",
-                        "off", "rxvlan", "off",
-                    ],
-                )?;
-                if *is_switch {
-                    ip_n(&ns, &["link", "set", ifn, "master", "br0"])?;
-                }
-                ip_n(&ns, &["link", "set", ifn, "up"])?;
-                // GRO turned on once the port is up: that is when a veth starts its NAPI
-                // for it (measured here: turned on while down, the port showed GRO on and
-                // still dropped the frames redirected to it).
-                // Unless `--fast-path false`, on every switch port and host interface: the
-                // elements' XDP programs (their fast path, on by default) redirect frames
-                // to their peers, which a veth takes only while its peer runs NAPI (the
-                // elements would otherwise send those frames from user space: see
-                // io::egress). Not with `--io packet`: the fast path is then tcx's, whose
-                // socket buffers need no NAPI on the far end, and hosts keep their
-                // wire-like receive (the demo compares TCP with the kernel's on the same
-                // hosts).
-                let host = self.topo.host.iter().find(|h| &h.name == node);
-                let is_host = host.is_some_and(|h| h.gro != Some(false) && !self.plain_hosts);
-                let xdp_fast =
-                    self.fast_path != Some(false) && self.io.as_deref() != Some("packet");
-                if (*is_switch && self.topo.switch.iter().any(|s| &s.name == node && s.gro))
-                    || (xdp_fast && (*is_switch || is_host))
-                {
-                    in_ns(&ns, "ethtool", &["-K", ifn, "gro", "on"])?;
-                }
+            if *is_switch {
+                ip_n(&ns, &["link", "set", ifn, "master", "br0"])?;
+            }
+            ip_n(&ns, &["link", "set", ifn, "up"])?;
+            // GRO turned on once the port is up: that is when a veth starts its NAPI
+            // for it (measured here: turned on while down, the port showed GRO on and
+            // still dropped the frames redirected to it).
+            // Unless `--fast-path false`, on every switch port and host interface: the
+            // elements' XDP programs (their fast path, on by default) redirect frames
+            // to their peers, which a veth takes only while its peer runs NAPI (the
+            // elements would otherwise send those frames from user space: see
+            // io::egress). Not with `--io packet`: the fast path is then tcx's, whose
+            // socket buffers need no NAPI on the far end, and hosts keep their
+            // wire-like receive (the demo compares TCP with the kernel's on the same
+            // hosts).
+            let host = self.topo.host.iter().find(|h| &h.name == node);
+            let is_host = host.is_some_and(|h| h.gro != Some(false) && !self.plain_hosts);
+            let xdp_fast = self.fast_path != Some(false) && self.io.as_deref() != Some("packet");
+            if (*is_switch && self.topo.switch.iter().any(|s| &s.name == node && s.gro))
+                || (xdp_fast && (*is_switch || is_host))
+            {
+                in_ns(&ns, "ethtool", &["-K", ifn, "gro", "on"])?;
             }
         }
+        Ok(())
+    }
+
+    /// Each host's queues, addresses, IPv6 autoconfiguration and routes.
+    fn configure_hosts(&self) -> Result<(), String> {
         for h in &self.topo.host {
             let ns = self.ns(&h.name);
             for i in &h.interfaces {
@@ -735,40 +794,6 @@ impl Lab {
                 };
                 args.extend(r.split_whitespace());
                 ip_n(&ns, &args)?;
-            }
-        }
-        self.wait_links_up(Duration::from_secs(5))?;
-        // LBs last: their back-ends are running (and saying hello) when they start.
-        let mut order: Vec<&Element> = self.topo.element.iter().collect();
-        order.sort_by_key(|e| self.role(e) == "balancer");
-        for e in order {
-            match self.role(e).as_str() {
-                "linux" => self.start_linux(e)?,
-                "external" => {}
-                _ => {
-                    let pid = self.start_element(e)?;
-                    st.pids.insert(e.name.clone(), pid);
-                    self.save(&st)?;
-                    self.start_frr(&e.name, &self.frr_always(e), true)?;
-                }
-            }
-        }
-        // Hosts' and kernel routers' receive work on their CPUs (elements place their own).
-        for (node, kind) in self.nodes() {
-            let kernel =
-                kind == Kind::Host || self.element(node).is_ok_and(|e| self.role(e) == "linux");
-            if kernel {
-                self.place(node)?;
-            }
-        }
-        self.ipv6_addresses_settled(&kernel_v6)?;
-        self.dhcp_clients()?;
-        self.slaac_addresses()?;
-        // Outside routers, once the router is there to peer with.
-        for h in &self.topo.host {
-            self.start_frr(&h.name, &h.frr, false)?;
-            if let Some(conf) = &h.bird {
-                self.start_bird(&h.name, conf)?;
             }
         }
         Ok(())

@@ -324,13 +324,7 @@ const MAX_FN_LINES: usize = 150;
 
 /// Functions still over [`MAX_FN_LINES`], each to be split (the list only shrinks): file
 /// under `crates/`, function name.
-const LONG_FNS: [(&str, &str); 5] = [
-    ("wire/src/dist/codec.rs", "parse"),
-    ("bench/src/scale_bench.rs", "measure"),
-    ("lab/src/topology.rs", "build"),
-    ("bench/src/flood_bench.rs", "run"),
-    ("bench/src/fib_bench.rs", "run"),
-];
+const LONG_FNS: [(&str, &str); 0] = [];
 
 /// The functions of a file's code (outside its test module) and their lengths in lines,
 /// from the `fn` line to the closing brace at the same indentation.

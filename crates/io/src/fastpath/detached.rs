@@ -54,6 +54,24 @@ impl Detached {
     /// Runs the program once on `frame` (in the tcx hook, as a frame with mark `mark`):
     /// its verdict and the frame as the program left it.
     pub fn run_marked(&self, frame: &[u8], mark: u32) -> io::Result<(Verdict, Vec<u8>)> {
+        self.run_timed(frame, mark, 1).map(|(v, out, _)| (v, out))
+    }
+
+    /// The program's average time per run on `frame` (in the kernel, nanoseconds, as
+    /// `BPF_PROG_TEST_RUN` times it) over `repeat` runs, and its last verdict: what a
+    /// program costs per frame. The runs share one copy of the frame, which the program
+    /// may change as it goes (a forwarder's TTL, an LB's tag): keep `repeat` below what
+    /// that allows.
+    pub fn time(&self, frame: &[u8], repeat: u32) -> io::Result<(Verdict, u32)> {
+        self.run_timed(frame, 0, repeat).map(|(v, _, ns)| (v, ns))
+    }
+
+    fn run_timed(
+        &self,
+        frame: &[u8],
+        mark: u32,
+        repeat: u32,
+    ) -> io::Result<(Verdict, Vec<u8>, u32)> {
         let mut out = vec![0u8; frame.len() + 256];
         let mut ctx_in = [0u8; SKB_SIZE];
         let m = SKB_MARK as usize;
@@ -66,7 +84,7 @@ impl Detached {
         attr[1] = u32s(frame.len() as u32, out.len() as u32);
         attr[2] = frame.as_ptr() as u64;
         attr[3] = out.as_mut_ptr() as u64;
-        attr[4] = u32s(1, 0);
+        attr[4] = u32s(repeat.max(1), 0);
         if self.at == At::Tc {
             attr[5] = u32s(SKB_SIZE as u32, SKB_SIZE as u32);
         } else {
@@ -80,6 +98,7 @@ impl Detached {
         attr[7] = ctx_out.as_mut_ptr() as u64;
         bpf(10, &mut attr).map_err(|e| io::Error::new(e.kind(), format!("bpf test run: {e}")))?;
         let retval = (attr[0] >> 32) as u32;
+        let duration = (attr[4] >> 32) as u32;
         let size = (attr[1] >> 32) as usize;
         out.truncate(size.min(out.len()));
         let word = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
@@ -104,7 +123,7 @@ impl Detached {
             (At::Tc, r) if r == TCX_DROP as u32 => Verdict::Drop,
             (_, r) => Verdict::Other(r),
         };
-        Ok((v, out))
+        Ok((v, out, duration))
     }
 
     /// As [`Detached::run_marked`], for a frame as it arrives (no mark).

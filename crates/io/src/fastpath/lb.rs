@@ -540,6 +540,12 @@ mod tests {
             addrs6: (0..MAX_ADDRS6 as u128).map(Ipv6Addr::from).collect(),
         };
         fp.detached(&f).unwrap();
+        // Lists walked in the program's own loop (up to 32 rules), at their longest.
+        let short = |external| (0..32).map(move |i| rule(i, external));
+        let mut g = f.clone();
+        g.rules = short(true).chain(short(false)).collect();
+        g.rules6 = g.rules.clone();
+        fp.detached(&g).unwrap();
         f.rules6.push(rule(0, true));
         let e = fp.detached(&f).err().expect("one rule too many");
         assert!(e.to_string().contains("at most 128"), "{e}");

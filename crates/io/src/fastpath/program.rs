@@ -65,6 +65,7 @@ pub(super) struct ForwardConfig {
     ningress6: u32,
     nvlans: u32,
     vlans: [u64; 64],
+    special_bits: [u64; 16],
     special: [u32; MAX_SPECIAL],
     special6: [[u8; 16]; MAX_SPECIAL6],
     members: [StarMember; MAX_MEMBERS],
@@ -109,6 +110,7 @@ pub(super) fn config(f: &ProgramFacts, hook: Hook, me: u32) -> io::Result<Box<Fo
         ningress6: 0,
         nvlans: 0,
         vlans: [0; 64],
+        special_bits: [0; 16],
         special: [0; MAX_SPECIAL],
         special6: [[0; 16]; MAX_SPECIAL6],
         members: [StarMember {
@@ -144,11 +146,17 @@ pub(super) fn config(f: &ProgramFacts, hook: Hook, me: u32) -> io::Result<Box<Fo
     for (slot, a) in c.special.iter_mut().zip(&f.special) {
         // As the program reads it from the frame: the octets in order.
         *slot = u32::from_ne_bytes(a.octets());
+        mark_special(&mut c.special_bits, *slot);
     }
     c.nspecial = f.special.len() as u32;
     check_len(f, "IPv6 addresses", f.special6.len(), MAX_SPECIAL6)?;
     for (slot, a) in c.special6.iter_mut().zip(&f.special6) {
         *slot = a.octets();
+        let o = a.octets();
+        mark_special(
+            &mut c.special_bits,
+            u32::from_ne_bytes([o[12], o[13], o[14], o[15]]),
+        );
     }
     c.nspecial6 = f.special6.len() as u32;
     for &v in &f.vlans {
@@ -169,6 +177,18 @@ pub(super) fn config(f: &ProgramFacts, hook: Hook, me: u32) -> io::Result<Box<Fo
         star_config(f, s, &mut c)?;
     }
     Ok(c)
+}
+
+/// Where an address's word (as the program reads it from the frame: an IPv4 address, an
+/// IPv6 address's last four bytes) falls in `special_bits` (`forward.bpf.c`'s
+/// `maybe_special`): the program looks through the list only for words whose bit is set.
+fn special_hash(w: u32) -> u32 {
+    (w ^ (w >> 16) ^ (w >> 8)) & 1023
+}
+
+fn mark_special(bits: &mut [u64; 16], w: u32) {
+    let h = special_hash(w);
+    bits[(h >> 6) as usize] |= 1 << (h & 63);
 }
 
 /// A star member's facts into `c`.

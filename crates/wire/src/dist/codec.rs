@@ -20,266 +20,13 @@ impl Repr {
         let body = &b[HEADER_LEN..HEADER_LEN + length];
         let bad = Error::BadLength { kind, length };
         let msg = match kind {
-            kind::HELLO => {
-                if length < HELLO_FIXED_LEN {
-                    return Err(bad);
-                }
-                let element = match body[0] {
-                    1 => ElementKind::Balancer,
-                    2 => ElementKind::Forwarder,
-                    3 => ElementKind::Controller,
-                    v => {
-                        return Err(Error::BadField {
-                            field: "element",
-                            value: v as u32,
-                        })
-                    }
-                };
-                let count = body[1] as usize;
-                let count6 = body[6] as usize;
-                let at6 = HELLO_FIXED_LEN + count * HELLO_PORT_LEN;
-                let at_state = at6 + count6 * HELLO_ADDR6_LEN;
-                let has_state = body[5] & HELLO_STATE != 0;
-                if length != at_state + if has_state { HELLO_STATE_LEN } else { 0 } {
-                    return Err(bad);
-                }
-                let state = has_state.then(|| {
-                    let b = &body[at_state..];
-                    HelloState {
-                        incarnation: be64(b, 0),
-                        table: body[5] & HELLO_TABLE != 0,
-                        epoch: be32(b, 8),
-                        version: be32(b, 12),
-                        routes: be32(b, 16),
-                        digest: be64(b, 24),
-                    }
-                });
-                let mut addrs6 = Vec::with_capacity(count6);
-                for i in 0..count6 {
-                    let a = &body[at6 + i * HELLO_ADDR6_LEN..];
-                    if a[0] as usize >= count {
-                        return Err(Error::BadField {
-                            field: "hello address port",
-                            value: a[0] as u32,
-                        });
-                    }
-                    addrs6.push(HelloAddr6 {
-                        port: a[0],
-                        prefix_len: prefix_len6(a[1])?,
-                        addr: ip6(a, 2),
-                    });
-                }
-                let mut ports = Vec::with_capacity(count);
-                for i in 0..count {
-                    let p = &body[HELLO_FIXED_LEN + i * HELLO_PORT_LEN..];
-                    ports.push(HelloPort {
-                        mac: MacAddr::from_slice(&p[0..6]),
-                        addr: ip(p, 6),
-                        prefix_len: prefix_len(p[10])?,
-                        role: PortRole::from_code(p[11])?,
-                        vlan: vlan(be16(p, 12))?,
-                        speed_mbps: be32(p, 14),
-                    });
-                }
-                Message::Hello(Hello {
-                    element,
-                    interval_ms: be16(body, 2),
-                    rx_packets: be64(body, 8),
-                    tx_packets: be64(body, 16),
-                    dropped: be64(body, 24),
-                    priority: body[4],
-                    active: body[5] & HELLO_ACTIVE != 0,
-                    ports,
-                    addrs6,
-                    state,
-                })
-            }
-            kind::PORTS => {
-                let count = *body.first().ok_or(bad)? as usize;
-                if length != 1 + count * PORT_CONFIG_LEN {
-                    return Err(bad);
-                }
-                let mut ports = Vec::with_capacity(count);
-                for i in 0..count {
-                    let p = &body[1 + i * PORT_CONFIG_LEN..];
-                    ports.push(PortConfig {
-                        index: p[0],
-                        role: PortRole::from_code(p[1])?,
-                        vlan: vlan(be16(p, 2))?,
-                        addr: ip(p, 4),
-                        prefix_len: prefix_len(p[8])?,
-                    });
-                }
-                Message::Ports { ports }
-            }
-            kind::BALANCE => {
-                if length < BALANCE_FIXED_LEN {
-                    return Err(bad);
-                }
-                let count = be16(body, 2) as usize;
-                if length != BALANCE_FIXED_LEN + count * BALANCE_ENTRY_LEN {
-                    return Err(bad);
-                }
-                let entries = (0..count)
-                    .map(|i| {
-                        let e = &body[BALANCE_FIXED_LEN + i * BALANCE_ENTRY_LEN..];
-                        BalanceEntry {
-                            mac: MacAddr::from_slice(&e[0..6]),
-                            port: e[6],
-                            weight: be16(e, 8),
-                        }
-                    })
-                    .collect();
-                Message::Balance {
-                    flush: body[0] & BALANCE_FLUSH != 0,
-                    entries,
-                }
-            }
-            kind::VIRTUAL_CP => {
-                if length != VIRTUAL_CP_LEN {
-                    return Err(bad);
-                }
-                Message::VirtualCp {
-                    mac: MacAddr::from_slice(&body[0..6]),
-                    port: body[6],
-                }
-            }
-            kind::ROUTES => {
-                if length < ROUTES_FIXED_LEN {
-                    return Err(bad);
-                }
-                let count = be16(body, 14) as usize;
-                let mut routes = Vec::with_capacity(count.min(length / ROUTE_ENTRY_FIXED_LEN));
-                let mut at = ROUTES_FIXED_LEN;
-                for _ in 0..count {
-                    if at + 2 > length {
-                        return Err(bad);
-                    }
-                    let six = body[at + 1] & ROUTE_IPV6 != 0;
-                    let n = (body[at + 1] & !ROUTE_IPV6) as usize;
-                    if n > MAX_GATEWAYS {
-                        return Err(Error::BadField {
-                            field: "gateways",
-                            value: n as u32,
-                        });
-                    }
-                    let (fixed, width) = if six {
-                        (ROUTE_ENTRY6_FIXED_LEN, 16)
-                    } else {
-                        (ROUTE_ENTRY_FIXED_LEN, 4)
-                    };
-                    if at + fixed + width * n > length {
-                        return Err(bad);
-                    }
-                    let addr = |at: usize| -> IpAddr {
-                        if six {
-                            ip6(body, at).into()
-                        } else {
-                            ip(body, at).into()
-                        }
-                    };
-                    let len = if six {
-                        prefix_len6(body[at])?
-                    } else {
-                        prefix_len(body[at])?
-                    };
-                    let prefix = addr(at + 2);
-                    at += fixed;
-                    let via = (0..n).map(|i| addr(at + width * i)).collect();
-                    at += width * n;
-                    routes.push(RouteEntry { prefix, len, via });
-                }
-                if at != length {
-                    return Err(bad);
-                }
-                Message::Routes(RouteBatch {
-                    epoch: be32(body, 0),
-                    version: be32(body, 4),
-                    base: be32(body, 8),
-                    snapshot: body[12] & ROUTES_SNAPSHOT != 0,
-                    last: body[12] & ROUTES_LAST != 0,
-                    routes,
-                })
-            }
-            kind::FIB_ACK => {
-                if length != FIB_ACK_LEN && length != FIB_ACK_LEN_V0 {
-                    return Err(bad);
-                }
-                Message::FibAck(FibAck {
-                    epoch: be32(body, 0),
-                    version: be32(body, 4),
-                    snap_epoch: be32(body, 8),
-                    snap_version: be32(body, 12),
-                    parts: be32(body, 16),
-                    routes: be32(body, 20),
-                    unresolved: be32(body, 24),
-                    digest: be64(body, 28),
-                    incarnation: if length == FIB_ACK_LEN {
-                        be64(body, 36)
-                    } else {
-                        0
-                    },
-                })
-            }
-            kind::COUNTERS => {
-                let mut at = 0;
-                let element = take_name(body, &mut at, "element", bad)?;
-                let nports = *body.get(at).ok_or(bad)? as usize;
-                at += 1;
-                let mut ports = Vec::with_capacity(nports);
-                for _ in 0..nports {
-                    let flags = *body.get(at).ok_or(bad)?;
-                    at += 1;
-                    let name = take_name(body, &mut at, "port", bad)?;
-                    if at + 32 > length {
-                        return Err(bad);
-                    }
-                    ports.push(PortCounts {
-                        name,
-                        external: flags & PORT_EXTERNAL != 0,
-                        rx_packets: be64(body, at),
-                        rx_bytes: be64(body, at + 8),
-                        tx_packets: be64(body, at + 16),
-                        tx_bytes: be64(body, at + 24),
-                    });
-                    at += 32;
-                }
-                if at + 2 > length {
-                    return Err(bad);
-                }
-                let n = be16(body, at) as usize;
-                at += 2;
-                let (mut drops, mut events) = (Vec::new(), Vec::new());
-                for _ in 0..n {
-                    let k = *body.get(at).ok_or(bad)?;
-                    at += 1;
-                    let name = take_name(body, &mut at, "counter", bad)?;
-                    if at + 8 > length {
-                        return Err(bad);
-                    }
-                    let v = be64(body, at);
-                    at += 8;
-                    match k {
-                        COUNT_DROP => drops.push((name, v)),
-                        COUNT_EVENT => events.push((name, v)),
-                        k => {
-                            return Err(Error::BadField {
-                                field: "count kind",
-                                value: k as u32,
-                            })
-                        }
-                    }
-                }
-                if at != length {
-                    return Err(bad);
-                }
-                Message::Counters(CounterReport {
-                    element,
-                    ports,
-                    drops,
-                    events,
-                })
-            }
+            kind::HELLO => hello(body, length, bad)?,
+            kind::PORTS => ports(body, length, bad)?,
+            kind::BALANCE => balance(body, length, bad)?,
+            kind::VIRTUAL_CP => virtual_cp(body, length, bad)?,
+            kind::ROUTES => routes(body, length, bad)?,
+            kind::FIB_ACK => fib_ack(body, length, bad)?,
+            kind::COUNTERS => counters(body, length, bad)?,
             t => return Err(Error::UnknownType(t)),
         };
         Ok(Repr { seq, msg })
@@ -525,4 +272,278 @@ impl Repr {
         self.emit(&mut f[eth..])?;
         Ok(f)
     }
+}
+
+/// The body of a HELLO message (kind::HELLO), `length` bytes.
+fn hello(body: &[u8], length: usize, bad: Error) -> Result<Message, Error> {
+    if length < HELLO_FIXED_LEN {
+        return Err(bad);
+    }
+    let element = match body[0] {
+        1 => ElementKind::Balancer,
+        2 => ElementKind::Forwarder,
+        3 => ElementKind::Controller,
+        v => {
+            return Err(Error::BadField {
+                field: "element",
+                value: v as u32,
+            })
+        }
+    };
+    let count = body[1] as usize;
+    let count6 = body[6] as usize;
+    let at6 = HELLO_FIXED_LEN + count * HELLO_PORT_LEN;
+    let at_state = at6 + count6 * HELLO_ADDR6_LEN;
+    let has_state = body[5] & HELLO_STATE != 0;
+    if length != at_state + if has_state { HELLO_STATE_LEN } else { 0 } {
+        return Err(bad);
+    }
+    let state = has_state.then(|| {
+        let b = &body[at_state..];
+        HelloState {
+            incarnation: be64(b, 0),
+            table: body[5] & HELLO_TABLE != 0,
+            epoch: be32(b, 8),
+            version: be32(b, 12),
+            routes: be32(b, 16),
+            digest: be64(b, 24),
+        }
+    });
+    let mut addrs6 = Vec::with_capacity(count6);
+    for i in 0..count6 {
+        let a = &body[at6 + i * HELLO_ADDR6_LEN..];
+        if a[0] as usize >= count {
+            return Err(Error::BadField {
+                field: "hello address port",
+                value: a[0] as u32,
+            });
+        }
+        addrs6.push(HelloAddr6 {
+            port: a[0],
+            prefix_len: prefix_len6(a[1])?,
+            addr: ip6(a, 2),
+        });
+    }
+    let mut ports = Vec::with_capacity(count);
+    for i in 0..count {
+        let p = &body[HELLO_FIXED_LEN + i * HELLO_PORT_LEN..];
+        ports.push(HelloPort {
+            mac: MacAddr::from_slice(&p[0..6]),
+            addr: ip(p, 6),
+            prefix_len: prefix_len(p[10])?,
+            role: PortRole::from_code(p[11])?,
+            vlan: vlan(be16(p, 12))?,
+            speed_mbps: be32(p, 14),
+        });
+    }
+    Ok(Message::Hello(Hello {
+        element,
+        interval_ms: be16(body, 2),
+        rx_packets: be64(body, 8),
+        tx_packets: be64(body, 16),
+        dropped: be64(body, 24),
+        priority: body[4],
+        active: body[5] & HELLO_ACTIVE != 0,
+        ports,
+        addrs6,
+        state,
+    }))
+}
+
+/// The body of a PORTS message (kind::PORTS), `length` bytes.
+fn ports(body: &[u8], length: usize, bad: Error) -> Result<Message, Error> {
+    let count = *body.first().ok_or(bad)? as usize;
+    if length != 1 + count * PORT_CONFIG_LEN {
+        return Err(bad);
+    }
+    let mut ports = Vec::with_capacity(count);
+    for i in 0..count {
+        let p = &body[1 + i * PORT_CONFIG_LEN..];
+        ports.push(PortConfig {
+            index: p[0],
+            role: PortRole::from_code(p[1])?,
+            vlan: vlan(be16(p, 2))?,
+            addr: ip(p, 4),
+            prefix_len: prefix_len(p[8])?,
+        });
+    }
+    Ok(Message::Ports { ports })
+}
+
+/// The body of a BALANCE message (kind::BALANCE), `length` bytes.
+fn balance(body: &[u8], length: usize, bad: Error) -> Result<Message, Error> {
+    if length < BALANCE_FIXED_LEN {
+        return Err(bad);
+    }
+    let count = be16(body, 2) as usize;
+    if length != BALANCE_FIXED_LEN + count * BALANCE_ENTRY_LEN {
+        return Err(bad);
+    }
+    let entries = (0..count)
+        .map(|i| {
+            let e = &body[BALANCE_FIXED_LEN + i * BALANCE_ENTRY_LEN..];
+            BalanceEntry {
+                mac: MacAddr::from_slice(&e[0..6]),
+                port: e[6],
+                weight: be16(e, 8),
+            }
+        })
+        .collect();
+    Ok(Message::Balance {
+        flush: body[0] & BALANCE_FLUSH != 0,
+        entries,
+    })
+}
+
+/// The body of a VIRTUAL_CP message (kind::VIRTUAL_CP), `length` bytes.
+fn virtual_cp(body: &[u8], length: usize, bad: Error) -> Result<Message, Error> {
+    if length != VIRTUAL_CP_LEN {
+        return Err(bad);
+    }
+    Ok(Message::VirtualCp {
+        mac: MacAddr::from_slice(&body[0..6]),
+        port: body[6],
+    })
+}
+
+/// The body of a ROUTES message (kind::ROUTES), `length` bytes.
+fn routes(body: &[u8], length: usize, bad: Error) -> Result<Message, Error> {
+    if length < ROUTES_FIXED_LEN {
+        return Err(bad);
+    }
+    let count = be16(body, 14) as usize;
+    let mut routes = Vec::with_capacity(count.min(length / ROUTE_ENTRY_FIXED_LEN));
+    let mut at = ROUTES_FIXED_LEN;
+    for _ in 0..count {
+        if at + 2 > length {
+            return Err(bad);
+        }
+        let six = body[at + 1] & ROUTE_IPV6 != 0;
+        let n = (body[at + 1] & !ROUTE_IPV6) as usize;
+        if n > MAX_GATEWAYS {
+            return Err(Error::BadField {
+                field: "gateways",
+                value: n as u32,
+            });
+        }
+        let (fixed, width) = if six {
+            (ROUTE_ENTRY6_FIXED_LEN, 16)
+        } else {
+            (ROUTE_ENTRY_FIXED_LEN, 4)
+        };
+        if at + fixed + width * n > length {
+            return Err(bad);
+        }
+        let addr = |at: usize| -> IpAddr {
+            if six {
+                ip6(body, at).into()
+            } else {
+                ip(body, at).into()
+            }
+        };
+        let len = if six {
+            prefix_len6(body[at])?
+        } else {
+            prefix_len(body[at])?
+        };
+        let prefix = addr(at + 2);
+        at += fixed;
+        let via = (0..n).map(|i| addr(at + width * i)).collect();
+        at += width * n;
+        routes.push(RouteEntry { prefix, len, via });
+    }
+    if at != length {
+        return Err(bad);
+    }
+    Ok(Message::Routes(RouteBatch {
+        epoch: be32(body, 0),
+        version: be32(body, 4),
+        base: be32(body, 8),
+        snapshot: body[12] & ROUTES_SNAPSHOT != 0,
+        last: body[12] & ROUTES_LAST != 0,
+        routes,
+    }))
+}
+
+/// The body of a FIB_ACK message (kind::FIB_ACK), `length` bytes.
+fn fib_ack(body: &[u8], length: usize, bad: Error) -> Result<Message, Error> {
+    if length != FIB_ACK_LEN && length != FIB_ACK_LEN_V0 {
+        return Err(bad);
+    }
+    Ok(Message::FibAck(FibAck {
+        epoch: be32(body, 0),
+        version: be32(body, 4),
+        snap_epoch: be32(body, 8),
+        snap_version: be32(body, 12),
+        parts: be32(body, 16),
+        routes: be32(body, 20),
+        unresolved: be32(body, 24),
+        digest: be64(body, 28),
+        incarnation: if length == FIB_ACK_LEN {
+            be64(body, 36)
+        } else {
+            0
+        },
+    }))
+}
+
+/// The body of a COUNTERS message (kind::COUNTERS), `length` bytes.
+fn counters(body: &[u8], length: usize, bad: Error) -> Result<Message, Error> {
+    let mut at = 0;
+    let element = take_name(body, &mut at, "element", bad)?;
+    let nports = *body.get(at).ok_or(bad)? as usize;
+    at += 1;
+    let mut ports = Vec::with_capacity(nports);
+    for _ in 0..nports {
+        let flags = *body.get(at).ok_or(bad)?;
+        at += 1;
+        let name = take_name(body, &mut at, "port", bad)?;
+        if at + 32 > length {
+            return Err(bad);
+        }
+        ports.push(PortCounts {
+            name,
+            external: flags & PORT_EXTERNAL != 0,
+            rx_packets: be64(body, at),
+            rx_bytes: be64(body, at + 8),
+            tx_packets: be64(body, at + 16),
+            tx_bytes: be64(body, at + 24),
+        });
+        at += 32;
+    }
+    if at + 2 > length {
+        return Err(bad);
+    }
+    let n = be16(body, at) as usize;
+    at += 2;
+    let (mut drops, mut events) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let k = *body.get(at).ok_or(bad)?;
+        at += 1;
+        let name = take_name(body, &mut at, "counter", bad)?;
+        if at + 8 > length {
+            return Err(bad);
+        }
+        let v = be64(body, at);
+        at += 8;
+        match k {
+            COUNT_DROP => drops.push((name, v)),
+            COUNT_EVENT => events.push((name, v)),
+            k => {
+                return Err(Error::BadField {
+                    field: "count kind",
+                    value: k as u32,
+                })
+            }
+        }
+    }
+    if at != length {
+        return Err(bad);
+    }
+    Ok(Message::Counters(CounterReport {
+        element,
+        ports,
+        drops,
+        events,
+    }))
 }
