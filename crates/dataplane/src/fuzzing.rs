@@ -364,3 +364,72 @@ pub fn reasm(data: &[u8]) {
         }
     }
 }
+
+/// Access lists on arbitrary input: `data` up to its first 0 byte is text, a rule a line
+/// of `field=value` pairs separated by spaces (the fields of `[[acl.rule]]`: action,
+/// protocol, src, dst, src_port, dst_port, icmp_type, icmp_code, tcp_flags, dscp,
+/// fragment), each parsed as a config's would be; the bytes after it a packet, keyed as
+/// IPv4 and as IPv6. No parser panics, and the list's decision is the first rule that
+/// matches, or its default.
+pub fn acl(data: &[u8]) {
+    use crate::acl::*;
+    let (text, packet) = match data.iter().position(|&b| b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    let text = String::from_utf8_lossy(text);
+    let mut rules = Vec::new();
+    for line in text.lines() {
+        let mut r = Rule::any(Action::Permit);
+        let mut ok = true;
+        for pair in line.split_whitespace() {
+            let Some((k, v)) = pair.split_once('=') else {
+                continue;
+            };
+            let small = |v: &str| v.parse::<u8>().map_err(|e| e.to_string());
+            let set = match k {
+                "action" => Action::parse(v).map(|a| r.action = a),
+                "protocol" => parse_protocol(v).map(|p| r.protocol = Some(p)),
+                "src" => Net::parse(v).map(|n| r.src = Some(n)),
+                "dst" => Net::parse(v).map(|n| r.dst = Some(n)),
+                "src_port" => parse_ports(v).map(|p| r.src_port = Some(p)),
+                "dst_port" => parse_ports(v).map(|p| r.dst_port = Some(p)),
+                "tcp_flags" => parse_tcp_flags(v).map(|f| r.tcp_flags = Some(f)),
+                "icmp_type" => small(v).map(|t| r.icmp_type = Some(t)),
+                "icmp_code" => small(v).map(|c| r.icmp_code = Some(c)),
+                "dscp" => small(v).map(|d| r.dscp = Some(d)),
+                "fragment" => v
+                    .parse::<bool>()
+                    .map(|f| r.fragment = Some(f))
+                    .map_err(|e| e.to_string()),
+                _ => Ok(()),
+            };
+            ok &= set.is_ok();
+        }
+        if ok && r.check().is_ok() {
+            rules.push(r);
+        }
+    }
+    let acl = Acl {
+        name: "fuzz".into(),
+        default: Action::Deny,
+        rules,
+    };
+    for k in [Key::of_ipv4(packet), Key::of_ipv6(packet)]
+        .into_iter()
+        .flatten()
+    {
+        let d = acl.decide(&k);
+        match d.rule {
+            Some(i) => {
+                assert!(acl.rules[i].matches(&k));
+                assert!(!acl.rules[..i].iter().any(|r| r.matches(&k)));
+                assert_eq!(d.action, acl.rules[i].action);
+            }
+            None => {
+                assert!(!acl.rules.iter().any(|r| r.matches(&k)));
+                assert_eq!(d.action, Action::Deny);
+            }
+        }
+    }
+}

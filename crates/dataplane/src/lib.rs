@@ -7,6 +7,7 @@
 //! and benchmarks.
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod axon;
 pub mod balancer;
 pub mod buf;

@@ -229,3 +229,10 @@ fn reasm_corpus() {
         dataplane::fuzzing::reasm(&d);
     }
 }
+
+#[test]
+fn acl_corpus() {
+    for d in corpus("acl") {
+        dataplane::fuzzing::acl(&d);
+    }
+}
