@@ -26,6 +26,32 @@ struct port_stats {
 	__u64 handed_off;
 };
 
+/* The maps every element's fast path has, declared alike (the element creates them and
+ * each port's copy reuses them; their sizes here are placeholders): `tx_ports`, the
+ * ports' devices (a device map); `stats`, struct port_stats per port and CPU; `xsks`, this
+ * port's AF_XDP sockets by receive queue. */
+#define FASTPATH_TX_PORTS                                                      \
+	struct {                                                               \
+		__uint(type, BPF_MAP_TYPE_DEVMAP);                             \
+		__uint(max_entries, 1);                                        \
+		__type(key, __u32);                                            \
+		__type(value, __u32);                                          \
+	} tx_ports SEC(".maps")
+#define FASTPATH_STATS                                                         \
+	struct {                                                               \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                       \
+		__uint(max_entries, 1);                                        \
+		__type(key, __u32);                                            \
+		__type(value, struct port_stats);                              \
+	} stats SEC(".maps")
+#define FASTPATH_XSKS                                                          \
+	struct {                                                               \
+		__uint(type, BPF_MAP_TYPE_XSKMAP);                             \
+		__uint(max_entries, 1);                                        \
+		__type(key, __u32);                                            \
+		__type(value, __u32);                                          \
+	} xsks SEC(".maps")
+
 /* The hand-off's mark and its metadata's length (io::handoff::MAGIC, META_LEN). */
 #define HANDOFF_MAGIC 0x7e550002
 #define HANDOFF_META_LEN 8

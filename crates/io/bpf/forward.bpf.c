@@ -218,19 +218,9 @@ struct {
 	__type(value, struct port_entry);
 } ports SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_DEVMAP);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} tx_ports SEC(".maps");
+FASTPATH_TX_PORTS;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct port_stats);
-} stats SEC(".maps");
+FASTPATH_STATS;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -239,12 +229,7 @@ struct {
 	__type(value, struct bucket);
 } police SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_XSKMAP);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} xsks SEC(".maps");
+FASTPATH_XSKS;
 
 /* What a stage decides: go on, to user space, to user space through the bucket
  * (the router answers it), or give up (a move of the frame's start refused: cannot
@@ -591,6 +576,53 @@ static __always_inline void count_to_user_space(void)
 		s->to_user_space++;
 }
 
+/* The frame at p (34 bytes checked) to the port's MAC `own`: an IPv4 or (with F_IPV6) an
+ * IPv6 packet the fast path takes, and its route: the egress to *e, the packet's length
+ * to *len, the family to *v6. `frame`: the frame's length; `xdp`: the XDP hook's checks. */
+static __always_inline int route(__u8 *p, void *end, __u32 frame, int xdp, __u32 flags,
+				 __u64 own, struct egress *e, __u32 *len, int *v6)
+{
+	if (mac_key(p) != (own & 0xffffffffffffULL))
+		return SLOW; /* not to the port's MAC */
+	__u16 type = *(__u16 *)(p + 12);
+	int r;
+	if (type == bpf_htons(0x86dd) && (flags & F_IPV6)) {
+		if ((void *)(p + 54) > end)
+			return SLOW;
+		*v6 = 1;
+		r = check_ipv6(p + 14, end, frame, xdp, len);
+		return r == GO_ON ? route6(p + 38, flags, e) : r;
+	}
+	if (type != bpf_htons(0x0800))
+		return SLOW;
+	r = check_ipv4(p + 14, end, frame, xdp, len);
+	return r == GO_ON ? route4(bpf_ntohl(*(__u32 *)(p + 30)), flags, e) : r;
+}
+
+/* The neighbour's MAC of the egress `e` (its family's map), or NULL: not resolved. */
+static __always_inline __u64 *neighbour(struct egress *e, int v6)
+{
+	return v6 ? bpf_map_lookup_elem(&neigh6, &e->key6) : bpf_map_lookup_elem(&neigh, &e->key);
+}
+
+/* The frame from data to end rewritten for the egress `e`: the neighbour's MAC `to` and
+ * the port's, the TTL or hop limit decremented. -1 where the headers are not there
+ * (cannot happen: checked before the frame moved). */
+static __always_inline int rewrite(void *data, void *end, struct egress *e, __u64 to, int v6)
+{
+	__u8 *p = data;
+	if (data + 54 > end)
+		if (v6 || data + 34 > end)
+			return -1;
+	write_mac(p, to);
+	write_mac(p + 6, e->word);
+	if (v6)
+		p[21]--;
+	else
+		decrement_ttl(p + 14);
+	return 0;
+}
+
 /* ---- XDP ---- */
 
 /* Puts an 802.1Q tag with control information `tci` (network order) in front of the
@@ -821,7 +853,7 @@ static __always_inline int star_in(struct xdp_md *ctx)
 	}
 	if (egress_port(&e, len, 0) != GO_ON || xdp_room(ctx, e.ifword) != GO_ON)
 		return SLOW; /* fragments, an ICMP error: user space's */
-	__u64 *mac = v6 ? bpf_map_lookup_elem(&neigh6, &e.key6) : bpf_map_lookup_elem(&neigh, &e.key);
+	__u64 *mac = neighbour(&e, v6);
 	if (!mac)
 		return SLOW; /* not resolved: user space asks */
 	__u64 to = *mac;
@@ -879,31 +911,17 @@ int tessera_fast(struct xdp_md *ctx)
 	}
 	if (data + 34 > end)
 		goto slow;
-	if (mac_key(p) != (own & 0xffffffffffffULL))
-		goto slow; /* not to the port's MAC */
-	__u16 type = *(__u16 *)(p + 12);
 	int v6 = 0;
-	if (type == bpf_htons(0x86dd) && (flags & F_IPV6)) {
-		if (data + 54 > end)
-			goto slow;
-		v6 = 1;
-		r = check_ipv6(p + 14, end, end - data, 1, &len);
-		if (r == GO_ON)
-			r = route6(p + 38, flags, &e);
-	} else if (type == bpf_htons(ETH_P_STAR) && (flags & F_STAR_IN)) {
+	if (*(__u16 *)(p + 12) == bpf_htons(ETH_P_STAR) && (flags & F_STAR_IN) &&
+	    mac_key(p) == (own & 0xffffffffffffULL)) {
 		r = star_in(ctx);
 		if (r == ABORT)
 			return XDP_ABORTED;
 		if (r == SLOW)
 			goto slow;
 		return r;
-	} else if (type == bpf_htons(0x0800)) {
-		r = check_ipv4(p + 14, end, end - data, 1, &len);
-		if (r == GO_ON)
-			r = route4(bpf_ntohl(*(__u32 *)(p + 30)), flags, &e);
-	} else {
-		goto slow;
 	}
+	r = route(p, end, end - data, 1, flags, own, &e, &len, &v6);
 	if (r == POLICE)
 		goto police;
 	if (r != GO_ON)
@@ -921,22 +939,14 @@ int tessera_fast(struct xdp_md *ctx)
 	}
 	if (egress_port(&e, len, 0) != GO_ON || xdp_room(ctx, e.ifword) != GO_ON)
 		goto slow;
-	__u64 *mac = v6 ? bpf_map_lookup_elem(&neigh6, &e.key6) : bpf_map_lookup_elem(&neigh, &e.key);
+	__u64 *mac = neighbour(&e, v6);
 	if (!mac)
 		goto police; /* not resolved: user space asks */
 	__u64 to = *mac;
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
-	p = data;
-	if (data + 54 > end)
-		if (v6 || data + 34 > end)
-			goto slow;
-	write_mac(p, to);
-	write_mac(p + 6, e.word);
-	if (v6)
-		p[21]--;
-	else
-		decrement_ttl(p + 14);
+	if (rewrite(data, end, &e, to, v6))
+		goto slow;
 	count_frame(&stats, cfg.port, 0, end - data);
 	count_frame(&stats, e.port, 1, end - data);
 	/* Out of a sub-interface: its tag goes in (priority 0, as user space tags). */
@@ -984,27 +994,10 @@ int tessera_fast_tc(struct __sk_buff *skb)
 		data = (void *)(long)skb->data;
 		end = (void *)(long)skb->data_end;
 	}
-	__u8 *p = data;
 	if (data + 34 > end)
 		goto slow;
-	if (mac_key(p) != (own & 0xffffffffffffULL))
-		goto slow;
-	__u16 type = *(__u16 *)(p + 12);
 	int v6 = 0;
-	if (type == bpf_htons(0x86dd) && (flags & F_IPV6)) {
-		if (data + 54 > end)
-			goto slow;
-		v6 = 1;
-		r = check_ipv6(p + 14, end, skb->len, 0, &len);
-		if (r == GO_ON)
-			r = route6(p + 38, flags, &e);
-	} else if (type == bpf_htons(0x0800)) {
-		r = check_ipv4(p + 14, end, skb->len, 0, &len);
-		if (r == GO_ON)
-			r = route4(bpf_ntohl(*(__u32 *)(p + 30)), flags, &e);
-	} else {
-		goto slow;
-	}
+	r = route(data, end, skb->len, 0, flags, own, &e, &len, &v6);
 	if (r == POLICE)
 		goto police;
 	if (r != GO_ON)
@@ -1013,22 +1006,14 @@ int tessera_fast_tc(struct __sk_buff *skb)
 		goto slow; /* across the star's switch: user space's in tcx */
 	if (egress_port(&e, len, 0) != GO_ON)
 		goto slow;
-	__u64 *mac = v6 ? bpf_map_lookup_elem(&neigh6, &e.key6) : bpf_map_lookup_elem(&neigh, &e.key);
+	__u64 *mac = neighbour(&e, v6);
 	if (!mac)
 		goto police;
 	__u64 to = *mac;
 	data = (void *)(long)skb->data;
 	end = (void *)(long)skb->data_end;
-	p = data;
-	if (data + 54 > end)
-		if (v6 || data + 34 > end)
-			goto slow;
-	write_mac(p, to);
-	write_mac(p + 6, e.word);
-	if (v6)
-		p[21]--;
-	else
-		decrement_ttl(p + 14);
+	if (rewrite(data, end, &e, to, v6))
+		goto slow;
 	count_frame(&stats, cfg.port, 0, skb->len);
 	count_frame(&stats, e.port, 1, skb->len);
 	/* The frame leaves with the egress VLAN's tag in its socket buffer, as a driver that

@@ -44,26 +44,11 @@ struct {
 	__type(value, __u64);
 } switch_ports SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_DEVMAP);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} tx_ports SEC(".maps");
+FASTPATH_TX_PORTS;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct port_stats);
-} stats SEC(".maps");
+FASTPATH_STATS;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_XSKMAP);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} xsks SEC(".maps");
+FASTPATH_XSKS;
 
 /* Told at load: the one read-only global (io::fastpath::l2's L2Config). */
 struct l2_config {

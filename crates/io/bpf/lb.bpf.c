@@ -98,19 +98,9 @@ struct {
 	__array(values, struct lb_table);
 } lb_state SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_DEVMAP);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} tx_ports SEC(".maps");
+FASTPATH_TX_PORTS;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct port_stats);
-} stats SEC(".maps");
+FASTPATH_STATS;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -126,12 +116,7 @@ struct {
 	__type(value, __u64);
 } lb_deadline SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_XSKMAP);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} xsks SEC(".maps");
+FASTPATH_XSKS;
 
 /* What the classifier matches on: the protocol, the TCP or UDP ports (source << 16 |
  * destination; none: no ports), whether the packet is to the router. */
