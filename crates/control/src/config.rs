@@ -62,6 +62,8 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 
 mod common;
+mod filters;
+pub use filters::FilterConfig;
 pub use common::{read_dist_key, write_new_dist_key, DistConfig, IoConfig, DEFAULT_DIST_MAX_AGE_S};
 pub(crate) use common::{RawDist, RawIo, RawMetrics};
 
@@ -102,6 +104,8 @@ struct Raw {
     dist: Option<RawDist>,
     metrics: Option<RawMetrics>,
     star: Option<RawStar>,
+    #[serde(default)]
+    acl: Vec<filters::RawAcl>,
 }
 
 /// `[star]`: this forwarder is one of a star router's (docs/star.md).
@@ -146,6 +150,10 @@ struct RawInterface {
     vlan: Option<Spanned<u16>>,
     /// Send IPv6 router advertisements on this interface (SLAAC for its hosts).
     router_advertisements: Option<Spanned<bool>>,
+    acl_in: Option<Spanned<String>>,
+    acl_out: Option<Spanned<String>>,
+    urpf: Option<Spanned<String>>,
+    urpf_allow_default: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -241,6 +249,8 @@ pub struct InterfaceConfig {
     pub vlan: Option<(usize, u16)>,
     /// `router_advertisements`: IPv6 router advertisements on this interface.
     pub router_advertisements: bool,
+    /// `acl_in`, `acl_out`, `urpf`, `urpf_allow_default`.
+    pub filter: FilterConfig,
 }
 
 impl InterfaceConfig {
@@ -325,6 +335,8 @@ pub struct ForwarderFile {
     pub metrics: crate::metrics::MetricsConfig,
     /// `[star]`: a member of a star router.
     pub star: Option<StarConfig>,
+    /// `[[acl]]`: the access lists, in the file's order.
+    pub acls: Vec<dataplane::acl::Acl>,
 }
 
 /// Line number (1-based) of byte offset `at` in `src`.
@@ -538,9 +550,11 @@ impl ForwarderFile {
     pub fn parse(path: &Path, src: &str) -> Result<ForwarderFile, ConfigError> {
         let cx = At { path, src };
         let raw: Raw = from_toml(path, src)?;
+        let acls = cx.acls(&raw.acl)?;
         let mut interfaces: Vec<InterfaceConfig> = Vec::new();
         for (i, r) in raw.interface.iter().enumerate() {
-            let x = cx.interface(r, i, &interfaces)?;
+            let mut x = cx.interface(r, i, &interfaces)?;
+            x.filter = cx.filter(r, i, &acls)?;
             interfaces.push(x);
         }
         if interfaces.is_empty() {
@@ -632,6 +646,7 @@ impl ForwarderFile {
             Some(s) => Some(cx.star(s, &interfaces, backend.is_some())?),
         };
         Ok(ForwarderFile {
+            acls,
             star,
             path: path.into(),
             interfaces,
@@ -787,6 +802,7 @@ impl At<'_> {
             mtu,
             vlan,
             router_advertisements,
+            filter: FilterConfig::default(),
         })
     }
 

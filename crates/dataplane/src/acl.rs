@@ -19,6 +19,10 @@
 use fib::{Prefix, Prefix6};
 use std::net::IpAddr;
 
+mod filters;
+pub mod tss;
+pub use filters::{Binding, Count, FilterShare, Filters, IfaceDrops, List, Urpf};
+
 /// What a rule does with a packet it matches, or a list with one no rule matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {

@@ -205,6 +205,10 @@ pub struct Forwarder {
     snap6: Option<ip6::Snapshot6>,
     /// A back-end's DIST role shared between its workers.
     dist_share: DistShare,
+    /// The filters, shared by the workers (filter.rs).
+    filters: crate::acl::FilterShare,
+    /// The filters of the current batch.
+    filt: Option<Arc<crate::acl::Filters>>,
 }
 
 impl Forwarder {
@@ -265,6 +269,8 @@ impl Forwarder {
             six: None,
             snap6: None,
             dist_share: DistShare::default(),
+            filters: Default::default(),
+            filt: None,
         }
     }
 
@@ -339,6 +345,8 @@ impl Forwarder {
             six: self.six.as_ref().map(|s| Box::new(s.for_worker(seed))),
             snap6: None,
             dist_share: DistShare::default(),
+            filters: self.filters.clone(),
+            filt: None,
         }
     }
 
@@ -552,6 +560,7 @@ impl Forwarder {
     pub fn end_batch(&mut self) {
         self.snap = None;
         self.snap6 = None;
+        self.filt = None;
     }
 
     /// A hint for a frame that [`Forwarder::process`] will see soon: starts loading the
@@ -769,6 +778,10 @@ impl Forwarder {
         if martian_source(src) || self.is_local(src) || self.is_directed_broadcast(src) {
             return self.drop_pkt(p, Drop::Ip4MartianSource);
         }
+        let v = self.filter_in(&p.data[ETH..], false, in_port, p.data.len());
+        if v != filter::Verdict::Pass {
+            return self.filtered4(p, v, l2_group, now, tx);
+        }
         if dst.is_broadcast() {
             return self.drop_pkt(p, Drop::Ip4Broadcast);
         }
@@ -803,6 +816,10 @@ impl Forwarder {
             self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
             return self.drop_pkt(p, Drop::Ip4NoRoute);
         };
+        let v = self.filter_out(&p.data[ETH..], false, nh.port, p.data.len());
+        if v != filter::Verdict::Pass {
+            return self.filtered4(p, v, false, now, tx);
+        }
         let mtu = self.out_mtu(nh.port);
         if total > mtu && df {
             let e = IcmpError::FragNeeded(mtu.min(u16::MAX as usize) as u16);
@@ -1088,6 +1105,7 @@ pub const WRITER_POLL_INTERVAL: Duration = Duration::from_millis(2);
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 mod backend;
+mod filter;
 mod ip6;
 mod local;
 pub use ip6::{Hop6, RouteChanges6};

@@ -11,6 +11,7 @@ use arc_swap::ArcSwap;
 use fib::{BinaryTrie, FibReader, FibWriter, Lpm, Prefix};
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Where a route sends packets.
@@ -28,6 +29,11 @@ pub type Groups = Arc<ArcSwap<Vec<Box<[NextHop]>>>>;
 pub struct RouteReaders {
     pub fib: FibReader,
     pub groups: Groups,
+    /// The group of the default route (0.0.0.0/0), `u32::MAX` without one. That group is
+    /// the default route's alone (another route through the same gateways has another),
+    /// so a lookup that finds it found no route but the default (the loose reverse-path
+    /// check asks).
+    pub default_group: Arc<AtomicU32>,
 }
 
 /// Why a route could not be added.
@@ -86,8 +92,10 @@ pub struct RouteTable {
     connected: Vec<(Prefix, u16)>,
     fib: FibWriter,
     groups: Vec<Box<[NextHop]>>,
-    group_ids: HashMap<Box<[NextHop]>, u32>,
+    /// Groups by their hops and whether they are the default route's.
+    group_ids: HashMap<(Box<[NextHop]>, bool), u32>,
     published: Groups,
+    default_group: Arc<AtomicU32>,
 }
 
 impl RouteTable {
@@ -95,12 +103,14 @@ impl RouteTable {
     pub fn new(ifaces: &[Iface]) -> (RouteTable, RouteReaders) {
         let (fib, reader) = FibWriter::new(BinaryTrie::new());
         let published: Groups = Arc::new(ArcSwap::from_pointee(Vec::new()));
+        let default_group = Arc::new(AtomicU32::new(u32::MAX));
         let mut t = RouteTable {
             connected: connected(ifaces),
             fib,
             groups: Vec::new(),
             group_ids: HashMap::new(),
             published: published.clone(),
+            default_group: default_group.clone(),
         };
         let rib = t.connected_rib();
         t.publish_groups();
@@ -110,6 +120,7 @@ impl RouteTable {
             RouteReaders {
                 fib: reader,
                 groups: published,
+                default_group,
             },
         )
     }
@@ -117,7 +128,7 @@ impl RouteTable {
     fn connected_rib(&mut self) -> BinaryTrie {
         let mut rib = BinaryTrie::new();
         for (p, port) in self.connected.clone() {
-            if let Ok(g) = self.group(&[NextHop { port, via: None }]) {
+            if let Ok(g) = self.group(&[NextHop { port, via: None }], p.is_default()) {
                 rib.insert(p, g);
             }
         }
@@ -154,7 +165,8 @@ impl RouteTable {
     }
 
     /// The id of the group of next hops through gateways `vias` (resolved to ports).
-    fn group_for(&mut self, vias: &[Ipv4Addr]) -> Result<u32, RouteError> {
+    /// Of the route to `prefix`: the default route's group is its own.
+    fn group_for(&mut self, prefix: Prefix, vias: &[Ipv4Addr]) -> Result<u32, RouteError> {
         let mut hops = Vec::with_capacity(vias.len());
         for &v in vias {
             let port = self
@@ -162,17 +174,21 @@ impl RouteTable {
                 .ok_or(RouteError::GatewayUnreachable(v))?;
             hops.push(NextHop { port, via: Some(v) });
         }
-        self.group(&hops)
+        let g = self.group(&hops, prefix.is_default())?;
+        if prefix.is_default() {
+            self.default_group.store(g, Relaxed);
+        }
+        Ok(g)
     }
 
-    fn group(&mut self, hops: &[NextHop]) -> Result<u32, RouteError> {
+    fn group(&mut self, hops: &[NextHop], default: bool) -> Result<u32, RouteError> {
         if hops.is_empty() {
             return Err(RouteError::NoNextHop);
         }
         let mut key: Vec<NextHop> = hops.to_vec();
         key.sort();
         key.dedup();
-        let key = key.into_boxed_slice();
+        let key = (key.into_boxed_slice(), default);
         if let Some(&id) = self.group_ids.get(&key) {
             return Ok(id);
         }
@@ -180,7 +196,7 @@ impl RouteTable {
         if id > fib::poptrie::MAX_VALUE {
             return Err(RouteError::TooManyGroups);
         }
-        self.groups.push(key.clone());
+        self.groups.push(key.0.clone());
         self.group_ids.insert(key, id);
         Ok(id)
     }
@@ -194,7 +210,7 @@ impl RouteTable {
 
     /// Adds or replaces a route through one gateway, or several (ECMP).
     pub fn add(&mut self, prefix: Prefix, vias: &[Ipv4Addr]) -> Result<(), RouteError> {
-        let g = self.group_for(vias)?;
+        let g = self.group_for(prefix, vias)?;
         self.publish_groups();
         self.fib.apply([(prefix, Some(g))]);
         Ok(())
@@ -211,8 +227,13 @@ impl RouteTable {
             resolved.push((
                 p,
                 match v {
-                    Some(vias) => Some(self.group_for(&vias)?),
-                    None => None,
+                    Some(vias) => Some(self.group_for(p, &vias)?),
+                    None => {
+                        if p.is_default() {
+                            self.default_group.store(u32::MAX, Relaxed);
+                        }
+                        None
+                    }
                 },
             ));
         }
@@ -225,6 +246,9 @@ impl RouteTable {
         if self.connected.iter().any(|c| c.0 == prefix) {
             return false;
         }
+        if prefix.is_default() {
+            self.default_group.store(u32::MAX, Relaxed);
+        }
         self.fib.apply([(prefix, None)]) == 1
     }
 
@@ -235,8 +259,9 @@ impl RouteTable {
     ) -> Result<usize, RouteError> {
         let mut rib = BinaryTrie::new();
         let mut n = 0;
+        self.default_group.store(u32::MAX, Relaxed);
         for (p, vias) in routes {
-            let g = self.group_for(&vias)?;
+            let g = self.group_for(p, &vias)?;
             rib.insert(p, g);
             n += 1;
         }

@@ -28,6 +28,8 @@ pub mod unreachable {
     pub const PORT: u8 = 3;
     pub const FRAG_NEEDED: u8 = 4;
     pub const SOURCE_ROUTE_FAILED: u8 = 5;
+    /// Communication administratively prohibited (RFC 1812 5.2.7.1): a filter refused it.
+    pub const ADMIN_PROHIBITED: u8 = 13;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -271,3 +271,170 @@ proptest! {
         }
     }
 }
+
+/// A rule of few values per field, so that random keys hit it often.
+fn arb_rule() -> impl Strategy<Value = Rule> {
+    let net4 = (0u8..3, prop_oneof![Just(0u8), Just(8), Just(16), Just(24), Just(32)])
+        .prop_map(|(b, l)| Net::V4(fib::Prefix::new(Ipv4Addr::new(10, b, 0, 1), l)));
+    let net6 = (0u16..3, prop_oneof![Just(0u8), Just(32), Just(48), Just(128)]).prop_map(
+        |(b, l)| Net::V6(fib::Prefix6::new(Ipv6Addr::new(0x2001, 0xdb8, b, 0, 0, 0, 0, 1), l)),
+    );
+    let ports = (0u16..40, 0u16..40).prop_map(|(a, b)| (a.min(b), a.max(b)));
+    (
+        prop_oneof![Just(Action::Permit), Just(Action::Deny), Just(Action::Reject)],
+        proptest::option::of(prop_oneof![Just(1u8), Just(6), Just(17), Just(58)]),
+        any::<bool>(),
+        proptest::option::of(net4),
+        proptest::option::of(net6),
+        proptest::option::of(ports.clone()),
+        proptest::option::of(ports),
+        proptest::option::of(0u8..3),
+        proptest::option::of((0u8..4, 0u8..4)),
+        proptest::option::of(0u8..2),
+        proptest::option::of(any::<bool>()),
+    )
+        .prop_map(|(action, protocol, six, n4, n6, sp, dp, icmp, flags, dscp, frag)| {
+            let mut r = Rule::any(action);
+            r.protocol = protocol;
+            if six {
+                r.src = n6;
+            } else {
+                r.dst = n4;
+            }
+            if matches!(protocol, Some(6 | 17)) {
+                r.src_port = sp;
+                r.dst_port = dp;
+            }
+            if matches!(protocol, Some(1 | 58)) {
+                r.icmp_type = icmp;
+                r.icmp_code = icmp.map(|_| 0);
+                if (protocol == Some(1)) == six {
+                    r.src = None;
+                    r.dst = None;
+                }
+            }
+            if protocol == Some(6) {
+                r.tcp_flags = flags.map(|(m, v)| (m << 1, (v & m) << 1));
+            }
+            r.dscp = dscp;
+            r.fragment = frag;
+            r
+        })
+}
+
+fn arb_key() -> impl Strategy<Value = Key> {
+    (
+        any::<bool>(),
+        0u8..3,
+        0u8..3,
+        prop_oneof![Just(1u8), Just(6), Just(17), Just(58), Just(47)],
+        0u16..40,
+        0u16..40,
+        0u8..8,
+        0u8..2,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(six, a, b, protocol, sp, dp, flags, dscp, frag, l4)| {
+            let (src, dst) = if six {
+                (
+                    IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, a as u16, 0, 0, 0, 0, 9)),
+                    IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, b as u16, 0, 0, 0, 0, 1)),
+                )
+            } else {
+                (
+                    IpAddr::V4(Ipv4Addr::new(10, a, 0, 9)),
+                    IpAddr::V4(Ipv4Addr::new(10, b, 0, 1)),
+                )
+            };
+            let mut k = Key::addresses(src, dst, protocol);
+            k.dscp = dscp;
+            k.fragment = frag;
+            if l4 {
+                match protocol {
+                    6 | 17 => k.ports = Some((sp, dp)),
+                    1 | 58 => k.icmp = Some(((sp % 3) as u8, 0)),
+                    _ => {}
+                }
+                if protocol == 6 {
+                    k.tcp_flags = Some(flags << 1);
+                }
+            }
+            k
+        })
+}
+
+#[test]
+fn port_ranges_split_into_the_blocks_that_cover_them_exactly() {
+    for (a, b) in [(0, 65535), (22, 22), (1000, 2000), (1, 65534), (0, 0), (65535, 65535)] {
+        let bl = tss::blocks(a, b);
+        assert!(bl.len() <= 30, "{a}-{b}: {}", bl.len());
+        for p in [0u16, 1, 21, 22, 23, 999, 1000, 1500, 2000, 2001, 65534, 65535] {
+            let inside = bl.iter().any(|&(v, m)| p & m == v);
+            assert_eq!(inside, a <= p && p <= b, "{a}-{b} at {p}");
+        }
+    }
+    assert_eq!(tss::blocks(0, 65535), vec![(0, 0)]);
+}
+
+proptest! {
+    /// The tuple-space search decides as the reference does, on every key.
+    #[test]
+    fn the_tuple_search_decides_as_the_reference(
+        rules in proptest::collection::vec(arb_rule(), 0..12),
+        keys in proptest::collection::vec(arb_key(), 1..24),
+        default in prop_oneof![Just(Action::Permit), Just(Action::Deny)],
+    ) {
+        let acl = Acl { name: "x".into(), default, rules };
+        let other = Acl { name: "y".into(), default: Action::Permit, rules: vec![] };
+        let slots = vec![vec![7], (100..100 + acl.rules.len() as u32 + 1).collect()];
+        let t = tss::Tables::compile(&[&other, &acl], &slots, 16).unwrap();
+        for k in &keys {
+            let want = acl.decide(k);
+            let got = t.lookup(1, &tss::key_bytes(k), 16);
+            match (want.rule, got) {
+                (Some(i), Ok(h)) => {
+                    prop_assert_eq!(h.prio as usize, i, "{:?} {:?}", k, acl.rules);
+                    prop_assert_eq!(h.slot, 100 + i as u32);
+                    prop_assert_eq!(h.action, want.action);
+                }
+                (None, Err(a)) => prop_assert_eq!(a, default),
+                (w, g) => prop_assert!(false, "reference {:?}, tuples {:?}; {:?} {:?}", w, g, k, acl.rules),
+            }
+            prop_assert_eq!(t.lookup(0, &tss::key_bytes(k), 16), Err(Action::Permit));
+        }
+    }
+}
+
+#[test]
+fn a_reload_keeps_the_counts_of_the_rules_it_keeps() {
+    let mut ssh = rule(Action::Deny);
+    ssh.protocol = Some(6);
+    ssh.dst_port = Some((22, 22));
+    let mut web = rule(Action::Permit);
+    web.protocol = Some(6);
+    web.dst_port = Some((80, 80));
+    let acl = |rules: Vec<Rule>| Acl {
+        name: "edge".into(),
+        default: Action::Permit,
+        rules,
+    };
+    let names = vec!["r0".to_string()];
+    let b = vec![Binding::default()];
+    let one = Filters::new(vec![acl(vec![ssh.clone(), web.clone()])], b.clone(), names.clone(), None);
+    let k = Key {
+        ports: Some((1, 22)),
+        ..Key::addresses("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 6)
+    };
+    assert_eq!(one.decide(0, &k, 60).rule, Some(0));
+    one.drops[0].urpf.add(1, 60);
+    // web moves up, ssh stays: ssh keeps its count; a new rule starts at zero.
+    let mut dns = rule(Action::Permit);
+    dns.protocol = Some(17);
+    let two = Filters::new(vec![acl(vec![web, dns, ssh])], b, names, Some(&one));
+    assert_eq!(two.lists[0].counts[2].get(), (1, 60));
+    assert_eq!(two.lists[0].counts[1].get(), (0, 0));
+    assert_eq!(two.drops[0].urpf.get(), (1, 60));
+    assert_eq!(two.version, one.version + 1);
+    assert_eq!(two.slots(5), vec![vec![5, 6, 7, 8]]);
+}

@@ -86,6 +86,11 @@ pub struct Six {
     /// took them (for those who copy the routes, as the fast path); `None`: all of them
     /// (at the start, after a bulk load, or after more changes than are worth a list).
     changed: Option<Vec<Prefix6>>,
+    /// The group of the default route (::/0), `u32::MAX` without one; shared by the
+    /// workers. Groups made for the default route are its alone (`default_groups`), so a
+    /// lookup that finds it found no route but the default.
+    pub(super) default6: Arc<std::sync::atomic::AtomicU32>,
+    default_groups: Vec<u32>,
 }
 
 /// At most this many changed prefixes are listed; past it, all the routes count as changed.
@@ -156,6 +161,11 @@ impl Six {
 
     /// The value of the group of `hops` (sorted, without repeats), made if new.
     fn group_id(&mut self, hops: &[Hop6]) -> Result<u32, RouteError> {
+        self.group_id_of(hops, false)
+    }
+
+    /// As [`Six::group_id`]; `default`: of the default route, a group of its own.
+    fn group_id_of(&mut self, hops: &[Hop6], default: bool) -> Result<u32, RouteError> {
         let mut g = hops.to_vec();
         g.sort();
         g.dedup();
@@ -163,7 +173,11 @@ impl Six {
             return Err(RouteError::NoNextHop);
         }
         let groups = self.groups.load();
-        if let Some(i) = groups.iter().position(|x| **x == g[..]) {
+        if let Some(i) = groups
+            .iter()
+            .enumerate()
+            .position(|(i, x)| **x == g[..] && self.default_groups.contains(&(i as u32)) == default)
+        {
             return Ok(i as u32);
         }
         if groups.len() > fib::poptrie::MAX_VALUE as usize {
@@ -173,6 +187,9 @@ impl Six {
         more.push(g.into_boxed_slice());
         let id = more.len() as u32 - 1;
         self.groups.store(Arc::new(more));
+        if default {
+            self.default_groups.push(id);
+        }
         Ok(id)
     }
 
@@ -200,6 +217,8 @@ impl Six {
                 .collect(),
             star: self.star.clone(),
             changed: None,
+            default6: self.default6.clone(),
+            default_groups: Vec::new(),
         }
     }
 
@@ -215,9 +234,11 @@ impl Six {
             .map(|(_, m, port)| (*m, *port))
     }
 
-    /// The group of routes through `vias`, each on a connected prefix, or link-local with
-    /// the VLAN of one of our interfaces written in it (as the control plane sends them).
-    fn group_via(&mut self, vias: &[Ipv6Addr]) -> Result<u32, RouteError> {
+    /// The group of the route to `prefix` through `vias`, each on a connected prefix, or
+    /// link-local with the VLAN of one of our interfaces written in it (as the control
+    /// plane sends them).
+    /// The default route's group is its own, and noted in `default6`.
+    fn group_via_of(&mut self, prefix: Prefix6, vias: &[Ipv6Addr]) -> Result<u32, RouteError> {
         let mut hops = Vec::with_capacity(vias.len());
         for &via in vias {
             let hop = match (ipv6::link_local_iface(via), ipv6::link_local_scope(via)) {
@@ -239,7 +260,12 @@ impl Six {
             };
             hops.push(hop.ok_or(RouteError::Gateway6Unreachable(via))?);
         }
-        self.group_id(&hops)
+        let default = prefix.len() == 0;
+        let g = self.group_id_of(&hops, default)?;
+        if default {
+            self.default6.store(g, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(g)
     }
 
     /// The interface whose connected prefix holds `a` (a star member: the internal port
@@ -375,6 +401,8 @@ impl Forwarder {
             ra: vec![Ra::default(); self.ifaces.len()],
             star: None,
             changed: None,
+            default6: Arc::new(std::sync::atomic::AtomicU32::new(u32::MAX)),
+            default_groups: Vec::new(),
         };
         self.six = Some(Box::new(six));
         let _ = self.replace_routes6(Vec::new());
@@ -470,8 +498,9 @@ impl Forwarder {
         self.snap6 = None;
         let six = self.six.as_mut().ok_or(RouteError::Ipv6Off)?;
         let mut rib = fib::BinaryTrie6::new();
+        six.default6.store(u32::MAX, std::sync::atomic::Ordering::Relaxed);
         for (p, vias) in routes {
-            let v = six.group_via(&vias)?;
+            let v = six.group_via_of(p, &vias)?;
             rib.insert(p, v);
         }
         for (p, v) in six.connected() {
@@ -493,6 +522,9 @@ impl Forwarder {
             return false;
         }
         six.changed([prefix]);
+        if prefix.len() == 0 {
+            six.default6.store(u32::MAX, std::sync::atomic::Ordering::Relaxed);
+        }
         six.writer.as_mut().is_some_and(|w| w.remove(prefix))
     }
 
@@ -517,7 +549,10 @@ impl Forwarder {
                 skipped += 1;
                 continue;
             }
-            match vias.map(|v| six.group_via(&v)).transpose() {
+            if p.len() == 0 && vias.is_none() {
+                six.default6.store(u32::MAX, std::sync::atomic::Ordering::Relaxed);
+            }
+            match vias.map(|v| six.group_via_of(p, &v)).transpose() {
                 Ok(v) => out.push((p, v)),
                 Err(_) => skipped += 1,
             }
@@ -566,7 +601,7 @@ impl Forwarder {
     pub fn add_route6(&mut self, prefix: Prefix6, vias: &[Ipv6Addr]) -> Result<(), RouteError> {
         self.snap6 = None;
         let six = self.six.as_mut().ok_or(RouteError::Ipv6Off)?;
-        let v = six.group_via(vias)?;
+        let v = six.group_via_of(prefix, vias)?;
         six.changed([prefix]);
         six.writer
             .as_mut()
@@ -771,6 +806,13 @@ impl Forwarder {
         if src.is_multicast() || six.is_ours_anywhere(src) {
             return self.drop_pkt(p, Drop::Ip6BadSource);
         }
+        let v = self.filter_in(&p.data[ETH..], true, in_if, p.data.len());
+        if v != super::filter::Verdict::Pass {
+            return self.filtered6(p, v, now, tx);
+        }
+        let Some(six) = self.six.as_ref() else {
+            return self.drop_pkt(p, Drop::EthertypeUnsupported);
+        };
         if six.is_ours(in_if, dst)
             || six.is_ours_anywhere(dst)
             || (dst.is_multicast() && six.listens(in_if, dst))
@@ -798,6 +840,10 @@ impl Forwarder {
             self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
             return self.drop_pkt(p, Drop::Ip6NoRoute);
         };
+        let v = self.filter_out(&p.data[ETH..], true, hop.iface, p.data.len());
+        if v != super::filter::Verdict::Pass {
+            return self.filtered6(p, v, now, tx);
+        }
         let mtu = self.out_mtu6(hop.iface);
         if total > mtu {
             let e = ErrorKind::PacketTooBig(mtu as u32);
@@ -812,6 +858,29 @@ impl Forwarder {
         p.data[ETH + 7] = hops - 1;
         self.counters.event(Event::Forwarded6);
         self.neighbour_output6(p, hop.iface, hop.via.unwrap_or(dst), now, tx);
+    }
+
+    /// The interfaces of the IPv6 route of `a` and whether it is the default route's.
+    pub(super) fn urpf_group6(&self, a: Ipv6Addr) -> Option<(Vec<u16>, bool)> {
+        let six = self.six.as_ref()?;
+        let v = six.reader.load().lookup(a)?;
+        let d = v == six.default6.load(std::sync::atomic::Ordering::Relaxed);
+        let g = six.groups.load();
+        Some((g.get(v as usize)?.iter().map(|h| h.iface).collect(), d))
+    }
+
+    /// Acts on a verdict other than pass about the IPv6 packet in `p`.
+    fn filtered6(&mut self, p: Pkt, v: super::filter::Verdict, now: Instant, tx: &mut TxQueues) {
+        use super::filter::Verdict;
+        match v {
+            Verdict::Pass => {}
+            Verdict::Drop(d) => self.drop_pkt(p, d),
+            Verdict::Reject => {
+                let e = ErrorKind::Unreachable(icmpv6::unreachable::ADMIN);
+                self.icmp6_error(&p.data[ETH..], p.meta.iface, e, now, tx);
+                self.drop_pkt(p, Drop::AclReject)
+            }
+        }
     }
 
     /// A fragment addressed to the router: the whole packet once reassembled. RFC 8200

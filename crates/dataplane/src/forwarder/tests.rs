@@ -1989,3 +1989,5 @@ fn gateways_are_resolved_before_traffic_needs_them() {
     assert_eq!(out.len(), 1, "not forwarded at once: {out:?}");
     assert_eq!(f.counters.events(Event::ArpQueued), 0);
 }
+
+mod filters;
