@@ -288,6 +288,7 @@ pub fn build(cfg: &ForwarderFile, links: &[Link]) -> Result<Forwarder, String> {
     if let Some(s) = &cfg.star {
         f.set_star(s.internal as u16, &s.members);
     }
+    f.set_filters(dataplane::acl::FilterShare::new(cfg.filters(None)));
     let (routes, routes6) = config_routes_all(cfg, |gw| f.port_for_gateway(gw))?;
     f.replace_routes(routes).map_err(|e| e.to_string())?;
     for (i, ifc) in cfg.interfaces.iter().zip(&f.ifaces) {
@@ -419,6 +420,7 @@ pub fn run<P: Port + Send>(
         pending6,
         writer,
         ipv6,
+        filters: f.filter_share().clone(),
     };
     let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| ctl.handle(cmd, req));
     // SIGHUP reloads, as `tessera reload` does.

@@ -38,6 +38,7 @@
  * addresses, the port's VLAN ids, the slow path's limit, and a star member's facts.
  */
 #include "fastpath.h"
+#include "acl.h"
 
 /* The IPv4 table's layout (io::fastpath: NH_BASE, NH_SLOTS, TBL8_BASE), its entries that
  * send frames to user space (NO_ROUTE: none; SLOW: the fast path's not to take) and its
@@ -234,13 +235,14 @@ FASTPATH_XSKS;
 /* What a stage decides: go on, to user space, to user space through the bucket
  * (the router answers it), or give up (a move of the frame's start refused: cannot
  * happen). */
-enum { GO_ON, SLOW, POLICE, ABORT };
+enum { GO_ON, SLOW, POLICE, ABORT, FILTERED };
 
 /* Where a packet leaves: the port, the VLAN id (0: untagged), the neighbour (IPv4: the
  * key of neigh; IPv6: of neigh6), the port's entry words. */
 struct egress {
 	__u32 port;
 	__u32 vlan;
+	__u32 entry; /* IPv4: the table's next-hop entry */
 	__u64 key;
 	struct neigh6_key key6;
 	__u64 word;
@@ -367,6 +369,7 @@ static __always_inline int route4(__u32 dst, __u32 flags, struct egress *e)
 	}
 	if (entry == NO_ROUTE)
 		return POLICE; /* user space answers */
+	e->entry = entry;
 	k = NH_BASE + entry;
 	w = bpf_map_lookup_elem(table, &k);
 	if (!w)
@@ -621,6 +624,120 @@ static __always_inline int rewrite(void *data, void *end, struct egress *e, __u6
 	else
 		decrement_ttl(p + 14);
 	return 0;
+}
+
+/* ---- Filters (acl.h) ---- */
+
+/* Counts a drop of kind `kind` (0: denied in, 1: denied out, 2: failed the strict
+ * reverse-path check, 3: the loose one) on port `port`. */
+static __always_inline void acl_drop(__u32 port, __u32 kind, __u64 len)
+{
+	acl_count(&acl_drops, port * 4 + kind, len);
+}
+
+/* The reverse-path check (`mode`) of the packet at p that came in untagged on this port:
+ * GO_ON, FILTERED (counted) or SLOW (user space decides: a source routed over ECMP, an
+ * IPv6 one under a loose check that does not count the default route). */
+static __always_inline int urpf(__u8 *p, int v6, __u32 mode, struct acl_state *st,
+				__u32 flags, __u64 len)
+{
+	struct egress s = {};
+	int r = v6 ? route6(p + 22, flags, &s) : route4(bpf_ntohl(*(__u32 *)(p + 26)), flags, &s);
+	__u32 kind = (mode & URPF_STRICT) ? 2 : 3;
+	if (r == POLICE) {
+		acl_drop(cfg.port, kind, len); /* no route to the source */
+		return FILTERED;
+	}
+	if (r != GO_ON)
+		return SLOW;
+	int ok;
+	if (mode & URPF_STRICT)
+		ok = s.port == cfg.port && s.vlan == 0;
+	else if (mode & URPF_ALLOW_DEFAULT)
+		ok = 1;
+	else if (v6)
+		return SLOW;
+	else
+		ok = s.entry != st->default4;
+	if (ok)
+		return GO_ON;
+	acl_drop(cfg.port, kind, len);
+	return FILTERED;
+}
+
+/* The filters of the packet at p (route() took it) that came in on this port (`tagged`:
+ * on a sub-interface) and leaves by `e`: GO_ON with the counters' slots of the lists that
+ * permitted it in *in_slot and *out_slot (ACL_NO_SLOT: none), FILTERED (denied, or failed
+ * the reverse-path check: counted), POLICE (rejected: user space answers, rate limited),
+ * SLOW (user space decides: a sub-interface's filters). */
+static __always_inline int filter(__u8 *p, void *end, int v6, int tagged, struct egress *e,
+				  __u32 flags, __u64 len, __u32 *in_slot, __u32 *out_slot)
+{
+	__u32 k = 0;
+	struct acl_state *st = bpf_map_lookup_elem(&acl_state, &k);
+	if (!st || !st->gen)
+		return GO_ON;
+	__u32 gen = st->gen & 3;
+	if (gen != 1 && gen != 2)
+		return SLOW;
+	__u32 base = (gen - 1) * st->nports;
+	k = base + cfg.port;
+	struct acl_port *in = bpf_map_lookup_elem(&acl_ports, &k);
+	k = base + e->port;
+	struct acl_port *out = bpf_map_lookup_elem(&acl_ports, &k);
+	if (!in || !out)
+		return SLOW;
+	__u32 in_list = in->in, mode = in->urpf, out_list = out->out;
+	if (tagged) {
+		if (in->flags & ACL_PORT_SUBIF)
+			return SLOW;
+		in_list = 0;
+		mode = 0;
+	}
+	if (e->vlan) {
+		if (out->flags & ACL_PORT_SUBIF)
+			return SLOW;
+		out_list = 0;
+	}
+	if (mode) {
+		int r = urpf(p, v6, mode, st, flags, len);
+		if (r != GO_ON)
+			return r;
+	}
+	if (!in_list && !out_list)
+		return GO_ON;
+	struct acl_walk w;
+	acl_key_of(&w.key, p + 14, end, v6);
+	if (in_list) {
+		__u32 a = acl_decide(&w, gen, in_list, in_slot);
+		if (a == ACL_REJECT)
+			return POLICE;
+		if (a == ACL_DENY) {
+			acl_count(&acl_counts, *in_slot, len);
+			acl_drop(cfg.port, 0, len);
+			return FILTERED;
+		}
+	}
+	if (out_list) {
+		__u32 a = acl_decide(&w, gen, out_list, out_slot);
+		if (a == ACL_REJECT)
+			return POLICE;
+		if (a == ACL_DENY) {
+			acl_count(&acl_counts, *out_slot, len);
+			acl_drop(e->port, 1, len);
+			return FILTERED;
+		}
+	}
+	return GO_ON;
+}
+
+/* The lists that permitted a frame of `len` bytes, counted as it leaves. */
+static __always_inline void count_permits(__u32 in_slot, __u32 out_slot, __u64 len)
+{
+	if (in_slot != ACL_NO_SLOT)
+		acl_count(&acl_counts, in_slot, len);
+	if (out_slot != ACL_NO_SLOT)
+		acl_count(&acl_counts, out_slot, len);
 }
 
 /* ---- XDP ---- */
@@ -926,6 +1043,14 @@ int tessera_fast(struct xdp_md *ctx)
 		goto police;
 	if (r != GO_ON)
 		goto slow;
+	__u32 in_slot = ACL_NO_SLOT, out_slot = ACL_NO_SLOT;
+	r = filter(p, end, v6, tag_in != 0, &e, flags, end - data, &in_slot, &out_slot);
+	if (r == FILTERED)
+		return XDP_DROP;
+	if (r == POLICE)
+		goto police;
+	if (r != GO_ON)
+		goto slow;
 	if ((flags & F_STAR) && e.port == cfg.star_internal) {
 		/* Across the star's switch. */
 		if (!(flags & F_STAR_FAST))
@@ -947,6 +1072,7 @@ int tessera_fast(struct xdp_md *ctx)
 	end = (void *)(long)ctx->data_end;
 	if (rewrite(data, end, &e, to, v6))
 		goto slow;
+	count_permits(in_slot, out_slot, end - data);
 	count_frame(&stats, cfg.port, 0, end - data);
 	count_frame(&stats, e.port, 1, end - data);
 	/* Out of a sub-interface: its tag goes in (priority 0, as user space tags). */
@@ -1002,6 +1128,14 @@ int tessera_fast_tc(struct __sk_buff *skb)
 		goto police;
 	if (r != GO_ON)
 		goto slow;
+	__u32 in_slot = ACL_NO_SLOT, out_slot = ACL_NO_SLOT;
+	r = filter(data, end, v6, tagged_in, &e, flags, skb->len, &in_slot, &out_slot);
+	if (r == FILTERED)
+		return TCX_DROP;
+	if (r == POLICE)
+		goto police;
+	if (r != GO_ON)
+		goto slow;
 	if ((flags & F_STAR) && e.port == cfg.star_internal)
 		goto slow; /* across the star's switch: user space's in tcx */
 	if (egress_port(&e, len, 0) != GO_ON)
@@ -1014,6 +1148,7 @@ int tessera_fast_tc(struct __sk_buff *skb)
 	end = (void *)(long)skb->data_end;
 	if (rewrite(data, end, &e, to, v6))
 		goto slow;
+	count_permits(in_slot, out_slot, skb->len);
 	count_frame(&stats, cfg.port, 0, skb->len);
 	count_frame(&stats, e.port, 1, skb->len);
 	/* The frame leaves with the egress VLAN's tag in its socket buffer, as a driver that

@@ -64,6 +64,7 @@
 //!   (to user space; connected). It only grows.
 //! - `neigh6`: a hash of `vlan << 16 | port` and an address to the neighbour's MAC.
 
+pub mod acl;
 pub mod axon;
 pub mod count;
 pub mod l2;
@@ -163,6 +164,16 @@ fn map_delete<K>(map: &OwnedFd, key: &K) -> io::Result<()> {
     bpf(BPF_MAP_DELETE_ELEM, &mut attr).map(|_| ())
 }
 
+/// Sets `key` to the value at `value` (of the map's value size; per CPU, one per
+/// possible CPU) in `map`.
+fn map_update_raw<K>(map: &OwnedFd, key: &K, value: *const u8) -> io::Result<()> {
+    let mut attr = [0u64; 16];
+    attr[0] = u32s(map.as_raw_fd() as u32, 0);
+    attr[1] = key as *const K as u64;
+    attr[2] = value as u64;
+    bpf(crate::xdp::BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
+}
+
 /// The maps of one element's fast path.
 pub struct ForwarderFastPath {
     fib: OwnedFd,
@@ -199,6 +210,8 @@ pub struct ForwarderFastPath {
     neigh6_written: HashMap<Key6, u64>,
     /// Frames the fast path forwarded, per port, as last read (for counters).
     pub last: Vec<[u64; STATS]>,
+    /// The filters' maps.
+    pub acl: Mutex<acl::AclMaps>,
 }
 
 /// The IPv6 routes of a fast path: the table in the layout of [`fib::Poptrie6`] (records of
@@ -586,6 +599,7 @@ impl ForwarderFastPath {
             ifindexes,
             neigh_written: HashMap::new(),
             last: vec![[0; STATS]; ports.len()],
+            acl: Mutex::new(acl::AclMaps::new(n)?),
         };
         me.publish(&[0u32; 0], &[], &[])?;
         Ok(me)
@@ -870,10 +884,8 @@ impl ForwarderFastPath {
         let me = self.ifindexes.get(f.port as usize).copied().unwrap_or(0);
         let config = program::config(f, hook, me)?;
         let routes6 = self.routes6.lock().unwrap_or_else(|e| e.into_inner());
-        program::load(
-            &config,
-            hook,
-            &[
+        let acl = self.acl.lock().unwrap_or_else(|e| e.into_inner());
+        let mut maps = vec![
                 ("fib", self.fib.as_fd()),
                 ("neigh", self.neigh.as_fd()),
                 ("fib6", routes6.fib6.as_fd()),
@@ -883,8 +895,9 @@ impl ForwarderFastPath {
                 ("tx_ports", self.tx.as_fd()),
                 ("stats", self.stats.as_fd()),
                 ("police", self.police.as_fd()),
-            ],
-        )
+        ];
+        maps.extend(acl.fds());
+        program::load(&config, hook, &maps)
     }
 }
 

@@ -232,3 +232,19 @@ impl At<'_> {
         })
     }
 }
+
+impl ForwarderFile {
+    /// The filters this file configures, keeping the counters of `previous` where a rule
+    /// or an interface is the same (a reload).
+    pub fn filters(&self, previous: Option<&acl::Filters>) -> acl::Filters {
+        acl::Filters::new(
+            self.acls.clone(),
+            self.interfaces.iter().map(|i| i.filter.binding(&self.acls)).collect(),
+            self.interfaces.iter().map(|i| i.name.clone()).collect(),
+            previous,
+        )
+    }
+}
+
+/// The keys of an `[[interface]]` a reload changes in place.
+pub(crate) const RELOADABLE_IN_INTERFACE: [&str; 4] = ["acl_in", "acl_out", "urpf", "urpf_allow_default"];

@@ -192,9 +192,10 @@ pub(super) fn route_change(
 }
 
 /// The keys a forwarder's `reload` applies in place: its routes (`route`, `routes_file`,
-/// `routes_file_via`, and what the routes file holds) and where `/metrics` is served
-/// (`[metrics] listen`). Anything else needs a restart.
-pub(super) const RELOADABLE: [&str; 4] = ["route", "routes_file", "routes_file_via", "metrics"];
+/// `routes_file_via`, and what the routes file holds), where `/metrics` is served
+/// (`[metrics] listen`), and its filters (`[[acl]]`, and `acl_in`, `acl_out`, `urpf`,
+/// `urpf_allow_default` of an `[[interface]]`). Anything else needs a restart.
+pub(super) const RELOADABLE: [&str; 5] = ["route", "routes_file", "routes_file_via", "metrics", "acl"];
 
 /// The first key, outside [`RELOADABLE`], whose value differs between two versions of a
 /// config file (as TOML; dotted, with array indices: `interface[1].address`), if any.
@@ -218,6 +219,12 @@ pub fn changed_key_outside(old: &str, new: &str, reloadable: &[&str]) -> Option<
                 keys.dedup();
                 keys.into_iter().find_map(|k| {
                     if path.is_empty() && reloadable.contains(&k.as_str()) {
+                        return None;
+                    }
+                    if reloadable.contains(&"acl")
+                        && path.starts_with("interface[")
+                        && crate::config::RELOADABLE_IN_INTERFACE.contains(&k.as_str())
+                    {
                         return None;
                     }
                     let p = if path.is_empty() {
@@ -262,6 +269,8 @@ pub(super) struct Control {
     /// A back-end's route writer (the controller's table).
     pub(super) writer: Option<Arc<Mutex<crate::distrib::Writer>>>,
     pub(super) ipv6: bool,
+    /// The filters the workers apply (a reload swaps them).
+    pub(super) filters: dataplane::acl::FilterShare,
 }
 
 impl Control {
@@ -293,7 +302,22 @@ impl Control {
                         RELOADABLE.join(", ")
                     ));
                 }
+                // The filters first: checked for the fast path before anything changes.
+                let old = self.filters.load();
+                let filters = loaded.filters(Some(&old));
+                if let Some(fl) = &self.fast {
+                    fl.check_filters(&filters).map_err(|e| format!("{}: {e}; nothing changed", c.path.display()))?;
+                }
+                let changed_filters = filters.lists.iter().map(|l| &l.acl).ne(old.lists.iter().map(|l| &l.acl)) || filters.bindings != old.bindings;
+                if changed_filters {
+                    if let Some(fl) = &self.fast {
+                        fl.set_filters(&filters, Some(&old)).map_err(|e| format!("{}: {e}; nothing changed", c.path.display()))?;
+                    }
+                    self.filters.store(filters);
+                    tracing::info!(lists = loaded.acls.len(), "filters reloaded");
+                }
                 let mut v = route_command(&self.routes, self.cfg.as_ref(), self.fast.as_ref(), &self.pending6, "reload-routes", req)?;
+                v["filters_changed"] = json!(changed_filters);
                 let w = worker_result(ask_worker(&self.asker, "reload-routes6", req))?;
                 if let Some(fl) = &self.fast {
                     fl.wait_routes6(Duration::from_secs(30));
@@ -314,6 +338,7 @@ impl Control {
                 tracing::info!(file = %c.path.display(), "config reloaded");
                 Ok(v)
             }
+            "acl" => Ok(crate::filters::show(&self.filters.load(), self.fast.as_ref())),
             "counters" => {
                 let mut v = workers_counters(&self.all_counters)?;
                 if let Some(fl) = &self.fast {
