@@ -426,17 +426,81 @@ impl ForwarderFast {
                 _ => Hop::Slow,
             })
             .collect();
-        self.fp
-            .lock()
-            .map_err(|_| "fast path poisoned")?
-            .publish(t24, t8, &hops)
+        let mut fp = self.fp.lock().map_err(|_| "fast path poisoned")?;
+        fp.publish(t24, t8, &hops)
             .map_err(|e| format!("fast path: {e}"))?;
+        // The loose reverse-path check's default route (the table's entry is the group).
+        if let Ok(mut a) = fp.acl.lock() {
+            a.set_default4(t.default_group())
+                .map_err(|e| format!("fast path: filters: {e}"))?;
+        }
+        drop(fp);
         tracing::debug!(
             routes = t.len(),
             ms = time.elapsed().as_millis() as u64,
             "fast path table published"
         );
         Ok(())
+    }
+
+    /// Whether the fast path takes `f` (its lists within the bounds); the error says which.
+    pub fn check_filters(&self, f: &dataplane::acl::Filters) -> Result<(), String> {
+        io::fastpath::acl::AclMaps::check(f)
+    }
+
+    /// Makes `f` the fast path's filters, the counts of `old`'s lists (the filters in use
+    /// until now) kept in its rules' counters.
+    pub fn set_filters(
+        &self,
+        f: &dataplane::acl::Filters,
+        old: Option<&dataplane::acl::Filters>,
+    ) -> Result<(), String> {
+        let fp = self.fp.lock().map_err(|_| "fast path poisoned")?;
+        let mut a = fp.acl.lock().map_err(|_| "fast path poisoned")?;
+        a.write(f, &self.port_of_iface, old)
+    }
+
+    /// Per list of `f` (the filters in use), per rule and the default, what the fast path
+    /// counted; and per interface of the forwarder, (packets, bytes) it dropped: denied in,
+    /// denied out, failed a reverse-path check.
+    pub fn filter_counts(
+        &self,
+        f: &dataplane::acl::Filters,
+    ) -> (Vec<Vec<(u64, u64)>>, Vec<[(u64, u64); 3]>) {
+        let Ok(fp) = self.fp.lock() else {
+            return (Vec::new(), Vec::new());
+        };
+        let Ok(a) = fp.acl.lock() else {
+            return (Vec::new(), Vec::new());
+        };
+        let ports = a.drops();
+        let per_iface = self
+            .port_of_iface
+            .iter()
+            .map(|p| match p {
+                Some((port, 0)) => ports.get(*port as usize).map_or([(0, 0); 3], |d| {
+                    [d[0], d[1], (d[2].0 + d[3].0, d[2].1 + d[3].1)]
+                }),
+                _ => [(0, 0); 3],
+            })
+            .collect();
+        (a.rule_counts(f), per_iface)
+    }
+
+    /// The fast path's filter drops by counter: `acl_deny`, `urpf_strict`, `urpf_loose`.
+    pub fn filter_drops(&self) -> [u64; 3] {
+        let Ok(fp) = self.fp.lock() else {
+            return [0; 3];
+        };
+        let Ok(a) = fp.acl.lock() else {
+            return [0; 3];
+        };
+        a.drops().iter().fold([0; 3], |mut s, d| {
+            s[0] += d[0].0 + d[1].0;
+            s[1] += d[2].0;
+            s[2] += d[3].0;
+            s
+        })
     }
 
     /// Takes the forwarder's IPv6 route changes and has a thread of its own write them to

@@ -9,6 +9,7 @@ pub mod ctlsock;
 pub mod distrib;
 pub mod drain;
 pub mod fast;
+pub mod filters;
 pub mod fuzzing;
 pub mod lbfast;
 pub mod metrics;

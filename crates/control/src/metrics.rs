@@ -30,6 +30,9 @@ pub struct ElementCounters {
     /// Gauges of the element's state, by name ([`GAUGES`]), where the view knows them
     /// (the controller's: its own role and table, each back-end's consistency).
     pub gauges: Vec<(&'static str, f64)>,
+    /// `show acl`'s answer, for an element with filters (its rules' counts and the
+    /// interfaces' filter drops go out as `tessera_acl_*` and `tessera_filter_drops_total`).
+    pub filters: Option<serde_json::Value>,
 }
 
 /// The gauges an element may carry, with what they mean.
@@ -227,7 +230,7 @@ pub fn top_text(prev: &Value, now: &Value, secs: f64) -> String {
 }
 
 /// A label value with `\`, `"` and newlines escaped, as the exposition format asks.
-fn label(v: &str) -> String {
+pub(crate) fn label(v: &str) -> String {
     let mut s = String::with_capacity(v.len());
     for c in v.chars() {
         match c {
@@ -351,6 +354,17 @@ pub fn exposition(elements: &[ElementCounters]) -> String {
             }
         }
     }
+    if elements.iter().any(|e| e.filters.is_some()) {
+        family(&mut o, "tessera_acl_packets_total", "counter", "Packets each access list rule (or a list's default, rule=\"default\") decided on.");
+        family(&mut o, "tessera_acl_bytes_total", "counter", "Bytes each access list rule (or a list's default) decided on.");
+        family(&mut o, "tessera_filter_drops_total", "counter", "Packets an interface's filters dropped: filter=\"acl_in\", \"acl_out\" or \"urpf\".");
+        for e in elements {
+            if let Some(v) = &e.filters {
+                let labels = format!("element=\"{}\"", label(&e.name));
+                crate::filters::metrics_lines(v, &labels, &mut o);
+            }
+        }
+    }
     let t = totals(elements);
     for (name, help, v) in [
         (
@@ -414,6 +428,7 @@ pub fn element_source(
             }),
             external: external.clone(),
             gauges: Vec::new(),
+            filters: None,
         }]
     })
 }
@@ -625,6 +640,7 @@ mod tests {
             },
             external: ext.iter().map(|s| s.to_string()).collect(),
             gauges: Vec::new(),
+            filters: None,
         }
     }
 

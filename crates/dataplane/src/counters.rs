@@ -286,6 +286,19 @@ pub struct Counters {
     events: Vec<Counter>,
     /// The fast path's frames, added to every read ([`Counters::fold_fast_path`]).
     fast: std::sync::OnceLock<FastFold>,
+    /// The fast path's drops by reason, added to every read ([`Counters::fold_fast_drops`]).
+    fast_drops: std::sync::OnceLock<FastDrops>,
+}
+
+/// What the fast path dropped, by reason, since it started.
+pub type FastDropCounts = Arc<dyn Fn() -> Vec<(Drop, u64)> + Send + Sync>;
+
+struct FastDrops(FastDropCounts);
+
+impl std::fmt::Debug for FastDrops {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FastDrops")
+    }
 }
 
 impl Counters {
@@ -302,7 +315,18 @@ impl Counters {
             drops: (0..Drop::COUNT).map(|_| Counter::default()).collect(),
             events: (0..Event::COUNT).map(|_| Counter::default()).collect(),
             fast: std::sync::OnceLock::new(),
+            fast_drops: std::sync::OnceLock::new(),
         }
+    }
+
+    /// From now on every read adds what `counts` says the fast path dropped (filters'
+    /// drops), by reason. As [`Counters::fold_fast_path`]: on one worker's counters only.
+    pub fn fold_fast_drops(&self, counts: FastDropCounts) {
+        let _ = self.fast_drops.set(FastDrops(counts));
+    }
+
+    fn fast_drop_counts(&self) -> Vec<(Drop, u64)> {
+        self.fast_drops.get().map(|f| (f.0)()).unwrap_or_default()
     }
 
     /// From now on every read of these counters ([`Counters::snapshot`],
@@ -377,7 +401,8 @@ impl Counters {
             .filter(|d| self.role.counts(d.scope()))
             .map(|d| self.drops(*d))
             .sum::<u64>()
-            + fast.iter().map(|c| c[4]).sum::<u64>();
+            + fast.iter().map(|c| c[4]).sum::<u64>()
+            + self.fast_drop_counts().iter().map(|d| d.1).sum::<u64>();
         (rx, tx, dropped)
     }
 
@@ -424,6 +449,11 @@ impl Counters {
         };
         if let Some(e) = s.events.get_mut(Event::FastPathForwarded.name()) {
             *e += fast.iter().map(|c| c[0]).sum::<u64>();
+        }
+        for (d, n) in self.fast_drop_counts() {
+            if n > 0 {
+                *s.drops.entry(d.name().to_string()).or_default() += n;
+            }
         }
         let shed = fast.iter().map(|c| c[4]).sum::<u64>();
         if shed > 0 {

@@ -278,6 +278,11 @@ impl RouteTable {
         self.fib.rib().len()
     }
 
+    /// The group of the default route (`u32::MAX`: none); see [`RouteReaders::default_group`].
+    pub fn default_group(&self) -> u32 {
+        self.default_group.load(Relaxed)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.fib.rib().is_empty()
     }

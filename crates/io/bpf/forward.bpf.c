@@ -665,6 +665,15 @@ static __always_inline int urpf(__u8 *p, int v6, __u32 mode, struct acl_state *s
 	return FILTERED;
 }
 
+/* The lists that permitted a frame of `len` bytes, counted as it leaves. */
+static __always_inline void count_permits(__u32 in_slot, __u32 out_slot, __u64 len)
+{
+	if (in_slot != ACL_NO_SLOT)
+		acl_count(&acl_counts, in_slot, len);
+	if (out_slot != ACL_NO_SLOT)
+		acl_count(&acl_counts, out_slot, len);
+}
+
 /* The filters of the packet at p (route() took it) that came in on this port (`tagged`:
  * on a sub-interface) and leaves by `e`: GO_ON with the counters' slots of the lists that
  * permitted it in *in_slot and *out_slot (ACL_NO_SLOT: none), FILTERED (denied, or failed
@@ -723,21 +732,12 @@ static __always_inline int filter(__u8 *p, void *end, int v6, int tagged, struct
 		if (a == ACL_REJECT)
 			return POLICE;
 		if (a == ACL_DENY) {
-			acl_count(&acl_counts, *out_slot, len);
+			count_permits(*in_slot, *out_slot, len); /* in: permitted; out: denied */
 			acl_drop(e->port, 1, len);
 			return FILTERED;
 		}
 	}
 	return GO_ON;
-}
-
-/* The lists that permitted a frame of `len` bytes, counted as it leaves. */
-static __always_inline void count_permits(__u32 in_slot, __u32 out_slot, __u64 len)
-{
-	if (in_slot != ACL_NO_SLOT)
-		acl_count(&acl_counts, in_slot, len);
-	if (out_slot != ACL_NO_SLOT)
-		acl_count(&acl_counts, out_slot, len);
 }
 
 /* ---- XDP ---- */

@@ -301,6 +301,12 @@ enum Show {
         #[arg(long)]
         describe: bool,
     },
+    /// The access lists with every rule's packets and bytes, and each interface's lists,
+    /// reverse-path mode and filter drops, as JSON (docs/filters.md).
+    Acl {
+        #[arg(long)]
+        control: PathBuf,
+    },
     /// The neighbour (ARP) table, as JSON; on an Axon, the neighbour Axons by port.
     Neighbours {
         #[arg(long)]
@@ -694,6 +700,7 @@ fn show(w: Cmd) -> Result<i32> {
         Show::Counters { control, describe } => {
             ask(&control, if describe { "describe" } else { "counters" })
         }
+        Show::Acl { control } => ask(&control, "acl"),
         Show::Neighbours { control } => ask(&control, "neighbours"),
         Show::Interfaces { control } => ask(&control, "interfaces"),
         Show::Router { control } => ask(&control, "router"),

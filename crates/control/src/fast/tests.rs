@@ -74,6 +74,8 @@ struct Check {
     /// Every port's device takes no frames redirected in XDP, and the ports' tcx hooks
     /// run the hand-off ([`Check::hand_off`]).
     handoff: bool,
+    /// Frames the fast path dropped (its filters), which user space dropped too.
+    dropped: usize,
 }
 
 impl Check {
@@ -160,6 +162,7 @@ impl Check {
             bytes: (0, 0),
             at,
             handoff: false,
+            dropped: 0,
         }
     }
 
@@ -229,6 +232,12 @@ impl Check {
                     &self.f.ifaces[eport as usize].mac.0,
                     "{frame:02x?}"
                 );
+            }
+            Verdict::Drop if self.f.filter_share().load().any() => {
+                // Denied, or failed a reverse-path check: user space drops it too, and
+                // answers nothing (a rejected frame goes to user space).
+                assert!(sent.is_empty(), "the fast path dropped, user space sent {}: {frame:02x?}", sent.len());
+                self.dropped += 1;
             }
             Verdict::ToUserSpace => {
                 assert_eq!(out, frame, "changed a frame it left to user space");
@@ -1115,3 +1124,5 @@ fn program_cost_per_frame() {
         println!("cost {at:?} IPv6 UDP 80 B: {v:?} {ns} ns");
     }
 }
+
+mod filters;

@@ -144,6 +144,7 @@ impl Controller {
                     .map(|p| p.name.clone())
                     .collect(),
                 gauges: self.backend_gauges(mac, fib),
+                filters: None,
             });
         }
         out
@@ -183,6 +184,7 @@ impl Controller {
                 ("tessera_fib_routes", fib.len() as f64),
                 ("tessera_fib_version", fib.version() as f64),
             ],
+            filters: None,
         }
     }
 

@@ -1,0 +1,185 @@
+//! The filters in the fast path and in user space agree: every frame gets the same
+//! verdict from both (forwarded, dropped, or left to user space, which rejects), and the
+//! rules' counts, the fast path's and user space's together, are the frames each rule
+//! decided on. The fuzzing forwarder: port 0 (f0) on 10.1.0.0/24 and 2001:db8:1::/64, port
+//! 1 (f1) on 10.2.0.0/24; the default routes through f1 (IPv4) and f0 (IPv6); here also
+//! 192.0.2.0/24 through 10.1.0.10 on f0.
+
+use super::*;
+use dataplane::acl::{Acl, Action, Binding, FilterShare, Filters, Net, Rule, Urpf};
+
+const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+fn rule(action: Action, f: impl FnOnce(&mut Rule)) -> Rule {
+    let mut r = Rule::any(action);
+    f(&mut r);
+    r
+}
+
+fn net(s: &str) -> Option<Net> {
+    Some(Net::parse(s).unwrap())
+}
+
+/// A UDP frame from `src` to `dst` (destination port `dport`) into port `port`.
+fn udp_from(port: u16, src: [u8; 4], dst: [u8; 4], dport: u16) -> Vec<u8> {
+    let mut f = udp(dst, 18);
+    if port == 1 {
+        f[..6].copy_from_slice(&MAC1);
+    }
+    f[26..30].copy_from_slice(&src);
+    f[36..38].copy_from_slice(&dport.to_be_bytes());
+    fix(&mut f);
+    f
+}
+
+fn lists() -> Vec<Acl> {
+    vec![
+        Acl {
+            name: "edge-in".into(),
+            default: Action::Permit,
+            rules: vec![
+                rule(Action::Deny, |r| r.dst = net("8.8.4.4/32")),
+                rule(Action::Reject, |r| {
+                    r.protocol = Some(17);
+                    r.dst = net("8.8.8.8/32");
+                    r.dst_port = Some((1234, 1234));
+                }),
+                rule(Action::Permit, |r| {
+                    r.protocol = Some(17);
+                    r.src_port = Some((12345, 12345));
+                    r.dst = net("192.0.2.0/24");
+                }),
+                rule(Action::Deny, |r| {
+                    r.protocol = Some(17);
+                    r.dst_port = Some((1000, 2000));
+                }),
+                rule(Action::Deny, |r| {
+                    r.protocol = Some(58);
+                    r.dst = net("2001:db8:dead::/48");
+                }),
+                rule(Action::Deny, |r| {
+                    r.protocol = Some(17);
+                    r.dst = net("2001:db8:beef::/48");
+                    r.dst_port = Some((0, 1023));
+                }),
+            ],
+        },
+        Acl {
+            name: "out".into(),
+            default: Action::Permit,
+            rules: vec![rule(Action::Deny, |r| r.dst = net("192.0.2.9/32"))],
+        },
+    ]
+}
+
+fn filters(c: &mut Check, bindings: Vec<Binding>) -> FilterShare {
+    let names = c.f.ifaces.iter().map(|i| i.name.clone()).collect();
+    let f = Filters::new(lists(), bindings, names, None);
+    c.fl.set_filters(&f, None).unwrap();
+    let share = FilterShare::new(f);
+    c.f.set_filters(share.clone());
+    share
+}
+
+#[test]
+fn the_xdp_fast_path_filters_as_user_space() {
+    agree_on_filters(At::Xdp);
+}
+
+#[test]
+fn the_tcx_fast_path_filters_as_user_space() {
+    agree_on_filters(At::Tc);
+}
+
+fn agree_on_filters(at: At) {
+    let mut c = Check::new(at);
+    let f0 = Binding {
+        acl_in: Some(0),
+        acl_out: Some(1),
+        urpf: Urpf::Strict,
+        ..Default::default()
+    };
+    let f1 = Binding {
+        urpf: Urpf::Loose,
+        ..Default::default()
+    };
+    let share = filters(&mut c, vec![f0, f1]);
+    let h = [10, 1, 0, 10];
+    // (frame, the rule of edge-in that decides it (6: the default), what happens:
+    // forwarded by the fast path, dropped by it, or user space's)
+    let cases: Vec<(Vec<u8>, Option<usize>, &str)> = vec![
+        (udp_from(0, h, [8, 8, 4, 4], 1234), Some(0), "drop"),
+        (udp_from(0, h, [8, 8, 8, 8], 1234), Some(1), "user"), // reject
+        (udp_from(0, h, [192, 0, 2, 7], 1500), Some(2), "fast"), // permit before the deny
+        (udp_from(0, h, [192, 0, 2, 9], 1234), Some(2), "drop"), // in: permit; out: deny
+        (udp_from(0, h, [8, 8, 8, 8], 1500), Some(3), "drop"),
+        (udp_from(0, h, [8, 8, 8, 8], 999), Some(6), "fast"),
+        // From a source whose route leaves by f1: fails the strict check on f0.
+        (udp_from(0, [10, 2, 0, 50], [8, 8, 8, 8], 999), None, "drop"),
+        (udp_from(0, [203, 0, 113, 1], [8, 8, 8, 8], 999), None, "drop"),
+        // On f1, loose: a source routed (192.0.2.0/24, via f0) passes; one with only the
+        // default route does not; neither does one with no route at all.
+        (udp_from(1, [192, 0, 2, 5], [10, 1, 0, 10], 999), None, "fast"),
+        (udp_from(1, [203, 0, 113, 1], [10, 1, 0, 10], 999), None, "drop"),
+    ];
+    let ipv6 = |dst: &str, next: u8| {
+        let msg = (next == 58).then_some(icmpv6::Repr::EchoRequest {
+            ident: 1,
+            seq: 1,
+            data: &[0; 8],
+        });
+        frame6("2001:db8:1::10", dst, 64, msg.as_ref(), 30)
+    };
+    let six = vec![
+        (ipv6("2001:db8:dead::1", 58), Some(4), "drop"),
+        (ipv6("2001:db8:beef::1", 17), Some(5), "drop"), // UDP to port 53
+        (ipv6("2001:db8:cafe::1", 58), Some(6), "user"), // its next hop unresolved
+    ];
+    // Every frame runs through both paths here: user space counts every one, the fast
+    // path those it decided (forwarded or dropped).
+    let (mut expect, mut expect_fast) = ([0u64; 7], [0u64; 7]);
+    for (f, r, what) in cases.iter().chain(&six) {
+        let (fast, dropped) = (c.fast, c.dropped);
+        c.frame(u16::from(f[..6] == MAC1), f);
+        let got = match (c.fast - fast, c.dropped - dropped) {
+            (1, 0) => "fast",
+            (0, 1) => "drop",
+            _ => "user",
+        };
+        assert_eq!(got, *what, "{f:02x?}");
+        if let Some(r) = r {
+            expect[*r] += 1;
+            if got != "user" {
+                expect_fast[*r] += 1;
+            }
+        }
+        c.f.end_batch();
+    }
+    let fl = share.load();
+    let (fast_counts, _) = c.fl.filter_counts(&fl);
+    for i in 0..7 {
+        let user = fl.lists[0].counts[i].get().0;
+        assert_eq!((user, fast_counts[0][i].0), (expect[i], expect_fast[i]), "edge-in rule {i}: user space, fast path");
+    }
+    // out (on f0): 192.0.2.9 denied, 192.0.2.7 and 10.1.0.10 (in on f1) permitted by the
+    // default; in both paths.
+    assert_eq!(fl.lists[1].counts[0].get().0, 1);
+    assert_eq!(fast_counts[1], vec![(1, 60), (2, 120)]);
+    // The fast path's drops by reason: five denied (four in, one out), three failed a
+    // reverse-path check (two strict, one loose).
+    assert_eq!(c.fl.filter_drops(), [5, 2, 1], "denied, strict, loose");
+    // A reload with the same lists: the fast path's counts so far go to the rules'
+    // counters, which the new version keeps; the new generation starts at zero.
+    let names = c.f.ifaces.iter().map(|i| i.name.clone()).collect();
+    let next = Filters::new(lists(), vec![f0, f1], names, Some(&fl));
+    c.fl.set_filters(&next, Some(&fl)).unwrap();
+    for i in 0..7 {
+        assert_eq!(next.lists[0].counts[i].get().0, expect[i] + expect_fast[i], "rule {i}");
+    }
+    assert!(c.fl.filter_counts(&next).0[0].iter().all(|x| x.0 == 0));
+    // And the new generation decides as the old one did.
+    let before = c.dropped;
+    c.frame(0, &udp_from(0, h, [8, 8, 4, 4], 1234));
+    assert_eq!(c.dropped, before + 1);
+    assert_eq!(c.fl.filter_counts(&next).0[0][0].0, 1);
+}

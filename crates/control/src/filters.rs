@@ -1,0 +1,155 @@
+//! What an element's filters did, as `tessera show acl` and `/metrics` tell it: every list
+//! with its rules as the config writes them and their counts (user space's and the fast
+//! path's together), and per interface its lists, its reverse-path mode and its drops.
+
+use dataplane::acl::{Filters, Net, Rule};
+use serde_json::{json, Value};
+
+/// A rule as its `[[acl.rule]]` writes it, on one line.
+pub fn rule_text(r: &Rule) -> String {
+    let mut s = vec![format!("action = {:?}", r.action.as_str())];
+    if let Some(p) = r.protocol {
+        s.push(format!("protocol = {p}"));
+    }
+    let net = |n: &Net| match n {
+        Net::V4(p) => format!("{}/{}", p.addr(), p.len()),
+        Net::V6(p) => format!("{}/{}", p.addr(), p.len()),
+    };
+    if let Some(n) = &r.src {
+        s.push(format!("src = {:?}", net(n)));
+    }
+    if let Some(n) = &r.dst {
+        s.push(format!("dst = {:?}", net(n)));
+    }
+    let ports = |(a, b): (u16, u16)| if a == b { a.to_string() } else { format!("{a}-{b}") };
+    if let Some(p) = r.src_port {
+        s.push(format!("src_port = {:?}", ports(p)));
+    }
+    if let Some(p) = r.dst_port {
+        s.push(format!("dst_port = {:?}", ports(p)));
+    }
+    if let Some(t) = r.icmp_type {
+        s.push(format!("icmp_type = {t}"));
+    }
+    if let Some(c) = r.icmp_code {
+        s.push(format!("icmp_code = {c}"));
+    }
+    if let Some((mask, value)) = r.tcp_flags {
+        let names = ["fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr"];
+        let f: Vec<String> = (0..8)
+            .filter(|b| mask & (1 << b) != 0)
+            .map(|b| {
+                let bang = if value & (1 << b) == 0 { "!" } else { "" };
+                format!("{bang}{}", names[b])
+            })
+            .collect();
+        s.push(format!("tcp_flags = {:?}", f.join(",")));
+    }
+    if let Some(d) = r.dscp {
+        s.push(format!("dscp = {d}"));
+    }
+    if let Some(f) = r.fragment {
+        s.push(format!("fragment = {f}"));
+    }
+    s.join(", ")
+}
+
+/// `show acl`: `f`'s lists and interfaces, with the fast path's counts added where there
+/// is one.
+pub fn show(f: &Filters, fast: Option<&crate::fast::ForwarderFast>) -> Value {
+    let (fast_rules, fast_ifaces) = fast.map(|fl| fl.filter_counts(f)).unwrap_or_default();
+    let lists: Vec<Value> = f
+        .lists
+        .iter()
+        .enumerate()
+        .map(|(li, l)| {
+            let count = |i: usize| {
+                let (p, b) = l.counts[i].get();
+                let (fp, fb) = fast_rules
+                    .get(li)
+                    .and_then(|c| c.get(i))
+                    .copied()
+                    .unwrap_or_default();
+                (p + fp, b + fb)
+            };
+            let rules: Vec<Value> = l
+                .acl
+                .rules
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let (p, b) = count(i);
+                    json!({ "rule": i, "match": rule_text(r), "action": r.action.as_str(), "packets": p, "bytes": b })
+                })
+                .collect();
+            let (p, b) = count(l.acl.rules.len());
+            let tuples = f
+                .compile(0, 0)
+                .ok()
+                .and_then(|t| t.lists.get(li).map(|x| x.count));
+            json!({
+                "name": l.acl.name,
+                "default": { "action": l.acl.default.as_str(), "packets": p, "bytes": b },
+                "rules": rules,
+                "fast_path_tuples": tuples,
+            })
+        })
+        .collect();
+    let name = |i: Option<usize>| i.and_then(|i| f.lists.get(i)).map(|l| l.acl.name.clone());
+    let ifaces: Vec<Value> = f
+        .names
+        .iter()
+        .zip(&f.bindings)
+        .enumerate()
+        .filter(|(_, (_, b))| b.is_set())
+        .map(|(i, (n, b))| {
+            let d = &f.drops[i];
+            let fd = fast_ifaces.get(i).copied().unwrap_or_default();
+            json!({
+                "name": n,
+                "acl_in": name(b.acl_in),
+                "acl_out": name(b.acl_out),
+                "urpf": b.urpf.as_str(),
+                "urpf_allow_default": b.urpf_allow_default,
+                "denied_in": d.acl_in.get().0 + fd[0].0,
+                "denied_out": d.acl_out.get().0 + fd[1].0,
+                "urpf_dropped": d.urpf.get().0 + fd[2].0,
+            })
+        })
+        .collect();
+    json!({ "version": f.version, "lists": lists, "interfaces": ifaces })
+}
+
+/// `/metrics` lines of `show acl`'s answer `v`: per rule (and default) packets and bytes,
+/// per interface the filters' drops.
+pub fn metrics_lines(v: &Value, labels: &str, out: &mut String) {
+    use std::fmt::Write;
+    let sep = if labels.is_empty() { "" } else { "," };
+    for l in v["lists"].as_array().into_iter().flatten() {
+        let list = l["name"].as_str().unwrap_or("");
+        let mut one = |rule: &str, x: &Value| {
+            for k in ["packets", "bytes"] {
+                let _ = writeln!(
+                    out,
+                    "tessera_acl_{k}_total{{{labels}{sep}acl=\"{}\",rule=\"{rule}\"}} {}",
+                    crate::metrics::label(list),
+                    x[k].as_u64().unwrap_or(0)
+                );
+            }
+        };
+        for r in l["rules"].as_array().into_iter().flatten() {
+            one(&r["rule"].to_string(), r);
+        }
+        one("default", &l["default"]);
+    }
+    for i in v["interfaces"].as_array().into_iter().flatten() {
+        let n = crate::metrics::label(i["name"].as_str().unwrap_or(""));
+        for (k, what) in [("denied_in", "acl_in"), ("denied_out", "acl_out"), ("urpf_dropped", "urpf")] {
+            let _ = writeln!(
+                out,
+                "tessera_filter_drops_total{{{labels}{sep}interface=\"{n}\",filter=\"{what}\"}} {}",
+                i[k].as_u64().unwrap_or(0)
+            );
+        }
+    }
+}
