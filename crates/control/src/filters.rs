@@ -35,15 +35,7 @@ pub fn rule_text(r: &Rule) -> String {
         s.push(format!("icmp_code = {c}"));
     }
     if let Some((mask, value)) = r.tcp_flags {
-        let names = ["fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr"];
-        let f: Vec<String> = (0..8)
-            .filter(|b| mask & (1 << b) != 0)
-            .map(|b| {
-                let bang = if value & (1 << b) == 0 { "!" } else { "" };
-                format!("{bang}{}", names[b])
-            })
-            .collect();
-        s.push(format!("tcp_flags = {:?}", f.join(",")));
+        s.push(format!("tcp_flags = {:?}", dataplane::acl::tcp_flags_text(mask, value)));
     }
     if let Some(d) = r.dscp {
         s.push(format!("dscp = {d}"));

@@ -75,6 +75,81 @@ fn metrics_table(m: &MetricsConfig) -> Option<Table> {
     (!t.is_empty()).then_some(t)
 }
 
+/// An interface's filter keys, where set.
+pub(crate) fn filter_keys(e: &mut Table, f: &crate::config::FilterConfig) {
+    if let Some(a) = &f.acl_in {
+        e.insert("acl_in".into(), s(a));
+    }
+    if let Some(a) = &f.acl_out {
+        e.insert("acl_out".into(), s(a));
+    }
+    if f.urpf != dataplane::acl::Urpf::Off {
+        e.insert("urpf".into(), s(f.urpf.as_str()));
+        e.insert("urpf_allow_default".into(), Value::Boolean(f.urpf_allow_default));
+    }
+}
+
+/// `[[acl]]`, each rule with the keys it sets.
+pub(crate) fn acls(lists: &[dataplane::acl::Acl]) -> Value {
+    use dataplane::acl::Net;
+    let net = |n: &Net| match n {
+        Net::V4(p) => s(format!("{}/{}", p.addr(), p.len())),
+        Net::V6(p) => s(format!("{}/{}", p.addr(), p.len())),
+    };
+    let ports = |(a, b): (u16, u16)| if a == b { s(a) } else { s(format!("{a}-{b}")) };
+    Value::Array(
+        lists
+            .iter()
+            .map(|l| {
+                let mut t = Table::new();
+                t.insert("name".into(), s(&l.name));
+                t.insert("default".into(), s(l.default.as_str()));
+                let rules = l
+                    .rules
+                    .iter()
+                    .map(|r| {
+                        let mut e = Table::new();
+                        e.insert("action".into(), s(r.action.as_str()));
+                        if let Some(p) = r.protocol {
+                            e.insert("protocol".into(), int(p));
+                        }
+                        if let Some(n) = &r.src {
+                            e.insert("src".into(), net(n));
+                        }
+                        if let Some(n) = &r.dst {
+                            e.insert("dst".into(), net(n));
+                        }
+                        if let Some(p) = r.src_port {
+                            e.insert("src_port".into(), ports(p));
+                        }
+                        if let Some(p) = r.dst_port {
+                            e.insert("dst_port".into(), ports(p));
+                        }
+                        if let Some(v) = r.icmp_type {
+                            e.insert("icmp_type".into(), int(v));
+                        }
+                        if let Some(v) = r.icmp_code {
+                            e.insert("icmp_code".into(), int(v));
+                        }
+                        if let Some((m, v)) = r.tcp_flags {
+                            e.insert("tcp_flags".into(), s(dataplane::acl::tcp_flags_text(m, v)));
+                        }
+                        if let Some(v) = r.dscp {
+                            e.insert("dscp".into(), int(v));
+                        }
+                        if let Some(v) = r.fragment {
+                            e.insert("fragment".into(), Value::Boolean(v));
+                        }
+                        Value::Table(e)
+                    })
+                    .collect();
+                t.insert("rule".into(), Value::Array(rules));
+                Value::Table(t)
+            })
+            .collect(),
+    )
+}
+
 /// A forwarder's (or back-end's, or star member's) config.
 pub fn forwarder(f: &ForwarderFile) -> String {
     let mut t = Table::new();
@@ -108,6 +183,7 @@ pub fn forwarder(f: &ForwarderFile) -> String {
                 "router_advertisements".into(),
                 Value::Boolean(i.router_advertisements),
             );
+            filter_keys(&mut e, &i.filter);
             Value::Table(e)
         })
         .collect();
@@ -141,6 +217,9 @@ pub fn forwarder(f: &ForwarderFile) -> String {
         .collect();
     if !routes.is_empty() {
         t.insert("route".into(), Value::Array(routes));
+    }
+    if !f.acls.is_empty() {
+        t.insert("acl".into(), acls(&f.acls));
     }
     if let Some(b) = &f.backend {
         let mut e = Table::new();

@@ -180,6 +180,16 @@ pub fn parse_tcp_flags(s: &str) -> Result<(u8, u8), String> {
     Ok((mask, value))
 }
 
+/// TCP flags as [`parse_tcp_flags`] reads them: `"syn,!ack"`.
+pub fn tcp_flags_text(mask: u8, value: u8) -> String {
+    TCP_FLAGS
+        .iter()
+        .filter(|(_, b)| mask & b != 0)
+        .map(|(n, b)| format!("{}{n}", if value & b == 0 { "!" } else { "" }))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// One rule: every field that is set must match.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
