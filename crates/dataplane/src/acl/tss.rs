@@ -333,3 +333,30 @@ impl Tables {
         best.ok_or(l.default)
     }
 }
+
+/// A list of `n` rules for measurements (`tessera bench forward --acl-rules`): `n - 1`
+/// that deny TCP to one port of a network in 100.64.0.0/10 (of `masks` distinct prefix
+/// lengths, /32 down, so the list has `masks` tuples of denials), which no UDP packet
+/// matches, then one that permits everything: every UDP packet walks the whole list.
+pub fn measurement_list(n: usize, masks: usize) -> Acl {
+    let masks = masks.clamp(1, 16);
+    let mut rules: Vec<Rule> = (0..n.saturating_sub(1))
+        .map(|i| {
+            let len = 32 - (i % masks) as u8;
+            let a = 0x6440_0000u32 | ((i as u32).wrapping_mul(2_654_435_761) & 0x003f_ffff);
+            let mut r = Rule::any(Action::Deny);
+            r.protocol = Some(6);
+            r.dst = Some(Net::V4(fib::Prefix::new(a.into(), len)));
+            r.dst_port = Some((1 + (i % 1000) as u16, 1 + (i % 1000) as u16));
+            r
+        })
+        .collect();
+    if n > 0 {
+        rules.push(Rule::any(Action::Permit));
+    }
+    Acl {
+        name: format!("measure-{n}"),
+        default: Action::Deny,
+        rules,
+    }
+}
