@@ -63,6 +63,56 @@ pub struct ForwardOpts {
     /// The hosts' links as a container's (`--hosts plain`: GRO off, no XDP program): the
     /// sinks then receive on the AF_PACKET ring (an XDP sink would run the host's NAPI).
     pub plain_hosts: bool,
+    /// Distinct masks (prefix lengths) among the denials of an `--acl-rules` contender's
+    /// list ([`dataplane::acl::tss::measurement_list`]).
+    pub acl_masks: usize,
+}
+
+/// The contenders of `--acl-rules N`: the fast-path forwarder (AF_XDP) with an access
+/// list of N rules on its sources' ports, every one of which the traffic walks (the last
+/// permits), named `forwarder-fast-acl-N`.
+pub const ACL_PREFIX: &str = "forwarder-fast-acl-";
+
+/// The number of rules of an `--acl-rules` contender.
+pub fn acl_rules_of(contender: &str) -> Option<usize> {
+    contender.strip_prefix(ACL_PREFIX)?.parse().ok()
+}
+
+/// The single router of table `key` with the fast path and, on r-eth0 and r-eth1 (the
+/// sources' ports), `acl_in` = a list of `n` rules: its lab file.
+fn acl_topo(out: &Path, key: &str, n: usize, masks: usize) -> Result<PathBuf, String> {
+    let base = std::fs::read_to_string(out.join(format!("r-fast-{key}.toml")))
+        .map_err(|e| format!("r-fast-{key}.toml: {e}"))?;
+    let mut text = String::new();
+    for line in base.lines() {
+        text.push_str(line);
+        text.push('\n');
+        if line == "name = \"r-eth0\"" || line == "name = \"r-eth1\"" {
+            text.push_str("acl_in = \"measure\"\n");
+        }
+    }
+    let list = dataplane::acl::tss::measurement_list(n, masks);
+    text.push_str("\n[[acl]]\nname = \"measure\"\ndefault = \"deny\"\n");
+    for r in &list.rules {
+        text.push_str("\n[[acl.rule]]\n");
+        text.push_str(&format!("action = \"{}\"\n", r.action.as_str()));
+        if let Some(p) = r.protocol {
+            text.push_str(&format!("protocol = {p}\n"));
+        }
+        if let Some(dataplane::acl::Net::V4(d)) = r.dst {
+            text.push_str(&format!("dst = \"{}/{}\"\n", d.addr(), d.len()));
+        }
+        if let Some((a, _)) = r.dst_port {
+            text.push_str(&format!("dst_port = \"{a}\"\n"));
+        }
+    }
+    let r = format!("r-acl-{n}-{key}.toml");
+    write(&out.join(&r), &text)?;
+    let lab = std::fs::read_to_string(out.join(format!("lab-fast-{key}.toml")))
+        .map_err(|e| format!("lab-fast-{key}.toml: {e}"))?;
+    let topo = out.join(format!("lab-acl-{n}-{key}.toml"));
+    write(&topo, &lab.replace(&format!("r-fast-{key}.toml"), &r))?;
+    Ok(topo)
 }
 
 /// The smallest IPv6 test frame: Ethernet, IPv6 and UDP headers, the probe, the FCS.
@@ -358,7 +408,7 @@ fn contender_lab(
     [topo, topo_fast, topo_user]: [&Path; 3],
     labname: &str,
 ) -> Result<(lab::Lab, String), String> {
-    let fast = contender == FAST || contender == FAST_TC;
+    let fast = contender == FAST || contender == FAST_TC || acl_rules_of(contender).is_some();
     let mut l = lab::Lab::load(
         match other {
             Some(p) => p,
@@ -972,7 +1022,10 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
         } = table_files(opts, tname)?;
         for (contender, command) in contenders {
             let contender = contender.as_str();
-            let other = site(&opts.out, contender, &key, opts.ipv6)?;
+            let other = match acl_rules_of(contender) {
+                Some(n) => Some((acl_topo(&opts.out, &key, n, opts.acl_masks)?, SOURCES)),
+                None => site(&opts.out, contender, &key, opts.ipv6)?,
+            };
             let sources = other.as_ref().map_or(SOURCES, |o| o.1);
             let (mut l, role) = contender_lab(
                 opts,

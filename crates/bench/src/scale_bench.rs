@@ -833,6 +833,7 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
         rt_napi: opts.rt_napi,
         sink: opts.sink,
         plain_hosts: false,
+        acl_masks: 4,
     };
     let mut ceilings = serde_json::Map::new();
     for &size in &sizes {

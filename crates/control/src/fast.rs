@@ -12,6 +12,11 @@ use serde_json::{json, Value};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
 
+/// What the fast path's filters counted: per list, per rule and the default, (packets,
+/// bytes); per interface, (packets, bytes) denied in, denied out, failed a reverse-path
+/// check.
+pub type FilterCounts = (Vec<Vec<(u64, u64)>>, Vec<[(u64, u64); 3]>);
+
 /// A forwarder's fast path and how its interfaces map to ports.
 #[derive(Clone)]
 pub struct ForwarderFast {
@@ -466,7 +471,7 @@ impl ForwarderFast {
     pub fn filter_counts(
         &self,
         f: &dataplane::acl::Filters,
-    ) -> (Vec<Vec<(u64, u64)>>, Vec<[(u64, u64); 3]>) {
+    ) -> FilterCounts {
         let Ok(fp) = self.fp.lock() else {
             return (Vec::new(), Vec::new());
         };

@@ -21,7 +21,13 @@ pub fn rule_text(r: &Rule) -> String {
     if let Some(n) = &r.dst {
         s.push(format!("dst = {:?}", net(n)));
     }
-    let ports = |(a, b): (u16, u16)| if a == b { a.to_string() } else { format!("{a}-{b}") };
+    let ports = |(a, b): (u16, u16)| {
+        if a == b {
+            a.to_string()
+        } else {
+            format!("{a}-{b}")
+        }
+    };
     if let Some(p) = r.src_port {
         s.push(format!("src_port = {:?}", ports(p)));
     }
@@ -35,7 +41,10 @@ pub fn rule_text(r: &Rule) -> String {
         s.push(format!("icmp_code = {c}"));
     }
     if let Some((mask, value)) = r.tcp_flags {
-        s.push(format!("tcp_flags = {:?}", dataplane::acl::tcp_flags_text(mask, value)));
+        s.push(format!(
+            "tcp_flags = {:?}",
+            dataplane::acl::tcp_flags_text(mask, value)
+        ));
     }
     if let Some(d) = r.dscp {
         s.push(format!("dscp = {d}"));
@@ -136,7 +145,11 @@ pub fn metrics_lines(v: &Value, labels: &str, out: &mut String) {
     }
     for i in v["interfaces"].as_array().into_iter().flatten() {
         let n = crate::metrics::label(i["name"].as_str().unwrap_or(""));
-        for (k, what) in [("denied_in", "acl_in"), ("denied_out", "acl_out"), ("urpf_dropped", "urpf")] {
+        for (k, what) in [
+            ("denied_in", "acl_in"),
+            ("denied_out", "acl_out"),
+            ("urpf_dropped", "urpf"),
+        ] {
             let _ = writeln!(
                 out,
                 "tessera_filter_drops_total{{{labels}{sep}interface=\"{n}\",filter=\"{what}\"}} {}",

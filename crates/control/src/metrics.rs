@@ -355,9 +355,24 @@ pub fn exposition(elements: &[ElementCounters]) -> String {
         }
     }
     if elements.iter().any(|e| e.filters.is_some()) {
-        family(&mut o, "tessera_acl_packets_total", "counter", "Packets each access list rule (or a list's default, rule=\"default\") decided on.");
-        family(&mut o, "tessera_acl_bytes_total", "counter", "Bytes each access list rule (or a list's default) decided on.");
-        family(&mut o, "tessera_filter_drops_total", "counter", "Packets an interface's filters dropped: filter=\"acl_in\", \"acl_out\" or \"urpf\".");
+        family(
+            &mut o,
+            "tessera_acl_packets_total",
+            "counter",
+            "Packets each access list rule (or a list's default, rule=\"default\") decided on.",
+        );
+        family(
+            &mut o,
+            "tessera_acl_bytes_total",
+            "counter",
+            "Bytes each access list rule (or a list's default) decided on.",
+        );
+        family(
+            &mut o,
+            "tessera_filter_drops_total",
+            "counter",
+            "Packets an interface's filters dropped: filter=\"acl_in\", \"acl_out\" or \"urpf\".",
+        );
         for e in elements {
             if let Some(v) = &e.filters {
                 let labels = format!("element=\"{}\"", label(&e.name));

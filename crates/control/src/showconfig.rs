@@ -85,7 +85,10 @@ pub(crate) fn filter_keys(e: &mut Table, f: &crate::config::FilterConfig) {
     }
     if f.urpf != dataplane::acl::Urpf::Off {
         e.insert("urpf".into(), s(f.urpf.as_str()));
-        e.insert("urpf_allow_default".into(), Value::Boolean(f.urpf_allow_default));
+        e.insert(
+            "urpf_allow_default".into(),
+            Value::Boolean(f.urpf_allow_default),
+        );
     }
 }
 

@@ -369,8 +369,9 @@ pub fn reasm(data: &[u8]) {
 /// of `field=value` pairs separated by spaces (the fields of `[[acl.rule]]`: action,
 /// protocol, src, dst, src_port, dst_port, icmp_type, icmp_code, tcp_flags, dscp,
 /// fragment), each parsed as a config's would be; the bytes after it a packet, keyed as
-/// IPv4 and as IPv6. No parser panics, and the list's decision is the first rule that
-/// matches, or its default.
+/// IPv4 and as IPv6. No parser panics, the list's decision is the first rule that
+/// matches, or its default, and the fast path's tuple-space search (`acl::tss`) decides
+/// alike.
 pub fn acl(data: &[u8]) {
     use crate::acl::*;
     let (text, packet) = match data.iter().position(|&b| b == 0) {
@@ -415,11 +416,20 @@ pub fn acl(data: &[u8]) {
         default: Action::Deny,
         rules,
     };
+    let slots: Vec<u32> = (0..=acl.rules.len() as u32).collect();
+    let tables = tss::Tables::compile(&[&acl], &[slots], 0);
     for k in [Key::of_ipv4(packet), Key::of_ipv6(packet)]
         .into_iter()
         .flatten()
     {
         let d = acl.decide(&k);
+        if let Ok(t) = &tables {
+            match (t.lookup(0, &tss::key_bytes(&k), 0), d.rule) {
+                (Ok(h), Some(i)) => assert_eq!((h.prio as usize, h.action), (i, d.action)),
+                (Err(a), None) => assert_eq!(a, d.action),
+                (got, want) => panic!("tuples {got:?}, reference {want:?}"),
+            }
+        }
         match d.rule {
             Some(i) => {
                 assert!(acl.rules[i].matches(&k));

@@ -886,15 +886,15 @@ impl ForwarderFastPath {
         let routes6 = self.routes6.lock().unwrap_or_else(|e| e.into_inner());
         let acl = self.acl.lock().unwrap_or_else(|e| e.into_inner());
         let mut maps = vec![
-                ("fib", self.fib.as_fd()),
-                ("neigh", self.neigh.as_fd()),
-                ("fib6", routes6.fib6.as_fd()),
-                ("hops6", routes6.hops.as_fd()),
-                ("neigh6", self.neigh6.as_fd()),
-                ("ports", self.ports.as_fd()),
-                ("tx_ports", self.tx.as_fd()),
-                ("stats", self.stats.as_fd()),
-                ("police", self.police.as_fd()),
+            ("fib", self.fib.as_fd()),
+            ("neigh", self.neigh.as_fd()),
+            ("fib6", routes6.fib6.as_fd()),
+            ("hops6", routes6.hops.as_fd()),
+            ("neigh6", self.neigh6.as_fd()),
+            ("ports", self.ports.as_fd()),
+            ("tx_ports", self.tx.as_fd()),
+            ("stats", self.stats.as_fd()),
+            ("police", self.police.as_fd()),
         ];
         maps.extend(acl.fds());
         program::load(&config, hook, &maps)

@@ -44,9 +44,16 @@ protocol = "tcp"
 dst_port = "8080"
 "#
     );
-    assert!(r.contains("acl_in") && r.contains("urpf = \"loose\""), "{r}");
+    assert!(
+        r.contains("acl_in") && r.contains("urpf = \"loose\""),
+        "{r}"
+    );
     std::fs::write(dir.join("r.toml"), r).unwrap();
-    std::fs::copy(repo_path("labs/single-router/routes.txt"), dir.join("routes.txt")).unwrap();
+    std::fs::copy(
+        repo_path("labs/single-router/routes.txt"),
+        dir.join("routes.txt"),
+    )
+    .unwrap();
     let topo = std::fs::read_to_string(repo_path("labs/single-router.toml"))
         .unwrap()
         .replace("single-router/r.toml", "r.toml");
@@ -67,7 +74,10 @@ fn servers(lab: &TestLab, node: &str, addr: &str, ports: &[u16]) -> std::process
         if ports.iter().all(|p| s.contains(&format!("{addr}:{p} "))) {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(10), "servers not listening: {s}");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "servers not listening: {s}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     child
@@ -79,12 +89,29 @@ fn nmap(lab: &TestLab, node: &str, target: &str, ports: &str) -> Vec<(u16, Strin
     let o = lab.exec(
         node,
         &[
-            "nmap", "-Pn", "-n", "-sS", "-p", ports, "--max-retries", "1",
-            "--max-rtt-timeout", "300ms", "--initial-rtt-timeout", "100ms", "-oX", "-", target,
+            "nmap",
+            "-Pn",
+            "-n",
+            "-sS",
+            "-p",
+            ports,
+            "--max-retries",
+            "1",
+            "--max-rtt-timeout",
+            "300ms",
+            "--initial-rtt-timeout",
+            "100ms",
+            "-oX",
+            "-",
+            target,
         ],
     );
     let x = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success(), "nmap: {x}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "nmap: {x}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // <port protocol="tcp" portid="22"><state state="filtered" reason="no-response" ...
     x.split("<port ")
         .skip(1)
@@ -96,7 +123,11 @@ fn nmap(lab: &TestLab, node: &str, target: &str, ports: &str) -> Vec<(u16, Strin
                     .unwrap_or("")
                     .to_string()
             };
-            (attr("portid").parse().unwrap(), attr("state"), attr("reason"))
+            (
+                attr("portid").parse().unwrap(),
+                attr("state"),
+                attr("reason"),
+            )
         })
         .collect()
 }
@@ -111,7 +142,11 @@ fn hping(lab: &TestLab, node: &str, dst: &str, spoof: Option<&str>, count: u32) 
     }
     argv.push(dst);
     let o = lab.exec(node, &argv);
-    let all = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     // "3 packets transmitted, 3 packets received, 0% packet loss"
     all.split(" packets received")
         .next()
@@ -138,7 +173,10 @@ fn nmap_and_hping3_meet_the_access_lists_and_reverse_path_checks() {
         (8080, "filtered", "admin-prohibited"),
     ];
     assert_eq!(
-        states.iter().map(|(p, s, r)| (*p, s.as_str(), r.as_str())).collect::<Vec<_>>(),
+        states
+            .iter()
+            .map(|(p, s, r)| (*p, s.as_str(), r.as_str()))
+            .collect::<Vec<_>>(),
         want,
         "{}",
         lab.show_json("acl", "r")
@@ -150,14 +188,26 @@ fn nmap_and_hping3_meet_the_access_lists_and_reverse_path_checks() {
     let rules = &acl["lists"][0]["rules"];
     assert!(rules[0]["packets"].as_u64().unwrap() >= 1, "{acl}");
     assert!(rules[1]["packets"].as_u64().unwrap() >= 1, "{acl}");
-    assert!(acl["lists"][0]["default"]["packets"].as_u64().unwrap() >= 2, "{acl}");
-    assert!(drops(&lab, "acl_deny") >= 1 && drops(&lab, "acl_reject") >= 1, "{}", lab.counters("r"));
+    assert!(
+        acl["lists"][0]["default"]["packets"].as_u64().unwrap() >= 2,
+        "{acl}"
+    );
+    assert!(
+        drops(&lab, "acl_deny") >= 1 && drops(&lab, "acl_reject") >= 1,
+        "{}",
+        lab.counters("r")
+    );
 
     // hping3 on r-eth0 (strict): from sink2's network, spoofed, dropped and counted; the
     // same probe from src1's own address answered.
     let before = drops(&lab, "urpf_strict");
     assert_eq!(hping(&lab, "src1", "10.3.0.10", Some("10.4.0.99"), 5), 0);
-    assert_eq!(drops(&lab, "urpf_strict") - before, 5, "{}", lab.counters("r"));
+    assert_eq!(
+        drops(&lab, "urpf_strict") - before,
+        5,
+        "{}",
+        lab.counters("r")
+    );
     assert_eq!(hping(&lab, "src1", "10.3.0.10", None, 3), 3);
     // On r-eth1 (loose): a source with a route anywhere passes (the router answers nothing
     // for it: the reply goes to sink2's network), one with none is dropped.
@@ -165,7 +215,12 @@ fn nmap_and_hping3_meet_the_access_lists_and_reverse_path_checks() {
     hping(&lab, "src2", "10.3.0.10", Some("10.4.0.99"), 3);
     assert_eq!(drops(&lab, "urpf_loose"), before, "{}", lab.counters("r"));
     assert_eq!(hping(&lab, "src2", "10.3.0.10", Some("192.0.2.1"), 4), 0);
-    assert_eq!(drops(&lab, "urpf_loose") - before, 4, "{}", lab.counters("r"));
+    assert_eq!(
+        drops(&lab, "urpf_loose") - before,
+        4,
+        "{}",
+        lab.counters("r")
+    );
     assert_eq!(hping(&lab, "src2", "10.3.0.10", None, 3), 3);
     let acl: Value = lab.show_json("acl", "r");
     let ifs = acl["interfaces"].as_array().unwrap();

@@ -94,7 +94,11 @@ impl At<'_> {
             let name = a.name.get_ref();
             let key = format!("acl[{i}].name");
             if name.is_empty() || name.len() > 64 || name.chars().any(|c| c.is_control()) {
-                return Err(self.err(a.name.span().start, key, "use 1 to 64 printable characters".into()));
+                return Err(self.err(
+                    a.name.span().start,
+                    key,
+                    "use 1 to 64 printable characters".into(),
+                ));
             }
             if out.iter().any(|x| &x.name == name) {
                 return Err(self.err(
@@ -239,7 +243,10 @@ impl ForwarderFile {
     pub fn filters(&self, previous: Option<&acl::Filters>) -> acl::Filters {
         acl::Filters::new(
             self.acls.clone(),
-            self.interfaces.iter().map(|i| i.filter.binding(&self.acls)).collect(),
+            self.interfaces
+                .iter()
+                .map(|i| i.filter.binding(&self.acls))
+                .collect(),
             self.interfaces.iter().map(|i| i.name.clone()).collect(),
             previous,
         )
@@ -247,4 +254,5 @@ impl ForwarderFile {
 }
 
 /// The keys of an `[[interface]]` a reload changes in place.
-pub(crate) const RELOADABLE_IN_INTERFACE: [&str; 4] = ["acl_in", "acl_out", "urpf", "urpf_allow_default"];
+pub(crate) const RELOADABLE_IN_INTERFACE: [&str; 4] =
+    ["acl_in", "acl_out", "urpf", "urpf_allow_default"];

@@ -518,7 +518,10 @@ fn access_lists_and_reverse_path_checks_parse() {
     let c = parse(ACL).unwrap();
     assert_eq!(c.acls.len(), 1);
     let a = &c.acls[0];
-    assert_eq!((a.name.as_str(), a.default, a.rules.len()), ("edge-in", Action::Permit, 4));
+    assert_eq!(
+        (a.name.as_str(), a.default, a.rules.len()),
+        ("edge-in", Action::Permit, 4)
+    );
     assert_eq!(a.rules[0].dst_port, Some((22, 22)));
     assert_eq!(a.rules[1].action, Action::Reject);
     assert_eq!(a.rules[1].dst_port, Some((5000, 5000)));
@@ -526,9 +529,15 @@ fn access_lists_and_reverse_path_checks_parse() {
     assert_eq!(a.rules[3].tcp_flags, Some((0x12, 0x02)));
     assert_eq!(a.rules[3].fragment, Some(false));
     let f = &c.interfaces[0].filter;
-    assert_eq!((f.acl_in.as_deref(), f.urpf), (Some("edge-in"), Urpf::Strict));
+    assert_eq!(
+        (f.acl_in.as_deref(), f.urpf),
+        (Some("edge-in"), Urpf::Strict)
+    );
     let f = &c.interfaces[1].filter;
-    assert_eq!((f.acl_out.as_deref(), f.urpf, f.urpf_allow_default), (Some("edge-in"), Urpf::Loose, true));
+    assert_eq!(
+        (f.acl_out.as_deref(), f.urpf, f.urpf_allow_default),
+        (Some("edge-in"), Urpf::Loose, true)
+    );
     let b = c.filters(None);
     assert_eq!(b.bindings[0].acl_in, Some(0));
     assert!(b.any());
@@ -537,7 +546,11 @@ fn access_lists_and_reverse_path_checks_parse() {
     let again = parse(&shown).unwrap_or_else(|e| panic!("{e}\n{shown}"));
     assert_eq!(again.acls, c.acls, "{shown}");
     assert_eq!(
-        again.interfaces.iter().map(|i| &i.filter).collect::<Vec<_>>(),
+        again
+            .interfaces
+            .iter()
+            .map(|i| &i.filter)
+            .collect::<Vec<_>>(),
         c.interfaces.iter().map(|i| &i.filter).collect::<Vec<_>>()
     );
 }
@@ -551,15 +564,81 @@ fn a_bad_access_list_is_refused_naming_line_and_key() {
         assert_eq!((e.line, e.key.as_str()), (line, key), "{e}");
         assert!(e.message.contains(says), "{e}");
     };
-    bad("dst_port = \"22\"", "dst_port = \"22-2\"", 11, "acl[0].rule[0].dst_port", "above its last");
-    bad("action = \"deny\"", "action = \"drop\"", 7, "acl[0].rule[0].action", "no action");
-    bad("protocol = \"tcp\"", "protocol = \"tcpp\"", 8, "acl[0].rule[0].protocol", "no protocol");
-    bad("dst = \"10.2.0.0/24\"", "dst = \"2001:db8::/32\"", 10, "acl[0].rule[0].dst", "different families");
-    bad("protocol = \"udp\"", "protocol = \"gre\"", 16, "acl[0].rule[1].dst_port", "ports need");
-    bad("dscp = 46", "dscp = 64", 23, "acl[0].rule[2].dscp", "not 0 to 63");
-    bad("tcp_flags = \"syn,!ack\"", "tcp_flags = \"syn,nope\"", 28, "acl[0].rule[3].tcp_flags", "no TCP flag");
-    bad("default = \"permit\"", "default = \"reject\"", 4, "acl[0].default", "\"permit\" or \"deny\"");
-    bad("acl_in = \"edge-in\"", "acl_in = \"edge\"", 35, "interface[0].acl_in", "no [[acl]] is named");
-    bad("urpf = \"strict\"", "urpf = \"on\"", 36, "interface[0].urpf", "no reverse-path mode");
-    bad("name = \"edge-in\"", "name = \"edge-in\"\nfoo = 1", 4, "foo", "unknown field");
+    bad(
+        "dst_port = \"22\"",
+        "dst_port = \"22-2\"",
+        11,
+        "acl[0].rule[0].dst_port",
+        "above its last",
+    );
+    bad(
+        "action = \"deny\"",
+        "action = \"drop\"",
+        7,
+        "acl[0].rule[0].action",
+        "no action",
+    );
+    bad(
+        "protocol = \"tcp\"",
+        "protocol = \"tcpp\"",
+        8,
+        "acl[0].rule[0].protocol",
+        "no protocol",
+    );
+    bad(
+        "dst = \"10.2.0.0/24\"",
+        "dst = \"2001:db8::/32\"",
+        10,
+        "acl[0].rule[0].dst",
+        "different families",
+    );
+    bad(
+        "protocol = \"udp\"",
+        "protocol = \"gre\"",
+        16,
+        "acl[0].rule[1].dst_port",
+        "ports need",
+    );
+    bad(
+        "dscp = 46",
+        "dscp = 64",
+        23,
+        "acl[0].rule[2].dscp",
+        "not 0 to 63",
+    );
+    bad(
+        "tcp_flags = \"syn,!ack\"",
+        "tcp_flags = \"syn,nope\"",
+        28,
+        "acl[0].rule[3].tcp_flags",
+        "no TCP flag",
+    );
+    bad(
+        "default = \"permit\"",
+        "default = \"reject\"",
+        4,
+        "acl[0].default",
+        "\"permit\" or \"deny\"",
+    );
+    bad(
+        "acl_in = \"edge-in\"",
+        "acl_in = \"edge\"",
+        35,
+        "interface[0].acl_in",
+        "no [[acl]] is named",
+    );
+    bad(
+        "urpf = \"strict\"",
+        "urpf = \"on\"",
+        36,
+        "interface[0].urpf",
+        "no reverse-path mode",
+    );
+    bad(
+        "name = \"edge-in\"",
+        "name = \"edge-in\"\nfoo = 1",
+        4,
+        "foo",
+        "unknown field",
+    );
 }

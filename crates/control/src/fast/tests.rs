@@ -236,7 +236,11 @@ impl Check {
             Verdict::Drop if self.f.filter_share().load().any() => {
                 // Denied, or failed a reverse-path check: user space drops it too, and
                 // answers nothing (a rejected frame goes to user space).
-                assert!(sent.is_empty(), "the fast path dropped, user space sent {}: {frame:02x?}", sent.len());
+                assert!(
+                    sent.is_empty(),
+                    "the fast path dropped, user space sent {}: {frame:02x?}",
+                    sent.len()
+                );
                 self.dropped += 1;
             }
             Verdict::ToUserSpace => {

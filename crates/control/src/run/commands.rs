@@ -195,7 +195,8 @@ pub(super) fn route_change(
 /// `routes_file_via`, and what the routes file holds), where `/metrics` is served
 /// (`[metrics] listen`), and its filters (`[[acl]]`, and `acl_in`, `acl_out`, `urpf`,
 /// `urpf_allow_default` of an `[[interface]]`). Anything else needs a restart.
-pub(super) const RELOADABLE: [&str; 5] = ["route", "routes_file", "routes_file_via", "metrics", "acl"];
+pub(super) const RELOADABLE: [&str; 5] =
+    ["route", "routes_file", "routes_file_via", "metrics", "acl"];
 
 /// The first key, outside [`RELOADABLE`], whose value differs between two versions of a
 /// config file (as TOML; dotted, with array indices: `interface[1].address`), if any.

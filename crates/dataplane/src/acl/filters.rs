@@ -117,7 +117,8 @@ impl Filters {
         names: Vec<String>,
         previous: Option<&Filters>,
     ) -> Filters {
-        let old_list = |name: &str| previous.and_then(|p| p.lists.iter().find(|l| l.acl.name == name));
+        let old_list =
+            |name: &str| previous.and_then(|p| p.lists.iter().find(|l| l.acl.name == name));
         let lists = lists
             .into_iter()
             .map(|acl| {
@@ -152,7 +153,12 @@ impl Filters {
             .iter()
             .map(|n| {
                 previous
-                    .and_then(|p| p.names.iter().position(|x| x == n).map(|i| p.drops[i].clone()))
+                    .and_then(|p| {
+                        p.names
+                            .iter()
+                            .position(|x| x == n)
+                            .map(|i| p.drops[i].clone())
+                    })
                     .unwrap_or_default()
             })
             .collect();
@@ -173,7 +179,10 @@ impl Filters {
     /// The binding of interface `iface` (none past the list).
     #[inline]
     pub fn binding(&self, iface: u16) -> Binding {
-        self.bindings.get(iface as usize).copied().unwrap_or_default()
+        self.bindings
+            .get(iface as usize)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// List `list`'s decision on `k`, counted with `bytes`.

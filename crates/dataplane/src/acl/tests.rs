@@ -274,14 +274,28 @@ proptest! {
 
 /// A rule of few values per field, so that random keys hit it often.
 fn arb_rule() -> impl Strategy<Value = Rule> {
-    let net4 = (0u8..3, prop_oneof![Just(0u8), Just(8), Just(16), Just(24), Just(32)])
+    let net4 = (
+        0u8..3,
+        prop_oneof![Just(0u8), Just(8), Just(16), Just(24), Just(32)],
+    )
         .prop_map(|(b, l)| Net::V4(fib::Prefix::new(Ipv4Addr::new(10, b, 0, 1), l)));
-    let net6 = (0u16..3, prop_oneof![Just(0u8), Just(32), Just(48), Just(128)]).prop_map(
-        |(b, l)| Net::V6(fib::Prefix6::new(Ipv6Addr::new(0x2001, 0xdb8, b, 0, 0, 0, 0, 1), l)),
-    );
+    let net6 = (
+        0u16..3,
+        prop_oneof![Just(0u8), Just(32), Just(48), Just(128)],
+    )
+        .prop_map(|(b, l)| {
+            Net::V6(fib::Prefix6::new(
+                Ipv6Addr::new(0x2001, 0xdb8, b, 0, 0, 0, 0, 1),
+                l,
+            ))
+        });
     let ports = (0u16..40, 0u16..40).prop_map(|(a, b)| (a.min(b), a.max(b)));
     (
-        prop_oneof![Just(Action::Permit), Just(Action::Deny), Just(Action::Reject)],
+        prop_oneof![
+            Just(Action::Permit),
+            Just(Action::Deny),
+            Just(Action::Reject)
+        ],
         proptest::option::of(prop_oneof![Just(1u8), Just(6), Just(17), Just(58)]),
         any::<bool>(),
         proptest::option::of(net4),
@@ -293,33 +307,35 @@ fn arb_rule() -> impl Strategy<Value = Rule> {
         proptest::option::of(0u8..2),
         proptest::option::of(any::<bool>()),
     )
-        .prop_map(|(action, protocol, six, n4, n6, sp, dp, icmp, flags, dscp, frag)| {
-            let mut r = Rule::any(action);
-            r.protocol = protocol;
-            if six {
-                r.src = n6;
-            } else {
-                r.dst = n4;
-            }
-            if matches!(protocol, Some(6 | 17)) {
-                r.src_port = sp;
-                r.dst_port = dp;
-            }
-            if matches!(protocol, Some(1 | 58)) {
-                r.icmp_type = icmp;
-                r.icmp_code = icmp.map(|_| 0);
-                if (protocol == Some(1)) == six {
-                    r.src = None;
-                    r.dst = None;
+        .prop_map(
+            |(action, protocol, six, n4, n6, sp, dp, icmp, flags, dscp, frag)| {
+                let mut r = Rule::any(action);
+                r.protocol = protocol;
+                if six {
+                    r.src = n6;
+                } else {
+                    r.dst = n4;
                 }
-            }
-            if protocol == Some(6) {
-                r.tcp_flags = flags.map(|(m, v)| (m << 1, (v & m) << 1));
-            }
-            r.dscp = dscp;
-            r.fragment = frag;
-            r
-        })
+                if matches!(protocol, Some(6 | 17)) {
+                    r.src_port = sp;
+                    r.dst_port = dp;
+                }
+                if matches!(protocol, Some(1 | 58)) {
+                    r.icmp_type = icmp;
+                    r.icmp_code = icmp.map(|_| 0);
+                    if (protocol == Some(1)) == six {
+                        r.src = None;
+                        r.dst = None;
+                    }
+                }
+                if protocol == Some(6) {
+                    r.tcp_flags = flags.map(|(m, v)| (m << 1, (v & m) << 1));
+                }
+                r.dscp = dscp;
+                r.fragment = frag;
+                r
+            },
+        )
 }
 
 fn arb_key() -> impl Strategy<Value = Key> {
@@ -366,10 +382,19 @@ fn arb_key() -> impl Strategy<Value = Key> {
 
 #[test]
 fn port_ranges_split_into_the_blocks_that_cover_them_exactly() {
-    for (a, b) in [(0, 65535), (22, 22), (1000, 2000), (1, 65534), (0, 0), (65535, 65535)] {
+    for (a, b) in [
+        (0, 65535),
+        (22, 22),
+        (1000, 2000),
+        (1, 65534),
+        (0, 0),
+        (65535, 65535),
+    ] {
         let bl = tss::blocks(a, b);
         assert!(bl.len() <= 30, "{a}-{b}: {}", bl.len());
-        for p in [0u16, 1, 21, 22, 23, 999, 1000, 1500, 2000, 2001, 65534, 65535] {
+        for p in [
+            0u16, 1, 21, 22, 23, 999, 1000, 1500, 2000, 2001, 65534, 65535,
+        ] {
             let inside = bl.iter().any(|&(v, m)| p & m == v);
             assert_eq!(inside, a <= p && p <= b, "{a}-{b} at {p}");
         }
@@ -421,7 +446,12 @@ fn a_reload_keeps_the_counts_of_the_rules_it_keeps() {
     };
     let names = vec!["r0".to_string()];
     let b = vec![Binding::default()];
-    let one = Filters::new(vec![acl(vec![ssh.clone(), web.clone()])], b.clone(), names.clone(), None);
+    let one = Filters::new(
+        vec![acl(vec![ssh.clone(), web.clone()])],
+        b.clone(),
+        names.clone(),
+        None,
+    );
     let k = Key {
         ports: Some((1, 22)),
         ..Key::addresses("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 6)

@@ -98,7 +98,11 @@ pub fn blocks(a: u16, b: u16) -> Vec<(u16, u16)> {
     let mut out = Vec::new();
     while lo <= hi {
         // The largest aligned block that starts at lo and ends by hi.
-        let mut size = if lo == 0 { 1 << 16 } else { lo & lo.wrapping_neg() };
+        let mut size = if lo == 0 {
+            1 << 16
+        } else {
+            lo & lo.wrapping_neg()
+        };
         while lo + size - 1 > hi {
             size >>= 1;
         }
@@ -247,11 +251,7 @@ impl Tables {
     /// one for the default, last); `tag_base` is added to every tuple's index (a
     /// generation's tuples apart from the other's). An error names the list and the
     /// bound it is past.
-    pub fn compile(
-        lists: &[&Acl],
-        slots: &[Vec<u32>],
-        tag_base: u32,
-    ) -> Result<Tables, String> {
+    pub fn compile(lists: &[&Acl], slots: &[Vec<u32>], tag_base: u32) -> Result<Tables, String> {
         let mut t = Tables::default();
         for (li, acl) in lists.iter().enumerate() {
             // The list's masks, in the order of their first rule.

@@ -51,10 +51,18 @@ impl Forwarder {
                     return false;
                 };
                 let g = fib.lookup_raw(u32::from(a));
-                let d = g == self.readers.default_group.load(std::sync::atomic::Ordering::Relaxed);
+                let d = g
+                    == self
+                        .readers
+                        .default_group
+                        .load(std::sync::atomic::Ordering::Relaxed);
                 (
                     (g != NO_ROUTE)
-                        .then(|| groups.get(g as usize).map(|h| h.iter().map(|n| n.port).collect()))
+                        .then(|| {
+                            groups
+                                .get(g as usize)
+                                .map(|h| h.iter().map(|n| n.port).collect())
+                        })
                         .flatten(),
                     d,
                 )
@@ -85,7 +93,11 @@ impl Forwarder {
         if b.acl_in.is_none() && b.urpf == Urpf::Off {
             return Verdict::Pass;
         }
-        let key = if v6 { Key::of_ipv6(ip) } else { Key::of_ipv4(ip) };
+        let key = if v6 {
+            Key::of_ipv6(ip)
+        } else {
+            Key::of_ipv4(ip)
+        };
         let Some(key) = key else {
             return Verdict::Pass; // the checks after these drop it, counted
         };
@@ -124,7 +136,11 @@ impl Forwarder {
         let Some(list) = f.binding(iface).acl_out else {
             return Verdict::Pass;
         };
-        let key = if v6 { Key::of_ipv6(ip) } else { Key::of_ipv4(ip) };
+        let key = if v6 {
+            Key::of_ipv6(ip)
+        } else {
+            Key::of_ipv4(ip)
+        };
         let Some(key) = key else {
             return Verdict::Pass;
         };
@@ -138,7 +154,14 @@ impl Forwarder {
     }
 
     /// Acts on a verdict other than [`Verdict::Pass`] about the IPv4 packet in `p`.
-    pub(super) fn filtered4(&mut self, p: Pkt, v: Verdict, l2_group: bool, now: Instant, tx: &mut TxQueues) {
+    pub(super) fn filtered4(
+        &mut self,
+        p: Pkt,
+        v: Verdict,
+        l2_group: bool,
+        now: Instant,
+        tx: &mut TxQueues,
+    ) {
         let in_port = p.meta.iface;
         match v {
             Verdict::Pass => {}

@@ -498,7 +498,8 @@ impl Forwarder {
         self.snap6 = None;
         let six = self.six.as_mut().ok_or(RouteError::Ipv6Off)?;
         let mut rib = fib::BinaryTrie6::new();
-        six.default6.store(u32::MAX, std::sync::atomic::Ordering::Relaxed);
+        six.default6
+            .store(u32::MAX, std::sync::atomic::Ordering::Relaxed);
         for (p, vias) in routes {
             let v = six.group_via_of(p, &vias)?;
             rib.insert(p, v);
@@ -523,7 +524,8 @@ impl Forwarder {
         }
         six.changed([prefix]);
         if prefix.len() == 0 {
-            six.default6.store(u32::MAX, std::sync::atomic::Ordering::Relaxed);
+            six.default6
+                .store(u32::MAX, std::sync::atomic::Ordering::Relaxed);
         }
         six.writer.as_mut().is_some_and(|w| w.remove(prefix))
     }
@@ -550,7 +552,8 @@ impl Forwarder {
                 continue;
             }
             if p.len() == 0 && vias.is_none() {
-                six.default6.store(u32::MAX, std::sync::atomic::Ordering::Relaxed);
+                six.default6
+                    .store(u32::MAX, std::sync::atomic::Ordering::Relaxed);
             }
             match vias.map(|v| six.group_via_of(p, &v)).transpose() {
                 Ok(v) => out.push((p, v)),

@@ -57,7 +57,15 @@ impl AclMaps {
             state: map_create(BPF_MAP_TYPE_ARRAY, 4, 16, 1, 0, 0, "acl_state")?,
             ports: map_create(BPF_MAP_TYPE_ARRAY, 4, 16, 2 * n, 0, 0, "acl_ports")?,
             lists: map_create(BPF_MAP_TYPE_ARRAY, 4, 16, 2 * MAX_LISTS, 0, 0, "acl_lists")?,
-            tuples: map_create(BPF_MAP_TYPE_ARRAY, 4, 48, 2 * MAX_TUPLES, 0, 0, "acl_tuples")?,
+            tuples: map_create(
+                BPF_MAP_TYPE_ARRAY,
+                4,
+                48,
+                2 * MAX_TUPLES,
+                0,
+                0,
+                "acl_tuples",
+            )?,
             rules: map_create(
                 BPF_MAP_TYPE_HASH,
                 tss::KEY_LEN as u32,
@@ -67,7 +75,15 @@ impl AclMaps {
                 0,
                 "acl_rules",
             )?,
-            counts: map_create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 16, 2 * MAX_SLOTS, 0, 0, "acl_counts")?,
+            counts: map_create(
+                BPF_MAP_TYPE_PERCPU_ARRAY,
+                4,
+                16,
+                2 * MAX_SLOTS,
+                0,
+                0,
+                "acl_counts",
+            )?,
             drops: map_create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 16, 4 * n, 0, 0, "acl_drops")?,
             nports: n,
             gen: 0,
@@ -146,15 +162,20 @@ impl AclMaps {
         let zero = vec![[0u64; 2]; super::possible_cpus()];
         let used: u32 = f.lists.iter().map(|l| l.acl.rules.len() as u32 + 1).sum();
         for s in 0..used.max(self.slots[g]) {
-            super::map_update_raw(&self.counts, &(g as u32 * MAX_SLOTS + s), zero.as_ptr() as *const u8)
-                .map_err(|x| e("counts", x))?;
+            super::map_update_raw(
+                &self.counts,
+                &(g as u32 * MAX_SLOTS + s),
+                zero.as_ptr() as *const u8,
+            )
+            .map_err(|x| e("counts", x))?;
         }
         self.slots[g] = used;
         for (i, (mask, first)) in t.tuples.iter().enumerate() {
             let mut v = [0u8; 48];
             v[..tss::KEY_LEN].copy_from_slice(mask);
             v[tss::KEY_LEN..].copy_from_slice(&first.to_ne_bytes());
-            map_update(&self.tuples, &(g as u32 * MAX_TUPLES + i as u32), &v).map_err(|x| e("tuples", x))?;
+            map_update(&self.tuples, &(g as u32 * MAX_TUPLES + i as u32), &v)
+                .map_err(|x| e("tuples", x))?;
         }
         for (k, h) in &t.entries {
             let v = [h.prio, h.slot, tss::action_code(h.action)];
@@ -162,8 +183,14 @@ impl AclMaps {
             self.written[g].push(*k);
         }
         for (i, l) in t.lists.iter().enumerate() {
-            let v = [l.first, l.count, tss::action_code(l.default), l.default_slot];
-            map_update(&self.lists, &(g as u32 * MAX_LISTS + i as u32), &v).map_err(|x| e("lists", x))?;
+            let v = [
+                l.first,
+                l.count,
+                tss::action_code(l.default),
+                l.default_slot,
+            ];
+            map_update(&self.lists, &(g as u32 * MAX_LISTS + i as u32), &v)
+                .map_err(|x| e("lists", x))?;
         }
         let mut ports = vec![[0u32; 4]; self.nports as usize];
         for (iface, b) in f.bindings.iter().enumerate() {
@@ -185,14 +212,20 @@ impl AclMaps {
                 Urpf::Off => 0,
                 Urpf::Strict => URPF_STRICT,
                 Urpf::Loose => URPF_LOOSE,
-            } | if b.urpf_allow_default { URPF_ALLOW_DEFAULT } else { 0 };
+            } | if b.urpf_allow_default {
+                URPF_ALLOW_DEFAULT
+            } else {
+                0
+            };
         }
         for (i, p) in ports.iter().enumerate() {
-            map_update(&self.ports, &(g as u32 * self.nports + i as u32), p).map_err(|x| e("ports", x))?;
+            map_update(&self.ports, &(g as u32 * self.nports + i as u32), p)
+                .map_err(|x| e("ports", x))?;
         }
         let left = self.gen;
         self.gen = next;
-        self.write_state(if f.any() { next } else { 0 }).map_err(|x| e("state", x))?;
+        self.write_state(if f.any() { next } else { 0 })
+            .map_err(|x| e("state", x))?;
         // Frames in flight on the generation left finish within microseconds; then its
         // counts go to the rules' counters in user space.
         if let Some(o) = old {
@@ -213,7 +246,11 @@ impl AclMaps {
     /// bytes the fast path counted.
     pub fn rule_counts(&self, f: &Filters) -> Vec<Vec<(u64, u64)>> {
         if self.gen == 0 {
-            return f.lists.iter().map(|l| vec![(0, 0); l.counts.len()]).collect();
+            return f
+                .lists
+                .iter()
+                .map(|l| vec![(0, 0); l.counts.len()])
+                .collect();
         }
         self.counts_of(f, self.gen)
     }

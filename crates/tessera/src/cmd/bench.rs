@@ -128,6 +128,16 @@ pub(crate) enum Bench {
         /// has 64), the table's IPv6 part (synthetic, or a file's IPv6 routes) loaded too.
         #[arg(long)]
         ipv6: bool,
+        /// Also measure the fast-path forwarder (AF_XDP) with an access list of N rules
+        /// on its sources' ports, every one of which the traffic walks (N - 1 denials it
+        /// does not match, then a permit), as `forwarder-fast-acl-N`, for each N given
+        /// (comma-separated; 0 is `forwarder-fast` itself, which this adds).
+        #[arg(long, value_delimiter = ',', value_name = "N")]
+        acl_rules: Vec<usize>,
+        /// The distinct masks (prefix lengths, 1 to 16) among those denials: the tuples
+        /// the fast path's search walks (docs/filters.md).
+        #[arg(long, default_value_t = 4, value_name = "M")]
+        acl_masks: usize,
     },
     /// `tessera switch` against the Linux bridge: one generator into one sink through
     /// each (and straight, for the generator's ceiling), at the generator's highest rate;
@@ -535,6 +545,8 @@ fn forward(w: Bench) -> Result<i32> {
         rt_napi,
         sink,
         hosts,
+        acl_rules,
+        acl_masks,
     } = w
     else {
         bail!("bench forward: another benchmark's arguments");
@@ -564,6 +576,12 @@ fn forward(w: Bench) -> Result<i32> {
         if io.iter().any(|b| b == "packet") {
             contenders.push((bench::forward_bench::FAST_TC.into(), None));
         }
+    }
+    if !acl_rules.is_empty() && !fast_path {
+        contenders.push((bench::forward_bench::FAST.into(), None));
+    }
+    for n in acl_rules.iter().filter(|&&n| n > 0) {
+        contenders.push((format!("{}{n}", bench::forward_bench::ACL_PREFIX), None));
     }
     if star {
         contenders.push((bench::forward_bench::STAR.into(), None));
@@ -605,6 +623,7 @@ fn forward(w: Bench) -> Result<i32> {
         rt_napi,
         sink: bench::forward_bench::SinkKind::parse(&sink).map_err(anyhow::Error::msg)?,
         plain_hosts,
+        acl_masks,
     };
     let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
     print(&v)

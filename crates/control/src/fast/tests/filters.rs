@@ -116,11 +116,23 @@ fn agree_on_filters(at: At) {
         (udp_from(0, h, [8, 8, 8, 8], 999), Some(6), "fast"),
         // From a source whose route leaves by f1: fails the strict check on f0.
         (udp_from(0, [10, 2, 0, 50], [8, 8, 8, 8], 999), None, "drop"),
-        (udp_from(0, [203, 0, 113, 1], [8, 8, 8, 8], 999), None, "drop"),
+        (
+            udp_from(0, [203, 0, 113, 1], [8, 8, 8, 8], 999),
+            None,
+            "drop",
+        ),
         // On f1, loose: a source routed (192.0.2.0/24, via f0) passes; one with only the
         // default route does not; neither does one with no route at all.
-        (udp_from(1, [192, 0, 2, 5], [10, 1, 0, 10], 999), None, "fast"),
-        (udp_from(1, [203, 0, 113, 1], [10, 1, 0, 10], 999), None, "drop"),
+        (
+            udp_from(1, [192, 0, 2, 5], [10, 1, 0, 10], 999),
+            None,
+            "fast",
+        ),
+        (
+            udp_from(1, [203, 0, 113, 1], [10, 1, 0, 10], 999),
+            None,
+            "drop",
+        ),
     ];
     let ipv6 = |dst: &str, next: u8| {
         let msg = (next == 58).then_some(icmpv6::Repr::EchoRequest {
@@ -159,7 +171,11 @@ fn agree_on_filters(at: At) {
     let (fast_counts, _) = c.fl.filter_counts(&fl);
     for i in 0..7 {
         let user = fl.lists[0].counts[i].get().0;
-        assert_eq!((user, fast_counts[0][i].0), (expect[i], expect_fast[i]), "edge-in rule {i}: user space, fast path");
+        assert_eq!(
+            (user, fast_counts[0][i].0),
+            (expect[i], expect_fast[i]),
+            "edge-in rule {i}: user space, fast path"
+        );
     }
     // out (on f0): 192.0.2.9 denied, 192.0.2.7 and 10.1.0.10 (in on f1) permitted by the
     // default; in both paths.
@@ -174,7 +190,11 @@ fn agree_on_filters(at: At) {
     let next = Filters::new(lists(), vec![f0, f1], names, Some(&fl));
     c.fl.set_filters(&next, Some(&fl)).unwrap();
     for i in 0..7 {
-        assert_eq!(next.lists[0].counts[i].get().0, expect[i] + expect_fast[i], "rule {i}");
+        assert_eq!(
+            next.lists[0].counts[i].get().0,
+            expect[i] + expect_fast[i],
+            "rule {i}"
+        );
     }
     assert!(c.fl.filter_counts(&next).0[0].iter().all(|x| x.0 == 0));
     // And the new generation decides as the old one did.
@@ -193,9 +213,11 @@ fn agree_on_filters(at: At) {
 fn filter_cost_per_frame() {
     let frame = udp([192, 0, 2, 7], 18);
     for at in [At::Xdp, At::Tc] {
-        let mut c = Check::new(at);
+        let c = Check::new(at);
         let median = |c: &Check| {
-            let mut ns: Vec<u32> = (0..2000).map(|_| c.progs[0].time(&frame, 200).unwrap().1).collect();
+            let mut ns: Vec<u32> = (0..2000)
+                .map(|_| c.progs[0].time(&frame, 200).unwrap().1)
+                .collect();
             ns.sort_unstable();
             ns[ns.len() / 2]
         };
@@ -204,7 +226,10 @@ fn filter_cost_per_frame() {
             for n in [10, 1000, 10_000] {
                 let names = c.f.ifaces.iter().map(|i| i.name.clone()).collect();
                 let acl = dataplane::acl::tss::measurement_list(n, masks);
-                let b = Binding { acl_in: Some(0), ..Default::default() };
+                let b = Binding {
+                    acl_in: Some(0),
+                    ..Default::default()
+                };
                 let f = Filters::new(vec![acl], vec![b, Binding::default()], names, None);
                 let tuples = f.compile(0, 0).unwrap().lists[0].count;
                 c.fl.set_filters(&f, None).unwrap();
@@ -213,7 +238,18 @@ fn filter_cost_per_frame() {
                 println!("cost {at:?} {n} rules, {tuples} tuples: {} ns", median(&c));
             }
         }
-        let urpf = Filters::new(vec![], vec![Binding { urpf: Urpf::Strict, ..Default::default() }, Binding::default()], c.f.ifaces.iter().map(|i| i.name.clone()).collect(), None);
+        let urpf = Filters::new(
+            vec![],
+            vec![
+                Binding {
+                    urpf: Urpf::Strict,
+                    ..Default::default()
+                },
+                Binding::default(),
+            ],
+            c.f.ifaces.iter().map(|i| i.name.clone()).collect(),
+            None,
+        );
         c.fl.set_filters(&urpf, None).unwrap();
         println!("cost {at:?} strict reverse-path check: {} ns", median(&c));
     }

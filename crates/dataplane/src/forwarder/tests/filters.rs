@@ -29,7 +29,11 @@ fn acl_in_denies_rejects_and_counts_per_rule() {
         acl_in: Some(0),
         ..Default::default()
     };
-    let share = filter(&mut f, vec![deny_udp_to("10.2.0.20/32", Action::Deny)], vec![b, Binding::default()]);
+    let share = filter(
+        &mut f,
+        vec![deny_udp_to("10.2.0.20/32", Action::Deny)],
+        vec![b, Binding::default()],
+    );
     let out = run(&mut f, now, 0, udp_frame(Udp::default()));
     assert!(out.is_empty(), "{out:?}");
     assert_eq!(f.counters.drops(Drop::AclDeny), 1);
@@ -37,13 +41,25 @@ fn acl_in_denies_rejects_and_counts_per_rule() {
     assert_eq!(fl.lists[0].counts[0].get().0, 1);
     assert_eq!(fl.drops[0].acl_in.get().0, 1);
     // Another destination: permitted by the default, counted there, forwarded.
-    let out = run(&mut f, now, 0, udp_frame(Udp { dst: "10.3.0.7", ..Default::default() }));
+    let out = run(
+        &mut f,
+        now,
+        0,
+        udp_frame(Udp {
+            dst: "10.3.0.7",
+            ..Default::default()
+        }),
+    );
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, 1);
     assert_eq!(fl.lists[0].counts[1].get().0, 1);
     // Reject: administratively prohibited back to the sender, out of port 0.
     f.end_batch();
-    filter(&mut f, vec![deny_udp_to("10.2.0.20/32", Action::Reject)], vec![b, Binding::default()]);
+    filter(
+        &mut f,
+        vec![deny_udp_to("10.2.0.20/32", Action::Reject)],
+        vec![b, Binding::default()],
+    );
     let out = run(&mut f, now, 0, udp_frame(Udp::default()));
     assert_eq!(out.len(), 1, "{out:?}");
     assert_eq!(out[0].0, 0);
@@ -60,7 +76,11 @@ fn acl_out_applies_to_what_leaves_by_the_interface() {
         acl_out: Some(0),
         ..Default::default()
     };
-    let share = filter(&mut f, vec![deny_udp_to("10.2.0.0/24", Action::Deny)], vec![Binding::default(), b]);
+    let share = filter(
+        &mut f,
+        vec![deny_udp_to("10.2.0.0/24", Action::Deny)],
+        vec![Binding::default(), b],
+    );
     assert!(run(&mut f, now, 0, udp_frame(Udp::default())).is_empty());
     assert_eq!(f.counters.drops(Drop::AclDeny), 1);
     assert_eq!(share.load().drops[1].acl_out.get().0, 1);
@@ -78,7 +98,12 @@ fn acl_out_applies_to_what_leaves_by_the_interface() {
 fn strict_and_loose_reverse_path_checks() {
     let (mut f, now) = router();
     // 10.3.0.0/16 is behind port 1: from there on port 0 fails strict, passes loose.
-    let spoofed = || udp_frame(Udp { src: "10.3.0.9", ..Default::default() });
+    let spoofed = || {
+        udp_frame(Udp {
+            src: "10.3.0.9",
+            ..Default::default()
+        })
+    };
     let strict = Binding {
         urpf: Urpf::Strict,
         ..Default::default()
@@ -97,12 +122,16 @@ fn strict_and_loose_reverse_path_checks() {
     filter(&mut f, vec![], vec![loose, Binding::default()]);
     assert_eq!(run(&mut f, now, 0, spoofed()).len(), 1);
     // No route at all: loose drops.
-    let unrouted = udp_frame(Udp { src: "192.0.2.9", ..Default::default() });
+    let unrouted = udp_frame(Udp {
+        src: "192.0.2.9",
+        ..Default::default()
+    });
     assert!(run(&mut f, now, 0, unrouted.clone()).is_empty());
     assert_eq!(f.counters.drops(Drop::UrpfLoose), 1);
     // A default route: no route for loose unless urpf_allow_default, and a default
     // through the same gateway as 10.3.0.0/16 keeps that route a real one.
-    f.add_route(Prefix::parse_strict("0.0.0.0/0").unwrap(), ip("10.2.0.2")).unwrap();
+    f.add_route(Prefix::parse_strict("0.0.0.0/0").unwrap(), ip("10.2.0.2"))
+        .unwrap();
     f.end_batch();
     assert!(run(&mut f, now, 0, unrouted.clone()).is_empty());
     assert_eq!(f.counters.drops(Drop::UrpfLoose), 2);
