@@ -39,11 +39,25 @@ pub struct FloodOpts {
 }
 
 /// Our forwarder as configured by default (the fast path, shedding at `[io]
-/// slow_path_limit`'s default), the same with `slow_path_limit = 0`, and the kernel.
-pub const CONTENDERS: [&str; 3] = ["forwarder", "forwarder-unlimited", "linux"];
+/// slow_path_limit`'s default), the same with `slow_path_limit = 0`, the kernel, and our
+/// forwarder with an access list on src2's port that denies the flood, which is then
+/// transit to sink2 (`forwarder-acl`: a flood the fast path drops, docs/filters.md).
+pub const CONTENDERS: [&str; 4] = ["forwarder", "forwarder-unlimited", "linux", "forwarder-acl"];
 
 /// The router's address the flood is sent to (its interface on src2's network).
 const FLOOD_DST: &str = "10.2.0.1";
+
+/// `forwarder-acl`'s flood: to sink2, denied by r-eth1's `acl_in`.
+const DENIED_DST: &str = "10.4.0.10";
+
+/// Where `contender`'s flood goes.
+fn flood_dst(contender: &str) -> &'static str {
+    if contender == "forwarder-acl" {
+        DENIED_DST
+    } else {
+        FLOOD_DST
+    }
+}
 
 fn write(path: &Path, s: &str) -> Result<(), String> {
     std::fs::write(path, s).map_err(|e| format!("{}: {e}", path.display()))
@@ -84,7 +98,7 @@ pub fn run(opts: &FloodOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
             CONTENDERS.join(", ")
         ));
     }
-    let (topo, topo_unlimited) = write_labs(opts)?;
+    let (topo, topo_unlimited, topo_acl) = write_labs(opts)?;
     let floods: Vec<f64> = [0.0, 0.25, 0.5, 1.0]
         .iter()
         .map(|f| (opts.flood_pps * f).round())
@@ -96,10 +110,10 @@ pub fn run(opts: &FloodOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
     let mut rows = Vec::new();
     for contender in &contenders {
         let mut l = lab::Lab::load(
-            if *contender == "forwarder-unlimited" {
-                &topo_unlimited
-            } else {
-                &topo
+            match *contender {
+                "forwarder-unlimited" => &topo_unlimited,
+                "forwarder-acl" => &topo_acl,
+                _ => &topo,
             },
             Some(&labname),
             opts.exe.clone(),
@@ -117,7 +131,14 @@ pub fn run(opts: &FloodOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
             for &flood in &floods {
                 for rep in 0..opts.repeats {
                     let before = counters(&l, &opts.exe);
-                    let mut flooder = start_flood(&l, &exe, &mac_flood, flood, opts.seconds)?;
+                    let mut flooder = start_flood(
+                        &l,
+                        &exe,
+                        &mac_flood,
+                        flood_dst(contender),
+                        flood,
+                        opts.seconds,
+                    )?;
                     let p = lab_point(
                         &l,
                         &opts.exe,
@@ -156,6 +177,7 @@ pub fn run(opts: &FloodOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
                     if !after.is_null() {
                         row["slow_path_shed"] = json!(delta("slow_path_shed"));
                         row["local_udp"] = json!(delta("local_udp"));
+                        row["acl_deny"] = json!(delta("acl_deny"));
                     }
                     rows.push(row);
                     done += 1;
@@ -204,9 +226,10 @@ pub fn run(opts: &FloodOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
     Ok(v)
 }
 
-/// The single-router lab's files in `--out`: the router's config (and one without a slow
-/// path limit), its routes, and the lab with either config; the two labs' paths.
-fn write_labs(opts: &FloodOpts) -> Result<(PathBuf, PathBuf), String> {
+/// The single-router lab's files in `--out`: the router's config (one without a slow path
+/// limit, one that denies `forwarder-acl`'s flood), its routes, and the lab with each
+/// config; the three labs' paths.
+fn write_labs(opts: &FloodOpts) -> Result<(PathBuf, PathBuf, PathBuf), String> {
     let base = include_str!("../../../labs/single-router/r.toml");
     write(
         &opts.out.join("routes.txt"),
@@ -225,7 +248,27 @@ fn write_labs(opts: &FloodOpts) -> Result<(PathBuf, PathBuf), String> {
         &topo_unlimited,
         &topo_text.replace("single-router/r.toml", "r-unlimited.toml"),
     )?;
-    Ok((topo, topo_unlimited))
+    let acl = base.replace(
+        "name = \"r-eth1\"\naddress = \"10.2.0.1/24\"",
+        "name = \"r-eth1\"\naddress = \"10.2.0.1/24\"\nacl_in = \"deny-flood\"",
+    );
+    if acl == base {
+        return Err(
+            "labs/single-router/r.toml: no r-eth1 at 10.2.0.1/24 for the access list".into(),
+        );
+    }
+    write(
+        &opts.out.join("r-acl.toml"),
+        &format!(
+            "{acl}\n[[acl]]\nname = \"deny-flood\"\ndefault = \"permit\"\n\n[[acl.rule]]\naction = \"deny\"\nprotocol = \"udp\"\ndst = \"{DENIED_DST}/32\"\n"
+        ),
+    )?;
+    let topo_acl = opts.out.join("lab-acl.toml");
+    write(
+        &topo_acl,
+        &topo_text.replace("single-router/r.toml", "r-acl.toml"),
+    )?;
+    Ok((topo, topo_unlimited, topo_acl))
 }
 
 /// The lab made ready: the router's receiving ports run NAPI (the XDP generators'
@@ -248,7 +291,7 @@ fn ready(l: &lab::Lab, contender: &str) -> Result<(), String> {
             ],
         )?;
     }
-    for host in ["src1", "src2", "sink1"] {
+    for host in ["src1", "src2", "sink1", "sink2"] {
         sh(
             "ip",
             &[
@@ -263,7 +306,7 @@ fn ready(l: &lab::Lab, contender: &str) -> Result<(), String> {
             ],
         )?;
     }
-    for (src, dst) in [("src1", "10.3.0.10"), ("src2", FLOOD_DST)] {
+    for (src, dst) in [("src1", "10.3.0.10"), ("src2", flood_dst(contender))] {
         sh(
             "ip",
             &[
@@ -291,6 +334,7 @@ fn start_flood(
     l: &lab::Lab,
     exe: &str,
     mac_flood: &str,
+    dst: &str,
     flood: f64,
     seconds: f64,
 ) -> Result<Option<std::process::Child>, String> {
@@ -311,7 +355,7 @@ fn start_flood(
                 "--src",
                 "10.2.0.10",
                 "--dst",
-                FLOOD_DST,
+                dst,
                 "--size",
                 "64",
                 "--rate",

@@ -468,10 +468,7 @@ impl ForwarderFast {
     /// Per list of `f` (the filters in use), per rule and the default, what the fast path
     /// counted; and per interface of the forwarder, (packets, bytes) it dropped: denied in,
     /// denied out, failed a reverse-path check.
-    pub fn filter_counts(
-        &self,
-        f: &dataplane::acl::Filters,
-    ) -> FilterCounts {
+    pub fn filter_counts(&self, f: &dataplane::acl::Filters) -> FilterCounts {
         let Ok(fp) = self.fp.lock() else {
             return (Vec::new(), Vec::new());
         };

@@ -9,8 +9,8 @@
  * the first rule that uses it; one hash lookup per tuple finds the first rule among those
  * of the tuple whose masked values are the packet's. The tuples are walked in the order
  * of their first rule, and the walk stops where a tuple's first rule comes after the best
- * found. The walk runs in bpf_loop, so that the verifier checks one tuple, whatever their
- * number.
+ * found. Up to ACL_INLINE_TUPLES tuples are walked in line; past that in bpf_loop, so that
+ * the verifier checks one tuple, whatever their number.
  *
  * Two generations of lists live side by side: user space writes the one not in use, then
  * flips acl_state's `gen`, so that a packet sees one version of every list.
@@ -29,6 +29,7 @@
 #define ACL_MAX_TUPLES 1024 /* per generation */
 #define ACL_MAX_SLOTS 65536 /* counters per generation */
 #define ACL_MAX_TUPLES_PER_LIST 256
+#define ACL_INLINE_TUPLES 8 /* walked in line up to this many; in bpf_loop past it */
 
 /* The key's flags (dataplane::acl::tss). */
 #define ACL_F_V6 1
@@ -85,7 +86,15 @@ struct acl_key {
 struct acl_tuple {
 	struct acl_key mask;
 	__u32 first_rule;
+	__u32 all_action; /* with ACL_TUPLE_ALL: the empty mask's rule's action */
+	__u32 all_slot;   /* ... and counters */
+	__u32 flags;
+	__u32 pad;
 };
+
+/* An empty mask: the tuple matches every packet (its first rule decides; no lookup), and
+ * no tuple after it comes first. */
+#define ACL_TUPLE_ALL 1
 
 struct acl_hit {
 	__u32 prio;
@@ -156,13 +165,19 @@ struct acl_walk {
 	struct acl_hit hit;
 };
 
-static long acl_tuple_step(__u32 i, void *arg)
+static __always_inline long acl_step(__u32 i, struct acl_walk *w)
 {
-	struct acl_walk *w = arg;
 	__u32 k = w->first + i;
 	struct acl_tuple *t = bpf_map_lookup_elem(&acl_tuples, &k);
 	if (!t || t->first_rule >= w->best)
 		return 1; /* the rest come after the best found */
+	if (t->flags & ACL_TUPLE_ALL) {
+		w->best = t->first_rule;
+		w->hit.prio = t->first_rule;
+		w->hit.slot = t->all_slot;
+		w->hit.action = t->all_action;
+		return 1;
+	}
 	const __u32 *a = (const __u32 *)&w->key;
 	const __u32 *b = (const __u32 *)&t->mask;
 	__u32 *m = (__u32 *)&w->m;
@@ -176,6 +191,12 @@ static long acl_tuple_step(__u32 i, void *arg)
 		w->hit = *h;
 	}
 	return 0;
+}
+
+/* acl_step as bpf_loop calls it. */
+static long acl_tuple_step(__u32 i, void *arg)
+{
+	return acl_step(i, arg);
 }
 
 /* The key of the packet at ip (its header checked by check_ipv4 or check_ipv6: 20 bytes
@@ -217,7 +238,8 @@ static __always_inline void acl_key_of(struct acl_key *k, const __u8 *ip, void *
 	}
 }
 
-/* List `list` (plus 1) of generation `gen`'s decision on the walk's key: the action, the
+/* List `list` (plus 1) of generation `gen`'s decision on the walk's key (built by the
+ * caller; a list of no tuples needs none): the action, the
  * counters' slot to *slot. */
 static __always_inline __u32 acl_decide(struct acl_walk *w, __u32 gen, __u32 list, __u32 *slot)
 {
@@ -230,8 +252,14 @@ static __always_inline __u32 acl_decide(struct acl_walk *w, __u32 gen, __u32 lis
 	__u32 n = l->count;
 	if (n > ACL_MAX_TUPLES_PER_LIST)
 		n = ACL_MAX_TUPLES_PER_LIST;
-	if (n)
+	if (n <= ACL_INLINE_TUPLES) {
+		/* Few tuples (the common case): walked in line, no call per tuple. */
+		for (__u32 i = 0; i < ACL_INLINE_TUPLES; i++)
+			if (i >= n || acl_step(i, w))
+				break;
+	} else {
 		bpf_loop(n, acl_tuple_step, w, 0);
+	}
 	if (w->best == 0xffffffff) {
 		*slot = l->dslot;
 		return l->dflt;

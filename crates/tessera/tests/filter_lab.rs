@@ -226,6 +226,49 @@ fn nmap_and_hping3_meet_the_access_lists_and_reverse_path_checks() {
     let ifs = acl["interfaces"].as_array().unwrap();
     assert_eq!(ifs[0]["urpf_dropped"], 5, "{acl}");
     assert_eq!(ifs[1]["urpf_dropped"], 4, "{acl}");
+
+    // A reload that adds a rule in front, under a ping stream the lists permit: no ping
+    // lost, the kept rules' counts kept, the new rule in force.
+    let kept = |acl: &Value| {
+        acl["lists"][0]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["match"].as_str().unwrap().contains("8080"))
+            .unwrap()["packets"]
+            .as_u64()
+            .unwrap()
+    };
+    let acl = lab.show_json("acl", "r");
+    let before = kept(&acl);
+    let mut ping = lab.spawn(
+        "src1",
+        &["ping", "-c", "300", "-i", "0.01", "-W", "1", "10.3.0.10"],
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let cfg = dir.join("r.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let edited = text.replacen(
+        "[[acl.rule]]",
+        "[[acl.rule]]\naction = \"deny\"\nprotocol = \"tcp\"\ndst_port = \"443\"\n\n[[acl.rule]]",
+        1,
+    );
+    std::fs::write(&cfg, edited).unwrap();
+    let o = lab.tessera(&["reload", "--control", lab.control("r").to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success() && said.contains("\"filters_changed\": true"),
+        "{said}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = ping.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(" 0% packet loss"), "{text}");
+    let acl = lab.show_json("acl", "r");
+    assert_eq!(kept(&acl), before, "{acl}");
+    assert_eq!(acl["version"], 2, "{acl}");
+    let states = nmap(&lab, "src1", "10.3.0.10", "443");
+    assert_eq!(states[0].1, "filtered", "{states:?}");
     srv.kill().unwrap();
     srv.wait().unwrap();
     drop(lab);

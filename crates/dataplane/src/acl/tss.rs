@@ -232,6 +232,9 @@ pub struct ListEntry {
 pub struct Tables {
     /// (mask, the first rule of the tuple), in the order a list walks them.
     pub tuples: Vec<([u8; KEY_LEN], u32)>,
+    /// Per tuple, what it decides where its mask is empty (it matches every packet: no
+    /// lookup needed, and no later tuple can come first).
+    pub all: Vec<Option<Hit>>,
     pub lists: Vec<ListEntry>,
     /// Masked keys (their tag the tuple's index) and what they hit.
     pub entries: HashMap<[u8; KEY_LEN], Hit>,
@@ -287,6 +290,13 @@ impl Tables {
                     action: acl.rules[ri].action,
                 });
             }
+            for (k, (m, _)) in masks.iter().enumerate() {
+                let tag = tag_base + first + k as u32;
+                let mut key = [0u8; KEY_LEN];
+                key[..4].copy_from_slice(&tag.to_le_bytes());
+                let empty = m[4..].iter().all(|&b| b == 0);
+                t.all.push(if empty { t.entries.get(&key).copied() } else { None });
+            }
             t.lists.push(ListEntry {
                 first: tag_base + first,
                 count: masks.len() as u32,
@@ -317,6 +327,11 @@ impl Tables {
         for i in l.first..l.first + l.count {
             let (mask, first_rule) = &self.tuples[(i - tag_base) as usize];
             if best.is_some_and(|b| b.prio <= *first_rule) {
+                break;
+            }
+            if let Some(h) = self.all[(i - tag_base) as usize] {
+                // Matches every packet, and comes before every tuple after it.
+                best = Some(h);
                 break;
             }
             let mut m = [0u8; KEY_LEN];

@@ -60,7 +60,7 @@ impl AclMaps {
             tuples: map_create(
                 BPF_MAP_TYPE_ARRAY,
                 4,
-                48,
+                64,
                 2 * MAX_TUPLES,
                 0,
                 0,
@@ -170,10 +170,17 @@ impl AclMaps {
             .map_err(|x| e("counts", x))?;
         }
         self.slots[g] = used;
-        for (i, (mask, first)) in t.tuples.iter().enumerate() {
-            let mut v = [0u8; 48];
+        for (i, ((mask, first), all)) in t.tuples.iter().zip(&t.all).enumerate() {
+            // struct acl_tuple: the mask, the first rule, and for an empty mask what it
+            // decides (action, slot, flag).
+            let mut v = [0u8; 64];
             v[..tss::KEY_LEN].copy_from_slice(mask);
-            v[tss::KEY_LEN..].copy_from_slice(&first.to_ne_bytes());
+            v[44..48].copy_from_slice(&first.to_ne_bytes());
+            if let Some(h) = all {
+                v[48..52].copy_from_slice(&tss::action_code(h.action).to_ne_bytes());
+                v[52..56].copy_from_slice(&h.slot.to_ne_bytes());
+                v[56..60].copy_from_slice(&1u32.to_ne_bytes());
+            }
             map_update(&self.tuples, &(g as u32 * MAX_TUPLES + i as u32), &v)
                 .map_err(|x| e("tuples", x))?;
         }

@@ -344,7 +344,7 @@ pub(crate) enum Bench {
         #[arg(long)]
         io: Option<String>,
         /// Measure only these contenders (comma-separated: forwarder,
-        /// forwarder-unlimited, linux).
+        /// forwarder-unlimited, linux, forwarder-acl: the flood to sink2 and denied by an access list, which the fast path drops).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },
