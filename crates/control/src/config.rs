@@ -10,9 +10,23 @@
 //! address = "10.1.0.1/24"
 //! # mtu = 1500               # optional: IP MTU; default, the interface's own
 //!
+//! # acl_in = "edge-in"        # optional filters (docs/filters.md): the [[acl]] of what comes
+//! # acl_out = "edge-out"      # in, and of what is forwarded out; the reverse-path check,
+//! # urpf = "strict"           # "strict", "loose" or "off" (with urpf_allow_default = true,
+//!                              # loose counts the default route)
+//!
 //! [[route]]
 //! prefix = "10.3.0.0/16"
 //! via = "10.2.0.2"             # or a list of gateways for ECMP: ["10.2.0.2", "10.2.0.3"]
+//!
+//! # [[acl]]                    # an access list (docs/filters.md; config/filters.rs)
+//! # name = "edge-in"
+//! # default = "permit"
+//! # [[acl.rule]]
+//! # action = "deny"            # "permit" | "deny" | "reject"
+//! # protocol = "tcp"
+//! # dst = "10.2.0.0/24"
+//! # dst_port = "22"
 //!
 //! # The back-end role of a multistage router (optional): VLAN sub-interfaces mirror the
 //! # external networks on the interconnection port, and hellos go out of it.
