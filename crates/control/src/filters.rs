@@ -1,6 +1,7 @@
-//! What an element's filters did, as `tessera show acl` and `/metrics` tell it: every list
-//! with its rules as the config writes them and their counts (user space's and the fast
-//! path's together), and per interface its lists, its reverse-path mode and its drops.
+//! What an element's filters did, as `tessera show acl` tells it (and `/metrics`, from
+//! this answer: `metrics::filter_lines`): every list with its rules as the config writes
+//! them and their counts (user space's and the fast path's together), and per interface its
+//! lists, its reverse-path mode and its drops.
 
 use dataplane::acl::{Filters, Net, Rule};
 use serde_json::{json, Value};
@@ -119,42 +120,4 @@ pub fn show(f: &Filters, fast: Option<&crate::fast::ForwarderFast>) -> Value {
         })
         .collect();
     json!({ "version": f.version, "lists": lists, "interfaces": ifaces })
-}
-
-/// `/metrics` lines of `show acl`'s answer `v`: per rule (and default) packets and bytes,
-/// per interface the filters' drops.
-pub fn metrics_lines(v: &Value, labels: &str, out: &mut String) {
-    use std::fmt::Write;
-    let sep = if labels.is_empty() { "" } else { "," };
-    for l in v["lists"].as_array().into_iter().flatten() {
-        let list = l["name"].as_str().unwrap_or("");
-        let mut one = |rule: &str, x: &Value| {
-            for k in ["packets", "bytes"] {
-                let _ = writeln!(
-                    out,
-                    "tessera_acl_{k}_total{{{labels}{sep}acl=\"{}\",rule=\"{rule}\"}} {}",
-                    crate::metrics::label(list),
-                    x[k].as_u64().unwrap_or(0)
-                );
-            }
-        };
-        for r in l["rules"].as_array().into_iter().flatten() {
-            one(&r["rule"].to_string(), r);
-        }
-        one("default", &l["default"]);
-    }
-    for i in v["interfaces"].as_array().into_iter().flatten() {
-        let n = crate::metrics::label(i["name"].as_str().unwrap_or(""));
-        for (k, what) in [
-            ("denied_in", "acl_in"),
-            ("denied_out", "acl_out"),
-            ("urpf_dropped", "urpf"),
-        ] {
-            let _ = writeln!(
-                out,
-                "tessera_filter_drops_total{{{labels}{sep}interface=\"{n}\",filter=\"{what}\"}} {}",
-                i[k].as_u64().unwrap_or(0)
-            );
-        }
-    }
 }

@@ -354,32 +354,7 @@ pub fn exposition(elements: &[ElementCounters]) -> String {
             }
         }
     }
-    if elements.iter().any(|e| e.filters.is_some()) {
-        family(
-            &mut o,
-            "tessera_acl_packets_total",
-            "counter",
-            "Packets each access list rule (or a list's default, rule=\"default\") decided on.",
-        );
-        family(
-            &mut o,
-            "tessera_acl_bytes_total",
-            "counter",
-            "Bytes each access list rule (or a list's default) decided on.",
-        );
-        family(
-            &mut o,
-            "tessera_filter_drops_total",
-            "counter",
-            "Packets an interface's filters dropped: filter=\"acl_in\", \"acl_out\" or \"urpf\".",
-        );
-        for e in elements {
-            if let Some(v) = &e.filters {
-                let labels = format!("element=\"{}\"", label(&e.name));
-                crate::filters::metrics_lines(v, &labels, &mut o);
-            }
-        }
-    }
+    filter_families(elements, &mut o);
     let t = totals(elements);
     for (name, help, v) in [
         (
@@ -420,6 +395,75 @@ pub fn exposition(elements: &[ElementCounters]) -> String {
         );
     }
     o
+}
+
+/// The filters' families (`tessera_acl_*`, `tessera_filter_drops_total`) of the elements
+/// that filter, from their `show acl` answers.
+fn filter_families(elements: &[ElementCounters], o: &mut String) {
+    if !elements.iter().any(|e| e.filters.is_some()) {
+        return;
+    }
+    family(
+        o,
+        "tessera_acl_packets_total",
+        "counter",
+        "Packets each access list rule (or a list's default, rule=\"default\") decided on.",
+    );
+    family(
+        o,
+        "tessera_acl_bytes_total",
+        "counter",
+        "Bytes each access list rule (or a list's default) decided on.",
+    );
+    family(
+        o,
+        "tessera_filter_drops_total",
+        "counter",
+        "Packets an interface's filters dropped: filter=\"acl_in\", \"acl_out\" or \"urpf\".",
+    );
+    for e in elements {
+        if let Some(v) = &e.filters {
+            let labels = format!("element=\"{}\"", label(&e.name));
+            filter_lines(v, &labels, o);
+        }
+    }
+}
+
+/// `/metrics` lines of `show acl`'s answer `v`: per rule (and default) packets and bytes,
+/// per interface the filters' drops.
+fn filter_lines(v: &Value, labels: &str, out: &mut String) {
+    let sep = if labels.is_empty() { "" } else { "," };
+    for l in v["lists"].as_array().into_iter().flatten() {
+        let list = l["name"].as_str().unwrap_or("");
+        let mut one = |rule: &str, x: &Value| {
+            for k in ["packets", "bytes"] {
+                let _ = writeln!(
+                    out,
+                    "tessera_acl_{k}_total{{{labels}{sep}acl=\"{}\",rule=\"{rule}\"}} {}",
+                    label(list),
+                    x[k].as_u64().unwrap_or(0)
+                );
+            }
+        };
+        for r in l["rules"].as_array().into_iter().flatten() {
+            one(&r["rule"].to_string(), r);
+        }
+        one("default", &l["default"]);
+    }
+    for i in v["interfaces"].as_array().into_iter().flatten() {
+        let n = label(i["name"].as_str().unwrap_or(""));
+        for (k, what) in [
+            ("denied_in", "acl_in"),
+            ("denied_out", "acl_out"),
+            ("urpf_dropped", "urpf"),
+        ] {
+            let _ = writeln!(
+                out,
+                "tessera_filter_drops_total{{{labels}{sep}interface=\"{n}\",filter=\"{what}\"}} {}",
+                i[k].as_u64().unwrap_or(0)
+            );
+        }
+    }
 }
 
 /// What the metrics server asks for on each scrape.
@@ -657,6 +701,27 @@ mod tests {
             gauges: Vec::new(),
             filters: None,
         }
+    }
+
+    #[test]
+    fn filters_go_out_as_their_families() {
+        let mut e = el("r\"1", &[("r-eth0", 1)], &[], &["r-eth0"]);
+        e.filters = Some(serde_json::json!({
+            "lists": [{ "name": "edge", "rules": [{ "rule": 0, "packets": 5, "bytes": 300 }],
+                        "default": { "packets": 2, "bytes": 120 } }],
+            "interfaces": [{ "name": "r-eth0", "denied_in": 5, "denied_out": 0, "urpf_dropped": 3 }],
+        }));
+        let t = exposition(&[e]);
+        for line in [
+            "# TYPE tessera_acl_packets_total counter",
+            "tessera_acl_packets_total{element=\"r\\\"1\",acl=\"edge\",rule=\"0\"} 5",
+            "tessera_acl_bytes_total{element=\"r\\\"1\",acl=\"edge\",rule=\"default\"} 120",
+            "tessera_filter_drops_total{element=\"r\\\"1\",interface=\"r-eth0\",filter=\"urpf\"} 3",
+        ] {
+            assert!(t.contains(line), "{line}\n{t}");
+        }
+        // Without filters, no such family.
+        assert!(!exposition(&[el("r", &[], &[], &[])]).contains("tessera_acl"));
     }
 
     #[test]

@@ -383,32 +383,7 @@ pub fn run<P: Port + Send>(
         counters.port_names.clone()
     };
     let view = crate::metrics::element_source(all_counters.clone(), name, role, external);
-    // The filters' counts go with the element's view, and the fast path's filter drops
-    // with its counters.
-    let view: crate::metrics::Source = {
-        let share = f.filter_share().clone();
-        let fast = fast.clone();
-        Arc::new(move || {
-            let mut v = view();
-            let fl = share.load();
-            if let (Some(e), false) = (v.first_mut(), fl.lists.is_empty() && !fl.any()) {
-                e.filters = Some(crate::filters::show(&fl, fast.as_ref()));
-            }
-            v
-        })
-    };
-    if let Some(fl) = &fast {
-        fl.set_filters(&f.filter_share().load(), None)?;
-        let fl2 = fl.clone();
-        f.counters.fold_fast_drops(Arc::new(move || {
-            let [deny, strict, loose] = fl2.filter_drops();
-            vec![
-                (dataplane::counters::Drop::AclDeny, deny),
-                (dataplane::counters::Drop::UrpfStrict, strict),
-                (dataplane::counters::Drop::UrpfLoose, loose),
-            ]
-        }));
-    }
+    let view = with_filters(view, &f, fast.as_ref())?;
     let metrics = crate::metrics::MetricsSlot::start(&metrics_cfg, &view)?;
     let (qtx, qrx) = mpsc::channel::<Query>();
     let routes = Arc::new(Mutex::new(
@@ -584,6 +559,37 @@ fn resolved_neighbours(f: &Forwarder) -> Vec<crate::statelog::Neighbour> {
                 }),
         )
         .collect()
+}
+
+/// `view` with the filters' counts of `f` added (`show acl`'s answer, for `/metrics`); the
+/// fast path, if any, told `f`'s filters, and its filter drops folded into `f`'s counters.
+fn with_filters(
+    view: crate::metrics::Source,
+    f: &Forwarder,
+    fast: Option<&crate::fast::ForwarderFast>,
+) -> Result<crate::metrics::Source, String> {
+    let share = f.filter_share().clone();
+    let fast = fast.cloned();
+    if let Some(fl) = &fast {
+        fl.set_filters(&share.load(), None)?;
+        let fl2 = fl.clone();
+        f.counters.fold_fast_drops(Arc::new(move || {
+            let [deny, strict, loose] = fl2.filter_drops();
+            vec![
+                (dataplane::counters::Drop::AclDeny, deny),
+                (dataplane::counters::Drop::UrpfStrict, strict),
+                (dataplane::counters::Drop::UrpfLoose, loose),
+            ]
+        }));
+    }
+    Ok(Arc::new(move || {
+        let mut v = view();
+        let fl = share.load();
+        if let (Some(e), false) = (v.first_mut(), fl.lists.is_empty() && !fl.any()) {
+            e.filters = Some(crate::filters::show(&fl, fast.as_ref()));
+        }
+        v
+    }))
 }
 
 /// On SIGHUP, asks `handler` to `reload` and logs the outcome, until `stop`.

@@ -241,7 +241,7 @@ fn nmap_and_hping3_meet_the_access_lists_and_reverse_path_checks() {
     };
     let acl = lab.show_json("acl", "r");
     let before = kept(&acl);
-    let mut ping = lab.spawn(
+    let ping = lab.spawn(
         "src1",
         &["ping", "-c", "300", "-i", "0.01", "-W", "1", "10.3.0.10"],
     );

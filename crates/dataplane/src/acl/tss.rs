@@ -295,7 +295,11 @@ impl Tables {
                 let mut key = [0u8; KEY_LEN];
                 key[..4].copy_from_slice(&tag.to_le_bytes());
                 let empty = m[4..].iter().all(|&b| b == 0);
-                t.all.push(if empty { t.entries.get(&key).copied() } else { None });
+                t.all.push(if empty {
+                    t.entries.get(&key).copied()
+                } else {
+                    None
+                });
             }
             t.lists.push(ListEntry {
                 first: tag_base + first,
