@@ -64,14 +64,19 @@ dst_port = "8080"
 /// Listens on `ports` in `node` (accepting and closing), until killed.
 fn servers(lab: &TestLab, node: &str, addr: &str, ports: &[u16]) -> std::process::Child {
     let code = format!(
-        "import socket, select\nss = []\nfor p in {ports:?}:\n    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('{addr}', p)); s.listen(64); ss.append(s)\nprint('listening', flush=True)\nwhile True:\n    r, _, _ = select.select(ss, [], [])\n    for s in r:\n        c, _ = s.accept(); c.close()\n"
+        "import socket, select\nss = []\nfam = socket.AF_INET6 if ':' in '{addr}' else socket.AF_INET\nfor p in {ports:?}:\n    s = socket.socket(fam); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('{addr}', p)); s.listen(64); ss.append(s)\nprint('listening', flush=True)\nwhile True:\n    r, _, _ = select.select(ss, [], [])\n    for s in r:\n        c, _ = s.accept(); c.close()\n"
     );
     let child = lab.spawn(node, &["python3", "-c", &code]);
     let t = Instant::now();
     loop {
         let o = lab.exec(node, &["ss", "-ltn"]);
         let s = String::from_utf8_lossy(&o.stdout).into_owned();
-        if ports.iter().all(|p| s.contains(&format!("{addr}:{p} "))) {
+        let shown = if addr.contains(':') {
+            format!("[{addr}]")
+        } else {
+            addr.to_string()
+        };
+        if ports.iter().all(|p| s.contains(&format!("{shown}:{p} "))) {
             break;
         }
         assert!(
@@ -86,10 +91,12 @@ fn servers(lab: &TestLab, node: &str, addr: &str, ports: &[u16]) -> std::process
 /// nmap's state and reason of each port of `ports` on `target`, scanned (TCP SYN) from
 /// `node`.
 fn nmap(lab: &TestLab, node: &str, target: &str, ports: &str) -> Vec<(u16, String, String)> {
+    let six = if target.contains(':') { "-6" } else { "-4" };
     let o = lab.exec(
         node,
         &[
             "nmap",
+            six,
             "-Pn",
             "-n",
             "-sS",
@@ -269,6 +276,131 @@ fn nmap_and_hping3_meet_the_access_lists_and_reverse_path_checks() {
     assert_eq!(acl["version"], 2, "{acl}");
     let states = nmap(&lab, "src1", "10.3.0.10", "443");
     assert_eq!(states[0].1, "filtered", "{states:?}");
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// IPv6 the same (labs/dual-stack.toml): nmap -6 from h1 sees the denied port filtered
+/// with no response, the rejected one filtered by an ICMPv6 administratively-prohibited
+/// error, the rest open; a ping from an address of h2's network, put on h1, fails the
+/// strict check and is counted, while h1's own is answered.
+#[test]
+fn ipv6_access_lists_and_the_strict_check_meet_real_clients() {
+    let dir = std::env::temp_dir().join(format!("tessera-filters6-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let r = std::fs::read_to_string(test_path("labs/dual-stack/r.toml")).unwrap();
+    let r = r.replace(
+        "name = \"r-eth0\"\naddress = [\"10.1.0.1/24\", \"2001:db8:1::1/64\"]",
+        "name = \"r-eth0\"\naddress = [\"10.1.0.1/24\", \"2001:db8:1::1/64\"]\nacl_in = \"v6-in\"\nurpf = \"strict\"",
+    );
+    assert!(r.contains("v6-in"), "{r}");
+    let r = format!(
+        "{r}\n{}",
+        r#"
+[[acl]]
+name = "v6-in"
+
+[[acl.rule]]
+action = "deny"
+protocol = "tcp"
+dst = "2001:db8:2::10/128"
+dst_port = "22"
+
+[[acl.rule]]
+action = "reject"
+protocol = "tcp"
+dst = "2001:db8:2::/64"
+dst_port = "8080"
+"#
+    );
+    std::fs::write(dir.join("r.toml"), r).unwrap();
+    std::fs::copy(
+        test_path("labs/dual-stack/routes.txt"),
+        dir.join("routes.txt"),
+    )
+    .unwrap();
+    let topo = std::fs::read_to_string(test_path("labs/dual-stack.toml"))
+        .unwrap()
+        .replace("dual-stack/r.toml", "r.toml");
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let mut srv = servers(&lab, "h2", "2001:db8:2::10", &[22, 80, 8080]);
+    let states = nmap(&lab, "h1", "2001:db8:2::10", "22,80,8080");
+    let got: Vec<(u16, &str, &str)> = states
+        .iter()
+        .map(|(p, s, r)| (*p, s.as_str(), r.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (22, "filtered", "no-response"),
+            (80, "open", "syn-ack"),
+            (8080, "filtered", "admin-prohibited")
+        ],
+        "{}",
+        lab.show_json("acl", "r")
+    );
+    // h1 sends from an address of h2's network: r-eth0's strict check drops it.
+    lab.sh(
+        "h1",
+        &[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            "2001:db8:2::99/128",
+            "dev",
+            "eth0",
+            "nodad",
+        ],
+    );
+    let before = drops(&lab, "urpf_strict");
+    let o = lab.exec(
+        "h1",
+        &[
+            "ping",
+            "-6",
+            "-c",
+            "3",
+            "-i",
+            "0.1",
+            "-W",
+            "1",
+            "-I",
+            "2001:db8:2::99",
+            "2001:db8:2::10",
+        ],
+    );
+    assert!(
+        !o.status.success(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert_eq!(
+        drops(&lab, "urpf_strict") - before,
+        3,
+        "{}",
+        lab.counters("r")
+    );
+    let o = lab.exec(
+        "h1",
+        &[
+            "ping",
+            "-6",
+            "-c",
+            "3",
+            "-i",
+            "0.1",
+            "-W",
+            "1",
+            "-I",
+            "2001:db8:1::10",
+            "2001:db8:2::10",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
     srv.kill().unwrap();
     srv.wait().unwrap();
     drop(lab);
