@@ -89,6 +89,8 @@ struct Raw {
     io: Option<crate::config::RawIo>,
     metrics: Option<crate::config::RawMetrics>,
     dist: Option<crate::config::RawDist>,
+    #[serde(default)]
+    acl: Vec<crate::config::RawAcl>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,6 +100,9 @@ struct RawInterface {
     role: Spanned<PortRole>,
     address: Option<Spanned<Via>>,
     vlan: Option<Spanned<u16>>,
+    acl_in: Option<Spanned<String>>,
+    acl_out: Option<Spanned<String>>,
+    urpf: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -152,6 +157,9 @@ pub struct LbInterface {
     /// (`address` lists them after the IPv4 one).
     pub addrs6: Vec<(std::net::Ipv6Addr, u8)>,
     pub vlan: u16,
+    /// An external interface's `acl_in` (applied before balancing) and `acl_out` (to what
+    /// leaves by it); docs/filters.md.
+    pub filter: crate::config::FilterConfig,
 }
 
 /// A parsed, validated LB configuration.
@@ -165,9 +173,25 @@ pub struct BalancerFile {
     pub io: crate::config::IoConfig,
     pub dist: crate::config::DistConfig,
     pub metrics: crate::metrics::MetricsConfig,
+    /// `[[acl]]`: the access lists its external interfaces apply.
+    pub acls: Vec<dataplane::acl::Acl>,
 }
 
 impl BalancerFile {
+    /// The filters this file configures, keeping the counters of `previous` where a rule
+    /// or an interface is the same (a reload).
+    pub fn filters(&self, previous: Option<&dataplane::acl::Filters>) -> dataplane::acl::Filters {
+        dataplane::acl::Filters::new(
+            self.acls.clone(),
+            self.interfaces
+                .iter()
+                .map(|i| i.filter.binding(&self.acls))
+                .collect(),
+            self.interfaces.iter().map(|i| i.name.clone()).collect(),
+            previous,
+        )
+    }
+
     /// The config as `tessera show config` shows it (crate::showconfig): interfaces,
     /// balancing, hellos, Virtual-CP, initial back-ends, the rules added to the built-in
     /// ones, `[io]`, `[dist]` and `[metrics]`, every default filled in.
@@ -193,6 +217,7 @@ impl BalancerFile {
                             .collect();
                         e.insert("address".into(), list(addrs));
                         e.insert("vlan".into(), int(i.vlan));
+                        crate::showconfig::filter_keys(&mut e, &i.filter);
                     }
                     PortRole::Internal => {
                         e.insert("role".into(), s("internal"));
@@ -202,6 +227,9 @@ impl BalancerFile {
             })
             .collect();
         t.insert("interface".into(), Value::Array(ifaces));
+        if !f.acls.is_empty() {
+            t.insert("acl".into(), crate::showconfig::acls(&f.acls));
+        }
         let mut b = Table::new();
         b.insert(
             "mode".into(),
@@ -272,8 +300,10 @@ impl BalancerFile {
         let raw: Raw = from_toml(path, src)?;
         let mut interfaces: Vec<LbInterface> = Vec::new();
         let cx = crate::config::At { path, src };
+        let acls = cx.acls(&raw.acl)?;
         for (i, r) in raw.interface.iter().enumerate() {
-            let ifc = lb_interface(&cx, r, i, &interfaces)?;
+            let mut ifc = lb_interface(&cx, r, i, &interfaces)?;
+            ifc.filter = lb_filter(&cx, r, i, &acls)?;
             interfaces.push(ifc);
         }
         let has = |role| interfaces.iter().any(|x| x.role == role);
@@ -384,6 +414,7 @@ impl BalancerFile {
         let hello_timeout = ms(&raw.hello.timeout_ms, "hello.timeout_ms", None)?;
         let rules = lb_rules(&cx, &raw.rule)?;
         Ok(BalancerFile {
+            acls,
             path: path.into(),
             interfaces,
             cfg: BalancerConfig {
@@ -429,6 +460,7 @@ fn lb_interface(
         prefix_len: 0,
         addrs6: Vec::new(),
         vlan: 0,
+        filter: Default::default(),
     };
     match role {
         PortRole::External => {
@@ -519,6 +551,48 @@ fn lb_interface(
     Ok(ifc)
 }
 
+/// An LB interface's filter keys: lists on external interfaces only, no reverse-path
+/// check (it needs routes, which the back-ends hold: set `urpf` on their sub-interfaces),
+/// no `reject` (the LB sends no ICMP errors yet).
+fn lb_filter(
+    cx: &crate::config::At,
+    r: &RawInterface,
+    i: usize,
+    acls: &[dataplane::acl::Acl],
+) -> Result<crate::config::FilterConfig, ConfigError> {
+    if let Some(u) = &r.urpf {
+        return Err(cx.err(
+            u.span().start,
+            format!("interface[{i}].urpf"),
+            "an LB has no routes for a reverse-path check: set urpf on the back-ends' sub-interfaces of this network (docs/filters.md)".into(),
+        ));
+    }
+    let f = cx.filter_keys([r.acl_in.as_ref(), r.acl_out.as_ref()], None, None, i, acls)?;
+    for (n, k) in [(&r.acl_in, "acl_in"), (&r.acl_out, "acl_out")] {
+        let Some(n) = n else { continue };
+        if *r.role.get_ref() != PortRole::External {
+            return Err(cx.err(
+                n.span().start,
+                format!("interface[{i}].{k}"),
+                "only an external interface filters (what crosses the router enters and leaves by those)".into(),
+            ));
+        }
+        let list = acls.iter().find(|a| &a.name == n.get_ref());
+        if let Some(j) = list.and_then(|l| {
+            l.rules
+                .iter()
+                .position(|x| x.action == dataplane::acl::Action::Reject)
+        }) {
+            return Err(cx.err(
+                n.span().start,
+                format!("interface[{i}].{k}"),
+                format!("access list {:?} rule {j} rejects, which an LB cannot answer yet (it sends no ICMP errors): use deny here", n.get_ref()),
+            ));
+        }
+    }
+    Ok(f)
+}
+
 /// The classifier's rules: the defaults, with the file's `[[rule]]`s first among rules as
 /// specific as they are; a field that needs another (`arp_op` an ARP ethertype,
 /// `protocol` IPv4's, `port` TCP or UDP) is an error.
@@ -579,6 +653,7 @@ pub fn build(cfg: &BalancerFile, links: &[Link]) -> Result<Balancer, String> {
         .collect();
     let now = Instant::now();
     let mut b = Balancer::new(ports, cfg.cfg.clone(), now);
+    b.filters = dataplane::acl::FilterShare::new(cfg.filters(None));
     b.dist_auth = dataplane::element::DistAuth {
         guard: cfg.dist.guard(),
         signer: Arc::new(cfg.dist.signer()),
@@ -752,7 +827,7 @@ pub struct RunWith {
 /// What a reload of an LB may change in place: its back-ends and their weights, its
 /// classifier rules (`[[rule]]`: the fast path's programs replaced in one step on each
 /// port), and where `/metrics` is served (`[metrics] listen`).
-pub const RELOADABLE: [&str; 3] = ["backend", "rule", "metrics"];
+pub const RELOADABLE: [&str; 4] = ["backend", "rule", "metrics", "acl"];
 
 /// Runs the LB until `stop` is set: one worker per element of `ports` (the ports it owns:
 /// one share of every interface's queues), the first on this thread, holding the LB's
@@ -828,6 +903,18 @@ pub fn run<P: Port + Send>(
     // The LB reports its counters to the controller under the same name.
     b.report.name = Some(name.clone());
     let view = crate::metrics::element_source(all_counters.clone(), name, "balancer", external);
+    let filters = b.filters.clone();
+    let view: crate::metrics::Source = {
+        let share = filters.clone();
+        Arc::new(move || {
+            let mut v = view();
+            let fl = share.load();
+            if let (Some(e), false) = (v.first_mut(), fl.lists.is_empty()) {
+                e.filters = Some(crate::filters::show(&fl, None));
+            }
+            v
+        })
+    };
     let metrics = crate::metrics::MetricsSlot::start(metrics, &view)?;
     let (qtx, qrx) = mpsc::channel::<Query>();
     let ctl = LbControl {
@@ -843,6 +930,7 @@ pub fn run<P: Port + Send>(
         fast_view,
         fast_off,
         programs,
+        filters,
     };
     let _server = {
         {
@@ -983,6 +1071,56 @@ action = "virtual-cp"
         assert_eq!(b.table.live(), 2);
         let t = table_json(&b, Instant::now());
         assert_eq!(t["entries"][1]["weight"], 2);
+    }
+
+    #[test]
+    fn access_lists_on_external_interfaces() {
+        let acl = "\n[[acl]]\nname = \"edge\"\n\n[[acl.rule]]\naction = \"deny\"\nprotocol = \"tcp\"\ndst_port = \"23\"\n";
+        let with = |iface_keys: &str, list: &str| {
+            EXAMPLE.replacen("vlan = 10\n", &format!("vlan = 10\n{iface_keys}"), 1) + list
+        };
+        let c = parse(&with("acl_in = \"edge\"\n", acl)).unwrap();
+        assert_eq!(c.interfaces[0].filter.acl_in.as_deref(), Some("edge"));
+        let f = c.filters(None);
+        assert_eq!(f.bindings[0].acl_in, Some(0));
+        // Shown, and loaded again to the same.
+        let shown = c.shown();
+        let again = parse(&shown).unwrap_or_else(|e| panic!("{e}\n{shown}"));
+        assert_eq!(
+            (again.acls, again.interfaces[0].filter.clone()),
+            (c.acls.clone(), c.interfaces[0].filter.clone())
+        );
+        for (keys, list, key, says) in [
+            (
+                "urpf = \"strict\"\n",
+                acl.to_string(),
+                "interface[0].urpf",
+                "no routes",
+            ),
+            (
+                "acl_in = \"edge\"\n",
+                acl.replace("deny", "reject"),
+                "interface[0].acl_in",
+                "use deny",
+            ),
+            (
+                "acl_in = \"nope\"\n",
+                acl.to_string(),
+                "interface[0].acl_in",
+                "no [[acl]]",
+            ),
+        ] {
+            let e = parse(&with(keys, &list)).unwrap_err();
+            assert_eq!(e.key, key, "{e}");
+            assert!(e.message.contains(says), "{e}");
+        }
+        let inside = EXAMPLE.replacen(
+            "role = \"internal\"\n",
+            "role = \"internal\"\nacl_in = \"edge\"\n",
+            1,
+        ) + acl;
+        let e = parse(&inside).unwrap_err();
+        assert!(e.message.contains("only an external interface"), "{e}");
     }
 
     #[test]

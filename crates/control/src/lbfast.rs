@@ -21,8 +21,9 @@ pub struct LbFast {
     ids: HashMap<MacAddr, u8>,
     /// The counters as last read.
     last: Vec<u64>,
-    /// The LB state's version and the ports' egress version last published.
-    published: Option<(u64, u64)>,
+    /// The LB state's version, the ports' egress version and the filters' version last
+    /// published.
+    published: Option<(u64, u64, u64)>,
     /// Whether each port's device takes frames redirected in XDP ([`LbFast::watch_egress`]).
     pub egress: Arc<std::sync::OnceLock<io::egress::EgressWatch>>,
     /// When the counters were last read.
@@ -148,16 +149,20 @@ impl LbFast {
 
     /// Publishes the LB's state to the fast path if it changed since the last time.
     pub fn publish(&mut self, b: &Balancer) -> Result<(), String> {
-        let version = (b.state_version(), self.fp.egress_version());
+        let filters = b.filters.load();
+        let version = (b.state_version(), self.fp.egress_version(), filters.version);
         if self.published == Some(version) {
             return Ok(());
         }
         let ports: Vec<LbPortState> = b
             .ports
             .iter()
-            .map(|p| LbPortState {
+            .enumerate()
+            .map(|(i, p)| LbPortState {
                 mac: p.mac.0,
-                external: p.role == PortRole::External,
+                // An external port that filters is user space's, both ways (the LB's
+                // programs do not run the lists yet: docs/filters.md).
+                external: p.role == PortRole::External && !filters.binding(i as u16).is_set(),
                 internal: p.role == PortRole::Internal,
                 vlan: p.vlan,
                 addr: p.addr,

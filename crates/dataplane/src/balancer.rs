@@ -186,6 +186,8 @@ pub struct Balancer {
     pub balanced: bool,
     /// The pair, where this LB is one of two serving one external network (first worker).
     pub spare: Option<SpareState>,
+    /// The filters of the external ports (docs/filters.md), shared by the workers.
+    pub filters: crate::acl::FilterShare,
     /// The standby of such a pair: every frame dropped (`lb_standby`) but DIST from the
     /// interconnection and the other LB's hellos from outside; its fast path suspended.
     pub standby: bool,
@@ -216,6 +218,7 @@ impl Balancer {
             balanced: false,
             spare: None,
             standby: false,
+            filters: Default::default(),
         };
         if let Some(c) = b.cfg.spare.clone() {
             b.spare = Some(SpareState::new(c, now));
@@ -229,6 +232,7 @@ impl Balancer {
     /// counters. Join the workers with [`Balancer::connect_workers`].
     pub fn worker(&self, now: Instant) -> Balancer {
         let mut b = Balancer::new(self.ports.clone(), self.cfg.clone(), now);
+        b.filters = self.filters.clone();
         b.table = self.table.clone();
         b.table.entries.iter_mut().for_each(|e| e.packets = 0);
         b
@@ -499,6 +503,11 @@ impl Balancer {
             .iter()
             .find(|r| r.matches(&k))
             .map(|r| r.action);
+        if matches!(action, Some(Action::Balance | Action::VirtualCp))
+            && !self.filtered(port, &p.data[ETH..], k.ethertype, true, p.data.len())
+        {
+            return self.drop_pkt(p, Drop::AclDeny);
+        }
         match action {
             Some(Action::Balance) => self.balance(p, now, tx),
             Some(Action::ExternalArp) => self.external_arp(p, tx),
@@ -519,6 +528,34 @@ impl Balancer {
                 self.drop_pkt(p, why)
             }
         }
+    }
+
+    /// Whether the IPv4 or IPv6 packet `ip` (of a frame of `bytes`) passes the access list of
+    /// external port `port`: `acl_in` where it comes in (`inward`), `acl_out` where it
+    /// leaves. Other frames, and neighbour discovery, pass. Counted per rule and port.
+    fn filtered(&self, port: u16, ip: &[u8], ethertype: u16, inward: bool, bytes: usize) -> bool {
+        let f = self.filters.load();
+        let b = f.binding(port);
+        let Some(list) = (if inward { b.acl_in } else { b.acl_out }) else {
+            return true;
+        };
+        let key = match ethertype {
+            ethertype::IPV4 => crate::acl::Key::of_ipv4(ip),
+            ethertype::IPV6 => crate::acl::Key::of_ipv6(ip),
+            _ => return true,
+        };
+        let Some(key) = key else { return true };
+        if key.protocol == 58 && key.icmp.is_some_and(|(t, _)| (133..=137).contains(&t)) {
+            return true;
+        }
+        // Lists with `reject` are refused on an LB by its config: deny or permit here.
+        if f.decide(list, &key, bytes).action == crate::acl::Action::Permit {
+            return true;
+        }
+        if let Some(d) = f.drops.get(port as usize) {
+            if inward { &d.acl_in } else { &d.acl_out }.add(1, bytes as u64);
+        }
+        false
     }
 
     /// Balance: to a back-end, tagged with the ingress port's VLAN.
@@ -697,6 +734,9 @@ impl Balancer {
             return self.drop_pkt(p, Drop::ClassifyVlanUnknown);
         }
         ethernet::pop_vlan(&mut p.data);
+        if !self.filtered(out, &p.data[ETH..], k.ethertype, false, p.data.len()) {
+            return self.drop_pkt(p, Drop::AclDeny);
+        }
         let ext = &self.ports[out as usize];
         p.data[6..12].copy_from_slice(&ext.mac.0);
         if k.ethertype == ethertype::ARP {

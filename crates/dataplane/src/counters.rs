@@ -81,7 +81,7 @@ named_enum! {
         Ip4BadChecksum = "ip4_bad_checksum" in Forwarder: "IPv4 header checksum is wrong",
         Ip4BadOptions = "ip4_bad_options" in Forwarder: "malformed IPv4 option list",
         Ip4SourceRoute = "ip4_source_route" in Forwarder: "source-routed packet (LSRR/SSRR); not forwarded",
-        AclDeny = "acl_deny" in Forwarder: "denied by an access list (acl_in or acl_out; `show acl` says which rule)",
+        AclDeny = "acl_deny" in All: "denied by an access list (acl_in or acl_out; `show acl` says which rule)",
         AclReject = "acl_reject" in Forwarder: "rejected by an access list: administratively prohibited sent (rate limited)",
         UrpfStrict = "urpf_strict" in Forwarder: "failed the strict reverse-path check: the source's best route leaves by another interface, or there is none",
         UrpfLoose = "urpf_loose" in Forwarder: "failed the loose reverse-path check: no route to the source (the default route counts only with urpf_allow_default)",

@@ -30,6 +30,8 @@ pub(super) struct LbControl {
         io::fastpath::lb::LbProgramFacts,
         Arc<io::xsk::AttachedShared>,
     )>,
+    /// The external ports' filters the workers apply (a reload swaps them).
+    pub(super) filters: dataplane::acl::FilterShare,
 }
 
 /// The fast path's maps, its ports' names and whether each port's device takes frames
@@ -65,7 +67,7 @@ impl LbControl {
                 .or_else(|| self.metrics.refused(&f.metrics).map(str::to_string))
             {
                 return Err(format!(
-                    "{}: key `{key}` changed, which needs a restart (a reload changes the back-ends and their weights, [[backend]], the rules, [[rule]], and [metrics] listen); nothing changed",
+                    "{}: key `{key}` changed, which needs a restart (a reload changes the back-ends and their weights, [[backend]], the rules, [[rule]], the filters, [[acl]] and the interfaces' acl_in and acl_out, and [metrics] listen); nothing changed",
                     path.display()
                 ));
             }
@@ -105,6 +107,15 @@ impl LbControl {
                 }
                 tracing::info!(rules = rules.len(), programs = next.len(), "classifier rules replaced");
             }
+            // The filters, swapped whole (the fast path republishes its ports at the
+            // first worker's next pass: a port that filters is user space's).
+            let old = self.filters.load();
+            let filters = f.filters(Some(&old));
+            let filters_changed = filters.lists.iter().map(|l| &l.acl).ne(old.lists.iter().map(|l| &l.acl)) || filters.bindings != old.bindings;
+            if filters_changed {
+                self.filters.store(filters);
+                tracing::info!(lists = f.acls.len(), "filters reloaded");
+            }
             let entries: Vec<Value> = f
                 .backends
                 .iter()
@@ -118,7 +129,7 @@ impl LbControl {
                 *r = Some(BalancerFile { io: self.io, ..f });
             }
             tracing::info!(file = %path.display(), backends = entries.len(), "config reloaded");
-            Ok(json!({"reloaded": true, "rules_changed": rules_changed, "balance": v}))
+            Ok(json!({"reloaded": true, "rules_changed": rules_changed, "filters_changed": filters_changed, "balance": v}))
         }
         "counters" => {
             let mut v = crate::run::workers_counters(&self.all_counters)?;
@@ -142,6 +153,7 @@ impl LbControl {
             );
             Ok(v)
         }
+        "acl" => Ok(crate::filters::show(&self.filters.load(), None)),
         "describe" => serde_json::to_value(dataplane::counters::descriptions_for(self.counters.role))
             .map_err(|e| e.to_string()),
         "router" => Ok(crate::metrics::router_json(&(self.view)())),

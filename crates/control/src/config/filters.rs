@@ -88,7 +88,7 @@ impl FilterConfig {
 
 impl At<'_> {
     /// The `[[acl]]` tables: each rule checked, the names unique.
-    pub(super) fn acls(&self, raw: &[RawAcl]) -> Result<Vec<Acl>, ConfigError> {
+    pub(crate) fn acls(&self, raw: &[RawAcl]) -> Result<Vec<Acl>, ConfigError> {
         let mut out: Vec<Acl> = Vec::new();
         for (i, a) in raw.iter().enumerate() {
             let name = a.name.get_ref();
@@ -212,7 +212,26 @@ impl At<'_> {
         i: usize,
         acls: &[Acl],
     ) -> Result<FilterConfig, ConfigError> {
-        let list = |n: &Option<Spanned<String>>, k: &str| -> Result<Option<String>, ConfigError> {
+        self.filter_keys(
+            [r.acl_in.as_ref(), r.acl_out.as_ref()],
+            r.urpf.as_ref(),
+            r.urpf_allow_default.as_ref(),
+            i,
+            acls,
+        )
+    }
+
+    /// Interface `i`'s filter keys as written (`acl_in`, `acl_out`; `urpf`,
+    /// `urpf_allow_default`), its lists among `acls`.
+    pub(crate) fn filter_keys(
+        &self,
+        lists: [Option<&Spanned<String>>; 2],
+        urpf: Option<&Spanned<String>>,
+        allow_default: Option<&Spanned<bool>>,
+        i: usize,
+        acls: &[Acl],
+    ) -> Result<FilterConfig, ConfigError> {
+        let list = |n: Option<&Spanned<String>>, k: &str| -> Result<Option<String>, ConfigError> {
             let Some(n) = n else { return Ok(None) };
             if !acls.iter().any(|a| &a.name == n.get_ref()) {
                 return Err(self.err(
@@ -223,16 +242,16 @@ impl At<'_> {
             }
             Ok(Some(n.get_ref().clone()))
         };
-        let urpf = match &r.urpf {
+        let urpf = match urpf {
             None => Urpf::Off,
             Some(u) => Urpf::parse(u.get_ref())
                 .map_err(|m| self.err(u.span().start, format!("interface[{i}].urpf"), m))?,
         };
         Ok(FilterConfig {
-            acl_in: list(&r.acl_in, "acl_in")?,
-            acl_out: list(&r.acl_out, "acl_out")?,
+            acl_in: list(lists[0], "acl_in")?,
+            acl_out: list(lists[1], "acl_out")?,
             urpf,
-            urpf_allow_default: r.urpf_allow_default.as_ref().is_some_and(|b| *b.get_ref()),
+            urpf_allow_default: allow_default.is_some_and(|b| *b.get_ref()),
         })
     }
 }

@@ -1245,3 +1245,69 @@ fn a_stopping_active_lb_hands_the_network_over_at_once() {
         .withdraw_hand_over
         .load(std::sync::atomic::Ordering::Relaxed));
 }
+
+/// The external port's `acl_in` runs before balancing (a denied frame never reaches a
+/// back-end), its `acl_out` on what leaves by it; counted per rule and port.
+#[test]
+fn access_lists_filter_before_balancing_and_on_the_way_out() {
+    use crate::acl::{Acl, Action as A, Binding, FilterShare, Filters, Net, Rule as R};
+    let (mut b, now) = lb(Mode::Maglev);
+    let mut deny = R::any(A::Deny);
+    deny.protocol = Some(17);
+    deny.dst_port = Some((80, 80));
+    let mut out = R::any(A::Deny);
+    out.dst = Some(Net::parse("10.1.0.66").unwrap());
+    let lists = vec![
+        Acl {
+            name: "in".into(),
+            default: A::Permit,
+            rules: vec![deny],
+        },
+        Acl {
+            name: "out".into(),
+            default: A::Permit,
+            rules: vec![out],
+        },
+    ];
+    let bind = Binding {
+        acl_in: Some(0),
+        acl_out: Some(1),
+        ..Default::default()
+    };
+    let f = Filters::new(
+        lists,
+        vec![bind, Binding::default()],
+        vec!["ext".into(), "int".into()],
+        None,
+    );
+    b.filters = FilterShare::new(f);
+    assert!(run(&mut b, now, 0, udp(5000, 80)).is_empty());
+    assert_eq!(b.counters.drops(Drop::AclDeny), 1);
+    assert_eq!(run(&mut b, now, 0, udp(5000, 81)).len(), 1);
+    // Int-to-ext: out of VLAN 10's port, to 10.1.0.66 denied, to 10.1.0.10 not.
+    let from_inside = |dst: &str| {
+        let f = UdpFrame {
+            eth_dst: HOST,
+            eth_src: be(1),
+            src: ip("10.2.0.10"),
+            dst: ip(dst),
+            src_port: 80,
+            dst_port: 5000,
+            ttl: 63,
+            payload: &[0; 18],
+            ..Default::default()
+        }
+        .to_vec();
+        tag(f, 10)
+    };
+    assert!(run(&mut b, now, 1, from_inside("10.1.0.66")).is_empty());
+    assert_eq!(run(&mut b, now, 1, from_inside("10.1.0.10")).len(), 1);
+    let fl = b.filters.load();
+    assert_eq!(fl.lists[0].counts[0].get().0, 1);
+    assert_eq!(fl.lists[1].counts[0].get().0, 1);
+    assert_eq!(
+        (fl.drops[0].acl_in.get().0, fl.drops[0].acl_out.get().0),
+        (1, 1)
+    );
+    assert_eq!(b.counters.drops(Drop::AclDeny), 2);
+}
