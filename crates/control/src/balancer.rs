@@ -551,6 +551,38 @@ fn lb_interface(
     Ok(ifc)
 }
 
+/// `view` with the LB's filters' counts (`show acl`'s answer, for `/metrics`); the fast
+/// path's frames and denials folded into `b`'s counters (the first worker's).
+fn lb_view(
+    view: crate::metrics::Source,
+    b: &Balancer,
+    fast: Option<&crate::lbfast::LbFast>,
+) -> crate::metrics::Source {
+    let fp = fast.map(|fl| fl.fp.clone());
+    if let (Some(fl), Some(fp)) = (fast, fp.clone()) {
+        let stats = fp.clone();
+        crate::fast::fold(&b.counters, &fl.names, move || stats.stats());
+        b.counters.fold_fast_drops(Arc::new(move || {
+            vec![(
+                dataplane::counters::Drop::AclDeny,
+                crate::lbfast::LbFast::filter_denied(&fp),
+            )]
+        }));
+    }
+    let share = b.filters.clone();
+    Arc::new(move || {
+        let mut v = view();
+        let fl = share.load();
+        if let (Some(e), false) = (v.first_mut(), fl.lists.is_empty()) {
+            let counts = fp
+                .as_ref()
+                .map(|fp| crate::lbfast::LbFast::filter_counts(fp, &fl));
+            e.filters = Some(crate::filters::show(&fl, counts));
+        }
+        v
+    })
+}
+
 /// An LB interface's filter keys: lists on external interfaces only, no reverse-path
 /// check (it needs routes, which the back-ends hold: set `urpf` on their sub-interfaces),
 /// no `reject` (the LB sends no ICMP errors yet).
@@ -890,10 +922,6 @@ pub fn run<P: Port + Send>(
     }
     Balancer::connect_workers(&mut all);
     let mut b = all.remove(0);
-    if let Some(fl) = &fast {
-        let fp = fl.fp.clone();
-        crate::fast::fold(&b.counters, &fl.names, move || fp.stats());
-    }
     let all_counters: Vec<Arc<dataplane::Counters>> = std::iter::once(b.counters.clone())
         .chain(all.iter().map(|w| w.counters.clone()))
         .collect();
@@ -904,17 +932,7 @@ pub fn run<P: Port + Send>(
     b.report.name = Some(name.clone());
     let view = crate::metrics::element_source(all_counters.clone(), name, "balancer", external);
     let filters = b.filters.clone();
-    let view: crate::metrics::Source = {
-        let share = filters.clone();
-        Arc::new(move || {
-            let mut v = view();
-            let fl = share.load();
-            if let (Some(e), false) = (v.first_mut(), fl.lists.is_empty()) {
-                e.filters = Some(crate::filters::show(&fl, None));
-            }
-            v
-        })
-    };
+    let view = lb_view(view, &b, fast.as_ref());
     let metrics = crate::metrics::MetricsSlot::start(metrics, &view)?;
     let (qtx, qrx) = mpsc::channel::<Query>();
     let ctl = LbControl {

@@ -56,10 +56,10 @@ pub fn rule_text(r: &Rule) -> String {
     s.join(", ")
 }
 
-/// `show acl`: `f`'s lists and interfaces, with the fast path's counts added where there
-/// is one.
-pub fn show(f: &Filters, fast: Option<&crate::fast::ForwarderFast>) -> Value {
-    let (fast_rules, fast_ifaces) = fast.map(|fl| fl.filter_counts(f)).unwrap_or_default();
+/// `show acl`: `f`'s lists and interfaces, with the fast path's counts of them added where
+/// there is one (`crate::fast::ForwarderFast::filter_counts`, `LbFast::filter_counts`).
+pub fn show(f: &Filters, fast: Option<crate::fast::FilterCounts>) -> Value {
+    let (fast_rules, fast_ifaces) = fast.unwrap_or_default();
     let lists: Vec<Value> = f
         .lists
         .iter()

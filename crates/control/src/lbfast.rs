@@ -24,6 +24,8 @@ pub struct LbFast {
     /// The LB state's version, the ports' egress version and the filters' version last
     /// published.
     published: Option<(u64, u64, u64)>,
+    /// The filters last written to the fast path.
+    filters_written: Option<std::sync::Arc<dataplane::acl::Filters>>,
     /// Whether each port's device takes frames redirected in XDP ([`LbFast::watch_egress`]).
     pub egress: Arc<std::sync::OnceLock<io::egress::EgressWatch>>,
     /// When the counters were last read.
@@ -53,6 +55,7 @@ impl LbFast {
             ids: HashMap::new(),
             last: Vec::new(),
             published: None,
+            filters_written: None,
             egress: Arc::default(),
             read: Instant::now()
                 .checked_sub(COUNTS_INTERVAL)
@@ -151,18 +154,24 @@ impl LbFast {
     pub fn publish(&mut self, b: &Balancer) -> Result<(), String> {
         let filters = b.filters.load();
         let version = (b.state_version(), self.fp.egress_version(), filters.version);
+        if self.published.is_none_or(|p| p.2 != filters.version) {
+            // The filters, a generation at a time (the counts of the one left kept in the
+            // rules' counters, which `old` shares with these for the rules kept).
+            let old = self.filters_written.take();
+            if let Err(e) = self.set_filters(&filters, old.as_deref()) {
+                tracing::warn!(error = %e, "LB fast path: filters not written");
+            }
+            self.filters_written = Some(filters.clone());
+        }
         if self.published == Some(version) {
             return Ok(());
         }
         let ports: Vec<LbPortState> = b
             .ports
             .iter()
-            .enumerate()
-            .map(|(i, p)| LbPortState {
+            .map(|p| LbPortState {
                 mac: p.mac.0,
-                // An external port that filters is user space's, both ways (the LB's
-                // programs do not run the lists yet: docs/filters.md).
-                external: p.role == PortRole::External && !filters.binding(i as u16).is_set(),
+                external: p.role == PortRole::External,
                 internal: p.role == PortRole::Internal,
                 vlan: p.vlan,
                 addr: p.addr,
@@ -234,6 +243,43 @@ impl LbFast {
     }
 
     /// The fast path's counters, as `show counters` prints them under `fast_path`.
+    /// Makes `f` the fast path's filters (the LB's ports are its interfaces, in order);
+    /// the counts of `old`'s generation kept in its rules' counters.
+    fn set_filters(
+        &self,
+        f: &dataplane::acl::Filters,
+        old: Option<&dataplane::acl::Filters>,
+    ) -> Result<(), String> {
+        let port_of: Vec<Option<(u16, u16)>> =
+            (0..f.bindings.len()).map(|i| Some((i as u16, 0))).collect();
+        let mut a = self.fp.acl.lock().map_err(|_| "fast path poisoned")?;
+        a.write(f, &port_of, old)
+    }
+
+    /// What the LB's fast path counted of `f` (the filters in use): per list and rule, and
+    /// per port (denied in, denied out).
+    pub fn filter_counts(
+        fp: &LbFastPath,
+        f: &dataplane::acl::Filters,
+    ) -> crate::fast::FilterCounts {
+        let Ok(a) = fp.acl.lock() else {
+            return Default::default();
+        };
+        let ports = a
+            .drops()
+            .into_iter()
+            .map(|d| [d[0], d[1], (0, 0)])
+            .collect();
+        (a.rule_counts(f), ports)
+    }
+
+    /// The fast path's denials, for `acl_deny`.
+    pub fn filter_denied(fp: &LbFastPath) -> u64 {
+        fp.acl
+            .lock()
+            .map_or(0, |a| a.drops().iter().map(|d| d[0].0 + d[1].0).sum())
+    }
+
     pub fn counters(fp: &LbFastPath, names: &[String]) -> Value {
         crate::fast::stats_json(names, &fp.stats())
     }
@@ -531,6 +577,14 @@ mod tests {
                 Verdict::ToUserSpace => {
                     assert_eq!(out, frame, "changed a frame it left to user space");
                 }
+                Verdict::Drop if self.b.filters.load().any() => {
+                    // Denied by a port's list: user space denies it too.
+                    assert!(
+                        sent.is_empty(),
+                        "the fast path dropped, user space sent: {frame:02x?}"
+                    );
+                    self.fast += 1;
+                }
                 other => panic!("verdict {other:?} on {frame:02x?}"),
             }
             for (_, p) in sent {
@@ -732,6 +786,99 @@ mod tests {
             handed,
             "handed to tcx"
         );
+    }
+
+    /// The external ports' access lists in the fast path decide as user space's: denied
+    /// frames dropped before balancing (and on the way out), permitted ones balanced, the
+    /// rules' counts of both paths the frames each decided.
+    #[test]
+    fn the_lb_fast_path_filters_as_the_lb() {
+        use dataplane::acl::{Acl, Action as A, Binding, FilterShare, Filters, Net, Rule as R};
+        let mut k = Check::new(dataplane::balancer::Mode::Maglev, vec![]);
+        let mut dns = R::any(A::Deny);
+        dns.protocol = Some(17);
+        dns.dst_port = Some((53, 53));
+        let mut to66 = R::any(A::Deny);
+        to66.dst = Some(Net::parse("10.2.0.66").unwrap());
+        let lists = vec![
+            Acl {
+                name: "in".into(),
+                default: A::Permit,
+                rules: vec![dns],
+            },
+            Acl {
+                name: "out".into(),
+                default: A::Permit,
+                rules: vec![to66],
+            },
+        ];
+        let a = Binding {
+            acl_in: Some(0),
+            ..Default::default()
+        };
+        let b = Binding {
+            acl_out: Some(1),
+            ..Default::default()
+        };
+        let names = k.b.ports.iter().map(|p| p.name.clone()).collect();
+        k.b.filters = FilterShare::new(Filters::new(
+            lists,
+            vec![a, b, Binding::default()],
+            names,
+            None,
+        ));
+        k.link.publish(&k.b).unwrap();
+        let cases = [
+            (
+                0,
+                frame(EXT_A, None, 17, [192, 0, 2, 1], (1000, 53)),
+                "drop",
+            ),
+            (
+                0,
+                frame(EXT_A, None, 17, [192, 0, 2, 1], (1000, 54)),
+                "fast",
+            ),
+            (
+                1,
+                frame(EXT_B, None, 17, [192, 0, 2, 1], (1000, 53)),
+                "fast",
+            ), // no list on B in
+            (
+                2,
+                frame(HOST, Some(20), 17, [10, 2, 0, 66], (53, 1000)),
+                "drop",
+            ),
+            (
+                2,
+                frame(HOST, Some(20), 17, [10, 2, 0, 67], (53, 1000)),
+                "fast",
+            ),
+        ];
+        for (port, f, what) in &cases {
+            let before = (
+                k.fast,
+                k.b.counters.drops(dataplane::counters::Drop::AclDeny),
+            );
+            k.frame(*port, f);
+            let denied = k.b.counters.drops(dataplane::counters::Drop::AclDeny) - before.1;
+            let fast = k.fast - before.0;
+            let got = match (fast, denied) {
+                (1, 1) => "drop",
+                (1, 0) => "fast",
+                _ => "user",
+            };
+            assert_eq!(got, *what, "{f:02x?}");
+        }
+        let fl = k.b.filters.load();
+        let (fast, ports) = LbFast::filter_counts(&k.link.fp, &fl);
+        // Both paths ran every frame: each counted it.
+        assert_eq!((fl.lists[0].counts[0].get().0, fast[0][0].0), (1, 1));
+        assert_eq!((fl.lists[0].counts[1].get().0, fast[0][1].0), (1, 1));
+        assert_eq!((fl.lists[1].counts[0].get().0, fast[1][0].0), (1, 1));
+        assert_eq!((fl.lists[1].counts[1].get().0, fast[1][1].0), (1, 1));
+        assert_eq!((ports[0][0].0, ports[1][1].0), (1, 1));
+        assert_eq!(LbFast::filter_denied(&k.link.fp), 2);
     }
 
     /// Where no port takes frames redirected in XDP (veths whose peers run no NAPI), the

@@ -586,7 +586,10 @@ fn with_filters(
         let mut v = view();
         let fl = share.load();
         if let (Some(e), false) = (v.first_mut(), fl.lists.is_empty() && !fl.any()) {
-            e.filters = Some(crate::filters::show(&fl, fast.as_ref()));
+            e.filters = Some(crate::filters::show(
+                &fl,
+                fast.as_ref().map(|x| x.filter_counts(&fl)),
+            ));
         }
         v
     }))

@@ -199,11 +199,14 @@ static long acl_tuple_step(__u32 i, void *arg)
 	return acl_step(i, arg);
 }
 
-/* The key of the packet at ip (its header checked by check_ipv4 or check_ipv6: 20 bytes
- * of IPv4 without options or 40 of IPv6 followed by TCP, UDP or ICMPv6, no fragment). */
-static __always_inline void acl_key_of(struct acl_key *k, const __u8 *ip, void *end, int v6)
+/* The key of the packet at ip (its header checked by the caller: 20 bytes of IPv4 without
+ * options or 40 of IPv6 followed by TCP, UDP or ICMPv6, no fragment). -1 where the header
+ * is not there (cannot happen after those checks; the verifier asks). */
+static __always_inline int acl_key_of(struct acl_key *k, const __u8 *ip, void *end, int v6)
 {
 	__builtin_memset(k, 0, sizeof(*k));
+	if ((void *)(ip + (v6 ? 40 : 20)) > end)
+		return -1;
 	const __u8 *l4;
 	__u8 icmp;
 	if (v6) {
@@ -236,6 +239,7 @@ static __always_inline void acl_key_of(struct acl_key *k, const __u8 *ip, void *
 		k->sport = bpf_htons(l4[0]);
 		k->dport = bpf_htons(l4[1]);
 	}
+	return 0;
 }
 
 /* List `list` (plus 1) of generation `gen`'s decision on the walk's key (built by the

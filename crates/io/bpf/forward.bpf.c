@@ -716,7 +716,8 @@ static __always_inline int filter(__u8 *p, void *end, int v6, int tagged, struct
 	if (!in_list && !out_list)
 		return GO_ON;
 	struct acl_walk w;
-	acl_key_of(&w.key, p + 14, end, v6);
+	if (acl_key_of(&w.key, p + 14, end, v6))
+		return SLOW;
 	if (in_list) {
 		__u32 a = acl_decide(&w, gen, in_list, in_slot);
 		if (a == ACL_REJECT)

@@ -27,13 +27,15 @@
  * Maps (the LB's, shared by its ports' programs): lb_state (an array of maps whose one
  * table of u64 words holds the ports, VLAN ids, back-ends, hand-off words and slots, laid
  * out as io::fastpath::lb says, replaced whole when it changes), tx_ports, stats (per port
- * and CPU), lb_counts (per back-end counter id and CPU), lb_deadline (the time after which
+ * and CPU), the filters' maps (acl.h: the external ports' access lists, before balancing
+ * and on the way out), lb_counts (per back-end counter id and CPU), lb_deadline (the time after which
  * the program takes nothing: an LB that hands over and never comes back), xsks (this
  * port's AF_XDP sockets, by receive queue).
  * Told at load (struct lb_config): the port, its MAC, the classifier's rules that may
  * match an IPv4 or an IPv6 TCP or UDP frame, in their order, and the port's IPv6 addresses.
  */
 #include "fastpath.h"
+#include "acl.h"
 
 /* The state's layout (io::fastpath::lb: PORT_BASE, VLAN_BASE, ENTRY_BASE, HANDOFF_BASE,
  * SLOT_BASE) and bounds. */
@@ -390,13 +392,56 @@ static __always_inline int balance(struct xdp_md *ctx, void *state, __u64 me, __
 	return send(ctx, port, handoff);
 }
 
+/* The access list of external port `port` (acl.h; docs/filters.md): `acl_in` on what comes
+ * in there (`out` 0), `acl_out` on what leaves by it (`out` 1), on the packet at `ip` (the
+ * checks of ipv4_fast or ipv6_fast passed). 0: permitted (its rule's counters to *slot,
+ * ACL_NO_SLOT where no list applies); 1: denied (counted); -1: user space's. */
+static __always_inline int lb_filter(const __u8 *ip, void *end, int v6, __u32 port, int out,
+				     __u64 len, __u32 *slot)
+{
+	__u32 k = 0;
+	struct acl_state *st = bpf_map_lookup_elem(&acl_state, &k);
+	if (!st || !st->gen)
+		return 0;
+	__u32 gen = st->gen & 3;
+	if (gen != 1 && gen != 2)
+		return -1;
+	k = (gen - 1) * st->nports + port;
+	struct acl_port *b = bpf_map_lookup_elem(&acl_ports, &k);
+	if (!b)
+		return -1;
+	__u32 list = out ? b->out : b->in;
+	if (!list)
+		return 0;
+	struct acl_walk w;
+	if (acl_key_of(&w.key, ip, end, v6))
+		return -1;
+	__u32 a = acl_decide(&w, gen, list, slot);
+	if (a == ACL_DENY) {
+		acl_count(&acl_counts, *slot, len);
+		acl_count(&acl_drops, port * 4 + out, len);
+		return 1;
+	}
+	return a == ACL_PERMIT ? 0 : -1;
+}
+
 /* Sends the packet tagged with `vid` out of the external port of that VLAN: the tag comes
  * out, the source MAC becomes the port's. -1: user space's; else the verdict. */
-static __always_inline int to_external(struct xdp_md *ctx, void *state, __u32 vid)
+static __always_inline int to_external(struct xdp_md *ctx, void *state, __u32 vid, int v6)
 {
 	long port = packed(state, VLAN_BASE, vid);
 	if (port < 0 || port >= MAX_PORTS)
 		return -1; /* no external port has it */
+	__u32 slot = ACL_NO_SLOT;
+	{
+		__u8 *d = (void *)(long)ctx->data;
+		void *e = (void *)(long)ctx->data_end;
+		if ((void *)(d + 18) > e)
+			return -1;
+		int f = lb_filter(d + 18, e, v6, port, 1, e - (void *)d - 4, &slot);
+		if (f)
+			return f > 0 ? XDP_DROP : -1;
+	}
 	__u64 *w = word(state, PORT_BASE + 2 * port);
 	if (!w)
 		return -1;
@@ -421,6 +466,8 @@ static __always_inline int to_external(struct xdp_md *ctx, void *state, __u32 vi
 		return XDP_ABORTED;
 	*(__u32 *)(p + 6) = mac;
 	*(__u16 *)(p + 10) = mac >> 32;
+	if (slot != ACL_NO_SLOT)
+		acl_count(&acl_counts, slot, (void *)(long)ctx->data_end - (void *)p);
 	return send(ctx, port, handoff);
 }
 
@@ -455,12 +502,20 @@ static __always_inline int fast(struct xdp_md *ctx)
 		if ((cfg.mac & 1) || mac_key(p) != cfg.mac)
 			return -1; /* not to our MAC */
 		__u8 *ip = p + 14;
+		__u32 slot = ACL_NO_SLOT;
+		int f, r;
 		if (type == bpf_htons(0x86dd)) {
 			if ((void *)(ip + 40) > end || !ipv6_fast(ip, end, EXT6))
 				return -1;
 			if (offload_left_ipv6(ip, end))
 				return -1; /* user space fills the checksum in */
-			return balance(ctx, state, me, flow_hash6(ip, end));
+			f = lb_filter(ip, end, 1, cfg.port, 0, end - (void *)p, &slot);
+			if (f)
+				return f > 0 ? XDP_DROP : -1;
+			r = balance(ctx, state, me, flow_hash6(ip, end));
+			if (r >= 0 && slot != ACL_NO_SLOT)
+				acl_count(&acl_counts, slot, end - (void *)p);
+			return r;
 		}
 		if (type != bpf_htons(0x0800) || !ipv4_fast(ip, end, addr, EXT4))
 			return -1; /* tagged ones are dropped in user space */
@@ -470,7 +525,13 @@ static __always_inline int fast(struct xdp_md *ctx)
 		__u32 len = bpf_ntohs(*(__u16 *)(ip + 2));
 		if (offload_left_ipv4(ip, end, len))
 			return -1; /* left to offload, or cut short */
-		return balance(ctx, state, me, flow_hash(ip, end));
+		f = lb_filter(ip, end, 0, cfg.port, 0, end - (void *)p, &slot);
+		if (f)
+			return f > 0 ? XDP_DROP : -1;
+		r = balance(ctx, state, me, flow_hash(ip, end));
+		if (r >= 0 && slot != ACL_NO_SLOT)
+			acl_count(&acl_counts, slot, end - (void *)p);
+		return r;
 	}
 	if (me >> 60 == ROLE_INTERNAL) {
 		/* From inside: out of the external port of the frame's VLAN. */
@@ -478,13 +539,14 @@ static __always_inline int fast(struct xdp_md *ctx)
 			return -1; /* untagged: user space drops it */
 		__u16 inner = *(__u16 *)(p + 16);
 		__u8 *ip = p + 18;
-		if (inner == bpf_htons(0x86dd)) {
+		int v6 = inner == bpf_htons(0x86dd);
+		if (v6) {
 			if (!ipv6_fast(ip, end, INT6))
 				return -1;
 		} else if (inner != bpf_htons(0x0800) || !ipv4_fast(ip, end, addr, INT4)) {
 			return -1;
 		}
-		return to_external(ctx, state, bpf_ntohs(*(__u16 *)(p + 14)) & 0xfff);
+		return to_external(ctx, state, bpf_ntohs(*(__u16 *)(p + 14)) & 0xfff, v6);
 	}
 	return -1;
 }

@@ -153,7 +153,11 @@ impl LbControl {
             );
             Ok(v)
         }
-        "acl" => Ok(crate::filters::show(&self.filters.load(), None)),
+        "acl" => {
+            let f = self.filters.load();
+            let counts = self.fast_view.as_ref().map(|(fp, _, _)| crate::lbfast::LbFast::filter_counts(fp, &f));
+            Ok(crate::filters::show(&f, counts))
+        }
         "describe" => serde_json::to_value(dataplane::counters::descriptions_for(self.counters.role))
             .map_err(|e| e.to_string()),
         "router" => Ok(crate::metrics::router_json(&(self.view)())),

@@ -339,7 +339,10 @@ impl Control {
                 tracing::info!(file = %c.path.display(), "config reloaded");
                 Ok(v)
             }
-            "acl" => Ok(crate::filters::show(&self.filters.load(), self.fast.as_ref())),
+            "acl" => {
+                let f = self.filters.load();
+                Ok(crate::filters::show(&f, self.fast.as_ref().map(|fl| fl.filter_counts(&f))))
+            }
             "counters" => {
                 let mut v = workers_counters(&self.all_counters)?;
                 if let Some(fl) = &self.fast {

@@ -148,6 +148,8 @@ pub struct LbFastPath {
     handoff: std::sync::atomic::AtomicBool,
     /// The ports' interface indexes, in port order.
     ifindexes: Vec<u32>,
+    /// The external ports' filters (`bpf/acl.h`; ports are the LB's interfaces, in order).
+    pub acl: std::sync::Mutex<super::acl::AclMaps>,
 }
 
 impl LbFastPath {
@@ -263,6 +265,7 @@ impl LbFastPath {
             suspended: std::sync::atomic::AtomicBool::new(false),
             handoff: std::sync::atomic::AtomicBool::new(false),
             ifindexes,
+            acl: std::sync::Mutex::new(super::acl::AclMaps::new(n)?),
         };
         me.publish(&[], &[], &[])?;
         Ok(me)
@@ -369,20 +372,23 @@ impl LbFastPath {
         let config = config(f)?;
         // SAFETY: `xsk` is the port's socket map, open for the whole call (the caller's).
         let xsk = unsafe { BorrowedFd::borrow_raw(xsk) };
+        let acl = self.acl.lock().unwrap_or_else(|e| e.into_inner());
+        let mut reuse = vec![
+            ("lb_state", self.state.as_fd()),
+            ("tx_ports", self.tx.as_fd()),
+            ("stats", self.stats.as_fd()),
+            ("lb_counts", self.counts.as_fd()),
+            ("lb_deadline", self.deadline.as_fd()),
+            ("xsks", xsk),
+        ];
+        reuse.extend(acl.fds());
         let obj = crate::bpfobj::load(
             OBJECT,
             "the LB's fast path",
             crate::bpfobj::Load {
                 name: "lb",
                 config: Some(crate::bpfobj::config_bytes(&*config)),
-                reuse: &[
-                    ("lb_state", self.state.as_fd()),
-                    ("tx_ports", self.tx.as_fd()),
-                    ("stats", self.stats.as_fd()),
-                    ("lb_counts", self.counts.as_fd()),
-                    ("lb_deadline", self.deadline.as_fd()),
-                    ("xsks", xsk),
-                ],
+                reuse: &reuse,
                 ..Default::default()
             },
         )?;
