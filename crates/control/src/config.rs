@@ -80,7 +80,7 @@ mod filters;
 pub use common::{read_dist_key, write_new_dist_key, DistConfig, IoConfig, DEFAULT_DIST_MAX_AGE_S};
 pub(crate) use common::{RawDist, RawIo, RawMetrics};
 pub use filters::FilterConfig;
-pub(crate) use filters::{RawAcl, RELOADABLE_IN_INTERFACE};
+pub(crate) use filters::{filters_of, RawAcl, RELOADABLE_IN_INTERFACE};
 
 /// A configuration error: where, which key, what.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! them and their counts (user space's and the fast path's together), and per interface its
 //! lists, its reverse-path mode and its drops.
 
-use dataplane::acl::{Filters, Net, Rule};
+use dataplane::acl::{FilterShare, Filters, Net, Rule};
 use serde_json::{json, Value};
 
 /// A rule as its `[[acl.rule]]` writes it, on one line.
@@ -120,4 +120,21 @@ pub fn show(f: &Filters, fast: Option<crate::fast::FilterCounts>) -> Value {
         })
         .collect();
     json!({ "version": f.version, "lists": lists, "interfaces": ifaces })
+}
+
+/// `view` with `show acl`'s answer on its element (for `/metrics`) wherever the element has
+/// filters; `counts` gives the fast path's counts of the filters in use, if it runs.
+pub fn view_with(
+    view: crate::metrics::Source,
+    share: FilterShare,
+    counts: impl Fn(&Filters) -> Option<crate::fast::FilterCounts> + Send + Sync + 'static,
+) -> crate::metrics::Source {
+    std::sync::Arc::new(move || {
+        let mut v = view();
+        let fl = share.load();
+        if let (Some(e), false) = (v.first_mut(), fl.lists.is_empty() && !fl.any()) {
+            e.filters = Some(show(&fl, counts(&fl)));
+        }
+        v
+    })
 }

@@ -582,16 +582,8 @@ fn with_filters(
             ]
         }));
     }
-    Ok(Arc::new(move || {
-        let mut v = view();
-        let fl = share.load();
-        if let (Some(e), false) = (v.first_mut(), fl.lists.is_empty() && !fl.any()) {
-            e.filters = Some(crate::filters::show(
-                &fl,
-                fast.as_ref().map(|x| x.filter_counts(&fl)),
-            ));
-        }
-        v
+    Ok(crate::filters::view_with(view, share, move |fl| {
+        fast.as_ref().map(|x| x.filter_counts(fl))
     }))
 }
 

@@ -111,7 +111,7 @@ impl LbControl {
             // first worker's next pass: a port that filters is user space's).
             let old = self.filters.load();
             let filters = f.filters(Some(&old));
-            let filters_changed = filters.lists.iter().map(|l| &l.acl).ne(old.lists.iter().map(|l| &l.acl)) || filters.bindings != old.bindings;
+            let filters_changed = filters.differs(&old);
             if filters_changed {
                 self.filters.store(filters);
                 tracing::info!(lists = f.acls.len(), "filters reloaded");

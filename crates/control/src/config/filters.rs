@@ -256,19 +256,25 @@ impl At<'_> {
     }
 }
 
+/// The filters of a config's `acls` and its interfaces' (name, filter keys), keeping the
+/// counters of `previous` where a rule or an interface is the same (a reload).
+pub(crate) fn filters_of<'a>(
+    acls: &[Acl],
+    interfaces: impl Iterator<Item = (&'a String, &'a FilterConfig)>,
+    previous: Option<&acl::Filters>,
+) -> acl::Filters {
+    let (names, bindings): (Vec<String>, Vec<Binding>) = interfaces
+        .map(|(n, f)| (n.clone(), f.binding(acls)))
+        .unzip();
+    acl::Filters::new(acls.to_vec(), bindings, names, previous)
+}
+
 impl ForwarderFile {
     /// The filters this file configures, keeping the counters of `previous` where a rule
     /// or an interface is the same (a reload).
     pub fn filters(&self, previous: Option<&acl::Filters>) -> acl::Filters {
-        acl::Filters::new(
-            self.acls.clone(),
-            self.interfaces
-                .iter()
-                .map(|i| i.filter.binding(&self.acls))
-                .collect(),
-            self.interfaces.iter().map(|i| i.name.clone()).collect(),
-            previous,
-        )
+        let ifaces = self.interfaces.iter().map(|i| (&i.name, &i.filter));
+        filters_of(&self.acls, ifaces, previous)
     }
 }
 

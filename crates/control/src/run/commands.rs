@@ -309,7 +309,7 @@ impl Control {
                 if let Some(fl) = &self.fast {
                     fl.check_filters(&filters).map_err(|e| format!("{}: {e}; nothing changed", c.path.display()))?;
                 }
-                let changed_filters = filters.lists.iter().map(|l| &l.acl).ne(old.lists.iter().map(|l| &l.acl)) || filters.bindings != old.bindings;
+                let changed_filters = filters.differs(&old);
                 if changed_filters {
                     if let Some(fl) = &self.fast {
                         fl.set_filters(&filters, Some(&old)).map_err(|e| format!("{}: {e}; nothing changed", c.path.display()))?;

@@ -171,6 +171,16 @@ impl Filters {
         }
     }
 
+    /// Whether `other` has other lists or bindings (counters and versions aside).
+    pub fn differs(&self, other: &Filters) -> bool {
+        self.bindings != other.bindings
+            || self
+                .lists
+                .iter()
+                .map(|l| &l.acl)
+                .ne(other.lists.iter().map(|l| &l.acl))
+    }
+
     /// Whether any interface filters anything.
     pub fn any(&self) -> bool {
         self.bindings.iter().any(Binding::is_set)
