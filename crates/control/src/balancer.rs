@@ -812,12 +812,12 @@ fn take_over(
 fn as_started(
     config: Option<&Path>,
     io: crate::config::IoConfig,
-) -> (Option<String>, Mutex<Option<BalancerFile>>) {
+) -> (Option<String>, Arc<Mutex<Option<BalancerFile>>>) {
     let text = config.and_then(|p| std::fs::read_to_string(p).ok());
     let running = config
         .and_then(|p| BalancerFile::load(p).ok())
         .map(|f| BalancerFile { io, ..f });
-    (text, Mutex::new(running))
+    (text, Arc::new(Mutex::new(running)))
 }
 
 /// How [`run`] runs the LB: its `[io]` and `[metrics]` settings, the names of its external
@@ -917,6 +917,18 @@ pub fn run<P: Port + Send>(
     b.report.name = Some(name.clone());
     let view = crate::metrics::element_source(all_counters.clone(), name, "balancer", external);
     let filters = b.filters.clone();
+    // The router's filters from the controller (docs/filters.md).
+    let held = crate::remote_filters::HeldShare::default();
+    {
+        let (link, fctl) = dataplane::acl::remote::FilterLink::pair();
+        b.filter_input.link = Some(link);
+        let (r, share) = (running.clone(), filters.clone());
+        let apply = move |set: Option<&crate::config::RouterFilters>| {
+            control::apply_filters(&r, &share, set).map(|_| ())
+        };
+        crate::remote_filters::serve(fctl, held.clone(), apply, stop.clone())
+            .map_err(|e| e.to_string())?;
+    }
     let view = lb_view(view, &b, fast.as_ref());
     let metrics = crate::metrics::MetricsSlot::start(metrics, &view)?;
     let (qtx, qrx) = mpsc::channel::<Query>();
@@ -934,6 +946,7 @@ pub fn run<P: Port + Send>(
         fast_off,
         programs,
         filters,
+        held,
     };
     let _server = {
         {

@@ -13,6 +13,7 @@ pub mod filters;
 pub mod fuzzing;
 pub mod lbfast;
 pub mod metrics;
+pub mod remote_filters;
 pub mod routes;
 pub mod run;
 pub mod showconfig;

@@ -144,6 +144,12 @@ pub fn router_json(elements: &[ElementCounters]) -> Value {
             "tx_packets": t.tx_packets,
             "tx_bytes": t.tx_bytes,
             "dropped": t.drops.values().sum::<u64>(),
+            // The router's filters' drops as one: denied and rejected by its access lists,
+            // failed its reverse-path checks, wherever they ran.
+            "filtered": dataplane::Drop::FILTERS
+                .iter()
+                .map(|d| t.drops.get(d.name()).copied().unwrap_or(0))
+                .sum::<u64>(),
             "drops": t.drops,
         },
         "external_ports": ports,

@@ -403,12 +403,27 @@ pub fn run<P: Port + Send>(
     let fast6 = fast.clone();
     // A back-end takes routes from the controller on a thread of its own (see distrib).
     let writer = start_writer(&mut f, &routes, fast.as_ref(), &stop)?;
+    let running = Arc::new(Mutex::new(cfg.clone()));
+    // A back-end takes the router's filters from the controller too (its reverse-path
+    // checks; docs/filters.md).
+    let held = crate::remote_filters::HeldShare::default();
+    if writer.is_some() {
+        let (link, fctl) = dataplane::acl::remote::FilterLink::pair();
+        f.filter_input.link = Some(link);
+        let (r, share, fl) = (running.clone(), f.filter_share().clone(), fast.clone());
+        let apply = move |set: Option<&crate::config::RouterFilters>| {
+            commands::apply_filters(&r, &share, fl.as_ref(), set).map(|_| ())
+        };
+        crate::remote_filters::serve(fctl, held.clone(), apply, stop.clone())
+            .map_err(|e| e.to_string())?;
+    }
     let ctl = Control {
         // The config file as this forwarder started from it, for `reload` to compare with.
         started_text: cfg
             .as_ref()
             .and_then(|c| std::fs::read_to_string(&c.path).ok()),
-        running: Mutex::new(cfg.clone()),
+        running,
+        held,
         cfg,
         asker: Mutex::new(qtx),
         counters: counters.clone(),

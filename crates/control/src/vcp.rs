@@ -75,8 +75,10 @@ mod fpm_reader;
 use fpm_reader::unix_secs;
 pub use fpm_reader::{serve_fpm, take_over, FpmState, FpmStats, Shared, FPM_INITIAL_QUIET};
 
+mod filters;
 mod run;
 mod show;
+pub use filters::{FilterDist, FILTERS_RESEND};
 pub use run::{run, Report};
 
 /// Default `[fpm] settle_ms`. After zebra restarts, it reconnects to FPM and sends its
@@ -156,6 +158,8 @@ pub struct ControllerStats {
     pub acks_unknown: u64,
     pub routes_messages_sent: u64,
     pub balance_messages_sent: u64,
+    /// Chunks of the router's filters sent to the LBs and back-ends.
+    pub filter_messages_sent: u64,
     pub hellos_sent: u64,
     /// Frames from the LBs (tagged with an external network's VLAN) written to its TAP.
     pub tap_in: u64,
@@ -287,6 +291,8 @@ pub struct Controller {
     lb_incarnations: BTreeMap<MacAddr, u64>,
     /// Back-ends being drained (`tessera drain`): out of the LBs' tables.
     pub drains: crate::drain::Drains,
+    /// The router's filters and every element's state of them.
+    pub filters: FilterDist,
 }
 
 impl Controller {
@@ -336,6 +342,7 @@ impl Controller {
             balance_digests: BTreeMap::new(),
             lb_incarnations: BTreeMap::new(),
             drains: Default::default(),
+            filters: FilterDist::new(Default::default()),
         }
         .with_incarnation(dist::new_incarnation())
     }
@@ -604,6 +611,10 @@ impl Controller {
                     let current = self.lbs_current();
                     self.drains.on_report(src, done, current, now);
                 }
+            }
+            dist::Message::FiltersAck(a) => {
+                let known = self.elements.contains_key(&src);
+                self.filters.answer(src, a, known);
             }
             dist::Message::FibAck(a) => {
                 self.stats.acks_received += 1;
@@ -890,6 +901,14 @@ impl Controller {
         }
         if self.configure_lbs {
             self.configure_balancers(now, out);
+        }
+        let mut chunks = Vec::new();
+        self.filters.tick(&self.elements, now, &mut chunks);
+        for (mac, c) in chunks {
+            if let Some(f) = self.frame(dist::Message::Filters(c), mac) {
+                self.stats.filter_messages_sent += 1;
+                out.push(f);
+            }
         }
         if self.takeover_pending {
             return;

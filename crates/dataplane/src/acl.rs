@@ -20,6 +20,7 @@ use fib::{Prefix, Prefix6};
 use std::net::IpAddr;
 
 mod filters;
+pub mod remote;
 pub mod tss;
 pub use filters::{Binding, Count, FilterShare, Filters, IfaceDrops, List, Urpf};
 

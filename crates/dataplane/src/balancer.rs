@@ -191,6 +191,10 @@ pub struct Balancer {
     /// The standby of such a pair: every frame dropped (`lb_standby`) but DIST from the
     /// interconnection and the other LB's hellos from outside; its fast path suspended.
     pub standby: bool,
+    /// The router's filters from the controller (first worker): the set being received,
+    /// the link to the thread that applies sets, and answers to send.
+    pub filter_input: crate::acl::remote::FilterInput,
+    filter_answers: Vec<(MacAddr, dist::FiltersAck)>,
 }
 
 impl Balancer {
@@ -219,6 +223,8 @@ impl Balancer {
             spare: None,
             standby: false,
             filters: Default::default(),
+            filter_input: Default::default(),
+            filter_answers: Vec::new(),
         };
         if let Some(c) = b.cfg.spare.clone() {
             b.spare = Some(SpareState::new(c, now));
@@ -939,12 +945,23 @@ impl Balancer {
                 self.counters.event(Event::DistVcpApplied);
                 Ok(())
             }
-            // Routes and their acknowledgements are between the controller and the
-            // back-ends; an LB sees them only when the interconnection floods them.
-            // Counter reports are for the controller.
-            dist::Message::Routes(_) | dist::Message::FibAck(_) | dist::Message::Counters(_) => {
+            dist::Message::Filters(c) => {
+                use crate::acl::remote::Taken;
+                match self.filter_input.take(src, c) {
+                    Taken::Waiting => {}
+                    Taken::Handed => self.counters.event(Event::DistFilterSets),
+                    Taken::Answer(a) => self.filter_answers.push((src, a)),
+                    Taken::Refused(_) => self.counters.count(Drop::DistFiltersRefused),
+                }
                 Ok(())
             }
+            // Routes and their acknowledgements are between the controller and the
+            // back-ends; an LB sees them only when the interconnection floods them.
+            // Counter reports and filter answers are for the controller.
+            dist::Message::Routes(_)
+            | dist::Message::FibAck(_)
+            | dist::Message::Counters(_)
+            | dist::Message::FiltersAck(_) => Ok(()),
         }
     }
 
@@ -1013,6 +1030,30 @@ impl Balancer {
         }
         if let Some(name) = self.report.due(now) {
             self.send_reports(&name, tx);
+        }
+        self.send_filter_answers(tx);
+    }
+
+    /// Sends the answers to the controller's filter sets out of every internal port.
+    fn send_filter_answers(&mut self, tx: &mut TxQueues) {
+        let mut answers = std::mem::take(&mut self.filter_answers);
+        answers.extend(self.filter_input.answers());
+        for (to, mut a) in answers {
+            a.incarnation = self.incarnation;
+            self.seq = self.seq.wrapping_add(1);
+            let r = dist::Repr {
+                seq: self.seq,
+                msg: dist::Message::FiltersAck(a),
+            };
+            for i in self.internal_ports().collect::<Vec<_>>() {
+                if let Ok(mut f) = r.to_frame(self.ports[i as usize].mac, to) {
+                    self.dist_auth.seal(&mut f);
+                    let mut p = self.pool.get();
+                    p.data.extend_from_slice(&f);
+                    self.counters.event(Event::DistFilterAnswers);
+                    tx.push(i, p);
+                }
+            }
         }
     }
 

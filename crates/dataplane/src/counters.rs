@@ -127,6 +127,7 @@ named_enum! {
         DistReplayed = "dist_replayed" in All: "DIST frame whose counter this element already accepted from that sender (a replay), or below its window",
         DistStale = "dist_stale" in All: "DIST frame whose counter is older than [dist] max_age_s by this element's clock (an old capture replayed, or clocks apart)",
         DistQueueFull = "dist_queue_full" in All: "DIST frame dropped: the route writer's queue, or the queue from another worker to the first, was full (the sender repeats it: hellos come again, the controller sends routes again)",
+        DistFiltersRefused = "dist_filters_refused" in All: "DIST filter chunk dropped: out of place in its set, a set whose digest does not match its text, or an element (or a worker) that takes no filters from a controller (the controller sends the set again)",
         DistNoRouteWriter = "dist_no_route_writer" in Forwarder: "routes message to an element that takes no routes from a controller (not a back-end)",
         DistRejected = "dist_rejected" in Balancer: "DIST message that parsed but could not be applied (unknown port, bad role or VLAN)",
         ClassifyNoRule = "classify_no_rule" in Balancer: "frame matched no classifier rule",
@@ -162,6 +163,16 @@ named_enum! {
     }
 }
 
+impl Drop {
+    /// The filters' drops: access lists and reverse-path checks (docs/filters.md).
+    pub const FILTERS: [Drop; 4] = [
+        Drop::AclDeny,
+        Drop::AclReject,
+        Drop::UrpfStrict,
+        Drop::UrpfLoose,
+    ];
+}
+
 named_enum! {
     /// Things that happened that are not drops.
     Event {
@@ -193,6 +204,8 @@ named_enum! {
         DistReceived = "dist_received" in All: "DIST messages accepted from an internal port",
         DistHellosSent = "dist_hellos_sent" in All: "DIST hellos sent",
         DistReportsSent = "dist_reports_sent" in All: "DIST counter reports sent to the controller (one per message)",
+        DistFilterSets = "dist_filter_sets" in All: "filter sets from the controller received whole and handed to the thread that applies them",
+        DistFilterAnswers = "dist_filter_answers" in All: "answers to the controller's filter sets sent (applied or refused, with why)",
         DistRoutesReceived = "dist_routes_received" in Forwarder: "routes messages from the controller passed to the route writer",
         DistHandedToLead = "dist_handed_to_lead" in All: "DIST frames another worker of a back-end or an LB received and handed to the first worker, which checks and acts on them",
         DistRoutes6Applied = "dist_routes6_applied" in Forwarder: "IPv6 route changes from the controller applied to the IPv6 table",

@@ -172,6 +172,10 @@ pub struct Forwarder {
     backend: Option<Backend>,
     /// The back-end's link to its route writer (see [`FibLink`]).
     fib_link: Option<FibLink>,
+    /// A back-end's first worker: the router's filters from the controller (the set being
+    /// received, the link to the thread that applies sets) and answers to send.
+    pub filter_input: crate::acl::remote::FilterInput,
+    filter_answers: Vec<(MacAddr, wire::dist::FiltersAck)>,
     /// DIST authentication of a back-end.
     pub dist_auth: crate::report::DistAuth,
     /// The route writer, while this forwarder owns it (see [`Forwarder::take_routes`]).
@@ -248,6 +252,8 @@ impl Forwarder {
             subifs,
             backend: None,
             fib_link: None,
+            filter_input: Default::default(),
+            filter_answers: Vec::new(),
             dist_auth: Default::default(),
             routes: Some(table),
             readers,
@@ -324,6 +330,8 @@ impl Forwarder {
                 ..b.clone()
             }),
             fib_link: None,
+            filter_input: Default::default(),
+            filter_answers: Vec::new(),
             dist_auth: Default::default(),
             routes: None,
             readers: self.readers.clone(),

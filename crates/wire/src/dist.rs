@@ -23,6 +23,11 @@ use crate::{be16, be32, need, put16, MacAddr, Truncated};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 mod codec;
+mod filters;
+pub use filters::{
+    ack_reason, filter_chunks, filters_digest, FilterChunk, FilterInbox, FiltersAck, FiltersStatus,
+    FILTERS_CHUNK, MAX_FILTERS_TEXT,
+};
 
 /// The EtherType of DIST frames.
 pub const ETHERTYPE: u16 = 0x88b5;
@@ -39,6 +44,8 @@ pub mod kind {
     pub const ROUTES: u8 = 5;
     pub const FIB_ACK: u8 = 6;
     pub const COUNTERS: u8 = 7;
+    pub const FILTERS: u8 = 8;
+    pub const FILTERS_ACK: u8 = 9;
 }
 
 /// Bytes of one port in a hello.
@@ -552,6 +559,10 @@ pub enum Message {
     FibAck(FibAck),
     /// An element's counters (absolute values), for the controller's view of the router.
     Counters(CounterReport),
+    /// A chunk of the router's filters, from the controller to an LB or a back-end.
+    Filters(FilterChunk),
+    /// An element's answer to a whole filter set.
+    FiltersAck(FiltersAck),
 }
 
 /// An element's counters: its name, its ports' traffic, and named drop and event counts.
@@ -717,6 +728,8 @@ impl Message {
             Message::Routes(_) => kind::ROUTES,
             Message::FibAck(_) => kind::FIB_ACK,
             Message::Counters(_) => kind::COUNTERS,
+            Message::Filters(_) => kind::FILTERS,
+            Message::FiltersAck(_) => kind::FILTERS_ACK,
         }
     }
 
@@ -730,6 +743,8 @@ impl Message {
             Message::Routes(_) => "routes",
             Message::FibAck(_) => "fib-ack",
             Message::Counters(_) => "counters",
+            Message::Filters(_) => "filters",
+            Message::FiltersAck(_) => "filters-ack",
         }
     }
 
@@ -755,6 +770,8 @@ impl Message {
             }
             Message::FibAck(_) => FIB_ACK_LEN,
             Message::Counters(c) => c.body_len(),
+            Message::Filters(c) => filters::FILTERS_FIXED_LEN + c.data.len(),
+            Message::FiltersAck(a) => filters::FILTERS_ACK_FIXED_LEN + a.reason.len(),
         }
     }
 }

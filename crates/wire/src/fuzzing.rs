@@ -183,6 +183,18 @@ pub fn parse_dist(data: &[u8]) {
         let mut b = vec![0u8; r.buffer_len()];
         r.emit(&mut b).expect("a parsed message emits");
         assert_eq!(dist::Repr::parse(&b).expect("an emitted message parses"), r);
+        // A filter chunk into a set being put together: whole, refused or waiting, never
+        // a panic; a one-chunk set whose digest checks comes back as its text.
+        if let dist::Message::Filters(c) = &r.msg {
+            let mut inbox = dist::FilterInbox::default();
+            let got = inbox.take(c);
+            let whole = c.offset == 0
+                && c.data.len() == c.total as usize
+                && c.data.len() <= dist::FILTERS_CHUNK;
+            if whole && dist::filters_digest(&c.data) == c.digest {
+                assert_eq!(got, Ok(Some(c.data.clone())));
+            }
+        }
     }
 }
 

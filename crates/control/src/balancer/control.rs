@@ -12,7 +12,7 @@ pub(super) struct LbControl {
     pub(super) started_text: Option<String>,
     /// The config as the LB runs it (the last one a reload applied; `[io]` as the command
     /// line left it), for `config`.
-    pub(super) running: Mutex<Option<BalancerFile>>,
+    pub(super) running: Arc<Mutex<Option<BalancerFile>>>,
     pub(super) io: crate::config::IoConfig,
     /// Asks the first worker (balance, rules, back-ends, captures).
     pub(super) asker: Asker,
@@ -32,6 +32,31 @@ pub(super) struct LbControl {
     )>,
     /// The external ports' filters the workers apply (a reload swaps them).
     pub(super) filters: dataplane::acl::FilterShare,
+    /// The router's filters from the controller, merged again on a reload.
+    pub(super) held: crate::remote_filters::HeldShare,
+}
+
+/// Makes the filters of the LB's file `running` merged with the router's `set`
+/// (remote_filters::merged) the workers' (the fast path rewrites its maps at the first
+/// worker's next pass): whether they changed. An error changes nothing.
+pub(super) fn apply_filters(
+    running: &Mutex<Option<BalancerFile>>,
+    share: &dataplane::acl::FilterShare,
+    set: Option<&crate::config::RouterFilters>,
+) -> Result<bool, String> {
+    let local = running
+        .lock()
+        .map_err(|_| "poisoned")?
+        .as_ref()
+        .map(crate::remote_filters::Local::of_balancer)
+        .unwrap_or_default();
+    let old = share.load();
+    let f = crate::remote_filters::merged(&local, set, Some(&old))?;
+    if !f.differs(&old) {
+        return Ok(false);
+    }
+    share.store(f);
+    Ok(true)
 }
 
 /// The fast path's maps, its ports' names and whether each port's device takes frames
@@ -71,6 +96,16 @@ impl LbControl {
                     path.display()
                 ));
             }
+            // The filters with the router's from the controller, merged before anything
+            // changes (a list of the file that clashes with the router's changes nothing).
+            let held = self.held.lock().map_err(|_| "poisoned")?;
+            let old_filters = self.filters.load();
+            let filters = crate::remote_filters::merged(
+                &crate::remote_filters::Local::of_balancer(&f),
+                held.set.as_ref(),
+                Some(&old_filters),
+            )
+            .map_err(|e| format!("{}: {e}; nothing changed", path.display()))?;
             // The rules: the programs with the new ones loaded first (the
             // verifier's refusal changes nothing), then user space's, then each
             // port's program replaced in one step.
@@ -107,11 +142,9 @@ impl LbControl {
                 }
                 tracing::info!(rules = rules.len(), programs = next.len(), "classifier rules replaced");
             }
-            // The filters, swapped whole (the fast path republishes its ports at the
-            // first worker's next pass: a port that filters is user space's).
-            let old = self.filters.load();
-            let filters = f.filters(Some(&old));
-            let filters_changed = filters.differs(&old);
+            // The filters, swapped whole (the fast path rewrites its maps at the first
+            // worker's next pass).
+            let filters_changed = filters.differs(&old_filters);
             if filters_changed {
                 self.filters.store(filters);
                 tracing::info!(lists = f.acls.len(), "filters reloaded");
@@ -156,7 +189,9 @@ impl LbControl {
         "acl" => {
             let f = self.filters.load();
             let counts = self.fast_view.as_ref().map(|(fp, _, _)| crate::lbfast::LbFast::filter_counts(fp, &f));
-            Ok(crate::filters::show(&f, counts))
+            let mut v = crate::filters::show(&f, counts);
+            v["from_controller"] = self.held.lock().map_err(|_| "poisoned")?.json();
+            Ok(v)
         }
         "describe" => serde_json::to_value(dataplane::counters::descriptions_for(self.counters.role))
             .map_err(|e| e.to_string()),

@@ -254,7 +254,9 @@ pub(super) struct Control {
     pub(super) cfg: Option<ForwarderFile>,
     pub(super) started_text: Option<String>,
     /// The config as the forwarder runs it (the last one a reload applied), for `config`.
-    pub(super) running: Mutex<Option<ForwarderFile>>,
+    pub(super) running: Arc<Mutex<Option<ForwarderFile>>>,
+    /// The router's filters from the controller (a back-end's), merged again on a reload.
+    pub(super) held: crate::remote_filters::HeldShare,
     /// Asks the first worker (neighbours, interfaces, captures, IPv6 routes).
     pub(super) asker: Asker,
     pub(super) counters: Arc<dataplane::Counters>,
@@ -272,6 +274,36 @@ pub(super) struct Control {
     pub(super) ipv6: bool,
     /// The filters the workers apply (a reload swaps them).
     pub(super) filters: dataplane::acl::FilterShare,
+}
+
+/// Installs the filters of the forwarder's file `running` merged with the router's `set`
+/// (remote_filters::merged), checked for the fast path first: whether they changed. An
+/// error changes nothing.
+pub(super) fn apply_filters(
+    running: &Mutex<Option<ForwarderFile>>,
+    share: &dataplane::acl::FilterShare,
+    fast: Option<&crate::fast::ForwarderFast>,
+    set: Option<&crate::config::RouterFilters>,
+) -> Result<bool, String> {
+    let local = running
+        .lock()
+        .map_err(|_| "poisoned")?
+        .as_ref()
+        .map(crate::remote_filters::Local::of_forwarder)
+        .unwrap_or_default();
+    let old = share.load();
+    let f = crate::remote_filters::merged(&local, set, Some(&old))?;
+    if let Some(fl) = fast {
+        fl.check_filters(&f)?;
+    }
+    if !f.differs(&old) {
+        return Ok(false);
+    }
+    if let Some(fl) = fast {
+        fl.set_filters(&f, Some(&old))?;
+    }
+    share.store(f);
+    Ok(true)
 }
 
 impl Control {
@@ -303,18 +335,18 @@ impl Control {
                         RELOADABLE.join(", ")
                     ));
                 }
-                // The filters first: checked for the fast path before anything changes.
-                let old = self.filters.load();
-                let filters = loaded.filters(Some(&old));
-                if let Some(fl) = &self.fast {
-                    fl.check_filters(&filters).map_err(|e| format!("{}: {e}; nothing changed", c.path.display()))?;
-                }
-                let changed_filters = filters.differs(&old);
+                // The filters first (with the router's from the controller): checked for
+                // the fast path before anything changes.
+                let held = self.held.lock().map_err(|_| "poisoned")?;
+                let changed_filters = apply_filters(
+                    &Mutex::new(Some(loaded.clone())),
+                    &self.filters,
+                    self.fast.as_ref(),
+                    held.set.as_ref(),
+                )
+                .map_err(|e| format!("{}: {e}; nothing changed", c.path.display()))?;
+                drop(held);
                 if changed_filters {
-                    if let Some(fl) = &self.fast {
-                        fl.set_filters(&filters, Some(&old)).map_err(|e| format!("{}: {e}; nothing changed", c.path.display()))?;
-                    }
-                    self.filters.store(filters);
                     tracing::info!(lists = loaded.acls.len(), "filters reloaded");
                 }
                 let mut v = route_command(&self.routes, self.cfg.as_ref(), self.fast.as_ref(), &self.pending6, "reload-routes", req)?;
@@ -341,7 +373,9 @@ impl Control {
             }
             "acl" => {
                 let f = self.filters.load();
-                Ok(crate::filters::show(&f, self.fast.as_ref().map(|fl| fl.filter_counts(&f))))
+                let mut v = crate::filters::show(&f, self.fast.as_ref().map(|fl| fl.filter_counts(&f)));
+                v["from_controller"] = self.held.lock().map_err(|_| "poisoned")?.json();
+                Ok(v)
             }
             "counters" => {
                 let mut v = workers_counters(&self.all_counters)?;

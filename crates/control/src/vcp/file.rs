@@ -16,6 +16,11 @@ struct Raw {
     dist: Option<crate::config::RawDist>,
     takeover: Option<RawTakeover>,
     metrics: Option<crate::config::RawMetrics>,
+    /// The router's filters (docs/filters.md, "In the multistage router").
+    #[serde(default)]
+    acl: Vec<crate::config::RawAcl>,
+    #[serde(default)]
+    interface: Vec<crate::config::RawRouterInterface>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -96,6 +101,8 @@ pub struct ControllerFile {
     /// `[takeover] on_standby`: run when this controller stands down from active (it
     /// heard a higher-ranked active one): stops what `on_active` started.
     pub on_standby: Vec<String>,
+    /// `[[acl]]` and `[[interface]]`: the router's filters, sent to the LBs and back-ends.
+    pub filters: crate::config::RouterFilters,
 }
 
 impl ControllerFile {
@@ -135,6 +142,8 @@ impl ControllerFile {
             })?,
             None => DEFAULT_PRIORITY,
         };
+        let filters =
+            crate::config::At { path, src }.router_filters(&raw.acl, &raw.interface)?;
         let (ospf_grace, on_active, on_standby) = match &raw.takeover {
             Some(t) => takeover(&crate::config::At { path, src }, t)?,
             None => (None, Vec::new(), Vec::new()),
@@ -209,6 +218,7 @@ impl ControllerFile {
             ospf_grace,
             on_active,
             on_standby,
+            filters,
         })
     }
 }
@@ -295,6 +305,7 @@ impl ControllerFile {
         c.insert("configure_lbs".into(), Value::Boolean(self.configure_lbs));
         c.insert("terminate".into(), Value::Boolean(self.terminate));
         t.insert("controller".into(), Value::Table(c));
+        self.filters.tables(&mut t);
         if let Some(l) = self.fpm_listen {
             let mut f = Table::new();
             f.insert("listen".into(), s(l));

@@ -72,7 +72,14 @@ pub(super) type Configured = (String, HashMap<Net, Gateways>, ControllerFile);
 
 /// What `reload` may change in place: the config's routes, and where `/metrics` is
 /// served (`[metrics] listen`).
-const RELOADABLE: [&str; 4] = ["route", "routes_file", "routes_file_via", "metrics"];
+const RELOADABLE: [&str; 6] = [
+    "route",
+    "routes_file",
+    "routes_file_via",
+    "metrics",
+    "acl",
+    "interface",
+];
 
 /// `reload`: reads the config file again and applies its routes to the table: a route it
 /// no longer gives is withdrawn (where the table still holds it as the config set it: a
@@ -83,6 +90,7 @@ pub(super) fn reload(
     configured: &Mutex<Configured>,
     fib: &Mutex<Fib>,
     metrics: Option<&crate::metrics::MetricsSlot>,
+    ctl: &Mutex<Controller>,
 ) -> Result<Value, String> {
     let text = read(path).map_err(|e| e.to_string())?;
     let cfg = ControllerFile::parse(path, &text).map_err(|e| e.to_string())?;
@@ -120,11 +128,17 @@ pub(super) fn reload(
         }),
         None => Ok(false),
     };
+    // Lock order everywhere: fpm, then fib, then the controller.
+    let (filters_changed, filters_version) = {
+        let mut c = ctl.lock().map_err(|_| "poisoned")?;
+        let changed = c.filters.replace(cfg.filters.clone());
+        (changed, c.filters.version)
+    };
     *last = (text, table, cfg);
     moved?;
-    tracing::info!(file = %path.display(), set, withdrawn, version = fib.version(), "config reloaded");
+    tracing::info!(file = %path.display(), set, withdrawn, version = fib.version(), filters_changed, "config reloaded");
     Ok(
-        json!({"reloaded": true, "set": set, "withdrawn": withdrawn, "version": fib.version(), "count": fib.len()}),
+        json!({"reloaded": true, "set": set, "withdrawn": withdrawn, "version": fib.version(), "count": fib.len(), "filters_changed": filters_changed, "filters_version": filters_version}),
     )
 }
 
@@ -191,9 +205,14 @@ pub fn run<P: Port>(
                     "routes" => Ok(json!({"count": sh.fib.lock().map_err(|_| "poisoned")?.len()})),
                     "route-add" | "route-del" => route_command(&sh.fib, cmd, req),
                     "drain" | "undrain" => c.lock().map_err(|_| "poisoned")?.drain_command(cmd, req, now),
-                    "reload" => reload(&path, &configured, &sh.fib, Some(&metrics)),
+                    "reload" => reload(&path, &configured, &sh.fib, Some(&metrics), &c),
+                    "acl" => {
+                        let c = c.lock().map_err(|_| "poisoned")?;
+                        let name = |m: &MacAddr| c.reports.get(m).map(|r| r.element.clone());
+                        Ok(c.filters.json(&c.elements, name))
+                    }
                     "config" => Ok(json!({"toml": configured.lock().map_err(|_| "poisoned")?.2.shown()})),
-                    other => Err(format!("unknown command {other:?}; try fib, elements, router, counters, routes, route-add, route-del, drain, undrain, reload, config")),
+                    other => Err(format!("unknown command {other:?}; try fib, elements, router, counters, routes, route-add, route-del, drain, undrain, reload, config, acl")),
                 }
         })
     };
@@ -276,6 +295,7 @@ fn controller(cfg: &ControllerFile, mac: MacAddr, shared: &Shared) -> Controller
     }
     c.guard = cfg.dist.guard();
     c.signer = cfg.dist.signer();
+    c.filters = FilterDist::new(cfg.filters.clone());
     c
 }
 

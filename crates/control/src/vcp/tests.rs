@@ -823,10 +823,23 @@ fn a_reload_applies_the_config_routes_and_refuses_the_rest() {
     fib.set(net("203.0.113.0/24"), Some(suite.clone()));
     let fib = Mutex::new(fib);
     let configured = Mutex::new((first, table, cfg.clone()));
-    // The file drops both routes and gives a new one.
-    let second = format!("{head}{}", route("192.0.2.0/24", "10.2.0.3"));
+    let ctl = Mutex::new(Controller::new(
+        MacAddr([2, 0, 0, 0, 0xc, 1]),
+        Duration::from_millis(100),
+        true,
+        Instant::now(),
+    ));
+    // The file drops both routes and gives a new one, and the router's filters.
+    let filters = "\n[[acl]]\nname = \"in\"\n[[acl.rule]]\naction = \"deny\"\nprotocol = \"tcp\"\ndst_port = 22\n\n[[interface]]\nname = \"vlan10\"\nacl_in = \"in\"\n";
+    let second = format!("{head}{}{filters}", route("192.0.2.0/24", "10.2.0.3"));
     std::fs::write(&path, &second).unwrap();
-    let v = run::reload(&path, &configured, &fib, None).unwrap();
+    let v = run::reload(&path, &configured, &fib, None, &ctl).unwrap();
+    assert_eq!(
+        (v["filters_changed"].as_bool(), v["filters_version"].as_u64()),
+        (Some(true), Some(2)),
+        "{v}"
+    );
+    assert_eq!(ctl.lock().unwrap().filters.set.acls.len(), 1);
     // `config` shows what was reloaded: the new route, not the old ones.
     let shown = configured.lock().unwrap().2.shown();
     assert!(
@@ -846,11 +859,16 @@ fn a_reload_applies_the_config_routes_and_refuses_the_rest() {
     }
     let version = fib.lock().unwrap().version();
     std::fs::write(&path, second.replace("vcp-int", "vcp-eth1")).unwrap();
-    let e = run::reload(&path, &configured, &fib, None).unwrap_err();
+    let e = run::reload(&path, &configured, &fib, None, &ctl).unwrap_err();
     assert!(e.contains("controller.interface"), "{e}");
     std::fs::write(&path, second.replace("10.2.0.3", "10.2.0")).unwrap();
-    let e = run::reload(&path, &configured, &fib, None).unwrap_err();
+    let e = run::reload(&path, &configured, &fib, None, &ctl).unwrap_err();
     assert!(e.contains("c.toml:") && e.contains("route[0].via"), "{e}");
+    // A bad list: refused with its line and key, the filters as they were.
+    std::fs::write(&path, second.replace("dst_port = 22", "dst_port = 99999")).unwrap();
+    let e = run::reload(&path, &configured, &fib, None, &ctl).unwrap_err();
+    assert!(e.contains("c.toml:") && e.contains("acl[0].rule[0].dst_port"), "{e}");
+    assert_eq!(ctl.lock().unwrap().filters.version, 2);
     assert_eq!(fib.lock().unwrap().version(), version);
     assert_eq!(fib.lock().unwrap().len(), 2);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -44,6 +44,21 @@ impl Forwarder {
                     Err(_) => self.counters.count(Drop::DistQueueFull),
                 }
             }
+            Ok(wire::dist::Repr {
+                msg: wire::dist::Message::Filters(c),
+                ..
+            }) => {
+                use crate::acl::remote::Taken;
+                let src = MacAddr::from_slice(&p.data[6..12]);
+                self.pool.put(p);
+                self.counters.event(Event::DistReceived);
+                match self.filter_input.take(src, &c) {
+                    Taken::Waiting => {}
+                    Taken::Handed => self.counters.event(Event::DistFilterSets),
+                    Taken::Answer(a) => self.filter_answers.push((src, a)),
+                    Taken::Refused(_) => self.counters.count(Drop::DistFiltersRefused),
+                }
+            }
             Ok(_) => {
                 self.counters.event(Event::DistReceived);
                 self.pool.put(p);
@@ -155,8 +170,38 @@ impl Forwarder {
         }
     }
 
-    /// Sends what the route writer answered (acknowledgements) out of the internal port.
+    /// Sends the answers to the controller's filter sets out of the internal port.
+    fn send_filter_answers(&mut self, tx: &mut TxQueues) {
+        let mut answers = std::mem::take(&mut self.filter_answers);
+        answers.extend(self.filter_input.answers());
+        for (to, mut a) in answers {
+            let Some(b) = self.backend.as_mut() else {
+                return;
+            };
+            b.seq = b.seq.wrapping_add(1);
+            a.incarnation = b.state.incarnation;
+            let (internal, seq) = (b.internal, b.seq);
+            let Some(mac) = self.ifaces.get(internal as usize).map(|i| i.mac) else {
+                return;
+            };
+            let r = wire::dist::Repr {
+                seq,
+                msg: wire::dist::Message::FiltersAck(a),
+            };
+            if let Ok(mut frame) = r.to_frame(mac, to) {
+                self.dist_auth.seal(&mut frame);
+                let mut p = self.pool.get();
+                p.data.extend_from_slice(&frame);
+                self.counters.event(Event::DistFilterAnswers);
+                self.output(internal, p, tx);
+            }
+        }
+    }
+
+    /// Sends what the route writer answered (acknowledgements) and the answers to filter
+    /// sets out of the internal port.
     pub(super) fn send_writer_frames(&mut self, tx: &mut TxQueues) {
+        self.send_filter_answers(tx);
         let (Some(link), Some(b)) = (&self.fib_link, &self.backend) else {
             return;
         };

@@ -27,6 +27,8 @@ impl Repr {
             kind::ROUTES => routes(body, length, bad)?,
             kind::FIB_ACK => fib_ack(body, length, bad)?,
             kind::COUNTERS => counters(body, length, bad)?,
+            kind::FILTERS => FilterChunk::parse(body, bad)?,
+            kind::FILTERS_ACK => FiltersAck::parse(body, bad)?,
             t => return Err(Error::UnknownType(t)),
         };
         Ok(Repr { seq, msg })
@@ -78,6 +80,8 @@ impl Repr {
                 too_many("entries", entries.len(), (u16::MAX as usize - 4) / 10)?
             }
             Message::VirtualCp { .. } | Message::FibAck(_) => {}
+            Message::Filters(c) => c.check()?,
+            Message::FiltersAck(a) => a.check()?,
             Message::Counters(c) => {
                 check_name("element", &c.element)?;
                 too_many("ports", c.ports.len(), 255)?;
@@ -253,6 +257,8 @@ impl Repr {
                     at += 8;
                 }
             }
+            Message::Filters(c) => c.emit(body),
+            Message::FiltersAck(a) => a.emit(body),
         }
         Ok(())
     }
