@@ -407,30 +407,64 @@ dst_port = "8080"
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The multistage router (labs/multistage.toml) with an access list on LB A's external
-/// port: nmap from a1 to b1 sees the denied port filtered and the others open; the LB
-/// counts the denials, so the frames never reached a back-end.
+/// The multistage router (labs/multistage.toml) under a controller whose file holds the
+/// router's filters, written once against its external interfaces (docs/filters.md, "In
+/// the multistage router"): network A (vlan10) an ingress list and the strict check,
+/// network B (vlan20) the loose one. The controller sends them over DIST until every LB
+/// and back-end answers. nmap from a1 to b1 sees the denied port filtered and the others
+/// open, the LB of network A counting the denials (the frames never reached a back-end);
+/// hping3 with a spoofed source is dropped by the back-ends' reverse-path checks while
+/// the same probe from a1's own address passes; `show router` on the controller counts
+/// the router's filter drops as one; a reload of the controller's file changes the list
+/// on the LBs.
 #[test]
-fn an_lb_filters_before_balancing() {
+fn the_routers_filters_are_written_once_at_the_controller() {
     let dir = std::env::temp_dir().join(format!("tessera-filters-ms-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("multistage")).unwrap();
     for e in ["lba", "lbb", "r1", "r2", "r3"] {
-        let mut c =
-            std::fs::read_to_string(repo_path(&format!("labs/multistage/{e}.toml"))).unwrap();
-        if e == "lba" {
-            let before = c.clone();
-            c = c.replacen("vlan = 10\n", "vlan = 10\nacl_in = \"edge\"\n", 1);
-            assert_ne!(c, before, "lba.toml has no `vlan = 10`");
-            c.push_str(
-                "\n[[acl]]\nname = \"edge\"\n\n[[acl.rule]]\naction = \"deny\"\nprotocol = \"tcp\"\ndst = \"10.2.0.10/32\"\ndst_port = \"22\"\n",
-            );
-        }
+        let c = std::fs::read_to_string(repo_path(&format!("labs/multistage/{e}.toml"))).unwrap();
         std::fs::write(dir.join(format!("multistage/{e}.toml")), c).unwrap();
     }
-    std::fs::copy(repo_path("labs/multistage.toml"), dir.join("lab.toml")).unwrap();
+    let vcp = |port: u16| {
+        format!(
+            "[controller]\ninterface = \"vcp-int\"\nhello_interval_ms = 100\nterminate = false\n\n\
+             [[acl]]\nname = \"edge\"\n\n[[acl.rule]]\naction = \"deny\"\nprotocol = \"tcp\"\n\
+             dst = \"10.2.0.10/32\"\ndst_port = \"{port}\"\n\n\
+             [[interface]]\nname = \"vlan10\"\nacl_in = \"edge\"\nurpf = \"strict\"\n\n\
+             [[interface]]\nname = \"vlan20\"\nurpf = \"loose\"\n"
+        )
+    };
+    std::fs::write(dir.join("multistage/vcp.toml"), vcp(22)).unwrap();
+    // The plain vcp host of the lab becomes the controller.
+    let topo = std::fs::read_to_string(repo_path("labs/multistage.toml")).unwrap();
+    let host = "[[host]]\nname = \"vcp\"\ninterfaces = [{ name = \"eth0\", address = \"10.255.0.100/24\" }]\n";
+    assert!(topo.contains(host) && topo.contains("a = \"vcp:eth0\""), "{topo}");
+    let topo = topo
+        .replace(
+            host,
+            "[[element]]\nname = \"vcp\"\nrole = \"controller\"\nconfig = \"multistage/vcp.toml\"\n",
+        )
+        .replace("a = \"vcp:eth0\"", "a = \"vcp:vcp-int\"");
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
     let lab = TestLab::up(dir.join("lab.toml"), &[]);
-    let mut srv = servers(&lab, "b1", "10.2.0.10", &[22, 80, 443]);
-    // The back-ends' hellos reach the LBs within a few intervals.
+    let mut srv = servers(&lab, "b1", "10.2.0.10", &[22, 23, 80]);
+    // Every LB and back-end holds the set the controller sent it.
+    let all_current = |lab: &TestLab, version: u64| {
+        let t = Instant::now();
+        loop {
+            let v = lab.show_json("acl", "vcp");
+            let els = v["elements"].as_array().cloned().unwrap_or_default();
+            if v["version"] == version
+                && els.len() == 5
+                && els.iter().all(|e| e["current"] == true && e["status"] == "applied")
+            {
+                return v;
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "filters not applied everywhere: {v}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    all_current(&lab, 1);
     let t = Instant::now();
     while lab
         .exec("a1", &["ping", "-c", "1", "-W", "1", "10.2.0.10"])
@@ -438,33 +472,52 @@ fn an_lb_filters_before_balancing() {
         .code()
         != Some(0)
     {
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "no path through the router"
-        );
+        assert!(t.elapsed() < Duration::from_secs(20), "no path through the router");
     }
-    let states = nmap(&lab, "a1", "10.2.0.10", "22,80,443");
+    let states = nmap(&lab, "a1", "10.2.0.10", "22,23,80");
     let got: Vec<(u16, &str)> = states.iter().map(|(p, s, _)| (*p, s.as_str())).collect();
     assert_eq!(
         got,
-        [(22, "filtered"), (80, "open"), (443, "open")],
+        [(22, "filtered"), (23, "open"), (80, "open")],
         "{}",
         lab.show_json("acl", "lba")
     );
     let acl = lab.show_json("acl", "lba");
-    assert!(
-        acl["lists"][0]["rules"][0]["packets"].as_u64().unwrap() >= 1,
-        "{acl}"
-    );
-    assert!(
-        acl["interfaces"][0]["denied_in"].as_u64().unwrap() >= 1,
-        "{acl}"
-    );
-    assert!(
-        drop_count(&lab.counters("lba"), "acl_deny") >= 1,
-        "{}",
-        lab.counters("lba")
-    );
+    assert_eq!(acl["from_controller"]["status"], "applied", "{acl}");
+    assert!(acl["interfaces"][0]["denied_in"].as_u64().unwrap() >= 1, "{acl}");
+    let lb_denied = drop_count(&lab.counters("lba"), "acl_deny");
+    assert!(lb_denied >= 1, "{}", lab.counters("lba"));
+    // The back-ends' reverse-path checks: a1 sends from network B's address space (strict,
+    // vlan10), b1 from an address the router has no route to (loose, vlan20).
+    let backends = |reason: &str| -> u64 {
+        ["r1", "r2", "r3"]
+            .iter()
+            .map(|r| drop_count(&lab.counters(r), reason))
+            .sum()
+    };
+    assert_eq!(hping(&lab, "a1", "10.2.0.10", Some("10.2.0.99"), 5), 0);
+    assert_eq!(backends("urpf_strict"), 5, "{}", lab.show_json("acl", "r1"));
+    assert_eq!(hping(&lab, "b1", "10.1.0.10", Some("192.0.2.1"), 4), 0);
+    assert_eq!(backends("urpf_loose"), 4);
+    assert_eq!(hping(&lab, "a1", "10.2.0.10", None, 3), 3);
+    // The router's view counts them as one (the elements report every second or so).
+    let t = Instant::now();
+    loop {
+        let v = lab.show_json("router", "vcp");
+        if v["total"]["filtered"].as_u64() >= Some(lb_denied + 9) {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{v}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The list edited at the controller: 23 denied now, 22 open, on the LBs at once.
+    std::fs::write(dir.join("multistage/vcp.toml"), vcp(23)).unwrap();
+    let o = lab.tessera(&["reload", "--control", lab.control("vcp").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    all_current(&lab, 2);
+    let states = nmap(&lab, "a1", "10.2.0.10", "22,23");
+    let got: Vec<(u16, &str)> = states.iter().map(|(p, s, _)| (*p, s.as_str())).collect();
+    assert_eq!(got, [(22, "open"), (23, "filtered")], "{}", lab.show_json("acl", "lba"));
     srv.kill().unwrap();
     srv.wait().unwrap();
     drop(lab);
