@@ -476,14 +476,19 @@ impl ForwarderFast {
             return (Vec::new(), Vec::new());
         };
         let ports = a.drops();
+        let subifs = a.subif_drops();
+        let three = |d: &[(u64, u64); 4]| [d[0], d[1], (d[2].0 + d[3].0, d[2].1 + d[3].1)];
         let per_iface = self
             .port_of_iface
             .iter()
-            .map(|p| match p {
-                Some((port, 0)) => ports.get(*port as usize).map_or([(0, 0); 3], |d| {
-                    [d[0], d[1], (d[2].0 + d[3].0, d[2].1 + d[3].1)]
-                }),
-                _ => [(0, 0); 3],
+            .enumerate()
+            .map(|(i, p)| match p {
+                Some((port, 0)) => ports.get(*port as usize).map_or([(0, 0); 3], three),
+                Some(_) => subifs
+                    .iter()
+                    .find(|(s, _)| *s == i)
+                    .map_or([(0, 0); 3], |(_, d)| three(d)),
+                None => [(0, 0); 3],
             })
             .collect();
         (a.rule_counts(f), per_iface)
@@ -497,7 +502,8 @@ impl ForwarderFast {
         let Ok(a) = fp.acl.lock() else {
             return [0; 3];
         };
-        a.drops().iter().fold([0; 3], |mut s, d| {
+        let subifs = a.subif_drops().into_iter().map(|(_, d)| d);
+        a.drops().into_iter().chain(subifs).fold([0; 3], |mut s, d| {
             s[0] += d[0].0 + d[1].0;
             s[1] += d[2].0;
             s[2] += d[3].0;

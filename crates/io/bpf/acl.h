@@ -17,7 +17,8 @@
  *
  * Maps (io::fastpath::acl says their layouts; user space creates them): acl_state (the
  * generation, 0 without filters; the ports; the default route's next-hop group),
- * acl_ports (per generation and port, its lists and reverse-path mode), acl_lists,
+ * acl_ports (per generation and port, its lists and reverse-path mode), acl_subifs (per
+ * generation, port and VLAN id, a filtering sub-interface's), acl_lists,
  * acl_tuples, acl_rules (the hash of masked keys), acl_counts (per generation and rule,
  * packets and bytes per CPU), acl_drops (per port: denied in, denied out, failed the
  * reverse-path check, per CPU).
@@ -45,8 +46,14 @@
 #define URPF_LOOSE 2
 #define URPF_ALLOW_DEFAULT 4
 
-/* acl_port's flags: a sub-interface of the port filters (its frames are user space's). */
+/* acl_port's flags: a sub-interface of the port filters (acl_subifs holds its entry). In
+ * a sub-interface's entry, the flags from bit 8 up are the index of its drops in
+ * acl_drops (index * 4 + kind). */
 #define ACL_PORT_SUBIF 1
+#define ACL_DROPS_SHIFT 8
+
+/* acl_subifs' key: the generation (1 or 2), the port and the sub-interface's VLAN id. */
+#define ACL_SUBIF_KEY(gen, port, vid) (((gen) << 30) | ((port) << 12) | ((vid) & 0xfff))
 
 #define ACL_NO_SLOT 0xffffffff
 
@@ -120,6 +127,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct acl_port);
 } acl_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct acl_port);
+} acl_subifs SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -635,24 +635,25 @@ static __always_inline void acl_drop(__u32 port, __u32 kind, __u64 len)
 	acl_count(&acl_drops, port * 4 + kind, len);
 }
 
-/* The reverse-path check (`mode`) of the packet at p that came in untagged on this port:
- * GO_ON, FILTERED (counted) or SLOW (user space decides: a source routed over ECMP, an
- * IPv6 one under a loose check that does not count the default route). */
+/* The reverse-path check (`mode`) of the packet at p that came in on this port, on its
+ * sub-interface of VLAN `vid` (0: untagged), its drops counted at `drops`: GO_ON,
+ * FILTERED (counted) or SLOW (user space decides: a source routed over ECMP, an IPv6 one
+ * under a loose check that does not count the default route). */
 static __always_inline int urpf(__u8 *p, int v6, __u32 mode, struct acl_state *st,
-				__u32 flags, __u64 len)
+				__u32 flags, __u64 len, __u32 vid, __u32 drops)
 {
 	struct egress s = {};
 	int r = v6 ? route6(p + 22, flags, &s) : route4(bpf_ntohl(*(__u32 *)(p + 26)), flags, &s);
 	__u32 kind = (mode & URPF_STRICT) ? 2 : 3;
 	if (r == POLICE) {
-		acl_drop(cfg.port, kind, len); /* no route to the source */
+		acl_drop(drops, kind, len); /* no route to the source */
 		return FILTERED;
 	}
 	if (r != GO_ON)
 		return SLOW;
 	int ok;
 	if (mode & URPF_STRICT)
-		ok = s.port == cfg.port && s.vlan == 0;
+		ok = s.port == cfg.port && s.vlan == vid;
 	else if (mode & URPF_ALLOW_DEFAULT)
 		ok = 1;
 	else if (v6)
@@ -661,7 +662,7 @@ static __always_inline int urpf(__u8 *p, int v6, __u32 mode, struct acl_state *s
 		ok = s.entry != st->default4;
 	if (ok)
 		return GO_ON;
-	acl_drop(cfg.port, kind, len);
+	acl_drop(drops, kind, len);
 	return FILTERED;
 }
 
@@ -674,12 +675,20 @@ static __always_inline void count_permits(__u32 in_slot, __u32 out_slot, __u64 l
 		acl_count(&acl_counts, out_slot, len);
 }
 
-/* The filters of the packet at p (route() took it) that came in on this port (`tagged`:
- * on a sub-interface) and leaves by `e`: GO_ON with the counters' slots of the lists that
- * permitted it in *in_slot and *out_slot (ACL_NO_SLOT: none), FILTERED (denied, or failed
- * the reverse-path check: counted), POLICE (rejected: user space answers, rate limited),
- * SLOW (user space decides: a sub-interface's filters). */
-static __always_inline int filter(__u8 *p, void *end, int v6, int tagged, struct egress *e,
+/* The entry of a sub-interface of a port whose sub-interfaces filter: of port `port`,
+ * VLAN `vid`, generation `gen` (NULL: none written; user space decides). */
+static __always_inline struct acl_port *subif(__u32 gen, __u32 port, __u32 vid)
+{
+	__u32 k = ACL_SUBIF_KEY(gen, port, vid);
+	return bpf_map_lookup_elem(&acl_subifs, &k);
+}
+
+/* The filters of the packet at p (route() took it) that came in on this port (`vid_in`:
+ * on its sub-interface of that VLAN; 0: untagged) and leaves by `e`: GO_ON with the
+ * counters' slots of the lists that permitted it in *in_slot and *out_slot (ACL_NO_SLOT:
+ * none), FILTERED (denied, or failed the reverse-path check: counted), POLICE (rejected:
+ * user space answers, rate limited), SLOW (user space decides). */
+static __always_inline int filter(__u8 *p, void *end, int v6, __u32 vid_in, struct egress *e,
 				  __u32 flags, __u64 len, __u32 *in_slot, __u32 *out_slot)
 {
 	__u32 k = 0;
@@ -697,19 +706,31 @@ static __always_inline int filter(__u8 *p, void *end, int v6, int tagged, struct
 	if (!in || !out)
 		return SLOW;
 	__u32 in_list = in->in, mode = in->urpf, out_list = out->out;
-	if (tagged) {
-		if (in->flags & ACL_PORT_SUBIF)
-			return SLOW;
+	__u32 in_drops = cfg.port, out_drops = e->port;
+	if (vid_in) {
 		in_list = 0;
 		mode = 0;
+		if (in->flags & ACL_PORT_SUBIF) {
+			struct acl_port *s = subif(gen, cfg.port, vid_in);
+			if (!s)
+				return SLOW;
+			in_list = s->in;
+			mode = s->urpf;
+			in_drops = s->flags >> ACL_DROPS_SHIFT;
+		}
 	}
 	if (e->vlan) {
-		if (out->flags & ACL_PORT_SUBIF)
-			return SLOW;
 		out_list = 0;
+		if (out->flags & ACL_PORT_SUBIF) {
+			struct acl_port *s = subif(gen, e->port, e->vlan);
+			if (!s)
+				return SLOW;
+			out_list = s->out;
+			out_drops = s->flags >> ACL_DROPS_SHIFT;
+		}
 	}
 	if (mode) {
-		int r = urpf(p, v6, mode, st, flags, len);
+		int r = urpf(p, v6, mode, st, flags, len, vid_in, in_drops);
 		if (r != GO_ON)
 			return r;
 	}
@@ -724,7 +745,7 @@ static __always_inline int filter(__u8 *p, void *end, int v6, int tagged, struct
 			return POLICE;
 		if (a == ACL_DENY) {
 			acl_count(&acl_counts, *in_slot, len);
-			acl_drop(cfg.port, 0, len);
+			acl_drop(in_drops, 0, len);
 			return FILTERED;
 		}
 	}
@@ -734,7 +755,7 @@ static __always_inline int filter(__u8 *p, void *end, int v6, int tagged, struct
 			return POLICE;
 		if (a == ACL_DENY) {
 			count_permits(*in_slot, *out_slot, len); /* in: permitted; out: denied */
-			acl_drop(e->port, 1, len);
+			acl_drop(out_drops, 1, len);
 			return FILTERED;
 		}
 	}
@@ -1045,7 +1066,8 @@ int tessera_fast(struct xdp_md *ctx)
 	if (r != GO_ON)
 		goto slow;
 	__u32 in_slot = ACL_NO_SLOT, out_slot = ACL_NO_SLOT;
-	r = filter(p, end, v6, tag_in != 0, &e, flags, end - data, &in_slot, &out_slot);
+	__u32 vid_in = tag_in ? bpf_ntohs(tag_in & 0xffff) & 0xfff : 0;
+	r = filter(p, end, v6, vid_in, &e, flags, end - data, &in_slot, &out_slot);
 	if (r == FILTERED)
 		return XDP_DROP;
 	if (r == POLICE)
@@ -1106,11 +1128,13 @@ int tessera_fast_tc(struct __sk_buff *skb)
 	 * frame, the tag staying in the socket buffer until the frame leaves or goes to user
 	 * space with it; any other tag is user space's. */
 	int tagged_in = 0;
+	__u32 vid_in = 0;
 	if (skb->vlan_present) {
 		if (!cfg.nvlans || skb->vlan_proto != bpf_htons(0x8100) ||
 		    !our_vlan(skb->vlan_tci & 0xfff))
 			goto slow;
 		tagged_in = 1;
+		vid_in = skb->vlan_tci & 0xfff;
 	}
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
@@ -1130,7 +1154,7 @@ int tessera_fast_tc(struct __sk_buff *skb)
 	if (r != GO_ON)
 		goto slow;
 	__u32 in_slot = ACL_NO_SLOT, out_slot = ACL_NO_SLOT;
-	r = filter(data, end, v6, tagged_in, &e, flags, skb->len, &in_slot, &out_slot);
+	r = filter(data, end, v6, vid_in, &e, flags, skb->len, &in_slot, &out_slot);
 	if (r == FILTERED)
 		return TCX_DROP;
 	if (r == POLICE)

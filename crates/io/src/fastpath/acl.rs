@@ -4,13 +4,16 @@
 //!   anything), the number of ports, the IPv4 table's entry of the default route.
 //! - `acl_ports`: per generation and port (`(gen - 1) * ports + port`), the lists of its
 //!   untagged interface in and out (plus 1; 0: none), its reverse-path mode, and whether a
-//!   sub-interface of the port filters (its frames then go to user space).
+//!   sub-interface of the port filters.
+//! - `acl_subifs`: per generation, port and VLAN id, the same for every sub-interface of a
+//!   port whose sub-interfaces filter, with the index of its drops (the port's count plus
+//!   the interface's index, up to [`MAX_SUBIFS`]; past that its frames are user space's).
 //! - `acl_lists`, `acl_tuples`, `acl_rules`: the lists compiled by
 //!   [`dataplane::acl::tss`], each generation in its own half (lists and tuples) or with its
 //!   own tags (rules).
 //! - `acl_counts`: per generation and rule (its slot), packets and bytes per CPU.
-//! - `acl_drops`: per port, denied in, denied out, failed the strict and the loose
-//!   reverse-path check, packets and bytes per CPU.
+//! - `acl_drops`: per port (then per sub-interface), denied in, denied out, failed the
+//!   strict and the loose reverse-path check, packets and bytes per CPU.
 //!
 //! A change writes the generation not in use, then flips `acl_state`: a frame sees one
 //! version of every list. The counts of the generation left are added to the rules'
@@ -30,11 +33,21 @@ const URPF_STRICT: u32 = 1;
 const URPF_LOOSE: u32 = 2;
 const URPF_ALLOW_DEFAULT: u32 = 4;
 const PORT_SUBIF: u32 = 1;
+const DROPS_SHIFT: u32 = 8;
+/// Interfaces whose sub-interface entries the fast path holds (an interface's index past
+/// it leaves its frames to user space).
+pub const MAX_SUBIFS: u32 = 1024;
+
+/// `acl_subifs`' key ([`bpf/acl.h`]'s ACL_SUBIF_KEY).
+fn subif_key(gen: u32, port: u16, vid: u16) -> u32 {
+    (gen << 30) | ((port as u32) << 12) | (vid as u32 & 0xfff)
+}
 
 /// The filters' maps and what was written to them.
 pub struct AclMaps {
     state: OwnedFd,
     ports: OwnedFd,
+    subifs: OwnedFd,
     lists: OwnedFd,
     tuples: OwnedFd,
     rules: OwnedFd,
@@ -48,6 +61,10 @@ pub struct AclMaps {
     written: [Vec<[u8; tss::KEY_LEN]>; 2],
     /// Per generation, the slots used.
     slots: [u32; 2],
+    /// Per generation, the sub-interfaces' keys written.
+    subifs_written: [Vec<u32>; 2],
+    /// The sub-interfaces (interface indexes) ever given drops.
+    subif_drops: std::collections::BTreeSet<u32>,
 }
 
 impl AclMaps {
@@ -56,6 +73,7 @@ impl AclMaps {
         let m = AclMaps {
             state: map_create(BPF_MAP_TYPE_ARRAY, 4, 16, 1, 0, 0, "acl_state")?,
             ports: map_create(BPF_MAP_TYPE_ARRAY, 4, 16, 2 * n, 0, 0, "acl_ports")?,
+            subifs: map_create(BPF_MAP_TYPE_HASH, 4, 16, 2 * MAX_SUBIFS, 0, 0, "acl_subifs")?,
             lists: map_create(BPF_MAP_TYPE_ARRAY, 4, 16, 2 * MAX_LISTS, 0, 0, "acl_lists")?,
             tuples: map_create(
                 BPF_MAP_TYPE_ARRAY,
@@ -84,22 +102,33 @@ impl AclMaps {
                 0,
                 "acl_counts",
             )?,
-            drops: map_create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 16, 4 * n, 0, 0, "acl_drops")?,
+            drops: map_create(
+                BPF_MAP_TYPE_PERCPU_ARRAY,
+                4,
+                16,
+                4 * (n + MAX_SUBIFS),
+                0,
+                0,
+                "acl_drops",
+            )?,
             nports: n,
             gen: 0,
             default4: u32::MAX,
             written: [Vec::new(), Vec::new()],
             slots: [0, 0],
+            subifs_written: [Vec::new(), Vec::new()],
+            subif_drops: Default::default(),
         };
         m.write_state(0)?;
         Ok(m)
     }
 
     /// The maps by the names the program gives them.
-    pub fn fds(&self) -> [(&'static str, BorrowedFd<'_>); 7] {
+    pub fn fds(&self) -> [(&'static str, BorrowedFd<'_>); 8] {
         [
             ("acl_state", self.state.as_fd()),
             ("acl_ports", self.ports.as_fd()),
+            ("acl_subifs", self.subifs.as_fd()),
             ("acl_lists", self.lists.as_fd()),
             ("acl_tuples", self.tuples.as_fd()),
             ("acl_rules", self.rules.as_fd()),
@@ -200,6 +229,21 @@ impl AclMaps {
                 .map_err(|x| e("lists", x))?;
         }
         let mut ports = vec![[0u32; 4]; self.nports as usize];
+        let code = |b: &dataplane::acl::Binding| {
+            [
+                b.acl_in.map_or(0, |l| l as u32 + 1),
+                b.acl_out.map_or(0, |l| l as u32 + 1),
+                match b.urpf {
+                    Urpf::Off => 0,
+                    Urpf::Strict => URPF_STRICT,
+                    Urpf::Loose => URPF_LOOSE,
+                } | if b.urpf_allow_default {
+                    URPF_ALLOW_DEFAULT
+                } else {
+                    0
+                },
+            ]
+        };
         for (iface, b) in f.bindings.iter().enumerate() {
             let Some(Some((port, vlan))) = port_of.get(iface) else {
                 continue;
@@ -213,17 +257,28 @@ impl AclMaps {
                 }
                 continue;
             }
-            p[0] = b.acl_in.map_or(0, |l| l as u32 + 1);
-            p[1] = b.acl_out.map_or(0, |l| l as u32 + 1);
-            p[2] = match b.urpf {
-                Urpf::Off => 0,
-                Urpf::Strict => URPF_STRICT,
-                Urpf::Loose => URPF_LOOSE,
-            } | if b.urpf_allow_default {
-                URPF_ALLOW_DEFAULT
-            } else {
-                0
+            let [i, o, u] = code(b);
+            p[..3].copy_from_slice(&[i, o, u]);
+        }
+        // Every sub-interface of a port whose sub-interfaces filter has its entry.
+        for k in self.subifs_written[g].drain(..) {
+            let _ = super::map_delete(&self.subifs, &k);
+        }
+        for (iface, b) in f.bindings.iter().enumerate() {
+            let Some(Some((port, vlan))) = port_of.get(iface) else {
+                continue;
             };
+            let filtering = ports.get(*port as usize).is_some_and(|p| p[3] & PORT_SUBIF != 0);
+            if *vlan == 0 || !filtering || iface as u32 >= MAX_SUBIFS {
+                continue;
+            }
+            let [i, o, u] = code(b);
+            let drops = self.nports + iface as u32;
+            let k = subif_key(next, *port, *vlan);
+            map_update(&self.subifs, &k, &[i, o, u, PORT_SUBIF | drops << DROPS_SHIFT])
+                .map_err(|x| e("sub-interfaces", x))?;
+            self.subifs_written[g].push(k);
+            self.subif_drops.insert(iface as u32);
         }
         for (i, p) in ports.iter().enumerate() {
             map_update(&self.ports, &(g as u32 * self.nports + i as u32), p)
@@ -280,15 +335,24 @@ impl AclMaps {
     /// Per port: (packets, bytes) denied in, denied out, failed the strict and the loose
     /// reverse-path check.
     pub fn drops(&self) -> Vec<[(u64, u64); 4]> {
-        (0..self.nports)
-            .map(|p| {
-                let mut out = [(0, 0); 4];
-                for (k, o) in out.iter_mut().enumerate() {
-                    let [a, b] = percpu_sum::<2>(&self.drops, p * 4 + k as u32);
-                    *o = (a, b);
-                }
-                out
-            })
+        (0..self.nports).map(|p| self.drops_at(p)).collect()
+    }
+
+    /// The same per sub-interface that ever filtered in the fast path: (its interface
+    /// index, its drops).
+    pub fn subif_drops(&self) -> Vec<(usize, [(u64, u64); 4])> {
+        self.subif_drops
+            .iter()
+            .map(|i| (*i as usize, self.drops_at(self.nports + i)))
             .collect()
+    }
+
+    fn drops_at(&self, index: u32) -> [(u64, u64); 4] {
+        let mut out = [(0, 0); 4];
+        for (k, o) in out.iter_mut().enumerate() {
+            let [a, b] = percpu_sum::<2>(&self.drops, index * 4 + k as u32);
+            *o = (a, b);
+        }
+        out
     }
 }
