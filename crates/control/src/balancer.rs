@@ -185,6 +185,23 @@ impl BalancerFile {
         crate::config::filters_of(&self.acls, ifaces, previous)
     }
 
+    /// Its own filters, for merging with the router's from the controller (its external
+    /// ports face the router's networks).
+    pub fn local_filters(&self) -> crate::remote_filters::Local {
+        crate::remote_filters::Local {
+            acls: self.acls.clone(),
+            ifaces: self
+                .interfaces
+                .iter()
+                .map(|i| crate::remote_filters::LocalIface {
+                    name: i.name.clone(),
+                    filter: i.filter.clone(),
+                    vlan: (i.role == PortRole::External && i.vlan != 0).then_some(i.vlan),
+                })
+                .collect(),
+        }
+    }
+
     /// The config as `tessera show config` shows it (crate::showconfig): interfaces,
     /// balancing, hellos, Virtual-CP, initial back-ends, the rules added to the built-in
     /// ones, `[io]`, `[dist]` and `[metrics]`, every default filled in.
@@ -820,6 +837,25 @@ fn as_started(
     (text, Arc::new(Mutex::new(running)))
 }
 
+/// Takes the router's filters from the controller (docs/filters.md): the first worker
+/// `b` hands whole sets to a thread that merges them with the file `running`'s filters.
+fn filters_from_controller(
+    b: &mut Balancer,
+    running: &Arc<Mutex<Option<BalancerFile>>>,
+    stop: &Arc<AtomicBool>,
+) -> Result<crate::remote_filters::HeldShare, String> {
+    let held = crate::remote_filters::HeldShare::default();
+    let (link, fctl) = dataplane::acl::remote::FilterLink::pair();
+    b.filter_input.link = Some(link);
+    let (r, share) = (running.clone(), b.filters.clone());
+    let apply = move |set: Option<&crate::config::RouterFilters>| {
+        control::apply_filters(&r, &share, set).map(|_| ())
+    };
+    crate::remote_filters::serve(fctl, held.clone(), apply, stop.clone())
+        .map_err(|e| e.to_string())?;
+    Ok(held)
+}
+
 /// How [`run`] runs the LB: its `[io]` and `[metrics]` settings, the names of its external
 /// interfaces (for the metrics) and its fast path, if it runs one.
 pub struct RunWith {
@@ -917,18 +953,7 @@ pub fn run<P: Port + Send>(
     b.report.name = Some(name.clone());
     let view = crate::metrics::element_source(all_counters.clone(), name, "balancer", external);
     let filters = b.filters.clone();
-    // The router's filters from the controller (docs/filters.md).
-    let held = crate::remote_filters::HeldShare::default();
-    {
-        let (link, fctl) = dataplane::acl::remote::FilterLink::pair();
-        b.filter_input.link = Some(link);
-        let (r, share) = (running.clone(), filters.clone());
-        let apply = move |set: Option<&crate::config::RouterFilters>| {
-            control::apply_filters(&r, &share, set).map(|_| ())
-        };
-        crate::remote_filters::serve(fctl, held.clone(), apply, stop.clone())
-            .map_err(|e| e.to_string())?;
-    }
+    let held = filters_from_controller(&mut b, &running, &stop)?;
     let view = lb_view(view, &b, fast.as_ref());
     let metrics = crate::metrics::MetricsSlot::start(metrics, &view)?;
     let (qtx, qrx) = mpsc::channel::<Query>();

@@ -81,9 +81,9 @@ mod router_filters;
 pub use common::{read_dist_key, write_new_dist_key, DistConfig, IoConfig, DEFAULT_DIST_MAX_AGE_S};
 pub(crate) use common::{RawDist, RawIo, RawMetrics};
 pub use filters::FilterConfig;
+pub(crate) use filters::{filters_of, RawAcl, RELOADABLE_IN_INTERFACE};
 pub(crate) use router_filters::RawRouterInterface;
 pub use router_filters::{vlan_of_name, RouterFilters};
-pub(crate) use filters::{filters_of, RawAcl, RELOADABLE_IN_INTERFACE};
 
 /// A configuration error: where, which key, what.
 #[derive(Debug, Clone, PartialEq, Eq)]

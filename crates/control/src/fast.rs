@@ -503,12 +503,15 @@ impl ForwarderFast {
             return [0; 3];
         };
         let subifs = a.subif_drops().into_iter().map(|(_, d)| d);
-        a.drops().into_iter().chain(subifs).fold([0; 3], |mut s, d| {
-            s[0] += d[0].0 + d[1].0;
-            s[1] += d[2].0;
-            s[2] += d[3].0;
-            s
-        })
+        a.drops()
+            .into_iter()
+            .chain(subifs)
+            .fold([0; 3], |mut s, d| {
+                s[0] += d[0].0 + d[1].0;
+                s[1] += d[2].0;
+                s[2] += d[3].0;
+                s
+            })
     }
 
     /// Takes the forwarder's IPv6 route changes and has a thread of its own write them to

@@ -46,23 +46,6 @@ impl Local {
                 .collect(),
         }
     }
-
-    /// An LB's (its external ports face the router's networks).
-    pub fn of_balancer(f: &crate::balancer::BalancerFile) -> Local {
-        Local {
-            acls: f.acls.clone(),
-            ifaces: f
-                .interfaces
-                .iter()
-                .map(|i| LocalIface {
-                    name: i.name.clone(),
-                    filter: i.filter.clone(),
-                    vlan: (i.role == wire::dist::PortRole::External && i.vlan != 0)
-                        .then_some(i.vlan),
-                })
-                .collect(),
-        }
-    }
 }
 
 /// The element's filters: its own and the router's set `remote`, keeping the counters of
@@ -230,17 +213,32 @@ internal = "r1-int"
         let l = local();
         let f = merged(
             &l,
-            Some(&set("[[interface]]\nname = \"vlan10\"\nurpf = \"strict\"\n")),
+            Some(&set(
+                "[[interface]]\nname = \"vlan10\"\nurpf = \"strict\"\n",
+            )),
             None,
         )
         .unwrap();
         assert_eq!(f.bindings[1].urpf, dataplane::acl::Urpf::Strict);
         assert_eq!(f.bindings[2].acl_in, Some(0));
         // A network this element does not face: nothing bound, not refused.
-        let f = merged(&l, Some(&set("[[interface]]\nname = \"vlan30\"\nurpf = \"loose\"\n")), None).unwrap();
-        assert!(f.bindings.iter().all(|b| b.urpf == dataplane::acl::Urpf::Off));
+        let f = merged(
+            &l,
+            Some(&set("[[interface]]\nname = \"vlan30\"\nurpf = \"loose\"\n")),
+            None,
+        )
+        .unwrap();
+        assert!(f
+            .bindings
+            .iter()
+            .all(|b| b.urpf == dataplane::acl::Urpf::Off));
         // ext-b has its own list: refused, naming it.
-        let e = merged(&l, Some(&set("[[interface]]\nname = \"vlan20\"\nurpf = \"loose\"\n")), None).unwrap_err();
+        let e = merged(
+            &l,
+            Some(&set("[[interface]]\nname = \"vlan20\"\nurpf = \"loose\"\n")),
+            None,
+        )
+        .unwrap_err();
         assert!(e.contains("ext-b"), "{e}");
         let e = merged(&l, Some(&set("[[acl]]\nname = \"mine\"\n")), None).unwrap_err();
         assert!(e.contains("mine"), "{e}");

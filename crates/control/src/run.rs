@@ -404,18 +404,9 @@ pub fn run<P: Port + Send>(
     // A back-end takes routes from the controller on a thread of its own (see distrib).
     let writer = start_writer(&mut f, &routes, fast.as_ref(), &stop)?;
     let running = Arc::new(Mutex::new(cfg.clone()));
-    // A back-end takes the router's filters from the controller too (its reverse-path
-    // checks; docs/filters.md).
     let held = crate::remote_filters::HeldShare::default();
     if writer.is_some() {
-        let (link, fctl) = dataplane::acl::remote::FilterLink::pair();
-        f.filter_input.link = Some(link);
-        let (r, share, fl) = (running.clone(), f.filter_share().clone(), fast.clone());
-        let apply = move |set: Option<&crate::config::RouterFilters>| {
-            commands::apply_filters(&r, &share, fl.as_ref(), set).map(|_| ())
-        };
-        crate::remote_filters::serve(fctl, held.clone(), apply, stop.clone())
-            .map_err(|e| e.to_string())?;
+        filters_from_controller(&mut f, &running, fast.as_ref(), &held, &stop)?;
     }
     let ctl = Control {
         // The config file as this forwarder started from it, for `reload` to compare with.
@@ -489,6 +480,27 @@ pub fn run<P: Port + Send>(
 
 /// A back-end's route writer (the controller's table comes to it over DIST), started on
 /// a thread of its own; None for a forwarder that is not a back-end.
+/// A back-end takes the router's filters from the controller too (its reverse-path
+/// checks; docs/filters.md): the first worker `f` hands whole sets to a thread that merges
+/// them with the file `running`'s filters and installs them (`held` keeps the set).
+fn filters_from_controller(
+    f: &mut Forwarder,
+    running: &Arc<Mutex<Option<ForwarderFile>>>,
+    fast: Option<&crate::fast::ForwarderFast>,
+    held: &crate::remote_filters::HeldShare,
+    stop: &Arc<AtomicBool>,
+) -> Result<(), String> {
+    let (link, fctl) = dataplane::acl::remote::FilterLink::pair();
+    f.filter_input.link = Some(link);
+    let (r, share, fl) = (running.clone(), f.filter_share().clone(), fast.cloned());
+    let apply = move |set: Option<&crate::config::RouterFilters>| {
+        commands::apply_filters(&r, &share, fl.as_ref(), set).map(|_| ())
+    };
+    crate::remote_filters::serve(fctl, held.clone(), apply, stop.clone())
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 fn start_writer(
     f: &mut Forwarder,
     routes: &Arc<Mutex<RouteTable>>,

@@ -9,7 +9,8 @@
 //!   ([`FpmState`], fed by zebra's `dplane_fpm_nl`), from its config file, and from the
 //!   control socket (`route-add`, `route-del`);
 //! - **distributes** it to every back-end ([`Distributor`], docs/dist.md), and shows each
-//!   back-end's version and digest (`tessera show fib`).
+//!   back-end's version and digest (`tessera show fib`); and the router's filters to the
+//!   LBs and back-ends ([`FilterDist`], `tessera show acl`).
 //!
 //! The FPM reader runs on its own thread and only writes the table, so it never waits for
 //! a back-end; the port's thread sends what the back-ends are missing.
@@ -48,6 +49,18 @@
 //!
 //! [io]                         # as for every element
 //! backend = "auto"
+//!
+//! [[acl]]                      # optional: the router's filters (docs/filters.md),
+//! name = "edge-in"             # sent to the LBs (lists) and back-ends (urpf)
+//! [[acl.rule]]
+//! action = "deny"
+//! protocol = "tcp"
+//! dst_port = "22"
+//!
+//! [[interface]]                # one of the router's external interfaces, by the VLAN
+//! name = "vlan10"              # of its network
+//! acl_in = "edge-in"
+//! urpf = "strict"
 //! ```
 
 use crate::config::{from_toml, line_of, read, ConfigError, IoConfig, RawIo};

@@ -39,6 +39,7 @@ use wire::icmpv6;
 use wire::ipv4::protocol;
 use wire::{arp, ipv6, MacAddr};
 
+mod reports;
 mod rules;
 pub mod spare;
 use rules::Key;
@@ -1034,29 +1035,6 @@ impl Balancer {
         self.send_filter_answers(tx);
     }
 
-    /// Sends the answers to the controller's filter sets out of every internal port.
-    fn send_filter_answers(&mut self, tx: &mut TxQueues) {
-        let mut answers = std::mem::take(&mut self.filter_answers);
-        answers.extend(self.filter_input.answers());
-        for (to, mut a) in answers {
-            a.incarnation = self.incarnation;
-            self.seq = self.seq.wrapping_add(1);
-            let r = dist::Repr {
-                seq: self.seq,
-                msg: dist::Message::FiltersAck(a),
-            };
-            for i in self.internal_ports().collect::<Vec<_>>() {
-                if let Ok(mut f) = r.to_frame(self.ports[i as usize].mac, to) {
-                    self.dist_auth.seal(&mut f);
-                    let mut p = self.pool.get();
-                    p.data.extend_from_slice(&f);
-                    self.counters.event(Event::DistFilterAnswers);
-                    tx.push(i, p);
-                }
-            }
-        }
-    }
-
     /// This LB's hello.
     pub fn hello(&mut self) -> dist::Repr {
         self.seq = self.seq.wrapping_add(1);
@@ -1115,33 +1093,6 @@ impl Balancer {
                 .map(|e| (e.mac, e.port as u8, e.weight)),
             self.cfg.virtual_cp.map(|(m, p)| (m, p as u8)),
         )
-    }
-
-    /// Sends the counters to the controller out of every internal port.
-    fn send_reports(&mut self, name: &str, tx: &mut TxQueues) {
-        let external: Vec<bool> = self
-            .ports
-            .iter()
-            .map(|p| p.role == PortRole::External)
-            .collect();
-        let sum = self.group_counters();
-        let names = &self.counters.port_names;
-        for m in crate::report::counter_reports_of(name, names, sum, &external) {
-            self.seq = self.seq.wrapping_add(1);
-            let r = dist::Repr {
-                seq: self.seq,
-                msg: m,
-            };
-            for i in self.internal_ports().collect::<Vec<_>>() {
-                if let Ok(mut f) = r.to_frame(self.ports[i as usize].mac, MacAddr::BROADCAST) {
-                    self.dist_auth.seal(&mut f);
-                    let mut p = self.pool.get();
-                    p.data.extend_from_slice(&f);
-                    self.counters.event(Event::DistReportsSent);
-                    tx.push(i, p);
-                }
-            }
-        }
     }
 
     fn send_hellos(&mut self, h: &dist::Repr, tx: &mut TxQueues) {

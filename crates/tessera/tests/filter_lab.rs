@@ -438,7 +438,10 @@ fn the_routers_filters_are_written_once_at_the_controller() {
     // The plain vcp host of the lab becomes the controller.
     let topo = std::fs::read_to_string(repo_path("labs/multistage.toml")).unwrap();
     let host = "[[host]]\nname = \"vcp\"\ninterfaces = [{ name = \"eth0\", address = \"10.255.0.100/24\" }]\n";
-    assert!(topo.contains(host) && topo.contains("a = \"vcp:eth0\""), "{topo}");
+    assert!(
+        topo.contains(host) && topo.contains("a = \"vcp:eth0\""),
+        "{topo}"
+    );
     let topo = topo
         .replace(
             host,
@@ -456,11 +459,16 @@ fn the_routers_filters_are_written_once_at_the_controller() {
             let els = v["elements"].as_array().cloned().unwrap_or_default();
             if v["version"] == version
                 && els.len() == 5
-                && els.iter().all(|e| e["current"] == true && e["status"] == "applied")
+                && els
+                    .iter()
+                    .all(|e| e["current"] == true && e["status"] == "applied")
             {
                 return v;
             }
-            assert!(t.elapsed() < Duration::from_secs(20), "filters not applied everywhere: {v}");
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "filters not applied everywhere: {v}"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     };
@@ -472,7 +480,10 @@ fn the_routers_filters_are_written_once_at_the_controller() {
         .code()
         != Some(0)
     {
-        assert!(t.elapsed() < Duration::from_secs(20), "no path through the router");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no path through the router"
+        );
     }
     let states = nmap(&lab, "a1", "10.2.0.10", "22,23,80");
     let got: Vec<(u16, &str)> = states.iter().map(|(p, s, _)| (*p, s.as_str())).collect();
@@ -484,7 +495,10 @@ fn the_routers_filters_are_written_once_at_the_controller() {
     );
     let acl = lab.show_json("acl", "lba");
     assert_eq!(acl["from_controller"]["status"], "applied", "{acl}");
-    assert!(acl["interfaces"][0]["denied_in"].as_u64().unwrap() >= 1, "{acl}");
+    assert!(
+        acl["interfaces"][0]["denied_in"].as_u64().unwrap() >= 1,
+        "{acl}"
+    );
     let lb_denied = drop_count(&lab.counters("lba"), "acl_deny");
     assert!(lb_denied >= 1, "{}", lab.counters("lba"));
     // The back-ends' reverse-path checks: a1 sends from network B's address space (strict,
@@ -517,7 +531,12 @@ fn the_routers_filters_are_written_once_at_the_controller() {
     all_current(&lab, 2);
     let states = nmap(&lab, "a1", "10.2.0.10", "22,23");
     let got: Vec<(u16, &str)> = states.iter().map(|(p, s, _)| (*p, s.as_str())).collect();
-    assert_eq!(got, [(22, "open"), (23, "filtered")], "{}", lab.show_json("acl", "lba"));
+    assert_eq!(
+        got,
+        [(22, "open"), (23, "filtered")],
+        "{}",
+        lab.show_json("acl", "lba")
+    );
     srv.kill().unwrap();
     srv.wait().unwrap();
     drop(lab);

@@ -48,7 +48,7 @@ pub(super) fn apply_filters(
         .lock()
         .map_err(|_| "poisoned")?
         .as_ref()
-        .map(crate::remote_filters::Local::of_balancer)
+        .map(BalancerFile::local_filters)
         .unwrap_or_default();
     let old = share.load();
     let f = crate::remote_filters::merged(&local, set, Some(&old))?;
@@ -101,7 +101,7 @@ impl LbControl {
             let held = self.held.lock().map_err(|_| "poisoned")?;
             let old_filters = self.filters.load();
             let filters = crate::remote_filters::merged(
-                &crate::remote_filters::Local::of_balancer(&f),
+                &f.local_filters(),
                 held.set.as_ref(),
                 Some(&old_filters),
             )

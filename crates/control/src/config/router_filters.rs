@@ -108,7 +108,11 @@ impl RouterFilters {
 
     /// Whether there is nothing to apply.
     pub fn is_empty(&self) -> bool {
-        self.acls.is_empty() && self.interfaces.iter().all(|(_, f)| *f == FilterConfig::default())
+        self.acls.is_empty()
+            && self
+                .interfaces
+                .iter()
+                .all(|(_, f)| *f == FilterConfig::default())
     }
 
     /// What the LBs run: the lists, and each interface's `acl_in` and `acl_out`.
@@ -227,17 +231,40 @@ urpf_allow_default = true
         assert_eq!(be.interfaces.len(), 2);
         assert!(be.interfaces.iter().all(|(_, c)| c.acl_in.is_none()));
         assert!(RouterFilters::default().is_empty());
-        assert_eq!(RouterFilters::parse(Path::new("set"), "").unwrap(), RouterFilters::default());
+        assert_eq!(
+            RouterFilters::parse(Path::new("set"), "").unwrap(),
+            RouterFilters::default()
+        );
     }
 
     #[test]
     fn a_bad_set_is_refused_naming_line_and_key() {
         for (bad, line, key) in [
-            (SET.replace("\"vlan20\"", "\"ext-b\""), 22, "interface[1].name"),
-            (SET.replace("\"vlan20\"", "\"vlan10\""), 22, "interface[1].name"),
-            (SET.replace("\"vlan20\"", "\"vlan4095\""), 22, "interface[1].name"),
-            (SET.replace("acl_in = \"edge-in\"", "acl_in = \"nope\""), 18, "interface[0].acl_in"),
-            (SET.replace("urpf = \"loose\"", "urpf = \"lax\""), 23, "interface[1].urpf"),
+            (
+                SET.replace("\"vlan20\"", "\"ext-b\""),
+                22,
+                "interface[1].name",
+            ),
+            (
+                SET.replace("\"vlan20\"", "\"vlan10\""),
+                22,
+                "interface[1].name",
+            ),
+            (
+                SET.replace("\"vlan20\"", "\"vlan4095\""),
+                22,
+                "interface[1].name",
+            ),
+            (
+                SET.replace("acl_in = \"edge-in\"", "acl_in = \"nope\""),
+                18,
+                "interface[0].acl_in",
+            ),
+            (
+                SET.replace("urpf = \"loose\"", "urpf = \"lax\""),
+                23,
+                "interface[1].urpf",
+            ),
         ] {
             let e = RouterFilters::parse(Path::new("vcp.toml"), &bad).unwrap_err();
             assert_eq!((e.line, e.key.as_str()), (line, key), "{e}");

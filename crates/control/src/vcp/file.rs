@@ -142,8 +142,7 @@ impl ControllerFile {
             })?,
             None => DEFAULT_PRIORITY,
         };
-        let filters =
-            crate::config::At { path, src }.router_filters(&raw.acl, &raw.interface)?;
+        let filters = crate::config::At { path, src }.router_filters(&raw.acl, &raw.interface)?;
         let (ospf_grace, on_active, on_standby) = match &raw.takeover {
             Some(t) => takeover(&crate::config::At { path, src }, t)?,
             None => (None, Vec::new(), Vec::new()),

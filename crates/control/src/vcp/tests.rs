@@ -835,7 +835,10 @@ fn a_reload_applies_the_config_routes_and_refuses_the_rest() {
     std::fs::write(&path, &second).unwrap();
     let v = run::reload(&path, &configured, &fib, None, &ctl).unwrap();
     assert_eq!(
-        (v["filters_changed"].as_bool(), v["filters_version"].as_u64()),
+        (
+            v["filters_changed"].as_bool(),
+            v["filters_version"].as_u64()
+        ),
         (Some(true), Some(2)),
         "{v}"
     );
@@ -867,7 +870,10 @@ fn a_reload_applies_the_config_routes_and_refuses_the_rest() {
     // A bad list: refused with its line and key, the filters as they were.
     std::fs::write(&path, second.replace("dst_port = 22", "dst_port = 99999")).unwrap();
     let e = run::reload(&path, &configured, &fib, None, &ctl).unwrap_err();
-    assert!(e.contains("c.toml:") && e.contains("acl[0].rule[0].dst_port"), "{e}");
+    assert!(
+        e.contains("c.toml:") && e.contains("acl[0].rule[0].dst_port"),
+        "{e}"
+    );
     assert_eq!(ctl.lock().unwrap().filters.version, 2);
     assert_eq!(fib.lock().unwrap().version(), version);
     assert_eq!(fib.lock().unwrap().len(), 2);

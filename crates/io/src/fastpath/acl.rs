@@ -268,15 +268,21 @@ impl AclMaps {
             let Some(Some((port, vlan))) = port_of.get(iface) else {
                 continue;
             };
-            let filtering = ports.get(*port as usize).is_some_and(|p| p[3] & PORT_SUBIF != 0);
+            let filtering = ports
+                .get(*port as usize)
+                .is_some_and(|p| p[3] & PORT_SUBIF != 0);
             if *vlan == 0 || !filtering || iface as u32 >= MAX_SUBIFS {
                 continue;
             }
             let [i, o, u] = code(b);
             let drops = self.nports + iface as u32;
             let k = subif_key(next, *port, *vlan);
-            map_update(&self.subifs, &k, &[i, o, u, PORT_SUBIF | drops << DROPS_SHIFT])
-                .map_err(|x| e("sub-interfaces", x))?;
+            map_update(
+                &self.subifs,
+                &k,
+                &[i, o, u, PORT_SUBIF | drops << DROPS_SHIFT],
+            )
+            .map_err(|x| e("sub-interfaces", x))?;
             self.subifs_written[g].push(k);
             self.subif_drops.insert(iface as u32);
         }

@@ -250,7 +250,7 @@ impl FilterInbox {
             self.missing = words;
         }
         let end = c.offset as usize + c.data.len();
-        if c.offset as usize % FILTERS_CHUNK != 0
+        if !(c.offset as usize).is_multiple_of(FILTERS_CHUNK)
             || c.offset as usize >= self.text.len().max(1)
             || end > self.text.len()
             || (c.data.len() != FILTERS_CHUNK && end != self.text.len())
