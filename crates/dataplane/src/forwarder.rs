@@ -950,6 +950,18 @@ impl Forwarder {
         p.data.truncate(ETH + total);
         self.counters.event(Event::StarReceived);
         p.meta.error_src = Some(h.ingress);
+        // The egress port's acl_out, here where the port is (the ingress member applied
+        // its own lists and reverse-path check).
+        match self.filter_out(&p.data[ETH..], false, port, p.data.len()) {
+            filter::Verdict::Pass => {}
+            filter::Verdict::Drop(d) => return self.drop_pkt(p, d),
+            filter::Verdict::Reject => {
+                let e = IcmpError::Unreachable(unreachable::ADMIN_PROHIBITED);
+                let in_port = p.meta.iface;
+                self.icmp_error_from(&p.data[ETH..], in_port, Some(h.ingress), e, now, tx);
+                return self.drop_pkt(p, Drop::AclReject);
+            }
+        }
         let mtu = self.ifaces[port as usize].mtu;
         if total > mtu && df {
             let e = IcmpError::FragNeeded(mtu.min(u16::MAX as usize) as u16);

@@ -235,7 +235,7 @@ FASTPATH_XSKS;
 /* What a stage decides: go on, to user space, to user space through the bucket
  * (the router answers it), or give up (a move of the frame's start refused: cannot
  * happen). */
-enum { GO_ON, SLOW, POLICE, ABORT, FILTERED };
+enum { GO_ON, SLOW, POLICE, ABORT, FILTERED, DROPPED /* star_in: dropped, counted */ };
 
 /* Where a packet leaves: the port, the VLAN id (0: untagged), the neighbour (IPv4: the
  * key of neigh; IPv6: of neigh6), the port's entry words. */
@@ -762,6 +762,41 @@ static __always_inline int filter(__u8 *p, void *end, int v6, __u32 vid_in, stru
 	return GO_ON;
 }
 
+/* The access list of what leaves by `e` only, for a packet at `ip` that another star
+ * member looked up and filtered in (`len`: the frame's bytes as it leaves): GO_ON with
+ * the counters' slot of the list that permits it in *out_slot (ACL_NO_SLOT: none),
+ * FILTERED (denied: counted) or SLOW (user space decides: rejected, or a key it cannot
+ * read). */
+static __always_inline int filter_out(__u8 *ip, void *end, int v6, struct egress *e,
+				      __u64 len, __u32 *out_slot)
+{
+	__u32 k = 0;
+	struct acl_state *st = bpf_map_lookup_elem(&acl_state, &k);
+	if (!st || !st->gen)
+		return GO_ON;
+	__u32 gen = st->gen & 3;
+	if (gen != 1 && gen != 2)
+		return SLOW;
+	k = (gen - 1) * st->nports + e->port;
+	struct acl_port *out = bpf_map_lookup_elem(&acl_ports, &k);
+	if (!out)
+		return SLOW;
+	if (!out->out)
+		return GO_ON;
+	struct acl_walk w;
+	if (acl_key_of(&w.key, ip, end, v6))
+		return SLOW;
+	__u32 a = acl_decide(&w, gen, out->out, out_slot);
+	if (a == ACL_REJECT)
+		return SLOW;
+	if (a == ACL_DENY) {
+		acl_count(&acl_counts, *out_slot, len);
+		acl_drop(e->port, 1, len);
+		return FILTERED;
+	}
+	return GO_ON;
+}
+
 /* ---- XDP ---- */
 
 /* Puts an 802.1Q tag with control information `tci` (network order) in front of the
@@ -992,6 +1027,16 @@ static __always_inline int star_in(struct xdp_md *ctx)
 	}
 	if (egress_port(&e, len, 0) != GO_ON || xdp_room(ctx, e.ifword) != GO_ON)
 		return SLOW; /* fragments, an ICMP error: user space's */
+	/* The egress port's acl_out, here where the port is (the frame read again: making
+	 * room may have moved it). */
+	__u32 out_slot = ACL_NO_SLOT;
+	p = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	int r = filter_out(p + 14 + header, end, v6, &e, len + 14, &out_slot);
+	if (r == FILTERED)
+		return DROPPED;
+	if (r != GO_ON)
+		return SLOW;
 	__u64 *mac = neighbour(&e, v6);
 	if (!mac)
 		return SLOW; /* not resolved: user space asks */
@@ -1010,6 +1055,7 @@ static __always_inline int star_in(struct xdp_md *ctx)
 		ethernet(p + STAR_HEADER_LEN, to, e.word, 0x0800);
 	if (bpf_xdp_adjust_head(ctx, header))
 		return ABORT;
+	count_permits(ACL_NO_SLOT, out_slot, len + 14);
 	return xdp_send(ctx, e.port, e.ifword);
 }
 
@@ -1058,6 +1104,8 @@ int tessera_fast(struct xdp_md *ctx)
 			return XDP_ABORTED;
 		if (r == SLOW)
 			goto slow;
+		if (r == DROPPED)
+			return XDP_DROP;
 		return r;
 	}
 	r = route(p, end, end - data, 1, flags, own, &e, &len, &v6);

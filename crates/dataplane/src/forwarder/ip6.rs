@@ -459,6 +459,17 @@ impl Forwarder {
         let total = ip.total_len();
         p.data.truncate(ETH + total);
         self.counters.event(Event::StarReceived);
+        // The egress port's acl_out (as for IPv4, star_input).
+        match self.filter_out(&p.data[ETH..], true, port, p.data.len()) {
+            super::filter::Verdict::Pass => {}
+            super::filter::Verdict::Drop(d) => return self.drop_pkt(p, d),
+            super::filter::Verdict::Reject => {
+                let e = ErrorKind::Unreachable(icmpv6::unreachable::ADMIN);
+                let in_if = p.meta.iface;
+                self.icmp6_error_from(&p.data[ETH..], in_if, Some(h.ingress), e, now, tx);
+                return self.drop_pkt(p, Drop::AclReject);
+            }
+        }
         let mtu = self.ifaces[port as usize].mtu;
         if total > mtu {
             let e = ErrorKind::PacketTooBig(mtu as u32);

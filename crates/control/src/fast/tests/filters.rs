@@ -261,6 +261,45 @@ fn the_xdp_fast_path_filters_a_backends_sub_interfaces() {
     assert_eq!(packets(2), [0, 0, 1], "ext-b");
 }
 
+/// A star member applies its external port's `acl_out` to what another member sends it
+/// across the switch (the ingress member filtered it in), in XDP as in user space: a
+/// frame the list denies is dropped and counted on the port, one it permits leaves.
+#[test]
+fn the_xdp_fast_path_filters_what_crosses_the_star() {
+    let mut c = star(At::Xdp);
+    let ext = Binding {
+        acl_out: Some(1),
+        ..Default::default()
+    };
+    filters(&mut c, vec![ext, Binding::default()]);
+    // Denied by "out" (192.0.2.9), permitted by its default (10.1.0.10).
+    let mut denied = star_frame(0, [10, 1, 0, 10]);
+    denied[26 + 16..26 + 20].copy_from_slice(&[192, 0, 2, 9]);
+    let mut ip = denied[26..].to_vec();
+    ipv4::Packet::new_checked(&mut ip[..]).unwrap().fill_checksum();
+    denied.truncate(26);
+    denied.extend(ip);
+    for (f, what) in [(star_frame(0, [10, 1, 0, 10]), "fast"), (denied, "drop")] {
+        let (fast, dropped) = (c.fast, c.dropped);
+        c.frame(1, &f);
+        let got = match (c.fast - fast, c.dropped - dropped) {
+            (1, 0) => "fast",
+            (0, 1) => "drop",
+            _ => "user",
+        };
+        assert_eq!(got, what, "{f:02x?}");
+        c.f.end_batch();
+    }
+    assert_eq!(c.fl.filter_drops(), [1, 0, 0], "denied, strict, loose");
+    let share = c.f.filter_share().load();
+    let (fast_counts, per_iface) = c.fl.filter_counts(&share);
+    assert_eq!(per_iface[0][1].0, 1, "denied out of ext");
+    // "out": the deny once, the default once, in the fast path and in user space alike.
+    assert_eq!(fast_counts[1].iter().map(|x| x.0).collect::<Vec<_>>(), [1, 1]);
+    let user: Vec<u64> = share.lists[1].counts.iter().map(|x| x.get().0).collect();
+    assert_eq!(user, [1, 1]);
+}
+
 /// What the filters cost per frame in the programs (BPF_PROG_TEST_RUN, a forwarded IPv4
 /// UDP frame, median of 2000 runs of 200), against the number of rules it walks and the
 /// number of distinct masks (tuples) among them (`dataplane::acl::tss::measurement_list`).
