@@ -542,3 +542,76 @@ fn the_routers_filters_are_written_once_at_the_controller() {
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The star router (labs/star.toml): s1 filters what enters from h1 (an ingress list and
+/// the strict check), s3 what leaves toward h3 (an egress list), which crosses the star's
+/// switch from s1 and is checked by s3 where it leaves. nmap from h1 sees 22 filtered
+/// (s1's list), 23 filtered (s3's, across the switch) and 80 open; hping3 from h1 with a
+/// source of h2's network is dropped by s1's strict check and counted.
+#[test]
+fn the_star_filters_where_frames_enter_and_leave() {
+    let dir = std::env::temp_dir().join(format!("tessera-filters-star-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("star")).unwrap();
+    for entry in std::fs::read_dir(repo_path("labs/star")).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, dir.join("star").join(p.file_name().unwrap())).unwrap();
+    }
+    let edit = |name: &str, iface: &str, keys: &str, acl: &str| {
+        let path = dir.join("star").join(name);
+        let c = std::fs::read_to_string(&path).unwrap();
+        let from = format!("name = \"{iface}\"\n");
+        assert!(c.contains(&from), "{name}");
+        let c = c.replacen(&from, &format!("{from}{keys}\n"), 1);
+        std::fs::write(&path, format!("{c}\n{acl}")).unwrap();
+    };
+    edit(
+        "s1.toml",
+        "s1-ext",
+        "acl_in = \"edge-in\"\nurpf = \"strict\"",
+        "[[acl]]\nname = \"edge-in\"\n\n[[acl.rule]]\naction = \"deny\"\nprotocol = \"tcp\"\ndst = \"10.3.0.10/32\"\ndst_port = \"22\"\n",
+    );
+    edit(
+        "s3.toml",
+        "s3-ext",
+        "acl_out = \"to-h3\"",
+        "[[acl]]\nname = \"to-h3\"\n\n[[acl.rule]]\naction = \"deny\"\nprotocol = \"tcp\"\ndst_port = \"23\"\n",
+    );
+    std::fs::copy(repo_path("labs/star.toml"), dir.join("lab.toml")).unwrap();
+    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let mut srv = servers(&lab, "h3", "10.3.0.10", &[22, 23, 80]);
+    let t = Instant::now();
+    while lab
+        .exec("h1", &["ping", "-c", "1", "-W", "1", "10.3.0.10"])
+        .status
+        .code()
+        != Some(0)
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "no path through the star"
+        );
+    }
+    let states = nmap(&lab, "h1", "10.3.0.10", "22,23,80");
+    let got: Vec<(u16, &str)> = states.iter().map(|(p, s, _)| (*p, s.as_str())).collect();
+    assert_eq!(
+        got,
+        [(22, "filtered"), (23, "filtered"), (80, "open")],
+        "{}\n{}",
+        lab.show_json("acl", "s1"),
+        lab.show_json("acl", "s3")
+    );
+    let s3 = lab.show_json("acl", "s3");
+    assert!(
+        s3["interfaces"][0]["denied_out"].as_u64().unwrap() >= 1,
+        "{s3}"
+    );
+    assert!(drop_count(&lab.counters("s1"), "acl_deny") >= 1);
+    let before = drop_count(&lab.counters("s1"), "urpf_strict");
+    assert_eq!(hping(&lab, "h1", "10.3.0.10", Some("10.2.0.99"), 4), 0);
+    assert_eq!(drop_count(&lab.counters("s1"), "urpf_strict") - before, 4);
+    assert_eq!(hping(&lab, "h1", "10.3.0.10", None, 3), 3);
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

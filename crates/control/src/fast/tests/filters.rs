@@ -276,7 +276,9 @@ fn the_xdp_fast_path_filters_what_crosses_the_star() {
     let mut denied = star_frame(0, [10, 1, 0, 10]);
     denied[26 + 16..26 + 20].copy_from_slice(&[192, 0, 2, 9]);
     let mut ip = denied[26..].to_vec();
-    ipv4::Packet::new_checked(&mut ip[..]).unwrap().fill_checksum();
+    ipv4::Packet::new_checked(&mut ip[..])
+        .unwrap()
+        .fill_checksum();
     denied.truncate(26);
     denied.extend(ip);
     for (f, what) in [(star_frame(0, [10, 1, 0, 10]), "fast"), (denied, "drop")] {
@@ -295,7 +297,10 @@ fn the_xdp_fast_path_filters_what_crosses_the_star() {
     let (fast_counts, per_iface) = c.fl.filter_counts(&share);
     assert_eq!(per_iface[0][1].0, 1, "denied out of ext");
     // "out": the deny once, the default once, in the fast path and in user space alike.
-    assert_eq!(fast_counts[1].iter().map(|x| x.0).collect::<Vec<_>>(), [1, 1]);
+    assert_eq!(
+        fast_counts[1].iter().map(|x| x.0).collect::<Vec<_>>(),
+        [1, 1]
+    );
     let user: Vec<u64> = share.lists[1].counts.iter().map(|x| x.get().0).collect();
     assert_eq!(user, [1, 1]);
 }
