@@ -77,11 +77,13 @@ use toml::Spanned;
 
 mod common;
 mod filters;
+mod flow_export;
 mod router_filters;
 pub use common::{read_dist_key, write_new_dist_key, DistConfig, IoConfig, DEFAULT_DIST_MAX_AGE_S};
 pub(crate) use common::{RawDist, RawIo, RawMetrics};
 pub use filters::FilterConfig;
 pub(crate) use filters::{filters_of, RawAcl, RELOADABLE_IN_INTERFACE};
+pub use flow_export::FlowExportConfig;
 pub(crate) use router_filters::RawRouterInterface;
 pub use router_filters::{vlan_of_name, RouterFilters};
 
@@ -124,6 +126,7 @@ struct Raw {
     star: Option<RawStar>,
     #[serde(default)]
     acl: Vec<filters::RawAcl>,
+    flow_export: Option<flow_export::RawFlowExport>,
 }
 
 /// `[star]`: this forwarder is one of a star router's (docs/star.md).
@@ -355,6 +358,8 @@ pub struct ForwarderFile {
     pub star: Option<StarConfig>,
     /// `[[acl]]`: the access lists, in the file's order.
     pub acls: Vec<dataplane::acl::Acl>,
+    /// `[flow_export]`: flows sampled and exported over IPFIX (docs/flows.md).
+    pub flow_export: Option<FlowExportConfig>,
 }
 
 /// Line number (1-based) of byte offset `at` in `src`.
@@ -678,6 +683,11 @@ impl ForwarderFile {
             io: IoConfig::from_raw(path, src, raw.io.as_ref())?,
             dist: DistConfig::from_raw(path, src, raw.dist.as_ref())?,
             metrics: RawMetrics::check(path, src, raw.metrics.as_ref())?,
+            flow_export: raw
+                .flow_export
+                .as_ref()
+                .map(|f| f.check(path, src))
+                .transpose()?,
         })
     }
 }

@@ -875,3 +875,83 @@ pub fn stats_json(names: &[String], st: &[[u64; io::fastpath::STATS]]) -> Value 
 
 #[cfg(test)]
 mod tests;
+
+/// The fast path's flow samples (its ring buffer), as the exporter polls them: each call
+/// writes the sampler's interval to the programs where it changed, reads what the ring
+/// holds and hands each sample over as user space's are (interfaces by the forwarder's
+/// indexes), and counts what the ring had no room for. Without a fast path: nothing.
+pub fn flow_samples(
+    fast: Option<&ForwarderFast>,
+    share: Arc<dataplane::flows::SamplerShare>,
+    stats: Arc<crate::flows::ExportStats>,
+) -> Result<crate::flows::MoreSamples, String> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(fl) = fast.cloned() else {
+        return Ok(Box::new(|_| {}));
+    };
+    let got: Arc<Mutex<Vec<io::fastpath::flows::RawSample>>> = Arc::default();
+    let rb = {
+        let fp = fl.fp.lock().map_err(|_| "fast path poisoned")?;
+        let g = got.clone();
+        fp.flows
+            .reader(move |s| {
+                if let Ok(mut g) = g.lock() {
+                    if g.len() < 65_536 {
+                        g.push(s);
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?
+    };
+    let mut interval = None;
+    Ok(Box::new(
+        move |take: &mut dyn FnMut(dataplane::flows::Sample)| {
+            let n = share.interval.load(Relaxed);
+            if let Ok(fp) = fl.fp.lock() {
+                if interval != Some(n) && fp.flows.set_interval(n).is_ok() {
+                    interval = Some(n);
+                }
+                stats.ring_overruns.store(fp.flows.lost(), Relaxed);
+            }
+            rb.poll();
+            let taken: Vec<_> = got
+                .lock()
+                .map(|mut g| g.drain(..).collect())
+                .unwrap_or_default();
+            for r in taken {
+                if let Some(s) = fl.sample_of(&r) {
+                    take(s);
+                }
+            }
+        },
+    ))
+}
+
+impl ForwarderFast {
+    /// A fast path's sample as user space's: the key read back, the ports and VLAN ids
+    /// made the forwarder's interfaces.
+    fn sample_of(&self, r: &io::fastpath::flows::RawSample) -> Option<dataplane::flows::Sample> {
+        let iface = |port: u32, vlan: u16| {
+            self.port_of_iface
+                .iter()
+                .position(|p| *p == Some((port as u16, vlan)))
+                .map(|i| i as u16)
+        };
+        let key = dataplane::acl::tss::key_of_bytes(&r.key);
+        let next_hop = match key.src {
+            std::net::IpAddr::V6(_) => std::net::IpAddr::from(r.next_hop),
+            std::net::IpAddr::V4(_) => {
+                std::net::IpAddr::from([r.next_hop[0], r.next_hop[1], r.next_hop[2], r.next_hop[3]])
+            }
+        };
+        Some(dataplane::flows::Sample {
+            key,
+            ingress: iface(r.in_port, r.in_vlan)?,
+            egress: r.out.and_then(|(p, v)| iface(p, v)),
+            next_hop: r.out.map(|_| next_hop),
+            bytes: r.len,
+            status: r.status,
+            interval: r.interval.max(1),
+        })
+    }
+}

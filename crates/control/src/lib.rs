@@ -10,6 +10,7 @@ pub mod distrib;
 pub mod drain;
 pub mod fast;
 pub mod filters;
+pub mod flows;
 pub mod fuzzing;
 pub mod lbfast;
 pub mod metrics;

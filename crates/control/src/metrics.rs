@@ -33,6 +33,9 @@ pub struct ElementCounters {
     /// `show acl`'s answer, for an element with filters (its rules' counts and the
     /// interfaces' filter drops go out as `tessera_acl_*` and `tessera_filter_drops_total`).
     pub filters: Option<serde_json::Value>,
+    /// `show counters`' `flow_export`, for an element that exports flows (its counters go
+    /// out as `tessera_flow_export_*`).
+    pub flow_export: Option<serde_json::Value>,
 }
 
 /// The gauges an element may carry, with what they mean.
@@ -361,6 +364,7 @@ pub fn exposition(elements: &[ElementCounters]) -> String {
         }
     }
     filter_families(elements, &mut o);
+    flow_families(elements, &mut o);
     let t = totals(elements);
     for (name, help, v) in [
         (
@@ -401,6 +405,51 @@ pub fn exposition(elements: &[ElementCounters]) -> String {
         );
     }
     o
+}
+
+/// The flow export's families (`tessera_flow_export_*`) of the elements that export.
+fn flow_families(elements: &[ElementCounters], o: &mut String) {
+    const FAMILIES: [(&str, &str); 7] = [
+        (
+            "samples",
+            "Packets sampled for the flow cache (fast path and user space).",
+        ),
+        (
+            "samples_lost",
+            "Samples user space's queue to the exporter had no room for.",
+        ),
+        (
+            "ring_overruns",
+            "Samples the fast path's ring buffer had no room for.",
+        ),
+        ("flows_exported", "Flow records sent to the collector."),
+        (
+            "records_lost",
+            "Flow records not sent: the collector's socket refused them.",
+        ),
+        ("messages_sent", "IPFIX messages sent to the collector."),
+        (
+            "cache_full",
+            "Flows exported early because the flow cache was full.",
+        ),
+    ];
+    if !elements.iter().any(|e| e.flow_export.is_some()) {
+        return;
+    }
+    for (k, help) in FAMILIES {
+        let name = format!("tessera_flow_export_{k}_total");
+        family(o, &name, "counter", help);
+        for e in elements {
+            if let Some(v) = &e.flow_export {
+                let _ = writeln!(
+                    o,
+                    "{name}{{element=\"{}\"}} {}",
+                    label(&e.name),
+                    v[k].as_u64().unwrap_or(0)
+                );
+            }
+        }
+    }
 }
 
 /// The filters' families (`tessera_acl_*`, `tessera_filter_drops_total`) of the elements
@@ -494,6 +543,7 @@ pub fn element_source(
             external: external.clone(),
             gauges: Vec::new(),
             filters: None,
+            flow_export: None,
         }]
     })
 }
@@ -706,6 +756,7 @@ mod tests {
             external: ext.iter().map(|s| s.to_string()).collect(),
             gauges: Vec::new(),
             filters: None,
+            flow_export: None,
         }
     }
 

@@ -344,6 +344,8 @@ pub fn run<P: Port + Send>(
         return Err("no worker".into());
     }
     let now = Instant::now();
+    // Flow export: every worker samples (they take the first's sampler).
+    let flows = start_flow_export(&mut f, cfg, fast.as_ref(), &stop)?;
     let mut others: Vec<Forwarder> = (1..ports.len()).map(|_| f.worker(now)).collect();
     if !others.is_empty() {
         let mut all = vec![f];
@@ -384,6 +386,7 @@ pub fn run<P: Port + Send>(
     };
     let view = crate::metrics::element_source(all_counters.clone(), name, role, external);
     let view = with_filters(view, &f, fast.as_ref())?;
+    let view = crate::flows::view_with(view, flows.clone());
     let metrics = crate::metrics::MetricsSlot::start(&metrics_cfg, &view)?;
     let (qtx, qrx) = mpsc::channel::<Query>();
     let routes = Arc::new(Mutex::new(
@@ -428,6 +431,7 @@ pub fn run<P: Port + Send>(
         writer,
         ipv6,
         filters: f.filter_share().clone(),
+        flows,
     };
     let handler: ctlsock::Handler = Arc::new(move |cmd: &str, req: &Value| ctl.handle(cmd, req));
     // SIGHUP reloads, as `tessera reload` does.
@@ -480,6 +484,35 @@ pub fn run<P: Port + Send>(
 
 /// A back-end's route writer (the controller's table comes to it over DIST), started on
 /// a thread of its own; None for a forwarder that is not a back-end.
+/// Starts the flow export of the file's `[flow_export]`, if it has one (crate::flows): the
+/// exporter's thread, the sampler of the worker `f` (which the other workers copy), and the
+/// fast path's samples.
+fn start_flow_export(
+    f: &mut Forwarder,
+    file: Option<&ForwarderFile>,
+    fast: Option<&crate::fast::ForwarderFast>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Option<crate::flows::FlowExport>, String> {
+    let Some(cfg) = file.and_then(|c| c.flow_export.clone()) else {
+        return Ok(None);
+    };
+    let (tx, rx) = mpsc::sync_channel(65_536);
+    let fast = fast.cloned();
+    let more = move |share: &Arc<dataplane::flows::SamplerShare>,
+                     stats: &Arc<crate::flows::ExportStats>| {
+        crate::fast::flow_samples(fast.as_ref(), share.clone(), stats.clone())
+    };
+    let export = crate::flows::start(cfg.clone(), rx, more, stop.clone())?;
+    let seed = wire::dist::new_incarnation();
+    f.set_sampler(Some(dataplane::flows::Sampler::new(
+        export.sampler.clone(),
+        tx,
+        seed,
+    )));
+    tracing::info!(collector = %cfg.collector, sampling = cfg.sampling, "flow export");
+    Ok(Some(export))
+}
+
 /// A back-end takes the router's filters from the controller too (its reverse-path
 /// checks; docs/filters.md): the first worker `f` hands whole sets to a thread that merges
 /// them with the file `running`'s filters and installs them (`held` keeps the set).

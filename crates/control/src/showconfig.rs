@@ -153,6 +153,21 @@ pub(crate) fn acls(lists: &[dataplane::acl::Acl]) -> Value {
     )
 }
 
+/// The `[flow_export]` table as `show config` writes it.
+fn flow_export(fe: &crate::config::FlowExportConfig) -> Table {
+    let mut t = Table::new();
+    t.insert("collector".into(), s(fe.collector));
+    t.insert("sampling".into(), int(fe.sampling));
+    t.insert("active_timeout_s".into(), int(fe.active_timeout.as_secs()));
+    t.insert("idle_timeout_s".into(), int(fe.idle_timeout.as_secs()));
+    t.insert("observation_domain".into(), int(fe.observation_domain));
+    t.insert(
+        "template_interval_s".into(),
+        int(fe.template_interval.as_secs()),
+    );
+    t
+}
+
 /// A forwarder's (or back-end's, or star member's) config.
 pub fn forwarder(f: &ForwarderFile) -> String {
     let mut t = Table::new();
@@ -223,6 +238,9 @@ pub fn forwarder(f: &ForwarderFile) -> String {
     }
     if !f.acls.is_empty() {
         t.insert("acl".into(), acls(&f.acls));
+    }
+    if let Some(fe) = &f.flow_export {
+        t.insert("flow_export".into(), Value::Table(flow_export(fe)));
     }
     if let Some(b) = &f.backend {
         let mut e = Table::new();

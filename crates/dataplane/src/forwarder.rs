@@ -172,6 +172,8 @@ pub struct Forwarder {
     backend: Option<Backend>,
     /// The back-end's link to its route writer (see [`FibLink`]).
     fib_link: Option<FibLink>,
+    /// Flow sampling, where flows are exported (crate::flows).
+    sampler: Option<crate::flows::Sampler>,
     /// A back-end's first worker: the router's filters from the controller (the set being
     /// received, the link to the thread that applies sets) and answers to send.
     pub filter_input: crate::acl::remote::FilterInput,
@@ -252,6 +254,7 @@ impl Forwarder {
             subifs,
             backend: None,
             fib_link: None,
+            sampler: None,
             filter_input: Default::default(),
             filter_answers: Vec::new(),
             dist_auth: Default::default(),
@@ -329,6 +332,7 @@ impl Forwarder {
                 lead: false,
                 ..b.clone()
             }),
+            sampler: self.sampler.clone(),
             fib_link: None,
             filter_input: Default::default(),
             filter_answers: Vec::new(),
@@ -869,6 +873,19 @@ impl Forwarder {
         }
         self.counters.event(Event::Forwarded);
         let hop = nh.via.unwrap_or(dst);
+        if self.sampler.is_some() {
+            let fwd = wire::ipfix::status::FORWARDED;
+            let (ip, len) = (&p.data[ETH..], p.data.len());
+            self.sample(
+                ip,
+                false,
+                in_port,
+                Some(nh.port),
+                Some(hop.into()),
+                len,
+                fwd,
+            );
+        }
         if total > mtu {
             self.fragment_out(p, nh.port, hop, mtu, now, tx);
         } else {
@@ -1128,6 +1145,7 @@ mod backend;
 mod filter;
 mod ip6;
 mod local;
+mod sampling;
 pub use ip6::{Hop6, RouteChanges6};
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ pub mod buf;
 pub mod capture;
 pub mod counters;
 pub mod element;
+pub mod flows;
 pub mod forwarder;
 pub mod frag;
 pub mod fuzzing;

@@ -797,6 +797,102 @@ static __always_inline int filter_out(__u8 *ip, void *end, int v6, struct egress
 	return GO_ON;
 }
 
+/* ---- Flow sampling (docs/flows.md) ---- */
+
+/* flow_cfg: 1 in `interval` frames sampled (0: off), written by user space. */
+struct flow_cfg {
+	__u32 interval;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct flow_cfg);
+} flow_cfg SEC(".maps");
+
+/* The samples, to user space's flow cache (io::fastpath::flows reads them). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} flow_samples SEC(".maps");
+
+/* Samples the ring buffer had no room for, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} flow_lost SEC(".maps");
+
+/* One sample: the packet's key (as the filters build it), where it came in and went out
+ * (port and VLAN id; out_port 0xffffffff: it did not leave), its bytes (the IP packet's
+ * length and an Ethernet header's), the next
+ * hop, its IPFIX forwardingStatus and the interval it was sampled at. */
+struct flow_sample {
+	struct acl_key key;
+	__u32 in_port;
+	__u32 in_vlan;
+	__u32 out_port;
+	__u32 out_vlan;
+	__u32 len;
+	__u32 interval;
+	__u8 next_hop[16];
+	__u8 status;
+	__u8 pad[3];
+};
+
+#define FLOW_FORWARDED 0x40
+#define FLOW_DROPPED_ADMIN 0x82
+
+/* Samples the packet at `ip` (1 in the interval, at random): in on this port's VLAN
+ * `vid_in`, out by `e` (NULL: dropped). */
+static __always_inline void flow_sample(const __u8 *ip, void *end, int v6, __u32 vid_in,
+					 struct egress *e, __u8 status)
+{
+	__u32 k = 0;
+	struct flow_cfg *c = bpf_map_lookup_elem(&flow_cfg, &k);
+	if (!c || !c->interval)
+		return;
+	__u32 n = c->interval;
+	if (n > 1 && bpf_get_prandom_u32() % n)
+		return;
+	struct flow_sample *s = bpf_ringbuf_reserve(&flow_samples, sizeof(*s), 0);
+	if (!s) {
+		__u64 *lost = bpf_map_lookup_elem(&flow_lost, &k);
+		if (lost)
+			*lost += 1;
+		return;
+	}
+	if (acl_key_of(&s->key, ip, end, v6) || (void *)(ip + 6) > end) {
+		bpf_ringbuf_discard(s, 0);
+		return;
+	}
+	s->in_port = cfg.port;
+	s->in_vlan = vid_in;
+	/* The packet's length as its header says, with an Ethernet header: a frame the
+	 * kernel merged (GRO) counts whole, not its first buffer alone. */
+	s->len = 14 + (v6 ? 40 + bpf_ntohs(*(__u16 *)(ip + 4)) : bpf_ntohs(*(__u16 *)(ip + 2)));
+	s->interval = n;
+	s->status = status;
+	__builtin_memset(s->next_hop, 0, 16);
+	if (e) {
+		s->out_port = e->port;
+		s->out_vlan = e->vlan;
+		if (v6) {
+			__builtin_memcpy(s->next_hop, e->key6.addr, 16);
+		} else {
+			__u32 gw = bpf_htonl((__u32)e->key);
+			__builtin_memcpy(s->next_hop, &gw, 4);
+		}
+	} else {
+		s->out_port = 0xffffffff;
+		s->out_vlan = 0;
+	}
+	bpf_ringbuf_submit(s, 0);
+}
+
 /* ---- XDP ---- */
 
 /* Puts an 802.1Q tag with control information `tci` (network order) in front of the
@@ -1116,8 +1212,10 @@ int tessera_fast(struct xdp_md *ctx)
 	__u32 in_slot = ACL_NO_SLOT, out_slot = ACL_NO_SLOT;
 	__u32 vid_in = tag_in ? bpf_ntohs(tag_in & 0xffff) & 0xfff : 0;
 	r = filter(p, end, v6, vid_in, &e, flags, end - data, &in_slot, &out_slot);
-	if (r == FILTERED)
+	if (r == FILTERED) {
+		flow_sample(p + 14, end, v6, vid_in, NULL, FLOW_DROPPED_ADMIN);
 		return XDP_DROP;
+	}
 	if (r == POLICE)
 		goto police;
 	if (r != GO_ON)
@@ -1143,6 +1241,7 @@ int tessera_fast(struct xdp_md *ctx)
 	end = (void *)(long)ctx->data_end;
 	if (rewrite(data, end, &e, to, v6))
 		goto slow;
+	flow_sample(data + 14, end, v6, vid_in, &e, FLOW_FORWARDED);
 	count_permits(in_slot, out_slot, end - data);
 	count_frame(&stats, cfg.port, 0, end - data);
 	count_frame(&stats, e.port, 1, end - data);
@@ -1203,8 +1302,10 @@ int tessera_fast_tc(struct __sk_buff *skb)
 		goto slow;
 	__u32 in_slot = ACL_NO_SLOT, out_slot = ACL_NO_SLOT;
 	r = filter(data, end, v6, vid_in, &e, flags, skb->len, &in_slot, &out_slot);
-	if (r == FILTERED)
+	if (r == FILTERED) {
+		flow_sample(data + 14, end, v6, vid_in, NULL, FLOW_DROPPED_ADMIN);
 		return TCX_DROP;
+	}
 	if (r == POLICE)
 		goto police;
 	if (r != GO_ON)
@@ -1221,6 +1322,7 @@ int tessera_fast_tc(struct __sk_buff *skb)
 	end = (void *)(long)skb->data_end;
 	if (rewrite(data, end, &e, to, v6))
 		goto slow;
+	flow_sample(data + 14, end, v6, vid_in, &e, FLOW_FORWARDED);
 	count_permits(in_slot, out_slot, skb->len);
 	count_frame(&stats, cfg.port, 0, skb->len);
 	count_frame(&stats, e.port, 1, skb->len);

@@ -67,6 +67,7 @@
 pub mod acl;
 pub mod axon;
 pub mod count;
+pub mod flows;
 pub mod l2;
 pub mod lb;
 
@@ -212,6 +213,8 @@ pub struct ForwarderFastPath {
     pub last: Vec<[u64; STATS]>,
     /// The filters' maps.
     pub acl: Mutex<acl::AclMaps>,
+    /// Flow sampling's maps (docs/flows.md).
+    pub flows: flows::FlowMaps,
 }
 
 /// The IPv6 routes of a fast path: the table in the layout of [`fib::Poptrie6`] (records of
@@ -600,6 +603,7 @@ impl ForwarderFastPath {
             neigh_written: HashMap::new(),
             last: vec![[0; STATS]; ports.len()],
             acl: Mutex::new(acl::AclMaps::new(n)?),
+            flows: flows::FlowMaps::new()?,
         };
         me.publish(&[0u32; 0], &[], &[])?;
         Ok(me)
@@ -897,6 +901,7 @@ impl ForwarderFastPath {
             ("police", self.police.as_fd()),
         ];
         maps.extend(acl.fds());
+        maps.extend(self.flows.fds());
         program::load(&config, hook, &maps)
     }
 }

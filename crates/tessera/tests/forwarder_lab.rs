@@ -5,6 +5,9 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 
+#[path = "forwarder_lab/flows.rs"]
+mod flows;
+
 fn single() -> TestLab {
     TestLab::up(repo_path("labs/single-router.toml"), &[])
 }

@@ -50,6 +50,13 @@ fn forward_corpus() {
 }
 
 #[test]
+fn ipfix_corpus() {
+    for d in corpus("ipfix") {
+        wire::fuzzing::ipfix(&d);
+    }
+}
+
+#[test]
 fn config_corpus() {
     for d in corpus("config") {
         control::fuzzing::config(&d);

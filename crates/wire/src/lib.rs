@@ -23,6 +23,7 @@ pub mod frame;
 pub mod fuzzing;
 pub mod icmp;
 pub mod icmpv6;
+pub mod ipfix;
 pub mod ipv4;
 pub mod ipv6;
 pub mod mac;

@@ -1130,3 +1130,4 @@ fn program_cost_per_frame() {
 }
 
 mod filters;
+mod flows;

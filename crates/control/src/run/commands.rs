@@ -193,10 +193,17 @@ pub(super) fn route_change(
 
 /// The keys a forwarder's `reload` applies in place: its routes (`route`, `routes_file`,
 /// `routes_file_via`, and what the routes file holds), where `/metrics` is served
-/// (`[metrics] listen`), and its filters (`[[acl]]`, and `acl_in`, `acl_out`, `urpf`,
-/// `urpf_allow_default` of an `[[interface]]`). Anything else needs a restart.
-pub(super) const RELOADABLE: [&str; 5] =
-    ["route", "routes_file", "routes_file_via", "metrics", "acl"];
+/// (`[metrics] listen`), its filters (`[[acl]]`, and `acl_in`, `acl_out`, `urpf`,
+/// `urpf_allow_default` of an `[[interface]]`) and `[flow_export]` (its collector, rate and
+/// timeouts; adding or removing the table needs a restart). Anything else needs a restart.
+pub(super) const RELOADABLE: [&str; 6] = [
+    "route",
+    "routes_file",
+    "routes_file_via",
+    "metrics",
+    "acl",
+    "flow_export",
+];
 
 /// The first key, outside [`RELOADABLE`], whose value differs between two versions of a
 /// config file (as TOML; dotted, with array indices: `interface[1].address`), if any.
@@ -274,6 +281,8 @@ pub(super) struct Control {
     pub(super) ipv6: bool,
     /// The filters the workers apply (a reload swaps them).
     pub(super) filters: dataplane::acl::FilterShare,
+    /// Flow export, where `[flow_export]` set it up.
+    pub(super) flows: Option<crate::flows::FlowExport>,
 }
 
 /// Installs the filters of the forwarder's file `running` merged with the router's `set`
@@ -307,6 +316,23 @@ pub(super) fn apply_filters(
 }
 
 impl Control {
+    /// A reload's `[flow_export]`: refused where it was added or removed (checked before
+    /// anything changes); changed in place where `apply`.
+    fn reload_flow_export(&self, loaded: &ForwarderFile, apply: bool) -> Result<(), String> {
+        match (&self.flows, &loaded.flow_export) {
+            (Some(fx), Some(cfg)) if apply => fx.reload(cfg),
+            (Some(_), Some(_)) => {}
+            (None, None) => {}
+            _ => {
+                return Err(format!(
+                "{}: key `flow_export` added or removed, which needs a restart; nothing changed",
+                loaded.path.display()
+            ))
+            }
+        }
+        Ok(())
+    }
+
     /// Answers command `cmd` with its request `req`.
     pub(super) fn handle(&self, cmd: &str, req: &Value) -> Result<Value, String> {
         match cmd {
@@ -335,6 +361,7 @@ impl Control {
                         RELOADABLE.join(", ")
                     ));
                 }
+                self.reload_flow_export(&loaded, false)?;
                 // The filters first (with the router's from the controller): checked for
                 // the fast path before anything changes.
                 let held = self.held.lock().map_err(|_| "poisoned")?;
@@ -365,6 +392,7 @@ impl Control {
                     return Err(format!("{}: routes reloaded; [metrics] not moved: {e}", c.path.display()));
                 }
                 v["metrics"] = json!(self.metrics.addr().map(|a| a.to_string()));
+                self.reload_flow_export(&loaded, true)?;
                 if let Ok(mut r) = self.running.lock() {
                     *r = Some(loaded);
                 }
@@ -381,6 +409,9 @@ impl Control {
                 let mut v = workers_counters(&self.all_counters)?;
                 if let Some(fl) = &self.fast {
                     v["fast_path"] = fl.counters();
+                }
+                if let Some(fx) = &self.flows {
+                    v["flow_export"] = fx.json();
                 }
                 Ok(v)
             }

@@ -145,6 +145,7 @@ impl Controller {
                     .collect(),
                 gauges: self.backend_gauges(mac, fib),
                 filters: None,
+                flow_export: None,
             });
         }
         out
@@ -185,6 +186,7 @@ impl Controller {
                 ("tessera_fib_version", fib.version() as f64),
             ],
             filters: None,
+            flow_export: None,
         }
     }
 

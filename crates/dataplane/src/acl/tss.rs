@@ -51,6 +51,30 @@ pub const MAX_TUPLES: usize = 1024;
 /// The most entries (rules after their port ranges are split) of all lists.
 pub const MAX_ENTRIES: usize = 131_072;
 
+/// The key [`key_bytes`] wrote (or a program built), read back: the flow export reads
+/// the fast path's samples so.
+pub fn key_of_bytes(b: &[u8; KEY_LEN]) -> Key {
+    let flags = b[FLAGS];
+    let (src, dst) = if flags & F_V6 != 0 {
+        let a = |at: usize| IpAddr::from(<[u8; 16]>::try_from(&b[at..at + 16]).unwrap_or([0; 16]));
+        (a(SRC), a(DST))
+    } else {
+        let a = |at: usize| IpAddr::from(<[u8; 4]>::try_from(&b[at..at + 4]).unwrap_or([0; 4]));
+        (a(SRC), a(DST))
+    };
+    let be = |at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
+    Key {
+        src,
+        dst,
+        protocol: b[PROTO],
+        dscp: b[DSCP],
+        fragment: flags & F_FRAGMENT != 0,
+        ports: (flags & F_PORTS != 0).then(|| (be(SPORT), be(DPORT))),
+        tcp_flags: (flags & F_TCP_FLAGS != 0).then_some(b[TCP_FLAGS]),
+        icmp: (flags & F_ICMP != 0).then(|| (be(SPORT) as u8, be(DPORT) as u8)),
+    }
+}
+
 /// A packet's key as the programs build it: the tag zero, IPv4 addresses in the first
 /// four bytes of their fields, ports and ICMP type and code in network order.
 pub fn key_bytes(k: &Key) -> [u8; KEY_LEN] {

@@ -165,7 +165,12 @@ impl Forwarder {
         let in_port = p.meta.iface;
         match v {
             Verdict::Pass => {}
-            Verdict::Drop(d) => self.drop_pkt(p, d),
+            Verdict::Drop(d) => {
+                let admin = wire::ipfix::status::DROPPED_ADMIN;
+                let (ip, len) = (&p.data[ETH..], p.data.len());
+                self.sample(ip, false, in_port, None, None, len, admin);
+                self.drop_pkt(p, d)
+            }
             Verdict::Reject => {
                 let e = IcmpError::Unreachable(unreachable::ADMIN_PROHIBITED);
                 self.icmp_error(&p.data[ETH..], l2_group, in_port, e, now, tx);

@@ -871,7 +871,21 @@ impl Forwarder {
         }
         p.data[ETH + 7] = hops - 1;
         self.counters.event(Event::Forwarded6);
-        self.neighbour_output6(p, hop.iface, hop.via.unwrap_or(dst), now, tx);
+        let next = hop.via.unwrap_or(dst);
+        if self.sampler.is_some() {
+            let fwd = wire::ipfix::status::FORWARDED;
+            let (ip, len) = (&p.data[ETH..], p.data.len());
+            self.sample(
+                ip,
+                true,
+                in_if,
+                Some(hop.iface),
+                Some(next.into()),
+                len,
+                fwd,
+            );
+        }
+        self.neighbour_output6(p, hop.iface, next, now, tx);
     }
 
     /// The interfaces of the IPv6 route of `a` and whether it is the default route's.
@@ -888,7 +902,12 @@ impl Forwarder {
         use super::filter::Verdict;
         match v {
             Verdict::Pass => {}
-            Verdict::Drop(d) => self.drop_pkt(p, d),
+            Verdict::Drop(d) => {
+                let admin = wire::ipfix::status::DROPPED_ADMIN;
+                let (ip, len, at) = (&p.data[ETH..], p.data.len(), p.meta.iface);
+                self.sample(ip, true, at, None, None, len, admin);
+                self.drop_pkt(p, d)
+            }
             Verdict::Reject => {
                 let e = ErrorKind::Unreachable(icmpv6::unreachable::ADMIN);
                 self.icmp6_error(&p.data[ETH..], p.meta.iface, e, now, tx);

@@ -1,0 +1,70 @@
+//! The fast path samples flows as user space does (docs/flows.md): at 1 in 1, every frame
+//! either forwards (or its filters drop) gives the same sample through the programs' ring
+//! buffer as through the worker's sampler: the key, the interfaces, the next hop, the
+//! bytes, the fate.
+
+use super::*;
+use dataplane::acl::{Acl, Action, Binding, FilterShare, Filters, Net, Rule};
+use dataplane::flows::{Sample, Sampler, SamplerShare};
+use std::sync::atomic::Ordering::Relaxed;
+
+#[test]
+fn the_xdp_fast_path_samples_as_user_space() {
+    agree_on_samples(At::Xdp);
+}
+
+#[test]
+fn the_tcx_fast_path_samples_as_user_space() {
+    agree_on_samples(At::Tc);
+}
+
+fn agree_on_samples(at: At) {
+    let mut c = Check::new(at);
+    // A list on port 0 that denies 8.8.4.4: those frames are sampled as dropped.
+    let mut deny = Rule::any(Action::Deny);
+    deny.dst = Some(Net::parse("8.8.4.4/32").unwrap());
+    let acl = Acl {
+        name: "in".into(),
+        default: Action::Permit,
+        rules: vec![deny],
+    };
+    let names = c.f.ifaces.iter().map(|i| i.name.clone()).collect();
+    let b = Binding {
+        acl_in: Some(0),
+        ..Default::default()
+    };
+    let f = Filters::new(vec![acl], vec![b, Binding::default()], names, None);
+    c.fl.set_filters(&f, None).unwrap();
+    c.f.set_filters(FilterShare::new(f));
+    let share = Arc::new(SamplerShare::default());
+    share.interval.store(1, Relaxed);
+    let stats = Arc::new(crate::flows::ExportStats::default());
+    let mut fast = crate::fast::flow_samples(Some(&c.fl), share.clone(), stats.clone()).unwrap();
+    fast(&mut |_| {}); // writes the interval to the programs
+    let (tx, rx) = std::sync::mpsc::sync_channel(64);
+    c.f.set_sampler(Some(Sampler::new(share.clone(), tx, 7)));
+    let frames = [
+        udp([8, 8, 8, 8], 18),
+        udp([192, 0, 2, 7], 300),
+        udp([8, 8, 4, 4], 18),
+    ];
+    for f in &frames {
+        c.frame(0, f);
+        c.f.end_batch();
+    }
+    let mut from_fast: Vec<Sample> = Vec::new();
+    fast(&mut |s| from_fast.push(s));
+    let from_user: Vec<Sample> = rx.try_iter().collect();
+    assert_eq!(from_fast.len(), 3, "{from_fast:#?}");
+    assert_eq!(from_fast, from_user);
+    assert_eq!(from_fast[2].status, wire::ipfix::status::DROPPED_ADMIN);
+    assert_eq!((from_fast[2].egress, from_fast[0].egress), (None, Some(1)));
+    assert_eq!(stats.ring_overruns.load(Relaxed), 0);
+    // Off: nothing more.
+    share.interval.store(0, Relaxed);
+    fast(&mut |_| {});
+    c.frame(0, &frames[0]);
+    let mut more = 0;
+    fast(&mut |_| more += 1);
+    assert_eq!(more, 0);
+}
