@@ -78,6 +78,36 @@ pub fn acl_rules_of(contender: &str) -> Option<usize> {
     contender.strip_prefix(ACL_PREFIX)?.parse().ok()
 }
 
+/// The contenders of `--flow-export N`: the fast-path forwarder (AF_XDP) exporting flows
+/// sampled 1 in N (docs/flows.md) to a collector on its loopback where nothing listens
+/// (the records are lost, counted: the cost measured is the sampling's and the cache's),
+/// named `forwarder-fast-flows-N`.
+pub const FLOWS_PREFIX: &str = "forwarder-fast-flows-";
+
+/// The sampling interval of a `--flow-export` contender.
+pub fn flow_sampling_of(contender: &str) -> Option<u32> {
+    contender.strip_prefix(FLOWS_PREFIX)?.parse().ok()
+}
+
+/// The single router of table `key` with the fast path and `[flow_export]` sampling 1 in
+/// `n`: its lab file.
+fn flows_topo(out: &Path, key: &str, n: u32) -> Result<PathBuf, String> {
+    let base = std::fs::read_to_string(out.join(format!("r-fast-{key}.toml")))
+        .map_err(|e| format!("r-fast-{key}.toml: {e}"))?;
+    let text = format!(
+        "{base}
+[flow_export]
+collector = \"127.0.0.1:9995\"\nsampling = {n}\n"
+    );
+    let r = format!("r-flows-{n}-{key}.toml");
+    write(&out.join(&r), &text)?;
+    let lab = std::fs::read_to_string(out.join(format!("lab-fast-{key}.toml")))
+        .map_err(|e| format!("lab-fast-{key}.toml: {e}"))?;
+    let topo = out.join(format!("lab-flows-{n}-{key}.toml"));
+    write(&topo, &lab.replace(&format!("r-fast-{key}.toml"), &r))?;
+    Ok(topo)
+}
+
 /// The single router of table `key` with the fast path and, on r-eth0 and r-eth1 (the
 /// sources' ports), `acl_in` = a list of `n` rules: its lab file.
 fn acl_topo(out: &Path, key: &str, n: usize, masks: usize) -> Result<PathBuf, String> {
@@ -408,7 +438,10 @@ fn contender_lab(
     [topo, topo_fast, topo_user]: [&Path; 3],
     labname: &str,
 ) -> Result<(lab::Lab, String), String> {
-    let fast = contender == FAST || contender == FAST_TC || acl_rules_of(contender).is_some();
+    let fast = contender == FAST
+        || contender == FAST_TC
+        || acl_rules_of(contender).is_some()
+        || flow_sampling_of(contender).is_some();
     let mut l = lab::Lab::load(
         match other {
             Some(p) => p,
@@ -1022,9 +1055,10 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
         } = table_files(opts, tname)?;
         for (contender, command) in contenders {
             let contender = contender.as_str();
-            let other = match acl_rules_of(contender) {
-                Some(n) => Some((acl_topo(&opts.out, &key, n, opts.acl_masks)?, SOURCES)),
-                None => site(&opts.out, contender, &key, opts.ipv6)?,
+            let other = match (acl_rules_of(contender), flow_sampling_of(contender)) {
+                (Some(n), _) => Some((acl_topo(&opts.out, &key, n, opts.acl_masks)?, SOURCES)),
+                (_, Some(n)) => Some((flows_topo(&opts.out, &key, n)?, SOURCES)),
+                _ => site(&opts.out, contender, &key, opts.ipv6)?,
             };
             let sources = other.as_ref().map_or(SOURCES, |o| o.1);
             let (mut l, role) = contender_lab(

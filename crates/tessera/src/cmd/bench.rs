@@ -138,6 +138,11 @@ pub(crate) enum Bench {
         /// the fast path's search walks (docs/filters.md).
         #[arg(long, default_value_t = 4, value_name = "M")]
         acl_masks: usize,
+        /// Also measure the fast-path forwarder (AF_XDP) exporting flows sampled 1 in N
+        /// (docs/flows.md), as `forwarder-fast-flows-N`, for each N given (comma-separated;
+        /// `forwarder-fast`, without export, is added to compare with).
+        #[arg(long, value_delimiter = ',', value_name = "N")]
+        flow_export: Vec<u32>,
     },
     /// `tessera switch` against the Linux bridge: one generator into one sink through
     /// each (and straight, for the generator's ceiling), at the generator's highest rate;
@@ -547,6 +552,7 @@ fn forward(w: Bench) -> Result<i32> {
         hosts,
         acl_rules,
         acl_masks,
+        flow_export,
     } = w
     else {
         bail!("bench forward: another benchmark's arguments");
@@ -577,8 +583,11 @@ fn forward(w: Bench) -> Result<i32> {
             contenders.push((bench::forward_bench::FAST_TC.into(), None));
         }
     }
-    if !acl_rules.is_empty() && !fast_path {
+    if (!acl_rules.is_empty() || !flow_export.is_empty()) && !fast_path {
         contenders.push((bench::forward_bench::FAST.into(), None));
+    }
+    for n in flow_export.iter().filter(|&&n| n > 0) {
+        contenders.push((format!("{}{n}", bench::forward_bench::FLOWS_PREFIX), None));
     }
     for n in acl_rules.iter().filter(|&&n| n > 0) {
         contenders.push((format!("{}{n}", bench::forward_bench::ACL_PREFIX), None));
