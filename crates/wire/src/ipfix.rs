@@ -500,5 +500,12 @@ mod tests {
             let mut known = Templates::new();
             let _ = decode(&b, &mut known);
         }
+
+        /// The fuzz target's round trip (crate::fuzzing::ipfix) on any bytes: records
+        /// cut from them, encoded over as many messages as they take, decoded the same.
+        #[test]
+        fn any_records_round_trip(b in proptest::collection::vec(any::<u8>(), 0..6000)) {
+            crate::fuzzing::ipfix(&b);
+        }
     }
 }
