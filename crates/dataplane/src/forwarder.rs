@@ -821,11 +821,31 @@ impl Forwarder {
                 now,
                 tx,
             );
+            let ttl = wire::ipfix::status::DROPPED_BAD_TTL;
+            self.sample(
+                &p.data[ETH..],
+                false,
+                in_port,
+                None,
+                None,
+                p.data.len(),
+                ttl,
+            );
             return self.drop_pkt(p, Drop::Ip4TtlExpired);
         }
         let Some(nh) = self.next_hop(dst, &p.data[ETH..]) else {
             let e = IcmpError::Unreachable(unreachable::NET);
             self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
+            let none = wire::ipfix::status::DROPPED_NO_ROUTE;
+            self.sample(
+                &p.data[ETH..],
+                false,
+                in_port,
+                None,
+                None,
+                p.data.len(),
+                none,
+            );
             return self.drop_pkt(p, Drop::Ip4NoRoute);
         };
         let v = self.filter_out(&p.data[ETH..], false, nh.port, p.data.len());

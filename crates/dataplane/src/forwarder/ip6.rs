@@ -847,11 +847,15 @@ impl Forwarder {
         if hops <= 1 {
             let e = ErrorKind::TimeExceeded(icmpv6::time_exceeded::HOP_LIMIT);
             self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
+            let ttl = wire::ipfix::status::DROPPED_BAD_TTL;
+            self.sample(&p.data[ETH..], true, in_if, None, None, p.data.len(), ttl);
             return self.drop_pkt(p, Drop::Ip6HopLimitExceeded);
         }
         let Some(hop) = self.lookup6(dst, &p.data[ETH..]) else {
             let e = ErrorKind::Unreachable(icmpv6::unreachable::NO_ROUTE);
             self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
+            let none = wire::ipfix::status::DROPPED_NO_ROUTE;
+            self.sample(&p.data[ETH..], true, in_if, None, None, p.data.len(), none);
             return self.drop_pkt(p, Drop::Ip6NoRoute);
         };
         let v = self.filter_out(&p.data[ETH..], true, hop.iface, p.data.len());

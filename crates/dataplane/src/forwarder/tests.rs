@@ -1991,3 +1991,57 @@ fn gateways_are_resolved_before_traffic_needs_them() {
 }
 
 mod filters;
+
+/// Flow sampling (docs/flows.md) at 1 in 1: what is forwarded says its egress and next
+/// hop; what the router drops for a TTL or for want of a route says why, with no egress.
+#[test]
+fn samples_say_what_became_of_each_packet() {
+    use crate::flows::{Sampler, SamplerShare};
+    use std::sync::atomic::Ordering::Relaxed;
+    let (mut f, now) = router();
+    let share = std::sync::Arc::new(SamplerShare::default());
+    share.interval.store(1, Relaxed);
+    let (tx, rx) = std::sync::mpsc::sync_channel(16);
+    f.set_sampler(Some(Sampler::new(share, tx, 3)));
+    run(&mut f, now, 0, udp_frame(Udp::default()));
+    run(
+        &mut f,
+        now,
+        0,
+        udp_frame(Udp {
+            ttl: 1,
+            ..Udp::default()
+        }),
+    );
+    run(
+        &mut f,
+        now,
+        0,
+        udp_frame(Udp {
+            dst: "192.0.2.1",
+            ..Udp::default()
+        }),
+    );
+    let got: Vec<_> = rx.try_iter().collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    let st = |s: &crate::flows::Sample| (s.status, s.egress, s.next_hop);
+    assert_eq!(
+        st(&got[0]),
+        (
+            wire::ipfix::status::FORWARDED,
+            Some(1),
+            Some(ip("10.2.0.20").into())
+        )
+    );
+    assert_eq!(
+        st(&got[1]),
+        (wire::ipfix::status::DROPPED_BAD_TTL, None, None)
+    );
+    assert_eq!(
+        st(&got[2]),
+        (wire::ipfix::status::DROPPED_NO_ROUTE, None, None)
+    );
+    // The packet's bytes as its header says, with an Ethernet header.
+    assert_eq!(got[0].bytes, 14 + 20 + 8 + 32);
+    assert_eq!((got[0].ingress, got[0].key.ports), (0, Some((5000, 1234))));
+}
