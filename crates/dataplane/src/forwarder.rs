@@ -836,7 +836,7 @@ impl Forwarder {
         let Some(nh) = self.next_hop(dst, &p.data[ETH..]) else {
             let e = IcmpError::Unreachable(unreachable::NET);
             self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
-            let none = wire::ipfix::status::DROPPED_NO_ROUTE;
+            let none = wire::ipfix::status::DROPPED_UNROUTABLE;
             self.sample(
                 &p.data[ETH..],
                 false,

@@ -56,6 +56,8 @@
 #define ACL_SUBIF_KEY(gen, port, vid) (((gen) << 30) | ((port) << 12) | ((vid) & 0xfff))
 
 #define ACL_NO_SLOT 0xffffffff
+/* What filter() leaves in *in_slot for a frame that failed the reverse-path check. */
+#define ACL_URPF_SLOT 0xfffffffe
 
 struct acl_state {
 	__u32 gen;      /* 1 or 2; 0: no interface filters anything */

@@ -686,7 +686,8 @@ static __always_inline struct acl_port *subif(__u32 gen, __u32 port, __u32 vid)
 /* The filters of the packet at p (route() took it) that came in on this port (`vid_in`:
  * on its sub-interface of that VLAN; 0: untagged) and leaves by `e`: GO_ON with the
  * counters' slots of the lists that permitted it in *in_slot and *out_slot (ACL_NO_SLOT:
- * none), FILTERED (denied, or failed the reverse-path check: counted), POLICE (rejected:
+ * none), FILTERED (denied, or failed the reverse-path check: counted; *in_slot is then
+ * ACL_URPF_SLOT), POLICE (rejected:
  * user space answers, rate limited), SLOW (user space decides). */
 static __always_inline int filter(__u8 *p, void *end, int v6, __u32 vid_in, struct egress *e,
 				  __u32 flags, __u64 len, __u32 *in_slot, __u32 *out_slot)
@@ -731,6 +732,8 @@ static __always_inline int filter(__u8 *p, void *end, int v6, __u32 vid_in, stru
 	}
 	if (mode) {
 		int r = urpf(p, v6, mode, st, flags, len, vid_in, in_drops);
+		if (r == FILTERED)
+			*in_slot = ACL_URPF_SLOT; /* says why, to the flow sample */
 		if (r != GO_ON)
 			return r;
 	}
@@ -843,8 +846,10 @@ struct flow_sample {
 	__u8 pad[3];
 };
 
-#define FLOW_FORWARDED 0x40
-#define FLOW_DROPPED_ADMIN 0x82
+/* forwardingStatus (RFC 7270; wire::ipfix::status). */
+#define FLOW_FORWARDED 64
+#define FLOW_DROPPED_ACL_DENY 129
+#define FLOW_DROPPED_RPF 140
 
 /* Samples the packet at `ip` (1 in the interval, at random): in on this port's VLAN
  * `vid_in`, out by `e` (NULL: dropped). */
@@ -1213,7 +1218,8 @@ int tessera_fast(struct xdp_md *ctx)
 	__u32 vid_in = tag_in ? bpf_ntohs(tag_in & 0xffff) & 0xfff : 0;
 	r = filter(p, end, v6, vid_in, &e, flags, end - data, &in_slot, &out_slot);
 	if (r == FILTERED) {
-		flow_sample(p + 14, end, v6, vid_in, NULL, FLOW_DROPPED_ADMIN);
+		flow_sample(p + 14, end, v6, vid_in, NULL,
+			    in_slot == ACL_URPF_SLOT ? FLOW_DROPPED_RPF : FLOW_DROPPED_ACL_DENY);
 		return XDP_DROP;
 	}
 	if (r == POLICE)
@@ -1303,7 +1309,8 @@ int tessera_fast_tc(struct __sk_buff *skb)
 	__u32 in_slot = ACL_NO_SLOT, out_slot = ACL_NO_SLOT;
 	r = filter(data, end, v6, vid_in, &e, flags, skb->len, &in_slot, &out_slot);
 	if (r == FILTERED) {
-		flow_sample(data + 14, end, v6, vid_in, NULL, FLOW_DROPPED_ADMIN);
+		flow_sample(data + 14, end, v6, vid_in, NULL,
+			    in_slot == ACL_URPF_SLOT ? FLOW_DROPPED_RPF : FLOW_DROPPED_ACL_DENY);
 		return TCX_DROP;
 	}
 	if (r == POLICE)

@@ -53,20 +53,23 @@ pub mod ie {
     pub const SAMPLING_PACKET_INTERVAL: u16 = 305;
 }
 
-/// `forwardingStatus` (RFC 7270, 4.12): the status in the top two bits, a reason below.
+/// `forwardingStatus` (RFC 7270, 4.12; IANA's registry of its reason codes): the status
+/// in the top two bits, a reason below.
 pub mod status {
     /// Forwarded, reason unknown.
-    pub const FORWARDED: u8 = 0x40;
+    pub const FORWARDED: u8 = 64;
     /// Dropped, reason unknown.
-    pub const DROPPED: u8 = 0x80;
-    /// Dropped for administrative reasons (an access list, a reverse-path check).
-    pub const DROPPED_ADMIN: u8 = 0x82;
-    /// Dropped: bad TTL.
-    pub const DROPPED_BAD_TTL: u8 = 0x83;
-    /// Dropped: no route.
-    pub const DROPPED_NO_ROUTE: u8 = 0x84;
+    pub const DROPPED: u8 = 128;
+    /// Dropped: an access list denied it ("ACL deny").
+    pub const DROPPED_ACL_DENY: u8 = 129;
+    /// Dropped: no route ("Unroutable").
+    pub const DROPPED_UNROUTABLE: u8 = 131;
+    /// Dropped: its TTL or hop limit ran out ("Bad TTL").
+    pub const DROPPED_BAD_TTL: u8 = 137;
+    /// Dropped: a reverse-path check ("RPF").
+    pub const DROPPED_RPF: u8 = 140;
     /// Consumed: for the router itself.
-    pub const CONSUMED: u8 = 0xc0;
+    pub const CONSUMED: u8 = 192;
 }
 
 /// `flowEndReason` (RFC 5102): why a record was exported.

@@ -166,9 +166,9 @@ impl Forwarder {
         match v {
             Verdict::Pass => {}
             Verdict::Drop(d) => {
-                let admin = wire::ipfix::status::DROPPED_ADMIN;
+                let why = flow_status(d);
                 let (ip, len) = (&p.data[ETH..], p.data.len());
-                self.sample(ip, false, in_port, None, None, len, admin);
+                self.sample(ip, false, in_port, None, None, len, why);
                 self.drop_pkt(p, d)
             }
             Verdict::Reject => {
@@ -185,6 +185,14 @@ fn exempt_from_urpf(a: IpAddr) -> bool {
     match a {
         IpAddr::V4(_) => false,
         IpAddr::V6(a) => a.is_unspecified() || wire::ipv6::is_link_local(a),
+    }
+}
+
+/// A filter's drop as IPFIX's `forwardingStatus` says it.
+pub(super) fn flow_status(d: Drop) -> u8 {
+    match d {
+        Drop::UrpfStrict | Drop::UrpfLoose => wire::ipfix::status::DROPPED_RPF,
+        _ => wire::ipfix::status::DROPPED_ACL_DENY,
     }
 }
 

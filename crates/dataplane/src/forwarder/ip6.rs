@@ -854,7 +854,7 @@ impl Forwarder {
         let Some(hop) = self.lookup6(dst, &p.data[ETH..]) else {
             let e = ErrorKind::Unreachable(icmpv6::unreachable::NO_ROUTE);
             self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
-            let none = wire::ipfix::status::DROPPED_NO_ROUTE;
+            let none = wire::ipfix::status::DROPPED_UNROUTABLE;
             self.sample(&p.data[ETH..], true, in_if, None, None, p.data.len(), none);
             return self.drop_pkt(p, Drop::Ip6NoRoute);
         };
@@ -907,9 +907,9 @@ impl Forwarder {
         match v {
             Verdict::Pass => {}
             Verdict::Drop(d) => {
-                let admin = wire::ipfix::status::DROPPED_ADMIN;
+                let why = super::filter::flow_status(d);
                 let (ip, len, at) = (&p.data[ETH..], p.data.len(), p.meta.iface);
-                self.sample(ip, true, at, None, None, len, admin);
+                self.sample(ip, true, at, None, None, len, why);
                 self.drop_pkt(p, d)
             }
             Verdict::Reject => {

@@ -2039,7 +2039,7 @@ fn samples_say_what_became_of_each_packet() {
     );
     assert_eq!(
         st(&got[2]),
-        (wire::ipfix::status::DROPPED_NO_ROUTE, None, None)
+        (wire::ipfix::status::DROPPED_UNROUTABLE, None, None)
     );
     // The packet's bytes as its header says, with an Ethernet header.
     assert_eq!(got[0].bytes, 14 + 20 + 8 + 32);

@@ -1,5 +1,6 @@
 //! The fast path samples flows as user space does (docs/flows.md): at 1 in 1, every frame
-//! either forwards (or its filters drop) gives the same sample through the programs' ring
+//! either forwards (or its filters drop: a list, the reverse-path check) gives the same
+//! sample through the programs' ring
 //! buffer as through the worker's sampler: the key, the interfaces, the next hop, the
 //! bytes, the fate.
 
@@ -31,6 +32,7 @@ fn agree_on_samples(at: At) {
     let names = c.f.ifaces.iter().map(|i| i.name.clone()).collect();
     let b = Binding {
         acl_in: Some(0),
+        urpf: dataplane::acl::Urpf::Strict,
         ..Default::default()
     };
     let f = Filters::new(vec![acl], vec![b, Binding::default()], names, None);
@@ -43,10 +45,15 @@ fn agree_on_samples(at: At) {
     fast(&mut |_| {}); // writes the interval to the programs
     let (tx, rx) = std::sync::mpsc::sync_channel(64);
     c.f.set_sampler(Some(Sampler::new(share.clone(), tx, 7)));
+    // From a source whose route leaves by port 1: fails port 0's strict check.
+    let mut spoofed = udp([8, 8, 8, 8], 18);
+    spoofed[26..30].copy_from_slice(&[10, 2, 0, 50]);
+    fix(&mut spoofed);
     let frames = [
         udp([8, 8, 8, 8], 18),
         udp([192, 0, 2, 7], 300),
         udp([8, 8, 4, 4], 18),
+        spoofed,
     ];
     for f in &frames {
         c.frame(0, f);
@@ -55,9 +62,10 @@ fn agree_on_samples(at: At) {
     let mut from_fast: Vec<Sample> = Vec::new();
     fast(&mut |s| from_fast.push(s));
     let from_user: Vec<Sample> = rx.try_iter().collect();
-    assert_eq!(from_fast.len(), 3, "{from_fast:#?}");
+    assert_eq!(from_fast.len(), 4, "{from_fast:#?}");
     assert_eq!(from_fast, from_user);
-    assert_eq!(from_fast[2].status, wire::ipfix::status::DROPPED_ADMIN);
+    assert_eq!(from_fast[2].status, wire::ipfix::status::DROPPED_ACL_DENY);
+    assert_eq!(from_fast[3].status, wire::ipfix::status::DROPPED_RPF);
     assert_eq!((from_fast[2].egress, from_fast[0].egress), (None, Some(1)));
     assert_eq!(stats.ring_overruns.load(Relaxed), 0);
     // Off: nothing more.
