@@ -821,31 +821,13 @@ impl Forwarder {
                 now,
                 tx,
             );
-            let ttl = wire::ipfix::status::DROPPED_BAD_TTL;
-            self.sample(
-                &p.data[ETH..],
-                false,
-                in_port,
-                None,
-                None,
-                p.data.len(),
-                ttl,
-            );
+            self.sample_dropped(&p, false, wire::ipfix::status::DROPPED_BAD_TTL);
             return self.drop_pkt(p, Drop::Ip4TtlExpired);
         }
         let Some(nh) = self.next_hop(dst, &p.data[ETH..]) else {
             let e = IcmpError::Unreachable(unreachable::NET);
             self.icmp_error(&p.data[ETH..], false, in_port, e, now, tx);
-            let none = wire::ipfix::status::DROPPED_UNROUTABLE;
-            self.sample(
-                &p.data[ETH..],
-                false,
-                in_port,
-                None,
-                None,
-                p.data.len(),
-                none,
-            );
+            self.sample_dropped(&p, false, wire::ipfix::status::DROPPED_UNROUTABLE);
             return self.drop_pkt(p, Drop::Ip4NoRoute);
         };
         let v = self.filter_out(&p.data[ETH..], false, nh.port, p.data.len());
@@ -893,19 +875,7 @@ impl Forwarder {
         }
         self.counters.event(Event::Forwarded);
         let hop = nh.via.unwrap_or(dst);
-        if self.sampler.is_some() {
-            let fwd = wire::ipfix::status::FORWARDED;
-            let (ip, len) = (&p.data[ETH..], p.data.len());
-            self.sample(
-                ip,
-                false,
-                in_port,
-                Some(nh.port),
-                Some(hop.into()),
-                len,
-                fwd,
-            );
-        }
+        self.sample_forwarded(&p, false, nh.port, hop.into());
         if total > mtu {
             self.fragment_out(p, nh.port, hop, mtu, now, tx);
         } else {

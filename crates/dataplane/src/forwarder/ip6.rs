@@ -847,15 +847,13 @@ impl Forwarder {
         if hops <= 1 {
             let e = ErrorKind::TimeExceeded(icmpv6::time_exceeded::HOP_LIMIT);
             self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
-            let ttl = wire::ipfix::status::DROPPED_BAD_TTL;
-            self.sample(&p.data[ETH..], true, in_if, None, None, p.data.len(), ttl);
+            self.sample_dropped(&p, true, wire::ipfix::status::DROPPED_BAD_TTL);
             return self.drop_pkt(p, Drop::Ip6HopLimitExceeded);
         }
         let Some(hop) = self.lookup6(dst, &p.data[ETH..]) else {
             let e = ErrorKind::Unreachable(icmpv6::unreachable::NO_ROUTE);
             self.icmp6_error(&p.data[ETH..], in_if, e, now, tx);
-            let none = wire::ipfix::status::DROPPED_UNROUTABLE;
-            self.sample(&p.data[ETH..], true, in_if, None, None, p.data.len(), none);
+            self.sample_dropped(&p, true, wire::ipfix::status::DROPPED_UNROUTABLE);
             return self.drop_pkt(p, Drop::Ip6NoRoute);
         };
         let v = self.filter_out(&p.data[ETH..], true, hop.iface, p.data.len());
@@ -876,19 +874,7 @@ impl Forwarder {
         p.data[ETH + 7] = hops - 1;
         self.counters.event(Event::Forwarded6);
         let next = hop.via.unwrap_or(dst);
-        if self.sampler.is_some() {
-            let fwd = wire::ipfix::status::FORWARDED;
-            let (ip, len) = (&p.data[ETH..], p.data.len());
-            self.sample(
-                ip,
-                true,
-                in_if,
-                Some(hop.iface),
-                Some(next.into()),
-                len,
-                fwd,
-            );
-        }
+        self.sample_forwarded(&p, true, hop.iface, next.into());
         self.neighbour_output6(p, hop.iface, next, now, tx);
     }
 

@@ -55,4 +55,30 @@ impl Forwarder {
             interval,
         });
     }
+
+    /// Samples the packet in `p` that did not leave (the router dropped it, `status` says
+    /// why), if the sampler picks it.
+    #[inline]
+    pub(super) fn sample_dropped(&mut self, p: &Pkt, v6: bool, status: u8) {
+        if self.sampler.is_some() {
+            let (ip, at) = (&p.data[ETH..], p.meta.iface);
+            self.sample(ip, v6, at, None, None, p.data.len(), status);
+        }
+    }
+
+    /// Samples the packet in `p` that leaves by `egress` through `next_hop`, if the
+    /// sampler picks it.
+    #[inline]
+    pub(super) fn sample_forwarded(
+        &mut self,
+        p: &Pkt,
+        v6: bool,
+        egress: u16,
+        next_hop: std::net::IpAddr,
+    ) {
+        if self.sampler.is_some() {
+            let (ip, at, fwd) = (&p.data[ETH..], p.meta.iface, wire::ipfix::status::FORWARDED);
+            self.sample(ip, v6, at, Some(egress), Some(next_hop), p.data.len(), fwd);
+        }
+    }
 }
