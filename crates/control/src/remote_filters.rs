@@ -91,6 +91,31 @@ pub fn merged(
     ))
 }
 
+/// Installs `local` merged with the router's `set` ([`merged`]) as the workers' filters
+/// (`share`), checked for the fast path `fast` first and written there where it runs (an
+/// LB's fast path rewrites its maps itself, at its first worker's next pass): whether they
+/// changed. An error changes nothing.
+pub fn install(
+    local: &Local,
+    share: &dataplane::acl::FilterShare,
+    set: Option<&RouterFilters>,
+    fast: Option<&crate::fast::ForwarderFast>,
+) -> Result<bool, String> {
+    let old = share.load();
+    let f = merged(local, set, Some(&old))?;
+    if let Some(fl) = fast {
+        fl.check_filters(&f)?;
+    }
+    if !f.differs(&old) {
+        return Ok(false);
+    }
+    if let Some(fl) = fast {
+        fl.set_filters(&f, Some(&old))?;
+    }
+    share.store(f);
+    Ok(true)
+}
+
 /// The set an element holds from the controller, and its last answer.
 #[derive(Debug, Default)]
 pub struct Held {

@@ -541,7 +541,7 @@ impl Balancer {
     /// external port `port`: `acl_in` where it comes in (`inward`), `acl_out` where it
     /// leaves. Other frames, and neighbour discovery, pass. Counted per rule and port.
     fn filtered(&self, port: u16, ip: &[u8], ethertype: u16, inward: bool, bytes: usize) -> bool {
-        let f = self.filters.load();
+        let f = self.filters.peek();
         let b = f.binding(port);
         let Some(list) = (if inward { b.acl_in } else { b.acl_out }) else {
             return true;

@@ -36,9 +36,8 @@ pub(super) struct LbControl {
     pub(super) held: crate::remote_filters::HeldShare,
 }
 
-/// Makes the filters of the LB's file `running` merged with the router's `set`
-/// (remote_filters::merged) the workers' (the fast path rewrites its maps at the first
-/// worker's next pass): whether they changed. An error changes nothing.
+/// Makes the filters of the LB's file `running` merged with the router's `set` the
+/// workers' (crate::remote_filters::install): whether they changed.
 pub(super) fn apply_filters(
     running: &Mutex<Option<BalancerFile>>,
     share: &dataplane::acl::FilterShare,
@@ -50,13 +49,7 @@ pub(super) fn apply_filters(
         .as_ref()
         .map(BalancerFile::local_filters)
         .unwrap_or_default();
-    let old = share.load();
-    let f = crate::remote_filters::merged(&local, set, Some(&old))?;
-    if !f.differs(&old) {
-        return Ok(false);
-    }
-    share.store(f);
-    Ok(true)
+    crate::remote_filters::install(&local, share, set, None)
 }
 
 /// The fast path's maps, its ports' names and whether each port's device takes frames

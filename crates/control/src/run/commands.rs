@@ -300,19 +300,7 @@ pub(super) fn apply_filters(
         .as_ref()
         .map(crate::remote_filters::Local::of_forwarder)
         .unwrap_or_default();
-    let old = share.load();
-    let f = crate::remote_filters::merged(&local, set, Some(&old))?;
-    if let Some(fl) = fast {
-        fl.check_filters(&f)?;
-    }
-    if !f.differs(&old) {
-        return Ok(false);
-    }
-    if let Some(fl) = fast {
-        fl.set_filters(&f, Some(&old))?;
-    }
-    share.store(f);
-    Ok(true)
+    crate::remote_filters::install(&local, share, set, fast)
 }
 
 impl Control {

@@ -245,6 +245,12 @@ impl FilterShare {
         self.0.load_full()
     }
 
+    /// The filters as they are now, for one packet's use (no reference count taken).
+    #[inline]
+    pub fn peek(&self) -> arc_swap::Guard<Arc<Filters>> {
+        self.0.load()
+    }
+
     /// Makes `f` the filters of every worker from their next batch on.
     pub fn store(&self, f: Filters) {
         self.0.store(Arc::new(f));

@@ -14,20 +14,7 @@ impl Balancer {
         let sum = self.group_counters();
         let names = &self.counters.port_names;
         for m in crate::report::counter_reports_of(name, names, sum, &external) {
-            self.seq = self.seq.wrapping_add(1);
-            let r = dist::Repr {
-                seq: self.seq,
-                msg: m,
-            };
-            for i in self.internal_ports().collect::<Vec<_>>() {
-                if let Ok(mut f) = r.to_frame(self.ports[i as usize].mac, MacAddr::BROADCAST) {
-                    self.dist_auth.seal(&mut f);
-                    let mut p = self.pool.get();
-                    p.data.extend_from_slice(&f);
-                    self.counters.event(Event::DistReportsSent);
-                    tx.push(i, p);
-                }
-            }
+            self.send_internal(m, MacAddr::BROADCAST, Event::DistReportsSent, tx);
         }
     }
 
@@ -37,19 +24,25 @@ impl Balancer {
         answers.extend(self.filter_input.answers());
         for (to, mut a) in answers {
             a.incarnation = self.incarnation;
-            self.seq = self.seq.wrapping_add(1);
-            let r = dist::Repr {
-                seq: self.seq,
-                msg: dist::Message::FiltersAck(a),
-            };
-            for i in self.internal_ports().collect::<Vec<_>>() {
-                if let Ok(mut f) = r.to_frame(self.ports[i as usize].mac, to) {
-                    self.dist_auth.seal(&mut f);
-                    let mut p = self.pool.get();
-                    p.data.extend_from_slice(&f);
-                    self.counters.event(Event::DistFilterAnswers);
-                    tx.push(i, p);
-                }
+            let m = dist::Message::FiltersAck(a);
+            self.send_internal(m, to, Event::DistFilterAnswers, tx);
+        }
+    }
+
+    /// Sends `m` to `to`, sealed, out of every internal port, counting `event` per frame.
+    fn send_internal(&mut self, m: dist::Message, to: MacAddr, event: Event, tx: &mut TxQueues) {
+        self.seq = self.seq.wrapping_add(1);
+        let r = dist::Repr {
+            seq: self.seq,
+            msg: m,
+        };
+        for i in self.internal_ports().collect::<Vec<_>>() {
+            if let Ok(mut f) = r.to_frame(self.ports[i as usize].mac, to) {
+                self.dist_auth.seal(&mut f);
+                let mut p = self.pool.get();
+                p.data.extend_from_slice(&f);
+                self.counters.event(event);
+                tx.push(i, p);
             }
         }
     }
