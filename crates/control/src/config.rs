@@ -84,6 +84,7 @@ pub(crate) use common::{RawDist, RawIo, RawMetrics};
 pub use filters::FilterConfig;
 pub(crate) use filters::{filters_of, RawAcl, RELOADABLE_IN_INTERFACE};
 pub use flow_export::FlowExportConfig;
+pub(crate) use flow_export::RawFlowExport;
 pub(crate) use router_filters::RawRouterInterface;
 pub use router_filters::{vlan_of_name, RouterFilters};
 

@@ -13,6 +13,8 @@
 //! template_interval_s = 30      # the templates go again this often (and on start)
 //! ```
 
+pub mod remote;
+
 pub use crate::config::FlowExportConfig;
 use dataplane::flows::{Sample, SamplerShare};
 use serde_json::{json, Value};
@@ -198,10 +200,16 @@ fn record(k: &FlowKey, f: &Flow, end_reason: u8) -> FlowRecord {
     }
 }
 
+/// Where an exporter's records go instead of a collector (a back-end's: to the
+/// controller over DIST): how many of them were taken.
+pub type Relay = Box<dyn FnMut(&[FlowRecord]) -> usize + Send>;
+
 /// The exporter: the cache, the socket, the sequence and when the templates went.
 pub struct Exporter {
     pub cfg: FlowExportConfig,
     pub cache: FlowCache,
+    /// Where set, records go there, not to `cfg.collector`.
+    pub relay: Option<Relay>,
     sock: Option<UdpSocket>,
     seq: u32,
     templates_at: Option<Instant>,
@@ -213,6 +221,7 @@ impl Exporter {
         Exporter {
             cfg,
             cache: FlowCache::default(),
+            relay: None,
             sock: None,
             seq: 0,
             templates_at: None,
@@ -234,6 +243,17 @@ impl Exporter {
     /// Sends `records` (with the templates where due); a socket that fails costs the
     /// records, counted.
     pub fn send(&mut self, records: &[FlowRecord], now: Instant) {
+        if let Some(relay) = self.relay.as_mut() {
+            if records.is_empty() {
+                return;
+            }
+            let taken = relay(records) as u64;
+            self.stats.flows_exported.fetch_add(taken, Relaxed);
+            self.stats
+                .records_lost
+                .fetch_add(records.len() as u64 - taken, Relaxed);
+            return;
+        }
         let templates = self
             .templates_at
             .is_none_or(|t| now.saturating_duration_since(t) >= self.cfg.template_interval);
@@ -292,16 +312,40 @@ pub struct FlowExport {
     pub config: Arc<Mutex<FlowExportConfig>>,
     pub sampler: Arc<SamplerShare>,
     pub stats: Arc<ExportStats>,
+    /// A back-end's export for the controller (remote): what the controller last said.
+    pub to_controller: Option<Arc<dataplane::flows::FlowRemote>>,
 }
 
 impl FlowExport {
+    /// The settings and counters of an export that starts with `cfg`.
+    pub fn new(cfg: &FlowExportConfig) -> FlowExport {
+        let export = FlowExport {
+            config: Arc::new(Mutex::new(cfg.clone())),
+            sampler: Arc::new(SamplerShare::default()),
+            stats: Arc::new(ExportStats::default()),
+            to_controller: None,
+        };
+        export.sampler.interval.store(cfg.sampling, Relaxed);
+        export
+    }
+
     /// `show counters`' `flow_export`.
     pub fn json(&self) -> Value {
         let s = &self.stats;
         let cfg = self.config.lock().map(|c| c.clone()).ok();
+        // A back-end of a multistage router exports to the controller that drives it.
+        let collector = match &self.to_controller {
+            Some(r) => r
+                .heard
+                .lock()
+                .ok()
+                .and_then(|h| *h)
+                .map(|(mac, _, _)| format!("controller {mac}")),
+            None => cfg.as_ref().map(|c| c.collector.to_string()),
+        };
         json!({
-            "collector": cfg.as_ref().map(|c| c.collector.to_string()),
-            "sampling": cfg.as_ref().map(|c| c.sampling),
+            "collector": collector,
+            "sampling": self.sampler.interval.load(Relaxed),
             "samples": s.samples.load(Relaxed),
             "samples_lost": self.sampler.lost.load(Relaxed),
             "flows_active": s.flows_active.load(Relaxed),
@@ -332,18 +376,42 @@ pub fn start(
     more: impl FnOnce(&Arc<SamplerShare>, &Arc<ExportStats>) -> Result<MoreSamples, String>,
     stop: Arc<AtomicBool>,
 ) -> Result<FlowExport, String> {
-    let export = FlowExport {
-        config: Arc::new(Mutex::new(cfg.clone())),
-        sampler: Arc::new(SamplerShare::default()),
-        stats: Arc::new(ExportStats::default()),
-    };
-    export.sampler.interval.store(cfg.sampling, Relaxed);
-    let mut more = more(&export.sampler, &export.stats)?;
-    let (config, stats) = (export.config.clone(), export.stats.clone());
+    let export = FlowExport::new(&cfg);
+    let more = more(&export.sampler, &export.stats)?;
+    let config = export.config.clone();
+    // A reload's settings, taken at the next pass.
+    let refresh: Refresh = Box::new(move |e: &mut Exporter| {
+        if let Ok(c) = config.lock() {
+            if *c != e.cfg {
+                e.reconfigure(c.clone());
+            }
+        }
+    });
+    spawn(
+        Exporter::new(cfg, export.stats.clone()),
+        rx,
+        more,
+        refresh,
+        stop,
+    )?;
+    Ok(export)
+}
+
+/// What the exporter's thread does with its settings each 100 ms.
+pub(crate) type Refresh = Box<dyn FnMut(&mut Exporter) + Send>;
+
+/// The exporter's thread: `e` takes the samples of `rx` and `more`, and ages its flows
+/// out every 100 ms (after `refresh`), until `stop` (then every flow goes).
+pub(crate) fn spawn(
+    mut e: Exporter,
+    rx: Receiver<Sample>,
+    mut more: MoreSamples,
+    mut refresh: Refresh,
+    stop: Arc<AtomicBool>,
+) -> Result<(), String> {
     std::thread::Builder::new()
         .name("flow-export".into())
         .spawn(move || {
-            let mut e = Exporter::new(cfg, stats);
             let mut next = Instant::now();
             loop {
                 let stopping = stop.load(Relaxed);
@@ -356,11 +424,7 @@ pub fn start(
                 }
                 more(&mut |s| e.take(&s, now, ms));
                 if now >= next || stopping {
-                    if let Ok(c) = config.lock() {
-                        if *c != e.cfg {
-                            e.reconfigure(c.clone());
-                        }
-                    }
+                    refresh(&mut e);
                     e.tick(now, stopping);
                     next = now + Duration::from_millis(100);
                 }
@@ -370,7 +434,7 @@ pub fn start(
             }
         })
         .map_err(|e| format!("flow export: {e}"))?;
-    Ok(export)
+    Ok(())
 }
 
 /// Where samples come from besides user space's queue (the fast path's ring buffer):

@@ -493,23 +493,49 @@ fn start_flow_export(
     fast: Option<&crate::fast::ForwarderFast>,
     stop: &Arc<AtomicBool>,
 ) -> Result<Option<crate::flows::FlowExport>, String> {
-    let Some(cfg) = file.and_then(|c| c.flow_export.clone()) else {
+    let own = file.and_then(|c| c.flow_export.clone());
+    // A back-end without a `[flow_export]` of its own exports for the router, as its
+    // controller says (crate::flows::remote).
+    let internal = f.backend_internal().filter(|_| own.is_none());
+    if own.is_none() && internal.is_none() {
         return Ok(None);
-    };
+    }
     let (tx, rx) = mpsc::sync_channel(65_536);
     let fast = fast.cloned();
     let more = move |share: &Arc<dataplane::flows::SamplerShare>,
                      stats: &Arc<crate::flows::ExportStats>| {
         crate::fast::flow_samples(fast.as_ref(), share.clone(), stats.clone())
     };
-    let export = crate::flows::start(cfg.clone(), rx, more, stop.clone())?;
+    let export = match (own, internal) {
+        (Some(cfg), _) => {
+            tracing::info!(collector = %cfg.collector, sampling = cfg.sampling, "flow export");
+            crate::flows::start(cfg, rx, more, stop.clone())?
+        }
+        (None, Some(internal)) => {
+            let (frames_tx, frames) = mpsc::sync_channel(256);
+            let remote = Arc::new(dataplane::flows::FlowRemote::default());
+            let to = crate::flows::remote::ToController {
+                remote: remote.clone(),
+                frames: frames_tx,
+                signer: f.dist_auth.signer.clone(),
+                mac: f.ifaces[internal as usize].mac,
+                vlans: f
+                    .ifaces
+                    .iter()
+                    .map(|i| i.vlan.map_or(0, |v| v.id))
+                    .collect(),
+            };
+            f.flow_remote = Some(dataplane::flows::FlowRemoteLink { remote, frames });
+            crate::flows::remote::start_for_controller(to, rx, more, stop.clone())?
+        }
+        (None, None) => return Ok(None),
+    };
     let seed = wire::dist::new_incarnation();
     f.set_sampler(Some(dataplane::flows::Sampler::new(
         export.sampler.clone(),
         tx,
         seed,
     )));
-    tracing::info!(collector = %cfg.collector, sampling = cfg.sampling, "flow export");
     Ok(Some(export))
 }
 

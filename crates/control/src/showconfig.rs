@@ -154,7 +154,7 @@ pub(crate) fn acls(lists: &[dataplane::acl::Acl]) -> Value {
 }
 
 /// The `[flow_export]` table as `show config` writes it.
-fn flow_export(fe: &crate::config::FlowExportConfig) -> Table {
+pub(crate) fn flow_export(fe: &crate::config::FlowExportConfig) -> Table {
     let mut t = Table::new();
     t.insert("collector".into(), s(fe.collector));
     t.insert("sampling".into(), int(fe.sampling));

@@ -89,6 +89,7 @@ use fpm_reader::unix_secs;
 pub use fpm_reader::{serve_fpm, take_over, FpmState, FpmStats, Shared, FPM_INITIAL_QUIET};
 
 mod filters;
+mod flows;
 mod run;
 mod show;
 pub use filters::{FilterDist, FILTERS_RESEND};
@@ -173,6 +174,13 @@ pub struct ControllerStats {
     pub balance_messages_sent: u64,
     /// Chunks of the router's filters sent to the LBs and back-ends.
     pub filter_messages_sent: u64,
+    /// FLOW_CONFIG messages sent (the active controller, with `[flow_export]`).
+    pub flow_configs_sent: u64,
+    /// Flow records the back-ends sent, taken for export.
+    pub flow_records_received: u64,
+    /// Flow records not taken: from an unknown element, or while this controller stands
+    /// by or exports nothing.
+    pub flow_records_ignored: u64,
     pub hellos_sent: u64,
     /// Frames from the LBs (tagged with an external network's VLAN) written to its TAP.
     pub tap_in: u64,
@@ -306,6 +314,8 @@ pub struct Controller {
     pub drains: crate::drain::Drains,
     /// The router's filters and every element's state of them.
     pub filters: FilterDist,
+    /// The router's flow export, where `[flow_export]` sets it up.
+    pub flows: Option<flows::RouterFlows>,
 }
 
 impl Controller {
@@ -356,6 +366,7 @@ impl Controller {
             lb_incarnations: BTreeMap::new(),
             drains: Default::default(),
             filters: FilterDist::new(Default::default()),
+            flows: None,
         }
         .with_incarnation(dist::new_incarnation())
     }
@@ -629,6 +640,7 @@ impl Controller {
                 let known = self.elements.contains_key(&src);
                 self.filters.answer(src, a, known);
             }
+            dist::Message::FlowRecords(rs) => self.flow_records(src, rs),
             dist::Message::FibAck(a) => {
                 self.stats.acks_received += 1;
                 if self.dist.peers.contains_key(&src) {
@@ -915,6 +927,7 @@ impl Controller {
         if self.configure_lbs {
             self.configure_balancers(now, out);
         }
+        self.flows_tick(now, out);
         let mut chunks = Vec::new();
         self.filters.tick(&self.elements, now, &mut chunks);
         for (mac, c) in chunks {

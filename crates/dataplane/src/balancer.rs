@@ -958,11 +958,14 @@ impl Balancer {
             }
             // Routes and their acknowledgements are between the controller and the
             // back-ends; an LB sees them only when the interconnection floods them.
-            // Counter reports and filter answers are for the controller.
+            // Counter reports, filter answers and flow records are for the controller;
+            // the back-ends sample flows, not the LBs.
             dist::Message::Routes(_)
             | dist::Message::FibAck(_)
             | dist::Message::Counters(_)
-            | dist::Message::FiltersAck(_) => Ok(()),
+            | dist::Message::FiltersAck(_)
+            | dist::Message::FlowConfig(_)
+            | dist::Message::FlowRecords(_) => Ok(()),
         }
     }
 

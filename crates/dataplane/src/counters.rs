@@ -206,6 +206,8 @@ named_enum! {
         DistReportsSent = "dist_reports_sent" in All: "DIST counter reports sent to the controller (one per message)",
         DistFilterSets = "dist_filter_sets" in All: "filter sets from the controller received whole and handed to the thread that applies them",
         DistFilterAnswers = "dist_filter_answers" in All: "answers to the controller's filter sets sent (applied or refused, with why)",
+        DistFlowConfigs = "dist_flow_configs" in Forwarder: "flow sampling settings from the controller taken (a back-end that exports flows for the router; a back-end with a `[flow_export]` of its own ignores them)",
+        DistFlowRecordsSent = "dist_flow_records_sent" in Forwarder: "DIST messages of ended flows sent to the controller, which exports them as the router",
         DistRoutesReceived = "dist_routes_received" in Forwarder: "routes messages from the controller passed to the route writer",
         DistHandedToLead = "dist_handed_to_lead" in All: "DIST frames another worker of a back-end or an LB received and handed to the first worker, which checks and acts on them",
         DistRoutes6Applied = "dist_routes6_applied" in Forwarder: "IPv6 route changes from the controller applied to the IPv6 table",

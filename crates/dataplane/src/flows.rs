@@ -6,8 +6,11 @@
 use crate::acl::Key;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::SyncSender;
-use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use wire::dist::FlowConfig;
+use wire::MacAddr;
 
 /// What the flow cache takes of a sampled packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +80,24 @@ impl Sampler {
             Err(_) => self.share.lost.fetch_add(1, Relaxed),
         };
     }
+}
+
+/// A back-end's flow export as the controller drives it (docs/flows.md, "In the
+/// multistage router"): the controller's last FLOW_CONFIG, which the first worker writes
+/// and the exporter's thread reads.
+#[derive(Debug, Default)]
+pub struct FlowRemote {
+    /// Who sent it, what it says, when it came.
+    pub heard: Mutex<Option<(MacAddr, FlowConfig, Instant)>>,
+}
+
+/// The first worker's side of it: where it writes what the controller says, and the
+/// frames of ended flows the exporter's thread built, which it sends out of the internal
+/// port.
+#[derive(Debug)]
+pub struct FlowRemoteLink {
+    pub remote: Arc<FlowRemote>,
+    pub frames: Receiver<Vec<u8>>,
 }
 
 #[cfg(test)]

@@ -174,6 +174,8 @@ pub struct Forwarder {
     fib_link: Option<FibLink>,
     /// Flow sampling, where flows are exported (crate::flows).
     sampler: Option<crate::flows::Sampler>,
+    /// A back-end's first worker, where the controller drives its flow export.
+    pub flow_remote: Option<crate::flows::FlowRemoteLink>,
     /// A back-end's first worker: the router's filters from the controller (the set being
     /// received, the link to the thread that applies sets) and answers to send.
     pub filter_input: crate::acl::remote::FilterInput,
@@ -255,6 +257,7 @@ impl Forwarder {
             backend: None,
             fib_link: None,
             sampler: None,
+            flow_remote: None,
             filter_input: Default::default(),
             filter_answers: Vec::new(),
             dist_auth: Default::default(),
@@ -333,6 +336,7 @@ impl Forwarder {
                 ..b.clone()
             }),
             sampler: self.sampler.clone(),
+            flow_remote: None,
             fib_link: None,
             filter_input: Default::default(),
             filter_answers: Vec::new(),

@@ -2,6 +2,8 @@
 //! real hosts: one router from outside, DIST, the Virtual-CP, weights and failover.
 
 mod common;
+#[path = "multistage_lab/flows.rs"]
+mod flows;
 
 use common::*;
 use serde_json::{json, Value};

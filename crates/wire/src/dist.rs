@@ -24,10 +24,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 mod codec;
 mod filters;
+mod flows;
 pub use filters::{
     ack_reason, filter_chunks, filters_digest, FilterChunk, FilterInbox, FiltersAck, FiltersStatus,
     FILTERS_CHUNK, MAX_FILTERS_TEXT,
 };
+pub use flows::{flow_record_groups, FlowConfig, FLOW_CONFIG_LEN, FLOW_RECORDS_MAX};
 
 /// The EtherType of DIST frames.
 pub const ETHERTYPE: u16 = 0x88b5;
@@ -46,6 +48,8 @@ pub mod kind {
     pub const COUNTERS: u8 = 7;
     pub const FILTERS: u8 = 8;
     pub const FILTERS_ACK: u8 = 9;
+    pub const FLOW_CONFIG: u8 = 10;
+    pub const FLOW_RECORDS: u8 = 11;
 }
 
 /// Bytes of one port in a hello.
@@ -563,6 +567,11 @@ pub enum Message {
     Filters(FilterChunk),
     /// An element's answer to a whole filter set.
     FiltersAck(FiltersAck),
+    /// The flow sampling the controller asks of the back-ends.
+    FlowConfig(FlowConfig),
+    /// Flows a back-end ended, with the router's interfaces (VLAN ids), for the
+    /// controller to export.
+    FlowRecords(Vec<crate::ipfix::FlowRecord>),
 }
 
 /// An element's counters: its name, its ports' traffic, and named drop and event counts.
@@ -730,6 +739,8 @@ impl Message {
             Message::Counters(_) => kind::COUNTERS,
             Message::Filters(_) => kind::FILTERS,
             Message::FiltersAck(_) => kind::FILTERS_ACK,
+            Message::FlowConfig(_) => kind::FLOW_CONFIG,
+            Message::FlowRecords(_) => kind::FLOW_RECORDS,
         }
     }
 
@@ -745,6 +756,8 @@ impl Message {
             Message::Counters(_) => "counters",
             Message::Filters(_) => "filters",
             Message::FiltersAck(_) => "filters-ack",
+            Message::FlowConfig(_) => "flow-config",
+            Message::FlowRecords(_) => "flow-records",
         }
     }
 
@@ -772,6 +785,8 @@ impl Message {
             Message::Counters(c) => c.body_len(),
             Message::Filters(c) => filters::FILTERS_FIXED_LEN + c.data.len(),
             Message::FiltersAck(a) => filters::FILTERS_ACK_FIXED_LEN + a.reason.len(),
+            Message::FlowConfig(_) => FLOW_CONFIG_LEN,
+            Message::FlowRecords(rs) => flows::records_len(rs),
         }
     }
 }

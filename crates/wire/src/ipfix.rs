@@ -82,6 +82,11 @@ pub mod end_reason {
 
 /// One flow record as Tessera exports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct FlowRecord {
     pub src: IpAddr,
     pub dst: IpAddr,
@@ -193,6 +198,45 @@ impl FlowRecord {
         b.push(self.status);
         b.push(self.end_reason);
         b.extend(self.sampling.to_be_bytes());
+    }
+
+    /// The data record of its family's template read back from the first
+    /// [`record_len`]`(v6)` bytes of `b` (None: too short): the inverse of [`FlowRecord::emit`].
+    pub fn parse(b: &[u8], v6: bool) -> Option<FlowRecord> {
+        let b = b.get(..record_len(v6))?;
+        let a = if v6 { 16 } else { 4 };
+        let addr = |at: usize| -> IpAddr {
+            if v6 {
+                let mut o = [0u8; 16];
+                o.copy_from_slice(&b[at..at + 16]);
+                IpAddr::V6(Ipv6Addr::from(o))
+            } else {
+                IpAddr::V4(Ipv4Addr::new(b[at], b[at + 1], b[at + 2], b[at + 3]))
+            }
+        };
+        let u64_at = |at: usize| (be32(b, at) as u64) << 32 | be32(b, at + 4) as u64;
+        let at = 2 * a;
+        let hop = at + 17;
+        let c = hop + a;
+        Some(FlowRecord {
+            src: addr(0),
+            dst: addr(a),
+            protocol: b[at],
+            src_port: be16(b, at + 1),
+            dst_port: be16(b, at + 3),
+            icmp_type_code: be16(b, at + 5),
+            tcp_flags: be16(b, at + 7),
+            ingress: be32(b, at + 9),
+            egress: be32(b, at + 13),
+            next_hop: addr(hop),
+            octets: u64_at(c),
+            packets: u64_at(c + 8),
+            start_ms: u64_at(c + 16),
+            end_ms: u64_at(c + 24),
+            status: b[c + 32],
+            end_reason: b[c + 33],
+            sampling: be32(b, c + 34),
+        })
     }
 
     /// The record of `template` read back from a decoded data record's fields.

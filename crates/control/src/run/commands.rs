@@ -307,7 +307,9 @@ impl Control {
     /// A reload's `[flow_export]`: refused where it was added or removed (checked before
     /// anything changes); changed in place where `apply`.
     fn reload_flow_export(&self, loaded: &ForwarderFile, apply: bool) -> Result<(), String> {
-        match (&self.flows, &loaded.flow_export) {
+        // A back-end that exports for the router (as its controller says) has no table.
+        let own = self.flows.as_ref().filter(|f| f.to_controller.is_none());
+        match (own, &loaded.flow_export) {
             (Some(fx), Some(cfg)) if apply => fx.reload(cfg),
             (Some(_), Some(_)) => {}
             (None, None) => {}

@@ -21,6 +21,8 @@ struct Raw {
     acl: Vec<crate::config::RawAcl>,
     #[serde(default)]
     interface: Vec<crate::config::RawRouterInterface>,
+    /// The router's flow export (docs/flows.md, "In the multistage router").
+    flow_export: Option<crate::config::RawFlowExport>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -103,6 +105,9 @@ pub struct ControllerFile {
     pub on_standby: Vec<String>,
     /// `[[acl]]` and `[[interface]]`: the router's filters, sent to the LBs and back-ends.
     pub filters: crate::config::RouterFilters,
+    /// `[flow_export]`: the router's flows, sampled by the back-ends, exported by the
+    /// active controller as the router.
+    pub flow_export: Option<crate::config::FlowExportConfig>,
 }
 
 impl ControllerFile {
@@ -218,6 +223,11 @@ impl ControllerFile {
             on_active,
             on_standby,
             filters,
+            flow_export: raw
+                .flow_export
+                .as_ref()
+                .map(|f| f.check(path, src))
+                .transpose()?,
         })
     }
 }
@@ -305,6 +315,12 @@ impl ControllerFile {
         c.insert("terminate".into(), Value::Boolean(self.terminate));
         t.insert("controller".into(), Value::Table(c));
         self.filters.tables(&mut t);
+        if let Some(fe) = &self.flow_export {
+            t.insert(
+                "flow_export".into(),
+                Value::Table(crate::showconfig::flow_export(fe)),
+            );
+        }
         if let Some(l) = self.fpm_listen {
             let mut f = Table::new();
             f.insert("listen".into(), s(l));

@@ -72,13 +72,14 @@ pub(super) type Configured = (String, HashMap<Net, Gateways>, ControllerFile);
 
 /// What `reload` may change in place: the config's routes, and where `/metrics` is
 /// served (`[metrics] listen`).
-const RELOADABLE: [&str; 6] = [
+const RELOADABLE: [&str; 7] = [
     "route",
     "routes_file",
     "routes_file_via",
     "metrics",
     "acl",
     "interface",
+    "flow_export",
 ];
 
 /// `reload`: reads the config file again and applies its routes to the table: a route it
@@ -102,6 +103,13 @@ pub(super) fn reload(
     }) {
         return Err(format!(
             "{}: {k}: changes only with a restart; nothing reloaded",
+            path.display()
+        ));
+    }
+    // `[flow_export]` changes in place; added or removed, it needs a restart.
+    if ctl.lock().map_err(|_| "poisoned")?.flows.is_some() != cfg.flow_export.is_some() {
+        return Err(format!(
+            "{}: key `flow_export` added or removed, which needs a restart; nothing reloaded",
             path.display()
         ));
     }
@@ -132,6 +140,9 @@ pub(super) fn reload(
     let (filters_changed, filters_version) = {
         let mut c = ctl.lock().map_err(|_| "poisoned")?;
         let changed = c.filters.replace(cfg.filters.clone());
+        if let (Some(f), Some(fe)) = (c.flows.as_mut(), cfg.flow_export.as_ref()) {
+            f.reload(fe);
+        }
         (changed, c.filters.version)
     };
     *last = (text, table, cfg);
@@ -172,7 +183,13 @@ pub fn run<P: Port>(
         fpm_synced: Arc::new(AtomicBool::new(false)),
         resettle: AtomicBool::new(false),
     });
-    let ctl = Arc::new(Mutex::new(controller(cfg, mac, &shared)));
+    let mut c = controller(cfg, mac, &shared);
+    if let Some(fe) = &cfg.flow_export {
+        let export = crate::flows::remote::RouterExport::start(fe, stop.clone())?;
+        tracing::info!(collector = %fe.collector, sampling = fe.sampling, "the router's flow export");
+        c.flows = Some(super::flows::RouterFlows::new(export));
+    }
+    let ctl = Arc::new(Mutex::new(c));
     let view = metrics_view(cfg, control, &ctl, &shared);
     let metrics = crate::metrics::MetricsSlot::start(&cfg.metrics, &view)?;
     let _fpm = match cfg.fpm_listen {
@@ -200,7 +217,13 @@ pub fn run<P: Port>(
                         Ok(v)
                     }
                     "elements" => Ok(c.lock().map_err(|_| "poisoned")?.show_elements(now)),
-                    "router" => Ok(crate::metrics::router_json(&c.lock().map_err(|_| "poisoned")?.router_view())),
+                    "router" => {
+                        let c = c.lock().map_err(|_| "poisoned")?;
+                        let mut v = crate::metrics::router_json(&c.router_view());
+                        v["interfaces"] = c.router_interfaces();
+                        v["flow_export"] = c.flows.as_ref().map_or(Value::Null, |f| f.json());
+                        Ok(v)
+                    }
                     "counters" => serde_json::to_value(&c.lock().map_err(|_| "poisoned")?.stats).map_err(|e| e.to_string()),
                     "routes" => Ok(json!({"count": sh.fib.lock().map_err(|_| "poisoned")?.len()})),
                     "route-add" | "route-del" => route_command(&sh.fib, cmd, req),
@@ -317,7 +340,10 @@ fn metrics_view(
             return Vec::new();
         };
         let mut v = c.router_view_with(Some(&fib));
-        v.push(c.own_gauges(&name, &fib));
+        let mut own = c.own_gauges(&name, &fib);
+        // The router's flow export (`samples`: the records the back-ends sent).
+        own.flow_export = c.flows.as_ref().map(|f| f.export.export.json());
+        v.push(own);
         v
     })
 }

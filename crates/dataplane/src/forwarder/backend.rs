@@ -59,6 +59,20 @@ impl Forwarder {
                     Taken::Refused(_) => self.counters.count(Drop::DistFiltersRefused),
                 }
             }
+            Ok(wire::dist::Repr {
+                msg: wire::dist::Message::FlowConfig(c),
+                ..
+            }) => {
+                let src = MacAddr::from_slice(&p.data[6..12]);
+                self.pool.put(p);
+                self.counters.event(Event::DistReceived);
+                if let Some(l) = &self.flow_remote {
+                    if let Ok(mut h) = l.remote.heard.lock() {
+                        *h = Some((src, c, Instant::now()));
+                        self.counters.event(Event::DistFlowConfigs);
+                    }
+                }
+            }
             Ok(_) => {
                 self.counters.event(Event::DistReceived);
                 self.pool.put(p);
@@ -170,6 +184,22 @@ impl Forwarder {
         }
     }
 
+    /// Sends the ended flows the exporter's thread put in frames (for the controller) out
+    /// of the internal port.
+    fn send_flow_records(&mut self, tx: &mut TxQueues) {
+        let (Some(l), Some(b)) = (&self.flow_remote, &self.backend) else {
+            return;
+        };
+        let internal = b.internal;
+        let frames: Vec<Vec<u8>> = l.frames.try_iter().take(64).collect();
+        for frame in frames {
+            let mut p = self.pool.get();
+            p.data.extend_from_slice(&frame);
+            self.counters.event(Event::DistFlowRecordsSent);
+            self.output(internal, p, tx);
+        }
+    }
+
     /// Sends the answers to the controller's filter sets out of the internal port.
     fn send_filter_answers(&mut self, tx: &mut TxQueues) {
         let mut answers = std::mem::take(&mut self.filter_answers);
@@ -202,6 +232,7 @@ impl Forwarder {
     /// sets out of the internal port.
     pub(super) fn send_writer_frames(&mut self, tx: &mut TxQueues) {
         self.send_filter_answers(tx);
+        self.send_flow_records(tx);
         let (Some(link), Some(b)) = (&self.fib_link, &self.backend) else {
             return;
         };

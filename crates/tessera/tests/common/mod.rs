@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod nfdump;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

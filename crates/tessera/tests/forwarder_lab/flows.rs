@@ -31,98 +31,13 @@ fn table(sampling: u32) -> String {
     )
 }
 
-/// nfcapd in r's namespace, writing to `dir`; stopped (SIGTERM: its last file closed) by
-/// [`flows`].
+/// nfcapd in r's namespace, on its loopback.
 fn collector(lab: &TestLab, dir: &std::path::Path) -> std::process::Child {
-    lab.sh("r", &["ip", "link", "set", "lo", "up"]);
-    let child = lab.spawn(
-        "r",
-        &[
-            "nfcapd",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            "9995",
-            "-w",
-            dir.to_str().unwrap(),
-            "-t",
-            "60",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(500));
-    child
+    nfdump::collector(lab, "r", "127.0.0.1", 9995, dir)
 }
 
-/// One flow as nfdump lists it.
-#[derive(Debug)]
-struct Flow {
-    src: String,
-    dst: String,
-    sport: u16,
-    dport: u16,
-    proto: String,
-    bytes: u64,
-    packets: u64,
-    input: u32,
-    output: u32,
-}
-
-/// Stops the collector and lists what it wrote.
-fn flows(mut nfcapd: std::process::Child, dir: &std::path::Path) -> Vec<Flow> {
-    // SIGTERM to `ip netns exec`'s child: nfcapd is the process itself (exec).
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &nfcapd.id().to_string()])
-        .status();
-    let t = Instant::now();
-    while nfcapd.try_wait().unwrap().is_none() {
-        assert!(t.elapsed() < Duration::from_secs(10), "nfcapd did not stop");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let o = std::process::Command::new("nfdump")
-        .args(["-R", dir.to_str().unwrap(), "-q", "-N", "-o"])
-        .arg("fmt:%sa|%da|%sp|%dp|%pr|%byt|%pkt|%in|%out")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(
-        o.status.success(),
-        "nfdump: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    text.lines()
-        .filter(|l| l.contains('|'))
-        .map(|l| {
-            let f: Vec<&str> = l.split('|').map(str::trim).collect();
-            // ICMP's "port" is type.code ("8.0"): its type.
-            let n = |i: usize| {
-                let v = f[i].split('.').next().unwrap_or("");
-                v.parse::<u64>().unwrap_or_else(|_| panic!("{l}"))
-            };
-            Flow {
-                src: f[0].into(),
-                dst: f[1].into(),
-                sport: n(2) as u16,
-                dport: n(3) as u16,
-                proto: f[4].into(),
-                bytes: n(5),
-                packets: n(6),
-                input: n(7) as u32,
-                output: n(8) as u32,
-            }
-        })
-        .collect()
-}
-
-/// The bytes iperf3 sent (its report's), and the bytes of nfdump's flows from src1 to
-/// sink1's port 5201.
-fn iperf3_bytes(report: &serde_json::Value, flows: &[Flow]) -> (u64, u64) {
-    let sent = report["end"]["sum_sent"]["bytes"].as_u64().unwrap();
-    let seen = flows
-        .iter()
-        .filter(|f| f.src == "10.1.0.10" && f.dst == "10.3.0.10" && f.dport == 5201)
-        .map(|f| f.bytes)
-        .sum();
-    (sent, seen)
+fn iperf3_bytes(report: &serde_json::Value, flows: &[nfdump::Flow]) -> (u64, u64) {
+    nfdump::iperf3_bytes(report, flows, "10.1.0.10", "10.3.0.10")
 }
 
 #[test]
@@ -139,7 +54,7 @@ fn nfcapd_collects_what_crosses_the_forwarder() {
     // Idle after 1 s, exported at the next pass.
     std::thread::sleep(Duration::from_secs(3));
     let c = lab.counters("r");
-    let got = flows(nfcapd, &store);
+    let got = nfdump::flows(nfcapd, &store);
     let (sent, seen) = iperf3_bytes(&report, &got);
     // Within 10% (TCP/IP and Ethernet headers are some 4-5% over the payload iperf3
     // counts).
@@ -181,7 +96,7 @@ fn nfcapd_collects_what_crosses_the_forwarder() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let report = lab.iperf3("src1", "sink1", "10.3.0.10", &["-t", "2"]);
     std::thread::sleep(Duration::from_secs(3));
-    let got = flows(nfcapd, &store);
+    let got = nfdump::flows(nfcapd, &store);
     let (sent, seen) = iperf3_bytes(&report, &got);
     let c = lab.counters("r");
     assert_eq!(c["flow_export"]["sampling"], 100, "{c}");

@@ -29,6 +29,8 @@ impl Repr {
             kind::COUNTERS => counters(body, length, bad)?,
             kind::FILTERS => FilterChunk::parse(body, bad)?,
             kind::FILTERS_ACK => FiltersAck::parse(body, bad)?,
+            kind::FLOW_CONFIG => FlowConfig::parse(body, bad)?,
+            kind::FLOW_RECORDS => flows::parse_records(body, bad)?,
             t => return Err(Error::UnknownType(t)),
         };
         Ok(Repr { seq, msg })
@@ -82,6 +84,8 @@ impl Repr {
             Message::VirtualCp { .. } | Message::FibAck(_) => {}
             Message::Filters(c) => c.check()?,
             Message::FiltersAck(a) => a.check()?,
+            Message::FlowConfig(c) => c.check()?,
+            Message::FlowRecords(rs) => flows::check_records(rs)?,
             Message::Counters(c) => {
                 check_name("element", &c.element)?;
                 too_many("ports", c.ports.len(), 255)?;
@@ -259,6 +263,8 @@ impl Repr {
             }
             Message::Filters(c) => c.emit(body),
             Message::FiltersAck(a) => a.emit(body),
+            Message::FlowConfig(c) => c.emit(body),
+            Message::FlowRecords(rs) => flows::emit_records(rs, body),
         }
         Ok(())
     }

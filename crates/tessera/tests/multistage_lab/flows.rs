@@ -1,0 +1,116 @@
+//! The multistage router as one exporter (docs/flows.md, "In the multistage router"):
+//! the router of labs/multistage.toml with a controller in place of its plain vcp host,
+//! `[flow_export]` written once in the controller's file. nfdump's `nfcapd` on host a1
+//! collects while ping and iperf3 cross the router from a1 to b1; `nfdump` lists each flow
+//! once, with the router's interfaces (the VLAN ids of networks A and B), the router's
+//! address on network A as the exporter, and the bytes within 10% of what iperf3 sent.
+
+use super::*;
+
+/// The lab, its controller exporting to a1 at `sampling`.
+fn exporting_lab(sampling: u32) -> (TestLab, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("tessera-ms-flows-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("multistage")).unwrap();
+    for e in ["lba", "lbb", "r1", "r2", "r3"] {
+        let c = std::fs::read_to_string(repo_path(&format!("labs/multistage/{e}.toml"))).unwrap();
+        std::fs::write(dir.join(format!("multistage/{e}.toml")), c).unwrap();
+    }
+    std::fs::write(
+        dir.join("multistage/vcp.toml"),
+        format!(
+            "[controller]\ninterface = \"vcp-int\"\nhello_interval_ms = 100\n\n\
+             [flow_export]\ncollector = \"10.1.0.10:9995\"\nsampling = {sampling}\n\
+             active_timeout_s = 60\nidle_timeout_s = 1\nobservation_domain = 9\n\
+             template_interval_s = 1\n"
+        ),
+    )
+    .unwrap();
+    let topo = std::fs::read_to_string(repo_path(LAB)).unwrap();
+    let host = "[[host]]\nname = \"vcp\"\ninterfaces = [{ name = \"eth0\", address = \"10.255.0.100/24\" }]\n";
+    assert!(
+        topo.contains(host) && topo.contains("a = \"vcp:eth0\""),
+        "{topo}"
+    );
+    let topo = topo
+        .replace(
+            host,
+            "[[element]]\nname = \"vcp\"\nrole = \"controller\"\nconfig = \"multistage/vcp.toml\"\n",
+        )
+        .replace("a = \"vcp:eth0\"", "a = \"vcp:vcp-int\"");
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    (TestLab::up(dir.join("lab.toml"), &[]), dir)
+}
+
+#[test]
+fn nfcapd_collects_from_the_multistage_router_as_one_exporter() {
+    let (lab, dir) = exporting_lab(1);
+    let t = Instant::now();
+    while lab
+        .exec("a1", &["ping", "-c", "1", "-W", "1", "10.2.0.10"])
+        .status
+        .code()
+        != Some(0)
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no path through the router"
+        );
+    }
+    // The back-ends end the flows of the first pings (idle after 1 s) before nfcapd
+    // listens: they are not counted below.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let store = dir.join("flows");
+    std::fs::create_dir_all(&store).unwrap();
+    let nfcapd = nfdump::collector(&lab, "a1", "10.1.0.10", 9995, &store);
+    // The templates go every second: a collector that starts late reads from then on.
+    std::thread::sleep(Duration::from_millis(1_200));
+    let o = lab.exec("a1", &["ping", "-c", "5", "-i", "0.1", "10.2.0.10"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    let report = lab.iperf3("a1", "b1", "10.2.0.10", &["-t", "2", "-b", "100M"]);
+    // Idle after 1 s at the back-ends, then to the controller and on to a1.
+    std::thread::sleep(Duration::from_secs(3));
+    let router = lab.show_json("router", "vcp");
+    let got = nfdump::flows(nfcapd, &store);
+    let (sent, seen) = nfdump::iperf3_bytes(&report, &got, "10.1.0.10", "10.2.0.10");
+    assert!(
+        (seen as f64) > sent as f64 * 0.9 && (seen as f64) < sent as f64 * 1.10,
+        "iperf3 sent {sent} bytes; the flows say {seen}\n{got:#?}\n{}",
+        router["flow_export"]
+    );
+    // The data connection: once (one back-end holds it), with the router's interfaces:
+    // in by network A (VLAN 10), out by network B (VLAN 20).
+    let tcp = got
+        .iter()
+        .filter(|f| f.dport == 5201 && f.src == "10.1.0.10")
+        .max_by_key(|f| f.bytes)
+        .unwrap();
+    assert!(tcp.proto == "TCP" || tcp.proto == "6", "{tcp:?}");
+    assert_eq!((tcp.input, tcp.output), (10, 20), "{tcp:?}");
+    let same = got
+        .iter()
+        .filter(|f| f.src == tcp.src && f.sport == tcp.sport && f.dport == 5201)
+        .count();
+    assert_eq!(same, 1, "{got:#?}");
+    // One exporter: the router, from its address on network A.
+    assert!(got.iter().all(|f| f.exporter == "10.1.0.1"), "{got:#?}");
+    // The return direction, and the pings.
+    assert!(got
+        .iter()
+        .any(|f| f.src == "10.2.0.10" && f.sport == 5201 && (f.input, f.output) == (20, 10)));
+    let icmp: u64 = got
+        .iter()
+        .filter(|f| (f.proto == "ICMP" || f.proto == "1") && f.src == "10.1.0.10")
+        .map(|f| f.packets)
+        .sum();
+    assert_eq!(icmp, 5, "{got:#?}");
+    // `show router`: the interfaces by index, the exporter's counters.
+    assert_eq!(router["interfaces"]["vlan10"]["index"], 10, "{router}");
+    assert_eq!(router["interfaces"]["vlan20"]["index"], 20, "{router}");
+    let fx = &router["flow_export"];
+    assert!(fx["records_received"].as_u64().unwrap() >= 4, "{fx}");
+    assert_eq!(fx["records_lost"], 0, "{fx}");
+    assert_eq!(fx["sampling"], 1, "{fx}");
+    eprintln!("iperf3 sent {sent} bytes, the flows say {seen}; {tcp:?}; {fx}");
+    drop(lab);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
