@@ -101,6 +101,27 @@ fn dist_corpus() {
         b.routes[0].prefix.is_ipv4() && b.routes[1].prefix.is_ipv6(),
         "{b:?}"
     );
+    // The named seeds of the flow export's messages.
+    let seed = |name: &str| {
+        let d = std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../fuzz/corpus/dist/{name}")),
+        )
+        .unwrap();
+        wire::dist::Repr::parse(&d).unwrap().msg
+    };
+    assert!(matches!(
+        seed("flow-config"),
+        wire::dist::Message::FlowConfig(c) if c.interval == 100
+    ));
+    let wire::dist::Message::FlowRecords(rs) = seed("flow-records") else {
+        panic!("flow-records")
+    };
+    assert_eq!(
+        rs.iter()
+            .map(|r| (r.is_v6(), r.ingress, r.egress))
+            .collect::<Vec<_>>(),
+        [(false, 10, 20), (true, 20, 10)]
+    );
 }
 
 #[test]

@@ -896,7 +896,7 @@ fn a_controllers_shown_config_loads_to_the_same() {
             .collect();
     files.push((
         root.join("labs/virtual-cp/every.toml"),
-        "routes_file = \"../single-router/routes.txt\"\nroutes_file_via = [\"10.2.0.2\"]\n\n[controller]\ninterface = \"vcp-int\"\npriority = 7\nterminate = false\n\n[fpm]\nlisten = \"127.0.0.1:2620\"\n\n[takeover]\nospf_router_id = \"10.255.0.1\"\non_active = [\"/bin/true\", \"up\"]\n\n[[route]]\nprefix = \"2001:db8:9::/48\"\nvia = \"fe80::1%vlan20\"\n\n[[route]]\nprefix = \"198.51.100.0/24\"\nvia = [\"10.2.0.2\", \"10.2.0.3\"]\n".into(),
+        "routes_file = \"../single-router/routes.txt\"\nroutes_file_via = [\"10.2.0.2\"]\n\n[controller]\ninterface = \"vcp-int\"\npriority = 7\nterminate = false\n\n[fpm]\nlisten = \"127.0.0.1:2620\"\n\n[takeover]\nospf_router_id = \"10.255.0.1\"\non_active = [\"/bin/true\", \"up\"]\n\n[[route]]\nprefix = \"2001:db8:9::/48\"\nvia = \"fe80::1%vlan20\"\n\n[[route]]\nprefix = \"198.51.100.0/24\"\nvia = [\"10.2.0.2\", \"10.2.0.3\"]\n\n[flow_export]\ncollector = \"10.1.0.10:9995\"\nsampling = 10\n".into(),
     ));
     for (path, text) in files {
         let shown = crate::showconfig::assert_round_trip(
@@ -910,4 +910,19 @@ fn a_controllers_shown_config_loads_to_the_same() {
             "{shown}"
         );
     }
+}
+
+#[test]
+fn a_bad_flow_export_is_refused_naming_line_and_key() {
+    let path = std::path::Path::new("vcp.toml");
+    let e = ControllerFile::parse(
+        path,
+        "[controller]\ninterface = \"vcp-int\"\n\n[flow_export]\ncollector = \"10.1.0.10:9995\"\nidle_timeout_s = 0\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (6, "flow_export.idle_timeout_s"),
+        "{e}"
+    );
 }

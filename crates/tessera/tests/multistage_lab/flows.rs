@@ -6,6 +6,7 @@
 //! address on network A as the exporter, and the bytes within 10% of what iperf3 sent.
 
 use super::*;
+use serde_json::Value;
 
 /// The lab, its controller exporting to a1 at `sampling`.
 fn exporting_lab(sampling: u32) -> (TestLab, std::path::PathBuf) {
@@ -111,6 +112,36 @@ fn nfcapd_collects_from_the_multistage_router_as_one_exporter() {
     assert_eq!(fx["records_lost"], 0, "{fx}");
     assert_eq!(fx["sampling"], 1, "{fx}");
     eprintln!("iperf3 sent {sent} bytes, the flows say {seen}; {tcp:?}; {fx}");
+
+    // 1 in 100 after a reload of the controller's file: the back-ends take the new rate
+    // within a second; the bytes within the sampling error.
+    let path = dir.join("multistage/vcp.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("sampling = 1\n", "sampling = 100\n")).unwrap();
+    let o = lab.tessera(&["reload", "--control", lab.control("vcp").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::thread::sleep(Duration::from_millis(1_500));
+    let sampling: Vec<Value> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|r| lab.counters(r)["flow_export"]["sampling"].clone())
+        .collect();
+    assert_eq!(sampling, [100, 100, 100], "the back-ends' rates");
+    let store = dir.join("flows100");
+    std::fs::create_dir_all(&store).unwrap();
+    let nfcapd = nfdump::collector(&lab, "a1", "10.1.0.10", 9995, &store);
+    std::thread::sleep(Duration::from_millis(1_200));
+    let report = lab.iperf3("a1", "b1", "10.2.0.10", &["-t", "2"]);
+    std::thread::sleep(Duration::from_secs(3));
+    let got = nfdump::flows(nfcapd, &store);
+    let (sent, seen) = nfdump::iperf3_bytes(&report, &got, "10.1.0.10", "10.2.0.10");
+    let router = lab.show_json("router", "vcp");
+    // Thousands of samples of nearly equal frames: within 15% (several standard errors).
+    assert!(
+        (seen as f64) > sent as f64 * 0.85 && (seen as f64) < sent as f64 * 1.2,
+        "iperf3 sent {sent} bytes; the flows say {seen}\n{got:#?}\n{}",
+        router["flow_export"]
+    );
+    eprintln!("1 in 100: iperf3 sent {sent} bytes, the flows say {seen}");
     drop(lab);
     std::fs::remove_dir_all(&dir).unwrap();
 }
