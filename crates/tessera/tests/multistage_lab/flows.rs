@@ -67,9 +67,9 @@ fn nfcapd_collects_from_the_multistage_router_as_one_exporter() {
     std::thread::sleep(Duration::from_millis(1_200));
     let o = lab.exec("a1", &["ping", "-c", "5", "-i", "0.1", "10.2.0.10"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
-    let report = lab.iperf3("a1", "b1", "10.2.0.10", &["-t", "2", "-b", "100M"]);
+    let report = lab.iperf3("a1", "b1", "10.2.0.10", &["-t", "1", "-b", "100M"]);
     // Idle after 1 s at the back-ends, then to the controller and on to a1.
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_millis(2_500));
     let router = lab.show_json("router", "vcp");
     let got = nfdump::flows(nfcapd, &store);
     let (sent, seen) = nfdump::iperf3_bytes(&report, &got, "10.1.0.10", "10.2.0.10");
@@ -130,8 +130,8 @@ fn nfcapd_collects_from_the_multistage_router_as_one_exporter() {
     std::fs::create_dir_all(&store).unwrap();
     let nfcapd = nfdump::collector(&lab, "a1", "10.1.0.10", 9995, &store);
     std::thread::sleep(Duration::from_millis(1_200));
-    let report = lab.iperf3("a1", "b1", "10.2.0.10", &["-t", "2"]);
-    std::thread::sleep(Duration::from_secs(3));
+    let report = lab.iperf3("a1", "b1", "10.2.0.10", &["-t", "1"]);
+    std::thread::sleep(Duration::from_millis(2_500));
     let got = nfdump::flows(nfcapd, &store);
     let (sent, seen) = nfdump::iperf3_bytes(&report, &got, "10.1.0.10", "10.2.0.10");
     let router = lab.show_json("router", "vcp");
