@@ -387,13 +387,8 @@ pub fn start(
             }
         }
     });
-    spawn(
-        Exporter::new(cfg, export.stats.clone()),
-        rx,
-        more,
-        refresh,
-        stop,
-    )?;
+    let e = Exporter::new(cfg, export.stats.clone());
+    spawn(e, export.sampler.clone(), rx, more, refresh, stop)?;
     Ok(export)
 }
 
@@ -401,9 +396,12 @@ pub fn start(
 pub(crate) type Refresh = Box<dyn FnMut(&mut Exporter) + Send>;
 
 /// The exporter's thread: `e` takes the samples of `rx` and `more`, and ages its flows
-/// out every 100 ms (after `refresh`), until `stop` (then every flow goes).
+/// out every 100 ms (after `refresh`), until `stop` (then every flow goes). While
+/// `sampler` samples nothing (a back-end no controller asks for flows) it wakes only for
+/// those 100 ms passes, not every 5 ms.
 pub(crate) fn spawn(
     mut e: Exporter,
+    sampler: Arc<SamplerShare>,
     rx: Receiver<Sample>,
     mut more: MoreSamples,
     mut refresh: Refresh,
@@ -416,7 +414,13 @@ pub(crate) fn spawn(
             loop {
                 let stopping = stop.load(Relaxed);
                 let (now, ms) = (Instant::now(), unix_ms());
-                if let Ok(s) = rx.recv_timeout(Duration::from_millis(5)) {
+                let wait = match sampler.interval.load(Relaxed) {
+                    0 => next
+                        .saturating_duration_since(now)
+                        .max(Duration::from_millis(1)),
+                    _ => Duration::from_millis(5),
+                };
+                if let Ok(s) = rx.recv_timeout(wait) {
                     e.take(&s, now, ms);
                     for s in rx.try_iter().take(65_536) {
                         e.take(&s, now, ms);

@@ -21,7 +21,7 @@
  * generation, port and VLAN id, a filtering sub-interface's), acl_lists,
  * acl_tuples, acl_rules (the hash of masked keys), acl_counts (per generation and rule,
  * packets and bytes per CPU), acl_drops (per port: denied in, denied out, failed the
- * reverse-path check, per CPU).
+ * reverse-path check, per CPU), acl_cache (the last decisions by key, per CPU).
  */
 #ifndef TESSERA_ACL_H
 #define TESSERA_ACL_H
@@ -63,7 +63,7 @@ struct acl_state {
 	__u32 gen;      /* 1 or 2; 0: no interface filters anything */
 	__u32 nports;   /* acl_ports holds nports per generation */
 	__u32 default4; /* the IPv4 table's entry of the default route; 0xffffffff: none */
-	__u32 pad;
+	__u32 epoch;    /* one more at every change of the lists: the decision cache's tag */
 };
 
 struct acl_port {
@@ -114,6 +114,20 @@ struct acl_hit {
 struct acl_count {
 	__u64 packets;
 	__u64 bytes;
+};
+
+/* The decision cache (per CPU, direct-mapped, ACL_CACHE_SIZE entries): a list's last
+ * decisions by the packet's key, as Open vSwitch's exact-match cache sits before its
+ * tuple-space search. An entry holds for the lists' epoch it was made in; any change of
+ * the lists makes a new epoch, so a packet never sees a decision of lists gone. */
+#define ACL_CACHE_SIZE 4096
+
+struct acl_cached {
+	struct acl_key key; /* tag: the list (plus 1) */
+	__u32 epoch;        /* 0: empty */
+	__u32 slot;
+	__u32 action;
+	__u32 pad[2];
 };
 
 struct {
@@ -171,6 +185,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct acl_count);
 } acl_drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, ACL_CACHE_SIZE);
+	__type(key, __u32);
+	__type(value, struct acl_cached);
+} acl_cache SEC(".maps");
 
 /* What the walk of one list carries from tuple to tuple. */
 struct acl_walk {
@@ -258,11 +279,45 @@ static __always_inline int acl_key_of(struct acl_key *k, const __u8 *ip, void *e
 	return 0;
 }
 
-/* List `list` (plus 1) of generation `gen`'s decision on the walk's key (built by the
- * caller; a list of no tuples needs none): the action, the
- * counters' slot to *slot. */
-static __always_inline __u32 acl_decide(struct acl_walk *w, __u32 gen, __u32 list, __u32 *slot)
+/* The decision cache's entry for list `list`'s decision on key `k`. */
+static __always_inline struct acl_cached *acl_cache_entry(const struct acl_key *k, __u32 list)
 {
+	const __u32 *a = (const __u32 *)k;
+	__u32 h = list * 0x9e3779b9;
+#pragma unroll
+	for (int j = 1; j < 11; j++)
+		h = (h ^ a[j]) * 0x85ebca6b;
+	__u32 i = (h ^ (h >> 15)) & (ACL_CACHE_SIZE - 1);
+	return bpf_map_lookup_elem(&acl_cache, &i);
+}
+
+/* Whether entry c holds list `list`'s decision on key k in `epoch`. */
+static __always_inline int acl_cache_hit(const struct acl_cached *c, const struct acl_key *k,
+					 __u32 list, __u32 epoch)
+{
+	if (c->epoch != epoch || c->key.tag != list)
+		return 0;
+	const __u32 *a = (const __u32 *)k;
+	const __u32 *b = (const __u32 *)&c->key;
+	__u32 d = 0;
+#pragma unroll
+	for (int j = 1; j < 11; j++)
+		d |= a[j] ^ b[j];
+	return d == 0;
+}
+
+/* List `list` (plus 1) of generation `gen`'s decision on the walk's key (built by the
+ * caller; a list of no tuples needs none), from the decision cache where it holds it for
+ * the lists' `epoch`, else by the walk (and then kept there): the action, the counters'
+ * slot to *slot. */
+static __always_inline __u32 acl_decide(struct acl_walk *w, __u32 gen, __u32 epoch, __u32 list,
+					__u32 *slot)
+{
+	struct acl_cached *c = acl_cache_entry(&w->key, list);
+	if (c && acl_cache_hit(c, &w->key, list, epoch)) {
+		*slot = c->slot;
+		return c->action;
+	}
 	__u32 k = (gen - 1) * ACL_MAX_LISTS + list - 1;
 	struct acl_list *l = bpf_map_lookup_elem(&acl_lists, &k);
 	if (!l)
@@ -280,12 +335,20 @@ static __always_inline __u32 acl_decide(struct acl_walk *w, __u32 gen, __u32 lis
 	} else {
 		bpf_loop(n, acl_tuple_step, w, 0);
 	}
-	if (w->best == 0xffffffff) {
-		*slot = l->dslot;
-		return l->dflt;
+	__u32 action = l->dflt;
+	*slot = l->dslot;
+	if (w->best != 0xffffffff) {
+		*slot = w->hit.slot;
+		action = w->hit.action;
 	}
-	*slot = w->hit.slot;
-	return w->hit.action;
+	if (c) {
+		c->key = w->key;
+		c->key.tag = list;
+		c->epoch = epoch;
+		c->slot = *slot;
+		c->action = action;
+	}
+	return action;
 }
 
 static __always_inline void acl_count(void *map, __u32 k, __u64 len)

@@ -743,7 +743,7 @@ static __always_inline int filter(__u8 *p, void *end, int v6, __u32 vid_in, stru
 	if (acl_key_of(&w.key, p + 14, end, v6))
 		return SLOW;
 	if (in_list) {
-		__u32 a = acl_decide(&w, gen, in_list, in_slot);
+		__u32 a = acl_decide(&w, gen, st->epoch, in_list, in_slot);
 		if (a == ACL_REJECT)
 			return POLICE;
 		if (a == ACL_DENY) {
@@ -753,7 +753,7 @@ static __always_inline int filter(__u8 *p, void *end, int v6, __u32 vid_in, stru
 		}
 	}
 	if (out_list) {
-		__u32 a = acl_decide(&w, gen, out_list, out_slot);
+		__u32 a = acl_decide(&w, gen, st->epoch, out_list, out_slot);
 		if (a == ACL_REJECT)
 			return POLICE;
 		if (a == ACL_DENY) {
@@ -789,7 +789,7 @@ static __always_inline int filter_out(__u8 *ip, void *end, int v6, struct egress
 	struct acl_walk w;
 	if (acl_key_of(&w.key, ip, end, v6))
 		return SLOW;
-	__u32 a = acl_decide(&w, gen, out->out, out_slot);
+	__u32 a = acl_decide(&w, gen, st->epoch, out->out, out_slot);
 	if (a == ACL_REJECT)
 		return SLOW;
 	if (a == ACL_DENY) {

@@ -416,7 +416,7 @@ static __always_inline int lb_filter(const __u8 *ip, void *end, int v6, __u32 po
 	struct acl_walk w;
 	if (acl_key_of(&w.key, ip, end, v6))
 		return -1;
-	__u32 a = acl_decide(&w, gen, list, slot);
+	__u32 a = acl_decide(&w, gen, st->epoch, list, slot);
 	if (a == ACL_DENY) {
 		acl_count(&acl_counts, *slot, len);
 		acl_count(&acl_drops, port * 4 + out, len);

@@ -79,7 +79,7 @@ pub fn start_for_controller(
     });
     let mut e = Exporter::new(cfg, export.stats.clone());
     e.relay = Some(relay(to));
-    spawn(e, rx, more, refresh, stop)?;
+    spawn(e, export.sampler.clone(), rx, more, refresh, stop)?;
     Ok(export)
 }
 

@@ -1,7 +1,8 @@
 //! The filters' maps of the forwarder's fast path (`bpf/acl.h` reads them; docs/filters.md).
 //!
 //! - `acl_state`: one entry: the generation in use (1 or 2; 0: no interface filters
-//!   anything), the number of ports, the IPv4 table's entry of the default route.
+//!   anything), the number of ports, the IPv4 table's entry of the default route, and the
+//!   lists' epoch (one more at every change).
 //! - `acl_ports`: per generation and port (`(gen - 1) * ports + port`), the lists of its
 //!   untagged interface in and out (plus 1; 0: none), its reverse-path mode, and whether a
 //!   sub-interface of the port filters.
@@ -14,6 +15,8 @@
 //! - `acl_counts`: per generation and rule (its slot), packets and bytes per CPU.
 //! - `acl_drops`: per port (then per sub-interface), denied in, denied out, failed the
 //!   strict and the loose reverse-path check, packets and bytes per CPU.
+//! - `acl_cache`: per CPU, the lists' last decisions by the packet's key (direct-mapped,
+//!   [`CACHE_SIZE`] entries), each good for the epoch it was made in.
 //!
 //! A change writes the generation not in use, then flips `acl_state`: a frame sees one
 //! version of every list. The counts of the generation left are added to the rules'
@@ -37,6 +40,10 @@ const DROPS_SHIFT: u32 = 8;
 /// Interfaces whose sub-interface entries the fast path holds (an interface's index past
 /// it leaves its frames to user space).
 pub const MAX_SUBIFS: u32 = 1024;
+/// Entries of the decision cache per CPU (`bpf/acl.h`'s ACL_CACHE_SIZE), and the bytes
+/// of one (struct acl_cached).
+pub const CACHE_SIZE: u32 = 4096;
+const CACHED_LEN: u32 = 64;
 
 /// `acl_subifs`' key ([`bpf/acl.h`]'s ACL_SUBIF_KEY).
 fn subif_key(gen: u32, port: u16, vid: u16) -> u32 {
@@ -53,7 +60,10 @@ pub struct AclMaps {
     rules: OwnedFd,
     counts: OwnedFd,
     drops: OwnedFd,
+    cache: OwnedFd,
     nports: u32,
+    /// One more at every change of the lists (`acl_state`'s; the decision cache's tag).
+    epoch: u32,
     /// The generation in use (0: none yet).
     gen: u32,
     default4: u32,
@@ -111,7 +121,17 @@ impl AclMaps {
                 0,
                 "acl_drops",
             )?,
+            cache: map_create(
+                BPF_MAP_TYPE_PERCPU_ARRAY,
+                4,
+                CACHED_LEN,
+                CACHE_SIZE,
+                0,
+                0,
+                "acl_cache",
+            )?,
             nports: n,
+            epoch: 1,
             gen: 0,
             default4: u32::MAX,
             written: [Vec::new(), Vec::new()],
@@ -124,7 +144,7 @@ impl AclMaps {
     }
 
     /// The maps by the names the program gives them.
-    pub fn fds(&self) -> [(&'static str, BorrowedFd<'_>); 8] {
+    pub fn fds(&self) -> [(&'static str, BorrowedFd<'_>); 9] {
         [
             ("acl_state", self.state.as_fd()),
             ("acl_ports", self.ports.as_fd()),
@@ -134,11 +154,16 @@ impl AclMaps {
             ("acl_rules", self.rules.as_fd()),
             ("acl_counts", self.counts.as_fd()),
             ("acl_drops", self.drops.as_fd()),
+            ("acl_cache", self.cache.as_fd()),
         ]
     }
 
     fn write_state(&self, gen: u32) -> io::Result<()> {
-        map_update(&self.state, &0u32, &[gen, self.nports, self.default4, 0])
+        map_update(
+            &self.state,
+            &0u32,
+            &[gen, self.nports, self.default4, self.epoch],
+        )
     }
 
     /// The IPv4 table's entry (next-hop group) of the default route (`u32::MAX`: none),
@@ -292,6 +317,8 @@ impl AclMaps {
         }
         let left = self.gen;
         self.gen = next;
+        // A new epoch: no decision of the lists left is taken from the cache again.
+        self.epoch = self.epoch.wrapping_add(1).max(1);
         self.write_state(if f.any() { next } else { 0 })
             .map_err(|x| e("state", x))?;
         // Frames in flight on the generation left finish within microseconds; then its

@@ -305,6 +305,49 @@ fn the_xdp_fast_path_filters_what_crosses_the_star() {
     assert_eq!(user, [1, 1]);
 }
 
+/// The fast path's decision cache (bpf/acl.h, `acl_cache`) answers a frame it has seen as
+/// the lists do, and never with a decision of lists a reload replaced: the same frame
+/// three times denied, three times permitted after a reload that makes its rule a permit,
+/// three times denied after one that makes it a deny again; the rule's counts in each
+/// generation are the frames it decided.
+#[test]
+fn the_decision_cache_holds_no_decision_of_lists_replaced() {
+    let mut c = Check::new(At::Xdp);
+    let f0 = Binding {
+        acl_in: Some(0),
+        ..Default::default()
+    };
+    let mut share = filters(&mut c, vec![f0, Binding::default()]);
+    let frame = udp_from(0, [10, 1, 0, 10], [8, 8, 4, 4], 1234);
+    for (action, what) in [
+        (Action::Deny, "drop"),
+        (Action::Permit, "fast"),
+        (Action::Deny, "drop"),
+    ] {
+        let old = share.load();
+        let mut l = lists();
+        l[0].rules[0].action = action;
+        let names = c.f.ifaces.iter().map(|i| i.name.clone()).collect();
+        let next = Filters::new(l, vec![f0, Binding::default()], names, Some(&old));
+        c.fl.set_filters(&next, Some(&old)).unwrap();
+        share = FilterShare::new(next);
+        c.f.set_filters(share.clone());
+        for _ in 0..3 {
+            let (fast, dropped) = (c.fast, c.dropped);
+            c.frame(0, &frame);
+            let got = match (c.fast - fast, c.dropped - dropped) {
+                (1, 0) => "fast",
+                (0, 1) => "drop",
+                _ => "user",
+            };
+            assert_eq!(got, what, "rule 0 a {action:?}");
+            c.f.end_batch();
+        }
+        let (fast_counts, _) = c.fl.filter_counts(&share.load());
+        assert_eq!(fast_counts[0][0].0, 3, "rule 0 a {action:?}");
+    }
+}
+
 /// What the filters cost per frame in the programs (BPF_PROG_TEST_RUN, a forwarded IPv4
 /// UDP frame, median of 2000 runs of 200), against the number of rules it walks and the
 /// number of distinct masks (tuples) among them (`dataplane::acl::tss::measurement_list`).
