@@ -69,6 +69,9 @@ pub struct ForwardOpts {
     /// Distinct masks (prefix lengths) among the denials of an `--acl-rules` contender's
     /// list ([`dataplane::acl::tss::measurement_list`]).
     pub acl_masks: usize,
+    /// The kernel counts the BPF programs' run time while the bench runs (`--bpf-stats`):
+    /// each contender's nanoseconds per frame in the forwarder's fast-path programs.
+    pub bpf_stats: bool,
 }
 
 /// The smallest IPv6 test frame: Ethernet, IPv6 and UDP headers, the probe, the FCS.
@@ -969,6 +972,8 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
         * (steps.len() + searches + LATENCY_LOADS.len());
     let mut rows = Vec::new();
     let mut placements: Vec<Value> = Vec::new();
+    let mut costs: Vec<Value> = Vec::new();
+    let stats = enable_stats(opts)?;
     let mut done = 0;
     for tname in &tables {
         let TableFiles {
@@ -1003,6 +1008,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 placements.push(json!({"contender": contender, "placed": placed, "note": note}));
             }
             l.up()?;
+            let before = stats.as_ref().map(|_| fast_path_run_time());
             let mut bench = Bench {
                 opts,
                 lab: l.clone(),
@@ -1076,22 +1082,56 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 Ok(())
             })();
             done = bench.done;
+            if let Some(c) = before.and_then(|b| fast_path_cost(b, contender)) {
+                eprintln!(
+                    "\n{contender}: {} ns per frame in the fast path's programs",
+                    c["ns_per_frame"]
+                );
+                costs.push(c);
+            }
             drop(bench);
             drop(external);
             let _ = l.down();
             r?;
         }
     }
-    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "ipv6": opts.ipv6, "rt_napi": opts.rt_napi, "sink": opts.sink.name(), "hosts": if opts.plain_hosts { "plain" } else { "tuned" }, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "placement": placements, "points": rows});
+    let v = json!({"bench": "forward", "generator": if opts.xdp { "xdp" } else { "afpacket" }, "io": opts.io, "ipv6": opts.ipv6, "rt_napi": opts.rt_napi, "sink": opts.sink.name(), "hosts": if opts.plain_hosts { "plain" } else { "tuned" }, "seconds_per_point": opts.seconds, "generator_ceiling_pps": ceilings, "placement": placements, "fast_path_cost": costs, "points": rows});
+    finish(opts, v, &rows)
+}
+
+/// Writes a run's results (JSON, CSV) and plots into `--out`: the JSON with the plots.
+fn finish(opts: &ForwardOpts, mut v: Value, rows: &[Value]) -> Result<Value, String> {
     write(
         &opts.out.join("results.json"),
         &serde_json::to_string_pretty(&v).unwrap_or_default(),
     )?;
-    write_csv(&opts.out.join("results.csv"), &rows)?;
-    let plots = crate::plot::forward_plots(&opts.out, &rows)?;
-    let mut v = v;
-    v["plots"] = json!(plots);
+    write_csv(&opts.out.join("results.csv"), rows)?;
+    v["plots"] = json!(crate::plot::forward_plots(&opts.out, rows)?);
     Ok(v)
+}
+
+/// `--bpf-stats`: the kernel counts the programs' run time while the result is held.
+fn enable_stats(opts: &ForwardOpts) -> Result<Option<io::fastpath::stats::RunTimeStats>, String> {
+    if !opts.bpf_stats {
+        return Ok(None);
+    }
+    io::fastpath::stats::RunTimeStats::enable()
+        .map(Some)
+        .map_err(|e| format!("--bpf-stats: BPF_ENABLE_STATS: {e}"))
+}
+
+/// The run time and runs of the forwarder's fast-path programs loaded now.
+fn fast_path_run_time() -> (u64, u64) {
+    io::fastpath::stats::run_time(&io::fastpath::stats::FORWARDER_PROGRAMS)
+}
+
+/// A contender's cost in the forwarder's fast-path programs since `before` (their run
+/// time and runs then): `{contender, ns_per_frame, frames}`, or None where they ran none.
+fn fast_path_cost((t0, n0): (u64, u64), contender: &str) -> Option<Value> {
+    let (t, n) = fast_path_run_time();
+    let (t, n) = (t.saturating_sub(t0), n.saturating_sub(n0));
+    let ns = (n > 0).then(|| t as f64 / n as f64)?;
+    Some(json!({"contender": contender, "ns_per_frame": (ns * 10.0).round() / 10.0, "frames": n}))
 }
 
 /// Draws the plots again from a run's results.json (after a change to the plots, without

@@ -834,6 +834,7 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
         sink: opts.sink,
         plain_hosts: false,
         acl_masks: 4,
+        bpf_stats: false,
     };
     let mut ceilings = serde_json::Map::new();
     for &size in &sizes {

@@ -70,6 +70,7 @@ pub mod count;
 pub mod flows;
 pub mod l2;
 pub mod lb;
+pub mod stats;
 
 use crate::xdp::{bpf, map_create, map_update, u32s};
 use crate::xsk::Hook;

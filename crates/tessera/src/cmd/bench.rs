@@ -143,6 +143,13 @@ pub(crate) enum Bench {
         /// `forwarder-fast`, without export, is added to compare with).
         #[arg(long, value_delimiter = ',', value_name = "N")]
         flow_export: Vec<u32>,
+        /// The kernel counts the BPF programs' run time while the bench runs
+        /// (BPF_ENABLE_STATS): each contender's nanoseconds per frame in the forwarder's
+        /// fast-path programs, in the output and results.json (`fast_path_cost`). A cost
+        /// the rig's noise does not blur as it blurs a peak; counting costs every BPF
+        /// program some nanoseconds per run, the generator's and the sinks' too.
+        #[arg(long)]
+        bpf_stats: bool,
     },
     /// `tessera switch` against the Linux bridge: one generator into one sink through
     /// each (and straight, for the generator's ceiling), at the generator's highest rate;
@@ -553,6 +560,7 @@ fn forward(w: Bench) -> Result<i32> {
         acl_rules,
         acl_masks,
         flow_export,
+        bpf_stats,
     } = w
     else {
         bail!("bench forward: another benchmark's arguments");
@@ -633,6 +641,7 @@ fn forward(w: Bench) -> Result<i32> {
         sink: bench::forward_bench::SinkKind::parse(&sink).map_err(anyhow::Error::msg)?,
         plain_hosts,
         acl_masks,
+        bpf_stats,
     };
     let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
     print(&v)
