@@ -802,10 +802,12 @@ static __always_inline int filter_out(__u8 *ip, void *end, int v6, struct egress
 
 /* ---- Flow sampling (docs/flows.md) ---- */
 
-/* flow_cfg: 1 in `interval` frames sampled (0: off), written by user space. */
+/* flow_cfg: 1 in `interval` frames sampled (0: off), written by user space, with
+ * `below` = 2^32 / interval: a frame is sampled where a random 32-bit number falls below
+ * it (a compare per frame, not a division). */
 struct flow_cfg {
 	__u32 interval;
-	__u32 pad;
+	__u32 below;
 };
 
 struct {
@@ -861,7 +863,7 @@ static __always_inline void flow_sample(const __u8 *ip, void *end, int v6, __u32
 	if (!c || !c->interval)
 		return;
 	__u32 n = c->interval;
-	if (n > 1 && bpf_get_prandom_u32() % n)
+	if (n > 1 && bpf_get_prandom_u32() >= c->below)
 		return;
 	struct flow_sample *s = bpf_ringbuf_reserve(&flow_samples, sizeof(*s), 0);
 	if (!s) {

@@ -68,9 +68,14 @@ impl FlowMaps {
         ]
     }
 
-    /// Samples 1 in `n` frames from now on (0: none).
+    /// Samples 1 in `n` frames from now on (0: none): the program samples where a random
+    /// 32-bit number falls below 2^32 / `n`.
     pub fn set_interval(&self, n: u32) -> io::Result<()> {
-        map_update(&self.cfg, &0u32, &[n, 0u32])
+        let below = match n {
+            0 | 1 => 0,
+            n => ((1u64 << 32) / u64::from(n)) as u32,
+        };
+        map_update(&self.cfg, &0u32, &[n, below])
     }
 
     /// Samples the ring had no room for, since the start.
