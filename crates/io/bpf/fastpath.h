@@ -140,15 +140,21 @@ static __always_inline int handoff_room(struct xdp_md *ctx)
 	return bpf_xdp_adjust_meta(ctx, -HANDOFF_META_LEN);
 }
 
-/* Writes the hand-off's metadata (its mark, then the egress interface index) in the room
+/* In a ports entry's interface word (io::fastpath::PORT_PEER): the device is a veth whose
+ * peer lives in another namespace; in the hand-off's metadata, its top bit. */
+#define PORT_PEER (1ULL << 33)
+#define HANDOFF_PEER 0x80000000
+
+/* Writes the hand-off's metadata (its mark, then the egress interface index, its top bit
+ * set where the frame may go straight to the veth's peer: PORT_PEER) in the room
  * handoff_room made: 0, or -1 where the room is gone (cannot happen). */
-static __always_inline int handoff_write(struct xdp_md *ctx, __u32 ifindex)
+static __always_inline int handoff_write(struct xdp_md *ctx, __u64 ifword)
 {
 	__u32 *meta = (void *)(long)ctx->data_meta;
 	if ((void *)(meta + 2) > (void *)(long)ctx->data)
 		return -1;
 	meta[0] = HANDOFF_MAGIC;
-	meta[1] = ifindex;
+	meta[1] = (__u32)ifword | ((ifword & PORT_PEER) ? HANDOFF_PEER : 0);
 	return 0;
 }
 

@@ -1341,6 +1341,8 @@ int tessera_fast_tc(struct __sk_buff *skb)
 		return TCX_DROP; /* for want of memory */
 	if (e.vlan && bpf_skb_vlan_push(skb, bpf_htons(0x8100), e.vlan))
 		return TCX_DROP;
+	if (e.ifword & PORT_PEER) /* a veth whose peer lives elsewhere: into its ingress */
+		return bpf_redirect_peer((__u32)e.ifword, 0);
 	return bpf_redirect((__u32)e.ifword, 0);
 police:
 	if (shed(skb->len))

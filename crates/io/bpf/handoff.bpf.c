@@ -8,8 +8,11 @@
  * frame (HANDOFF_MAGIC, then the egress interface index) and passes it to the kernel,
  * which builds a socket buffer. This program, in the same port's tcx ingress hook, finds
  * that metadata, clears the mark (so that no later hook of any element takes the frame
- * for one of ours) and sends the frame out of the egress with bpf_redirect. Every other
- * frame goes on (TCX_NEXT) as if this program were not there.
+ * for one of ours) and sends the frame out of the egress with bpf_redirect, or, where
+ * the index's top bit says the egress is a veth whose peer lives in another namespace,
+ * straight into that peer's ingress with bpf_redirect_peer (no transmit on the veth, no
+ * backlog queue on the far side: the frame reaches the host in the same softirq pass).
+ * Every other frame goes on (TCX_NEXT) as if this program were not there.
  *
  * What it reads: the socket buffer's metadata (data_meta to data).
  * Maps: none. No state: a restart or an upgrade puts a new copy in the pinned link in one
@@ -20,6 +23,8 @@
 
 /* The hand-off's mark: io::handoff::MAGIC. */
 #define HANDOFF_MAGIC 0x7e550002
+/* The index's top bit: to the veth's peer (io::fastpath::PORT_PEER). */
+#define HANDOFF_PEER 0x80000000
 /* TCX_NEXT (linux/bpf.h from 6.6 on): on to the next program, or the stack. */
 #define HANDOFF_NEXT (-1)
 
@@ -34,7 +39,10 @@ int handoff(struct __sk_buff *skb)
 	if (meta[0] != HANDOFF_MAGIC)
 		return HANDOFF_NEXT;
 	meta[0] = 0;
-	return bpf_redirect(meta[1], 0);
+	__u32 to = meta[1];
+	if (to & HANDOFF_PEER)
+		return bpf_redirect_peer(to & ~HANDOFF_PEER, 0);
+	return bpf_redirect(to, 0);
 }
 
 char LICENSE[] SEC("license") = "GPL";

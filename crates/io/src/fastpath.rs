@@ -125,6 +125,12 @@ pub const STATS: usize = 8;
 /// device takes no frames redirected in XDP, and the XDP program hands those bound out of
 /// it to the tcx hook ([`crate::handoff`]).
 pub const PORT_HANDOFF: u64 = 1 << 32;
+/// In the second word of a `ports` entry, with [`PORT_HANDOFF`] (or alone, for the tcx
+/// fast path of AF_PACKET ports): the device is a veth whose peer lives in another
+/// network namespace and runs no NAPI (so no XDP program: the device refuses XDP frames,
+/// [`crate::egress`]), and frames handed to tcx leave by `bpf_redirect_peer`, straight
+/// into the peer's ingress, not through the veth's transmit and the peer's backlog queue.
+pub const PORT_PEER: u64 = 1 << 33;
 /// [`ProgramFacts::slow_path_limit`]'s default: frames per second per port and receiving
 /// CPU.
 pub const SLOW_PATH_LIMIT: u32 = 20_000;
@@ -193,6 +199,9 @@ pub struct ForwarderFastPath {
     nports: u32,
     /// Per port, its `ports` entry as made (MAC, MTU, interface index).
     port_words: Vec<[u64; 2]>,
+    /// Per port, whether its device is a veth whose peer lives in another namespace
+    /// ([`PORT_PEER`]).
+    peers: Vec<bool>,
     /// Per port, whether its device takes frames redirected in XDP ([`ForwarderFastPath::set_egress`]).
     egress: Vec<std::sync::atomic::AtomicBool>,
     /// Whether an XDP program has been made: only then does a port's egress matter (tcx
@@ -571,12 +580,14 @@ impl ForwarderFastPath {
         let police = map_create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 16, n.max(1), 0, 0, "police")?;
         let mut ifindexes = Vec::with_capacity(ports.len());
         let mut port_words = Vec::with_capacity(ports.len());
+        let mut peers = Vec::with_capacity(ports.len());
         for (i, p) in ports.iter().enumerate() {
             let k = i as u32;
             let ifindex = crate::netdev::ifindex(&p.ifname)? as u32;
             ifindexes.push(ifindex);
             let v = [mac_u64(&p.mac) | (p.mtu as u64) << 48, ifindex as u64];
             port_words.push(v);
+            peers.push(crate::netdev::veth_peer_elsewhere(&p.ifname));
             map_update(&pmap, &k, &[v[0], v[1], 0])?;
             map_update(&tx, &k, &ifindex)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: device map: {e}", p.ifname)))?;
@@ -596,6 +607,7 @@ impl ForwarderFastPath {
                 .map(|_| std::sync::atomic::AtomicBool::new(true))
                 .collect(),
             port_words,
+            peers,
             xdp: std::sync::atomic::AtomicBool::new(false),
             handoff: std::sync::atomic::AtomicBool::new(false),
             suspended: std::sync::atomic::AtomicBool::new(false),
@@ -807,9 +819,20 @@ impl ForwarderFastPath {
             return Ok(());
         };
         let xdp = self.xdp.load(std::sync::atomic::Ordering::Relaxed);
+        // Only while the peer runs no NAPI (the device refuses XDP frames): then it runs no
+        // XDP program either, which a frame moved into its ingress would pass by.
+        let refused = self
+            .egress
+            .get(port as usize)
+            .is_some_and(|e| !e.load(std::sync::atomic::Ordering::Relaxed));
+        let peer = match self.peers.get(port as usize) {
+            Some(true) if refused => PORT_PEER,
+            _ => 0,
+        };
         let (word, ifindex) = match self.egress_modes().get(port as usize) {
             Some(EgressMode::UserSpace) => (word & ((1 << 48) - 1), ifindex),
-            Some(EgressMode::Tcx) if xdp => (word, ifindex | PORT_HANDOFF),
+            Some(EgressMode::Tcx) if xdp => (word, ifindex | PORT_HANDOFF | peer),
+            Some(EgressMode::Tcx) => (word, ifindex | peer),
             _ => (word, ifindex),
         };
         let deadline = self.deadline.load(std::sync::atomic::Ordering::Relaxed);

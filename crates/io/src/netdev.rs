@@ -155,6 +155,30 @@ pub fn ifname(index: u32) -> Option<String> {
     Some(name.to_string_lossy().into_owned())
 }
 
+/// Whether `name` is a veth whose peer lives in another network namespace (a container's
+/// or a lab host's end): its `iflink` names the peer's index, and no veth of this
+/// namespace with that index names `name` back. A socket buffer at the tc ingress hook can
+/// then be moved straight into the peer's ingress (`bpf_redirect_peer`).
+pub fn veth_peer_elsewhere(name: &str) -> bool {
+    let read = |dev: &str, what: &str| -> Option<u32> {
+        std::fs::read_to_string(format!("/sys/class/net/{dev}/{what}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    if driver(name).ok().as_deref() != Some("veth") {
+        return false;
+    }
+    let (Some(me), Some(peer)) = (read(name, "ifindex"), read(name, "iflink")) else {
+        return false;
+    };
+    match ifname(peer) {
+        Some(p) => !(driver(&p).ok().as_deref() == Some("veth") && read(&p, "iflink") == Some(me)),
+        None => true,
+    }
+}
+
 /// The hardware address.
 pub fn mac(name: &str) -> io::Result<[u8; 6]> {
     let mut r = ifreq(name)?;
