@@ -59,8 +59,7 @@ pub const VLAN_BASE: u32 = PORT_BASE + 2 * MAX_PORTS as u32;
 pub const ENTRY_BASE: u32 = VLAN_BASE + 4096 / 4;
 /// Back-ends the fast path serves.
 pub const MAX_ENTRIES: usize = 4096;
-/// Per port: 0 where frames leave it redirected in XDP, or `1 << 32 | ifindex` (with
-/// [`super::PORT_PEER`] where the device is a veth whose peer lives elsewhere) where its
+/// Per port: 0 where frames leave it redirected in XDP, or `1 << 32 | ifindex` where its
 /// device takes none and they go through the hand-off to tcx ([`crate::handoff`]).
 pub const HANDOFF_BASE: u32 = ENTRY_BASE + MAX_ENTRIES as u32;
 /// The table's slots (entry indices), four 16-bit entries to a word.
@@ -149,9 +148,6 @@ pub struct LbFastPath {
     handoff: std::sync::atomic::AtomicBool,
     /// The ports' interface indexes, in port order.
     ifindexes: Vec<u32>,
-    /// Per port, whether its device is a veth whose peer lives in another namespace: its
-    /// hand-off word carries [`super::PORT_PEER`] (the frame goes into the peer's ingress).
-    peers: Vec<bool>,
     /// The external ports' filters (`bpf/acl.h`; ports are the LB's interfaces, in order).
     pub acl: std::sync::Mutex<super::acl::AclMaps>,
 }
@@ -244,10 +240,6 @@ impl LbFastPath {
             .iter()
             .map(|i| crate::netdev::ifindex(i).map(|x| x as u32))
             .collect::<io::Result<Vec<u32>>>()?;
-        let peers = ifnames
-            .iter()
-            .map(|i| crate::netdev::veth_peer_elsewhere(i))
-            .collect();
         let stats = stats_map(n)?;
         let counts = map_create(
             BPF_MAP_TYPE_PERCPU_ARRAY,
@@ -273,7 +265,6 @@ impl LbFastPath {
             suspended: std::sync::atomic::AtomicBool::new(false),
             handoff: std::sync::atomic::AtomicBool::new(false),
             ifindexes,
-            peers,
             acl: std::sync::Mutex::new(super::acl::AclMaps::new(n)?),
         };
         me.publish(&[], &[], &[])?;
@@ -342,13 +333,8 @@ impl LbFastPath {
             }
             for (i, m) in modes.iter().enumerate().take(MAX_PORTS) {
                 if *m == super::EgressMode::Tcx {
-                    // Tcx: the device refuses XDP frames, so its peer runs no XDP program.
                     let ifindex = self.ifindexes.get(i).copied().unwrap_or(0);
-                    let peer = match self.peers.get(i) {
-                        Some(true) => super::PORT_PEER,
-                        _ => 0,
-                    };
-                    w[HANDOFF_BASE as usize + i] = 1 << 32 | peer | ifindex as u64;
+                    w[HANDOFF_BASE as usize + i] = 1 << 32 | ifindex as u64;
                 }
             }
             for (k, c) in slots.chunks(4).enumerate() {
