@@ -240,6 +240,15 @@ impl Exporter {
         self.cfg = cfg;
     }
 
+    /// Takes the settings in `config` where a reload changed them.
+    pub fn follow(&mut self, config: &Mutex<FlowExportConfig>) {
+        if let Ok(c) = config.lock() {
+            if *c != self.cfg {
+                self.reconfigure(c.clone());
+            }
+        }
+    }
+
     /// Sends `records` (with the templates where due); a socket that fails costs the
     /// records, counted.
     pub fn send(&mut self, records: &[FlowRecord], now: Instant) {
@@ -380,13 +389,7 @@ pub fn start(
     let more = more(&export.sampler, &export.stats)?;
     let config = export.config.clone();
     // A reload's settings, taken at the next pass.
-    let refresh: Refresh = Box::new(move |e: &mut Exporter| {
-        if let Ok(c) = config.lock() {
-            if *c != e.cfg {
-                e.reconfigure(c.clone());
-            }
-        }
-    });
+    let refresh: Refresh = Box::new(move |e: &mut Exporter| e.follow(&config));
     let e = Exporter::new(cfg, export.stats.clone());
     spawn(e, export.sampler.clone(), rx, more, refresh, stop)?;
     Ok(export)

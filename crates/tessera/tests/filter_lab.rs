@@ -420,11 +420,6 @@ dst_port = "8080"
 #[test]
 fn the_routers_filters_are_written_once_at_the_controller() {
     let dir = std::env::temp_dir().join(format!("tessera-filters-ms-{}", std::process::id()));
-    std::fs::create_dir_all(dir.join("multistage")).unwrap();
-    for e in ["lba", "lbb", "r1", "r2", "r3"] {
-        let c = std::fs::read_to_string(repo_path(&format!("labs/multistage/{e}.toml"))).unwrap();
-        std::fs::write(dir.join(format!("multistage/{e}.toml")), c).unwrap();
-    }
     let vcp = |port: u16| {
         format!(
             "[controller]\ninterface = \"vcp-int\"\nhello_interval_ms = 100\nterminate = false\n\n\
@@ -434,22 +429,7 @@ fn the_routers_filters_are_written_once_at_the_controller() {
              [[interface]]\nname = \"vlan20\"\nurpf = \"loose\"\n"
         )
     };
-    std::fs::write(dir.join("multistage/vcp.toml"), vcp(22)).unwrap();
-    // The plain vcp host of the lab becomes the controller.
-    let topo = std::fs::read_to_string(repo_path("labs/multistage.toml")).unwrap();
-    let host = "[[host]]\nname = \"vcp\"\ninterfaces = [{ name = \"eth0\", address = \"10.255.0.100/24\" }]\n";
-    assert!(
-        topo.contains(host) && topo.contains("a = \"vcp:eth0\""),
-        "{topo}"
-    );
-    let topo = topo
-        .replace(
-            host,
-            "[[element]]\nname = \"vcp\"\nrole = \"controller\"\nconfig = \"multistage/vcp.toml\"\n",
-        )
-        .replace("a = \"vcp:eth0\"", "a = \"vcp:vcp-int\"");
-    std::fs::write(dir.join("lab.toml"), topo).unwrap();
-    let lab = TestLab::up(dir.join("lab.toml"), &[]);
+    let lab = multistage_with_controller(&dir, &vcp(22));
     let mut srv = servers(&lab, "b1", "10.2.0.10", &[22, 23, 80]);
     // Every LB and back-end holds the set the controller sent it.
     let all_current = |lab: &TestLab, version: u64| {

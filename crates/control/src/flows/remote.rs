@@ -148,11 +148,7 @@ impl RouterExport {
                     }
                     e.send(&all, Instant::now());
                 }
-                if let Ok(c) = config.lock() {
-                    if *c != e.cfg {
-                        e.reconfigure(c.clone());
-                    }
-                }
+                e.follow(&config);
                 // The templates when due.
                 e.send(&[], Instant::now());
                 if stopping {

@@ -513,3 +513,30 @@ impl Drop for Iperf3Server {
         let _ = std::fs::remove_file(&self.log);
     }
 }
+
+/// labs/multistage.toml copied into `dir` with a controller (`tessera controller`, its file
+/// `vcp_toml`) in place of its plain vcp host, brought up: the lab of the tests of the
+/// router's settings written once at the controller (filters, flow export). `dir` holds
+/// the copied files (`multistage/vcp.toml` among them, for a test to change and reload).
+pub fn multistage_with_controller(dir: &Path, vcp_toml: &str) -> TestLab {
+    std::fs::create_dir_all(dir.join("multistage")).unwrap();
+    for e in ["lba", "lbb", "r1", "r2", "r3"] {
+        let c = std::fs::read_to_string(repo_path(&format!("labs/multistage/{e}.toml"))).unwrap();
+        std::fs::write(dir.join(format!("multistage/{e}.toml")), c).unwrap();
+    }
+    std::fs::write(dir.join("multistage/vcp.toml"), vcp_toml).unwrap();
+    let topo = std::fs::read_to_string(repo_path("labs/multistage.toml")).unwrap();
+    let host = "[[host]]\nname = \"vcp\"\ninterfaces = [{ name = \"eth0\", address = \"10.255.0.100/24\" }]\n";
+    assert!(
+        topo.contains(host) && topo.contains("a = \"vcp:eth0\""),
+        "{topo}"
+    );
+    let topo = topo
+        .replace(
+            host,
+            "[[element]]\nname = \"vcp\"\nrole = \"controller\"\nconfig = \"multistage/vcp.toml\"\n",
+        )
+        .replace("a = \"vcp:eth0\"", "a = \"vcp:vcp-int\"");
+    std::fs::write(dir.join("lab.toml"), topo).unwrap();
+    TestLab::up(dir.join("lab.toml"), &[])
+}

@@ -11,35 +11,16 @@ use serde_json::Value;
 /// The lab, its controller exporting to a1 at `sampling`.
 fn exporting_lab(sampling: u32) -> (TestLab, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("tessera-ms-flows-{}", std::process::id()));
-    std::fs::create_dir_all(dir.join("multistage")).unwrap();
-    for e in ["lba", "lbb", "r1", "r2", "r3"] {
-        let c = std::fs::read_to_string(repo_path(&format!("labs/multistage/{e}.toml"))).unwrap();
-        std::fs::write(dir.join(format!("multistage/{e}.toml")), c).unwrap();
-    }
-    std::fs::write(
-        dir.join("multistage/vcp.toml"),
-        format!(
+    let lab = multistage_with_controller(
+        &dir,
+        &format!(
             "[controller]\ninterface = \"vcp-int\"\nhello_interval_ms = 100\n\n\
              [flow_export]\ncollector = \"10.1.0.10:9995\"\nsampling = {sampling}\n\
              active_timeout_s = 60\nidle_timeout_s = 1\nobservation_domain = 9\n\
              template_interval_s = 1\n"
         ),
-    )
-    .unwrap();
-    let topo = std::fs::read_to_string(repo_path(LAB)).unwrap();
-    let host = "[[host]]\nname = \"vcp\"\ninterfaces = [{ name = \"eth0\", address = \"10.255.0.100/24\" }]\n";
-    assert!(
-        topo.contains(host) && topo.contains("a = \"vcp:eth0\""),
-        "{topo}"
     );
-    let topo = topo
-        .replace(
-            host,
-            "[[element]]\nname = \"vcp\"\nrole = \"controller\"\nconfig = \"multistage/vcp.toml\"\n",
-        )
-        .replace("a = \"vcp:eth0\"", "a = \"vcp:vcp-int\"");
-    std::fs::write(dir.join("lab.toml"), topo).unwrap();
-    (TestLab::up(dir.join("lab.toml"), &[]), dir)
+    (lab, dir)
 }
 
 /// The bytes iperf3's report says it sent, and the bytes of the flows of its data
