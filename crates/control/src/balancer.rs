@@ -91,6 +91,8 @@ struct Raw {
     dist: Option<crate::config::RawDist>,
     #[serde(default)]
     acl: Vec<crate::config::RawAcl>,
+    /// Refused with a pointer to where it belongs (the controller's file).
+    flow_export: Option<Spanned<toml::Value>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -308,6 +310,16 @@ impl BalancerFile {
             message,
         };
         let raw: Raw = from_toml(path, src)?;
+        if let Some(f) = &raw.flow_export {
+            return Err(err(
+                f.span().start,
+                "flow_export".into(),
+                "an LB samples no flows: the multistage router's back-ends sample them and its \
+                 controller exports them as the router's, by the controller's [flow_export] \
+                 (docs/flows.md)"
+                    .into(),
+            ));
+        }
         let mut interfaces: Vec<LbInterface> = Vec::new();
         let cx = crate::config::At { path, src };
         let acls = cx.acls(&raw.acl)?;

@@ -1025,7 +1025,8 @@ static __always_inline void ethernet(__u8 *p, __u64 to, __u64 from, __u16 type)
  * internal port's MTU less the header, then the TTL or hop limit decremented, the star
  * header (the member's port, the next hop, the address this packet entered by) and an
  * Ethernet header to the member in front, out of the internal port. */
-static __always_inline int star_out(struct xdp_md *ctx, struct egress *e, __u32 len, int v6)
+static __always_inline int star_out(struct xdp_md *ctx, struct egress *e, __u32 len, int v6,
+				    __u32 vid_in)
 {
 	__u64 mac;
 	__u32 member;
@@ -1061,6 +1062,9 @@ static __always_inline int star_out(struct xdp_md *ctx, struct egress *e, __u32 
 		decrement_ttl(p + 14);
 	}
 	count_frame(&stats, cfg.port, 0, end - (void *)p);
+	/* Sampled here, where it entered the star, out by the internal port (as user space
+	 * samples it); the member it leaves by does not sample it again. */
+	flow_sample(p + 14, end, v6, vid_in, e, FLOW_FORWARDED);
 	if (bpf_xdp_adjust_head(ctx, -(int)header))
 		return ABORT;
 	p = (void *)(long)ctx->data;
@@ -1232,7 +1236,7 @@ int tessera_fast(struct xdp_md *ctx)
 		/* Across the star's switch. */
 		if (!(flags & F_STAR_FAST))
 			goto slow;
-		r = star_out(ctx, &e, len, v6);
+		r = star_out(ctx, &e, len, v6, vid_in);
 		if (r == ABORT)
 			return XDP_ABORTED;
 		if (r == SLOW)

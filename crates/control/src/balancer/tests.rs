@@ -266,3 +266,15 @@ fn an_lbs_shown_config_loads_to_the_same() {
         assert_eq!(format!("{a:?}"), format!("{b:?}"), "{f}:\n{shown}");
     }
 }
+
+/// `[flow_export]` belongs to the controller of a multistage router (its back-ends sample,
+/// it exports as the router): an LB's file that has one is refused, saying where it goes.
+#[test]
+fn flow_export_on_an_lb_is_refused_naming_where_it_belongs() {
+    let src = format!("{EXAMPLE}\n[flow_export]\ncollector = \"10.1.0.9:2055\"\n");
+    let line = EXAMPLE.lines().count() + 2;
+    let e = parse(&src).unwrap_err();
+    assert_eq!(e.key, "flow_export", "{e}");
+    assert!((line..=line + 1).contains(&e.line), "{e}");
+    assert!(e.message.contains("controller's [flow_export]"), "{e}");
+}

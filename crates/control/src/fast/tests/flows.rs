@@ -93,3 +93,47 @@ fn agree_on_samples(at: At) {
     fast(&mut |_| more += 1);
     assert_eq!(more, 0);
 }
+
+/// A star member samples what it sends across the star's switch where the packet entered
+/// the star, in XDP as in user space: out by the internal port, to the next hop the star
+/// header names. What another member sends it across the switch (looked up, and sampled,
+/// there) it does not sample again, so a flow crossing the star is counted once.
+#[test]
+fn the_xdp_fast_path_samples_the_stars_crossings_once() {
+    let mut c = star_member(At::Xdp, true);
+    let share = Arc::new(SamplerShare::default());
+    share.interval.store(1, Relaxed);
+    let stats = Arc::new(crate::flows::ExportStats::default());
+    let mut fast = crate::fast::flow_samples(Some(&c.fl), share.clone(), stats.clone()).unwrap();
+    fast(&mut |_| {});
+    let (tx, rx) = std::sync::mpsc::sync_channel(64);
+    c.f.set_sampler(Some(Sampler::new(share.clone(), tx, 7)));
+    let across = [
+        udp([10, 3, 0, 10], 18),
+        udp([192, 0, 2, 7], 300),
+        frame6("2001:db8:1::10", "2001:db8:4:7::1", 64, None, 18),
+    ];
+    advertise_host6(&mut c, "2001:db8:1::10");
+    let to_us = [
+        star_frame(0, [10, 1, 0, 10]),
+        star_frame6(0, "2001:db8:1::10"),
+    ];
+    for (port, f) in across
+        .iter()
+        .map(|f| (0, f))
+        .chain(to_us.iter().map(|f| (1, f)))
+    {
+        let before = c.fast;
+        c.frame(port, f);
+        assert_eq!(c.fast, before + 1, "the fast path took none of {f:02x?}");
+        c.f.end_batch();
+    }
+    let mut from_fast: Vec<Sample> = Vec::new();
+    fast(&mut |s| from_fast.push(s));
+    let from_user: Vec<Sample> = rx.try_iter().collect();
+    assert_eq!(from_fast.len(), 3, "{from_fast:#?}");
+    assert_eq!(from_fast, from_user);
+    for s in &from_fast {
+        assert_eq!((s.ingress, s.egress), (0, Some(1)), "{s:?}");
+    }
+}
