@@ -247,6 +247,11 @@ pub struct SwitchFast {
     /// no XDP frames gets its frames through it.
     pub handoff: bool,
     synced: Instant,
+    /// The ports' interfaces, in port order.
+    names: Vec<String>,
+    /// Handed over to the next start: the programs' deadline is kept this far ahead while
+    /// the switch runs ([`SwitchFast::hand_over`]).
+    grace: Option<Duration>,
 }
 
 /// How often the learned table is copied into the fast path's map.
@@ -263,14 +268,78 @@ impl SwitchFast {
             .collect();
         let fp = io::fastpath::l2::SwitchFastPath::new(&names, &eligible)
             .map_err(|e| format!("switch fast path: {e}"))?;
-        Ok(SwitchFast {
+        // As the devices are now, and the hand-off taken as there (the ports' opening
+        // attaches it before their programs; the switch says so once they are open): a
+        // restart's programs, which take a predecessor's links at once, send every frame
+        // the right way from the first.
+        let egress = names
+            .iter()
+            .map(|n| io::egress::xdp_egress(n).ok())
+            .collect();
+        let f = SwitchFast {
             fp,
-            egress: vec![true; eligible.len()],
+            egress,
             suspended: false,
-            handoff: false,
+            handoff: true,
             eligible,
             synced: Instant::now(),
-        })
+            names,
+            grace: None,
+        };
+        for p in 0..f.eligible.len() {
+            f.write_port(p);
+        }
+        Ok(f)
+    }
+
+    /// The directory of the first port's pins (a predecessor's, or for a successor).
+    fn pin_dir(&self, create: bool) -> Option<std::path::PathBuf> {
+        let i = io::netdev::ifindex(self.names.first()?).ok()?;
+        io::pin::dir(i as u32, create)
+    }
+
+    /// What a predecessor's fast path had learned, handed over across a restart (pinned
+    /// beside its links): taken into `s`'s table and this fast path's map before the
+    /// ports open, so that the programs that replace the predecessor's in its links
+    /// forward from their first frame what it forwarded. `None`: nothing was handed over.
+    pub fn adopt(&mut self, s: &mut Switch) -> Option<usize> {
+        let dir = self
+            .pin_dir(false)
+            .filter(|d| d.join("switch-macs").exists())?;
+        let ifindexes: Vec<u32> = self
+            .names
+            .iter()
+            .map(|n| io::netdev::ifindex(n).map_or(0, |i| i as u32))
+            .collect();
+        let learned: Vec<(wire::MacAddr, u16)> =
+            io::fastpath::l2::SwitchFastPath::pinned_macs(&dir)
+                .into_iter()
+                .filter_map(|(mac, ifindex)| {
+                    let port = ifindexes.iter().position(|&i| i == ifindex)?;
+                    Some((wire::MacAddr(mac), port as u16))
+                })
+                .collect();
+        let n = s.adopt(&learned, Instant::now());
+        self.publish(s);
+        Some(n)
+    }
+
+    /// Hands the fast path over to the switch's next start, where its links are pinned
+    /// (`io::pin::enable`, as the ports opened): the learned table and the ports' words
+    /// pinned beside them for the successor ([`SwitchFast::adopt`]), and, while the switch
+    /// runs, the programs' deadline kept `grace` ahead ([`run`]), so that they forward for
+    /// at most `grace` after the switch is gone unless a successor takes them over.
+    pub fn hand_over(&mut self, grace: Duration) -> bool {
+        if !crate::fast::any_link_pinned(&self.names) {
+            return false;
+        }
+        if let Some(dir) = self.pin_dir(true) {
+            if let Err(e) = self.fp.pin(&dir) {
+                tracing::warn!(error = %e, "switch fast path: maps not pinned for a successor");
+            }
+        }
+        self.grace = Some(grace);
+        true
     }
 
     /// Whether port `port`'s device takes frames redirected in XDP: frames leave by it
@@ -329,8 +398,16 @@ impl SwitchFast {
             return;
         }
         self.synced = now;
-        let table: Vec<([u8; 6], u16)> =
-            s.macs(now).into_iter().map(|(m, p, _)| (m.0, p)).collect();
+        self.publish(s);
+    }
+
+    /// Copies the learned table into the fast path's map now.
+    fn publish(&mut self, s: &Switch) {
+        let table: Vec<([u8; 6], u16)> = s
+            .macs(Instant::now())
+            .into_iter()
+            .map(|(m, p, _)| (m.0, p))
+            .collect();
         if let Err(e) = self.fp.sync(&table) {
             tracing::warn!(error = %e, "switch fast path: the learned table could not be copied");
         }
@@ -354,6 +431,15 @@ pub fn run<P: Port>(
     let (io, metrics) = (file.io, &file.metrics);
     // Shared with the control socket's thread, which reads the programs' counters.
     let fast = fast.map(|f| Arc::new(std::sync::Mutex::new(f)));
+    // Handed over: the deadline kept ahead while the switch runs.
+    if let Some(f) = &fast {
+        if let Some(grace) = f.lock().ok().and_then(|g| g.grace) {
+            let f = f.clone();
+            crate::fast::keep_beating(stop.clone(), move || {
+                f.lock().map_or(Ok(()), |f| f.fp.beat(grace))
+            });
+        }
+    }
     let names: Vec<String> = s.cfg.ports.iter().map(|p| p.name.clone()).collect();
     // Each port's link going down or coming up, logged once (crate::statelog).
     crate::statelog::watch_links(names.clone(), stop.clone()).map_err(|e| format!("links: {e}"))?;

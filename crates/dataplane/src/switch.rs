@@ -260,6 +260,24 @@ impl Switch {
         v
     }
 
+    /// Takes addresses a predecessor learned (its fast path's table, handed over across
+    /// a restart) as learned `now`: unicast MACs on ports this switch has, up to the
+    /// table's limit. They age as any learned address does. Returns how many it took.
+    pub fn adopt(&mut self, learned: &[(MacAddr, u16)], now: Instant) -> usize {
+        let mut n = 0;
+        for &(mac, port) in learned {
+            if mac.0[0] & 1 == 1 || usize::from(port) >= self.out.len() {
+                continue;
+            }
+            if self.macs.len() >= MAX_MACS && !self.macs.contains_key(&mac) {
+                break;
+            }
+            self.macs.insert(mac, (port, now));
+            n += 1;
+        }
+        n
+    }
+
     /// Frames queued per output port (all its input queues).
     pub fn queued(&self) -> Vec<usize> {
         self.out.iter().map(|o| o.queued_frames()).collect()
@@ -392,6 +410,23 @@ mod tests {
         };
         let names = cfg.ports.iter().map(|p| p.name.clone()).collect();
         Switch::new(cfg, Arc::new(Counters::for_role(names, Scope::Switch)), now)
+    }
+
+    /// What a predecessor learned, adopted across a restart: frames to it go to its port
+    /// alone; a group address and a port the switch lacks are not taken.
+    #[test]
+    fn adopted_addresses_are_known_at_once() {
+        let now = Instant::now();
+        let mut s = switch(Mode::Fair, None, now);
+        let mut group = mac(7);
+        group.0[0] |= 1;
+        assert_eq!(s.adopt(&[(mac(2), 2), (group, 1), (mac(3), 9)], now), 1);
+        let mut tx = TxQueues::new(3);
+        s.process(frame(1, mac(2), 60, 0), now, &mut tx);
+        s.poll(now, &mut tx);
+        let out: Vec<u16> = tx.drain_all().into_iter().map(|(p, _)| p).collect();
+        assert_eq!(out, vec![2]);
+        assert_eq!(s.macs(now).len(), 2, "mac(2) adopted, the source learned");
     }
 
     #[test]

@@ -19,8 +19,9 @@
  * checksum.
  * Maps (the switch's, shared by its ports' programs): switch_macs (learned MAC to port),
  * switch_ports (per port: may take fast-path frames, through the hand-off, its interface
- * index), tx_ports (the ports' devices), stats (per port and CPU), xsks (this port's
- * AF_XDP sockets, by receive queue).
+ * index), switch_deadline (the time after which a switch that handed its fast path over
+ * to its next start forwards nothing here; 0: none), tx_ports (the ports' devices), stats
+ * (per port and CPU), xsks (this port's AF_XDP sockets, by receive queue).
  * Told at load: the port it runs on.
  */
 #include "fastpath.h"
@@ -43,6 +44,16 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } switch_ports SEC(".maps");
+
+/* One word: bpf_ktime_get_ns() after which the fast path takes no frame (0: none). A
+ * switch that hands its fast path over keeps it ahead while it runs; its successor's
+ * programs replace these in the pinned links. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} switch_deadline SEC(".maps");
 
 FASTPATH_TX_PORTS;
 
@@ -89,6 +100,11 @@ int tessera_l2(struct xdp_md *ctx)
 	if (!word || !(*word & PORT_ELIGIBLE))
 		goto slow;
 	__u64 w = *word;
+	/* Past the deadline of a switch gone without a successor: user space's (none). */
+	__u32 zero = 0;
+	__u64 *deadline = bpf_map_lookup_elem(&switch_deadline, &zero);
+	if (!deadline || (*deadline && bpf_ktime_get_ns() > *deadline))
+		goto slow;
 	/* An untagged IPv4 frame: a plain packet whose checksum is not left to offload. */
 	if (*(__u16 *)(eth + 12) == bpf_htons(0x0800)) {
 		if (data + 34 > end)

@@ -118,55 +118,13 @@ fn members_restarted_under_a_stream_lose_nothing() {
     assert!(p.contains("2 received"), "{p}");
     std::thread::sleep(std::time::Duration::from_millis(300));
     let mac = lab.mac("s1", "s1-ext");
-    let sink = lab.spawn(
-        "h3",
-        &[
-            exe(),
-            "sink",
-            "--iface",
-            "eth0",
-            "--duration",
-            "20",
-            "--json",
-        ],
-    );
-    std::thread::sleep(std::time::Duration::from_millis(700));
-    let gen = lab.spawn(
-        "h1",
-        &[
-            exe(),
-            "gen",
-            "--iface",
-            "eth0",
-            "--dst-mac",
-            &mac,
-            "--src",
-            "10.1.0.10",
-            "--dst",
-            "10.3.0.10",
-            "--rate",
-            "20kpps",
-            "--duration",
-            "5",
-            "--json",
-        ],
-    );
-    std::thread::sleep(std::time::Duration::from_millis(800));
-    for m in ["s1", "s3"] {
-        lab.element("stop", m);
-        lab.element("start", m);
-    }
-    let g = gen.wait_with_output().unwrap();
-    assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
-    let g: serde_json::Value = serde_json::from_slice(&g.stdout).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    // SAFETY: kill(2) on the sink we spawned (`ip netns exec` execs it), not yet reaped.
-    unsafe { libc::kill(sink.id() as i32, libc::SIGINT) };
-    let s = sink.wait_with_output().unwrap();
-    let s: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
-    let sent = g["sent"].as_u64().unwrap();
-    let got = s["received"].as_u64().unwrap();
-    assert!(sent > 50_000, "{g}");
+    let (sent, got) = stream_across(&lab, ("h1", "10.1.0.10"), ("h3", "10.3.0.10", &mac), || {
+        for m in ["s1", "s3"] {
+            lab.element("stop", m);
+            lab.element("start", m);
+        }
+    });
+    assert!(sent > 50_000, "sent {sent}");
     assert_eq!(
         got,
         sent,

@@ -211,6 +211,33 @@ fn the_switch_fast_path_takes_known_unicast_between_unshaped_ports() {
     let p1 = lab.port_fast("swq", "swq-1");
     assert_eq!(p1["egress"], "tcx", "{p1}");
     assert!(handed() - before >= 20, "{p1}");
+    // TCP to the plain host; then the switch restarted under a stream to it: its fast
+    // path is handed over to the next start (the links pinned, the learned addresses
+    // taken over before the new programs replace the old ones), and nothing is lost.
+    let j = lab.iperf3("qa2", "qa1", "10.6.0.1", &["-t", "1"]);
+    assert!(
+        j["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e6,
+        "{j}"
+    );
+    let mac = lab.mac("qa1", "eth0");
+    let (sent, got) = stream_across(&lab, ("qa2", "10.6.0.2"), ("qa1", "10.6.0.1", &mac), || {
+        lab.element("stop", "swq");
+        lab.element("start", "swq");
+    });
+    let log = lab.logs("swq");
+    assert!(sent > 50_000, "sent {sent}");
+    assert_eq!(
+        got,
+        sent,
+        "lost {} of {sent} across the restart\n{log}",
+        sent.saturating_sub(got)
+    );
+    assert!(
+        log.contains("taking over from this switch's last start"),
+        "{log}"
+    );
+    // The stream left by the plain host's port through the hand-off, after the restart.
+    assert!(handed() > 10_000, "{}", lab.port_fast("swq", "swq-1"));
 }
 
 /// `tessera reload` (and SIGHUP) on a switch: a port's capacity changes in place (TCP

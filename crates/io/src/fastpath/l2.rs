@@ -14,10 +14,16 @@
 //! Maps: `switch macs` (a hash of the MAC, as [`super::mac_u64`] packs it, to its port),
 //! kept by the switch's run loop from its table ([`SwitchFastPath::sync`]); `switch
 //! ports` (per port: bit 0, frames may leave here in the fast path; bit 1, they leave
-//! through the hand-off to tcx, [`crate::handoff`], the port's interface index in the
-//! high 32 bits); `tx ports` (a device
+//! through the hand-off to tcx, [`crate::handoff`]; the port's interface index in the
+//! high 32 bits); `switch deadline` (one word: the time, `bpf_ktime_get_ns`, after which
+//! the programs take no frame; 0: none); `tx ports` (a device
 //! map of the ports' interfaces); `stats` (per CPU and port: frames the fast path took in,
 //! left to user space, sent out; as the forwarder's).
+//!
+//! Handed over across a restart ([`SwitchFastPath::pin`], [`SwitchFastPath::beat`]): the
+//! links are pinned as the ports open, `switch macs` and `switch ports` are pinned beside
+//! them for the successor, which takes the learned addresses over
+//! ([`SwitchFastPath::pinned_macs`]) before its own programs replace these.
 
 use super::{
     detached_xdp, mac_u64, map_delete, percpu_sum, stats_map, tx_map, Detached, BPF_MAP_TYPE_ARRAY,
@@ -37,6 +43,7 @@ pub struct SwitchFastPath {
     ports: OwnedFd,
     tx: OwnedFd,
     stats: OwnedFd,
+    deadline: OwnedFd,
     nports: u32,
     /// What `macs` holds now.
     published: HashMap<u64, u32>,
@@ -58,40 +65,82 @@ impl SwitchFastPath {
         let ports = map_create(BPF_MAP_TYPE_ARRAY, 4, 8, n.max(1), 0, 0, "switch ports")?;
         let tx = tx_map(ifnames)?;
         let stats = stats_map(n)?;
+        let deadline = map_create(BPF_MAP_TYPE_ARRAY, 4, 8, 1, 0, 0, "switch deadline")?;
         let ifindexes = ifnames
             .iter()
             .map(|i| crate::netdev::ifindex(i).map(|x| x as u32))
             .collect::<io::Result<Vec<u32>>>()?;
-        for i in 0..ifnames.len() {
-            let flags = u64::from(eligible.get(i).copied().unwrap_or(false));
-            map_update(&ports, &(i as u32), &flags)?;
-        }
-        Ok(SwitchFastPath {
+        let fp = SwitchFastPath {
             macs,
             ports,
             tx,
             stats,
+            deadline,
             nports: n,
             published: HashMap::new(),
             ifindexes,
-        })
+        };
+        for i in 0..n {
+            let e = eligible.get(i as usize).copied().unwrap_or(false);
+            fp.set_port(i, e.then_some(super::EgressMode::Xdp))?;
+        }
+        Ok(fp)
+    }
+
+    /// Keeps the programs' deadline `grace` ahead of now: they forward for at most `grace`
+    /// after the switch is gone, unless a successor's programs take their links over.
+    pub fn beat(&self, grace: std::time::Duration) -> io::Result<()> {
+        let deadline = super::monotonic_ns() + grace.as_nanos() as u64;
+        map_update(&self.deadline, &0u32, &deadline)
+    }
+
+    /// Pins what a successor reads (`switch macs`, `switch ports`) in `dir` ([`crate::pin`]).
+    pub fn pin(&self, dir: &std::path::Path) -> io::Result<()> {
+        crate::pin::pin(&self.ports, &dir.join("switch-ports"))?;
+        crate::pin::pin(&self.macs, &dir.join("switch-macs"))
+    }
+
+    /// The addresses a predecessor's fast path held, pinned in `dir` ([`SwitchFastPath::pin`]):
+    /// (MAC, the interface index of its port). Empty where there are none.
+    pub fn pinned_macs(dir: &std::path::Path) -> Vec<([u8; 6], u32)> {
+        let (Ok(ports), Ok(macs)) = (
+            crate::pin::get(&dir.join("switch-ports")),
+            crate::pin::get(&dir.join("switch-macs")),
+        ) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut key: Option<u64> = None;
+        let mut next = 0u64;
+        while crate::xdp::map_next_key(&macs, key.as_ref(), &mut next) {
+            key = Some(next);
+            let (mut port, mut word) = (0u32, 0u64);
+            if crate::xdp::map_lookup(&macs, &next, &mut port).is_err()
+                || crate::xdp::map_lookup(&ports, &port, &mut word).is_err()
+                || word >> 32 == 0
+            {
+                continue;
+            }
+            let m = next.to_le_bytes();
+            out.push(([m[0], m[1], m[2], m[3], m[4], m[5]], (word >> 32) as u32));
+        }
+        out
     }
 
     /// How frames leave by port `port` in the fast path (its `switch ports` word): not at
-    /// all (`None`), redirected in XDP, or through the hand-off to tcx.
+    /// all (`None`), redirected in XDP, or through the hand-off to tcx. The word carries
+    /// the port's interface index in every case (a successor maps ports by it).
     pub fn set_port(&self, port: u32, egress: Option<super::EgressMode>) -> io::Result<()> {
         if port >= self.nports {
             return Ok(());
         }
-        let word = match egress {
+        let ifindex = u64::from(self.ifindexes.get(port as usize).copied().unwrap_or(0)) << 32;
+        let flags = match egress {
             Some(super::EgressMode::Xdp) => ELIGIBLE,
-            Some(super::EgressMode::Tcx) => {
-                let ifindex = self.ifindexes.get(port as usize).copied().unwrap_or(0);
-                ELIGIBLE | HANDOFF | (ifindex as u64) << 32
-            }
+            Some(super::EgressMode::Tcx) => ELIGIBLE | HANDOFF,
             _ => 0,
         };
-        map_update(&self.ports, &port, &word)
+        map_update(&self.ports, &port, &(flags | ifindex))
     }
 
     /// Brings `switch macs` in step with the switch's table (MAC, port): new and moved
@@ -148,6 +197,7 @@ impl SwitchFastPath {
                 reuse: &[
                     ("switch_macs", self.macs.as_fd()),
                     ("switch_ports", self.ports.as_fd()),
+                    ("switch_deadline", self.deadline.as_fd()),
                     ("tx_ports", self.tx.as_fd()),
                     ("stats", self.stats.as_fd()),
                     ("xsks", xsk),
@@ -247,6 +297,16 @@ mod tests {
             assert_eq!(s[0][0], 2, "{s:?}"); // in on port 0: the two forwarded frames
             assert_eq!(s[1][2], 2, "{s:?}"); // out on port 1
             assert_eq!(s[1][0], 1, "{s:?}");
+            // Handed over and past its deadline (the switch gone, no successor): nothing
+            // forwarded; a deadline ahead (the switch running): forwarded again.
+            fp.sync(&[(A, 0), (B, 1)]).unwrap();
+            let ok = udp(A, B, false);
+            assert_eq!(p1.run(&ok).unwrap().0, Verdict::Forward);
+            fp.beat(std::time::Duration::ZERO).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            assert_eq!(p1.run(&ok).unwrap().0, Verdict::ToUserSpace);
+            fp.beat(std::time::Duration::from_secs(60)).unwrap();
+            assert_eq!(p1.run(&ok).unwrap().0, Verdict::Forward);
         });
     }
 

@@ -444,6 +444,26 @@ pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
         Some(_) => None,
     };
     let names: Vec<String> = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();
+    let counters = Arc::new(dataplane::Counters::for_role(
+        names.clone(),
+        dataplane::counters::Scope::Switch,
+    ));
+    let mut sw = dataplane::switch::Switch::new(
+        cfg.cfg.clone(),
+        counters.clone(),
+        std::time::Instant::now(),
+    );
+    // The switch hands its fast path over to its next start (the links pinned as the
+    // ports open, a deadline kept ahead); what a predecessor handed over (its learned
+    // addresses) is taken before the ports open, whose programs then replace the
+    // predecessor's in its links.
+    let handover = handover(fast.is_some(), &cfg.io);
+    if let Some(n) = fast.as_mut().and_then(|f| f.adopt(&mut sw)) {
+        tracing::info!(
+            macs = n,
+            "fast path: taking over from this switch's last start"
+        );
+    }
     let program = fast
         .as_ref()
         .map(|f| move |k: u32, xsk: i32| f.fp.program(k, xsk));
@@ -461,19 +481,12 @@ pub(crate) fn switch(a: &ElementArgs) -> Result<i32> {
     // tcx where every port's hook runs it.
     if let Some(f) = &mut fast {
         f.set_handoff(ports.iter().all(hands_off));
+        if let Some(grace) = handover {
+            f.hand_over(grace);
+        }
     }
     let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
     control::run::place_ports(&cfg.io, &names);
-    let names = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();
-    let counters = Arc::new(dataplane::Counters::for_role(
-        names,
-        dataplane::counters::Scope::Switch,
-    ));
-    let sw = dataplane::switch::Switch::new(
-        cfg.cfg.clone(),
-        counters.clone(),
-        std::time::Instant::now(),
-    );
     tracing::info!(
         ports = %cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","),
         mode = ?cfg.cfg.mode,

@@ -540,3 +540,58 @@ pub fn multistage_with_controller(dir: &Path, vcp_toml: &str) -> TestLab {
     std::fs::write(dir.join("lab.toml"), topo).unwrap();
     TestLab::up(dir.join("lab.toml"), &[])
 }
+
+/// A stream of `tessera gen` (AF_PACKET, 20 kpps for 5 s) from host `from` (`src` to
+/// `dst`, to the MAC `dst_mac`) into `tessera sink` on host `to`, with `restart` run
+/// 0.8 s into it: (frames sent, frames the sink received).
+pub fn stream_across(
+    lab: &TestLab,
+    (from, src): (&str, &str),
+    (to, dst, dst_mac): (&str, &str, &str),
+    restart: impl FnOnce(),
+) -> (u64, u64) {
+    let sink = lab.spawn(
+        to,
+        &[
+            exe(),
+            "sink",
+            "--iface",
+            "eth0",
+            "--duration",
+            "20",
+            "--json",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let gen = lab.spawn(
+        from,
+        &[
+            exe(),
+            "gen",
+            "--iface",
+            "eth0",
+            "--dst-mac",
+            dst_mac,
+            "--src",
+            src,
+            "--dst",
+            dst,
+            "--rate",
+            "20kpps",
+            "--duration",
+            "5",
+            "--json",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    restart();
+    let g = gen.wait_with_output().unwrap();
+    assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
+    let g: serde_json::Value = serde_json::from_slice(&g.stdout).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: kill(2) on the sink we spawned (`ip netns exec` execs it), not yet reaped.
+    unsafe { libc::kill(sink.id() as i32, libc::SIGINT) };
+    let s = sink.wait_with_output().unwrap();
+    let s: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+    (g["sent"].as_u64().unwrap(), s["received"].as_u64().unwrap())
+}

@@ -137,3 +137,46 @@ fn the_xdp_fast_path_samples_the_stars_crossings_once() {
         assert_eq!((s.ingress, s.egress), (0, Some(1)), "{s:?}");
     }
 }
+
+/// What sampling costs the XDP program per forwarded frame, without the rig's noise
+/// (`BPF_PROG_TEST_RUN`, the median of 300 calls of 200 runs): off, 1 in 1,000 and 1 in
+/// 100, in seven alternating rounds. Measures, asserts nothing:
+/// `cargo test -p control sampling_cost -- --ignored --nocapture` (docs/flows.md).
+#[test]
+#[ignore]
+fn sampling_cost_per_frame() {
+    let c = Check::new(At::Xdp);
+    let share = Arc::new(SamplerShare::default());
+    let stats = Arc::new(crate::flows::ExportStats::default());
+    let mut fast = crate::fast::flow_samples(Some(&c.fl), share.clone(), stats.clone()).unwrap();
+    // TTL 255: the 200 runs of a call rewrite the same buffer.
+    let mut frame = udp([192, 0, 2, 7], 18);
+    frame[22] = 255;
+    fix(&mut frame);
+    assert_eq!(c.progs[0].run(&frame).unwrap().0, Verdict::Forward);
+    let median = || {
+        let mut ns: Vec<u32> = (0..300)
+            .map(|_| c.progs[0].time(&frame, 200).unwrap().1)
+            .collect();
+        ns.sort_unstable();
+        ns[ns.len() / 2]
+    };
+    let rates = [0u32, 1000, 100];
+    let mut rows = vec![Vec::new(); rates.len()];
+    for _ in 0..7 {
+        for (row, n) in rows.iter_mut().zip(rates) {
+            share.interval.store(n, Relaxed);
+            fast(&mut |_| {});
+            row.push(median());
+        }
+    }
+    fast(&mut |_| {});
+    for (row, n) in rows.iter_mut().zip(rates) {
+        let runs = row.clone();
+        row.sort_unstable();
+        println!(
+            "cost Xdp sampling 1 in {n} (0: off): {runs:?} ns, median {}",
+            row[row.len() / 2]
+        );
+    }
+}
