@@ -148,6 +148,25 @@ fn one() -> Spanned<u16> {
     Spanned::new(0..0, 1)
 }
 
+/// `[flow_export]` belongs in the controller's file (docs/flows.md): an LB's is refused,
+/// naming its line and saying so.
+fn refuse_flow_export(
+    path: &Path,
+    src: &str,
+    table: Option<&Spanned<toml::Value>>,
+) -> Result<(), ConfigError> {
+    let Some(t) = table else { return Ok(()) };
+    Err(ConfigError {
+        file: path.into(),
+        line: line_of(src, t.span().start),
+        key: "flow_export".into(),
+        message: "an LB samples no flows: the multistage router's back-ends sample them and \
+                  its controller exports them as the router's, by the controller's \
+                  [flow_export] (docs/flows.md)"
+            .into(),
+    })
+}
+
 /// One port of the LB as configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LbInterface {
@@ -310,16 +329,7 @@ impl BalancerFile {
             message,
         };
         let raw: Raw = from_toml(path, src)?;
-        if let Some(f) = &raw.flow_export {
-            return Err(err(
-                f.span().start,
-                "flow_export".into(),
-                "an LB samples no flows: the multistage router's back-ends sample them and its \
-                 controller exports them as the router's, by the controller's [flow_export] \
-                 (docs/flows.md)"
-                    .into(),
-            ));
-        }
+        refuse_flow_export(path, src, raw.flow_export.as_ref())?;
         let mut interfaces: Vec<LbInterface> = Vec::new();
         let cx = crate::config::At { path, src };
         let acls = cx.acls(&raw.acl)?;

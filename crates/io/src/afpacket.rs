@@ -197,19 +197,14 @@ impl crate::pin::TakeOver for TcxLink {
 /// `bpf/nostack.bpf.c`.
 static NOSTACK: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/nostack.bpf.o"));
 
-/// A tcx ingress link of `prog` on interface `ifindex`, after the programs there (libbpf-rs
-/// has no tcx links: ours, through `BPF_LINK_CREATE`). The program leaves the hook when
-/// the link closes.
+/// A tcx ingress link of `prog` on interface `ifindex`, after the programs there
+/// (libbpf-rs has no tcx links: libbpf's `bpf_link_create`). The program leaves the hook
+/// when the link closes.
 pub(crate) fn tcx_ingress_link(
     prog: &std::os::fd::OwnedFd,
     ifindex: u32,
 ) -> io::Result<std::os::fd::OwnedFd> {
-    let mut attr = [0u64; 16];
-    attr[0] = crate::xdp::u32s(std::os::fd::AsRawFd::as_raw_fd(prog) as u32, ifindex);
-    attr[1] = crate::xdp::u32s(BPF_TCX_INGRESS, 0);
-    let fd = crate::xdp::bpf(crate::xdp::BPF_LINK_CREATE, &mut attr)?;
-    // SAFETY: the kernel just returned this descriptor to us.
-    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+    crate::bpfsys::link_create(prog, ifindex, BPF_TCX_INGRESS, 0)
 }
 
 /// Has the packet socket `fd` take only frames whose mark is `mark` (`bpf/mark.bpf.c`, a

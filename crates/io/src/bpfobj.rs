@@ -10,11 +10,14 @@
 //! pin on a BPF filesystem, which a port cannot count on (pinning is optional, and
 //! `ip netns exec` hides `/sys/fs/bpf`).
 //!
-//! What stays ours (libbpf-rs 0.27 lacks it): tcx links (`afpacket`, `handoff`), the XDP
-//! links' hand-over between an element and its next start (`pin`), AF_XDP rings (`xsk`),
-//! the test runs of the fast paths' golden tests (`fastpath::detached`), and the map
-//! reads and writes of the hot paths (`xdp::map_update` and friends: one system call,
-//! no allocation).
+//! What libbpf-rs 0.27's types do not cover goes through libbpf's own C wrappers of the
+//! calls (`libbpf_sys`, in [`crate::bpfsys`]; no `bpf(2)` attribute is packed here): tcx
+//! links (`afpacket`, `handoff`), the XDP links' hand-over between an element and its
+//! next start (`pin`), the test runs of the fast paths' golden tests
+//! (`fastpath::detached`) and of the XDP generator (`xdp`), and the maps an element
+//! creates and shares between its ports' programs, read and written on the hot paths
+//! without allocation (`bpfsys::map_update` and friends). What is ours alone: the AF_XDP
+//! rings (`xsk`).
 
 use libbpf_rs::MapCore;
 use std::io;

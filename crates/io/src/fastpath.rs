@@ -72,7 +72,7 @@ pub mod l2;
 pub mod lb;
 pub mod stats;
 
-use crate::xdp::{bpf, map_create, map_update, u32s};
+use crate::bpfsys::{map_create, map_delete, map_update, map_update_raw};
 use crate::xsk::Hook;
 use std::collections::HashMap;
 use std::io;
@@ -91,8 +91,6 @@ const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 const BPF_MAP_TYPE_ARRAY_OF_MAPS: u32 = 12;
 const BPF_MAP_TYPE_DEVMAP: u32 = 14;
 
-const BPF_MAP_DELETE_ELEM: i32 = 3;
-const BPF_MAP_LOOKUP_ELEM: i32 = 1;
 const BPF_F_MMAPABLE: u32 = 1 << 10;
 const BPF_F_INNER_MAP: u32 = 1 << 12;
 const XDP_PASS: i32 = 2;
@@ -163,23 +161,6 @@ pub enum Hop<A = Ipv4Addr> {
     /// Anything else (ECMP, a sub-interface whose MTU is not its port's): user space
     /// decides.
     Slow,
-}
-
-fn map_delete<K>(map: &OwnedFd, key: &K) -> io::Result<()> {
-    let mut attr = [0u64; 16];
-    attr[0] = u32s(map.as_raw_fd() as u32, 0);
-    attr[1] = key as *const K as u64;
-    bpf(BPF_MAP_DELETE_ELEM, &mut attr).map(|_| ())
-}
-
-/// Sets `key` to the value at `value` (of the map's value size; per CPU, one per
-/// possible CPU) in `map`.
-fn map_update_raw<K>(map: &OwnedFd, key: &K, value: *const u8) -> io::Result<()> {
-    let mut attr = [0u64; 16];
-    attr[0] = u32s(map.as_raw_fd() as u32, 0);
-    attr[1] = key as *const K as u64;
-    attr[2] = value as u64;
-    bpf(crate::xdp::BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
 }
 
 /// The maps of one element's fast path.
@@ -872,16 +853,16 @@ impl ForwarderFastPath {
         let mut out = Vec::new();
         let mut key: Option<u64> = None;
         let mut next = 0u64;
-        while crate::xdp::map_next_key(&neigh, key.as_ref(), &mut next) {
+        while crate::bpfsys::map_next_key(&neigh, key.as_ref(), &mut next) {
             key = Some(next);
             let mut mac = 0u64;
-            if crate::xdp::map_lookup(&neigh, &next, &mut mac).is_err() {
+            if crate::bpfsys::map_lookup(&neigh, &next, &mut mac).is_err() {
                 continue;
             }
             let port = (next >> 32) as u32 & 0xffff;
             let vlan = (next >> 48) as u16;
             let mut words = [0u64; 3];
-            if crate::xdp::map_lookup(&ports, &port, &mut words).is_err() || words[1] == 0 {
+            if crate::bpfsys::map_lookup(&ports, &port, &mut words).is_err() || words[1] == 0 {
                 continue;
             }
             let m = mac.to_le_bytes();
@@ -957,12 +938,8 @@ impl EgressMode {
 /// the map cannot be read).
 fn percpu_sum<const N: usize>(map: &OwnedFd, key: u32) -> [u64; N] {
     let mut v = vec![0u64; N * possible_cpus()];
-    let mut attr = [0u64; 16];
-    attr[0] = u32s(map.as_raw_fd() as u32, 0);
-    attr[1] = &key as *const u32 as u64;
-    attr[2] = v.as_mut_ptr() as u64;
     let mut s = [0u64; N];
-    if bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).is_ok() {
+    if crate::bpfsys::map_lookup_raw(map, &key, v.as_mut_ptr() as *mut u8).is_ok() {
         for c in v.chunks_exact(N) {
             for (a, b) in s.iter_mut().zip(c) {
                 *a += b;

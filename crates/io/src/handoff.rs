@@ -98,27 +98,27 @@ pub fn attach(ifindex: u32, keep: bool) -> io::Result<Link> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xdp::{bpf, u32s};
 
     /// The program passes the verifier, and a frame without the hand-off's metadata goes
     /// on untouched (a test run gives no metadata). Needs root (BPF).
     #[test]
     fn the_hand_off_loads_and_passes_other_frames_on() {
         let prog = Program::load().unwrap();
-        let fd = prog.raw_fd();
         let mut frame = vec![0xffu8; 6];
         frame.extend([2, 0, 0, 0, 0, 2, 0x08, 0x06]);
         frame.resize(60, 0);
         let mut out = vec![0u8; 256];
-        let mut attr = [0u64; 16];
-        attr[0] = u32s(fd as u32, 0);
-        attr[1] = u32s(frame.len() as u32, out.len() as u32);
-        attr[2] = frame.as_ptr() as u64;
-        attr[3] = out.as_mut_ptr() as u64;
-        attr[4] = u32s(1, 0);
-        bpf(10, &mut attr).unwrap();
+        let r = crate::bpfsys::test_run(
+            &prog.prog,
+            crate::bpfsys::TestRun {
+                data_in: &frame,
+                data_out: Some(&mut out),
+                ..Default::default()
+            },
+        )
+        .unwrap();
         // TCX_NEXT: -1.
-        assert_eq!((attr[0] >> 32) as i32, -1);
+        assert_eq!(r.retval as i32, -1);
         assert_eq!(&out[..frame.len()], &frame[..]);
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod afpacket;
 pub mod bpfobj;
+mod bpfsys;
 pub mod egress;
 pub mod fastpath;
 mod genl;

@@ -11,16 +11,12 @@
 //! port's fast path) and, in the first port's, the element's maps a successor reads
 //! ([`crate::fastpath::ForwarderFastPath::pin`]).
 
-use crate::xdp::{bpf, u32s};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-const BPF_OBJ_PIN: i32 = 6;
-const BPF_OBJ_GET: i32 = 7;
-const BPF_LINK_UPDATE: i32 = 29;
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
 /// Whether links of fast-path programs made from now on are pinned ([`enable`]).
@@ -132,23 +128,13 @@ fn path_attr(path: &Path) -> io::Result<std::ffi::CString> {
 /// Pins `fd` at `path`, replacing what was pinned there.
 pub fn pin(fd: &OwnedFd, path: &Path) -> io::Result<()> {
     let _ = std::fs::remove_file(path);
-    let c = path_attr(path)?;
-    let mut attr = [0u64; 16];
-    attr[0] = c.as_ptr() as u64;
-    attr[1] = u32s(fd.as_raw_fd() as u32, 0);
-    bpf(BPF_OBJ_PIN, &mut attr)
-        .map(|_| ())
+    crate::bpfsys::obj_pin(fd, path)
         .map_err(|e| io::Error::new(e.kind(), format!("pin {}: {e}", path.display())))
 }
 
 /// The object pinned at `path`.
 pub fn get(path: &Path) -> io::Result<OwnedFd> {
-    let c = path_attr(path)?;
-    let mut attr = [0u64; 16];
-    attr[0] = c.as_ptr() as u64;
-    let fd = bpf(BPF_OBJ_GET, &mut attr)?;
-    // SAFETY: BPF_OBJ_GET returned a new file descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    crate::bpfsys::obj_get(path)
 }
 
 /// The kernel's link types (`enum bpf_link_type`) of the links pinned here.
@@ -158,18 +144,15 @@ pub const BPF_LINK_TYPE_TCX: u32 = 11;
 /// The interface index a link of type `kind` (XDP or tcx) is attached to (0: none, a link
 /// of another type or whose interface is gone), from the kernel's `bpf_link_info`.
 pub fn link_ifindex(link: &OwnedFd, kind: u32) -> io::Result<u32> {
-    const BPF_OBJ_GET_INFO_BY_FD: i32 = 15;
     // type, id, prog_id, then (at 16) the union: for XDP and tcx alike, the interface
     // index first.
-    let mut info = [0u64; 8];
-    let mut attr = [0u64; 16];
-    attr[0] = u32s(link.as_raw_fd() as u32, std::mem::size_of_val(&info) as u32);
-    attr[1] = info.as_mut_ptr() as u64;
-    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
-    if info[0] as u32 != kind {
+    let mut info = [0u8; 64];
+    crate::bpfsys::obj_info(link, &mut info)?;
+    let word = |at: usize| u32::from_ne_bytes([info[at], info[at + 1], info[at + 2], info[at + 3]]);
+    if word(0) != kind {
         return Ok(0);
     }
-    Ok(info[2] as u32)
+    Ok(word(16))
 }
 
 /// A predecessor's link found pinned for a port ([`take_pinned`]).
@@ -249,9 +232,7 @@ pub trait TakeOver: Send + Sync {
 
 /// Has `link` run `prog` from now on (atomically: every frame runs one or the other).
 pub fn link_update(link: &OwnedFd, prog: &OwnedFd) -> io::Result<()> {
-    let mut attr = [0u64; 16];
-    attr[0] = u32s(link.as_raw_fd() as u32, prog.as_raw_fd() as u32);
-    bpf(BPF_LINK_UPDATE, &mut attr).map(|_| ())
+    crate::bpfsys::link_update(link, prog)
 }
 
 /// Removes the pins under `base` of every interface of the network namespace whose inode

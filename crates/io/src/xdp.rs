@@ -16,14 +16,10 @@
 //! otherwise the kernel drops it. [`XdpGen::tx_packets`] reads the interface's counter so
 //! the caller can tell.
 
+use crate::bpfsys::{map_lookup, map_update};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
-pub(crate) const BPF_MAP_CREATE: i32 = 0;
-const BPF_MAP_LOOKUP_ELEM: i32 = 1;
-pub(crate) const BPF_MAP_UPDATE_ELEM: i32 = 2;
-pub(crate) const BPF_LINK_CREATE: i32 = 28;
-const BPF_PROG_TEST_RUN: i32 = 10;
 pub(crate) const BPF_XDP: u32 = 37;
 const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 
@@ -77,28 +73,6 @@ const VALUE_LEN: usize = 64 + 48;
 /// does) has rewritten the MAC addresses, the TTL and the checksum by then.
 const HEADER_LEN: usize = 42;
 
-pub(crate) fn bpf(cmd: i32, attr: &mut [u64; 16]) -> io::Result<i32> {
-    // SAFETY: attr is a zero-padded 128-byte bpf_attr whose pointers (if any) point to
-    // buffers the caller keeps alive for the duration of the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr.as_mut_ptr() as *mut libc::c_void,
-            std::mem::size_of_val(attr),
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as i32)
-    }
-}
-
-pub(crate) fn u32s(a: u32, b: u32) -> u64 {
-    a as u64 | (b as u64) << 32
-}
-
 pub(crate) fn clock_ns(c: libc::clockid_t) -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -107,69 +81,6 @@ pub(crate) fn clock_ns(c: libc::clockid_t) -> i64 {
     // SAFETY: ts is a valid timespec to write to.
     unsafe { libc::clock_gettime(c, &mut ts) };
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
-
-/// Creates a BPF map; an error names it (`what`).
-pub(crate) fn map_create(
-    kind: u32,
-    key: u32,
-    value: u32,
-    entries: u32,
-    flags: u32,
-    inner: i32,
-    what: &str,
-) -> io::Result<OwnedFd> {
-    let mut attr = [0u64; 16];
-    attr[0] = u32s(kind, key);
-    attr[1] = u32s(value, entries);
-    attr[2] = u32s(flags, inner as u32);
-    // map_name (bytes 28 to 43): `what` as bpftool shows it, in the characters the kernel
-    // takes (letters, digits, '_' and '.'), 15 at most.
-    let mut name = [0u8; 16];
-    for (n, c) in name.iter_mut().zip(what.bytes().take(15)) {
-        *n = if c.is_ascii_alphanumeric() || c == b'.' {
-            c
-        } else {
-            b'_'
-        };
-    }
-    attr[3] |= u64::from(u32::from_le_bytes([name[0], name[1], name[2], name[3]])) << 32;
-    attr[4] = u64::from_le_bytes([
-        name[4], name[5], name[6], name[7], name[8], name[9], name[10], name[11],
-    ]);
-    attr[5] = u64::from(u32::from_le_bytes([name[12], name[13], name[14], name[15]]));
-    let fd = bpf(BPF_MAP_CREATE, &mut attr)
-        .map_err(|e| io::Error::new(e.kind(), format!("bpf map create ({what}): {e}")))?;
-    // SAFETY: the kernel just returned this descriptor to us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Sets `key` to `value` in `map`.
-pub(crate) fn map_update<K, V>(map: &OwnedFd, key: &K, value: &V) -> io::Result<()> {
-    let mut attr = [0u64; 16];
-    attr[0] = u32s(map.as_raw_fd() as u32, 0);
-    attr[1] = key as *const K as u64;
-    attr[2] = value as *const V as u64;
-    bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
-}
-
-/// Reads `key`'s value of `map` into `value`.
-pub(crate) fn map_lookup<K, V>(map: &OwnedFd, key: &K, value: &mut V) -> io::Result<()> {
-    let mut attr = [0u64; 16];
-    attr[0] = u32s(map.as_raw_fd() as u32, 0);
-    attr[1] = key as *const K as u64;
-    attr[2] = value as *mut V as u64;
-    bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).map(|_| ())
-}
-
-/// The key of `map` after `key` (the first with None) into `next`; false past the last.
-pub(crate) fn map_next_key<K>(map: &OwnedFd, key: Option<&K>, next: &mut K) -> bool {
-    const BPF_MAP_GET_NEXT_KEY: i32 = 4;
-    let mut attr = [0u64; 16];
-    attr[0] = u32s(map.as_raw_fd() as u32, 0);
-    attr[1] = key.map_or(0, |k| k as *const K as u64);
-    attr[2] = next as *mut K as u64;
-    bpf(BPF_MAP_GET_NEXT_KEY, &mut attr).is_ok()
 }
 
 /// The generator's program and maps, as clang made them from `bpf/gen.bpf.c`.
@@ -326,13 +237,7 @@ impl XdpGen {
             value[8 * k..8 * k + 8].copy_from_slice(&v.to_ne_bytes());
         }
         value[64..64 + HEADER_LEN].copy_from_slice(&self.frame[..HEADER_LEN]);
-        let key = 0u32;
-        let mut attr = [0u64; 16];
-        attr[0] = u32s(self.map.as_raw_fd() as u32, 0);
-        attr[1] = &key as *const u32 as u64;
-        attr[2] = value.as_ptr() as u64;
-        attr[3] = 0; // BPF_ANY
-        bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
+        map_update(&self.map, &0u32, &value)
     }
 
     /// Runs the program `runs` times (one system call). Each run sends one frame if one is
@@ -341,18 +246,17 @@ impl XdpGen {
         if runs == 0 {
             return Ok(());
         }
-        let mut attr = [0u64; 16];
-        attr[0] = u32s(self.prog.as_raw_fd() as u32, 0);
-        attr[1] = u32s(self.frame.len() as u32, 0);
-        attr[2] = self.frame.as_ptr() as u64;
-        attr[3] = 0;
-        attr[4] = u32s(runs, 0);
-        attr[5] = u32s(std::mem::size_of_val(&self.ctx) as u32, 0);
-        attr[6] = self.ctx.as_ptr() as u64;
-        attr[7] = 0;
-        attr[8] = u32s(BPF_F_TEST_XDP_LIVE_FRAMES, 0);
-        attr[9] = 0; // batch_size: the kernel's default (64)
-        match bpf(BPF_PROG_TEST_RUN, &mut attr) {
+        let ctx: Vec<u8> = self.ctx.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let run = crate::bpfsys::TestRun {
+            data_in: &self.frame,
+            ctx_in: Some(&ctx),
+            repeat: runs,
+            flags: BPF_F_TEST_XDP_LIVE_FRAMES,
+            // The kernel's default batch (64).
+            batch_size: 0,
+            ..Default::default()
+        };
+        match crate::bpfsys::test_run(&self.prog, run) {
             Ok(_) => Ok(()),
             // A signal ends a run early; the caller decides whether to go on.
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(()),
@@ -372,11 +276,7 @@ impl XdpGen {
     fn value(&self) -> io::Result<[u64; VALUE_LEN / 8]> {
         let key = 0u32;
         let mut value = [0u64; VALUE_LEN / 8];
-        let mut attr = [0u64; 16];
-        attr[0] = u32s(self.map.as_raw_fd() as u32, 0);
-        attr[1] = &key as *const u32 as u64;
-        attr[2] = value.as_mut_ptr() as u64;
-        bpf(BPF_MAP_LOOKUP_ELEM, &mut attr)?;
+        map_lookup(&self.map, &key, &mut value)?;
         Ok(value)
     }
 

@@ -25,7 +25,6 @@
 //! fill ring and a transmit ring's worth for copies; past that they are copied to the
 //! heap and given back at once, so that frames the element holds never starve the rings.
 
-use crate::xdp::{bpf, u32s};
 use dataplane::buf::{Buf, FrameStore, Pkt, Pool};
 use dataplane::counters::Event;
 use dataplane::port::{Port, PortInfo, TxResult};
@@ -899,7 +898,7 @@ impl XdpPort {
             let s = Socket::open(ifindex, q, cfg, umem.clone(), lend)
                 .map_err(|e| io::Error::new(e.kind(), format!("{name}: AF_XDP queue {q}: {e}")))?;
             let fd = s.fd.as_raw_fd() as u32;
-            crate::xdp::map_update(&shared.0.map, &q, &fd)
+            crate::bpfsys::map_update(&shared.0.map, &q, &fd)
                 .map_err(|e| io::Error::new(e.kind(), format!("{name}: XSKMAP queue {q}: {e}")))?;
             sockets.push(s);
         }

@@ -23,7 +23,7 @@
 //! counters in user space (which a reload keeps for the rules it keeps).
 
 use super::{percpu_sum, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_PERCPU_ARRAY};
-use crate::xdp::{map_create, map_update};
+use crate::bpfsys::{map_create, map_update};
 use dataplane::acl::{tss, Filters, Urpf};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

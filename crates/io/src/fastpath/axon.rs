@@ -28,7 +28,7 @@
 use super::{
     detached_xdp, mac_u64, percpu_sum, stats_map, tx_map, Detached, BPF_MAP_TYPE_ARRAY, STATS,
 };
-use crate::xdp::{map_create, map_update};
+use crate::bpfsys::{map_create, map_update};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 

@@ -77,29 +77,29 @@ impl Detached {
         let m = SKB_MARK as usize;
         ctx_in[m..m + 4].copy_from_slice(&mark.to_ne_bytes());
         let mut ctx_out = [0u8; SKB_SIZE];
-        // bpf_attr.test: prog_fd, retval; data_size_in, data_size_out; data_in; data_out;
-        // repeat, duration; ctx_size_in, ctx_size_out; ctx_in; ctx_out.
-        let mut attr = [0u64; 16];
-        attr[0] = u32s(self.prog.as_raw_fd() as u32, 0);
-        attr[1] = u32s(frame.len() as u32, out.len() as u32);
-        attr[2] = frame.as_ptr() as u64;
-        attr[3] = out.as_mut_ptr() as u64;
-        attr[4] = u32s(repeat.max(1), 0);
-        if self.at == At::Tc {
-            attr[5] = u32s(SKB_SIZE as u32, SKB_SIZE as u32);
-        } else {
-            // xdp_md: data 0, data_end the frame's length; out, its `data` is the length
-            // of the metadata the program left, which the data out starts with.
-            ctx_in[..4].fill(0);
-            ctx_in[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
-            attr[5] = u32s(XDP_MD_SIZE as u32, XDP_MD_SIZE as u32);
-        }
-        attr[6] = ctx_in.as_ptr() as u64;
-        attr[7] = ctx_out.as_mut_ptr() as u64;
-        bpf(10, &mut attr).map_err(|e| io::Error::new(e.kind(), format!("bpf test run: {e}")))?;
-        let retval = (attr[0] >> 32) as u32;
-        let duration = (attr[4] >> 32) as u32;
-        let size = (attr[1] >> 32) as usize;
+        let ctx_len = match self.at {
+            At::Tc => SKB_SIZE,
+            At::Xdp => {
+                // xdp_md: data 0, data_end the frame's length; out, its `data` is the
+                // length of the metadata the program left, which the data out starts with.
+                ctx_in[..4].fill(0);
+                ctx_in[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+                XDP_MD_SIZE
+            }
+        };
+        let r = crate::bpfsys::test_run(
+            &self.prog,
+            crate::bpfsys::TestRun {
+                data_in: frame,
+                data_out: Some(&mut out),
+                ctx_in: Some(&ctx_in[..ctx_len]),
+                ctx_out: Some(&mut ctx_out[..ctx_len]),
+                repeat: repeat.max(1),
+                ..Default::default()
+            },
+        )
+        .map_err(|e| io::Error::new(e.kind(), format!("bpf test run: {e}")))?;
+        let (retval, duration, size) = (r.retval, r.duration_ns, r.data_size_out);
         out.truncate(size.min(out.len()));
         let word = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let meta = match self.at {

@@ -4,7 +4,7 @@
 //! had no room for). [`FlowMaps::read`] turns a sample's bytes into what it says.
 
 use super::{percpu_sum, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_PERCPU_ARRAY};
-use crate::xdp::{map_create, map_update};
+use crate::bpfsys::{map_create, map_update};
 use libbpf_rs::{MapCore, MapHandle, MapType};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

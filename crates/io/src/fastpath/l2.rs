@@ -29,7 +29,7 @@ use super::{
     detached_xdp, mac_u64, map_delete, percpu_sum, stats_map, tx_map, Detached, BPF_MAP_TYPE_ARRAY,
     BPF_MAP_TYPE_HASH, STATS,
 };
-use crate::xdp::{map_create, map_update};
+use crate::bpfsys::{map_create, map_update};
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -112,11 +112,11 @@ impl SwitchFastPath {
         let mut out = Vec::new();
         let mut key: Option<u64> = None;
         let mut next = 0u64;
-        while crate::xdp::map_next_key(&macs, key.as_ref(), &mut next) {
+        while crate::bpfsys::map_next_key(&macs, key.as_ref(), &mut next) {
             key = Some(next);
             let (mut port, mut word) = (0u32, 0u64);
-            if crate::xdp::map_lookup(&macs, &next, &mut port).is_err()
-                || crate::xdp::map_lookup(&ports, &port, &mut word).is_err()
+            if crate::bpfsys::map_lookup(&macs, &next, &mut port).is_err()
+                || crate::bpfsys::map_lookup(&ports, &port, &mut word).is_err()
                 || word >> 32 == 0
             {
                 continue;

@@ -42,7 +42,7 @@ use super::{
     detached_xdp, filled_array, mac_u64, percpu_sum, stats_map, tx_map, Detached,
     BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_PERCPU_ARRAY, STATS,
 };
-use crate::xdp::{map_create, map_update};
+use crate::bpfsys::{map_create, map_update};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};

@@ -87,8 +87,15 @@ pub(super) fn attach(
     // programs in C.
     let (map, prog) = match program {
         Some(p) => {
-            let map =
-                crate::xdp::map_create(BPF_MAP_TYPE_XSKMAP, 4, 4, queues.max(1), 0, 0, "XSKMAP")?;
+            let map = crate::bpfsys::map_create(
+                BPF_MAP_TYPE_XSKMAP,
+                4,
+                4,
+                queues.max(1),
+                0,
+                0,
+                "XSKMAP",
+            )?;
             let prog = p(Hook::Xdp(map.as_raw_fd()))?;
             (map, prog)
         }
@@ -143,12 +150,7 @@ pub(crate) fn xdp_link(
     ifindex: u32,
     mode: AttachMode,
 ) -> io::Result<(OwnedFd, bool)> {
-    let link = |flags: u32| {
-        let mut attr = [0u64; 16];
-        attr[0] = u32s(prog.as_raw_fd() as u32, ifindex);
-        attr[1] = u32s(crate::xdp::BPF_XDP, flags);
-        bpf(crate::xdp::BPF_LINK_CREATE, &mut attr)
-    };
+    let link = |flags: u32| crate::bpfsys::link_create(prog, ifindex, crate::xdp::BPF_XDP, flags);
     let (fd, native) = match mode {
         AttachMode::Auto => match link(XDP_FLAGS_DRV_MODE) {
             Ok(fd) => (fd, true),
@@ -156,8 +158,7 @@ pub(crate) fn xdp_link(
         },
         AttachMode::Generic => (link(XDP_FLAGS_SKB_MODE)?, false),
     };
-    // SAFETY: the kernel just returned this descriptor to us.
-    Ok((unsafe { OwnedFd::from_raw_fd(fd) }, native))
+    Ok((fd, native))
 }
 
 /// The hand-off of a fast path's frames to egresses that take no XDP frames
