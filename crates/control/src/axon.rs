@@ -348,6 +348,15 @@ pub struct AxonFast {
     /// Per port: what its entry in the program's map says now (None: no frame leaves by
     /// it in the fast path; else the neighbour's MAC and whether through the hand-off).
     published: Vec<Option<([u8; 6], bool)>>,
+    /// The ports' interfaces, in port order.
+    names: Vec<String>,
+    /// Per port: the neighbour a predecessor's fast path sent to (handed over across a
+    /// restart), used until this Axon hears its own hellos there or `adopted_until`.
+    adopted: Vec<Option<[u8; 6]>>,
+    adopted_until: Option<Instant>,
+    /// Handed over to the next start: the programs' deadline is kept this far ahead while
+    /// the Axon runs ([`AxonFast::hand_over`]).
+    grace: Option<Duration>,
 }
 
 impl AxonFast {
@@ -359,6 +368,14 @@ impl AxonFast {
         let fp = io::fastpath::axon::AxonFastPath::new(&names, &macs)
             .map_err(|e| format!("Axon fast path: {e}"))?;
         let n = names.len();
+        // As the devices are now, and the hand-off taken as there (the ports' opening
+        // attaches it before their programs; the Axon says so once they are open): a
+        // restart's programs, which take a predecessor's links at once, send every frame
+        // the right way from the first.
+        let egress = names
+            .iter()
+            .map(|n| io::egress::xdp_egress(n).ok())
+            .collect();
         Ok(AxonFast {
             fp,
             eligible: cfg
@@ -366,12 +383,71 @@ impl AxonFast {
                 .iter()
                 .map(|p| p.capacity_bps.is_none() && p.delay.is_zero())
                 .collect(),
-            egress: vec![true; n],
+            egress,
             suspended: false,
-            handoff: false,
+            handoff: true,
             neighbours: vec![None; n],
             published: vec![None; n],
+            names,
+            adopted: vec![None; n],
+            adopted_until: None,
+            grace: None,
         })
+    }
+
+    /// The directory of the first port's pins (a predecessor's, or for a successor).
+    fn pin_dir(&self, create: bool) -> Option<std::path::PathBuf> {
+        let i = io::netdev::ifindex(self.names.first()?).ok()?;
+        io::pin::dir(i as u32, create)
+    }
+
+    /// The neighbours a predecessor's fast path sent to, handed over across a restart
+    /// (pinned beside its links): written to this fast path's map before the ports open,
+    /// so that the programs that replace the predecessor's in its links send on from
+    /// their first frame what it sent, and used until this Axon hears its own hellos on
+    /// those ports (or for `hold`, at most). `macs`: the ports' own MACs, by which the
+    /// predecessor's ports are found. `None`: nothing was handed over.
+    pub fn adopt(&mut self, macs: &[[u8; 6]], hold: Duration) -> Option<usize> {
+        let dir = self
+            .pin_dir(false)
+            .filter(|d| d.join("axon-ports").exists())?;
+        let mut n = 0;
+        for (mine, theirs) in io::fastpath::axon::AxonFastPath::pinned_neighbours(&dir) {
+            if let Some(p) = macs.iter().position(|m| *m == mine) {
+                self.adopted[p] = Some(theirs);
+                self.neighbours[p] = Some(theirs);
+                n += 1;
+            }
+        }
+        self.adopted_until = Some(Instant::now() + hold);
+        for p in 0..self.neighbours.len() {
+            self.write_port(p);
+        }
+        Some(n)
+    }
+
+    /// The ports whose neighbours a predecessor's fast path sent to ([`AxonFast::adopt`]).
+    pub fn adopted_ports(&self) -> Vec<usize> {
+        (0..self.adopted.len())
+            .filter(|&p| self.adopted[p].is_some())
+            .collect()
+    }
+
+    /// Hands the fast path over to the Axon's next start, where its links are pinned
+    /// (`io::pin::enable`, as the ports opened): its ports' entries pinned beside them for
+    /// the successor ([`AxonFast::adopt`]), and, while the Axon runs, the programs'
+    /// deadline kept `grace` ahead ([`run`]). False where no link is pinned.
+    pub fn hand_over(&mut self, grace: Duration) -> bool {
+        if !crate::fast::any_link_pinned(&self.names) {
+            return false;
+        }
+        if let Some(dir) = self.pin_dir(true) {
+            if let Err(e) = self.fp.pin(&dir) {
+                tracing::warn!(error = %e, "Axon fast path: maps not pinned for a successor");
+            }
+        }
+        self.grace = Some(grace);
+        true
     }
 
     /// Whether port `port`'s device takes frames redirected in XDP.
@@ -430,8 +506,12 @@ impl AxonFast {
                 "Axon fast path: a capture started or ended"
             );
         }
+        let adopted = self.adopted_until.is_some_and(|t| Instant::now() < t);
         for (p, n) in self.neighbours.iter_mut().enumerate() {
-            *n = a.neighbour_mac(p).map(|m| m.0);
+            *n = a
+                .neighbour_mac(p)
+                .map(|m| m.0)
+                .or(self.adopted[p].filter(|_| adopted));
         }
         for p in 0..self.neighbours.len() {
             self.write_port(p);
@@ -454,6 +534,15 @@ pub fn run<P: Port>(
     let (io, metrics) = (file.io, &file.metrics);
     // Shared with the control socket's thread, which reads the programs' counters.
     let fast = fast.map(|f| Arc::new(std::sync::Mutex::new(f)));
+    // Handed over: the deadline kept ahead while the Axon runs.
+    if let Some(f) = &fast {
+        if let Some(grace) = f.lock().ok().and_then(|g| g.grace) {
+            let f = f.clone();
+            crate::fast::keep_beating(stop.clone(), move || {
+                f.lock().map_or(Ok(()), |f| f.fp.beat(grace))
+            });
+        }
+    }
     let names: Vec<String> = a.cfg.ports.iter().map(|p| p.name.clone()).collect();
     // Each port's link going down or coming up, logged once (crate::statelog).
     crate::statelog::watch_links(

@@ -149,6 +149,9 @@ pub struct Neighbour {
     pub mac: MacAddr,
     pub seen: Instant,
     pub since: Instant,
+    /// Kept until then without hellos: the neighbour said it restarts (its last hello's
+    /// hold), and its fast path forwards on meanwhile.
+    pub held_until: Option<Instant>,
 }
 
 /// A host seen on a host port.
@@ -184,6 +187,15 @@ const WAIT: Duration = Duration::from_secs(2);
 const ASK_EVERY: Duration = Duration::from_millis(200);
 /// Links are flooded again this often even without a change.
 const REFRESH: Duration = Duration::from_secs(1);
+/// The first sequence number of this start's link floods: the wall clock in
+/// milliseconds, so that a restarted Axon's floods come after its last start's (whose
+/// numbers grew by one a flood, far slower) and the others take them at once.
+fn first_seq() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u32)
+}
+
 /// Another Axon's links are forgotten after this long without a refresh.
 const LINKS_AGE: Duration = Duration::from_secs(4);
 
@@ -226,6 +238,13 @@ pub struct Axon {
     next_refresh: Instant,
     next_req: u32,
     changed: bool,
+    /// Said to the neighbours in the last hellos, as the Axon stops ([`Axon::farewell`]):
+    /// keep me this long (it hands its fast path over to its next start).
+    pub farewell_hold: Option<Duration>,
+    /// A start that took a predecessor's fast path over: the ports its neighbours were
+    /// on, and until when at most this Axon floods no links before it hears them all
+    /// again ([`Axon::settle`]).
+    settle: Option<(Vec<usize>, Instant)>,
     /// When the topology last changed, and how long the last path computation took.
     pub topology_changed_at: Option<Instant>,
     scratch: Vec<u8>,
@@ -267,7 +286,7 @@ impl Axon {
             counters,
             neigh: vec![None; n],
             lsdb: HashMap::new(),
-            seq: 0,
+            seq: first_seq(),
             paths: BTreeMap::new(),
             adj: HashMap::new(),
             hops_to: HashMap::new(),
@@ -295,6 +314,8 @@ impl Axon {
             next_refresh: now + REFRESH,
             next_req: 1,
             changed: true,
+            farewell_hold: None,
+            settle: None,
             topology_changed_at: None,
             scratch: Vec::new(),
             cfg,
@@ -427,8 +448,9 @@ impl Axon {
         };
         if h.kind() == Kind::Hello {
             match Msg::parse(h.payload()) {
-                Ok(Msg::Hello { id, port }) if id != self.cfg.id => {
-                    self.hello_from(input, id, port, outer_src, now)
+                Ok(Msg::Hello { id, port, hold_ms }) if id != self.cfg.id => {
+                    let hold = Duration::from_millis(hold_ms.into());
+                    self.hello_from(input, (id, port), outer_src, hold, now)
                 }
                 Ok(_) => {}
                 Err(_) => self.counters.count(Drop::AxonMalformed),
@@ -586,11 +608,22 @@ impl Axon {
         v
     }
 
-    fn hello_from(&mut self, port: usize, id: u32, their_port: u8, mac: MacAddr, now: Instant) {
+    /// A hello on `port` from Axon `id` by its port `their_port`; `hold`: it asks to be
+    /// kept that long without hellos (it restarts), else nothing.
+    fn hello_from(
+        &mut self,
+        port: usize,
+        (id, their_port): (u32, u8),
+        mac: MacAddr,
+        hold: Duration,
+        now: Instant,
+    ) {
+        let held_until = (!hold.is_zero()).then(|| now + hold);
         match &mut self.neigh[port] {
             Some(n) if n.id == id && n.port == their_port => {
                 n.seen = now;
                 n.mac = mac;
+                n.held_until = held_until;
             }
             slot => {
                 *slot = Some(Neighbour {
@@ -599,6 +632,7 @@ impl Axon {
                     mac,
                     seen: now,
                     since: now,
+                    held_until,
                 });
                 self.counters.event(Event::AxonNeighbourUp);
                 // Hosts no longer live behind this port.
@@ -877,6 +911,53 @@ impl Axon {
             .collect()
     }
 
+    /// This start took over a predecessor's fast path, whose neighbours were on `ports`:
+    /// until it has heard each of them again (or `until`), it floods no links, so that
+    /// the others keep the predecessor's (the same, once heard) and their paths through
+    /// this Axon, which its fast path carries on meanwhile. At most half of `LINKS_AGE`
+    /// from `now`: the others must have links from this start before they forget its
+    /// predecessor's.
+    pub fn settle(&mut self, ports: Vec<usize>, until: Instant, now: Instant) {
+        self.settle = Some((ports, until.min(now + LINKS_AGE / 2)));
+    }
+
+    /// Whether this start still holds its links back ([`Axon::settle`]).
+    fn settling(&mut self, now: Instant) -> bool {
+        let Some((ports, until)) = &self.settle else {
+            return false;
+        };
+        let heard = ports
+            .iter()
+            .all(|&p| self.neigh.get(p).is_some_and(|n| n.is_some()));
+        if heard || now >= *until {
+            self.settle = None;
+            return false;
+        }
+        true
+    }
+
+    /// The last hellos, as the Axon stops for a restart that hands its fast path over
+    /// ([`Axon::farewell_hold`]): on every port at once (past the output queues), asking
+    /// the neighbours to keep this Axon that long without hellos, so that their paths
+    /// through it stand while its fast path forwards on and its next start comes up.
+    pub fn farewell(&mut self, tx: &mut TxQueues) {
+        let Some(hold) = self.farewell_hold else {
+            return;
+        };
+        for port in 0..self.cfg.ports.len() {
+            let mut c = self.pool.get();
+            self.outer(&mut c.data, MacAddr::BROADCAST, port);
+            let _ = axon::append(&mut c.data, Kind::Hello, &[], &[]);
+            Msg::Hello {
+                id: self.cfg.id,
+                port: port as u8,
+                hold_ms: hold.as_millis().min(u32::MAX.into()) as u32,
+            }
+            .emit(&mut c.data);
+            tx.push(port as u16, c);
+        }
+    }
+
     fn flood_links(&mut self) {
         self.seq = self.seq.wrapping_add(1);
         let m = Msg::Links {
@@ -1028,6 +1109,7 @@ impl Axon {
                 Msg::Hello {
                     id: self.cfg.id,
                     port: port as u8,
+                    hold_ms: 0,
                 }
                 .emit(&mut c.data);
                 let cp = self.cfg.ports.len();
@@ -1036,7 +1118,10 @@ impl Axon {
             let dead = self.cfg.hello * self.cfg.dead;
             let mut lost = false;
             for n in self.neigh.iter_mut() {
-                if n.is_some_and(|x| now.duration_since(x.seen) > dead) {
+                let gone = |x: Neighbour| {
+                    now.duration_since(x.seen) > dead && x.held_until.is_none_or(|h| now > h)
+                };
+                if n.is_some_and(gone) {
                     *n = None;
                     lost = true;
                     self.counters.event(Event::AxonNeighbourDown);
@@ -1046,7 +1131,10 @@ impl Axon {
                 self.topology_changed(now);
             }
         }
-        if self.changed {
+        if self.settling(now) {
+            // A restart's first links would say "none" and move the others' paths off
+            // this Axon, which its fast path still carries: none flooded yet.
+        } else if self.changed {
             self.changed = false;
             self.flood_links();
             self.compute_paths();

@@ -125,6 +125,9 @@ impl Element for crate::axon::Axon {
     fn process(&mut self, p: Pkt, now: Instant, tx: &mut TxQueues) {
         crate::axon::Axon::process(self, p, now, tx)
     }
+    fn leave(&mut self, _now: Instant, tx: &mut TxQueues) {
+        crate::axon::Axon::farewell(self, tx)
+    }
     fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
         crate::axon::Axon::poll(self, now, tx)
     }

@@ -245,7 +245,12 @@ pub fn axon() -> (crate::axon::Axon, Instant) {
         let at = f.len();
         f.resize(at + r.len(), 0);
         let _ = r.emit(&mut f[at..]);
-        wire::axon::Msg::Hello { id, port: 0 }.emit(&mut f);
+        wire::axon::Msg::Hello {
+            id,
+            port: 0,
+            hold_ms: 0,
+        }
+        .emit(&mut f);
         let mut p = Pkt::from_bytes(&f);
         p.meta.rx_port = port as u16;
         a.process(p, now, &mut tx);

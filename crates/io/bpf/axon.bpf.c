@@ -21,8 +21,9 @@
  * Maps (the Axon's, shared by its ports' programs): axon_ports (per port: the neighbour
  * port's MAC with bit 48 set while frames may leave there in the fast path, this port's
  * own MAC, and 1 << 32 | its interface index where they leave through the hand-off),
- * tx_ports (the ports' devices), stats (per port and CPU), xsks (this port's AF_XDP
- * sockets, by receive queue).
+ * axon_deadline (the time after which an Axon that handed its fast path over to its
+ * next start forwards nothing here; 0: none), tx_ports (the ports' devices), stats (per
+ * port and CPU), xsks (this port's AF_XDP sockets, by receive queue).
  * Told at load: the port it runs on (a nibble, 0 to 14).
  */
 #include "fastpath.h"
@@ -53,6 +54,16 @@ struct {
 	__type(key, __u32);
 	__type(value, struct axon_port);
 } axon_ports SEC(".maps");
+
+/* One word: bpf_ktime_get_ns() after which the fast path takes no frame (0: none). An
+ * Axon that hands its fast path over keeps it ahead while it runs; its successor's
+ * programs replace these in the pinned links. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} axon_deadline SEC(".maps");
 
 FASTPATH_TX_PORTS;
 
@@ -114,6 +125,11 @@ int tessera_axon(struct xdp_md *ctx)
 	if (!port || !(port->to & PORT_ELIGIBLE))
 		goto slow;
 	__u64 to = port->to, mine = port->mine, handoff = port->handoff;
+	/* Past the deadline of an Axon gone without a successor: user space's (none). */
+	__u32 zero = 0;
+	__u64 *deadline = bpf_map_lookup_elem(&axon_deadline, &zero);
+	if (!deadline || (*deadline && bpf_ktime_get_ns() > *deadline))
+		goto slow;
 	if (handoff) {
 		/* Out through the hand-off: room for its metadata first (refused: user
 		 * space's, the frame untouched yet), then the frame's bounds again. */

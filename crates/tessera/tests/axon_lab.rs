@@ -414,6 +414,26 @@ fn frames_passing_through_an_axon_take_its_fast_path() {
     ping("10", "56");
     let after = port("ax2-a1")["forwarded_in"].as_u64().unwrap();
     assert!(after >= before + 10, "{before} -> {after}");
+    // ax2 restarted under a stream from h1 to h3: its fast path is handed over to its
+    // next start (the links pinned, the neighbours its programs sent to taken over), and
+    // its last hellos ask ax1 and ax3 to hold it meanwhile: nothing is lost.
+    let mac = lab.mac("h3", "eth0");
+    let (sent, got) = stream_across(&lab, ("h1", "10.7.0.1"), ("h3", "10.7.0.3", &mac), || {
+        lab.element("stop", "ax2");
+        lab.element("start", "ax2");
+    });
+    let log = lab.logs("ax2");
+    assert!(sent > 50_000, "sent {sent}");
+    assert_eq!(
+        got,
+        sent,
+        "lost {} of {sent} across ax2's restart\n{log}",
+        sent.saturating_sub(got)
+    );
+    assert!(
+        log.contains("taking over from this Axon's last start"),
+        "{log}"
+    );
     drop(lab);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -266,7 +266,11 @@ fn emit(buf: &mut [u8], kind: Kind, forward: &[u8], reverse: &[u8]) -> Option<us
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Msg {
     /// Sent on every port at each hello interval: who is there, and by which of its ports.
-    Hello { id: u32, port: u8 },
+    /// `hold_ms`: 0 in every hello but an Axon's last before a restart, which asks its
+    /// neighbours to keep it that long without hellos (its fast path forwards on
+    /// meanwhile). Four bytes after the port; a hello without them (an older Axon's)
+    /// holds nothing.
+    Hello { id: u32, port: u8, hold_ms: u32 },
     /// An Axon's links, flooded to all: (its port, the neighbour's id, the neighbour's
     /// port), at most 15. A higher `seq` replaces a lower one.
     Links {
@@ -366,6 +370,7 @@ impl Msg {
                 Msg::Hello {
                     id: be32(b, 1),
                     port: port(b[5])?,
+                    hold_ms: if b.len() >= 10 { be32(b, 6) } else { 0 },
                 }
             }
             msg::LINKS => {
@@ -439,10 +444,11 @@ impl Msg {
     /// Appends the message to `out`.
     pub fn emit<B: Splice + ?Sized>(&self, out: &mut B) {
         match self {
-            Msg::Hello { id, port } => {
+            Msg::Hello { id, port, hold_ms } => {
                 out.push(msg::HELLO);
                 out.extend_from_slice(&id.to_be_bytes());
                 out.push(*port);
+                out.extend_from_slice(&hold_ms.to_be_bytes());
             }
             Msg::Links { origin, seq, links } => {
                 out.push(msg::LINKS);
@@ -631,7 +637,16 @@ mod tests {
     fn messages_round_trip() {
         let m = MacAddr([2, 0, 0, 0, 0, 1]);
         for msg in [
-            Msg::Hello { id: 7, port: 3 },
+            Msg::Hello {
+                id: 7,
+                port: 3,
+                hold_ms: 0,
+            },
+            Msg::Hello {
+                id: 7,
+                port: 3,
+                hold_ms: 5000,
+            },
             Msg::Links {
                 origin: 1,
                 seq: 9,
@@ -675,12 +690,27 @@ mod tests {
             let mut b = Vec::new();
             msg.emit(&mut b);
             assert_eq!(Msg::parse(&b), Ok(msg.clone()));
-            for cut in 0..b.len() {
+            // (A hello's hold is optional: cut off, it holds nothing.)
+            let whole = if matches!(msg, Msg::Hello { .. }) {
+                6
+            } else {
+                b.len()
+            };
+            for cut in 0..whole {
                 assert!(Msg::parse(&b[..cut]).is_err(), "{msg:?} cut at {cut}");
             }
         }
         assert_eq!(Msg::parse(&[9]), Err(MsgError::UnknownType(9)));
         assert_eq!(Msg::parse(&[1, 0, 0, 0, 1, 15]), Err(MsgError::BadPort(15)));
+        // An older Axon's hello (no hold): read as holding nothing.
+        assert_eq!(
+            Msg::parse(&[1, 0, 0, 0, 7, 3]),
+            Ok(Msg::Hello {
+                id: 7,
+                port: 3,
+                hold_ms: 0
+            })
+        );
     }
 
     #[test]

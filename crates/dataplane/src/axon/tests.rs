@@ -595,3 +595,42 @@ fn a_reload_reshapes_ports_and_refuses_what_needs_a_restart() {
     assert!(e.starts_with("port[1].capacity_bps"), "{e}");
     assert_eq!(a.cfg.ports, ports);
 }
+
+/// An Axon that stops for a restart says so in its last hellos (its fast path forwards on
+/// meanwhile): its neighbour keeps it past the dead intervals as long as it asked, and
+/// no longer.
+#[test]
+fn a_restarting_neighbour_is_held_as_long_as_it_asked() {
+    let now = Instant::now();
+    let mut net = Net {
+        axons: vec![axon(1, 2, now), axon(2, 2, now)],
+        wires: vec![((0, 0), (1, 0))],
+        to_hosts: Vec::new(),
+        now,
+    };
+    for _ in 0..10 {
+        net.step();
+    }
+    assert!(net.axons[0].neighbour_mac(0).is_some());
+    net.axons[1].farewell_hold = Some(Duration::from_millis(500));
+    let mut tx = TxQueues::new(2);
+    net.axons[1].farewell(&mut tx);
+    let (mut t, a) = (net.now, &mut net.axons[0]);
+    for (port, mut p) in tx.drain_all() {
+        if port == 0 {
+            p.meta.rx_port = 0;
+            a.process(p, t, &mut TxQueues::new(0));
+        }
+    }
+    // Silence from Axon 2: held past three hello intervals (60 ms), gone past 500 ms.
+    for _ in 0..20 {
+        t += Duration::from_millis(20);
+        a.poll(t, &mut TxQueues::new(2));
+    }
+    assert!(a.neighbour_mac(0).is_some(), "held 400 ms");
+    for _ in 0..10 {
+        t += Duration::from_millis(20);
+        a.poll(t, &mut TxQueues::new(2));
+    }
+    assert!(a.neighbour_mac(0).is_none(), "still held after 600 ms");
+}

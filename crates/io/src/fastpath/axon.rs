@@ -42,6 +42,7 @@ const LAST_PORT: u32 = 14;
 /// The maps of one Axon's fast path.
 pub struct AxonFastPath {
     ports: OwnedFd,
+    deadline: OwnedFd,
     tx: OwnedFd,
     stats: OwnedFd,
     macs: Vec<[u8; 6]>,
@@ -57,12 +58,14 @@ impl AxonFastPath {
         let ports = map_create(BPF_MAP_TYPE_ARRAY, 4, 24, n.max(1), 0, 0, "axon ports")?;
         let tx = tx_map(ifnames)?;
         let stats = stats_map(n)?;
+        let deadline = map_create(BPF_MAP_TYPE_ARRAY, 4, 8, 1, 0, 0, "axon deadline")?;
         let ifindexes = ifnames
             .iter()
             .map(|i| crate::netdev::ifindex(i).map(|x| x as u32))
             .collect::<io::Result<Vec<u32>>>()?;
         let fp = AxonFastPath {
             ports,
+            deadline,
             tx,
             stats,
             macs: macs.to_vec(),
@@ -91,6 +94,38 @@ impl AxonFastPath {
         map_update(&self.ports, &port, &[first, mac_u64(mine), third])
     }
 
+    /// Keeps the programs' deadline `grace` ahead of now: they forward for at most `grace`
+    /// after the Axon is gone, unless a successor's programs take their links over.
+    pub fn beat(&self, grace: std::time::Duration) -> io::Result<()> {
+        let deadline = super::monotonic_ns() + grace.as_nanos() as u64;
+        map_update(&self.deadline, &0u32, &deadline)
+    }
+
+    /// Pins what a successor reads (`axon ports`) in `dir` ([`crate::pin`]).
+    pub fn pin(&self, dir: &std::path::Path) -> io::Result<()> {
+        crate::pin::pin(&self.ports, &dir.join("axon-ports"))
+    }
+
+    /// The neighbours a predecessor's fast path sent to, pinned in `dir`
+    /// ([`AxonFastPath::pin`]): (the port's own MAC, the neighbour port's MAC), for each
+    /// port that took fast-path frames. Empty where there are none.
+    pub fn pinned_neighbours(dir: &std::path::Path) -> Vec<([u8; 6], [u8; 6])> {
+        let Ok(ports) = crate::pin::get(&dir.join("axon-ports")) else {
+            return Vec::new();
+        };
+        let mac = |w: u64| {
+            let b = w.to_le_bytes();
+            [b[0], b[1], b[2], b[3], b[4], b[5]]
+        };
+        (0..=LAST_PORT)
+            .filter_map(|p| {
+                let mut words = [0u64; 3];
+                crate::bpfsys::map_lookup(&ports, &p, &mut words).ok()?;
+                (words[0] & ELIGIBLE != 0).then(|| (mac(words[1]), mac(words[0])))
+            })
+            .collect()
+    }
+
     /// Per port, summed over CPUs: frames the fast path took in, left to user space, sent
     /// out.
     pub fn stats(&self) -> Vec<[u64; STATS]> {
@@ -117,6 +152,7 @@ impl AxonFastPath {
                 config: Some(crate::bpfobj::config_bytes(&AxonConfig { port })),
                 reuse: &[
                     ("axon_ports", self.ports.as_fd()),
+                    ("axon_deadline", self.deadline.as_fd()),
                     ("tx_ports", self.tx.as_fd()),
                     ("stats", self.stats.as_fd()),
                     ("xsks", xsk),
@@ -256,6 +292,15 @@ mod tests {
             assert_eq!(s[1][2], 4, "{s:?}"); // out on port 1
             assert_eq!(s[1][7], 1, "{s:?}"); // of them, through the hand-off
             assert_eq!(s[0][1], 12, "{s:?}"); // to user space
+                                              // Handed over and past its deadline (the Axon gone, no successor): nothing
+                                              // forwarded; a deadline ahead (the Axon running): forwarded again.
+            fp.set_port(1, Some(NEXT), false).unwrap();
+            let f = frame(0, &[3, 1, 2], 2);
+            fp.beat(std::time::Duration::ZERO).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            assert_eq!(p0.run(&f).unwrap().0, Verdict::ToUserSpace);
+            fp.beat(std::time::Duration::from_secs(60)).unwrap();
+            assert_eq!(p0.run(&f).unwrap().0, Verdict::Forward);
         });
     }
 }

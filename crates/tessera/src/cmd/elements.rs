@@ -656,6 +656,19 @@ pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
         None => Some(control::axon::AxonFast::new(&cfg.cfg).map_err(anyhow::Error::msg)?),
         Some(_) => None,
     };
+    // The Axon hands its fast path over to its next start (the links pinned as the ports
+    // open, a deadline kept ahead, its neighbours asked to hold it in its last hellos);
+    // what a predecessor handed over (the neighbours its programs sent to) is written to
+    // this start's map before the ports open, whose programs then replace the old ones.
+    let handover = handover(fast.is_some(), &cfg.io);
+    let macs: Vec<[u8; 6]> = cfg.cfg.macs.iter().map(|m| m.0).collect();
+    let hold = handover.unwrap_or_default();
+    if let Some(n) = fast.as_mut().and_then(|f| f.adopt(&macs, hold)) {
+        tracing::info!(
+            neighbours = n,
+            "fast path: taking over from this Axon's last start"
+        );
+    }
     let names: Vec<String> = cfg.cfg.ports.iter().map(|p| p.name.clone()).collect();
     let program = fast
         .as_ref()
@@ -672,8 +685,12 @@ pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
     )?;
     // Frames bound to an Axon link whose device takes no XDP frames go through the
     // hand-off to tcx where every port's hook runs it.
+    let mut handed = false;
     if let Some(f) = &mut fast {
         f.set_handoff(ports.iter().all(hands_off));
+        if let Some(grace) = handover {
+            handed = f.hand_over(grace);
+        }
     }
     let names: Vec<&str> = cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect();
     control::run::place_ports(&cfg.io, &names);
@@ -682,8 +699,13 @@ pub(crate) fn axon(a: &ElementArgs) -> Result<i32> {
         names,
         dataplane::counters::Scope::Axon,
     ));
-    let ax =
+    let mut ax =
         dataplane::axon::Axon::new(cfg.cfg.clone(), counters.clone(), std::time::Instant::now());
+    ax.farewell_hold = handover.filter(|_| handed);
+    if let Some(f) = fast.as_ref().filter(|f| !f.adopted_ports().is_empty()) {
+        let now = std::time::Instant::now();
+        ax.settle(f.adopted_ports(), now + hold, now);
+    }
     tracing::info!(
         id = cfg.cfg.id,
         ports = %cfg.cfg.ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","),
