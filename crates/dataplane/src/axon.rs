@@ -48,6 +48,7 @@ use wire::ethernet::ethertype;
 use wire::MacAddr;
 
 mod hosts;
+mod restart;
 
 /// Ports an Axon has at most (4-bit port numbers; 0xf is the control plane).
 pub const MAX_PORTS: usize = 15;
@@ -187,15 +188,6 @@ const WAIT: Duration = Duration::from_secs(2);
 const ASK_EVERY: Duration = Duration::from_millis(200);
 /// Links are flooded again this often even without a change.
 const REFRESH: Duration = Duration::from_secs(1);
-/// The first sequence number of this start's link floods: the wall clock in
-/// milliseconds, so that a restarted Axon's floods come after its last start's (whose
-/// numbers grew by one a flood, far slower) and the others take them at once.
-fn first_seq() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u32)
-}
-
 /// Another Axon's links are forgotten after this long without a refresh.
 const LINKS_AGE: Duration = Duration::from_secs(4);
 
@@ -286,7 +278,7 @@ impl Axon {
             counters,
             neigh: vec![None; n],
             lsdb: HashMap::new(),
-            seq: first_seq(),
+            seq: restart::first_seq(),
             paths: BTreeMap::new(),
             adj: HashMap::new(),
             hops_to: HashMap::new(),
@@ -909,53 +901,6 @@ impl Axon {
             .into_iter()
             .map(|(p, n)| (p, n.id, n.port))
             .collect()
-    }
-
-    /// This start took over a predecessor's fast path, whose neighbours were on `ports`:
-    /// until it has heard each of them again (or `until`), it floods no links, so that
-    /// the others keep the predecessor's (the same, once heard) and their paths through
-    /// this Axon, which its fast path carries on meanwhile. At most half of `LINKS_AGE`
-    /// from `now`: the others must have links from this start before they forget its
-    /// predecessor's.
-    pub fn settle(&mut self, ports: Vec<usize>, until: Instant, now: Instant) {
-        self.settle = Some((ports, until.min(now + LINKS_AGE / 2)));
-    }
-
-    /// Whether this start still holds its links back ([`Axon::settle`]).
-    fn settling(&mut self, now: Instant) -> bool {
-        let Some((ports, until)) = &self.settle else {
-            return false;
-        };
-        let heard = ports
-            .iter()
-            .all(|&p| self.neigh.get(p).is_some_and(|n| n.is_some()));
-        if heard || now >= *until {
-            self.settle = None;
-            return false;
-        }
-        true
-    }
-
-    /// The last hellos, as the Axon stops for a restart that hands its fast path over
-    /// ([`Axon::farewell_hold`]): on every port at once (past the output queues), asking
-    /// the neighbours to keep this Axon that long without hellos, so that their paths
-    /// through it stand while its fast path forwards on and its next start comes up.
-    pub fn farewell(&mut self, tx: &mut TxQueues) {
-        let Some(hold) = self.farewell_hold else {
-            return;
-        };
-        for port in 0..self.cfg.ports.len() {
-            let mut c = self.pool.get();
-            self.outer(&mut c.data, MacAddr::BROADCAST, port);
-            let _ = axon::append(&mut c.data, Kind::Hello, &[], &[]);
-            Msg::Hello {
-                id: self.cfg.id,
-                port: port as u8,
-                hold_ms: hold.as_millis().min(u32::MAX.into()) as u32,
-            }
-            .emit(&mut c.data);
-            tx.push(port as u16, c);
-        }
     }
 
     fn flood_links(&mut self) {
