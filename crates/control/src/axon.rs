@@ -395,12 +395,6 @@ impl AxonFast {
         })
     }
 
-    /// The directory of the first port's pins (a predecessor's, or for a successor).
-    fn pin_dir(&self, create: bool) -> Option<std::path::PathBuf> {
-        let i = io::netdev::ifindex(self.names.first()?).ok()?;
-        io::pin::dir(i as u32, create)
-    }
-
     /// The neighbours a predecessor's fast path sent to, handed over across a restart
     /// (pinned beside its links): written to this fast path's map before the ports open,
     /// so that the programs that replace the predecessor's in its links send on from
@@ -408,8 +402,7 @@ impl AxonFast {
     /// those ports (or for `hold`, at most). `macs`: the ports' own MACs, by which the
     /// predecessor's ports are found. `None`: nothing was handed over.
     pub fn adopt(&mut self, macs: &[[u8; 6]], hold: Duration) -> Option<usize> {
-        let dir = self
-            .pin_dir(false)
+        let dir = crate::fast::first_port_pin_dir(&self.names, false)
             .filter(|d| d.join("axon-ports").exists())?;
         let mut n = 0;
         for (mine, theirs) in io::fastpath::axon::AxonFastPath::pinned_neighbours(&dir) {
@@ -438,16 +431,12 @@ impl AxonFast {
     /// the successor ([`AxonFast::adopt`]), and, while the Axon runs, the programs'
     /// deadline kept `grace` ahead ([`run`]). False where no link is pinned.
     pub fn hand_over(&mut self, grace: Duration) -> bool {
-        if !crate::fast::any_link_pinned(&self.names) {
-            return false;
+        let fp = &self.fp;
+        let handed = crate::fast::pin_for_successor(&self.names, "Axon", |d| fp.pin(d));
+        if handed {
+            self.grace = Some(grace);
         }
-        if let Some(dir) = self.pin_dir(true) {
-            if let Err(e) = self.fp.pin(&dir) {
-                tracing::warn!(error = %e, "Axon fast path: maps not pinned for a successor");
-            }
-        }
-        self.grace = Some(grace);
-        true
+        handed
     }
 
     /// Whether port `port`'s device takes frames redirected in XDP.

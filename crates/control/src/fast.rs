@@ -691,6 +691,33 @@ pub fn any_link_pinned(names: &[String]) -> bool {
     pinned
 }
 
+/// The pin directory of the first of an element's ports `names` (where a predecessor's
+/// maps are, or a successor's will be; `create`: made if missing). None off a BPF
+/// filesystem.
+pub fn first_port_pin_dir(names: &[String], create: bool) -> Option<std::path::PathBuf> {
+    let i = io::netdev::ifindex(names.first()?).ok()?;
+    io::pin::dir(i as u32, create)
+}
+
+/// Where an element's ports `names` have their links pinned, has `pin` pin the maps its
+/// successor reads in the first port's pin directory (a failure logged, naming `what`);
+/// false where no link is pinned (nothing is handed over).
+pub fn pin_for_successor(
+    names: &[String],
+    what: &str,
+    pin: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
+) -> bool {
+    if !any_link_pinned(names) {
+        return false;
+    }
+    if let Some(dir) = first_port_pin_dir(names, true) {
+        if let Err(e) = pin(&dir) {
+            tracing::warn!(error = %e, "{what} fast path: maps not pinned for a successor");
+        }
+    }
+    true
+}
+
 /// Moves the programs' deadline ahead with `beat` now and every 100 ms until `stop`, on a
 /// thread of its own: a fast path handed over forwards on for its grace after the element
 /// is gone, and no longer unless a successor takes it over.

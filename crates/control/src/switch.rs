@@ -292,19 +292,12 @@ impl SwitchFast {
         Ok(f)
     }
 
-    /// The directory of the first port's pins (a predecessor's, or for a successor).
-    fn pin_dir(&self, create: bool) -> Option<std::path::PathBuf> {
-        let i = io::netdev::ifindex(self.names.first()?).ok()?;
-        io::pin::dir(i as u32, create)
-    }
-
     /// What a predecessor's fast path had learned, handed over across a restart (pinned
     /// beside its links): taken into `s`'s table and this fast path's map before the
     /// ports open, so that the programs that replace the predecessor's in its links
     /// forward from their first frame what it forwarded. `None`: nothing was handed over.
     pub fn adopt(&mut self, s: &mut Switch) -> Option<usize> {
-        let dir = self
-            .pin_dir(false)
+        let dir = crate::fast::first_port_pin_dir(&self.names, false)
             .filter(|d| d.join("switch-macs").exists())?;
         let ifindexes: Vec<u32> = self
             .names
@@ -330,16 +323,12 @@ impl SwitchFast {
     /// runs, the programs' deadline kept `grace` ahead ([`run`]), so that they forward for
     /// at most `grace` after the switch is gone unless a successor takes them over.
     pub fn hand_over(&mut self, grace: Duration) -> bool {
-        if !crate::fast::any_link_pinned(&self.names) {
-            return false;
+        let fp = &self.fp;
+        let handed = crate::fast::pin_for_successor(&self.names, "switch", |d| fp.pin(d));
+        if handed {
+            self.grace = Some(grace);
         }
-        if let Some(dir) = self.pin_dir(true) {
-            if let Err(e) = self.fp.pin(&dir) {
-                tracing::warn!(error = %e, "switch fast path: maps not pinned for a successor");
-            }
-        }
-        self.grace = Some(grace);
-        true
+        handed
     }
 
     /// Whether port `port`'s device takes frames redirected in XDP: frames leave by it

@@ -1042,21 +1042,27 @@ impl Axon {
         Some(path)
     }
 
+    /// A hello out of `port`, asking the neighbours to hold this Axon `hold_ms` (0: none).
+    fn hello(&mut self, port: usize, hold_ms: u32) -> Pkt {
+        let mut c = self.pool.get();
+        self.outer(&mut c.data, MacAddr::BROADCAST, port);
+        let _ = axon::append(&mut c.data, Kind::Hello, &[], &[]);
+        Msg::Hello {
+            id: self.cfg.id,
+            port: port as u8,
+            hold_ms,
+        }
+        .emit(&mut c.data);
+        c
+    }
+
     /// Hellos, link floods, neighbour deaths, path computation, and what every output
     /// port's schedule allows by now.
     pub fn poll(&mut self, now: Instant, tx: &mut TxQueues) {
         if now >= self.next_hello {
             self.next_hello = now + self.cfg.hello;
             for port in 0..self.cfg.ports.len() {
-                let mut c = self.pool.get();
-                self.outer(&mut c.data, MacAddr::BROADCAST, port);
-                let _ = axon::append(&mut c.data, Kind::Hello, &[], &[]);
-                Msg::Hello {
-                    id: self.cfg.id,
-                    port: port as u8,
-                    hold_ms: 0,
-                }
-                .emit(&mut c.data);
+                let c = self.hello(port, 0);
                 let cp = self.cfg.ports.len();
                 self.enqueue(port, c, cp);
             }

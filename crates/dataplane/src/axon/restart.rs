@@ -38,16 +38,9 @@ impl Axon {
         let Some(hold) = self.farewell_hold else {
             return;
         };
+        let hold_ms = hold.as_millis().min(u32::MAX.into()) as u32;
         for port in 0..self.cfg.ports.len() {
-            let mut c = self.pool.get();
-            self.outer(&mut c.data, MacAddr::BROADCAST, port);
-            let _ = axon::append(&mut c.data, Kind::Hello, &[], &[]);
-            Msg::Hello {
-                id: self.cfg.id,
-                port: port as u8,
-                hold_ms: hold.as_millis().min(u32::MAX.into()) as u32,
-            }
-            .emit(&mut c.data);
+            let c = self.hello(port, hold_ms);
             tx.push(port as u16, c);
         }
     }
