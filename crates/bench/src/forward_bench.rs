@@ -20,17 +20,19 @@
 //! (Ethernet, IPv6, UDP, the probe, the FCS): where IPv4 is measured at 64 bytes, IPv6 is
 //! at 84.
 
-use crate::placement::{place_hosts, place_nodes};
+use crate::placement::{place_hosts, place_nodes, place_split};
 use crate::table;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
 mod point;
 mod procs;
+mod rounds;
 mod variants;
 pub use point::SinkKind;
 pub(crate) use point::{drain, lab_point, report_of, watch_sink, KeptSinks, Point};
 pub(crate) use procs::{realtime_napi, threaded_napi, External};
+pub use rounds::{run_rounds, summarize as summarize_rounds};
 pub use variants::{acl_rules_of, flow_sampling_of, ACL_PREFIX, FLOWS_PREFIX};
 use variants::{acl_topo, flows_topo};
 
@@ -72,6 +74,9 @@ pub struct ForwardOpts {
     /// The kernel counts the BPF programs' run time while the bench runs (`--bpf-stats`):
     /// each contender's nanoseconds per frame in the forwarder's fast-path programs.
     pub bpf_stats: bool,
+    /// The router on the last CPU, the hosts on the others (`--split-cores`), where the
+    /// machine is too small to give each node cores of its own.
+    pub split_cores: bool,
 }
 
 /// The smallest IPv6 test frame: Ethernet, IPv6 and UDP headers, the probe, the FCS.
@@ -1000,7 +1005,11 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 [&topo, &topo_fast, &topo_user],
                 &labname,
             )?;
-            let (placed, note) = place_nodes(&mut l);
+            let (placed, note) = if opts.split_cores {
+                place_split(&mut l)
+            } else {
+                place_nodes(&mut l)
+            };
             if !placements
                 .iter()
                 .any(|p: &Value| p["contender"] == contender)

@@ -98,6 +98,47 @@ pub(crate) fn place_nodes(l: &mut lab::Lab) -> (bool, String) {
     (true, note)
 }
 
+/// On a machine too small for [`place_nodes`]: a lab of one element (the router) gets the
+/// last online CPU for it (its workers and its ports' NAPI threads, or a kernel router's
+/// receive work, by [`place_hosts`]) and the others for every host together, so that the
+/// router never shares its core with a generator or a sink and never moves between
+/// runs. Without it, on two cores, the scheduler puts the router's receive thread beside
+/// a sink's now and apart from it a minute later, and the same router's peak moves
+/// twofold between points (`bench forward --split-cores`, docs/measurement.md). None
+/// where the lab has more than one element or the machine one CPU.
+pub(crate) fn place_split(l: &mut lab::Lab) -> (bool, String) {
+    let Some((hosts, router)) = split_cpus(&io::placement::online_cpus(), l.topo.element.len())
+    else {
+        return (
+            false,
+            "not placed: --split-cores needs one element and two CPUs".into(),
+        );
+    };
+    for host in l.topo.host.iter_mut() {
+        host.cpus = Some(hosts.clone());
+    }
+    for el in l.topo.element.iter_mut() {
+        el.cpus = Some(router.clone());
+    }
+    (
+        true,
+        format!("split: the router on CPU {router}, the hosts on CPUs {hosts}"),
+    )
+}
+
+/// [`place_split`]'s plan on a machine whose online CPUs are `online`: the hosts' CPU
+/// list and the router's.
+fn split_cpus(online: &[usize], elements: usize) -> Option<(String, String)> {
+    if elements != 1 || online.len() < 2 {
+        return None;
+    }
+    let (last, rest) = online.split_last()?;
+    Some((
+        io::placement::CpuList::of(rest).to_string(),
+        last.to_string(),
+    ))
+}
+
 /// After [`place_nodes`] (and GRO on, which gives a veth its NAPI): every host's receive
 /// work, and a kernel router's, in NAPI threads on its own cores.
 pub(crate) fn place_hosts(l: &lab::Lab, kernel_router: bool) -> Result<(), String> {
@@ -146,5 +187,19 @@ mod tests {
         assert_eq!(h, ["1-3", "4-6"]);
         assert_eq!(e, ["7-8", "9-10", "11", "12", "13-15"]);
         assert!(note.starts_with("placed: 13 cores of 16"), "{note}");
+    }
+
+    #[test]
+    fn a_split_gives_the_router_the_last_cpu_and_the_hosts_the_rest() {
+        assert_eq!(
+            split_cpus(&[0, 1], 1),
+            Some(("0".to_string(), "1".to_string()))
+        );
+        assert_eq!(
+            split_cpus(&[0, 1, 2, 3], 1),
+            Some(("0-2".to_string(), "3".to_string()))
+        );
+        assert_eq!(split_cpus(&[0], 1), None);
+        assert_eq!(split_cpus(&[0, 1, 2, 3], 3), None);
     }
 }

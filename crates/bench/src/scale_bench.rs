@@ -835,6 +835,7 @@ pub fn run(opts: &ScaleOpts, progress: &mut dyn FnMut(&str)) -> Result<Value, St
         plain_hosts: false,
         acl_masks: 4,
         bpf_stats: false,
+        split_cores: false,
     };
     let mut ceilings = serde_json::Map::new();
     for &size in &sizes {

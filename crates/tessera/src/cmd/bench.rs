@@ -150,6 +150,23 @@ pub(crate) enum Bench {
         /// program some nanoseconds per run, the generator's and the sinks' too.
         #[arg(long)]
         bpf_stats: bool,
+        /// Measure the whole run N times over, so that the contenders take turns (A, B,
+        /// A, B, ...): round K's results and plots in OUT/round-K, and in OUT/rounds.json
+        /// each contender's peak per round with their median and, for every contender
+        /// but `forwarder-fast` (where measured; else the first), its peak over that
+        /// one's in the same round, per round, with their median. On a shared machine a
+        /// peak moves by half between minutes; ratios taken within a round do not.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        rounds: usize,
+        /// On a machine too small to give every host and the router cores of their own
+        /// (fewer than nine): the router (its element, workers and ports' receive
+        /// threads, or the kernel's receive work) on the last CPU, every host's generator,
+        /// sink and receive work on the others. On two cores the scheduler otherwise puts
+        /// the router's receive thread beside a sink's in one minute and apart in the
+        /// next, and a contender's peak moves twofold between points. Only with one
+        /// router element (not with --star or --multistage).
+        #[arg(long)]
+        split_cores: bool,
     },
     /// `tessera switch` against the Linux bridge: one generator into one sink through
     /// each (and straight, for the generator's ceiling), at the generator's highest rate;
@@ -561,6 +578,8 @@ fn forward(w: Bench) -> Result<i32> {
         acl_masks,
         flow_export,
         bpf_stats,
+        rounds,
+        split_cores,
     } = w
     else {
         bail!("bench forward: another benchmark's arguments");
@@ -642,8 +661,14 @@ fn forward(w: Bench) -> Result<i32> {
         plain_hosts,
         acl_masks,
         bpf_stats,
+        split_cores,
     };
-    let v = bench::forward_bench::run(&opts).map_err(anyhow::Error::msg)?;
+    let v = match rounds {
+        0 => bail!("--rounds 0: measure at least one round"),
+        1 => bench::forward_bench::run(&opts),
+        n => bench::forward_bench::run_rounds(&opts, n),
+    }
+    .map_err(anyhow::Error::msg)?;
     print(&v)
 }
 
