@@ -644,9 +644,11 @@ fn prepare(
     }
     // Sinks take frames a router redirects in XDP (the fast path's): their veths run
     // NAPI, with GRO on; so do the sources, which take the replies to the pings below.
-    // The same for every contender.
+    // The same for every contender. Not with `--hosts plain`: their links stay as a
+    // container's (GRO off, no XDP program), as the lab made them, so that the router's
+    // fast path must hand their frames to tcx.
     let mut hosts: Vec<&str> = Vec::new();
-    for (src, _, _, sink, _, _) in sources {
+    for (src, _, _, sink, _, _) in sources.iter().filter(|_| !opts.plain_hosts) {
         hosts.extend([*src, *sink]);
     }
     hosts.sort_unstable();

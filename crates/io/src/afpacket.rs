@@ -135,6 +135,8 @@ pub struct AfPacket {
     /// The interface's own receive drops, if this port reports them.
     device: Option<crate::netdev::DeviceDrops>,
     device_tx: Option<crate::netdev::DeviceDrops>,
+    /// Why the element chose this backend for the port, where it chose ([`AfPacket::set_why`]).
+    why: Option<String>,
 }
 
 // SAFETY: the mapping is owned by this value and used only through &mut self.
@@ -310,6 +312,12 @@ impl AfPacket {
     /// only then may this socket take it (open it with [`RingConfig::accept_mark`]); the
     /// marked frame then ends in the program, so the kernel's stack sees none of the
     /// port's frames.
+    /// Says why the element runs this port on AF_PACKET (in its mode, `show interfaces`'
+    /// `io_mode`).
+    pub fn set_why(&mut self, why: String) {
+        self.why = Some(why);
+    }
+
     pub fn attach_fast_path(&mut self, prog: std::os::fd::OwnedFd) -> io::Result<()> {
         self.tcx_ingress(prog, Tcx::FastPath)
     }
@@ -398,6 +406,7 @@ impl AfPacket {
             tcx: None,
             device: None,
             device_tx: None,
+            why: None,
         };
         check(
             setsockopt(
@@ -889,7 +898,7 @@ impl Port for AfPacket {
         PortInfo {
             backend: "packet",
             mode: format!(
-                "{}{}{}",
+                "{}{}{}{}",
                 match self.version {
                     RxRing::Frames => "TPACKET_V2 frame ring",
                     RxRing::Blocks => "TPACKET_V3 block ring",
@@ -903,7 +912,11 @@ impl Port for AfPacket {
                     Some(Tcx::StackOff) => ", kernel stack off (tcx)",
                     Some(Tcx::FastPath) => ", fast path (tcx)",
                     None => "",
-                }
+                },
+                self.why
+                    .as_deref()
+                    .map(|w| format!(", AF_PACKET because {w}"))
+                    .unwrap_or_default()
             ),
         }
     }

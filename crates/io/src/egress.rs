@@ -88,6 +88,22 @@ pub fn xdp_egress(name: &str) -> Egress {
     }
 }
 
+/// Why a port of an element with a fast path is better on AF_PACKET, its fast path in
+/// tcx, than on AF_XDP: its device is a veth whose peer runs no NAPI (no XDP program, GRO
+/// off: a container's end, a wire-like host's). Such a peer sends socket buffers, and an
+/// XDP program on this end would have the veth take each through NAPI and copy it into a
+/// page with XDP's headroom before the program sees it; the tcx program takes the buffer
+/// as it is. Measured on the 2-core machine (docs/forwarder.md, "Ports on AF_PACKET by
+/// choice"): the kernel's own round trip grows by a fifth with an empty XDP program on
+/// such ports, and the forwarder's rate through them is higher in tcx. None where the
+/// device takes XDP frames or is not a veth (a NIC's driver runs XDP natively).
+pub fn socket_buffers_only(name: &str) -> Option<String> {
+    match (xdp_egress(name), crate::netdev::driver(name).as_deref()) {
+        (Egress::Refused(_), Ok("veth")) => Some("its veth peer runs no NAPI (no XDP program, GRO off): it sends socket buffers, which an XDP program here would have copied first".into()),
+        _ => None,
+    }
+}
+
 /// One port as the watch last found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortEgress {

@@ -223,6 +223,23 @@ pub fn pin_link(ifindex: u32, name: &str, link: &OwnedFd) {
     }
 }
 
+/// Ends the links a predecessor of this element pinned for interface `ifindex` under
+/// `names`: a port of the other kind now (a port the predecessor ran on AF_XDP that this
+/// start runs on AF_PACKET, or the other way), whose program this start does not take
+/// over. Called once the port's own program is attached, so that frames go from the
+/// predecessor's program to this start's with none to neither; the pin held the link's
+/// last reference, so it detaches as the pin goes. Returns the names it ended.
+pub fn retire(ifindex: u32, names: &[&'static str]) -> Vec<&'static str> {
+    let Some(d) = dir(ifindex, false) else {
+        return Vec::new();
+    };
+    names
+        .iter()
+        .copied()
+        .filter(|n| std::fs::remove_file(d.join(n)).is_ok())
+        .collect()
+}
+
 /// A port whose link may still run a predecessor's program ([`defer_takeover`]).
 pub trait TakeOver: Send + Sync {
     /// Puts this start's program in the link where a predecessor's still runs; nothing

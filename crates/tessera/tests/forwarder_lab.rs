@@ -1444,6 +1444,106 @@ fn plain_hosts_keep_the_fast_path_across_a_restart() {
     assert_eq!(lab.port_fast("r", "r-eth2")["egress"], "tcx");
 }
 
+/// By default (`[io] backend = "auto"`), a forwarder's port whose veth peer runs no NAPI
+/// (a plain host's, as a container's is) opens on AF_PACKET with the fast path in tcx, and
+/// says why (docs/forwarder.md, "Ports on AF_PACKET by choice"): an XDP program there
+/// would have each frame the peer sends copied first. Pings, TCP and a restart under load
+/// go by the fast path with nothing lost; a peer that turns GRO on gets an AF_XDP port at
+/// the next start, and the link of that port's last (tcx) fast path is ended, not left
+/// beside the new one.
+#[test]
+fn auto_runs_ports_to_plain_hosts_on_af_packet_with_the_fast_path_in_tcx() {
+    let lab = TestLab::up(
+        repo_path("labs/single-router.toml"),
+        &["--hosts", "plain", "--io", "auto"],
+    );
+    let port = |lab: &TestLab, name: &str| -> serde_json::Value {
+        let v = lab.show_json("interfaces", "r");
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {v}"))
+            .clone()
+    };
+    for n in ["r-eth0", "r-eth1", "r-eth2", "r-eth3"] {
+        let p = port(&lab, n);
+        assert_eq!(p["backend"], "packet", "{p}");
+        let mode = p["io_mode"].as_str().unwrap_or_default();
+        assert!(mode.contains("fast path (tcx)"), "{p}");
+        assert!(
+            mode.contains("AF_PACKET because its veth peer runs no NAPI"),
+            "{p}"
+        );
+    }
+    let forwarded = |lab: &TestLab| {
+        lab.counters("r")["fast_path"]["forwarded"]
+            .as_u64()
+            .unwrap()
+    };
+    // The first pings resolve both hosts (and the fast path learns them).
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.3.0.10"],
+    );
+    assert!(p.contains("2 received"), "{p}");
+    std::thread::sleep(Duration::from_millis(300));
+    let before = forwarded(&lab);
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "100", "-i", "0.005", "-W", "2", "10.3.0.10"],
+    );
+    assert!(p.contains("100 received"), "{p}");
+    assert!(forwarded(&lab) - before >= 200, "{}", lab.counters("r"));
+    let before = forwarded(&lab);
+    lab.iperf3("src1", "sink1", "10.3.0.10", &["-t", "1"]);
+    assert!(forwarded(&lab) - before > 1000, "{}", lab.counters("r"));
+    let Restarted {
+        g, s, sent, got, ..
+    } = restart_under_the_xdp_generator(&lab, &[]);
+    assert!(sent > 200_000, "{g}");
+    assert_eq!(
+        got,
+        sent,
+        "lost {} of {sent} across the restart: {s}\n{}",
+        sent.saturating_sub(got),
+        lab.logs("r")
+    );
+    assert_eq!(port(&lab, "r-eth0")["backend"], "packet");
+    // sink1 turns GRO on: its port is an AF_XDP one from the next start, whose tcx link
+    // of the last start is ended.
+    let ino = std::process::Command::new("stat")
+        .args(["-L", "-c", "%i", &format!("/run/netns/ts-{}-r", lab.name)])
+        .output()
+        .unwrap();
+    let ino = String::from_utf8_lossy(&ino.stdout).into_owned();
+    let pins = |port: &str| {
+        let ifindex = lab.sh("r", &["cat", &format!("/sys/class/net/{port}/ifindex")]);
+        std::path::PathBuf::from(format!(
+            "/run/tessera/bpf/net{}/if{}",
+            ino.trim(),
+            ifindex.trim()
+        ))
+    };
+    assert!(pins("r-eth2").join("link-tcx").exists());
+    lab.sh("sink1", &["ethtool", "-K", "eth0", "gro", "on"]);
+    lab.element("stop", "r");
+    lab.element("start", "r");
+    assert_eq!(port(&lab, "r-eth2")["backend"], "xdp");
+    assert_eq!(port(&lab, "r-eth0")["backend"], "packet");
+    assert!(
+        !pins("r-eth2").join("link-tcx").exists(),
+        "{}",
+        lab.logs("r")
+    );
+    assert!(pins("r-eth0").join("link-tcx").exists());
+    let p = lab.sh(
+        "src1",
+        &["ping", "-c", "20", "-i", "0.01", "-W", "2", "10.3.0.10"],
+    );
+    assert!(p.contains("20 received"), "{p}");
+}
+
 /// `tessera reload` and SIGHUP: the forwarder re-reads its config file; a changed route is
 /// followed at once (frames leave by the new next hop's port), a broken file changes
 /// nothing and says the line and key, a changed key that needs a restart is refused by

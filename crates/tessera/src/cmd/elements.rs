@@ -145,8 +145,18 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
         }
     }
     for (k, (name, link)) in names.iter().zip(&links).enumerate() {
-        let (backend, ring) = (cfg.io.backend, cfg.io.packet_ring);
-        let mine = match &fast {
+        let ring = cfg.io.packet_ring;
+        // The port to the router's own switch (a back-end's or a star member's) as
+        // configured: its peer is an element of ours.
+        let internal = [
+            cfg.backend.as_ref().map(|b| b.internal),
+            cfg.star.as_ref().map(|s| s.internal),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|i| cfg.interfaces.get(i).is_some_and(|i| i.name == *name));
+        let (backend, why) = port_backend(cfg.io.backend, fast.is_some() && !internal, name);
+        let mut mine = match &fast {
             Some(fl) => {
                 let mut facts = control::fast::ForwarderFast::facts(&f, k as u32, link.mac.0);
                 facts.slow_path_limit = cfg.io.slow_path_limit;
@@ -158,6 +168,9 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
             }
             None => io::open_workers(name, backend, ring, None, workers, umems.as_mut())?,
         };
+        if fast.is_some() {
+            settle_port(name, &mut mine, why);
+        }
         let info = mine[0].info();
         tracing::info!(interface = name, backend = info.backend, mode = %info.mode, workers, "port open");
         attachments.extend(mine[0].fast_path_link());
@@ -205,6 +218,50 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
 /// Whether a port's frames bound to a device that takes no XDP frames can go through the
 /// hand-off to tcx (`io::handoff`): its interface's tcx hook runs it, or the port runs no
 /// XDP program of the element's (AF_PACKET), so it hands nothing over.
+/// A forwarder's port's backend: `[io] backend`, except that by default ("auto") a port
+/// with the fast path whose veth peer sends only socket buffers (no NAPI there: a
+/// container's end, a wire-like host's) runs on AF_PACKET with the fast path in tcx
+/// ([`io::egress::socket_buffers_only`] says why; docs/forwarder.md, "Ports on AF_PACKET
+/// by choice"). Chosen as the port opens; a peer that changes later leaves it as it is.
+fn port_backend(configured: io::Backend, fast: bool, name: &str) -> (io::Backend, Option<String>) {
+    match configured {
+        io::Backend::Auto if fast => match io::egress::socket_buffers_only(name) {
+            Some(why) => (io::Backend::Packet, Some(why)),
+            None => (configured, None),
+        },
+        _ => (configured, None),
+    }
+}
+
+/// After a forwarder's port opened with its fast path: says why it is on AF_PACKET where
+/// that was chosen (`why`), and ends the links of the other kind that the element's last
+/// start pinned for it (its XDP and hand-off links where the port is now on AF_PACKET,
+/// its tcx link where it is now on AF_XDP), which this start's program does not take
+/// over and which would otherwise run on beside it.
+fn settle_port(name: &str, ports: &mut [io::AnyPort], why: Option<String>) {
+    let on_packet = matches!(ports.first(), Some(io::AnyPort::Packet(_)));
+    if let Some(w) = why {
+        tracing::info!(interface = name, why = %w, "port on AF_PACKET, its fast path in tcx");
+        for p in ports.iter_mut() {
+            if let io::AnyPort::Packet(p) = p {
+                p.set_why(w.clone());
+            }
+        }
+    }
+    let Ok(ifindex) = io::netdev::ifindex(name) else {
+        return;
+    };
+    let other: &[&'static str] = if on_packet {
+        &["link-drv", "link-skb", "link-handoff"]
+    } else {
+        &["link-tcx"]
+    };
+    let ended = io::pin::retire(ifindex as u32, other);
+    if !ended.is_empty() {
+        tracing::info!(interface = name, links = ?ended, "fast path: the last start's links of the port's other backend ended");
+    }
+}
+
 fn hands_off(p: &io::AnyPort) -> bool {
     p.attachment().is_none_or(|a| a.handoff())
 }
