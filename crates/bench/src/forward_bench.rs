@@ -20,7 +20,7 @@
 //! (Ethernet, IPv6, UDP, the probe, the FCS): where IPv4 is measured at 64 bytes, IPv6 is
 //! at 84.
 
-use crate::placement::{place_hosts, place_nodes, place_split};
+use crate::placement::{place_for, place_hosts};
 use crate::table;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -1007,11 +1007,7 @@ pub fn run(opts: &ForwardOpts) -> Result<Value, String> {
                 [&topo, &topo_fast, &topo_user],
                 &labname,
             )?;
-            let (placed, note) = if opts.split_cores {
-                place_split(&mut l)
-            } else {
-                place_nodes(&mut l)
-            };
+            let (placed, note) = place_for(opts.split_cores, &mut l);
             if !placements
                 .iter()
                 .any(|p: &Value| p["contender"] == contender)

@@ -98,6 +98,16 @@ pub(crate) fn place_nodes(l: &mut lab::Lab) -> (bool, String) {
     (true, note)
 }
 
+/// Where a bench's lab runs: `split` ([`place_split`], `bench forward --split-cores`), else
+/// [`place_nodes`].
+pub(crate) fn place_for(split: bool, l: &mut lab::Lab) -> (bool, String) {
+    if split {
+        place_split(l)
+    } else {
+        place_nodes(l)
+    }
+}
+
 /// On a machine too small for [`place_nodes`]: a lab of one element (the router) gets the
 /// last online CPU for it (its workers and its ports' NAPI threads, or a kernel router's
 /// receive work, by [`place_hosts`]) and the others for every host together, so that the
