@@ -164,7 +164,8 @@ pub(crate) enum Bench {
         /// sink and receive work on the others. On two cores the scheduler otherwise puts
         /// the router's receive thread beside a sink's in one minute and apart in the
         /// next, and a contender's peak moves twofold between points. Only with one
-        /// router element (not with --star or --multistage).
+        /// router element (not with --star or --multistage); with `--sink count`, since
+        /// a sink that copies frames on the hosts' shared core limits every contender.
         #[arg(long)]
         split_cores: bool,
     },
