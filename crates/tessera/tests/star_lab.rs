@@ -147,3 +147,48 @@ fn members_restarted_under_a_stream_lose_nothing() {
         .unwrap_or(0);
     assert!(handed > 10_000, "s3 handed {handed} frames to tcx: {c}");
 }
+
+/// A plain config (`--io auto`) on plain hosts keeps every port of a star member on
+/// AF_XDP, where a forwarder would put a port to a plain host on AF_PACKET
+/// (docs/forwarder.md, "Ports on AF_PACKET by choice"): the tcx fast path leaves frames
+/// bound across the star's switch to user space, XDP carries them. Every crossing from h1
+/// to h4 and back is the fast path's.
+#[test]
+fn star_members_keep_af_xdp_ports_on_plain_hosts() {
+    let lab = TestLab::up(repo_path(LAB), &["--hosts", "plain", "--io", "auto"]);
+    let p = lab.sh(
+        "h1",
+        &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.4.0.10"],
+    );
+    assert!(p.contains("3 received"), "{p}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let user = |lab: &TestLab, e: &str| {
+        counters_of(lab, e)["events"]["ip4_forwarded"]
+            .as_u64()
+            .unwrap()
+    };
+    let (u1, u4) = (user(&lab, "s1"), user(&lab, "s4"));
+    let p = lab.sh(
+        "h1",
+        &[
+            "ping",
+            "-c",
+            "100",
+            "-i",
+            "0.005",
+            "-W",
+            "2",
+            "-q",
+            "10.4.0.10",
+        ],
+    );
+    assert!(p.contains("100 received"), "{p}");
+    for e in ["s1", "s4"] {
+        let v = lab.show_json("interfaces", e);
+        for port in v.as_array().unwrap() {
+            assert_eq!(port["backend"], "xdp", "{e}: {port}");
+        }
+    }
+    assert_eq!(user(&lab, "s1"), u1, "{}", counters_of(&lab, "s1"));
+    assert_eq!(user(&lab, "s4"), u4, "{}", counters_of(&lab, "s4"));
+}

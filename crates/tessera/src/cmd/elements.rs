@@ -146,16 +146,16 @@ pub(crate) fn forwarder(a: &ElementArgs) -> Result<i32> {
     }
     for (k, (name, link)) in names.iter().zip(&links).enumerate() {
         let ring = cfg.io.packet_ring;
-        // The port to the router's own switch (a back-end's or a star member's) as
-        // configured: its peer is an element of ours.
-        let internal = [
-            cfg.backend.as_ref().map(|b| b.internal),
-            cfg.star.as_ref().map(|s| s.internal),
-        ]
-        .into_iter()
-        .flatten()
-        .any(|i| cfg.interfaces.get(i).is_some_and(|i| i.name == *name));
-        let (backend, why) = port_backend(cfg.io.backend, fast.is_some() && !internal, name);
+        // As configured: a back-end's port to the router's own switch (its peer is an
+        // element of ours), and every port of a star member (the tcx fast path leaves a
+        // frame bound across the star's switch to user space; XDP carries it).
+        let internal = cfg
+            .backend
+            .as_ref()
+            .and_then(|b| cfg.interfaces.get(b.internal))
+            .is_some_and(|i| i.name == *name);
+        let choose = fast.is_some() && cfg.star.is_none() && !internal;
+        let (backend, why) = port_backend(cfg.io.backend, choose, name);
         let mut mine = match &fast {
             Some(fl) => {
                 let mut facts = control::fast::ForwarderFast::facts(&f, k as u32, link.mac.0);
