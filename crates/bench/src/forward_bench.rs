@@ -648,8 +648,10 @@ fn prepare(
     // container's (GRO off, no XDP program), as the lab made them, so that the router's
     // fast path must hand their frames to tcx.
     let mut hosts: Vec<&str> = Vec::new();
-    for (src, _, _, sink, _, _) in sources.iter().filter(|_| !opts.plain_hosts) {
-        hosts.extend([*src, *sink]);
+    if !opts.plain_hosts {
+        for (src, _, _, sink, _, _) in sources {
+            hosts.extend([*src, *sink]);
+        }
     }
     hosts.sort_unstable();
     hosts.dedup();

@@ -1411,27 +1411,33 @@ fn plain_hosts_keep_the_fast_path_across_a_restart() {
     );
     assert!(p.contains("2 received"), "{p}");
     assert_eq!(lab.port_fast("r", "r-eth2")["egress"], "tcx");
+    plain_hosts_go_by_the_fast_path(&lab);
+    assert_eq!(lab.port_fast("r", "r-eth2")["egress"], "tcx");
+}
+
+/// Plain hosts through the single router's fast path (their neighbours resolved): 100
+/// pings and a second of TCP, every packet counted by the fast path (requests in at
+/// r-eth0, replies in at r-eth2), then a restart under the XDP generator's 50 kpps,
+/// received by an AF_PACKET sink (no XDP on the host), that loses nothing.
+fn plain_hosts_go_by_the_fast_path(lab: &TestLab) {
     let forwarded = |lab: &TestLab| {
         lab.counters("r")["fast_path"]["forwarded"]
             .as_u64()
             .unwrap()
     };
-    let before = forwarded(&lab);
+    let before = forwarded(lab);
     let p = lab.sh(
         "src1",
         &["ping", "-c", "100", "-i", "0.005", "-W", "2", "10.3.0.10"],
     );
     assert!(p.contains("100 received"), "{p}");
-    // Requests in at r-eth0, replies in at r-eth2: every one by the fast path.
-    assert!(forwarded(&lab) - before >= 200, "{}", lab.counters("r"));
-    let before = forwarded(&lab);
+    assert!(forwarded(lab) - before >= 200, "{}", lab.counters("r"));
+    let before = forwarded(lab);
     lab.iperf3("src1", "sink1", "10.3.0.10", &["-t", "1"]);
-    assert!(forwarded(&lab) - before > 1000, "{}", lab.counters("r"));
-    // A restart under a generator's 50 kpps, received by an AF_PACKET sink (no XDP on
-    // the host).
+    assert!(forwarded(lab) - before > 1000, "{}", lab.counters("r"));
     let Restarted {
         g, s, sent, got, ..
-    } = restart_under_the_xdp_generator(&lab, &[]);
+    } = restart_under_the_xdp_generator(lab, &[]);
     eprintln!("plain hosts, restart under load: sent {sent}, received {got}");
     assert!(sent > 200_000, "{g}");
     assert_eq!(
@@ -1441,7 +1447,6 @@ fn plain_hosts_keep_the_fast_path_across_a_restart() {
         sent.saturating_sub(got),
         lab.logs("r")
     );
-    assert_eq!(lab.port_fast("r", "r-eth2")["egress"], "tcx");
 }
 
 /// By default (`[io] backend = "auto"`), a forwarder's port whose veth peer runs no NAPI
@@ -1457,17 +1462,8 @@ fn auto_runs_ports_to_plain_hosts_on_af_packet_with_the_fast_path_in_tcx() {
         repo_path("labs/single-router.toml"),
         &["--hosts", "plain", "--io", "auto"],
     );
-    let port = |lab: &TestLab, name: &str| -> serde_json::Value {
-        let v = lab.show_json("interfaces", "r");
-        v.as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .unwrap_or_else(|| panic!("{name} in {v}"))
-            .clone()
-    };
     for n in ["r-eth0", "r-eth1", "r-eth2", "r-eth3"] {
-        let p = port(&lab, n);
+        let p = lab.port("r", n);
         assert_eq!(p["backend"], "packet", "{p}");
         let mode = p["io_mode"].as_str().unwrap_or_default();
         assert!(mode.contains("fast path (tcx)"), "{p}");
@@ -1476,11 +1472,6 @@ fn auto_runs_ports_to_plain_hosts_on_af_packet_with_the_fast_path_in_tcx() {
             "{p}"
         );
     }
-    let forwarded = |lab: &TestLab| {
-        lab.counters("r")["fast_path"]["forwarded"]
-            .as_u64()
-            .unwrap()
-    };
     // The first pings resolve both hosts (and the fast path learns them).
     let p = lab.sh(
         "src1",
@@ -1488,28 +1479,8 @@ fn auto_runs_ports_to_plain_hosts_on_af_packet_with_the_fast_path_in_tcx() {
     );
     assert!(p.contains("2 received"), "{p}");
     std::thread::sleep(Duration::from_millis(300));
-    let before = forwarded(&lab);
-    let p = lab.sh(
-        "src1",
-        &["ping", "-c", "100", "-i", "0.005", "-W", "2", "10.3.0.10"],
-    );
-    assert!(p.contains("100 received"), "{p}");
-    assert!(forwarded(&lab) - before >= 200, "{}", lab.counters("r"));
-    let before = forwarded(&lab);
-    lab.iperf3("src1", "sink1", "10.3.0.10", &["-t", "1"]);
-    assert!(forwarded(&lab) - before > 1000, "{}", lab.counters("r"));
-    let Restarted {
-        g, s, sent, got, ..
-    } = restart_under_the_xdp_generator(&lab, &[]);
-    assert!(sent > 200_000, "{g}");
-    assert_eq!(
-        got,
-        sent,
-        "lost {} of {sent} across the restart: {s}\n{}",
-        sent.saturating_sub(got),
-        lab.logs("r")
-    );
-    assert_eq!(port(&lab, "r-eth0")["backend"], "packet");
+    plain_hosts_go_by_the_fast_path(&lab);
+    assert_eq!(lab.port("r", "r-eth0")["backend"], "packet");
     // sink1 turns GRO on: its port is an AF_XDP one from the next start, whose tcx link
     // of the last start is ended.
     let ino = std::process::Command::new("stat")
@@ -1529,8 +1500,8 @@ fn auto_runs_ports_to_plain_hosts_on_af_packet_with_the_fast_path_in_tcx() {
     lab.sh("sink1", &["ethtool", "-K", "eth0", "gro", "on"]);
     lab.element("stop", "r");
     lab.element("start", "r");
-    assert_eq!(port(&lab, "r-eth2")["backend"], "xdp");
-    assert_eq!(port(&lab, "r-eth0")["backend"], "packet");
+    assert_eq!(lab.port("r", "r-eth2")["backend"], "xdp");
+    assert_eq!(lab.port("r", "r-eth0")["backend"], "packet");
     assert!(
         !pins("r-eth2").join("link-tcx").exists(),
         "{}",

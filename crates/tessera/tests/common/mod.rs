@@ -405,6 +405,12 @@ impl TestLab {
         fast_path_of(&v, name)
     }
 
+    /// Interface `name` of `element` as `show interfaces` gives it.
+    pub fn port(&self, element: &str, name: &str) -> Value {
+        let v = self.show_json("interfaces", element);
+        port_of(&v, name).clone()
+    }
+
     pub fn shown_config(&self, element: &str, role: &str) -> String {
         let o = Command::new(exe())
             .args(["show", "config", "--control"])
@@ -461,12 +467,16 @@ impl Drop for TestLab {
 
 /// The `fast_path` entry of interface `name` in a `show interfaces` answer `v`.
 pub fn fast_path_of(v: &Value, name: &str) -> Value {
+    port_of(v, name)["fast_path"].clone()
+}
+
+/// Interface `name` in a `show interfaces` answer.
+pub fn port_of<'a>(v: &'a Value, name: &str) -> &'a Value {
     v.as_array()
         .unwrap()
         .iter()
         .find(|p| p["name"] == name)
-        .unwrap_or_else(|| panic!("{name} in {v}"))["fast_path"]
-        .clone()
+        .unwrap_or_else(|| panic!("{name} in {v}"))
 }
 
 pub fn drop_count(c: &Value, reason: &str) -> u64 {
