@@ -390,3 +390,165 @@ pub fn flood_plot(out: &Path, v: &Value) -> Result<Vec<String>, String> {
     root.present().map_err(|x| e(x.to_string()))?;
     Ok(vec![name])
 }
+
+/// Round trips as `scripts/plain-hosts` writes them (`rtt.csv`: a header, then
+/// `router,round,ms` per request): per router, all rounds together.
+pub fn parse_rtt_csv(text: &str) -> Result<BTreeMap<String, Vec<f64>>, String> {
+    let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if i == 0 || line.is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').collect();
+        let ms = match f.as_slice() {
+            [_, _, ms] => ms.parse::<f64>().ok().filter(|v| v.is_finite() && *v > 0.0),
+            _ => None,
+        };
+        let Some(ms) = ms else {
+            return Err(format!(
+                "line {}: expected router,round,ms with ms a positive number, got {line:?}",
+                i + 1
+            ));
+        };
+        by.entry(f[0].to_string()).or_default().push(ms);
+    }
+    if by.is_empty() {
+        return Err("no round trips in it".into());
+    }
+    for v in by.values_mut() {
+        v.sort_by(f64::total_cmp);
+    }
+    Ok(by)
+}
+
+/// `tessera bench rtt-plot`: per router, the share of requests whose round trip took
+/// longer than a time (both axes logarithmic, so that the tail reads as well as the
+/// middle), with the p99 line (a share of 1%) and a mark at `target_ms`.
+pub fn rtt_plot(
+    path: &Path,
+    rtts: &BTreeMap<String, Vec<f64>>,
+    title: &str,
+    target_ms: f64,
+) -> Result<(), String> {
+    register_font()?;
+    let e = |x: String| format!("{}: {x}", path.display());
+    let all = rtts.values().flatten();
+    let lo = all.clone().copied().fold(f64::MAX, f64::min).min(target_ms) * 0.8;
+    let hi = all.copied().fold(0.0, f64::max).max(target_ms) * 1.25;
+    let n_max = rtts.values().map(Vec::len).max().unwrap_or(1).max(1) as f64;
+    let floor = (0.5 / n_max).min(0.005);
+    let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d((lo..hi).log_scale(), (floor..1.0).log_scale())
+        .map_err(|x| e(x.to_string()))?;
+    chart
+        .configure_mesh()
+        .x_desc("round trip (ms)")
+        .y_desc("share of requests slower")
+        .x_label_formatter(&|x| short(*x))
+        .y_label_formatter(&|y| short(*y))
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|x| e(x.to_string()))?;
+    let colors = [
+        RGBColor(0, 90, 180),
+        RGBColor(210, 80, 0),
+        RGBColor(0, 140, 70),
+        RGBColor(120, 120, 120),
+        RGBColor(140, 0, 140),
+    ];
+    for (i, (who, v)) in rtts.iter().enumerate() {
+        let c = colors[i % colors.len()];
+        let n = v.len() as f64;
+        let pts = v
+            .iter()
+            .enumerate()
+            .map(|(k, t)| (*t, ((n - k as f64) / n).max(floor)));
+        let q = |p: f64| v[((v.len() as f64 * p) as usize).min(v.len() - 1)];
+        chart
+            .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+            .map_err(|x| e(x.to_string()))?
+            .label(format!(
+                "{who}: p50 {:.4} ms, p99 {:.4} ms ({} requests)",
+                q(0.5),
+                q(0.99),
+                v.len()
+            ))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    let grey = RGBColor(90, 90, 90);
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(lo, 0.01), (hi, 0.01)],
+            6,
+            4,
+            grey.stroke_width(2),
+        ))
+        .map_err(|x| e(x.to_string()))?
+        .label("1% of requests (p99)")
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], grey.stroke_width(1)));
+    chart
+        .draw_series(LineSeries::new(
+            [(target_ms, floor), (target_ms, 1.0)],
+            BLACK.stroke_width(1),
+        ))
+        .map_err(|x| e(x.to_string()))?
+        .label(format!("{target_ms} ms"))
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK.stroke_width(1)));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerLeft)
+        .label_font(("sans-serif", 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|x| e(x.to_string()))?;
+    root.present().map_err(|x| e(x.to_string()))
+}
+
+/// A log axis' label: at most three significant digits, no trailing zeros.
+fn short(v: f64) -> String {
+    let digits = (2 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
+    let s = format!("{v:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rtt_csv_groups_by_router_and_names_a_bad_line() {
+        let by = parse_rtt_csv("router,round,ms\nlinux,1,0.02\nforwarder,1,0.03\nlinux,2,0.01\n")
+            .unwrap();
+        assert_eq!(by["linux"], vec![0.01, 0.02]);
+        assert_eq!(by["forwarder"], vec![0.03]);
+        let err = parse_rtt_csv("router,round,ms\nlinux,1,0.02\nlinux,1,x\n").unwrap_err();
+        assert!(err.starts_with("line 3:"), "{err}");
+        assert!(parse_rtt_csv("router,round,ms\nlinux,1,-1\n").is_err());
+        assert!(parse_rtt_csv("router,round,ms\n").is_err());
+    }
+
+    #[test]
+    fn rtt_plot_draws_a_png() {
+        let dir = std::env::temp_dir().join(format!("tessera-rtt-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let by =
+            parse_rtt_csv("router,round,ms\nlinux,1,0.02\nlinux,1,0.2\nfloor,1,0.01\n").unwrap();
+        let png = dir.join("rtt.png");
+        rtt_plot(&png, &by, "test", 0.1).unwrap();
+        let head = std::fs::read(&png).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(&head[1..4], b"PNG");
+    }
+}

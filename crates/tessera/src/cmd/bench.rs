@@ -391,6 +391,18 @@ pub(crate) enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// Draws DIR/rtt.png from DIR/rtt.csv (`router,round,ms` per echo request, as
+    /// scripts/plain-hosts writes it): per router, over all rounds, the share of requests
+    /// slower than each round trip, with the p99 line and a mark at --target-ms.
+    RttPlot {
+        dir: PathBuf,
+        /// Where the vertical mark goes (ms).
+        #[arg(long, default_value_t = 0.1)]
+        target_ms: f64,
+        /// The plot's title.
+        #[arg(long, default_value = "idle round trips")]
+        title: String,
+    },
 }
 
 /// Runs one benchmark.
@@ -409,6 +421,11 @@ pub(crate) fn run(what: Bench) -> Result<i32> {
         w @ Bench::Scale { replot: false, .. } => scale(w),
         w @ Bench::Flood { .. } => flood(w),
         w @ Bench::Pipeline { .. } => pipeline(w),
+        Bench::RttPlot {
+            dir,
+            target_ms,
+            title,
+        } => rtt_plot(&dir, target_ms, &title),
     }
 }
 
@@ -949,6 +966,21 @@ fn flood(w: Bench) -> Result<i32> {
     let v = bench::flood_bench::run(&opts, &mut |s| eprintln!("bench flood: {s}"))
         .map_err(anyhow::Error::msg)?;
     print(&serde_json::json!({ "summary": v["summary"], "plots": v["plots"] }))
+}
+
+/// `tessera bench rtt-plot`.
+fn rtt_plot(dir: &std::path::Path, target_ms: f64, title: &str) -> Result<i32> {
+    let csv = dir.join("rtt.csv");
+    let text =
+        std::fs::read_to_string(&csv).with_context(|| format!("cannot read {}", csv.display()))?;
+    let rtts =
+        bench::plot::parse_rtt_csv(&text).map_err(|e| anyhow::anyhow!("{}: {e}", csv.display()))?;
+    if !(target_ms.is_finite() && target_ms > 0.0) {
+        bail!("bench rtt-plot: --target-ms must be a positive number of milliseconds");
+    }
+    let png = dir.join("rtt.png");
+    bench::plot::rtt_plot(&png, &rtts, title, target_ms).map_err(anyhow::Error::msg)?;
+    print(&serde_json::json!({ "plots": [png] }))
 }
 
 /// `tessera bench pipeline`.
