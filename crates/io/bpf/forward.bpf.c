@@ -8,7 +8,8 @@
  * exactly the frame's length, with a valid header checksum and a TTL above 1, whose source
  * and destination are neither martian nor the router's own (nor a connected network's
  * broadcast address), with (in XDP) a TCP or UDP checksum not left to offload, and a route
- * to a single next hop on a port whose MTU it fits and whose neighbour is resolved, gets
+ * to a single next hop on a port whose MTU it fits (in tcx, a socket buffer of many
+ * segments: each segment) and whose neighbour is resolved, gets
  * the neighbour's and the egress port's MACs, its TTL decremented with the RFC 1624
  * checksum update, is counted and leaves by the egress port (XDP: the device map, or the
  * hand-off to tcx, io::handoff, where that port's device takes no frames redirected in
@@ -1325,8 +1326,20 @@ int tessera_fast_tc(struct __sk_buff *skb)
 		goto slow;
 	if ((flags & F_STAR) && e.port == cfg.star_internal)
 		goto slow; /* across the star's switch: user space's in tcx */
-	if (egress_port(&e, len, 0) != GO_ON)
+	if (skb->gso_size) {
+		/* A socket buffer of many segments (a TCP or UDP send from a host whose veth
+		 * segments late, as a new veth and a container's do), cut into frames as it
+		 * leaves: each segment must fit the egress device's MTU, which the kernel checks
+		 * (BPF_MTU_CHK_SEGS), not the whole. User space could not take it (larger than
+		 * a frame of its ring). */
+		if (egress_port(&e, 0, 0) != GO_ON)
+			goto slow;
+		__u32 mtu_len = 0;
+		if (bpf_check_mtu(skb, (__u32)e.ifword, &mtu_len, 0, BPF_MTU_CHK_SEGS))
+			goto slow;
+	} else if (egress_port(&e, len, 0) != GO_ON) {
 		goto slow;
+	}
 	__u64 *mac = neighbour(&e, v6);
 	if (!mac)
 		goto police;

@@ -65,6 +65,12 @@ pub struct Host {
     /// elements' XDP fast path runs (see `lab up --fast-path`), off otherwise.
     #[serde(default)]
     pub gro: Option<bool>,
+    /// `true`: the host's links keep a new veth's offloads, as a container's do:
+    /// checksum offload, TSO and GSO on, so that what it sends may carry a checksum left
+    /// to offload and be many segments long (a socket buffer cut into frames only where
+    /// it leaves a device that cannot take it whole). Default: off, as on a wire.
+    #[serde(default)]
+    pub offloads: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -218,6 +224,8 @@ pub struct Lab {
     /// Every host as with `gro = false` (`lab up --hosts plain`): links as containers
     /// have them.
     pub plain_hosts: bool,
+    /// Every host as with `offloads = true` too (`lab up --hosts container`).
+    pub host_offloads: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,6 +297,7 @@ impl Lab {
             io: None,
             fast_path: None,
             plain_hosts: false,
+            host_offloads: false,
         };
         lab.validate()
             .map_err(|e| format!("{}: {e}", path.display()))?;

@@ -97,14 +97,18 @@ impl Lab {
             // socket-buffer metadata would be invisible to an XDP program on the far
             // end: a bridge untags what it receives and, with transmit VLAN offload
             // on, hands the tag to the veth beside the frame).
-            in_ns(
-                &ns,
-                "ethtool",
+            // A host with `offloads` keeps a new veth's checksum offload, TSO and GSO.
+            let host = self.topo.host.iter().find(|h| &h.name == node);
+            let offloads = host.is_some_and(|h| h.offloads == Some(true) || self.host_offloads);
+            let off: &[&str] = if offloads {
+                &["-K", ifn, "gro", "off", "txvlan", "off", "rxvlan", "off"]
+            } else {
                 &[
                     "-K", ifn, "tx", "off", "tso", "off", "gso", "off", "gro", "off", "txvlan",
                     "off", "rxvlan", "off",
-                ],
-            )?;
+                ]
+            };
+            in_ns(&ns, "ethtool", off)?;
             if *is_switch {
                 ip_n(&ns, &["link", "set", ifn, "master", "br0"])?;
             }
@@ -120,7 +124,6 @@ impl Lab {
             // socket buffers need no NAPI on the far end, and hosts keep their
             // wire-like receive (the demo compares TCP with the kernel's on the same
             // hosts).
-            let host = self.topo.host.iter().find(|h| &h.name == node);
             let is_host = host.is_some_and(|h| h.gro != Some(false) && !self.plain_hosts);
             let xdp_fast = self.fast_path != Some(false) && self.io.as_deref() != Some("packet");
             if (*is_switch && self.topo.switch.iter().any(|s| &s.name == node && s.gro))

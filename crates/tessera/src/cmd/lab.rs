@@ -33,9 +33,11 @@ pub(crate) enum LabCmd {
         #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
         fast_path: Option<bool>,
         /// `plain`: every host's links as a container's veth is made (GRO off, no XDP
-        /// program), as `gro = false` on a host does; `tuned` (the default): GRO on where
+        /// program), as `gro = false` on a host does, wire-like otherwise (no checksum
+        /// offload, TSO or GSO); `container`: the same with a new veth's checksum offload,
+        /// TSO and GSO on (as `offloads = true` too); `tuned` (the default): GRO on where
         /// the elements' XDP fast path runs.
-        #[arg(long, value_name = "KIND", default_value = "tuned", value_parser = ["tuned", "plain"])]
+        #[arg(long, value_name = "KIND", default_value = "tuned", value_parser = ["tuned", "plain", "container"])]
         hosts: String,
     },
     /// Stop the elements and remove every namespace, link and bridge of the lab.
@@ -222,7 +224,8 @@ fn lab_up(w: LabCmd) -> Result<i32> {
     backend_arg(io.as_deref())?;
     l.io = io;
     l.fast_path = fast_path;
-    l.plain_hosts = hosts == "plain";
+    l.plain_hosts = hosts == "plain" || hosts == "container";
+    l.host_offloads = hosts == "container";
     for r in role {
         let (node, role) = r
             .split_once('=')
@@ -244,10 +247,12 @@ fn lab_up(w: LabCmd) -> Result<i32> {
     } else {
         "GRO on at hosts and switch ports, for the elements' XDP fast paths"
     };
-    eprintln!(
-        "lab {} is up (wire-like links: TSO, GSO and checksum offload off, frames never exceed the MTU; {gro})",
-        l.name
-    );
+    let links = if l.host_offloads || l.topo.host.iter().any(|h| h.offloads == Some(true)) {
+        "wire-like links but at hosts with offloads (checksum offload, TSO and GSO on there, as a new veth has them)"
+    } else {
+        "wire-like links: TSO, GSO and checksum offload off, frames never exceed the MTU"
+    };
+    eprintln!("lab {} is up ({links}; {gro})", l.name);
     Ok(0)
 }
 
