@@ -137,6 +137,8 @@ pub struct AfPacket {
     device_tx: Option<crate::netdev::DeviceDrops>,
     /// Why the element chose this backend for the port, where it chose ([`AfPacket::set_why`]).
     why: Option<String>,
+    /// The XDP link of [`AfPacket::whole_frames`], detached when the port closes.
+    whole: Option<std::os::fd::OwnedFd>,
 }
 
 // SAFETY: the mapping is owned by this value and used only through &mut self.
@@ -302,7 +304,43 @@ impl AfPacket {
                 ..Default::default()
             },
         )?;
-        self.tcx_ingress(obj.prog("tessera_nostack")?, Tcx::StackOff)
+        self.tcx_ingress(obj.prog("tessera_nostack")?, Tcx::StackOff)?;
+        if crate::netdev::driver(&self.name).is_ok_and(|d| d == "veth") {
+            self.whole_frames(&obj);
+        }
+        Ok(())
+    }
+
+    /// On a veth: `tessera_whole` (an XDP program that passes every frame on) in the
+    /// port's driver hook, for as long as the port lives. While an XDP program runs on a
+    /// veth, the kernel takes its peer's software segmentation (TSO, GSO) away, so that a
+    /// peer with a new veth's offloads (a container's) sends frames no larger than the
+    /// MTU, where it would otherwise send one socket buffer of many segments (up to 64
+    /// KB) that this socket's ring slots cannot take (dropped as `rx_oversize`: TCP from
+    /// such a host stalls). The price: the veth then receives through NAPI and copies
+    /// each frame once. Where it cannot attach (another program there: another worker's
+    /// socket of the same port put it there; a peer MTU too large for XDP), the port
+    /// works on without it.
+    fn whole_frames(&mut self, obj: &crate::bpfobj::Loaded) {
+        const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+        let made = obj.prog("tessera_whole").and_then(|prog| {
+            let ifindex = crate::netdev::ifindex(&self.name)?;
+            crate::bpfsys::link_create(
+                &prog,
+                ifindex as u32,
+                crate::xdp::BPF_XDP,
+                XDP_FLAGS_DRV_MODE,
+            )
+        });
+        match made {
+            Ok(link) => self.whole = Some(link),
+            Err(e)
+                if e.raw_os_error() == Some(libc::EBUSY)
+                    || e.raw_os_error() == Some(libc::EEXIST) => {}
+            Err(e) => {
+                tracing::info!(interface = %self.name, reason = %e, "no XDP program on this AF_PACKET port: a peer with segmentation offload may send it buffers of many segments, which the port drops (rx_oversize)");
+            }
+        }
     }
 
     /// Runs the forwarder's fast path (`prog`, loaded by `fastpath` for [`crate::xsk::Hook::Tc`])
@@ -407,6 +445,7 @@ impl AfPacket {
             device: None,
             device_tx: None,
             why: None,
+            whole: None,
         };
         check(
             setsockopt(
