@@ -338,12 +338,12 @@ fn a_switch_reloads_its_ports_shaping_in_place() {
 }
 
 /// Hosts as containers have them (`lab up --hosts container`: a new veth's checksum
-/// offload, TSO and GSO on) through the switch on AF_PACKET ports, in user space: an
-/// XDP program that passes every frame on sits in each port's driver hook
-/// (`io::afpacket::AfPacket::keep_stack_off`), so that the kernel takes the hosts'
-/// software segmentation away and they send frames no larger than the MTU. Without it
-/// they sent socket buffers of many segments, which the port's ring cannot take
-/// (`rx_oversize`): TCP at 0.24 Mbit/s (2026-12-02).
+/// offload, TSO and GSO on) through the switch on AF_PACKET ports, in user space: they
+/// send socket buffers of many segments, which the port's ring cannot take
+/// (`rx_oversize`); at the first, an XDP program that passes every frame on goes into
+/// the port's driver hook (`io::afpacket::AfPacket::whole_frames`), so that the kernel
+/// takes the host's software segmentation away and it sends frames no larger than the
+/// MTU. Without it TCP ran at 0.24 Mbit/s (2026-12-02).
 #[test]
 fn container_hosts_send_tcp_through_a_switch_on_af_packet_ports() {
     let lab = TestLab::up(repo_path(LAB), &["--hosts", "container", "--io", "packet"]);
@@ -357,6 +357,10 @@ fn container_hosts_send_tcp_through_a_switch_on_af_packet_ports() {
     let v = lab.iperf3("fa1", "fa2", "10.5.0.2", &["-t", "1"]);
     let got = v["end"]["sum_received"]["bytes"].as_u64().unwrap();
     assert!(got > 20_000_000, "{got} bytes in a second");
+    // The first such buffers are dropped, and then the program goes on the port.
     let c = lab.counters("swf");
-    assert_eq!(drop_count(&c, "rx_oversize"), 0, "{c}");
+    let over = drop_count(&c, "rx_oversize");
+    assert!((1..=200).contains(&over), "{over} oversize: {c}");
+    let links = lab.sh("swf", &["ip", "-d", "link", "show"]);
+    assert!(links.contains("prog/xdp"), "{links}");
 }
