@@ -819,13 +819,7 @@ fn plots(out: &Path, lat: &[Value], table: &[Value]) -> Result<Vec<String>, Stri
             c.draw_series(p.iter().map(|q| Circle::new(*q, 4, col.filled())))
                 .map_err(|x| e(x.to_string()))?;
         }
-        c.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font(("sans-serif", 14))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|x| e(x.to_string()))?;
+        crate::plot::legend(&mut c, SeriesLabelPosition::UpperLeft).map_err(e)?;
         root.present().map_err(|x| e(x.to_string()))?;
     }
     let name2 = "axon-line-ring.png";
@@ -885,13 +879,7 @@ fn plots(out: &Path, lat: &[Value], table: &[Value]) -> Result<Vec<String>, Stri
             }))
             .map_err(|x| e(x.to_string()))?;
         }
-        c.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font(("sans-serif", 14))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|x| e(x.to_string()))?;
+        crate::plot::legend(&mut c, SeriesLabelPosition::UpperLeft).map_err(e)?;
         root.present().map_err(|x| e(x.to_string()))?;
     }
     Ok(vec![name.to_string(), name2.to_string()])

@@ -769,14 +769,7 @@ fn trace_plot(csv: &Path, png: &Path, title: &str) -> Result<(), String> {
             .label(format!("flow {} ({} packets)", i + 1, p.len()))
             .legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(("sans-serif", 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(x.to_string()))?;
+    crate::plot::legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(e)?;
     root.present().map_err(|x| e(x.to_string()))
 }
 

@@ -153,14 +153,7 @@ pub fn forward_plots(out: &Path, rows: &[Value]) -> Result<Vec<String>, String> 
                 .draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled())))
                 .map_err(|x| e(x.to_string()))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font(("sans-serif", 14))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|x| e(x.to_string()))?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(e)?;
         root.present().map_err(|x| e(x.to_string()))?;
         files.push(name);
     }
@@ -288,14 +281,7 @@ pub fn scale_plot(out: &Path, v: &Value) -> Result<Vec<String>, String> {
                     .legend(move |(x, y)| Cross::new((x + 10, y), 6, c.stroke_width(2)));
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font(("sans-serif", 14))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|x| e(x.to_string()))?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(e)?;
         root.present().map_err(|x| e(x.to_string()))?;
         files.push(name);
     }
@@ -379,14 +365,7 @@ pub fn flood_plot(out: &Path, v: &Value) -> Result<Vec<String>, String> {
             )
             .map_err(|x| e(x.to_string()))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(("sans-serif", 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(x.to_string()))?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight).map_err(e)?;
     root.present().map_err(|x| e(x.to_string()))?;
     Ok(vec![name])
 }
@@ -501,15 +480,27 @@ pub fn rtt_plot(
         .map_err(|x| e(x.to_string()))?
         .label(format!("{target_ms} ms"))
         .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK.stroke_width(1)));
+    legend(&mut chart, SeriesLabelPosition::LowerLeft).map_err(e)?;
+    root.present().map_err(|x| e(x.to_string()))
+}
+
+/// The legend every plot here draws: the series' labels at `pos` on a white box with a
+/// black border.
+pub(crate) fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    pos: SeriesLabelPosition,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerLeft)
+        .position(pos)
         .label_font(("sans-serif", 14))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(|x| e(x.to_string()))?;
-    root.present().map_err(|x| e(x.to_string()))
+        .map_err(|x| x.to_string())
 }
 
 /// A log axis' label: at most three significant digits, no trailing zeros.
